@@ -1,0 +1,244 @@
+// An exact hierarchical timing wheel.
+//
+// The wheel maps handles to absolute deadlines. It has no clock, no thread and
+// no lock: its owner passes the current time to Advance() and asks
+// NextDeadline() when Advance() must next be called.
+//
+// Time is a std::chrono::nanoseconds offset from an epoch the owner chooses
+// (e.g. the steady_clock instant the owner started). The wheel counts in ticks
+// of a length fixed at construction. A deadline is rounded UP to a whole tick
+// and `now` is rounded DOWN, so a timer is never visited before its deadline
+// and is visited in the first Advance() whose `now` reaches its deadline tick:
+// at most one tick after the deadline.
+//
+// Structure: kLevels levels of 64 slots; level L slot j holds timers whose
+// deadline tick shares all bits above level L with the wheel's current tick
+// and has j in bits [6L, 6L+6). A 64-bit occupancy bitmap per level finds the
+// next slot in O(1). Slots are intrusive doubly linked FIFO lists of nodes in a
+// chunked slab addressed by 32-bit indices, so schedule, cancel and reschedule
+// are O(1) and allocate nothing once the slab has grown to the high-water mark.
+// When time reaches a slot above level 0, its timers cascade to finer levels,
+// so a timer a year away fires as precisely as one a millisecond away.
+//
+// Ordering: Advance() visits due timers in non-decreasing deadline tick;
+// timers with the same tick are visited in the order they were (re)scheduled.
+//
+// Thread safety: none. One owner calls every method (the daemon confines each
+// wheel to one Asio strand).
+#ifndef DELAYD_WHEEL_TIMING_WHEEL_H_
+#define DELAYD_WHEEL_TIMING_WHEEL_H_
+
+#include <array>
+#include <cassert>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+namespace delayd::wheel {
+
+class TimingWheel {
+ public:
+  using Time = std::chrono::nanoseconds;
+
+  // Identifies one scheduled timer until it fires or is cancelled. A handle
+  // of a timer that has fired or been cancelled is stale: every method treats
+  // it as "not pending", even after its slab node is reused. Never 0.
+  using Handle = std::uint64_t;
+  static constexpr Handle kNoHandle = 0;
+
+  // Deadlines beyond this many ticks are clamped to it (at 1 ms ticks this is
+  // over two million years).
+  static constexpr std::uint64_t kMaxTick = (std::uint64_t{1} << 56) - 1;
+
+  // What Advance() hands to its visitor for each due timer.
+  struct Expired {
+    Handle handle;
+    // The caller's value given to Schedule().
+    std::uint32_t cookie;
+    // The tick the timer was due in, as a time: its deadline rounded up to the
+    // tick, or the wheel's time when it was scheduled if that was later.
+    Time due;
+  };
+
+  // `tick` must be positive.
+  explicit TimingWheel(Time tick);
+  TimingWheel(const TimingWheel&) = delete;
+  TimingWheel& operator=(const TimingWheel&) = delete;
+
+  // Schedules a timer due at `deadline` carrying `cookie`. A deadline at or
+  // before the wheel's current time makes the timer due at once: it is
+  // visited by the next Advance(). Returns its handle.
+  Handle Schedule(Time deadline, std::uint32_t cookie);
+
+  // Cancels a pending timer. Returns false (and changes nothing) if `handle`
+  // is not pending: already fired, already cancelled, or never issued.
+  bool Cancel(Handle handle);
+
+  // Moves a pending timer to a new deadline, as if it were cancelled and
+  // scheduled again (it keeps its handle and cookie). Returns false (and
+  // changes nothing) if `handle` is not pending.
+  bool Reschedule(Handle handle, Time deadline);
+
+  // Whether `handle` is pending.
+  bool IsPending(Handle handle) const;
+
+  // Advances the wheel's time to `now` and calls `visit(const Expired&)` for
+  // every timer due by then, removing each before its visit. `visit` may call
+  // Schedule, Cancel and Reschedule: a timer it cancels that is due in this
+  // same Advance is not visited; one it schedules due at or before `now` is
+  // visited in this Advance, after those already due at that tick. `visit`
+  // must not call Advance. Time never goes backwards: a `now` before the
+  // wheel's time is treated as the wheel's time. Returns the number visited.
+  template <typename Visitor>
+  std::size_t Advance(Time now, Visitor&& visit);
+
+  // The earliest time at which Advance() will visit a timer, or nullopt when
+  // nothing is pending. Exact: a timer is due at that time, so an owner that
+  // sleeps until then never wakes for nothing. May be at or before the
+  // wheel's current time (then something is due now).
+  std::optional<Time> NextDeadline() const;
+
+  // The number of pending timers.
+  std::size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+
+  // The wheel's current time: the last Advance()'s `now`, rounded down to the
+  // tick.
+  Time now() const { return ToTime(elapsed_); }
+  Time tick() const { return tick_; }
+
+  // Grows the slab so that `n` timers in all can be pending without
+  // allocating.
+  void Reserve(std::size_t n);
+
+  // Bytes of memory the wheel holds (slab, chunk table and slot arrays).
+  std::size_t MemoryUsage() const;
+
+ private:
+  static constexpr int kBitsPerLevel = 6;
+  static constexpr int kSlots = 1 << kBitsPerLevel;
+  static constexpr int kLevels = 10;  // 60 bits >= the 56 bits of kMaxTick.
+  static constexpr std::uint32_t kNil = 0xFFFFFFFFu;
+  static constexpr int kChunkBits = 12;  // 4096 nodes (96 KiB) per chunk.
+  static constexpr std::uint32_t kChunkSize = 1u << kChunkBits;
+
+  enum State : std::uint8_t { kFree = 0, kPending = 1 };
+
+  // 24 bytes: the whole per-timer state of the wheel.
+  struct Node {
+    std::uint64_t tick : 56;  // Effective deadline tick.
+    std::uint64_t level : 4;
+    std::uint64_t state : 4;
+    std::uint32_t prev;
+    std::uint32_t next;  // Also links the free list.
+    std::uint32_t generation;
+    std::uint32_t cookie;
+  };
+  static_assert(sizeof(Node) == 24);
+
+  struct Slot {
+    int level;
+    int index;
+    std::uint64_t start;  // First tick the slot covers.
+  };
+
+  Node& node(std::uint32_t i) {
+    return chunks_[i >> kChunkBits][i & (kChunkSize - 1)];
+  }
+  const Node& node(std::uint32_t i) const {
+    return chunks_[i >> kChunkBits][i & (kChunkSize - 1)];
+  }
+  static Handle MakeHandle(std::uint32_t index, std::uint32_t generation) {
+    return (Handle{generation} << 32) | index;
+  }
+  // The node index of a pending handle, or kNil.
+  std::uint32_t Find(Handle handle) const;
+
+  std::uint64_t DeadlineTick(Time deadline) const;
+  std::uint64_t NowTick(Time now) const;
+  Time ToTime(std::uint64_t tick) const { return tick_ * tick; }
+
+  // Links node `i` into the slot its tick belongs to, relative to elapsed_.
+  void Place(std::uint32_t i);
+  // Unlinks pending node `i` from its slot.
+  void Unlink(std::uint32_t i);
+  // Returns node `i` to the free list, invalidating its handle.
+  void Release(std::uint32_t i);
+  // Adds one chunk of free nodes to the slab.
+  void Grow();
+  std::uint32_t Allocate();
+  // The earliest occupied slot, or nullopt if the wheel is empty.
+  std::optional<Slot> FirstSlot() const;
+  void NoteScheduled(std::uint64_t tick);
+  void NoteRemoved(std::uint64_t tick);
+
+  const Time tick_;
+  std::uint64_t elapsed_ = 0;  // The wheel's current tick.
+  std::size_t size_ = 0;
+  std::vector<std::unique_ptr<Node[]>> chunks_;
+  std::uint32_t capacity_ = 0;
+  std::uint32_t free_head_ = kNil;
+  std::array<std::uint64_t, kLevels> occupied_{};
+  std::array<std::array<std::uint32_t, kSlots>, kLevels> head_;
+  std::array<std::array<std::uint32_t, kSlots>, kLevels> tail_;
+  // NextDeadline() memo: valid while next_valid_; nullopt = empty.
+  mutable bool next_valid_ = true;
+  mutable std::optional<std::uint64_t> next_tick_;
+#ifndef NDEBUG
+  bool advancing_ = false;
+#endif
+};
+
+template <typename Visitor>
+std::size_t TimingWheel::Advance(Time now, Visitor&& visit) {
+#ifndef NDEBUG
+  assert(!advancing_ && "Advance() called from its own visitor");
+  advancing_ = true;
+#endif
+  const std::uint64_t now_tick = std::max(NowTick(now), elapsed_);
+  std::size_t visited = 0;
+  next_valid_ = false;
+  for (;;) {
+    std::optional<Slot> slot = FirstSlot();
+    if (!slot || slot->start > now_tick) break;
+    elapsed_ = slot->start;
+    std::uint32_t& head = head_[slot->level][slot->index];
+    if (slot->level > 0) {
+      // Cascade: every timer here is due within this slot's span, which the
+      // finer levels now cover.
+      while (head != kNil) {
+        const std::uint32_t i = head;
+        Unlink(i);
+        Place(i);
+      }
+      continue;
+    }
+    // Level 0: every timer here is due at exactly elapsed_. Visit them in
+    // FIFO order; timers the visitor schedules for this tick join the tail.
+    while (head != kNil) {
+      const std::uint32_t i = head;
+      Node& n = node(i);
+      const Expired expired{MakeHandle(i, n.generation), n.cookie,
+                            ToTime(n.tick)};
+      Unlink(i);
+      Release(i);
+      --size_;
+      ++visited;
+      next_valid_ = false;
+      visit(static_cast<const Expired&>(expired));
+    }
+  }
+  elapsed_ = std::max(elapsed_, now_tick);
+  next_valid_ = false;
+#ifndef NDEBUG
+  advancing_ = false;
+#endif
+  return visited;
+}
+
+}  // namespace delayd::wheel
+
+#endif  // DELAYD_WHEEL_TIMING_WHEEL_H_
