@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs what delayd needs to build and test, from Debian 12's packages.
+# Used by the README's first command, by .ci/run and by the Dockerfile, so all
+# three build with the same packages. Idempotent; uses sudo when not root.
+set -euo pipefail
+
+packages=(
+  # toolchain
+  cmake ninja-build g++ ccache pkg-config
+  # libraries (see DESIGN.md's dependency table)
+  libasio-dev libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev
+  protobuf-compiler libspdlog-dev libcli11-dev
+  # tests and benchmarks
+  libgtest-dev libgmock-dev libbenchmark-dev
+)
+
+sudo=()
+if [ "$(id -u)" -ne 0 ]; then sudo=(sudo); fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||
+    missing+=("$p")
+done
+if [ "${#missing[@]}" -eq 0 ]; then
+  echo "deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+echo "deps: installing ${missing[*]}"
+"${sudo[@]}" apt-get update -qq
+DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq \
+  --no-install-recommends "${missing[@]}"
