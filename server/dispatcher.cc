@@ -1,0 +1,234 @@
+#include "server/dispatcher.h"
+
+#include <algorithm>
+#include <cassert>
+
+namespace delayd {
+namespace {
+// Events per stream message to one worker at most.
+constexpr std::size_t kMaxBatch = 256;
+}  // namespace
+
+Dispatcher::Dispatcher(asio::io_context& io, std::string name,
+                       Counters& counters, const Limits& limits)
+    : name_(std::move(name)),
+      counters_(counters),
+      limits_(limits),
+      strand_(asio::make_strand(io)),
+      ack_wheel_(strand_, std::chrono::milliseconds(1),
+                 std::chrono::steady_clock::now(),
+                 [this](std::vector<StrandWheel::Expired>& due) {
+                   OnAckTimeouts(due);
+                 }) {}
+
+void Dispatcher::Publish(std::vector<Event> events) {
+  asio::post(strand_, [this, events = std::move(events)]() mutable {
+    if (closed_) return;
+    // Watchers see each event once, when it is published.
+    if (!watchers_.empty()) {
+      std::vector<const Event*> view;
+      view.reserve(events.size());
+      for (const Event& e : events) view.push_back(&e);
+      for (auto it = watchers_.begin(); it != watchers_.end();) {
+        if (it->second->Deliver(name_, view) > limits_.watcher_backlog) {
+          it->second->End(Status::ResourceExhausted(
+              "watcher fell more than " +
+              std::to_string(limits_.watcher_backlog) + " events behind"));
+          it = watchers_.erase(it);
+          counters_.watchers.fetch_sub(1);
+        } else {
+          ++it;
+        }
+      }
+    }
+    counters_.ready.fetch_add(events.size());
+    for (Event& e : events) {
+      const std::uint64_t id = e.id;
+      outstanding_.emplace(id, Outstanding{std::move(e)});
+      ready_.push_back(id);
+    }
+    Pump();
+  });
+}
+
+void Dispatcher::Subscribe(std::uint64_t id,
+                           std::shared_ptr<Subscriber> subscriber,
+                           SubscribeOptions options,
+                           std::function<void()> done) {
+  asio::post(strand_, [this, id, subscriber = std::move(subscriber), options,
+                       done = std::move(done)]() mutable {
+    if (closed_) {
+      subscriber->End(Status::Unavailable("delayd is shutting down"));
+      return;
+    }
+    if (options.watcher) {
+      watchers_.emplace_back(id, std::move(subscriber));
+      counters_.watchers.fetch_add(1);
+    } else {
+      workers_.push_back(Worker{id, std::move(subscriber),
+                                options.max_in_flight, options.ack_timeout});
+      counters_.workers.fetch_add(1);
+    }
+    done();
+    Pump();
+  });
+}
+
+void Dispatcher::Unsubscribe(std::uint64_t id) {
+  asio::post(strand_, [this, id] {
+    auto watcher = std::find_if(watchers_.begin(), watchers_.end(),
+                                [id](const auto& w) { return w.first == id; });
+    if (watcher != watchers_.end()) {
+      watchers_.erase(watcher);
+      counters_.watchers.fetch_sub(1);
+      return;
+    }
+    auto worker = std::find_if(workers_.begin(), workers_.end(),
+                               [id](const Worker& w) { return w.id == id; });
+    if (worker == workers_.end()) return;
+    // Its unacknowledged events go back to the front of the queue, oldest
+    // first.
+    std::vector<std::uint64_t> mine;
+    for (auto& [event_id, o] : outstanding_) {
+      if (o.worker == id) mine.push_back(event_id);
+    }
+    std::sort(mine.rbegin(), mine.rend());
+    for (std::uint64_t event_id : mine) Requeue(event_id, outstanding_[event_id]);
+    workers_.erase(worker);
+    counters_.workers.fetch_sub(1);
+    Pump();
+  });
+}
+
+void Dispatcher::Ack(std::vector<std::uint64_t> ids,
+                     std::function<void(AckResult)> done) {
+  asio::post(strand_, [this, ids = std::move(ids), done = std::move(done)] {
+    AckResult result;
+    for (std::uint64_t id : ids) {
+      auto it = outstanding_.find(id);
+      if (it == outstanding_.end()) {
+        result.unknown.push_back(id);
+        continue;
+      }
+      Outstanding& o = it->second;
+      if (o.worker != 0) {
+        if (Worker* w = FindWorker(o.worker)) --w->in_flight;
+        CancelAckTimer(o);
+        counters_.in_flight.fetch_sub(1);
+      } else {
+        counters_.ready.fetch_sub(1);  // Acked while waiting for redelivery.
+      }
+      outstanding_.erase(it);
+      ++result.acked;
+    }
+    counters_.acked.fetch_add(result.acked);
+    done(std::move(result));
+    Pump();
+  });
+}
+
+void Dispatcher::Close(const Status& status, std::function<void()> done) {
+  asio::post(strand_, [this, status, done = std::move(done)] {
+    closed_ = true;
+    for (auto& w : workers_) w.sink->End(status);
+    for (auto& [id, sink] : watchers_) sink->End(status);
+    counters_.workers.fetch_sub(workers_.size());
+    counters_.watchers.fetch_sub(watchers_.size());
+    workers_.clear();
+    watchers_.clear();
+    ack_wheel_.Stop();
+    done();
+  });
+}
+
+Dispatcher::Worker* Dispatcher::FindWorker(std::uint64_t id) {
+  for (Worker& w : workers_) {
+    if (w.id == id) return &w;
+  }
+  return nullptr;
+}
+
+void Dispatcher::Requeue(std::uint64_t event_id, Outstanding& o) {
+  assert(o.worker != 0);
+  CancelAckTimer(o);
+  o.worker = 0;
+  ready_.push_front(event_id);
+  counters_.in_flight.fetch_sub(1);
+  counters_.ready.fetch_add(1);
+  counters_.redelivered.fetch_add(1);
+}
+
+void Dispatcher::StartAckTimer(std::uint64_t event_id, Outstanding& o,
+                               std::chrono::nanoseconds timeout) {
+  if (free_cookies_.empty()) {
+    o.ack_cookie = static_cast<std::uint32_t>(cookie_ids_.size());
+    cookie_ids_.push_back(event_id);
+  } else {
+    o.ack_cookie = free_cookies_.back();
+    free_cookies_.pop_back();
+    cookie_ids_[o.ack_cookie] = event_id;
+  }
+  o.ack_timer =
+      ack_wheel_.wheel().Schedule(ack_wheel_.Now() + timeout, o.ack_cookie);
+}
+
+void Dispatcher::CancelAckTimer(Outstanding& o) {
+  if (o.ack_timer == wheel::TimingWheel::kNoHandle) return;
+  ack_wheel_.wheel().Cancel(o.ack_timer);
+  free_cookies_.push_back(o.ack_cookie);
+  o.ack_timer = wheel::TimingWheel::kNoHandle;
+}
+
+void Dispatcher::OnAckTimeouts(std::vector<StrandWheel::Expired>& due) {
+  for (const auto& e : due) {
+    // A visited timer was never cancelled, so its event is still in flight.
+    const std::uint64_t event_id = cookie_ids_[e.cookie];
+    free_cookies_.push_back(e.cookie);
+    Outstanding& o = outstanding_.at(event_id);
+    o.ack_timer = wheel::TimingWheel::kNoHandle;
+    if (Worker* w = FindWorker(o.worker)) --w->in_flight;
+    Requeue(event_id, o);
+  }
+  Pump();
+}
+
+void Dispatcher::Pump() {
+  assert(strand_.running_in_this_thread());
+  if (workers_.empty() || closed_) return;
+  std::vector<const Event*> batch;
+  std::size_t idle_turns = 0;
+  // Round robin: each turn gives one worker a batch of up to its free room.
+  while (!ready_.empty() && idle_turns < workers_.size()) {
+    next_worker_ %= workers_.size();
+    Worker& w = workers_[next_worker_++];
+    const std::size_t room =
+        std::min<std::size_t>(w.max_in_flight - std::min(w.max_in_flight,
+                                                         w.in_flight),
+                              kMaxBatch);
+    if (room == 0) {
+      ++idle_turns;
+      continue;
+    }
+    idle_turns = 0;
+    batch.clear();
+    while (batch.size() < room && !ready_.empty()) {
+      const std::uint64_t id = ready_.front();
+      ready_.pop_front();
+      auto it = outstanding_.find(id);
+      if (it == outstanding_.end() || it->second.worker != 0) continue;
+      Outstanding& o = it->second;
+      o.worker = w.id;
+      ++o.event.attempt;
+      StartAckTimer(id, o, w.ack_timeout);
+      batch.push_back(&o.event);
+    }
+    if (batch.empty()) break;
+    w.in_flight += static_cast<std::uint32_t>(batch.size());
+    counters_.ready.fetch_sub(batch.size());
+    counters_.in_flight.fetch_add(batch.size());
+    w.sink->Deliver(name_, batch);
+  }
+  ack_wheel_.Arm();
+}
+
+}  // namespace delayd

@@ -1,0 +1,140 @@
+// Delivery of one namespace's events to its subscribers.
+//
+// Partitions publish fired events here. A dispatcher keeps every event that
+// is not yet acknowledged: ready (waiting for a worker) or in flight (sent to
+// a worker, with an ack deadline on a timing wheel). Each ready event goes to
+// one worker with room under its max_in_flight, round robin; an event whose
+// ack deadline passes, or whose worker goes away, is ready again (front of
+// the queue) and its next delivery has attempt + 1. Watchers get a copy of
+// each event when it is published; a watcher whose unwritten backlog passes
+// the limit is ended with RESOURCE_EXHAUSTED so that it never slows anyone.
+//
+// Thread safety: public methods may be called from any thread; they post to
+// the dispatcher's strand, where all state lives.
+#ifndef DELAYD_SERVER_DISPATCHER_H_
+#define DELAYD_SERVER_DISPATCHER_H_
+
+#include <asio.hpp>
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "server/status.h"
+#include "server/strand_wheel.h"
+#include "server/types.h"
+
+namespace delayd {
+
+// Daemon-wide counters, updated by partitions and dispatchers.
+struct Counters {
+  std::atomic<std::uint64_t> pending{0};
+  std::atomic<std::uint64_t> ready{0};
+  std::atomic<std::uint64_t> in_flight{0};
+  std::atomic<std::uint64_t> workers{0};
+  std::atomic<std::uint64_t> watchers{0};
+  std::atomic<std::uint64_t> subscribers{0};
+  std::atomic<std::uint64_t> set{0};
+  std::atomic<std::uint64_t> fired{0};
+  std::atomic<std::uint64_t> acked{0};
+  std::atomic<std::uint64_t> redelivered{0};
+};
+
+// The receiving end of a subscription, implemented by the gRPC stream.
+class Subscriber {
+ public:
+  virtual ~Subscriber() = default;
+  // Called on a dispatcher strand. Queues `events` for writing, without
+  // blocking, and returns how many events are queued and not yet written.
+  virtual std::size_t Deliver(std::string_view ns,
+                              std::span<const Event* const> events) = 0;
+  // Ends the stream with `status` once queued writes are done.
+  virtual void End(const Status& status) = 0;
+};
+
+struct SubscribeOptions {
+  bool watcher = false;
+  std::uint32_t max_in_flight = 100;
+  std::chrono::nanoseconds ack_timeout = std::chrono::seconds(30);
+};
+
+struct AckResult {
+  std::uint32_t acked = 0;
+  std::vector<std::uint64_t> unknown;
+};
+
+class Dispatcher {
+ public:
+  Dispatcher(asio::io_context& io, std::string name, Counters& counters,
+             const Limits& limits);
+  Dispatcher(const Dispatcher&) = delete;
+  Dispatcher& operator=(const Dispatcher&) = delete;
+
+  const std::string& name() const { return name_; }
+
+  // Takes fired events for delivery.
+  void Publish(std::vector<Event> events);
+
+  // Registers a subscriber under `id` (unique daemon-wide). `done` runs on
+  // the strand once it is registered, before anything is delivered to it.
+  void Subscribe(std::uint64_t id, std::shared_ptr<Subscriber> subscriber,
+                 SubscribeOptions options, std::function<void()> done);
+  // Forgets a subscriber (its stream ended); its unacknowledged events are
+  // ready again.
+  void Unsubscribe(std::uint64_t id);
+
+  void Ack(std::vector<std::uint64_t> ids,
+           std::function<void(AckResult)> done);
+
+  // Ends every stream with `status` and stops the ack timer. `done` runs on
+  // the strand afterwards.
+  void Close(const Status& status, std::function<void()> done);
+
+ private:
+  struct Worker {
+    std::uint64_t id;
+    std::shared_ptr<Subscriber> sink;
+    std::uint32_t max_in_flight;
+    std::chrono::nanoseconds ack_timeout;
+    std::uint32_t in_flight = 0;
+  };
+  struct Outstanding {
+    Event event;
+    std::uint64_t worker = 0;  // 0: ready, not in flight.
+    wheel::TimingWheel::Handle ack_timer = wheel::TimingWheel::kNoHandle;
+    std::uint32_t ack_cookie = 0;
+  };
+
+  // All below run on the strand.
+  void Pump();
+  void Requeue(std::uint64_t event_id, Outstanding& o);
+  Worker* FindWorker(std::uint64_t id);
+  void OnAckTimeouts(std::vector<StrandWheel::Expired>& due);
+  void StartAckTimer(std::uint64_t event_id, Outstanding& o,
+                     std::chrono::nanoseconds timeout);
+  void CancelAckTimer(Outstanding& o);
+
+  const std::string name_;
+  Counters& counters_;
+  const Limits& limits_;
+  Strand strand_;
+  StrandWheel ack_wheel_;
+  bool closed_ = false;
+  std::unordered_map<std::uint64_t, Outstanding> outstanding_;
+  std::deque<std::uint64_t> ready_;  // Ids; stale (acked) ids are skipped.
+  std::vector<Worker> workers_;
+  std::size_t next_worker_ = 0;  // Round robin.
+  std::vector<std::pair<std::uint64_t, std::shared_ptr<Subscriber>>> watchers_;
+  // Ack-timer cookies -> event ids (the wheel carries 32-bit cookies).
+  std::vector<std::uint64_t> cookie_ids_;
+  std::vector<std::uint32_t> free_cookies_;
+};
+
+}  // namespace delayd
+
+#endif  // DELAYD_SERVER_DISPATCHER_H_

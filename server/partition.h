@@ -1,0 +1,109 @@
+// One partition of the scheduler: the timers whose (namespace, key) hash to
+// it, a key index, and a timing wheel armed on the partition's strand.
+//
+// Every state change of a timer goes through Apply() or Fire() here, so a
+// durable store slots in beneath these two.
+//
+// A timer's fire time is a wall-clock instant (what clients see); the wheel
+// runs on the steady clock, so each operation maps the fire time to a steady
+// deadline at the moment it is applied. Before firing, the wall clock is
+// checked too: a timer is never delivered before its fire time, even if the
+// wall clock stepped back meanwhile.
+//
+// Thread safety: every method except strand() runs on the partition's strand.
+#ifndef DELAYD_SERVER_PARTITION_H_
+#define DELAYD_SERVER_PARTITION_H_
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "server/dispatcher.h"
+#include "server/key_index.h"
+#include "server/strand_wheel.h"
+#include "server/types.h"
+
+namespace delayd {
+
+class Partition {
+ public:
+  // Hands fired events of namespace `ns` to its dispatcher.
+  using Publish = std::function<void(NamespaceId ns, std::vector<Event>)>;
+
+  // `index` < 1024 becomes the low bits of every event id.
+  Partition(asio::io_context& io, std::uint32_t index,
+            std::chrono::nanoseconds tick, SteadyTime epoch,
+            const Limits& limits, Counters& counters, Publish publish);
+
+  Strand& strand() { return strand_; }
+
+  // Applies one operation at the given instant; call Arm() after a group.
+  OpResult Apply(Op& op, WallNanos wall_now, SteadyTime steady_now);
+  // Re-arms the partition's timer after operations.
+  void Arm() { wheel_.Arm(); }
+
+  // Fires every pending timer of `ns` now (reason DRAINED), in fire-time
+  // order. Returns how many.
+  std::uint64_t Drain(NamespaceId ns);
+
+  std::optional<TimerInfo> Get(NamespaceId ns, std::string_view key) const;
+
+  // Appends up to `limit` timers of `ns` whose key starts with `prefix`,
+  // scanning records from `cursor`. Returns the cursor to continue from, or
+  // nullopt when the partition is exhausted.
+  std::optional<std::uint32_t> List(NamespaceId ns, std::string_view prefix,
+                                    std::uint32_t cursor, std::size_t limit,
+                                    std::vector<TimerInfo>& out) const;
+
+  // Bytes of memory held for pending timers (records, index, wheel, blobs).
+  std::size_t MemoryUsage() const;
+
+ private:
+  // 40 bytes; the key and payload live in `blob`.
+  struct Record {
+    WallNanos fire_time;
+    std::uint64_t version;
+    wheel::TimingWheel::Handle handle;
+    Blob blob;  // Empty when the record is free.
+    NamespaceId ns;
+    std::uint32_t hash;
+  };
+  struct HashOf {
+    const std::vector<Record>* records;
+    std::uint32_t operator()(std::uint32_t r) const {
+      return (*records)[r].hash;
+    }
+  };
+
+  static std::uint32_t Hash(NamespaceId ns, std::string_view key);
+  std::uint32_t Find(NamespaceId ns, std::string_view key,
+                     std::uint32_t hash) const;
+  wheel::TimingWheel::Time Deadline(WallNanos fire_time, WallNanos wall_now,
+                                    SteadyTime steady_now) const;
+  OpResult Set(SetOp& op, WallNanos wall_now, SteadyTime steady_now);
+  OpResult Move(MoveOp& op, WallNanos wall_now, SteadyTime steady_now);
+  OpResult Remove(RemoveOp& op);
+  // Removes record `r` from the index and frees it.
+  void Forget(std::uint32_t r);
+  void OnExpired(std::vector<StrandWheel::Expired>& due);
+  // Turns records into events (removing them) and publishes them.
+  void FireRecords(const std::vector<std::uint32_t>& records, Reason reason);
+
+  const std::uint32_t partition_;
+  const Limits& limits_;
+  Counters& counters_;
+  Publish publish_;
+  Strand strand_;
+  std::vector<Record> records_;
+  std::vector<std::uint32_t> free_records_;
+  KeyIndex<HashOf> keys_;
+  StrandWheel wheel_;
+  std::uint64_t next_version_ = 1;
+  std::uint64_t next_event_seq_ = 1;
+};
+
+}  // namespace delayd
+
+#endif  // DELAYD_SERVER_PARTITION_H_

@@ -1,0 +1,115 @@
+// The scheduler: P partitions (timers, by hash of namespace and key) and one
+// dispatcher per namespace (delivery), all on strands of one io_context run
+// by a pool of threads.
+//
+// Callers never block: every operation is posted to the strand that owns the
+// state, and its `done` callback runs there when the operation completes.
+// Thread safety: every public method may be called from any thread.
+#ifndef DELAYD_SERVER_SCHEDULER_H_
+#define DELAYD_SERVER_SCHEDULER_H_
+
+#include <asio.hpp>
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <shared_mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "server/dispatcher.h"
+#include "server/partition.h"
+#include "server/types.h"
+
+namespace delayd {
+
+class Scheduler {
+ public:
+  struct Options {
+    std::uint32_t partitions = 2;  // 1..1024
+    std::uint32_t threads = 2;
+    std::chrono::nanoseconds tick = std::chrono::microseconds(1);
+    Limits limits;
+  };
+  struct ListCursor {
+    std::uint32_t partition = 0;
+    std::uint32_t record = 0;
+  };
+
+  explicit Scheduler(Options options);
+  ~Scheduler();  // Stops the threads.
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Starts the thread pool.
+  void Start();
+
+  // The id of a namespace, created on first use. RESOURCE_EXHAUSTED beyond
+  // the namespace limit.
+  Status Intern(std::string_view name, NamespaceId* id);
+  Dispatcher& dispatcher(NamespaceId id) { return *dispatchers_[id]; }
+
+  // Applies one operation; `done` runs on the key's partition strand.
+  void Submit(Op op, std::function<void(OpResult)> done);
+  // Applies operations with one result each, in order per key; `done` runs
+  // once, on the strand that finished last.
+  void SubmitBatch(std::vector<Op> ops,
+                   std::function<void(std::vector<OpResult>)> done);
+  // Fires every pending timer of `ns` (reason DRAINED); `done` gets the
+  // count.
+  void Drain(NamespaceId ns, std::function<void(Status, std::uint64_t)> done);
+  void Get(NamespaceId ns, std::string key,
+           std::function<void(Status, std::optional<TimerInfo>)> done);
+  // One page of up to `limit` timers of `ns` with keys starting with
+  // `prefix`, from `from`; the cursor for the next page if there may be one.
+  void List(NamespaceId ns, std::string prefix, std::size_t limit,
+            ListCursor from,
+            std::function<void(Status, std::vector<TimerInfo>,
+                               std::optional<ListCursor>)>
+                done);
+
+  std::uint64_t NewSubscriberId() { return next_subscriber_id_.fetch_add(1); }
+  Counters& counters() { return counters_; }
+  const Limits& limits() const { return options_.limits; }
+  std::uint32_t partitions() const { return options_.partitions; }
+  bool shutting_down() const { return shutting_down_.load(); }
+
+  // Begins a graceful stop: operations from now on get UNAVAILABLE, every
+  // stream is ended with UNAVAILABLE. `done` runs (on some strand) when all
+  // dispatchers are closed.
+  void Shutdown(std::function<void()> done);
+  // Stops the thread pool and waits for it. Idempotent.
+  void Stop();
+
+ private:
+  std::uint32_t PartitionOf(NamespaceId ns, std::string_view key) const;
+  static const std::string& KeyOf(const Op& op);
+  static NamespaceId NamespaceOf(const Op& op);
+  void ListFrom(NamespaceId ns, std::string prefix, std::size_t limit,
+                ListCursor from, std::vector<TimerInfo> acc,
+                std::function<void(Status, std::vector<TimerInfo>,
+                                   std::optional<ListCursor>)>
+                    done);
+
+  const Options options_;
+  const SteadyTime epoch_;
+  asio::io_context io_;
+  asio::executor_work_guard<asio::io_context::executor_type> work_;
+  Counters counters_;
+  std::vector<std::unique_ptr<Partition>> partitions_;
+  // Namespaces: the map under the lock; dispatchers_[id] is written once,
+  // before the id is published under the lock, so readers need no lock.
+  std::shared_mutex ns_mutex_;
+  std::unordered_map<std::string, NamespaceId> ns_ids_;
+  std::unique_ptr<Dispatcher*[]> dispatchers_;
+  std::vector<std::unique_ptr<Dispatcher>> owned_dispatchers_;
+  std::atomic<bool> shutting_down_{false};
+  std::atomic<std::uint64_t> next_subscriber_id_{1};
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace delayd
+
+#endif  // DELAYD_SERVER_SCHEDULER_H_

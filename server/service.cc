@@ -1,0 +1,672 @@
+#include "server/service.h"
+
+#include <google/protobuf/util/time_util.h>
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <spdlog/spdlog.h>
+
+#include <charconv>
+#include <condition_variable>
+#include <mutex>
+
+namespace delayd {
+
+using google::protobuf::Duration;
+using google::protobuf::Timestamp;
+
+grpc::Status ToGrpc(const Status& status) {
+  switch (status.code()) {
+    case Code::kOk:
+      return grpc::Status::OK;
+    case Code::kInvalidArgument:
+      return {grpc::StatusCode::INVALID_ARGUMENT, status.message()};
+    case Code::kNotFound:
+      return {grpc::StatusCode::NOT_FOUND, status.message()};
+    case Code::kAlreadyExists:
+      return {grpc::StatusCode::ALREADY_EXISTS, status.message()};
+    case Code::kAborted:
+      return {grpc::StatusCode::ABORTED, status.message()};
+    case Code::kResourceExhausted:
+      return {grpc::StatusCode::RESOURCE_EXHAUSTED, status.message()};
+    case Code::kUnavailable:
+      return {grpc::StatusCode::UNAVAILABLE, status.message()};
+    case Code::kInternal:
+      return {grpc::StatusCode::INTERNAL, status.message()};
+  }
+  return {grpc::StatusCode::UNKNOWN, status.message()};
+}
+
+namespace {
+
+constexpr std::int64_t kNanosPerSecond = 1'000'000'000;
+
+Timestamp ToTimestamp(WallNanos ns) {
+  Timestamp t;
+  std::int64_t s = ns / kNanosPerSecond;
+  std::int64_t n = ns % kNanosPerSecond;
+  if (n < 0) {
+    n += kNanosPerSecond;
+    --s;
+  }
+  t.set_seconds(s);
+  t.set_nanos(static_cast<std::int32_t>(n));
+  return t;
+}
+
+void FillTimer(const TimerInfo& info, const std::string& ns, v1::Timer* t) {
+  t->set_namespace_(ns);
+  t->set_key(info.key);
+  t->set_payload(info.payload);
+  *t->mutable_fire_time() = ToTimestamp(info.fire_time);
+  t->set_version(info.version);
+}
+
+// Finishes a unary call; the callbacks below run on scheduler strands.
+void Finish(grpc::ServerUnaryReactor* reactor, const Status& status) {
+  reactor->Finish(ToGrpc(status));
+}
+
+grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* ctx,
+                                    const Status& status) {
+  auto* reactor = ctx->DefaultReactor();
+  Finish(reactor, status);
+  return reactor;
+}
+
+// The write side of one Subscribe stream, shared between the reactor (gRPC
+// threads) and a dispatcher (its strand). One write in flight at a time;
+// events that arrive meanwhile are gathered into the next message. A
+// recursive mutex because gRPC may run a reaction inline from Finish().
+class StreamSink : public Subscriber {
+ public:
+  explicit StreamSink(grpc::ServerWriteReactor<v1::SubscribeResponse>* r)
+      : reactor_(r) {}
+
+  std::size_t Deliver(std::string_view ns,
+                      std::span<const Event* const> events) override {
+    std::lock_guard lock(mu_);
+    if (reactor_ == nullptr || ending_) return 0;
+    for (const Event* e : events) {
+      v1::Event* out = next_.add_events();
+      out->set_id(e->id);
+      out->set_namespace_(std::string(ns));
+      out->set_key(std::string(e->blob.key()));
+      out->set_payload(std::string(e->blob.payload()));
+      out->set_version(e->version);
+      *out->mutable_fire_time() = ToTimestamp(e->fire_time);
+      *out->mutable_fired_at() = ToTimestamp(e->fired_at);
+      out->set_attempt(e->attempt);
+      out->set_reason(e->reason == Reason::kDrained ? v1::REASON_DRAINED
+                                                    : v1::REASON_EXPIRED);
+    }
+    queued_ += events.size();
+    Pump();
+    return queued_;
+  }
+
+  void End(const Status& status) override {
+    std::lock_guard lock(mu_);
+    if (reactor_ == nullptr || ending_) return;
+    ending_ = true;
+    end_status_ = status;
+    Pump();
+  }
+
+  // Tells the subscriber it is registered: an empty first message.
+  void SendRegistered() {
+    std::lock_guard lock(mu_);
+    if (reactor_ == nullptr || ending_) return;
+    force_write_ = true;
+    Pump();
+  }
+
+  void OnWriteDone(bool ok) {
+    std::lock_guard lock(mu_);
+    writing_ = false;
+    queued_ -= in_write_;
+    in_write_ = 0;
+    if (!ok && !ending_) {
+      ending_ = true;
+      end_status_ = Status::Unavailable("stream broken");
+    }
+    Pump();
+  }
+
+  void Detach() {
+    std::lock_guard lock(mu_);
+    reactor_ = nullptr;
+  }
+
+ private:
+  // Starts the next write, or finishes once writes are done. Under mu_.
+  void Pump() {
+    if (reactor_ == nullptr || writing_ || finished_) return;
+    if (ending_) {
+      finished_ = true;
+      reactor_->Finish(ToGrpc(end_status_));
+      return;
+    }
+    if (next_.events_size() == 0 && !force_write_) return;
+    force_write_ = false;
+    writing_ = true;
+    in_write_ = static_cast<std::size_t>(next_.events_size());
+    in_flight_msg_.Swap(&next_);
+    next_.Clear();
+    reactor_->StartWrite(&in_flight_msg_);
+  }
+
+  std::recursive_mutex mu_;
+  grpc::ServerWriteReactor<v1::SubscribeResponse>* reactor_;
+  v1::SubscribeResponse next_;
+  v1::SubscribeResponse in_flight_msg_;
+  std::size_t queued_ = 0;  // Events not yet written.
+  std::size_t in_write_ = 0;
+  bool writing_ = false;
+  bool force_write_ = false;
+  bool ending_ = false;
+  bool finished_ = false;
+  Status end_status_;
+};
+
+class SubscribeReactor : public grpc::ServerWriteReactor<v1::SubscribeResponse> {
+ public:
+  SubscribeReactor(Scheduler& scheduler, NamespaceId ns,
+                   SubscribeOptions options)
+      : scheduler_(scheduler),
+        ns_(ns),
+        id_(scheduler.NewSubscriberId()),
+        sink_(std::make_shared<StreamSink>(this)) {
+    scheduler_.dispatcher(ns_).Subscribe(
+        id_, sink_, options, [sink = sink_] { sink->SendRegistered(); });
+  }
+
+  void OnWriteDone(bool ok) override { sink_->OnWriteDone(ok); }
+  void OnCancel() override {
+    sink_->End(Status::Unavailable("subscriber went away"));
+  }
+  void OnDone() override {
+    sink_->Detach();
+    scheduler_.dispatcher(ns_).Unsubscribe(id_);
+    scheduler_.counters().subscribers.fetch_sub(1);
+    delete this;
+  }
+
+ private:
+  Scheduler& scheduler_;
+  const NamespaceId ns_;
+  const std::uint64_t id_;
+  std::shared_ptr<StreamSink> sink_;
+};
+
+class FailedStream : public grpc::ServerWriteReactor<v1::SubscribeResponse> {
+ public:
+  explicit FailedStream(const Status& status) { Finish(ToGrpc(status)); }
+  void OnDone() override { delete this; }
+};
+
+}  // namespace
+
+// ---- validation ----
+
+Status DelaydService::Namespace(const std::string& name, NamespaceId* id) {
+  const std::string& ns = name.empty() ? std::string("default") : name;
+  const Limits& limits = scheduler_.limits();
+  if (ns.size() > limits.max_namespace_bytes) {
+    return Status::InvalidArgument(
+        "namespace: longer than " + std::to_string(limits.max_namespace_bytes) +
+        " bytes");
+  }
+  for (char c : ns) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                    (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+                    c == '-' || c == ':' || c == '/';
+    if (!ok) {
+      return Status::InvalidArgument(
+          "namespace: only letters, digits and . _ - : / are allowed");
+    }
+  }
+  return scheduler_.Intern(ns, id);
+}
+
+Status DelaydService::Key(const std::string& key) {
+  if (key.empty()) return Status::InvalidArgument("key: must not be empty");
+  if (key.size() > scheduler_.limits().max_key_bytes) {
+    return Status::InvalidArgument(
+        "key: longer than " + std::to_string(scheduler_.limits().max_key_bytes) +
+        " bytes");
+  }
+  if (key.find('\0') != std::string::npos) {
+    return Status::InvalidArgument("key: must not contain NUL bytes");
+  }
+  return Status::Ok();
+}
+
+Status DelaydService::FireTime(bool has_delay, const Duration& delay,
+                               bool has_fire_time, const Timestamp& at,
+                               WallNanos now, WallNanos* fire_time) {
+  const std::int64_t max_ns = scheduler_.limits().max_delay.count();
+  if (has_delay) {
+    if (delay.seconds() < 0 || delay.nanos() < 0) {
+      return Status::InvalidArgument("delay: must not be negative");
+    }
+    if (delay.nanos() >= kNanosPerSecond) {
+      return Status::InvalidArgument("delay: nanos out of range");
+    }
+    if (delay.seconds() > max_ns / kNanosPerSecond ||
+        delay.seconds() * kNanosPerSecond + delay.nanos() > max_ns) {
+      return Status::InvalidArgument("delay: more than the max-delay limit");
+    }
+    *fire_time = now + delay.seconds() * kNanosPerSecond + delay.nanos();
+    return Status::Ok();
+  }
+  if (has_fire_time) {
+    if (at.nanos() < 0 || at.nanos() >= kNanosPerSecond) {
+      return Status::InvalidArgument("fire_time: nanos out of range");
+    }
+    if (at.seconds() < 0) {
+      return Status::InvalidArgument("fire_time: before 1970");
+    }
+    if (at.seconds() > (now + max_ns) / kNanosPerSecond + 1 ||
+        at.seconds() * kNanosPerSecond + at.nanos() > now + max_ns) {
+      return Status::InvalidArgument(
+          "fire_time: further ahead than the max-delay limit");
+    }
+    // A time in the past fires at once.
+    *fire_time = at.seconds() * kNanosPerSecond + at.nanos();
+    return Status::Ok();
+  }
+  return Status::InvalidArgument("delay or fire_time: one is required");
+}
+
+Status DelaydService::ToOp(const v1::SetTimerRequest& req, WallNanos now,
+                           Op* op) {
+  SetOp set;
+  if (Status s = Namespace(req.namespace_(), &set.ns); !s.ok()) return s;
+  if (Status s = Key(req.key()); !s.ok()) return s;
+  if (req.payload().size() > scheduler_.limits().max_payload_bytes) {
+    return Status::InvalidArgument(
+        "payload: larger than " +
+        std::to_string(scheduler_.limits().max_payload_bytes) + " bytes");
+  }
+  if (Status s = FireTime(req.has_delay(), req.delay(), req.has_fire_time(),
+                          req.fire_time(), now, &set.fire_time);
+      !s.ok()) {
+    return s;
+  }
+  set.key = req.key();
+  set.payload = req.payload();
+  set.if_absent = req.if_absent();
+  *op = std::move(set);
+  return Status::Ok();
+}
+
+Status DelaydService::ToOp(const v1::MoveTimerRequest& req, WallNanos now,
+                           Op* op) {
+  MoveOp move;
+  if (Status s = Namespace(req.namespace_(), &move.ns); !s.ok()) return s;
+  if (Status s = Key(req.key()); !s.ok()) return s;
+  if (Status s = FireTime(req.has_delay(), req.delay(), req.has_fire_time(),
+                          req.fire_time(), now, &move.fire_time);
+      !s.ok()) {
+    return s;
+  }
+  move.key = req.key();
+  move.expected_version = req.expected_version();
+  *op = std::move(move);
+  return Status::Ok();
+}
+
+Status DelaydService::ToOp(const v1::RemoveTimerRequest& req, Op* op) {
+  RemoveOp remove;
+  if (Status s = Namespace(req.namespace_(), &remove.ns); !s.ok()) return s;
+  if (Status s = Key(req.key()); !s.ok()) return s;
+  remove.key = req.key();
+  remove.expected_version = req.expected_version();
+  *op = std::move(remove);
+  return Status::Ok();
+}
+
+// ---- handlers ----
+
+grpc::ServerUnaryReactor* DelaydService::SetTimer(
+    grpc::CallbackServerContext* ctx, const v1::SetTimerRequest* req,
+    v1::SetTimerResponse* resp) {
+  Op op;
+  if (Status s = ToOp(*req, WallNow(), &op); !s.ok()) return FinishNow(ctx, s);
+  auto* reactor = ctx->DefaultReactor();
+  scheduler_.Submit(std::move(op), [reactor, resp](OpResult r) {
+    if (r.status.ok()) {
+      resp->set_version(r.version);
+      *resp->mutable_fire_time() = ToTimestamp(r.fire_time);
+      resp->set_replaced(r.replaced);
+    }
+    Finish(reactor, r.status);
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* DelaydService::MoveTimer(
+    grpc::CallbackServerContext* ctx, const v1::MoveTimerRequest* req,
+    v1::MoveTimerResponse* resp) {
+  Op op;
+  if (Status s = ToOp(*req, WallNow(), &op); !s.ok()) return FinishNow(ctx, s);
+  auto* reactor = ctx->DefaultReactor();
+  scheduler_.Submit(std::move(op), [reactor, resp](OpResult r) {
+    if (r.status.ok()) {
+      resp->set_version(r.version);
+      *resp->mutable_fire_time() = ToTimestamp(r.fire_time);
+    }
+    Finish(reactor, r.status);
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* DelaydService::RemoveTimer(
+    grpc::CallbackServerContext* ctx, const v1::RemoveTimerRequest* req,
+    v1::RemoveTimerResponse* resp) {
+  Op op;
+  if (Status s = ToOp(*req, &op); !s.ok()) return FinishNow(ctx, s);
+  auto* reactor = ctx->DefaultReactor();
+  scheduler_.Submit(std::move(op), [reactor, resp](OpResult r) {
+    if (r.status.ok()) resp->set_version(r.version);
+    Finish(reactor, r.status);
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* DelaydService::Drain(grpc::CallbackServerContext* ctx,
+                                               const v1::DrainRequest* req,
+                                               v1::DrainResponse* resp) {
+  NamespaceId ns;
+  if (Status s = Namespace(req->namespace_(), &ns); !s.ok()) {
+    return FinishNow(ctx, s);
+  }
+  auto* reactor = ctx->DefaultReactor();
+  scheduler_.Drain(ns, [reactor, resp](Status s, std::uint64_t drained) {
+    resp->set_drained(drained);
+    Finish(reactor, s);
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* DelaydService::GetTimer(
+    grpc::CallbackServerContext* ctx, const v1::GetTimerRequest* req,
+    v1::Timer* resp) {
+  NamespaceId ns;
+  if (Status s = Namespace(req->namespace_(), &ns); !s.ok()) {
+    return FinishNow(ctx, s);
+  }
+  if (Status s = Key(req->key()); !s.ok()) return FinishNow(ctx, s);
+  auto* reactor = ctx->DefaultReactor();
+  const std::string& name = scheduler_.dispatcher(ns).name();
+  scheduler_.Get(ns, req->key(),
+                 [reactor, resp, &name](Status s, std::optional<TimerInfo> t) {
+                   if (t) FillTimer(*t, name, resp);
+                   Finish(reactor, s);
+                 });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* DelaydService::ListTimers(
+    grpc::CallbackServerContext* ctx, const v1::ListTimersRequest* req,
+    v1::ListTimersResponse* resp) {
+  NamespaceId ns;
+  if (Status s = Namespace(req->namespace_(), &ns); !s.ok()) {
+    return FinishNow(ctx, s);
+  }
+  if (req->page_size() > 1000) {
+    return FinishNow(ctx,
+                     Status::InvalidArgument("page_size: at most 1000"));
+  }
+  const std::size_t page_size = req->page_size() == 0 ? 100 : req->page_size();
+  Scheduler::ListCursor cursor;
+  if (!req->page_token().empty()) {
+    // The token is "<partition>.<record>".
+    const std::string& t = req->page_token();
+    const auto dot = t.find('.');
+    auto p = std::from_chars(t.data(), t.data() + std::min(dot, t.size()),
+                             cursor.partition);
+    auto r = dot == std::string::npos
+                 ? std::from_chars_result{t.data(), std::errc::invalid_argument}
+                 : std::from_chars(t.data() + dot + 1, t.data() + t.size(),
+                                   cursor.record);
+    if (p.ec != std::errc() || r.ec != std::errc() ||
+        p.ptr != t.data() + dot || r.ptr != t.data() + t.size() ||
+        cursor.partition >= scheduler_.partitions()) {
+      return FinishNow(ctx, Status::InvalidArgument("page_token: malformed"));
+    }
+  }
+  auto* reactor = ctx->DefaultReactor();
+  const std::string& name = scheduler_.dispatcher(ns).name();
+  scheduler_.List(
+      ns, req->key_prefix(), page_size, cursor,
+      [reactor, resp, &name](Status s, std::vector<TimerInfo> timers,
+                             std::optional<Scheduler::ListCursor> next) {
+        for (const auto& t : timers) FillTimer(t, name, resp->add_timers());
+        if (next) {
+          resp->set_next_page_token(std::to_string(next->partition) + "." +
+                                    std::to_string(next->record));
+        }
+        Finish(reactor, s);
+      });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* DelaydService::Batch(grpc::CallbackServerContext* ctx,
+                                               const v1::BatchRequest* req,
+                                               v1::BatchResponse* resp) {
+  const auto n = static_cast<std::size_t>(req->operations_size());
+  if (n == 0) {
+    return FinishNow(ctx, Status::InvalidArgument("operations: empty"));
+  }
+  if (n > scheduler_.limits().max_batch_ops) {
+    return FinishNow(ctx, Status::InvalidArgument(
+                              "operations: more than " +
+                              std::to_string(scheduler_.limits().max_batch_ops)));
+  }
+  if (scheduler_.shutting_down()) {
+    return FinishNow(ctx, Status::Unavailable("delayd is shutting down"));
+  }
+  const WallNanos now = WallNow();
+  // Invalid operations get their error here; the rest go to the scheduler.
+  std::vector<Op> ops;
+  std::vector<std::uint32_t> positions;
+  ops.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    resp->add_results();
+    const v1::BatchOperation& o = req->operations(static_cast<int>(i));
+    Op op;
+    Status s;
+    switch (o.op_case()) {
+      case v1::BatchOperation::kSet:
+        s = ToOp(o.set(), now, &op);
+        break;
+      case v1::BatchOperation::kMove:
+        s = ToOp(o.move(), now, &op);
+        break;
+      case v1::BatchOperation::kRemove:
+        s = ToOp(o.remove(), &op);
+        break;
+      default:
+        s = Status::InvalidArgument("operations: an operation has no op set");
+    }
+    if (!s.ok()) {
+      auto* r = resp->mutable_results(static_cast<int>(i));
+      r->set_code(ToGrpc(s).error_code());
+      r->set_message("operations[" + std::to_string(i) + "]." + s.message());
+      continue;
+    }
+    ops.push_back(std::move(op));
+    positions.push_back(static_cast<std::uint32_t>(i));
+  }
+  auto* reactor = ctx->DefaultReactor();
+  if (ops.empty()) {
+    Finish(reactor, Status::Ok());
+    return reactor;
+  }
+  scheduler_.SubmitBatch(
+      std::move(ops), [reactor, resp, positions = std::move(positions)](
+                          std::vector<OpResult> results) {
+        for (std::size_t k = 0; k < results.size(); ++k) {
+          auto* r = resp->mutable_results(static_cast<int>(positions[k]));
+          const OpResult& res = results[k];
+          r->set_code(ToGrpc(res.status).error_code());
+          r->set_message(res.status.message());
+          if (res.status.ok()) {
+            r->set_version(res.version);
+            if (res.fire_time != 0) {
+              *r->mutable_fire_time() = ToTimestamp(res.fire_time);
+            }
+          }
+        }
+        Finish(reactor, Status::Ok());
+      });
+  return reactor;
+}
+
+grpc::ServerWriteReactor<v1::SubscribeResponse>* DelaydService::Subscribe(
+    grpc::CallbackServerContext* /*ctx*/, const v1::SubscribeRequest* req) {
+  if (scheduler_.shutting_down()) {
+    return new FailedStream(Status::Unavailable("delayd is shutting down"));
+  }
+  NamespaceId ns;
+  if (Status s = Namespace(req->namespace_(), &ns); !s.ok()) {
+    return new FailedStream(s);
+  }
+  SubscribeOptions options;
+  options.watcher = req->mode() == v1::SubscribeRequest::WATCHER;
+  if (!options.watcher) {
+    if (req->max_in_flight() > 10000) {
+      return new FailedStream(
+          Status::InvalidArgument("max_in_flight: at most 10000"));
+    }
+    if (req->max_in_flight() != 0) options.max_in_flight = req->max_in_flight();
+    if (req->has_ack_timeout()) {
+      const auto& d = req->ack_timeout();
+      const std::int64_t ns_total =
+          d.seconds() * kNanosPerSecond + static_cast<std::int64_t>(d.nanos());
+      if (d.seconds() < 0 || d.nanos() < 0 || d.seconds() > 3600 ||
+          (ns_total != 0 &&
+           (ns_total < 100'000'000 || ns_total > 3600 * kNanosPerSecond))) {
+        return new FailedStream(Status::InvalidArgument(
+            "ack_timeout: must be between 100ms and 1h"));
+      }
+      if (ns_total != 0) options.ack_timeout = std::chrono::nanoseconds(ns_total);
+    }
+  }
+  if (scheduler_.counters().subscribers.fetch_add(1) >=
+      scheduler_.limits().max_subscribers) {
+    scheduler_.counters().subscribers.fetch_sub(1);
+    return new FailedStream(Status::ResourceExhausted(
+        "subscriber limit of " +
+        std::to_string(scheduler_.limits().max_subscribers) + " reached"));
+  }
+  return new SubscribeReactor(scheduler_, ns, options);
+}
+
+grpc::ServerUnaryReactor* DelaydService::Ack(grpc::CallbackServerContext* ctx,
+                                             const v1::AckRequest* req,
+                                             v1::AckResponse* resp) {
+  NamespaceId ns;
+  if (Status s = Namespace(req->namespace_(), &ns); !s.ok()) {
+    return FinishNow(ctx, s);
+  }
+  if (req->event_ids_size() == 0) {
+    return FinishNow(ctx, Status::InvalidArgument("event_ids: empty"));
+  }
+  auto* reactor = ctx->DefaultReactor();
+  scheduler_.dispatcher(ns).Ack(
+      {req->event_ids().begin(), req->event_ids().end()},
+      [reactor, resp](AckResult r) {
+        resp->set_acked(r.acked);
+        for (auto id : r.unknown) resp->add_unknown_ids(id);
+        Finish(reactor, Status::Ok());
+      });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* DelaydService::Stats(grpc::CallbackServerContext* ctx,
+                                               const v1::StatsRequest*,
+                                               v1::StatsResponse* resp) {
+  Counters& c = scheduler_.counters();
+  resp->set_pending_timers(c.pending.load());
+  resp->set_ready_events(c.ready.load());
+  resp->set_in_flight_events(c.in_flight.load());
+  resp->set_workers(c.workers.load());
+  resp->set_watchers(c.watchers.load());
+  resp->set_partitions(scheduler_.partitions());
+  resp->set_timers_set(c.set.load());
+  resp->set_timers_fired(c.fired.load());
+  resp->set_events_acked(c.acked.load());
+  resp->set_events_redelivered(c.redelivered.load());
+  return FinishNow(ctx, Status::Ok());
+}
+
+// ---- server ----
+
+DelaydServer::DelaydServer(Options options) : options_(std::move(options)) {}
+
+DelaydServer::~DelaydServer() { Shutdown(std::chrono::milliseconds(0)); }
+
+Status DelaydServer::Start() {
+  scheduler_ = std::make_unique<Scheduler>(options_.scheduler);
+  service_ = std::make_unique<DelaydService>(*scheduler_);
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options_.listen, grpc::InsecureServerCredentials(),
+                           &port_);
+  builder.RegisterService(service_.get());
+  // Keep idle streams alive behind proxies and notice dead peers.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS,
+                             static_cast<int>(options_.keepalive_time.count()));
+  builder.AddChannelArgument(
+      GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+      static_cast<int>(options_.keepalive_timeout.count()));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+                             10000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  // The largest valid request is a full batch of full-size payloads.
+  const Limits& l = options_.scheduler.limits;
+  const std::size_t max_message =
+      l.max_batch_ops * (l.max_payload_bytes + l.max_key_bytes +
+                         l.max_namespace_bytes + 64) +
+      4096;
+  builder.SetMaxReceiveMessageSize(
+      static_cast<int>(std::min<std::size_t>(max_message, 1u << 30)));
+  server_ = builder.BuildAndStart();
+  if (!server_ || port_ == 0) {
+    server_.reset();
+    return Status::Unavailable("cannot listen on " + options_.listen);
+  }
+  server_->GetHealthCheckService()->SetServingStatus(true);
+  scheduler_->Start();
+  return Status::Ok();
+}
+
+void DelaydServer::Shutdown(std::chrono::milliseconds grace) {
+  if (stopped_ || !scheduler_) return;
+  stopped_ = true;
+  if (server_) server_->GetHealthCheckService()->SetServingStatus(false);
+  // End every stream, then let in-flight unary calls finish.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool closed = false;
+  scheduler_->Shutdown([&] {
+    std::lock_guard lock(mu);
+    closed = true;
+    cv.notify_all();
+  });
+  {
+    std::unique_lock lock(mu);
+    cv.wait_for(lock, grace + std::chrono::seconds(1), [&] { return closed; });
+  }
+  if (server_) {
+    server_->Shutdown(std::chrono::system_clock::now() + grace);
+  }
+  scheduler_->Stop();
+  server_.reset();
+}
+
+}  // namespace delayd

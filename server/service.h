@@ -1,0 +1,106 @@
+// The gRPC face of delayd: validates requests, posts them to the scheduler
+// and maps the core's Status to a grpc::Status in exactly one function.
+// Handlers never block; they use the callback API and finish from whichever
+// strand completes the operation.
+#ifndef DELAYD_SERVER_SERVICE_H_
+#define DELAYD_SERVER_SERVICE_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "delayd/v1/delayd.grpc.pb.h"
+#include "server/scheduler.h"
+#include "server/status.h"
+
+namespace delayd {
+
+// The one mapping from the core's status to gRPC's.
+grpc::Status ToGrpc(const Status& status);
+
+class DelaydService final : public v1::Delayd::CallbackService {
+ public:
+  explicit DelaydService(Scheduler& scheduler) : scheduler_(scheduler) {}
+
+  grpc::ServerUnaryReactor* SetTimer(grpc::CallbackServerContext* ctx,
+                                     const v1::SetTimerRequest* req,
+                                     v1::SetTimerResponse* resp) override;
+  grpc::ServerUnaryReactor* MoveTimer(grpc::CallbackServerContext* ctx,
+                                      const v1::MoveTimerRequest* req,
+                                      v1::MoveTimerResponse* resp) override;
+  grpc::ServerUnaryReactor* RemoveTimer(grpc::CallbackServerContext* ctx,
+                                        const v1::RemoveTimerRequest* req,
+                                        v1::RemoveTimerResponse* resp) override;
+  grpc::ServerUnaryReactor* Drain(grpc::CallbackServerContext* ctx,
+                                  const v1::DrainRequest* req,
+                                  v1::DrainResponse* resp) override;
+  grpc::ServerUnaryReactor* GetTimer(grpc::CallbackServerContext* ctx,
+                                     const v1::GetTimerRequest* req,
+                                     v1::Timer* resp) override;
+  grpc::ServerUnaryReactor* ListTimers(grpc::CallbackServerContext* ctx,
+                                       const v1::ListTimersRequest* req,
+                                       v1::ListTimersResponse* resp) override;
+  grpc::ServerUnaryReactor* Batch(grpc::CallbackServerContext* ctx,
+                                  const v1::BatchRequest* req,
+                                  v1::BatchResponse* resp) override;
+  grpc::ServerWriteReactor<v1::SubscribeResponse>* Subscribe(
+      grpc::CallbackServerContext* ctx,
+      const v1::SubscribeRequest* req) override;
+  grpc::ServerUnaryReactor* Ack(grpc::CallbackServerContext* ctx,
+                                const v1::AckRequest* req,
+                                v1::AckResponse* resp) override;
+  grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* ctx,
+                                  const v1::StatsRequest* req,
+                                  v1::StatsResponse* resp) override;
+
+ private:
+  Status Namespace(const std::string& name, NamespaceId* id);
+  Status Key(const std::string& key);
+  Status FireTime(bool has_delay, const google::protobuf::Duration& delay,
+                  bool has_fire_time, const google::protobuf::Timestamp& at,
+                  WallNanos now, WallNanos* fire_time);
+  Status ToOp(const v1::SetTimerRequest& req, WallNanos now, Op* op);
+  Status ToOp(const v1::MoveTimerRequest& req, WallNanos now, Op* op);
+  Status ToOp(const v1::RemoveTimerRequest& req, Op* op);
+
+  Scheduler& scheduler_;
+};
+
+// The daemon's gRPC server: the service, health checking and reflection.
+class DelaydServer {
+ public:
+  struct Options {
+    std::string listen = "127.0.0.1:7070";
+    Scheduler::Options scheduler;
+    std::chrono::milliseconds keepalive_time = std::chrono::seconds(30);
+    std::chrono::milliseconds keepalive_timeout = std::chrono::seconds(10);
+  };
+
+  explicit DelaydServer(Options options);
+  ~DelaydServer();
+
+  // Starts the scheduler and the server. Fails if the address cannot be
+  // bound.
+  Status Start();
+  // The bound port (useful with port 0).
+  int port() const { return port_; }
+  // Graceful stop: health NOT_SERVING, new operations UNAVAILABLE, streams
+  // ended with UNAVAILABLE, in-flight calls given until `grace` to finish,
+  // then the scheduler stops. Idempotent.
+  void Shutdown(std::chrono::milliseconds grace);
+  Scheduler& scheduler() { return *scheduler_; }
+
+ private:
+  Options options_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<DelaydService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  bool stopped_ = false;
+};
+
+}  // namespace delayd
+
+#endif  // DELAYD_SERVER_SERVICE_H_

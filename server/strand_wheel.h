@@ -1,0 +1,93 @@
+// A TimingWheel driven by an Asio steady_timer on a strand.
+//
+// One owner, one wake-up: the steady_timer is armed for the wheel's exact
+// NextDeadline() only (never a fixed ticker), so an idle owner with millions
+// of pending timers uses no CPU. Each wake-up takes every due timer out of
+// the wheel first, then hands them to the owner's callback (which may change
+// the wheel), then re-arms.
+//
+// Thread safety: every method runs on the strand given at construction.
+#ifndef DELAYD_SERVER_STRAND_WHEEL_H_
+#define DELAYD_SERVER_STRAND_WHEEL_H_
+
+#include <asio.hpp>
+#include <cassert>
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include "wheel/timing_wheel.h"
+
+namespace delayd {
+
+using Strand = asio::strand<asio::io_context::executor_type>;
+using SteadyTime = std::chrono::steady_clock::time_point;
+
+class StrandWheel {
+ public:
+  using Expired = wheel::TimingWheel::Expired;
+  // Called on the strand with every timer due at a wake-up, in order.
+  using OnExpired = std::function<void(std::vector<Expired>& due)>;
+
+  // `epoch` is the steady instant that wheel time 0 stands for.
+  StrandWheel(Strand& strand, std::chrono::nanoseconds tick, SteadyTime epoch,
+              OnExpired on_expired)
+      : strand_(strand),
+        timer_(strand),
+        epoch_(epoch),
+        wheel_(tick),
+        on_expired_(std::move(on_expired)) {}
+
+  wheel::TimingWheel& wheel() { return wheel_; }
+  const wheel::TimingWheel& wheel() const { return wheel_; }
+
+  // The wheel time of a steady instant.
+  wheel::TimingWheel::Time ToWheel(SteadyTime t) const { return t - epoch_; }
+  wheel::TimingWheel::Time Now() const {
+    return ToWheel(std::chrono::steady_clock::now());
+  }
+
+  // Call after changing the wheel. Arms the timer if the wheel's next
+  // deadline is earlier than the armed one. A later deadline (a timer was
+  // removed) keeps the armed wake-up: it finds nothing due and re-arms.
+  void Arm() {
+    assert(strand_.running_in_this_thread());
+    const auto next = wheel_.NextDeadline();
+    if (!next || (armed_ && *next >= *armed_)) return;
+    armed_ = next;
+    timer_.expires_at(epoch_ + *next);
+    timer_.async_wait([this, at = *next](const asio::error_code& ec) {
+      if (ec || !armed_ || *armed_ != at) return;  // Superseded.
+      armed_.reset();
+      Fire();
+    });
+  }
+
+  // Processes whatever is due now and re-arms. Runs on the strand.
+  void Fire() {
+    assert(strand_.running_in_this_thread());
+    due_.clear();
+    wheel_.Advance(Now(), [this](const Expired& e) { due_.push_back(e); });
+    if (!due_.empty()) on_expired_(due_);
+    Arm();
+  }
+
+  void Stop() {
+    armed_.reset();
+    timer_.cancel();
+  }
+
+ private:
+  Strand& strand_;
+  asio::steady_timer timer_;
+  const SteadyTime epoch_;
+  wheel::TimingWheel wheel_;
+  OnExpired on_expired_;
+  std::optional<wheel::TimingWheel::Time> armed_;
+  std::vector<Expired> due_;
+};
+
+}  // namespace delayd
+
+#endif  // DELAYD_SERVER_STRAND_WHEEL_H_
