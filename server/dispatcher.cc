@@ -93,7 +93,8 @@ void Dispatcher::Unsubscribe(std::uint64_t id) {
       if (o.worker == id) mine.push_back(event_id);
     }
     std::sort(mine.rbegin(), mine.rend());
-    for (std::uint64_t event_id : mine) Requeue(event_id, outstanding_[event_id]);
+    for (std::uint64_t event_id : mine)
+      Requeue(event_id, outstanding_[event_id]);
     workers_.erase(worker);
     counters_.workers.fetch_sub(1);
     Pump();
@@ -201,10 +202,8 @@ void Dispatcher::Pump() {
   while (!ready_.empty() && idle_turns < workers_.size()) {
     next_worker_ %= workers_.size();
     Worker& w = workers_[next_worker_++];
-    const std::size_t room =
-        std::min<std::size_t>(w.max_in_flight - std::min(w.max_in_flight,
-                                                         w.in_flight),
-                              kMaxBatch);
+    const std::size_t room = std::min<std::size_t>(
+        w.max_in_flight - std::min(w.max_in_flight, w.in_flight), kMaxBatch);
     if (room == 0) {
       ++idle_turns;
       continue;

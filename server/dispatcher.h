@@ -88,8 +88,7 @@ class Dispatcher {
   // ready again.
   void Unsubscribe(std::uint64_t id);
 
-  void Ack(std::vector<std::uint64_t> ids,
-           std::function<void(AckResult)> done);
+  void Ack(std::vector<std::uint64_t> ids, std::function<void(AckResult)> done);
 
   // Ends every stream with `status` and stops the ack timer. `done` runs on
   // the strand afterwards.

@@ -58,8 +58,8 @@ class KeyIndex {
       const std::uint32_t r = slots_[i];
       if (r == kNone) break;
       const std::size_t home = hash_of_(r) & mask_;
-      const bool stays = hole <= i ? (hole < home && home <= i)
-                                   : (hole < home || home <= i);
+      const bool stays =
+          hole <= i ? (hole < home && home <= i) : (hole < home || home <= i);
       if (!stays) {
         slots_[hole] = r;
         hole = i;

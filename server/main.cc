@@ -113,7 +113,8 @@ int main(int argc, char** argv) {
       ->envname("DELAYD_LOG_LEVEL")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))
       ->capture_default_str();
-  app.add_option("--log-format", log_format, "text, or json (one object a line)")
+  app.add_option("--log-format", log_format,
+                 "text, or json (one object a line)")
       ->envname("DELAYD_LOG_FORMAT")
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();

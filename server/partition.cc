@@ -15,10 +15,9 @@ Partition::Partition(asio::io_context& io, std::uint32_t index,
       publish_(std::move(publish)),
       strand_(asio::make_strand(io)),
       keys_(HashOf{&records_}),
-      wheel_(strand_, tick, epoch,
-             [this](std::vector<StrandWheel::Expired>& due) {
-               OnExpired(due);
-             }) {
+      wheel_(
+          strand_, tick, epoch,
+          [this](std::vector<StrandWheel::Expired>& due) { OnExpired(due); }) {
   assert(index < 1024);
 }
 
@@ -64,8 +63,8 @@ OpResult Partition::Set(SetOp& op, WallNanos wall_now, SteadyTime steady_now) {
   OpResult result;
   if (r != KeyIndex<HashOf>::kNone) {
     if (op.if_absent) {
-      result.status = Status::AlreadyExists("timer '" + op.key +
-                                            "' is already pending");
+      result.status =
+          Status::AlreadyExists("timer '" + op.key + "' is already pending");
       return result;
     }
     Record& rec = records_[r];
@@ -114,9 +113,9 @@ OpResult Partition::Move(MoveOp& op, WallNanos wall_now,
   }
   Record& rec = records_[r];
   if (op.expected_version != 0 && op.expected_version != rec.version) {
-    result.status = Status::Aborted(
-        "timer '" + op.key + "' has version " + std::to_string(rec.version) +
-        ", not " + std::to_string(op.expected_version));
+    result.status = Status::Aborted("timer '" + op.key + "' has version " +
+                                    std::to_string(rec.version) + ", not " +
+                                    std::to_string(op.expected_version));
     return result;
   }
   rec.fire_time = op.fire_time;
@@ -137,9 +136,9 @@ OpResult Partition::Remove(RemoveOp& op) {
   }
   Record& rec = records_[r];
   if (op.expected_version != 0 && op.expected_version != rec.version) {
-    result.status = Status::Aborted(
-        "timer '" + op.key + "' has version " + std::to_string(rec.version) +
-        ", not " + std::to_string(op.expected_version));
+    result.status = Status::Aborted("timer '" + op.key + "' has version " +
+                                    std::to_string(rec.version) + ", not " +
+                                    std::to_string(op.expected_version));
     return result;
   }
   result.version = rec.version;
@@ -226,11 +225,9 @@ std::optional<TimerInfo> Partition::Get(NamespaceId ns,
                    std::string(rec.blob.payload()), rec.fire_time, rec.version};
 }
 
-std::optional<std::uint32_t> Partition::List(NamespaceId ns,
-                                             std::string_view prefix,
-                                             std::uint32_t cursor,
-                                             std::size_t limit,
-                                             std::vector<TimerInfo>& out) const {
+std::optional<std::uint32_t> Partition::List(
+    NamespaceId ns, std::string_view prefix, std::uint32_t cursor,
+    std::size_t limit, std::vector<TimerInfo>& out) const {
   std::size_t taken = 0;
   for (std::uint32_t r = cursor; r < records_.size(); ++r) {
     const Record& rec = records_[r];
@@ -249,7 +246,8 @@ std::optional<std::uint32_t> Partition::List(NamespaceId ns,
 std::size_t Partition::MemoryUsage() const {
   std::size_t blobs = 0;
   for (const Record& rec : records_) {
-    if (rec.blob) blobs += 8 + rec.blob.key().size() + rec.blob.payload().size();
+    if (rec.blob)
+      blobs += 8 + rec.blob.key().size() + rec.blob.payload().size();
   }
   return records_.capacity() * sizeof(Record) +
          free_records_.capacity() * sizeof(std::uint32_t) +

@@ -74,7 +74,7 @@ Status Scheduler::Intern(std::string_view name, NamespaceId* id) {
 std::uint32_t Scheduler::PartitionOf(NamespaceId ns,
                                      std::string_view key) const {
   const std::uint64_t h =
-      std::hash<std::string_view>{}(key) * 0x9E3779B97F4A7C15ull + ns;
+      std::hash<std::string_view>{}(key)*0x9E3779B97F4A7C15ull + ns;
   return static_cast<std::uint32_t>((h >> 32) % options_.partitions);
 }
 
@@ -93,13 +93,12 @@ void Scheduler::Submit(Op op, std::function<void(OpResult)> done) {
     return;
   }
   Partition& p = *partitions_[PartitionOf(NamespaceOf(op), KeyOf(op))];
-  asio::post(p.strand(),
-             [&p, op = std::move(op), done = std::move(done)]() mutable {
-               OpResult r =
-                   p.Apply(op, WallNow(), std::chrono::steady_clock::now());
-               p.Arm();
-               done(std::move(r));
-             });
+  asio::post(
+      p.strand(), [&p, op = std::move(op), done = std::move(done)]() mutable {
+        OpResult r = p.Apply(op, WallNow(), std::chrono::steady_clock::now());
+        p.Arm();
+        done(std::move(r));
+      });
 }
 
 void Scheduler::SubmitBatch(std::vector<Op> ops,
@@ -134,18 +133,17 @@ void Scheduler::SubmitBatch(std::vector<Op> ops,
   for (std::size_t p = 0; p < groups.size(); ++p) {
     if (groups[p].empty()) continue;
     Partition& part = *partitions_[p];
-    asio::post(part.strand(),
-               [&part, state, group = std::move(groups[p])] {
-                 const WallNanos wall = WallNow();
-                 const SteadyTime steady = std::chrono::steady_clock::now();
-                 for (std::uint32_t i : group) {
-                   state->results[i] = part.Apply(state->ops[i], wall, steady);
-                 }
-                 part.Arm();
-                 if (state->remaining.fetch_sub(1) == 1) {
-                   state->done(std::move(state->results));
-                 }
-               });
+    asio::post(part.strand(), [&part, state, group = std::move(groups[p])] {
+      const WallNanos wall = WallNow();
+      const SteadyTime steady = std::chrono::steady_clock::now();
+      for (std::uint32_t i : group) {
+        state->results[i] = part.Apply(state->ops[i], wall, steady);
+      }
+      part.Arm();
+      if (state->remaining.fetch_sub(1) == 1) {
+        state->done(std::move(state->results));
+      }
+    });
   }
 }
 
@@ -210,15 +208,14 @@ void Scheduler::List(NamespaceId ns, std::string prefix, std::size_t limit,
   ListFrom(ns, std::move(prefix), limit, from, {}, std::move(done));
 }
 
-void Scheduler::ListFrom(
-    NamespaceId ns, std::string prefix, std::size_t limit, ListCursor from,
-    std::vector<TimerInfo> acc,
-    std::function<void(Status, std::vector<TimerInfo>,
-                       std::optional<ListCursor>)>
-        done) {
+void Scheduler::ListFrom(NamespaceId ns, std::string prefix, std::size_t limit,
+                         ListCursor from, std::vector<TimerInfo> acc,
+                         std::function<void(Status, std::vector<TimerInfo>,
+                                            std::optional<ListCursor>)>
+                             done) {
   Partition& p = *partitions_[from.partition];
-  asio::post(p.strand(), [this, &p, ns, prefix = std::move(prefix), limit,
-                          from, acc = std::move(acc),
+  asio::post(p.strand(), [this, &p, ns, prefix = std::move(prefix), limit, from,
+                          acc = std::move(acc),
                           done = std::move(done)]() mutable {
     auto next = p.List(ns, prefix, from.record, limit - acc.size(), acc);
     if (next) {

@@ -168,7 +168,8 @@ class StreamSink : public Subscriber {
   Status end_status_;
 };
 
-class SubscribeReactor : public grpc::ServerWriteReactor<v1::SubscribeResponse> {
+class SubscribeReactor
+    : public grpc::ServerWriteReactor<v1::SubscribeResponse> {
  public:
   SubscribeReactor(Scheduler& scheduler, NamespaceId ns,
                    SubscribeOptions options)
@@ -212,9 +213,9 @@ Status DelaydService::Namespace(const std::string& name, NamespaceId* id) {
   const std::string& ns = name.empty() ? std::string("default") : name;
   const Limits& limits = scheduler_.limits();
   if (ns.size() > limits.max_namespace_bytes) {
-    return Status::InvalidArgument(
-        "namespace: longer than " + std::to_string(limits.max_namespace_bytes) +
-        " bytes");
+    return Status::InvalidArgument("namespace: longer than " +
+                                   std::to_string(limits.max_namespace_bytes) +
+                                   " bytes");
   }
   for (char c : ns) {
     const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
@@ -232,8 +233,8 @@ Status DelaydService::Key(const std::string& key) {
   if (key.empty()) return Status::InvalidArgument("key: must not be empty");
   if (key.size() > scheduler_.limits().max_key_bytes) {
     return Status::InvalidArgument(
-        "key: longer than " + std::to_string(scheduler_.limits().max_key_bytes) +
-        " bytes");
+        "key: longer than " +
+        std::to_string(scheduler_.limits().max_key_bytes) + " bytes");
   }
   if (key.find('\0') != std::string::npos) {
     return Status::InvalidArgument("key: must not contain NUL bytes");
@@ -415,8 +416,7 @@ grpc::ServerUnaryReactor* DelaydService::ListTimers(
     return FinishNow(ctx, s);
   }
   if (req->page_size() > 1000) {
-    return FinishNow(ctx,
-                     Status::InvalidArgument("page_size: at most 1000"));
+    return FinishNow(ctx, Status::InvalidArgument("page_size: at most 1000"));
   }
   const std::size_t page_size = req->page_size() == 0 ? 100 : req->page_size();
   Scheduler::ListCursor cursor;
@@ -430,8 +430,8 @@ grpc::ServerUnaryReactor* DelaydService::ListTimers(
                  ? std::from_chars_result{t.data(), std::errc::invalid_argument}
                  : std::from_chars(t.data() + dot + 1, t.data() + t.size(),
                                    cursor.record);
-    if (p.ec != std::errc() || r.ec != std::errc() ||
-        p.ptr != t.data() + dot || r.ptr != t.data() + t.size() ||
+    if (p.ec != std::errc() || r.ec != std::errc() || p.ptr != t.data() + dot ||
+        r.ptr != t.data() + t.size() ||
         cursor.partition >= scheduler_.partitions()) {
       return FinishNow(ctx, Status::InvalidArgument("page_token: malformed"));
     }
@@ -460,9 +460,10 @@ grpc::ServerUnaryReactor* DelaydService::Batch(grpc::CallbackServerContext* ctx,
     return FinishNow(ctx, Status::InvalidArgument("operations: empty"));
   }
   if (n > scheduler_.limits().max_batch_ops) {
-    return FinishNow(ctx, Status::InvalidArgument(
-                              "operations: more than " +
-                              std::to_string(scheduler_.limits().max_batch_ops)));
+    return FinishNow(ctx,
+                     Status::InvalidArgument(
+                         "operations: more than " +
+                         std::to_string(scheduler_.limits().max_batch_ops)));
   }
   if (scheduler_.shutting_down()) {
     return FinishNow(ctx, Status::Unavailable("delayd is shutting down"));
@@ -551,7 +552,8 @@ grpc::ServerWriteReactor<v1::SubscribeResponse>* DelaydService::Subscribe(
         return new FailedStream(Status::InvalidArgument(
             "ack_timeout: must be between 100ms and 1h"));
       }
-      if (ns_total != 0) options.ack_timeout = std::chrono::nanoseconds(ns_total);
+      if (ns_total != 0)
+        options.ack_timeout = std::chrono::nanoseconds(ns_total);
     }
   }
   if (scheduler_.counters().subscribers.fetch_add(1) >=
@@ -624,14 +626,14 @@ Status DelaydServer::Start() {
       GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
       static_cast<int>(options_.keepalive_timeout.count()));
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
-                             10000);
+  builder.AddChannelArgument(
+      GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   // The largest valid request is a full batch of full-size payloads.
   const Limits& l = options_.scheduler.limits;
   const std::size_t max_message =
-      l.max_batch_ops * (l.max_payload_bytes + l.max_key_bytes +
-                         l.max_namespace_bytes + 64) +
+      l.max_batch_ops *
+          (l.max_payload_bytes + l.max_key_bytes + l.max_namespace_bytes + 64) +
       4096;
   builder.SetMaxReceiveMessageSize(
       static_cast<int>(std::min<std::size_t>(max_message, 1u << 30)));

@@ -32,7 +32,9 @@ class Status {
   static Status AlreadyExists(std::string m) {
     return {Code::kAlreadyExists, std::move(m)};
   }
-  static Status Aborted(std::string m) { return {Code::kAborted, std::move(m)}; }
+  static Status Aborted(std::string m) {
+    return {Code::kAborted, std::move(m)};
+  }
   static Status ResourceExhausted(std::string m) {
     return {Code::kResourceExhausted, std::move(m)};
   }

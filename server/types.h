@@ -51,9 +51,7 @@ class Blob {
     std::memcpy(data_.get() + 8, key.data(), k);
     std::memcpy(data_.get() + 8 + k, payload.data(), p);
   }
-  std::string_view key() const {
-    return {data_.get() + 8, Size(0)};
-  }
+  std::string_view key() const { return {data_.get() + 8, Size(0)}; }
   std::string_view payload() const {
     return {data_.get() + 8 + Size(0), Size(4)};
   }

@@ -1,0 +1,520 @@
+#include "server/service.h"
+
+#include <grpcpp/health_check_service_interface.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <random>
+#include <set>
+
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "tests/server/test_client.h"
+
+namespace delayd::testing {
+namespace {
+
+using grpc::StatusCode;
+
+class DelaydTest : public ::testing::Test {
+ protected:
+  grpc::Status Set(const std::string& key, std::int64_t delay_ms,
+                   const std::string& payload = "p", const std::string& ns = "",
+                   bool if_absent = false,
+                   v1::SetTimerResponse* out = nullptr) {
+    v1::SetTimerRequest req;
+    req.set_namespace_(ns);
+    req.set_key(key);
+    req.set_payload(payload);
+    *req.mutable_delay() = Millis(delay_ms);
+    req.set_if_absent(if_absent);
+    v1::SetTimerResponse resp;
+    grpc::ClientContext ctx;
+    grpc::Status s = d_.stub().SetTimer(&ctx, req, &resp);
+    if (out) *out = resp;
+    return s;
+  }
+  grpc::Status Move(const std::string& key, std::int64_t delay_ms,
+                    std::uint64_t expected_version = 0,
+                    v1::MoveTimerResponse* out = nullptr) {
+    v1::MoveTimerRequest req;
+    req.set_key(key);
+    *req.mutable_delay() = Millis(delay_ms);
+    req.set_expected_version(expected_version);
+    v1::MoveTimerResponse resp;
+    grpc::ClientContext ctx;
+    grpc::Status s = d_.stub().MoveTimer(&ctx, req, &resp);
+    if (out) *out = resp;
+    return s;
+  }
+  grpc::Status Remove(const std::string& key, std::uint64_t expected = 0) {
+    v1::RemoveTimerRequest req;
+    req.set_key(key);
+    req.set_expected_version(expected);
+    v1::RemoveTimerResponse resp;
+    grpc::ClientContext ctx;
+    return d_.stub().RemoveTimer(&ctx, req, &resp);
+  }
+  grpc::Status Get(const std::string& key, v1::Timer* out = nullptr,
+                   const std::string& ns = "") {
+    v1::GetTimerRequest req;
+    req.set_namespace_(ns);
+    req.set_key(key);
+    v1::Timer t;
+    grpc::ClientContext ctx;
+    grpc::Status s = d_.stub().GetTimer(&ctx, req, &t);
+    if (out) *out = t;
+    return s;
+  }
+  grpc::Status Ack(const std::vector<std::uint64_t>& ids,
+                   v1::AckResponse* out = nullptr, const std::string& ns = "") {
+    v1::AckRequest req;
+    req.set_namespace_(ns);
+    for (auto id : ids) req.add_event_ids(id);
+    v1::AckResponse resp;
+    grpc::ClientContext ctx;
+    grpc::Status s = d_.stub().Ack(&ctx, req, &resp);
+    if (out) *out = resp;
+    return s;
+  }
+  v1::StatsResponse Stats() {
+    v1::StatsResponse resp;
+    grpc::ClientContext ctx;
+    EXPECT_TRUE(d_.stub().Stats(&ctx, v1::StatsRequest(), &resp).ok());
+    return resp;
+  }
+  std::vector<std::uint64_t> Ids(const std::vector<v1::Event>& events) {
+    std::vector<std::uint64_t> ids;
+    for (const auto& e : events) ids.push_back(e.id());
+    return ids;
+  }
+
+  TestDaemon d_;
+};
+
+TEST_F(DelaydTest, SetGetMoveRemove) {
+  v1::SetTimerResponse set;
+  ASSERT_TRUE(Set("k1", 60000, "hello", "", false, &set).ok());
+  EXPECT_GT(set.version(), 0u);
+  EXPECT_FALSE(set.replaced());
+  v1::Timer t;
+  ASSERT_TRUE(Get("k1", &t).ok());
+  EXPECT_EQ(t.key(), "k1");
+  EXPECT_EQ(t.namespace_(), "default");
+  EXPECT_EQ(t.payload(), "hello");
+  EXPECT_EQ(t.version(), set.version());
+  EXPECT_EQ(ToNanos(t.fire_time()), ToNanos(set.fire_time()));
+  v1::MoveTimerResponse moved;
+  ASSERT_TRUE(Move("k1", 120000, set.version(), &moved).ok());
+  EXPECT_GT(moved.version(), set.version());
+  EXPECT_GT(ToNanos(moved.fire_time()), ToNanos(set.fire_time()));
+  ASSERT_TRUE(Remove("k1", moved.version()).ok());
+  EXPECT_EQ(Get("k1").error_code(), StatusCode::NOT_FOUND);
+  EXPECT_EQ(Stats().pending_timers(), 0u);
+}
+
+TEST_F(DelaydTest, InvalidInputIsRejectedWithTheFieldNamed) {
+  auto expect_invalid = [](const grpc::Status& s, const std::string& field) {
+    EXPECT_EQ(s.error_code(), StatusCode::INVALID_ARGUMENT) << field;
+    EXPECT_NE(s.error_message().find(field), std::string::npos)
+        << s.error_message();
+  };
+  expect_invalid(Set("", 1000), "key");
+  expect_invalid(Set(std::string(257, 'k'), 1000), "key");
+  expect_invalid(Set("k", 1000, std::string(64 * 1024 + 1, 'x')), "payload");
+  expect_invalid(Set("k", 1000, "p", std::string(65, 'n')), "namespace");
+  expect_invalid(Set("k", 1000, "p", "bad namespace!"), "namespace");
+  expect_invalid(Set("k", -5), "delay");
+  expect_invalid(Set("k", 11LL * 365 * 24 * 3600 * 1000), "delay");
+  {
+    v1::SetTimerRequest req;
+    req.set_key("k");
+    v1::SetTimerResponse resp;
+    grpc::ClientContext ctx;
+    expect_invalid(d_.stub().SetTimer(&ctx, req, &resp), "fire_time");
+  }
+  {
+    v1::SetTimerRequest req;
+    req.set_key("k");
+    *req.mutable_fire_time() =
+        FromNanos(WallNow() + 11LL * 365 * 24 * 3600 * 1'000'000'000);
+    v1::SetTimerResponse resp;
+    grpc::ClientContext ctx;
+    expect_invalid(d_.stub().SetTimer(&ctx, req, &resp), "fire_time");
+  }
+  {
+    v1::ListTimersRequest req;
+    req.set_page_token("garbage");
+    v1::ListTimersResponse resp;
+    grpc::ClientContext ctx;
+    expect_invalid(d_.stub().ListTimers(&ctx, req, &resp), "page_token");
+  }
+  {
+    v1::ListTimersRequest req;
+    req.set_page_size(1001);
+    v1::ListTimersResponse resp;
+    grpc::ClientContext ctx;
+    expect_invalid(d_.stub().ListTimers(&ctx, req, &resp), "page_size");
+  }
+  {
+    v1::BatchRequest req;
+    v1::BatchResponse resp;
+    grpc::ClientContext ctx;
+    expect_invalid(d_.stub().Batch(&ctx, req, &resp), "operations");
+  }
+  expect_invalid(Ack({}), "event_ids");
+  {
+    TestStream s(d_.stub(), TestStream::Worker("default", 20000));
+    expect_invalid(s.WaitDone(), "max_in_flight");
+  }
+  {
+    TestStream s(d_.stub(), TestStream::Worker("default", 10, 5));
+    expect_invalid(s.WaitDone(), "ack_timeout");
+  }
+  // Nothing was changed, and the daemon still serves.
+  EXPECT_EQ(Stats().pending_timers(), 0u);
+  EXPECT_TRUE(Set("k", 1000).ok());
+}
+
+TEST_F(DelaydTest, ErrorCodes) {
+  EXPECT_EQ(Move("missing", 1000).error_code(), StatusCode::NOT_FOUND);
+  EXPECT_EQ(Remove("missing").error_code(), StatusCode::NOT_FOUND);
+  EXPECT_EQ(Get("missing").error_code(), StatusCode::NOT_FOUND);
+  v1::SetTimerResponse set;
+  ASSERT_TRUE(Set("k", 60000, "p", "", false, &set).ok());
+  EXPECT_EQ(Set("k", 60000, "p", "", /*if_absent=*/true).error_code(),
+            StatusCode::ALREADY_EXISTS);
+  EXPECT_EQ(Move("k", 1000, set.version() + 1).error_code(),
+            StatusCode::ABORTED);
+  EXPECT_EQ(Remove("k", set.version() + 1).error_code(), StatusCode::ABORTED);
+  v1::Timer t;
+  ASSERT_TRUE(Get("k", &t).ok());
+  EXPECT_EQ(t.version(), set.version()) << "failed calls changed nothing";
+  v1::AckResponse ack;
+  ASSERT_TRUE(Ack({12345}, &ack).ok());
+  EXPECT_EQ(ack.acked(), 0u);
+  ASSERT_EQ(ack.unknown_ids_size(), 1);
+}
+
+TEST(DelaydLimits, PendingAndSubscriberLimitsAreResourceExhausted) {
+  DelaydServer::Options o = TestDaemon::DefaultOptions();
+  o.scheduler.limits.max_pending_timers = 3;
+  o.scheduler.limits.max_subscribers = 1;
+  TestDaemon d(o);
+  auto set = [&](const std::string& key) {
+    v1::SetTimerRequest req;
+    req.set_key(key);
+    *req.mutable_delay() = Millis(60000);
+    v1::SetTimerResponse resp;
+    grpc::ClientContext ctx;
+    return d.stub().SetTimer(&ctx, req, &resp);
+  };
+  for (const char* k : {"a", "b", "c"}) ASSERT_TRUE(set(k).ok());
+  EXPECT_EQ(set("d").error_code(), StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_TRUE(set("a").ok()) << "replacing does not add a timer";
+  TestStream first(d.stub(), TestStream::Worker("default"));
+  ASSERT_TRUE(first.WaitRegistered());
+  TestStream second(d.stub(), TestStream::Worker("default"));
+  EXPECT_EQ(second.WaitDone().error_code(), StatusCode::RESOURCE_EXHAUSTED);
+}
+
+TEST_F(DelaydTest, ReplaceFiresOnlyTheNewTimer) {
+  TestStream w(d_.stub(), TestStream::Worker("default"));
+  ASSERT_TRUE(w.WaitRegistered());
+  v1::SetTimerResponse a, b;
+  ASSERT_TRUE(Set("k", 100, "old", "", false, &a).ok());
+  ASSERT_TRUE(Set("k", 200, "new", "", false, &b).ok());
+  EXPECT_TRUE(b.replaced());
+  ASSERT_TRUE(Set("marker", 600).ok());
+  auto events = w.WaitFor(2);
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].key(), "k");
+  EXPECT_EQ(events[0].payload(), "new");
+  EXPECT_EQ(events[0].version(), b.version());
+  EXPECT_EQ(events[1].key(), "marker");
+}
+
+TEST_F(DelaydTest, MoveToNowOrUnderATickFiresOnce) {
+  TestStream w(d_.stub(), TestStream::Worker("default"));
+  ASSERT_TRUE(w.WaitRegistered());
+  ASSERT_TRUE(Set("a", 60000).ok());
+  ASSERT_TRUE(Set("b", 60000).ok());
+  ASSERT_TRUE(Move("a", 0).ok());
+  v1::MoveTimerRequest req;  // b: a fire time in the past.
+  req.set_key("b");
+  *req.mutable_fire_time() = FromNanos(WallNow() - 5'000'000'000);
+  v1::MoveTimerResponse resp;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(d_.stub().MoveTimer(&ctx, req, &resp).ok());
+  ASSERT_TRUE(Set("marker", 300).ok());
+  auto events = w.WaitFor(3);
+  ASSERT_EQ(events.size(), 3u);
+  std::multiset<std::string> keys;
+  for (const auto& e : events) keys.insert(e.key());
+  EXPECT_EQ(keys, (std::multiset<std::string>{"a", "b", "marker"}));
+  EXPECT_EQ(events.back().key(), "marker");
+}
+
+TEST_F(DelaydTest, RemovedTimerNeverFires) {
+  TestStream w(d_.stub(), TestStream::Worker("default"));
+  ASSERT_TRUE(w.WaitRegistered());
+  ASSERT_TRUE(Set("gone", 100).ok());
+  ASSERT_TRUE(Remove("gone").ok());
+  ASSERT_TRUE(Set("marker", 300).ok());
+  auto events = w.WaitFor(1);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].key(), "marker");
+}
+
+TEST_F(DelaydTest, DrainFiresANamespaceNowAndLaterTimersBehave) {
+  TestStream w(d_.stub(), TestStream::Worker("jobs"));
+  TestStream other(d_.stub(), TestStream::Watcher("other"));
+  ASSERT_TRUE(w.WaitRegistered());
+  ASSERT_TRUE(other.WaitRegistered());
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_TRUE(Set("k" + std::to_string(i), 3'600'000, "p", "jobs").ok());
+  }
+  ASSERT_TRUE(Set("untouched", 3'600'000, "p", "other").ok());
+  v1::DrainRequest req;
+  req.set_namespace_("jobs");
+  v1::DrainResponse resp;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(d_.stub().Drain(&ctx, req, &resp).ok());
+  EXPECT_EQ(resp.drained(), 10u);
+  auto events = w.WaitFor(10);
+  ASSERT_EQ(events.size(), 10u);
+  for (const auto& e : events) EXPECT_EQ(e.reason(), v1::REASON_DRAINED);
+  EXPECT_TRUE(Get("untouched", nullptr, "other").ok());
+  // Set after drain: pending, fires at its own time, not at once.
+  ASSERT_TRUE(Set("after", 300, "p", "jobs").ok());
+  v1::Timer t;
+  ASSERT_TRUE(Get("after", &t, "jobs").ok());
+  events = w.WaitFor(11);
+  ASSERT_EQ(events.size(), 11u);
+  EXPECT_EQ(events[10].key(), "after");
+  EXPECT_EQ(events[10].reason(), v1::REASON_EXPIRED);
+  EXPECT_GE(ToNanos(events[10].fired_at()), ToNanos(t.fire_time()));
+  EXPECT_TRUE(other.Events().empty());
+}
+
+TEST_F(DelaydTest, NeverEarlyForThousandsOfTimersOverASecond) {
+  constexpr int kTimers = 3000;
+  TestStream w(d_.stub(), TestStream::Worker("default", 10000));
+  ASSERT_TRUE(w.WaitRegistered());
+  std::mt19937 rng(7);
+  const WallNanos start = WallNow();
+  for (int b = 0; b < kTimers / 500; ++b) {
+    v1::BatchRequest req;
+    for (int i = 0; i < 500; ++i) {
+      auto* set = req.add_operations()->mutable_set();
+      set->set_key("t" + std::to_string(b * 500 + i));
+      *set->mutable_fire_time() =
+          FromNanos(start + std::uniform_int_distribution<std::int64_t>(
+                                0, 1'000'000'000)(rng));
+    }
+    v1::BatchResponse resp;
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(d_.stub().Batch(&ctx, req, &resp).ok());
+    for (const auto& r : resp.results()) ASSERT_EQ(r.code(), 0) << r.message();
+  }
+  auto events = w.WaitFor(kTimers, 10000ms);
+  ASSERT_EQ(events.size(), static_cast<std::size_t>(kTimers));
+  const auto received = w.ReceivedAt();
+  std::set<std::string> keys;
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    const auto& e = events[i];
+    EXPECT_GE(ToNanos(e.fired_at()), ToNanos(e.fire_time())) << e.key();
+    EXPECT_GE(received[i], ToNanos(e.fire_time())) << e.key();
+    keys.insert(e.key());
+  }
+  EXPECT_EQ(keys.size(), static_cast<std::size_t>(kTimers)) << "duplicates";
+}
+
+TEST_F(DelaydTest, WorkersShareTheLoadEachEventOnce) {
+  TestStream a(d_.stub(), TestStream::Worker("default", 5));
+  TestStream b(d_.stub(), TestStream::Worker("default", 5));
+  ASSERT_TRUE(a.WaitRegistered());
+  ASSERT_TRUE(b.WaitRegistered());
+  // Both workers ack what they get until 40 events are done.
+  for (int i = 0; i < 40; ++i)
+    ASSERT_TRUE(Set("k" + std::to_string(i), 0).ok());
+  std::set<std::uint64_t> acked;
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (acked.size() < 40 && std::chrono::steady_clock::now() < deadline) {
+    for (TestStream* s : {&a, &b}) {
+      std::vector<std::uint64_t> fresh;
+      for (const auto& e : s->WaitFor(acked.size() / 2 + 1, 50ms)) {
+        if (!acked.count(e.id())) fresh.push_back(e.id());
+      }
+      if (!fresh.empty()) {
+        ASSERT_TRUE(Ack(fresh).ok());
+        acked.insert(fresh.begin(), fresh.end());
+      }
+    }
+  }
+  ASSERT_EQ(acked.size(), 40u);
+  EXPECT_GT(a.Events().size(), 0u);
+  EXPECT_GT(b.Events().size(), 0u);
+  EXPECT_EQ(a.Events().size() + b.Events().size(), 40u) << "no duplicates";
+}
+
+TEST_F(DelaydTest, UnackedEventIsRedeliveredAfterAckTimeout) {
+  TestStream w(d_.stub(), TestStream::Worker("default", 10, 200));
+  ASSERT_TRUE(w.WaitRegistered());
+  ASSERT_TRUE(Set("k", 0).ok());
+  auto events = w.WaitFor(2);
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].id(), events[1].id());
+  EXPECT_EQ(events[0].attempt(), 1u);
+  EXPECT_EQ(events[1].attempt(), 2u);
+  v1::AckResponse ack;
+  ASSERT_TRUE(Ack({events[0].id()}, &ack).ok());
+  EXPECT_EQ(ack.acked(), 1u);
+  EXPECT_EQ(Stats().in_flight_events(), 0u);
+}
+
+TEST_F(DelaydTest, DisconnectedWorkersEventsGoToAnother) {
+  auto first = std::make_unique<TestStream>(d_.stub(),
+                                            TestStream::Worker("default", 10));
+  ASSERT_TRUE(first->WaitRegistered());
+  ASSERT_TRUE(Set("k", 0, "job").ok());
+  auto got = first->WaitFor(1);
+  ASSERT_EQ(got.size(), 1u);
+  first.reset();  // Disconnects without acking.
+  TestStream second(d_.stub(), TestStream::Worker("default", 10));
+  auto again = second.WaitFor(1);
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].id(), got[0].id());
+  EXPECT_EQ(again[0].attempt(), 2u);
+  EXPECT_EQ(again[0].payload(), "job");
+}
+
+TEST_F(DelaydTest, EventsWaitForALateWorker) {
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(Set("k" + std::to_string(i), 0).ok());
+  // Wait until all five have fired and are waiting.
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (Stats().ready_events() < 5 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::yield();
+  }
+  ASSERT_EQ(Stats().ready_events(), 5u);
+  TestStream w(d_.stub(), TestStream::Worker("default"));
+  EXPECT_EQ(w.WaitFor(5).size(), 5u);
+}
+
+TEST_F(DelaydTest, WatcherGetsACopyOfEveryEvent) {
+  TestStream watcher(d_.stub(), TestStream::Watcher("default"));
+  TestStream worker(d_.stub(), TestStream::Worker("default"));
+  ASSERT_TRUE(watcher.WaitRegistered());
+  ASSERT_TRUE(worker.WaitRegistered());
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(Set("k" + std::to_string(i), 0).ok());
+  EXPECT_EQ(watcher.WaitFor(3).size(), 3u);
+  EXPECT_EQ(worker.WaitFor(3).size(), 3u);
+  // Watchers do not ack: nothing is outstanding on their account.
+  ASSERT_TRUE(Ack(Ids(worker.Events())).ok());
+  EXPECT_EQ(Stats().in_flight_events(), 0u);
+  EXPECT_EQ(Stats().ready_events(), 0u);
+}
+
+TEST_F(DelaydTest, FlowControlHoldsEventsBeyondMaxInFlight) {
+  TestStream w(d_.stub(), TestStream::Worker("default", 2));
+  ASSERT_TRUE(w.WaitRegistered());
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(Set("k" + std::to_string(i), 0).ok());
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (Stats().timers_fired() < 5 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::yield();
+  }
+  auto first = w.WaitFor(2);
+  ASSERT_EQ(first.size(), 2u);
+  EXPECT_EQ(Stats().in_flight_events(), 2u);
+  EXPECT_EQ(Stats().ready_events(), 3u);
+  EXPECT_EQ(w.Events().size(), 2u) << "more than max_in_flight delivered";
+  ASSERT_TRUE(Ack(Ids(first)).ok());
+  auto more = w.WaitFor(4);
+  ASSERT_EQ(more.size(), 4u);
+  ASSERT_TRUE(Ack({more[2].id(), more[3].id()}).ok());
+  EXPECT_EQ(w.WaitFor(5).size(), 5u);
+}
+
+TEST_F(DelaydTest, BatchGivesAResultPerOperation) {
+  ASSERT_TRUE(Set("existing", 60000).ok());
+  v1::BatchRequest req;
+  auto* s = req.add_operations()->mutable_set();
+  s->set_key("new");
+  *s->mutable_delay() = Millis(60000);
+  auto* bad = req.add_operations()->mutable_set();
+  bad->set_key("");
+  *bad->mutable_delay() = Millis(1);
+  req.add_operations()->mutable_move()->set_key("missing");
+  *req.mutable_operations(2)->mutable_move()->mutable_delay() = Millis(5);
+  req.add_operations()->mutable_remove()->set_key("existing");
+  auto* dup = req.add_operations()->mutable_set();
+  dup->set_key("new");
+  dup->set_if_absent(true);
+  *dup->mutable_delay() = Millis(1);
+  v1::BatchResponse resp;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(d_.stub().Batch(&ctx, req, &resp).ok());
+  ASSERT_EQ(resp.results_size(), 5);
+  EXPECT_EQ(resp.results(0).code(), grpc::StatusCode::OK);
+  EXPECT_GT(resp.results(0).version(), 0u);
+  EXPECT_EQ(resp.results(1).code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(resp.results(1).message().find("operations[1].key"),
+            std::string::npos);
+  EXPECT_EQ(resp.results(2).code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(resp.results(3).code(), grpc::StatusCode::OK);
+  EXPECT_EQ(resp.results(4).code(), grpc::StatusCode::ALREADY_EXISTS);
+  EXPECT_EQ(Get("existing").error_code(), StatusCode::NOT_FOUND);
+}
+
+TEST_F(DelaydTest, ListTimersPagesThroughAPrefix) {
+  for (int i = 0; i < 25; ++i) {
+    ASSERT_TRUE(Set("user:" + std::to_string(i), 60000).ok());
+  }
+  ASSERT_TRUE(Set("order:1", 60000).ok());
+  std::set<std::string> seen;
+  std::string token;
+  int pages = 0;
+  do {
+    v1::ListTimersRequest req;
+    req.set_key_prefix("user:");
+    req.set_page_size(10);
+    req.set_page_token(token);
+    v1::ListTimersResponse resp;
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(d_.stub().ListTimers(&ctx, req, &resp).ok());
+    EXPECT_LE(resp.timers_size(), 10);
+    for (const auto& t : resp.timers()) {
+      EXPECT_TRUE(seen.insert(t.key()).second) << "listed twice: " << t.key();
+    }
+    token = resp.next_page_token();
+    ASSERT_LT(++pages, 10);
+  } while (!token.empty());
+  EXPECT_EQ(seen.size(), 25u);
+}
+
+TEST_F(DelaydTest, StatsAndHealth) {
+  ASSERT_TRUE(Set("a", 60000).ok());
+  auto stats = Stats();
+  EXPECT_EQ(stats.pending_timers(), 1u);
+  EXPECT_EQ(stats.partitions(), 2u);
+  EXPECT_EQ(stats.timers_set(), 1u);
+  auto health = grpc::health::v1::Health::NewStub(d_.channel());
+  grpc::health::v1::HealthCheckResponse h;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(
+      health->Check(&ctx, grpc::health::v1::HealthCheckRequest(), &h).ok());
+  EXPECT_EQ(h.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+}
+
+TEST_F(DelaydTest, ShutdownEndsStreamsAndRefusesCalls) {
+  TestStream w(d_.stub(), TestStream::Worker("default"));
+  ASSERT_TRUE(w.WaitRegistered());
+  d_.Shutdown(500ms);
+  EXPECT_EQ(w.WaitDone().error_code(), StatusCode::UNAVAILABLE);
+  EXPECT_FALSE(Set("k", 1000).ok());
+}
+
+}  // namespace
+}  // namespace delayd::testing

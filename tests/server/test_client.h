@@ -1,0 +1,165 @@
+// Test helpers: an in-process delayd on 127.0.0.1 with an OS-picked port, a
+// stub for it, and a subscription that collects events on its own thread.
+// Every wait has a deadline; none sleeps in place of a condition.
+#ifndef DELAYD_TESTS_SERVER_TEST_CLIENT_H_
+#define DELAYD_TESTS_SERVER_TEST_CLIENT_H_
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "delayd/v1/delayd.grpc.pb.h"
+#include "server/service.h"
+
+namespace delayd::testing {
+
+using namespace std::chrono_literals;
+
+inline google::protobuf::Duration Millis(std::int64_t ms) {
+  google::protobuf::Duration d;
+  d.set_seconds(ms / 1000);
+  d.set_nanos(static_cast<std::int32_t>((ms % 1000) * 1'000'000));
+  return d;
+}
+
+inline WallNanos ToNanos(const google::protobuf::Timestamp& t) {
+  return t.seconds() * 1'000'000'000 + t.nanos();
+}
+
+inline google::protobuf::Timestamp FromNanos(WallNanos ns) {
+  google::protobuf::Timestamp t;
+  t.set_seconds(ns / 1'000'000'000);
+  t.set_nanos(static_cast<std::int32_t>(ns % 1'000'000'000));
+  return t;
+}
+
+// A daemon in this process, stopped by the destructor.
+class TestDaemon {
+ public:
+  explicit TestDaemon(DelaydServer::Options options = DefaultOptions()) {
+    options.listen = "127.0.0.1:0";
+    server_ = std::make_unique<DelaydServer>(options);
+    Status s = server_->Start();
+    EXPECT_TRUE(s.ok()) << s.message();
+    channel_ = grpc::CreateChannel("127.0.0.1:" + std::to_string(port()),
+                                   grpc::InsecureChannelCredentials());
+    stub_ = v1::Delayd::NewStub(channel_);
+  }
+  static DelaydServer::Options DefaultOptions() {
+    DelaydServer::Options o;
+    o.scheduler.partitions = 2;
+    o.scheduler.threads = 2;
+    return o;
+  }
+  int port() const { return server_->port(); }
+  v1::Delayd::Stub& stub() { return *stub_; }
+  std::shared_ptr<grpc::Channel> channel() { return channel_; }
+  DelaydServer& server() { return *server_; }
+  void Shutdown(std::chrono::milliseconds grace = 1000ms) {
+    server_->Shutdown(grace);
+  }
+
+ private:
+  std::unique_ptr<DelaydServer> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Delayd::Stub> stub_;
+};
+
+// A Subscribe stream read on its own thread.
+class TestStream {
+ public:
+  TestStream(v1::Delayd::Stub& stub, v1::SubscribeRequest request) {
+    reader_ = stub.Subscribe(&ctx_, request);
+    thread_ = std::thread([this] {
+      v1::SubscribeResponse msg;
+      while (reader_->Read(&msg)) {
+        std::lock_guard lock(mu_);
+        registered_ = true;
+        for (const auto& e : msg.events()) {
+          events_.push_back(e);
+          received_at_.push_back(WallNow());
+        }
+        cv_.notify_all();
+      }
+      grpc::Status status = reader_->Finish();
+      std::lock_guard lock(mu_);
+      status_ = status;
+      done_ = true;
+      cv_.notify_all();
+    });
+  }
+  static v1::SubscribeRequest Worker(const std::string& ns,
+                                     std::uint32_t max_in_flight = 100,
+                                     std::int64_t ack_timeout_ms = 30000) {
+    v1::SubscribeRequest r;
+    r.set_namespace_(ns);
+    r.set_mode(v1::SubscribeRequest::WORKER);
+    r.set_max_in_flight(max_in_flight);
+    *r.mutable_ack_timeout() = Millis(ack_timeout_ms);
+    return r;
+  }
+  static v1::SubscribeRequest Watcher(const std::string& ns) {
+    v1::SubscribeRequest r;
+    r.set_namespace_(ns);
+    r.set_mode(v1::SubscribeRequest::WATCHER);
+    return r;
+  }
+  ~TestStream() {
+    ctx_.TryCancel();
+    thread_.join();
+  }
+
+  // Waits for the registration message (or the stream's end).
+  bool WaitRegistered(std::chrono::milliseconds timeout = 5000ms) {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, timeout, [&] { return registered_ || done_; }) &&
+           registered_;
+  }
+  // Waits until at least `n` events arrived; returns all received so far.
+  std::vector<v1::Event> WaitFor(std::size_t n,
+                                 std::chrono::milliseconds timeout = 5000ms) {
+    std::unique_lock lock(mu_);
+    cv_.wait_for(lock, timeout, [&] { return events_.size() >= n || done_; });
+    return events_;
+  }
+  std::vector<v1::Event> Events() {
+    std::lock_guard lock(mu_);
+    return events_;
+  }
+  std::vector<WallNanos> ReceivedAt() {
+    std::lock_guard lock(mu_);
+    return received_at_;
+  }
+  // Waits for the stream to end; returns its status (UNKNOWN on timeout).
+  grpc::Status WaitDone(std::chrono::milliseconds timeout = 5000ms) {
+    std::unique_lock lock(mu_);
+    if (!cv_.wait_for(lock, timeout, [&] { return done_; })) {
+      return grpc::Status(grpc::StatusCode::UNKNOWN, "stream did not end");
+    }
+    return status_;
+  }
+  void Cancel() { ctx_.TryCancel(); }
+
+ private:
+  grpc::ClientContext ctx_;
+  std::unique_ptr<grpc::ClientReader<v1::SubscribeResponse>> reader_;
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool registered_ = false;
+  bool done_ = false;
+  grpc::Status status_;
+  std::vector<v1::Event> events_;
+  std::vector<WallNanos> received_at_;
+};
+
+}  // namespace delayd::testing
+
+#endif  // DELAYD_TESTS_SERVER_TEST_CLIENT_H_
