@@ -238,17 +238,16 @@ void Scheduler::Shutdown(std::function<void()> done) {
     std::shared_lock lock(ns_mutex_);
     for (auto& d : owned_dispatchers_) all.push_back(d.get());
   }
-  if (all.empty()) {
-    done();
-    return;
-  }
-  auto remaining = std::make_shared<std::atomic<std::size_t>>(all.size());
+  // A barrier through every partition (so every operation accepted before
+  // now has answered) and every dispatcher (closing its streams).
+  auto remaining = std::make_shared<std::atomic<std::size_t>>(
+      all.size() + partitions_.size());
   auto shared_done = std::make_shared<std::function<void()>>(std::move(done));
-  for (Dispatcher* d : all) {
-    d->Close(ShuttingDown(), [remaining, shared_done] {
-      if (remaining->fetch_sub(1) == 1) (*shared_done)();
-    });
-  }
+  auto arrive = [remaining, shared_done] {
+    if (remaining->fetch_sub(1) == 1) (*shared_done)();
+  };
+  for (auto& p : partitions_) asio::post(p->strand(), arrive);
+  for (Dispatcher* d : all) d->Close(ShuttingDown(), arrive);
 }
 
 }  // namespace delayd

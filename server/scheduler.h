@@ -77,8 +77,9 @@ class Scheduler {
   bool shutting_down() const { return shutting_down_.load(); }
 
   // Begins a graceful stop: operations from now on get UNAVAILABLE, every
-  // stream is ended with UNAVAILABLE. `done` runs (on some strand) when all
-  // dispatchers are closed.
+  // stream is ended with UNAVAILABLE. `done` runs (on some strand) once every
+  // operation accepted before the call has answered and every dispatcher is
+  // closed.
   void Shutdown(std::function<void()> done);
   // Stops the thread pool and waits for it. Idempotent.
   void Stop();

@@ -664,9 +664,16 @@ void DelaydServer::Shutdown(std::chrono::milliseconds grace) {
     std::unique_lock lock(mu);
     cv.wait_for(lock, grace + std::chrono::seconds(1), [&] { return closed; });
   }
+  spdlog::debug("shutdown: operations answered, streams ended");
+  // Every call has been answered; what remains is sending the answers. gRPC
+  // would wait out the whole deadline for idle client connections, so give
+  // it only a short one.
   if (server_) {
-    server_->Shutdown(std::chrono::system_clock::now() + grace);
+    server_->Shutdown(std::chrono::system_clock::now() +
+                      std::min<std::chrono::milliseconds>(
+                          grace, std::chrono::milliseconds(200)));
   }
+  spdlog::debug("shutdown: server stopped");
   scheduler_->Stop();
   server_.reset();
 }
