@@ -42,15 +42,15 @@ void Scheduler::Stop() {
 }
 
 Status Scheduler::Intern(std::string_view name, NamespaceId* id) {
-  const std::string key(name);
   {
     std::shared_lock lock(ns_mutex_);
-    auto it = ns_ids_.find(key);
+    auto it = ns_ids_.find(name);
     if (it != ns_ids_.end()) {
       *id = it->second;
       return Status::Ok();
     }
   }
+  const std::string key(name);
   std::unique_lock lock(ns_mutex_);
   auto it = ns_ids_.find(key);
   if (it != ns_ids_.end()) {

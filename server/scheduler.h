@@ -103,7 +103,14 @@ class Scheduler {
   // Namespaces: the map under the lock; dispatchers_[id] is written once,
   // before the id is published under the lock, so readers need no lock.
   std::shared_mutex ns_mutex_;
-  std::unordered_map<std::string, NamespaceId> ns_ids_;
+  struct NameHash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const {
+      return std::hash<std::string_view>{}(s);
+    }
+  };
+  std::unordered_map<std::string, NamespaceId, NameHash, std::equal_to<>>
+      ns_ids_;
   std::unique_ptr<Dispatcher*[]> dispatchers_;
   std::vector<std::unique_ptr<Dispatcher>> owned_dispatchers_;
   std::atomic<bool> shutting_down_{false};

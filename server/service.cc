@@ -209,8 +209,14 @@ class FailedStream : public grpc::ServerWriteReactor<v1::SubscribeResponse> {
 
 // ---- validation ----
 
-Status DelaydService::Namespace(const std::string& name, NamespaceId* id) {
-  const std::string& ns = name.empty() ? std::string("default") : name;
+Status DelaydService::Namespace(const std::string& name, NamespaceId* id,
+                                NamespaceCache* cache) {
+  if (cache != nullptr && cache->name != nullptr && *cache->name == name) {
+    *id = cache->id;
+    return Status::Ok();
+  }
+  static const std::string kDefault = "default";
+  const std::string& ns = name.empty() ? kDefault : name;
   const Limits& limits = scheduler_.limits();
   if (ns.size() > limits.max_namespace_bytes) {
     return Status::InvalidArgument("namespace: longer than " +
@@ -226,7 +232,9 @@ Status DelaydService::Namespace(const std::string& name, NamespaceId* id) {
           "namespace: only letters, digits and . _ - : / are allowed");
     }
   }
-  return scheduler_.Intern(ns, id);
+  Status s = scheduler_.Intern(ns, id);
+  if (s.ok() && cache != nullptr) *cache = {&name, *id};
+  return s;
 }
 
 Status DelaydService::Key(const std::string& key) {
@@ -280,9 +288,11 @@ Status DelaydService::FireTime(bool has_delay, const Duration& delay,
 }
 
 Status DelaydService::ToOp(const v1::SetTimerRequest& req, WallNanos now,
-                           Op* op) {
+                           Op* op, NamespaceCache* cache) {
   SetOp set;
-  if (Status s = Namespace(req.namespace_(), &set.ns); !s.ok()) return s;
+  if (Status s = Namespace(req.namespace_(), &set.ns, cache); !s.ok()) {
+    return s;
+  }
   if (Status s = Key(req.key()); !s.ok()) return s;
   if (req.payload().size() > scheduler_.limits().max_payload_bytes) {
     return Status::InvalidArgument(
@@ -302,9 +312,11 @@ Status DelaydService::ToOp(const v1::SetTimerRequest& req, WallNanos now,
 }
 
 Status DelaydService::ToOp(const v1::MoveTimerRequest& req, WallNanos now,
-                           Op* op) {
+                           Op* op, NamespaceCache* cache) {
   MoveOp move;
-  if (Status s = Namespace(req.namespace_(), &move.ns); !s.ok()) return s;
+  if (Status s = Namespace(req.namespace_(), &move.ns, cache); !s.ok()) {
+    return s;
+  }
   if (Status s = Key(req.key()); !s.ok()) return s;
   if (Status s = FireTime(req.has_delay(), req.delay(), req.has_fire_time(),
                           req.fire_time(), now, &move.fire_time);
@@ -317,9 +329,12 @@ Status DelaydService::ToOp(const v1::MoveTimerRequest& req, WallNanos now,
   return Status::Ok();
 }
 
-Status DelaydService::ToOp(const v1::RemoveTimerRequest& req, Op* op) {
+Status DelaydService::ToOp(const v1::RemoveTimerRequest& req, Op* op,
+                           NamespaceCache* cache) {
   RemoveOp remove;
-  if (Status s = Namespace(req.namespace_(), &remove.ns); !s.ok()) return s;
+  if (Status s = Namespace(req.namespace_(), &remove.ns, cache); !s.ok()) {
+    return s;
+  }
   if (Status s = Key(req.key()); !s.ok()) return s;
   remove.key = req.key();
   remove.expected_version = req.expected_version();
@@ -472,6 +487,7 @@ grpc::ServerUnaryReactor* DelaydService::Batch(grpc::CallbackServerContext* ctx,
   // Invalid operations get their error here; the rest go to the scheduler.
   std::vector<Op> ops;
   std::vector<std::uint32_t> positions;
+  NamespaceCache cache;
   ops.reserve(n);
   for (std::size_t i = 0; i < n; ++i) {
     resp->add_results();
@@ -480,13 +496,13 @@ grpc::ServerUnaryReactor* DelaydService::Batch(grpc::CallbackServerContext* ctx,
     Status s;
     switch (o.op_case()) {
       case v1::BatchOperation::kSet:
-        s = ToOp(o.set(), now, &op);
+        s = ToOp(o.set(), now, &op, &cache);
         break;
       case v1::BatchOperation::kMove:
-        s = ToOp(o.move(), now, &op);
+        s = ToOp(o.move(), now, &op, &cache);
         break;
       case v1::BatchOperation::kRemove:
-        s = ToOp(o.remove(), &op);
+        s = ToOp(o.remove(), &op, &cache);
         break;
       default:
         s = Status::InvalidArgument("operations: an operation has no op set");

@@ -56,14 +56,24 @@ class DelaydService final : public v1::Delayd::CallbackService {
                                   v1::StatsResponse* resp) override;
 
  private:
-  Status Namespace(const std::string& name, NamespaceId* id);
+  // The last namespace resolved within one request, so that a Batch of
+  // operations on one namespace validates and looks it up once.
+  struct NamespaceCache {
+    const std::string* name = nullptr;
+    NamespaceId id = 0;
+  };
+  Status Namespace(const std::string& name, NamespaceId* id,
+                   NamespaceCache* cache = nullptr);
   Status Key(const std::string& key);
   Status FireTime(bool has_delay, const google::protobuf::Duration& delay,
                   bool has_fire_time, const google::protobuf::Timestamp& at,
                   WallNanos now, WallNanos* fire_time);
-  Status ToOp(const v1::SetTimerRequest& req, WallNanos now, Op* op);
-  Status ToOp(const v1::MoveTimerRequest& req, WallNanos now, Op* op);
-  Status ToOp(const v1::RemoveTimerRequest& req, Op* op);
+  Status ToOp(const v1::SetTimerRequest& req, WallNanos now, Op* op,
+              NamespaceCache* cache = nullptr);
+  Status ToOp(const v1::MoveTimerRequest& req, WallNanos now, Op* op,
+              NamespaceCache* cache = nullptr);
+  Status ToOp(const v1::RemoveTimerRequest& req, Op* op,
+              NamespaceCache* cache = nullptr);
 
   Scheduler& scheduler_;
 };

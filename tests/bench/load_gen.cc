@@ -1,0 +1,411 @@
+// Load generator for the delayd daemon. Starts the real binary on 127.0.0.1
+// (OS-picked port) and measures, in one run against one daemon:
+//   unary     SetTimer/s vs grpc.health.v1 Check/s (a trivial RPC on the
+//             same server), the same concurrency for both;
+//   batch     SetTimer items/s through Batch (100 per call, calls in flight);
+//   lateness  delivered-to-worker minus fire time: steady 2k timers/s, and
+//             100k timers due within one second;
+//   memory    RSS per pending timer with 1M pending (16 B key, 16 B payload);
+//   idle      daemon CPU over 10 s idle with those 1M pending.
+// Every loop is bounded in time and count; only loopback is used.
+//
+// Usage: load_gen [--daemon PATH] [--seconds N] [--only NAME] [-- daemon args]
+#include <grpcpp/grpcpp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <fstream>
+#include <mutex>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "delayd/v1/delayd.grpc.pb.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "tests/common/daemon_process.h"
+
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+namespace v1 = delayd::v1;
+namespace health = grpc::health::v1;
+
+std::int64_t WallNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+google::protobuf::Timestamp Ts(std::int64_t ns) {
+  google::protobuf::Timestamp t;
+  t.set_seconds(ns / 1'000'000'000);
+  t.set_nanos(static_cast<std::int32_t>(ns % 1'000'000'000));
+  return t;
+}
+
+std::int64_t ProcField(pid_t pid, const std::string& file,
+                       const std::string& key) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/" + file);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(key, 0) == 0) return std::stoll(line.substr(key.size()));
+  }
+  return -1;
+}
+
+std::int64_t RssBytes(pid_t pid) {
+  return ProcField(pid, "status", "VmRSS:") * 1024;
+}
+
+// utime + stime of a process, in clock ticks.
+std::int64_t CpuTicks(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string s((std::istreambuf_iterator<char>(in)), {});
+  std::istringstream fields(s.substr(s.rfind(')') + 2));
+  std::string f;
+  std::int64_t utime = 0, stime = 0;
+  for (int i = 3; fields >> f; ++i) {
+    if (i == 14) utime = std::stoll(f);
+    if (i == 15) {
+      stime = std::stoll(f);
+      break;
+    }
+  }
+  return utime + stime;
+}
+
+// Keeps `concurrency` calls in flight for `duration`; `issue(slot, done)`
+// starts one call whose completion runs `done`. Returns completed calls/s.
+template <typename Issue>
+double ClosedLoop(int concurrency, std::chrono::milliseconds duration,
+                  Issue issue) {
+  std::atomic<std::int64_t> completed{0};
+  std::atomic<int> active{concurrency};
+  std::mutex mu;
+  std::condition_variable cv;
+  const auto start = Clock::now();
+  const auto deadline = start + duration;
+  std::function<void(int)> next = [&](int slot) {
+    if (Clock::now() >= deadline) {
+      if (active.fetch_sub(1) == 1) {
+        std::lock_guard lock(mu);
+        cv.notify_all();
+      }
+      return;
+    }
+    issue(slot, [&, slot](bool ok) {
+      if (ok) completed.fetch_add(1);
+      next(slot);
+    });
+  };
+  for (int s = 0; s < concurrency; ++s) next(s);
+  std::unique_lock lock(mu);
+  cv.wait(lock, [&] { return active.load() == 0; });
+  const double secs =
+      std::chrono::duration<double>(Clock::now() - start).count();
+  return static_cast<double>(completed.load()) / secs;
+}
+
+struct Percentiles {
+  double p50, p99, p999, max;
+  std::size_t n;
+};
+Percentiles Summarize(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  auto at = [&](double q) {
+    return v.empty() ? 0.0
+                     : v[std::min(v.size() - 1,
+                                  static_cast<std::size_t>(q * v.size()))];
+  };
+  return {at(0.5), at(0.99), at(0.999), v.empty() ? 0 : v.back(), v.size()};
+}
+
+class Bench {
+ public:
+  Bench(const std::string& address, int channels) {
+    for (int c = 0; c < channels; ++c) {
+      grpc::ChannelArguments args;
+      args.SetInt("grpc.channel_id", c);  // Distinct connections.
+      auto ch = grpc::CreateCustomChannel(
+          address, grpc::InsecureChannelCredentials(), args);
+      stubs_.push_back(v1::Delayd::NewStub(ch));
+      health_.push_back(health::Health::NewStub(ch));
+    }
+  }
+
+  double HealthRate(int concurrency, std::chrono::milliseconds d) {
+    struct Slot {
+      std::unique_ptr<grpc::ClientContext> ctx;
+      health::HealthCheckRequest req;
+      health::HealthCheckResponse resp;
+    };
+    std::vector<Slot> slots(concurrency);
+    return ClosedLoop(concurrency, d, [&](int s, auto done) {
+      Slot& slot = slots[s];
+      slot.ctx = std::make_unique<grpc::ClientContext>();
+      health_[s % health_.size()]->async()->Check(
+          slot.ctx.get(), &slot.req, &slot.resp,
+          [done](grpc::Status st) { done(st.ok()); });
+    });
+  }
+
+  double SetRate(int concurrency, std::chrono::milliseconds d) {
+    struct Slot {
+      std::unique_ptr<grpc::ClientContext> ctx;
+      v1::SetTimerRequest req;
+      v1::SetTimerResponse resp;
+    };
+    std::vector<Slot> slots(concurrency);
+    std::atomic<std::uint64_t> seq{0};
+    return ClosedLoop(concurrency, d, [&](int s, auto done) {
+      Slot& slot = slots[s];
+      slot.ctx = std::make_unique<grpc::ClientContext>();
+      slot.req.set_namespace_("unary");
+      slot.req.set_key("u" + std::to_string(seq.fetch_add(1)));
+      slot.req.set_payload("0123456789abcdef");
+      slot.req.mutable_delay()->set_seconds(3600);
+      stubs_[s % stubs_.size()]->async()->SetTimer(
+          slot.ctx.get(), &slot.req, &slot.resp,
+          [done](grpc::Status st) { done(st.ok()); });
+    });
+  }
+
+  // Items/s through Batch with `per_call` sets each.
+  double BatchRate(int concurrency, int per_call, std::chrono::milliseconds d,
+                   const std::string& ns) {
+    struct Slot {
+      std::unique_ptr<grpc::ClientContext> ctx;
+      v1::BatchRequest req;
+      v1::BatchResponse resp;
+    };
+    std::vector<Slot> slots(concurrency);
+    std::atomic<std::uint64_t> seq{0};
+    std::atomic<std::uint64_t> failed{0};
+    const double calls = ClosedLoop(concurrency, d, [&](int s, auto done) {
+      Slot& slot = slots[s];
+      slot.ctx = std::make_unique<grpc::ClientContext>();
+      slot.req.Clear();
+      const std::uint64_t base = seq.fetch_add(per_call);
+      for (int i = 0; i < per_call; ++i) {
+        auto* set = slot.req.add_operations()->mutable_set();
+        set->set_namespace_(ns);
+        set->set_key("b" + std::to_string(base + i));
+        set->set_payload("0123456789abcdef");
+        set->mutable_delay()->set_seconds(3600);
+      }
+      stubs_[s % stubs_.size()]->async()->Batch(
+          slot.ctx.get(), &slot.req, &slot.resp,
+          [&, done, &slot](grpc::Status st) {
+            for (const auto& r : slot.resp.results()) {
+              if (r.code() != 0) failed.fetch_add(1);
+            }
+            done(st.ok());
+          });
+    });
+    if (failed.load() != 0) {
+      std::printf("  (%llu batch items failed)\n",
+                  static_cast<unsigned long long>(failed.load()));
+    }
+    return calls * per_call;
+  }
+
+  // Sets `n` timers (16 B keys and payloads) due at `fire(i)`, in batches.
+  void Fill(std::uint64_t n, const std::string& ns,
+            const std::function<std::int64_t(std::uint64_t)>& fire) {
+    constexpr int kPerCall = 1000;
+    constexpr int kInFlight = 8;
+    std::atomic<std::uint64_t> next{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kInFlight; ++t) {
+      threads.emplace_back([&, t] {
+        for (;;) {
+          const std::uint64_t base = next.fetch_add(kPerCall);
+          if (base >= n) return;
+          v1::BatchRequest req;
+          for (std::uint64_t i = base;
+               i < std::min<std::uint64_t>(n, base + kPerCall); ++i) {
+            auto* set = req.add_operations()->mutable_set();
+            set->set_namespace_(ns);
+            char key[17];
+            std::snprintf(key, sizeof key, "key-%012llu",
+                          static_cast<unsigned long long>(i));
+            set->set_key(key);
+            set->set_payload("payload-16-bytes");
+            *set->mutable_fire_time() = Ts(fire(i));
+          }
+          v1::BatchResponse resp;
+          grpc::ClientContext ctx;
+          ctx.set_deadline(std::chrono::system_clock::now() + 60s);
+          grpc::Status s = stubs_[t % stubs_.size()]->Batch(&ctx, req, &resp);
+          if (!s.ok())
+            std::printf("  fill failed: %s\n", s.error_message().c_str());
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+  }
+
+  // Subscribes a worker to `ns` and records lateness (ms) of `expect`
+  // events, acking as it goes; gives up after `timeout`.
+  std::vector<double> Lateness(const std::string& ns, std::size_t expect,
+                               std::chrono::milliseconds timeout,
+                               const std::function<void()>& after_subscribe) {
+    grpc::ClientContext ctx;
+    v1::SubscribeRequest req;
+    req.set_namespace_(ns);
+    req.set_max_in_flight(10000);
+    auto reader = stubs_[0]->Subscribe(&ctx, req);
+    v1::SubscribeResponse msg;
+    std::vector<double> late;
+    late.reserve(expect);
+    std::atomic<std::size_t> count{0};
+    if (!reader->Read(&msg)) return late;  // Registered.
+    std::thread driver(after_subscribe);
+    const auto deadline = Clock::now() + timeout;
+    std::thread watchdog([&] {
+      while (Clock::now() < deadline && count.load() < expect) {
+        std::this_thread::sleep_for(50ms);  // Polls a bound, not a condition.
+      }
+      ctx.TryCancel();
+    });
+    while (late.size() < expect && reader->Read(&msg)) {
+      const std::int64_t now = WallNanos();
+      v1::AckRequest ack;
+      ack.set_namespace_(ns);
+      for (const auto& e : msg.events()) {
+        const std::int64_t fire =
+            e.fire_time().seconds() * 1'000'000'000 + e.fire_time().nanos();
+        late.push_back(static_cast<double>(now - fire) / 1e6);
+        ack.add_event_ids(e.id());
+      }
+      count.store(late.size());
+      v1::AckResponse ack_resp;
+      grpc::ClientContext ack_ctx;
+      stubs_[1 % stubs_.size()]->Ack(&ack_ctx, ack, &ack_resp);
+    }
+    ctx.TryCancel();
+    watchdog.join();
+    driver.join();
+    reader->Finish();
+    return late;
+  }
+
+  v1::Delayd::Stub& stub() { return *stubs_[0]; }
+
+ private:
+  std::vector<std::unique_ptr<v1::Delayd::Stub>> stubs_;
+  std::vector<std::unique_ptr<health::Health::Stub>> health_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string daemon = DELAYD_BINARY;
+  std::string only;
+  int seconds = 3;
+  std::vector<std::string> daemon_args;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--daemon" && i + 1 < argc) {
+      daemon = argv[++i];
+    } else if (a == "--seconds" && i + 1 < argc) {
+      seconds = std::stoi(argv[++i]);
+    } else if (a == "--only" && i + 1 < argc) {
+      only = argv[++i];
+    } else if (a == "--") {
+      daemon_args.assign(argv + i + 1, argv + argc);
+      break;
+    }
+  }
+  delayd::testing::DaemonProcess d(daemon, daemon_args);
+  if (!d.ok()) {
+    std::fprintf(stderr, "daemon did not start:\n%s\n", d.output().c_str());
+    return 1;
+  }
+  std::printf("delayd pid %d on %s\n", d.pid(), d.address().c_str());
+  Bench bench(d.address(), 4);
+  const std::chrono::milliseconds dur(seconds * 1000);
+  auto want = [&](const char* name) { return only.empty() || only == name; };
+
+  if (want("unary")) {
+    bench.HealthRate(64, 500ms);  // Warm-up.
+    const double health = bench.HealthRate(64, dur);
+    const double set = bench.SetRate(64, dur);
+    std::printf("unary: health Check %.0f/s, SetTimer %.0f/s, ratio %.2f\n",
+                health, set, set / health);
+  }
+  if (want("batch")) {
+    const double items = bench.BatchRate(8, 100, dur, "batch");
+    std::printf("batch: %.0f items/s (100 per call, 8 calls in flight)\n",
+                items);
+  }
+  if (want("lateness")) {
+    // Steady: 2k timers/s for `seconds`, each 50 ms ahead.
+    const std::size_t n = static_cast<std::size_t>(2000 * seconds);
+    auto late = bench.Lateness("steady", n, dur + 10s, [&] {
+      const auto start = Clock::now();
+      for (std::size_t i = 0; i < n; ++i) {
+        std::this_thread::sleep_until(start +
+                                      std::chrono::microseconds(500 * i));
+        v1::SetTimerRequest req;
+        req.set_namespace_("steady");
+        req.set_key("s" + std::to_string(i));
+        req.mutable_delay()->set_nanos(50'000'000);
+        v1::SetTimerResponse resp;
+        grpc::ClientContext ctx;
+        bench.stub().SetTimer(&ctx, req, &resp);
+      }
+    });
+    Percentiles p = Summarize(late);
+    std::printf(
+        "lateness steady 2k/s: n=%zu p50 %.3f ms p99 %.3f ms p99.9 %.3f ms "
+        "max %.3f ms\n",
+        p.n, p.p50, p.p99, p.p999, p.max);
+    // Burst: 100k due within one second, set beforehand.
+    constexpr std::uint64_t kBurst = 100'000;
+    const std::int64_t t0 = WallNanos() + 4'000'000'000;
+    late = bench.Lateness("burst", kBurst, 30s, [&] {
+      bench.Fill(kBurst, "burst", [&](std::uint64_t i) {
+        return t0 + static_cast<std::int64_t>(i * 1'000'000'000 / kBurst);
+      });
+    });
+    p = Summarize(late);
+    std::printf(
+        "lateness burst 100k in 1 s: n=%zu p50 %.3f ms p99 %.3f ms p99.9 "
+        "%.3f ms max %.3f ms\n",
+        p.n, p.p50, p.p99, p.p999, p.max);
+  }
+  if (want("memory")) {
+    constexpr std::uint64_t kPending = 1'000'000;
+    const std::int64_t before = RssBytes(d.pid());
+    const std::int64_t far = WallNanos() + 3600LL * 1'000'000'000;
+    std::mt19937_64 rng(1);
+    bench.Fill(kPending, "memory", [&](std::uint64_t) {
+      return far + static_cast<std::int64_t>(rng() % 1'000'000'000'000);
+    });
+    const std::int64_t after = RssBytes(d.pid());
+    std::printf("memory: RSS %.1f MiB -> %.1f MiB, %.1f B per pending timer\n",
+                before / 1048576.0, after / 1048576.0,
+                static_cast<double>(after - before) / kPending);
+    // Idle: nothing due for an hour.
+    const std::int64_t t_before = CpuTicks(d.pid());
+    const auto idle_start = Clock::now();
+    std::this_thread::sleep_for(10s);  // The measurement window itself.
+    const double wall =
+        std::chrono::duration<double>(Clock::now() - idle_start).count();
+    const double cpu = static_cast<double>(CpuTicks(d.pid()) - t_before) /
+                       sysconf(_SC_CLK_TCK);
+    std::printf("idle: %.3f%% of a core over %.1f s with 1M pending\n",
+                100.0 * cpu / wall, wall);
+  }
+  const auto code = d.Stop(SIGTERM, 10s);
+  std::printf("daemon exit code %d\n", code ? *code : -1);
+  return 0;
+}
