@@ -4,7 +4,10 @@
 //   (c) one asio::steady_timer-style timer per job on an io_context (with a
 //       settable clock, so that "advance" needs no real waiting).
 // With N pending timers (deadlines uniform in [1 s, 1 h] at 1 ms ticks):
-//   ScheduleCancel: cancel a random pending timer and schedule a new one;
+//   ScheduleCancel: schedule a timer and cancel it (a timeout that is set and
+//                   then cleared: the commonest use of a timer);
+//   Churn:          cancel a random pending timer and schedule a new one
+//                   (memory-bound: each touches cold nodes);
 //   Reschedule:     move a random pending timer to a new random deadline;
 //   AdvanceAll:     fire all N by advancing through the hour in 1 ms steps.
 // Prints a table of ratios (baseline time / wheel time) at the end, plus
@@ -234,6 +237,18 @@ struct Filled {
 template <typename Impl>
 void BM_ScheduleCancel(benchmark::State& state) {
   Filled<Impl> f(static_cast<std::size_t>(state.range(0)));
+  const auto id = static_cast<std::uint32_t>(f.handles.size());
+  for (auto _ : state) {
+    f.impl->Cancel(f.impl->Schedule(f.rng.Delay(), id));
+  }
+  state.SetItemsProcessed(state.iterations());
+  state.counters["bytes_per_timer"] =
+      static_cast<double>(f.bytes_per_timer);
+}
+
+template <typename Impl>
+void BM_Churn(benchmark::State& state) {
+  Filled<Impl> f(static_cast<std::size_t>(state.range(0)));
   std::uint32_t id = static_cast<std::uint32_t>(f.handles.size());
   for (auto _ : state) {
     const std::size_t k = f.rng.Next() % f.handles.size();
@@ -281,6 +296,10 @@ BENCHMARK(BM_ScheduleCancel<WheelImpl>)->Apply(Sizes);
 BENCHMARK(BM_ScheduleCancel<HeapImpl>)->Apply(Sizes);
 BENCHMARK(BM_ScheduleCancel<SetImpl>)->Apply(Sizes);
 BENCHMARK(BM_ScheduleCancel<AsioImpl>)->Apply(Sizes);
+BENCHMARK(BM_Churn<WheelImpl>)->Apply(Sizes);
+BENCHMARK(BM_Churn<HeapImpl>)->Apply(Sizes);
+BENCHMARK(BM_Churn<SetImpl>)->Apply(Sizes);
+BENCHMARK(BM_Churn<AsioImpl>)->Apply(Sizes);
 BENCHMARK(BM_Reschedule<WheelImpl>)->Apply(Sizes);
 BENCHMARK(BM_Reschedule<HeapImpl>)->Apply(Sizes);
 BENCHMARK(BM_Reschedule<SetImpl>)->Apply(Sizes);
@@ -320,7 +339,8 @@ class RatioReporter : public benchmark::ConsoleReporter {
         "(higher is better for the wheel)\n");
     std::printf("%-16s %9s %16s %10s %20s\n", "operation", "pending",
                 "priority_queue", "std::set", "asio timer per job");
-    for (const char* op : {"ScheduleCancel", "Reschedule", "AdvanceAll"}) {
+    for (const char* op :
+         {"ScheduleCancel", "Churn", "Reschedule", "AdvanceAll"}) {
       for (const char* n : {"1000000", "10000000"}) {
         const std::string suffix = ">/" + std::string(n);
         const std::string base = "BM_" + std::string(op) + "<";
