@@ -94,6 +94,12 @@ void TimingWheel::Place(std::uint32_t i) {
   const int index =
       static_cast<int>((n.tick >> (level * kBitsPerLevel)) & (kSlots - 1));
   n.level = static_cast<std::uint64_t>(level);
+  const int shift = level * kBitsPerLevel;
+  const int span_bits = shift + kBitsPerLevel;
+  const std::uint64_t prefix =
+      span_bits >= 64 ? 0 : elapsed_ & ~((std::uint64_t{1} << span_bits) - 1);
+  stop_ =
+      std::min(stop_, prefix | (static_cast<std::uint64_t>(index) << shift));
   n.next = kNil;
   n.prev = tail_[level][index];
   if (n.prev == kNil) {

@@ -184,6 +184,10 @@ class TimingWheel {
   std::array<std::uint64_t, kLevels> occupied_{};
   std::array<std::array<std::uint32_t, kSlots>, kLevels> head_;
   std::array<std::array<std::uint32_t, kSlots>, kLevels> tail_;
+  // No occupied slot starts before this tick (a lower bound: Place lowers
+  // it, Advance recomputes it), so Advance up to it has nothing to do.
+  static constexpr std::uint64_t kNoStop = ~std::uint64_t{0};
+  std::uint64_t stop_ = kNoStop;
   // NextDeadline() memo: valid while next_valid_; nullopt = empty.
   mutable bool next_valid_ = true;
   mutable std::optional<std::uint64_t> next_tick_;
@@ -199,6 +203,14 @@ std::size_t TimingWheel::Advance(Time now, Visitor&& visit) {
   advancing_ = true;
 #endif
   const std::uint64_t now_tick = std::max(NowTick(now), elapsed_);
+  if (now_tick < stop_) {
+    // No occupied slot starts by then: nothing to cascade or visit.
+    elapsed_ = now_tick;
+#ifndef NDEBUG
+    advancing_ = false;
+#endif
+    return 0;
+  }
   std::size_t visited = 0;
   next_valid_ = false;
   for (;;) {
@@ -233,6 +245,8 @@ std::size_t TimingWheel::Advance(Time now, Visitor&& visit) {
   }
   elapsed_ = std::max(elapsed_, now_tick);
   next_valid_ = false;
+  const std::optional<Slot> first = FirstSlot();
+  stop_ = first ? first->start : kNoStop;
 #ifndef NDEBUG
   advancing_ = false;
 #endif

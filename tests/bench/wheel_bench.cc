@@ -242,8 +242,7 @@ void BM_ScheduleCancel(benchmark::State& state) {
     f.impl->Cancel(f.impl->Schedule(f.rng.Delay(), id));
   }
   state.SetItemsProcessed(state.iterations());
-  state.counters["bytes_per_timer"] =
-      static_cast<double>(f.bytes_per_timer);
+  state.counters["bytes_per_timer"] = static_cast<double>(f.bytes_per_timer);
 }
 
 template <typename Impl>
@@ -326,11 +325,12 @@ class RatioReporter : public benchmark::ConsoleReporter {
       if (r.error_occurred || r.iterations == 0) continue;
       auto items = r.counters.find("items_per_second");
       if (items == r.counters.end()) continue;
-      ns_per_item_[r.benchmark_name()] = 1e9 / items->second.value;
+      // "BM_X<Impl>/N/iterations:1" -> "BM_X<Impl>/N"
+      std::string name = r.benchmark_name();
+      name = name.substr(0, name.find("/iterations:"));
+      ns_per_item_[name] = 1e9 / items->second.value;
       auto bytes = r.counters.find("bytes_per_timer");
-      if (bytes != r.counters.end()) {
-        bytes_[r.benchmark_name()] = bytes->second.value;
-      }
+      if (bytes != r.counters.end()) bytes_[name] = bytes->second.value;
     }
   }
   void PrintRatios() const {
