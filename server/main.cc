@@ -7,40 +7,10 @@
 #include <CLI/CLI.hpp>
 #include <asio.hpp>
 #include <chrono>
-#include <regex>
 #include <thread>
 
+#include "server/duration.h"
 #include "server/service.h"
-
-namespace {
-
-// Parses durations like "1ms", "250us", "1h30m", "10s".
-bool ParseDuration(const std::string& text, std::chrono::nanoseconds* out) {
-  static const std::regex part(R"((\d+)(ns|us|ms|s|m|h|d))");
-  if (text.empty()) return false;
-  std::chrono::nanoseconds total{0};
-  auto begin = std::sregex_iterator(text.begin(), text.end(), part);
-  std::size_t consumed = 0;
-  for (auto it = begin; it != std::sregex_iterator(); ++it) {
-    if (static_cast<std::size_t>(it->position()) != consumed) return false;
-    consumed += static_cast<std::size_t>(it->length());
-    const long long n = std::stoll((*it)[1]);
-    const std::string unit = (*it)[2];
-    using namespace std::chrono;
-    if (unit == "ns") total += nanoseconds(n);
-    if (unit == "us") total += microseconds(n);
-    if (unit == "ms") total += milliseconds(n);
-    if (unit == "s") total += seconds(n);
-    if (unit == "m") total += minutes(n);
-    if (unit == "h") total += hours(n);
-    if (unit == "d") total += hours(24 * n);
-  }
-  if (consumed != text.size()) return false;
-  *out = total;
-  return true;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"delayd: a delayed-job scheduling daemon"};
@@ -120,23 +90,25 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
-  std::chrono::nanoseconds tick_ns, max_delay_ns, grace_ns;
-  if (!ParseDuration(tick, &tick_ns) || tick_ns.count() <= 0) {
+  const auto tick_ns = delayd::ParseDuration(tick);
+  const auto max_delay_ns = delayd::ParseDuration(max_delay);
+  const auto grace_ns = delayd::ParseDuration(shutdown_grace);
+  if (!tick_ns || tick_ns->count() <= 0) {
     std::fprintf(stderr, "--tick: not a positive duration: %s\n", tick.c_str());
     return 1;
   }
-  if (!ParseDuration(max_delay, &max_delay_ns) || max_delay_ns.count() <= 0) {
+  if (!max_delay_ns || max_delay_ns->count() <= 0) {
     std::fprintf(stderr, "--max-delay: not a positive duration: %s\n",
                  max_delay.c_str());
     return 1;
   }
-  if (!ParseDuration(shutdown_grace, &grace_ns)) {
+  if (!grace_ns) {
     std::fprintf(stderr, "--shutdown-grace: not a duration: %s\n",
                  shutdown_grace.c_str());
     return 1;
   }
-  options.scheduler.tick = tick_ns;
-  limits.max_delay = max_delay_ns;
+  options.scheduler.tick = *tick_ns;
+  limits.max_delay = *max_delay_ns;
 
   auto logger = spdlog::stdout_logger_mt("delayd");
   if (log_format == "json") {
@@ -163,7 +135,7 @@ int main(int argc, char** argv) {
   }
   spdlog::info("delayd listening on {} port {} ({} partitions, tick {} ns)",
                options.listen, server.port(), options.scheduler.partitions,
-               tick_ns.count());
+               tick_ns->count());
 
   asio::io_context signals_io;
   asio::signal_set signals(signals_io, SIGINT, SIGTERM);
@@ -171,7 +143,7 @@ int main(int argc, char** argv) {
     if (ec) return;
     spdlog::info("signal {}: shutting down", signo);
     server.Shutdown(
-        std::chrono::duration_cast<std::chrono::milliseconds>(grace_ns));
+        std::chrono::duration_cast<std::chrono::milliseconds>(*grace_ns));
   });
   signals_io.run();
   spdlog::info("delayd stopped");
