@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# End-to-end test of delayctl against a real delayd, as an operator uses them:
+# every subcommand, both output formats, every exit code, durations and bad
+# input, watch and work seeing events, and work redelivering after a failing
+# command. Usage: delayctl_test.sh DELAYD DELAYCTL
+set -uo pipefail
+DELAYD=$1
+DELAYCTL=$2
+work=$(mktemp -d)
+trap 'kill "$daemon_pid" 2>/dev/null; wait "$daemon_pid" 2>/dev/null; rm -rf "$work"' EXIT
+
+failures=0
+passes=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+pass() { passes=$((passes + 1)); }
+
+# expect_code WANT CMD...: runs CMD (stdout to $work/out, stderr to
+# $work/err) and checks its exit code.
+expect_code() {
+  local want=$1
+  shift
+  timeout 20 "$@" >"$work/out" 2>"$work/err"
+  local got=$?
+  if [ "$got" -ne "$want" ]; then
+    fail "exit $got, want $want: $* (stderr: $(cat "$work/err"))"
+  else
+    pass
+  fi
+}
+expect_out() {  # expect_out PATTERN: the last command's stdout matches.
+  if grep -qE -- "$1" "$work/out"; then pass; else fail "stdout lacks /$1/: $(cat "$work/out")"; fi
+}
+expect_err() {
+  if grep -qE -- "$1" "$work/err"; then pass; else fail "stderr lacks /$1/: $(cat "$work/err")"; fi
+}
+# wait_for FILE PATTERN: waits (up to 10 s) until FILE has a matching line.
+wait_for() {
+  local deadline=$((SECONDS + 10))
+  until grep -qE -- "$2" "$1" 2>/dev/null; do
+    if [ $SECONDS -ge $deadline ]; then fail "timed out waiting for /$2/ in $1: $(cat "$1")"; return 1; fi
+    sleep 0.05
+  done
+  pass
+}
+
+"$DELAYD" --listen 127.0.0.1:0 >"$work/delayd.log" 2>&1 &
+daemon_pid=$!
+wait_for "$work/delayd.log" " port [0-9]+ " || exit 1
+port=$(grep -oE ' port [0-9]+ ' "$work/delayd.log" | grep -oE '[0-9]+')
+export DELAYD_ENDPOINT=127.0.0.1:$port
+C=$DELAYCTL
+
+# health, stats
+expect_code 0 "$C" health
+expect_out '^SERVING$'
+expect_code 0 "$C" stats
+expect_out 'pending_timers +0'
+expect_code 0 "$C" stats -o json
+expect_out '"partitions":'
+
+# set / get / ls / move / rm, both formats
+expect_code 0 "$C" set order-1 'cancel me' --in 1h30m
+expect_out '^order-1 +1 '
+expect_code 0 "$C" get order-1 -o json
+expect_out '"key":"order-1"'
+expect_code 0 "$C" get order-1
+expect_out 'cancel me'
+expect_code 0 "$C" set order-2 - --in 2d -n shop < <(printf 'from stdin')
+printf 'from a file' >"$work/payload"
+expect_code 0 "$C" set order-3 "@$work/payload" --in 90s -n shop
+expect_code 0 "$C" ls -n shop -o json
+expect_out '"key":"order-2".*"payload":"ZnJvbSBzdGRpbg=="'
+[ "$(wc -l <"$work/out")" -eq 2 ] && pass || fail "ls -o json: want 2 lines: $(cat "$work/out")"
+expect_code 0 "$C" ls -n shop --prefix order-3
+expect_out 'from a file'
+expect_code 3 "$C" set order-1 'again' --in 1h --if-absent
+expect_err 'ALREADY_EXISTS'
+expect_code 0 "$C" move order-1 --at 2030-01-02T03:04:05Z
+expect_out '2030-01-02T03:04:05Z'
+expect_code 3 "$C" move order-1 --in 1h --version 999
+expect_err 'ABORTED'
+expect_code 0 "$C" rm order-1
+expect_code 4 "$C" rm order-1
+expect_err 'NOT_FOUND'
+expect_code 4 "$C" get order-1
+
+# bad input: usage errors, nothing changed
+expect_code 1 "$C" set k --in -5s
+expect_err 'not a duration'
+expect_code 1 "$C" set k --in 3x
+expect_code 1 "$C" set k --in 1h --at 2030-01-01T00:00:00Z
+expect_code 1 "$C" set k --at yesterday
+expect_code 1 "$C" set --in 1h
+expect_code 1 "$C" nosuchcommand
+expect_code 3 "$C" set '' --in 1h
+expect_err 'INVALID_ARGUMENT: key'
+expect_code 0 "$C" --help
+expect_out 'Exit codes: 0 success; 1 usage error; 2 cannot connect'
+
+# cannot connect
+expect_code 2 "$C" --endpoint 127.0.0.1:1 --timeout 1s stats
+expect_err 'cannot connect'
+
+# batch: text lines and JSON lines, a failing line gives exit 3
+printf 'set b1 1h one\n# a comment\n\nset b2 1h\n{"remove":{"key":"b2"}}\nmove nope 1s\n' >"$work/ops"
+expect_code 3 "$C" batch "$work/ops"
+expect_out '^1 ok'
+expect_out '^4 error NOT_FOUND'
+expect_code 0 "$C" batch - < <(printf 'rm b1\n')
+expect_code 1 "$C" batch /nonexistent
+
+# watch sees a timer fire; drain fires a namespace now
+"$C" watch -n wns -o json --count 2 >"$work/watch" 2>&1 &
+watch_pid=$!
+wait_for_registered() {  # a watcher registers before its first event
+  local deadline=$((SECONDS + 10))
+  until "$C" stats -o json | grep -q '"watchers":"1"'; do
+    [ $SECONDS -ge $deadline ] && { fail "watcher never registered"; return; }
+    sleep 0.05
+  done
+}
+wait_for_registered
+expect_code 0 "$C" set w1 'watched' --in 100ms -n wns
+wait_for "$work/watch" '"key":"w1"'
+expect_code 0 "$C" set w2 'drained' --in 1h -n wns
+expect_code 0 "$C" drain -n wns
+expect_out 'drained 1 timers'
+wait $watch_pid
+[ $? -eq 0 ] && pass || fail "watch --count 2 did not exit 0"
+grep -q '"key":"w2".*"reason":"REASON_DRAINED"' "$work/watch" && pass || fail "watch: no drained w2: $(cat "$work/watch")"
+grep -q '"key":"w1".*"reason":"REASON_EXPIRED"' "$work/watch" && pass || fail "watch: no expired w1: $(cat "$work/watch")"
+
+# watch ends cleanly (exit 0) when interrupted
+"$C" watch -n idle >/dev/null 2>&1 &
+idle_pid=$!
+deadline=$((SECONDS + 10))
+until "$C" stats -o json | grep -q '"watchers":"1"'; do
+  [ $SECONDS -ge $deadline ] && break
+  sleep 0.05
+done
+kill -INT $idle_pid
+wait $idle_pid
+[ $? -eq 0 ] && pass || fail "watch interrupted: want exit 0"
+
+# work: runs the command with the payload on stdin and fields in env; acks
+# on exit 0; a failing command leaves the event for redelivery (attempt 2).
+expect_code 0 "$C" set job-1 'payload-one' --in 0s -n q
+expect_code 0 "$C" work -n q --count 1 --exec "cat >$work/job.txt; echo \" \$DELAYD_KEY \$DELAYD_ATTEMPT \$DELAYD_REASON\" >>$work/job.txt"
+grep -q 'payload-one job-1 1 EXPIRED' "$work/job.txt" && pass || fail "work: command saw $(cat "$work/job.txt")"
+expect_code 0 "$C" stats -o json
+grep -q '"events_acked":"1"' "$work/out" && pass || fail "work: not acked: $(cat "$work/out")"
+expect_code 0 "$C" set job-2 'flaky' --in 0s -n q
+expect_code 0 "$C" work -n q --count 2 --ack-timeout 200ms \
+  --exec '[ "$DELAYD_ATTEMPT" -ge 2 ] || exit 7'
+expect_out 'job-2 attempt=1 exit=7'
+expect_out 'job-2 attempt=2 exit=0'
+expect_err 'left for redelivery'
+
+# ack: unknown ids are not found
+expect_code 4 "$C" ack 123456 -n q
+expect_out 'unknown 123456'
+
+echo "delayctl: $passes passed, $failures failed"
+[ "$failures" -eq 0 ]
