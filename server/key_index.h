@@ -1,16 +1,17 @@
 // An open-addressing hash index from a key to a 32-bit record index.
 //
 // Written here rather than taken from a library because the daemon needs an
-// index that stores nothing but the 4-byte record index per slot (the key and
-// its hash live in the record), to keep a pending timer near 100 bytes; the
+// index that stores only 8 bytes per slot (a record index and its key's hash;
+// the key lives in the record), to keep a pending timer near 100 bytes; the
 // standard unordered containers spend 40+ bytes per entry and Debian 12 ships
 // no flat hash map among the project's dependencies.
 //
 // Linear probing, power-of-two capacity, load factor at most 3/4, deletion by
 // backward shift (no tombstones, so probe lengths never degrade under churn).
+// The hash beside each index means a probe reads a record only when the full
+// 32-bit hashes match.
 //
-// `HashOf(uint32_t record) -> uint32_t` returns a stored record's hash; it is
-// used when growing and deleting. Thread safety: none.
+// Thread safety: none.
 #ifndef DELAYD_SERVER_KEY_INDEX_H_
 #define DELAYD_SERVER_KEY_INDEX_H_
 
@@ -20,12 +21,9 @@
 
 namespace delayd {
 
-template <typename HashOf>
 class KeyIndex {
  public:
   static constexpr std::uint32_t kNone = 0xFFFFFFFFu;
-
-  explicit KeyIndex(HashOf hash_of) : hash_of_(hash_of) {}
 
   std::size_t size() const { return size_; }
 
@@ -35,9 +33,9 @@ class KeyIndex {
   std::uint32_t Find(std::uint32_t hash, Matches&& matches) const {
     if (slots_.empty()) return kNone;
     for (std::size_t i = hash & mask_;; i = (i + 1) & mask_) {
-      const std::uint32_t r = slots_[i];
-      if (r == kNone) return kNone;
-      if (hash_of_(r) == hash && matches(r)) return r;
+      const Slot s = slots_[i];
+      if (s.record == kNone) return kNone;
+      if (s.hash == hash && matches(s.record)) return s.record;
     }
   }
 
@@ -51,46 +49,47 @@ class KeyIndex {
   // Removes `record`, which must be present with `hash`.
   void Erase(std::uint32_t hash, std::uint32_t record) {
     std::size_t hole = hash & mask_;
-    while (slots_[hole] != record) hole = (hole + 1) & mask_;
+    while (slots_[hole].record != record) hole = (hole + 1) & mask_;
     // Shift back every later entry of the cluster whose home slot is not
     // cyclically within (hole, i].
     for (std::size_t i = (hole + 1) & mask_;; i = (i + 1) & mask_) {
-      const std::uint32_t r = slots_[i];
-      if (r == kNone) break;
-      const std::size_t home = hash_of_(r) & mask_;
+      const Slot s = slots_[i];
+      if (s.record == kNone) break;
+      const std::size_t home = s.hash & mask_;
       const bool stays =
           hole <= i ? (hole < home && home <= i) : (hole < home || home <= i);
       if (!stays) {
-        slots_[hole] = r;
+        slots_[hole] = s;
         hole = i;
       }
     }
-    slots_[hole] = kNone;
+    slots_[hole] = Slot{};
     --size_;
   }
 
-  std::size_t MemoryUsage() const {
-    return slots_.capacity() * sizeof(std::uint32_t);
-  }
+  std::size_t MemoryUsage() const { return slots_.capacity() * sizeof(Slot); }
 
  private:
+  struct Slot {
+    std::uint32_t record = kNone;
+    std::uint32_t hash = 0;
+  };
   void Place(std::uint32_t hash, std::uint32_t record) {
     std::size_t i = hash & mask_;
-    while (slots_[i] != kNone) i = (i + 1) & mask_;
-    slots_[i] = record;
+    while (slots_[i].record != kNone) i = (i + 1) & mask_;
+    slots_[i] = Slot{record, hash};
   }
   void Grow() {
-    std::vector<std::uint32_t> old = std::move(slots_);
+    std::vector<Slot> old = std::move(slots_);
     const std::size_t capacity = old.empty() ? 16 : old.size() * 2;
-    slots_.assign(capacity, kNone);
+    slots_.assign(capacity, Slot{});
     mask_ = capacity - 1;
-    for (std::uint32_t r : old) {
-      if (r != kNone) Place(hash_of_(r), r);
+    for (const Slot& s : old) {
+      if (s.record != kNone) Place(s.hash, s.record);
     }
   }
 
-  HashOf hash_of_;
-  std::vector<std::uint32_t> slots_;
+  std::vector<Slot> slots_;
   std::size_t mask_ = 0;
   std::size_t size_ = 0;
 };

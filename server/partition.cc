@@ -14,7 +14,6 @@ Partition::Partition(asio::io_context& io, std::uint32_t index,
       counters_(counters),
       publish_(std::move(publish)),
       strand_(asio::make_strand(io)),
-      keys_(HashOf{&records_}),
       wheel_(
           strand_, tick, epoch,
           [this](std::vector<StrandWheel::Expired>& due) { OnExpired(due); }) {
@@ -61,7 +60,7 @@ OpResult Partition::Set(SetOp& op, WallNanos wall_now, SteadyTime steady_now) {
   std::uint32_t r = Find(op.ns, op.key, hash);
   const auto deadline = Deadline(op.fire_time, wall_now, steady_now);
   OpResult result;
-  if (r != KeyIndex<HashOf>::kNone) {
+  if (r != KeyIndex::kNone) {
     if (op.if_absent) {
       result.status =
           Status::AlreadyExists("timer '" + op.key + "' is already pending");
@@ -107,7 +106,7 @@ OpResult Partition::Move(MoveOp& op, WallNanos wall_now,
                          SteadyTime steady_now) {
   OpResult result;
   const std::uint32_t r = Find(op.ns, op.key, Hash(op.ns, op.key));
-  if (r == KeyIndex<HashOf>::kNone) {
+  if (r == KeyIndex::kNone) {
     result.status = Status::NotFound("no pending timer '" + op.key + "'");
     return result;
   }
@@ -130,7 +129,7 @@ OpResult Partition::Move(MoveOp& op, WallNanos wall_now,
 OpResult Partition::Remove(RemoveOp& op) {
   OpResult result;
   const std::uint32_t r = Find(op.ns, op.key, Hash(op.ns, op.key));
-  if (r == KeyIndex<HashOf>::kNone) {
+  if (r == KeyIndex::kNone) {
     result.status = Status::NotFound("no pending timer '" + op.key + "'");
     return result;
   }
@@ -219,7 +218,7 @@ std::uint64_t Partition::Drain(NamespaceId ns) {
 std::optional<TimerInfo> Partition::Get(NamespaceId ns,
                                         std::string_view key) const {
   const std::uint32_t r = Find(ns, key, Hash(ns, key));
-  if (r == KeyIndex<HashOf>::kNone) return std::nullopt;
+  if (r == KeyIndex::kNone) return std::nullopt;
   const Record& rec = records_[r];
   return TimerInfo{ns, std::string(rec.blob.key()),
                    std::string(rec.blob.payload()), rec.fire_time, rec.version};

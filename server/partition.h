@@ -70,12 +70,6 @@ class Partition {
     NamespaceId ns;
     std::uint32_t hash;
   };
-  struct HashOf {
-    const std::vector<Record>* records;
-    std::uint32_t operator()(std::uint32_t r) const {
-      return (*records)[r].hash;
-    }
-  };
 
   static std::uint32_t Hash(NamespaceId ns, std::string_view key);
   std::uint32_t Find(NamespaceId ns, std::string_view key,
@@ -98,7 +92,7 @@ class Partition {
   Strand strand_;
   std::vector<Record> records_;
   std::vector<std::uint32_t> free_records_;
-  KeyIndex<HashOf> keys_;
+  KeyIndex keys_;
   StrandWheel wheel_;
   std::uint64_t next_version_ = 1;
   std::uint64_t next_event_seq_ = 1;
