@@ -5,7 +5,9 @@
 #ifndef DELAYD_SERVER_SERVICE_H_
 #define DELAYD_SERVER_SERVICE_H_
 
+#include <google/protobuf/arena.h>
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/support/message_allocator.h>
 
 #include <chrono>
 #include <memory>
@@ -20,9 +22,45 @@ namespace delayd {
 // The one mapping from the core's status to gRPC's.
 grpc::Status ToGrpc(const Status& status);
 
+// Request and response of one call on one protobuf arena: parsing a Batch of
+// a thousand operations, and building its results, then costs a few large
+// allocations instead of thousands of small ones.
+template <typename Request, typename Response>
+class ArenaMessageAllocator
+    : public grpc::MessageAllocator<Request, Response> {
+ public:
+  grpc::MessageHolder<Request, Response>* AllocateMessages() override {
+    return new Holder;
+  }
+
+ private:
+  class Holder : public grpc::MessageHolder<Request, Response> {
+   public:
+    Holder() : arena_(Options()) {
+      this->set_request(
+          google::protobuf::Arena::CreateMessage<Request>(&arena_));
+      this->set_response(
+          google::protobuf::Arena::CreateMessage<Response>(&arena_));
+    }
+    void Release() override { delete this; }
+
+   private:
+    static google::protobuf::ArenaOptions Options() {
+      google::protobuf::ArenaOptions o;
+      o.start_block_size = 4096;
+      o.max_block_size = 1 << 20;
+      return o;
+    }
+    google::protobuf::Arena arena_;
+  };
+};
+
 class DelaydService final : public v1::Delayd::CallbackService {
  public:
-  explicit DelaydService(Scheduler& scheduler) : scheduler_(scheduler) {}
+  explicit DelaydService(Scheduler& scheduler) : scheduler_(scheduler) {
+    SetMessageAllocatorFor_Batch(&batch_allocator_);
+    SetMessageAllocatorFor_SetTimer(&set_allocator_);
+  }
 
   grpc::ServerUnaryReactor* SetTimer(grpc::CallbackServerContext* ctx,
                                      const v1::SetTimerRequest* req,
@@ -76,6 +114,9 @@ class DelaydService final : public v1::Delayd::CallbackService {
               NamespaceCache* cache = nullptr);
 
   Scheduler& scheduler_;
+  ArenaMessageAllocator<v1::BatchRequest, v1::BatchResponse> batch_allocator_;
+  ArenaMessageAllocator<v1::SetTimerRequest, v1::SetTimerResponse>
+      set_allocator_;
 };
 
 // The daemon's gRPC server: the service, health checking and reflection.
