@@ -57,7 +57,8 @@ int main(int argc, char** argv) {
   app.add_option("--max-delay", max_delay, "Longest delay accepted")
       ->envname("DELAYD_MAX_DELAY")
       ->capture_default_str();
-  app.add_option("--max-pending-timers", limits.max_pending_timers)
+  app.add_option("--max-pending-timers", limits.max_pending_timers,
+                 "Limit on pending timers plus unacknowledged events")
       ->envname("DELAYD_MAX_PENDING_TIMERS")
       ->capture_default_str();
   app.add_option("--max-batch-ops", limits.max_batch_ops)

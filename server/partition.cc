@@ -73,11 +73,18 @@ OpResult Partition::Set(SetOp& op, WallNanos wall_now, SteadyTime steady_now) {
     wheel_.wheel().Reschedule(rec.handle, deadline);
     result.replaced = true;
   } else {
-    if (counters_.pending.fetch_add(1) >= limits_.max_pending_timers) {
+    // Events not yet acknowledged count too, so that memory stays bounded
+    // while no worker drains them: producers get backpressure instead.
+    const std::uint64_t undelivered =
+        counters_.ready.load(std::memory_order_relaxed) +
+        counters_.in_flight.load(std::memory_order_relaxed);
+    if (counters_.pending.fetch_add(1) + undelivered >=
+        limits_.max_pending_timers) {
       counters_.pending.fetch_sub(1);
       result.status = Status::ResourceExhausted(
           "pending-timer limit of " +
-          std::to_string(limits_.max_pending_timers) + " reached");
+          std::to_string(limits_.max_pending_timers) +
+          " reached (pending timers plus unacknowledged events)");
       return result;
     }
     if (free_records_.empty()) {

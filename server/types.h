@@ -29,6 +29,7 @@ struct Limits {
   std::size_t max_namespace_bytes = 64;
   std::size_t max_payload_bytes = 64 * 1024;
   std::chrono::nanoseconds max_delay = std::chrono::hours(24 * 365 * 10);
+  // Pending timers plus fired events not yet acknowledged.
   std::uint64_t max_pending_timers = 10'000'000;
   std::size_t max_batch_ops = 1000;
   std::size_t max_subscribers = 10'000;

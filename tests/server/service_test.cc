@@ -218,6 +218,47 @@ TEST(DelaydLimits, PendingAndSubscriberLimitsAreResourceExhausted) {
   EXPECT_EQ(second.WaitDone().error_code(), StatusCode::RESOURCE_EXHAUSTED);
 }
 
+TEST(DelaydLimits, UnacknowledgedEventsCountAgainstThePendingLimit) {
+  DelaydServer::Options o = TestDaemon::DefaultOptions();
+  o.scheduler.limits.max_pending_timers = 3;
+  TestDaemon d(o);
+  auto set = [&](const std::string& key, std::int64_t delay_ms) {
+    v1::SetTimerRequest req;
+    req.set_key(key);
+    *req.mutable_delay() = Millis(delay_ms);
+    v1::SetTimerResponse resp;
+    grpc::ClientContext ctx;
+    return d.stub().SetTimer(&ctx, req, &resp);
+  };
+  ASSERT_TRUE(set("due-1", 0).ok());
+  ASSERT_TRUE(set("due-2", 0).ok());
+  ASSERT_TRUE(set("later", 60000).ok());
+  // The two due timers fire and wait: no worker is connected.
+  auto stats = [&] {
+    v1::StatsResponse s;
+    grpc::ClientContext ctx;
+    EXPECT_TRUE(d.stub().Stats(&ctx, v1::StatsRequest(), &s).ok());
+    return s;
+  };
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (stats().ready_events() < 2 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::yield();
+  }
+  ASSERT_EQ(stats().ready_events(), 2u);
+  EXPECT_EQ(set("more", 60000).error_code(), StatusCode::RESOURCE_EXHAUSTED);
+  // A worker takes and acknowledges them: room again.
+  TestStream w(d.stub(), TestStream::Worker("default"));
+  auto events = w.WaitFor(2);
+  ASSERT_EQ(events.size(), 2u);
+  v1::AckRequest ack;
+  for (const auto& e : events) ack.add_event_ids(e.id());
+  v1::AckResponse ack_resp;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(d.stub().Ack(&ctx, ack, &ack_resp).ok());
+  EXPECT_TRUE(set("more", 60000).ok());
+}
+
 TEST_F(DelaydTest, ReplaceFiresOnlyTheNewTimer) {
   TestStream w(d_.stub(), TestStream::Worker("default"));
   ASSERT_TRUE(w.WaitRegistered());
