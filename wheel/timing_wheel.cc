@@ -6,7 +6,12 @@
 
 namespace delayd::wheel {
 
-TimingWheel::TimingWheel(Time tick) : tick_(tick) {
+TimingWheel::TimingWheel(Time tick)
+    : tick_(tick),
+      tick_ns_(static_cast<std::uint64_t>(tick.count())),
+      tick_reciprocal_(
+          ~std::uint64_t{0} /
+          static_cast<std::uint64_t>(std::max<std::int64_t>(1, tick.count()))) {
   assert(tick.count() > 0);
   for (auto& level : head_) level.fill(kNil);
   for (auto& level : tail_) level.fill(kNil);
@@ -15,17 +20,15 @@ TimingWheel::TimingWheel(Time tick) : tick_(tick) {
 std::uint64_t TimingWheel::DeadlineTick(Time deadline) const {
   const std::int64_t ns = deadline.count();
   if (ns <= 0) return 0;
-  const auto t = static_cast<std::uint64_t>(tick_.count());
   const auto d = static_cast<std::uint64_t>(ns);
-  return std::min(d / t + (d % t != 0 ? 1 : 0), kMaxTick);
+  const std::uint64_t q = DivTick(d);
+  return std::min(q + (q * tick_ns_ != d ? 1 : 0), kMaxTick);
 }
 
 std::uint64_t TimingWheel::NowTick(Time now) const {
   const std::int64_t ns = now.count();
   if (ns <= 0) return 0;
-  return std::min(static_cast<std::uint64_t>(ns) /
-                      static_cast<std::uint64_t>(tick_.count()),
-                  kMaxTick);
+  return std::min(DivTick(static_cast<std::uint64_t>(ns)), kMaxTick);
 }
 
 void TimingWheel::Grow() {

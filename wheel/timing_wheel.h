@@ -159,6 +159,19 @@ class TimingWheel {
 
   std::uint64_t DeadlineTick(Time deadline) const;
   std::uint64_t NowTick(Time now) const;
+  // floor(ns / tick) for ns >= 0, by a multiply with a precomputed
+  // reciprocal and an exact correction (a 64-bit division costs more than
+  // the rest of Schedule).
+  std::uint64_t DivTick(std::uint64_t ns) const {
+    std::uint64_t q = static_cast<std::uint64_t>(
+        (static_cast<unsigned __int128>(ns) * tick_reciprocal_) >> 64);
+    std::uint64_t r = ns - q * tick_ns_;
+    while (r >= tick_ns_) {
+      ++q;
+      r -= tick_ns_;
+    }
+    return q;
+  }
   Time ToTime(std::uint64_t tick) const { return tick_ * tick; }
 
   // Links node `i` into the slot its tick belongs to, relative to elapsed_.
@@ -176,7 +189,9 @@ class TimingWheel {
   void NoteRemoved(std::uint64_t tick);
 
   const Time tick_;
-  std::uint64_t elapsed_ = 0;  // The wheel's current tick.
+  const std::uint64_t tick_ns_;
+  const std::uint64_t tick_reciprocal_;  // floor((2^64 - 1) / tick_ns_)
+  std::uint64_t elapsed_ = 0;            // The wheel's current tick.
   std::size_t size_ = 0;
   std::vector<std::unique_ptr<Node[]>> chunks_;
   std::uint32_t capacity_ = 0;

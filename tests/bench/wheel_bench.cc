@@ -45,8 +45,13 @@ struct Rng {
     x ^= x << 17;
     return x;
   }
+  // Uniform in [kMinDelayMs, kMaxDelayMs) by multiply-shift range reduction
+  // (a modulo would cost the harness a division per call).
   std::uint64_t Delay() {
-    return kMinDelayMs + Next() % (kMaxDelayMs - kMinDelayMs);
+    return kMinDelayMs +
+           static_cast<std::uint64_t>((static_cast<unsigned __int128>(Next()) *
+                                       (kMaxDelayMs - kMinDelayMs)) >>
+                                      64);
   }
 };
 
