@@ -171,6 +171,7 @@ void Dispatcher::StartAckTimer(std::uint64_t event_id, Outstanding& o,
   }
   o.ack_timer =
       ack_wheel_.wheel().Schedule(ack_wheel_.Now() + timeout, o.ack_cookie);
+  ack_wheel_.Scheduled(o.ack_timer);
 }
 
 void Dispatcher::CancelAckTimer(Outstanding& o) {
@@ -227,7 +228,6 @@ void Dispatcher::Pump() {
     counters_.in_flight.fetch_add(batch.size());
     w.sink->Deliver(name_, batch);
   }
-  ack_wheel_.Arm();
 }
 
 }  // namespace delayd

@@ -71,6 +71,7 @@ OpResult Partition::Set(SetOp& op, WallNanos wall_now, SteadyTime steady_now) {
     rec.fire_time = op.fire_time;
     rec.version = next_version_++;
     wheel_.wheel().Reschedule(rec.handle, deadline);
+    wheel_.Scheduled(rec.handle);
     result.replaced = true;
   } else {
     // Events not yet acknowledged count too, so that memory stays bounded
@@ -101,6 +102,7 @@ OpResult Partition::Set(SetOp& op, WallNanos wall_now, SteadyTime steady_now) {
     rec.ns = op.ns;
     rec.hash = hash;
     rec.handle = wheel_.wheel().Schedule(deadline, r);
+    wheel_.Scheduled(rec.handle);
     keys_.Insert(hash, r);
   }
   counters_.set.fetch_add(1, std::memory_order_relaxed);
@@ -128,6 +130,7 @@ OpResult Partition::Move(MoveOp& op, WallNanos wall_now,
   rec.version = next_version_++;
   wheel_.wheel().Reschedule(rec.handle,
                             Deadline(op.fire_time, wall_now, steady_now));
+  wheel_.Scheduled(rec.handle);
   result.version = rec.version;
   result.fire_time = rec.fire_time;
   return result;

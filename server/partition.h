@@ -39,10 +39,8 @@ class Partition {
 
   Strand& strand() { return strand_; }
 
-  // Applies one operation at the given instant; call Arm() after a group.
+  // Applies one operation at the given instant.
   OpResult Apply(Op& op, WallNanos wall_now, SteadyTime steady_now);
-  // Re-arms the partition's timer after operations.
-  void Arm() { wheel_.Arm(); }
 
   // Fires every pending timer of `ns` now (reason DRAINED), in fire-time
   // order. Returns how many.

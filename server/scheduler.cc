@@ -96,7 +96,6 @@ void Scheduler::Submit(Op op, std::function<void(OpResult)> done) {
   asio::post(
       p.strand(), [&p, op = std::move(op), done = std::move(done)]() mutable {
         OpResult r = p.Apply(op, WallNow(), std::chrono::steady_clock::now());
-        p.Arm();
         done(std::move(r));
       });
 }
@@ -139,7 +138,6 @@ void Scheduler::SubmitBatch(std::vector<Op> ops,
       for (std::uint32_t i : group) {
         state->results[i] = part.Apply(state->ops[i], wall, steady);
       }
-      part.Arm();
       if (state->remaining.fetch_sub(1) == 1) {
         state->done(std::move(state->results));
       }

@@ -26,8 +26,7 @@ grpc::Status ToGrpc(const Status& status);
 // a thousand operations, and building its results, then costs a few large
 // allocations instead of thousands of small ones.
 template <typename Request, typename Response>
-class ArenaMessageAllocator
-    : public grpc::MessageAllocator<Request, Response> {
+class ArenaMessageAllocator : public grpc::MessageAllocator<Request, Response> {
  public:
   grpc::MessageHolder<Request, Response>* AllocateMessages() override {
     return new Holder;

@@ -48,29 +48,27 @@ class StrandWheel {
     return ToWheel(std::chrono::steady_clock::now());
   }
 
-  // Call after changing the wheel. Arms the timer if the wheel's next
-  // deadline is earlier than the armed one. A later deadline (a timer was
-  // removed) keeps the armed wake-up: it finds nothing due and re-arms.
-  void Arm() {
+  // Call after scheduling or rescheduling `handle`: arms the timer for it if
+  // it is due before the armed wake-up. Removing timers needs no call: the
+  // armed wake-up (never later than the earliest timer) then finds nothing
+  // due and re-arms for the exact next deadline. So operations never pay for
+  // NextDeadline(), and an idle owner never wakes for nothing.
+  void Scheduled(wheel::TimingWheel::Handle handle) {
     assert(strand_.running_in_this_thread());
-    const auto next = wheel_.NextDeadline();
-    if (!next || (armed_ && *next >= *armed_)) return;
-    armed_ = next;
-    timer_.expires_at(epoch_ + *next);
-    timer_.async_wait([this, at = *next](const asio::error_code& ec) {
-      if (ec || !armed_ || *armed_ != at) return;  // Superseded.
-      armed_.reset();
-      Fire();
-    });
+    const auto due = wheel_.Due(handle);
+    if (due && (!armed_ || *due < *armed_)) ArmAt(*due);
   }
 
-  // Processes whatever is due now and re-arms. Runs on the strand.
+  // Processes whatever is due now and re-arms for the next deadline. Runs on
+  // the strand.
   void Fire() {
     assert(strand_.running_in_this_thread());
     due_.clear();
     wheel_.Advance(Now(), [this](const Expired& e) { due_.push_back(e); });
     if (!due_.empty()) on_expired_(due_);
-    Arm();
+    if (const auto next = wheel_.NextDeadline()) {
+      if (!armed_ || *next < *armed_) ArmAt(*next);
+    }
   }
 
   void Stop() {
@@ -79,6 +77,16 @@ class StrandWheel {
   }
 
  private:
+  void ArmAt(wheel::TimingWheel::Time at) {
+    armed_ = at;
+    timer_.expires_at(epoch_ + at);
+    timer_.async_wait([this, at](const asio::error_code& ec) {
+      if (ec || !armed_ || *armed_ != at) return;  // Superseded.
+      armed_.reset();
+      Fire();
+    });
+  }
+
   Strand& strand_;
   asio::steady_timer timer_;
   const SteadyTime epoch_;

@@ -87,6 +87,12 @@ bool TimingWheel::IsPending(Handle handle) const {
   return Find(handle) != kNil;
 }
 
+std::optional<TimingWheel::Time> TimingWheel::Due(Handle handle) const {
+  const std::uint32_t i = Find(handle);
+  if (i == kNil) return std::nullopt;
+  return ToTime(node(i).tick);
+}
+
 void TimingWheel::Place(std::uint32_t i) {
   Node& n = node(i);
   // The level is that of the highest bit in which the deadline differs from

@@ -85,6 +85,10 @@ class TimingWheel {
   // Whether `handle` is pending.
   bool IsPending(Handle handle) const;
 
+  // When a pending timer is due (its deadline rounded up to the tick, or the
+  // wheel's time if that is later); nullopt if `handle` is not pending.
+  std::optional<Time> Due(Handle handle) const;
+
   // Advances the wheel's time to `now` and calls `visit(const Expired&)` for
   // every timer due by then, removing each before its visit. `visit` may call
   // Schedule, Cancel and Reschedule: a timer it cancels that is due in this
