@@ -252,15 +252,4 @@ std::optional<std::uint32_t> Partition::List(
   return std::nullopt;
 }
 
-std::size_t Partition::MemoryUsage() const {
-  std::size_t blobs = 0;
-  for (const Record& rec : records_) {
-    if (rec.blob)
-      blobs += 8 + rec.blob.key().size() + rec.blob.payload().size();
-  }
-  return records_.capacity() * sizeof(Record) +
-         free_records_.capacity() * sizeof(std::uint32_t) +
-         keys_.MemoryUsage() + wheel_.wheel().MemoryUsage() + blobs;
-}
-
 }  // namespace delayd

@@ -15,6 +15,7 @@
 #define DELAYD_SERVER_PARTITION_H_
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <optional>
 #include <string_view>
@@ -55,11 +56,8 @@ class Partition {
                                     std::uint32_t cursor, std::size_t limit,
                                     std::vector<TimerInfo>& out) const;
 
-  // Bytes of memory held for pending timers (records, index, wheel, blobs).
-  std::size_t MemoryUsage() const;
-
  private:
-  // 40 bytes; the key and payload live in `blob`.
+  // 72 bytes, with a short key and payload inline in `blob`.
   struct Record {
     WallNanos fire_time;
     std::uint64_t version;
@@ -88,7 +86,8 @@ class Partition {
   Counters& counters_;
   Publish publish_;
   Strand strand_;
-  std::vector<Record> records_;
+  // A deque: growing never copies records or leaves a freed array behind.
+  std::deque<Record> records_;
   std::vector<std::uint32_t> free_records_;
   KeyIndex keys_;
   StrandWheel wheel_;

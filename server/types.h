@@ -38,34 +38,64 @@ struct Limits {
   std::size_t watcher_backlog = 10'000;
 };
 
-// A key and payload in one allocation: [u32 key size][u32 payload size][key]
-// [payload]. Keeps a pending timer to one small heap block.
+// A timer's key and payload, 40 bytes: stored inline when together they fit
+// in 32 bytes (no allocation per timer), else in one heap block. Empty (no
+// key) when default-constructed or moved from.
 class Blob {
  public:
   Blob() = default;
   Blob(std::string_view key, std::string_view payload)
-      : data_(new char[8 + key.size() + payload.size()]) {
-    const auto k = static_cast<std::uint32_t>(key.size());
-    const auto p = static_cast<std::uint32_t>(payload.size());
-    std::memcpy(data_.get(), &k, 4);
-    std::memcpy(data_.get() + 4, &p, 4);
-    std::memcpy(data_.get() + 8, key.data(), k);
-    std::memcpy(data_.get() + 8 + k, payload.data(), p);
+      : key_size_(static_cast<std::uint32_t>(key.size())),
+        payload_size_(static_cast<std::uint32_t>(payload.size())) {
+    char* out = inline_;
+    if (!is_inline()) {
+      heap_ = new char[key.size() + payload.size()];
+      out = heap_;
+    }
+    std::memcpy(out, key.data(), key.size());
+    std::memcpy(out + key.size(), payload.data(), payload.size());
   }
-  std::string_view key() const { return {data_.get() + 8, Size(0)}; }
+  Blob(Blob&& other) noexcept { Take(other); }
+  Blob& operator=(Blob&& other) noexcept {
+    if (this != &other) {
+      Free();
+      Take(other);
+    }
+    return *this;
+  }
+  ~Blob() { Free(); }
+
+  std::string_view key() const { return {data(), key_size_}; }
   std::string_view payload() const {
-    return {data_.get() + 8 + Size(0), Size(4)};
+    return {data() + key_size_, payload_size_};
   }
-  explicit operator bool() const { return data_ != nullptr; }
+  explicit operator bool() const { return key_size_ != 0; }
 
  private:
-  std::uint32_t Size(int at) const {
-    std::uint32_t n;
-    std::memcpy(&n, data_.get() + at, 4);
-    return n;
+  static constexpr std::size_t kInline = 32;
+  bool is_inline() const {
+    return std::size_t{key_size_} + payload_size_ <= kInline;
   }
-  std::unique_ptr<char[]> data_;
+  const char* data() const { return is_inline() ? inline_ : heap_; }
+  void Free() {
+    if (!is_inline()) delete[] heap_;
+    key_size_ = payload_size_ = 0;
+  }
+  void Take(Blob& other) {
+    key_size_ = other.key_size_;
+    payload_size_ = other.payload_size_;
+    std::memcpy(inline_, other.inline_, kInline);  // Or the pointer in it.
+    other.key_size_ = other.payload_size_ = 0;
+  }
+
+  std::uint32_t key_size_ = 0;
+  std::uint32_t payload_size_ = 0;
+  union {
+    char inline_[kInline];
+    char* heap_;
+  };
 };
+static_assert(sizeof(Blob) == 40);
 
 // Namespaces are interned: the core passes a dense id, the service the name.
 using NamespaceId = std::uint32_t;

@@ -296,6 +296,28 @@ TEST_F(DelaydTest, MoveToNowOrUnderATickFiresOnce) {
   EXPECT_EQ(events.back().key(), "marker");
 }
 
+TEST_F(DelaydTest, PayloadsOfEverySizeRoundTrip) {
+  // Inline (key and payload within 32 bytes), just past it, and the limit.
+  TestStream w(d_.stub(), TestStream::Worker("default"));
+  ASSERT_TRUE(w.WaitRegistered());
+  const std::vector<std::string> payloads = {
+      "", "short", std::string(32 - 2, 'a'), std::string(32 - 1, 'b'),
+      std::string(64 * 1024, 'c')};
+  for (std::size_t i = 0; i < payloads.size(); ++i) {
+    const std::string key = "k" + std::to_string(i);
+    ASSERT_TRUE(Set(key, 60000, payloads[i]).ok());
+    v1::Timer t;
+    ASSERT_TRUE(Get(key, &t).ok());
+    EXPECT_EQ(t.payload(), payloads[i]) << key;
+    ASSERT_TRUE(Move(key, 0).ok());
+  }
+  auto events = w.WaitFor(payloads.size());
+  ASSERT_EQ(events.size(), payloads.size());
+  for (const auto& e : events) {
+    EXPECT_EQ(e.payload(), payloads[std::stoul(e.key().substr(1))]) << e.key();
+  }
+}
+
 TEST_F(DelaydTest, RemovedTimerNeverFires) {
   TestStream w(d_.stub(), TestStream::Worker("default"));
   ASSERT_TRUE(w.WaitRegistered());
