@@ -44,7 +44,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--max-key-bytes", limits.max_key_bytes)
       ->envname("DELAYD_MAX_KEY_BYTES")
-      ->check(CLI::Range(1, 65536))
+      ->check(CLI::Range(1, 65535))
       ->capture_default_str();
   app.add_option("--max-namespace-bytes", limits.max_namespace_bytes)
       ->envname("DELAYD_MAX_NAMESPACE_BYTES")
@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--max-namespaces", limits.max_namespaces)
       ->envname("DELAYD_MAX_NAMESPACES")
-      ->check(CLI::Range(1, 1000000))
+      ->check(CLI::Range(1, 65536))
       ->capture_default_str();
   app.add_option("--watcher-backlog", limits.watcher_backlog,
                  "Events a watcher may fall behind before it is ended")

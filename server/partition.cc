@@ -28,7 +28,7 @@ std::uint32_t Partition::Hash(NamespaceId ns, std::string_view key) {
 std::uint32_t Partition::Find(NamespaceId ns, std::string_view key,
                               std::uint32_t hash) const {
   return keys_.Find(hash, [&](std::uint32_t r) {
-    return records_[r].ns == ns && records_[r].blob.key() == key;
+    return records_[r].ns() == ns && records_[r].blob.key() == key;
   });
 }
 
@@ -67,7 +67,7 @@ OpResult Partition::Set(SetOp& op, WallNanos wall_now, SteadyTime steady_now) {
       return result;
     }
     Record& rec = records_[r];
-    rec.blob = Blob(op.key, op.payload);
+    rec.blob = Blob(op.key, op.payload, static_cast<std::uint16_t>(op.ns));
     rec.fire_time = op.fire_time;
     rec.version = next_version_++;
     wheel_.wheel().Reschedule(rec.handle, deadline);
@@ -96,11 +96,9 @@ OpResult Partition::Set(SetOp& op, WallNanos wall_now, SteadyTime steady_now) {
       free_records_.pop_back();
     }
     Record& rec = records_[r];
-    rec.blob = Blob(op.key, op.payload);
+    rec.blob = Blob(op.key, op.payload, static_cast<std::uint16_t>(op.ns));
     rec.fire_time = op.fire_time;
     rec.version = next_version_++;
-    rec.ns = op.ns;
-    rec.hash = hash;
     rec.handle = wheel_.wheel().Schedule(deadline, r);
     wheel_.Scheduled(rec.handle);
     keys_.Insert(hash, r);
@@ -159,7 +157,7 @@ OpResult Partition::Remove(RemoveOp& op) {
 
 void Partition::Forget(std::uint32_t r) {
   Record& rec = records_[r];
-  keys_.Erase(rec.hash, r);
+  keys_.Erase(Hash(rec.ns(), rec.blob.key()), r);
   rec.blob = Blob();
   free_records_.push_back(r);
   counters_.pending.fetch_sub(1);
@@ -194,13 +192,13 @@ void Partition::FireRecords(const std::vector<std::uint32_t>& records,
     Record& rec = records_[r];
     Event e{};
     e.id = (next_event_seq_++ << 10) | partition_;
-    e.ns = rec.ns;
+    e.ns = rec.ns();
     e.blob = std::move(rec.blob);
     e.version = rec.version;
     e.fire_time = rec.fire_time;
     e.fired_at = fired_at;
     e.reason = reason;
-    keys_.Erase(rec.hash, r);
+    keys_.Erase(Hash(e.ns, e.blob.key()), r);
     free_records_.push_back(r);
     by_ns[e.ns].push_back(std::move(e));
   }
@@ -213,7 +211,7 @@ std::uint64_t Partition::Drain(NamespaceId ns) {
   assert(strand_.running_in_this_thread());
   std::vector<std::uint32_t> fire;
   for (std::uint32_t r = 0; r < records_.size(); ++r) {
-    if (records_[r].blob && records_[r].ns == ns) fire.push_back(r);
+    if (records_[r].blob && records_[r].ns() == ns) fire.push_back(r);
   }
   std::sort(fire.begin(), fire.end(), [this](std::uint32_t a, std::uint32_t b) {
     return records_[a].fire_time != records_[b].fire_time
@@ -240,7 +238,7 @@ std::optional<std::uint32_t> Partition::List(
   std::size_t taken = 0;
   for (std::uint32_t r = cursor; r < records_.size(); ++r) {
     const Record& rec = records_[r];
-    if (!rec.blob || rec.ns != ns || !rec.blob.key().starts_with(prefix)) {
+    if (!rec.blob || rec.ns() != ns || !rec.blob.key().starts_with(prefix)) {
       continue;
     }
     if (taken == limit) return r;

@@ -57,15 +57,16 @@ class Partition {
                                     std::vector<TimerInfo>& out) const;
 
  private:
-  // 72 bytes, with a short key and payload inline in `blob`.
+  // 64 bytes, with a short key and payload inline in `blob` and the
+  // namespace id in its tag.
   struct Record {
     WallNanos fire_time;
     std::uint64_t version;
     wheel::TimingWheel::Handle handle;
     Blob blob;  // Empty when the record is free.
-    NamespaceId ns;
-    std::uint32_t hash;
+    NamespaceId ns() const { return blob.tag(); }
   };
+  static_assert(sizeof(Record) == 64);
 
   static std::uint32_t Hash(NamespaceId ns, std::string_view key);
   std::uint32_t Find(NamespaceId ns, std::string_view key,

@@ -25,7 +25,7 @@ inline WallNanos WallNow() {
 
 // Every limit of the daemon; each is a flag of `delayd`.
 struct Limits {
-  std::size_t max_key_bytes = 256;
+  std::size_t max_key_bytes = 256;  // At most 65535.
   std::size_t max_namespace_bytes = 64;
   std::size_t max_payload_bytes = 64 * 1024;
   std::chrono::nanoseconds max_delay = std::chrono::hours(24 * 365 * 10);
@@ -33,19 +33,22 @@ struct Limits {
   std::uint64_t max_pending_timers = 10'000'000;
   std::size_t max_batch_ops = 1000;
   std::size_t max_subscribers = 10'000;
-  std::size_t max_namespaces = 10'000;
+  std::size_t max_namespaces = 10'000;  // At most 65536.
   // Events queued for one watcher before it is ended as too slow.
   std::size_t watcher_backlog = 10'000;
 };
 
-// A timer's key and payload, 40 bytes: stored inline when together they fit
-// in 32 bytes (no allocation per timer), else in one heap block. Empty (no
-// key) when default-constructed or moved from.
+// A timer's key (at most 65535 bytes) and payload, 40 bytes: stored inline
+// when together they fit in 32 bytes (no allocation per timer), else in one
+// heap block. Empty (no key) when default-constructed or moved from. Carries
+// a 16-bit tag for its owner (a partition keeps the namespace id there, which
+// holds a pending timer's record to 64 bytes).
 class Blob {
  public:
   Blob() = default;
-  Blob(std::string_view key, std::string_view payload)
-      : key_size_(static_cast<std::uint32_t>(key.size())),
+  Blob(std::string_view key, std::string_view payload, std::uint16_t tag = 0)
+      : key_size_(static_cast<std::uint16_t>(key.size())),
+        tag_(tag),
         payload_size_(static_cast<std::uint32_t>(payload.size())) {
     char* out = inline_;
     if (!is_inline()) {
@@ -70,6 +73,7 @@ class Blob {
     return {data() + key_size_, payload_size_};
   }
   explicit operator bool() const { return key_size_ != 0; }
+  std::uint16_t tag() const { return tag_; }
 
  private:
   static constexpr std::size_t kInline = 32;
@@ -83,12 +87,14 @@ class Blob {
   }
   void Take(Blob& other) {
     key_size_ = other.key_size_;
+    tag_ = other.tag_;
     payload_size_ = other.payload_size_;
     std::memcpy(inline_, other.inline_, kInline);  // Or the pointer in it.
     other.key_size_ = other.payload_size_ = 0;
   }
 
-  std::uint32_t key_size_ = 0;
+  std::uint16_t key_size_ = 0;
+  std::uint16_t tag_ = 0;
   std::uint32_t payload_size_ = 0;
   union {
     char inline_[kInline];

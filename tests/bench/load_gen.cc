@@ -18,6 +18,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <random>
@@ -64,21 +65,17 @@ std::int64_t RssBytes(pid_t pid) {
   return ProcField(pid, "status", "VmRSS:") * 1024;
 }
 
-// utime + stime of a process, in clock ticks.
-std::int64_t CpuTicks(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string s((std::istreambuf_iterator<char>(in)), {});
-  std::istringstream fields(s.substr(s.rfind(')') + 2));
-  std::string f;
-  std::int64_t utime = 0, stime = 0;
-  for (int i = 3; fields >> f; ++i) {
-    if (i == 14) utime = std::stoll(f);
-    if (i == 15) {
-      stime = std::stoll(f);
-      break;
-    }
+// CPU time of all of a process's threads, in nanoseconds (schedstat's
+// first field; /proc/PID/stat counts only in 10 ms ticks).
+double CpuSeconds(pid_t pid) {
+  const std::string dir = "/proc/" + std::to_string(pid) + "/task";
+  double total = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    std::ifstream in(entry.path() / "schedstat");
+    std::uint64_t ns = 0;
+    if (in >> ns) total += static_cast<double>(ns) / 1e9;
   }
-  return utime + stime;
+  return total;
 }
 
 // Keeps `concurrency` calls in flight for `duration`; `issue(slot, done)`
@@ -443,14 +440,13 @@ int main(int argc, char** argv) {
                 before / 1048576.0, after / 1048576.0,
                 static_cast<double>(after - before) / kPending);
     // Idle: nothing due for an hour.
-    const std::int64_t t_before = CpuTicks(d.pid());
+    const double cpu_before = CpuSeconds(d.pid());
     const auto idle_start = Clock::now();
     std::this_thread::sleep_for(10s);  // The measurement window itself.
     const double wall =
         std::chrono::duration<double>(Clock::now() - idle_start).count();
-    const double cpu = static_cast<double>(CpuTicks(d.pid()) - t_before) /
-                       sysconf(_SC_CLK_TCK);
-    std::printf("idle: %.3f%% of a core over %.1f s with 1M pending\n",
+    const double cpu = CpuSeconds(d.pid()) - cpu_before;
+    std::printf("idle: %.4f%% of a core over %.1f s with 1M pending\n",
                 100.0 * cpu / wall, wall);
   }
   const auto code = d.Stop(SIGTERM, 10s);
