@@ -109,21 +109,28 @@ OpResult Partition::Set(SetOp& op, WallNanos wall_now, SteadyTime steady_now) {
   return result;
 }
 
+std::uint32_t Partition::FindExpected(NamespaceId ns, const std::string& key,
+                                      std::uint64_t expected_version,
+                                      Status* error) const {
+  const std::uint32_t r = Find(ns, key, Hash(ns, key));
+  if (r == KeyIndex::kNone) {
+    *error = Status::NotFound("no pending timer '" + key + "'");
+  } else if (expected_version != 0 && expected_version != records_[r].version) {
+    *error = Status::Aborted("timer '" + key + "' has version " +
+                             std::to_string(records_[r].version) + ", not " +
+                             std::to_string(expected_version));
+    return KeyIndex::kNone;
+  }
+  return r;
+}
+
 OpResult Partition::Move(MoveOp& op, WallNanos wall_now,
                          SteadyTime steady_now) {
   OpResult result;
-  const std::uint32_t r = Find(op.ns, op.key, Hash(op.ns, op.key));
-  if (r == KeyIndex::kNone) {
-    result.status = Status::NotFound("no pending timer '" + op.key + "'");
-    return result;
-  }
+  const std::uint32_t r =
+      FindExpected(op.ns, op.key, op.expected_version, &result.status);
+  if (r == KeyIndex::kNone) return result;
   Record& rec = records_[r];
-  if (op.expected_version != 0 && op.expected_version != rec.version) {
-    result.status = Status::Aborted("timer '" + op.key + "' has version " +
-                                    std::to_string(rec.version) + ", not " +
-                                    std::to_string(op.expected_version));
-    return result;
-  }
   rec.fire_time = op.fire_time;
   rec.version = next_version_++;
   wheel_.wheel().Reschedule(rec.handle,
@@ -136,18 +143,10 @@ OpResult Partition::Move(MoveOp& op, WallNanos wall_now,
 
 OpResult Partition::Remove(RemoveOp& op) {
   OpResult result;
-  const std::uint32_t r = Find(op.ns, op.key, Hash(op.ns, op.key));
-  if (r == KeyIndex::kNone) {
-    result.status = Status::NotFound("no pending timer '" + op.key + "'");
-    return result;
-  }
+  const std::uint32_t r =
+      FindExpected(op.ns, op.key, op.expected_version, &result.status);
+  if (r == KeyIndex::kNone) return result;
   Record& rec = records_[r];
-  if (op.expected_version != 0 && op.expected_version != rec.version) {
-    result.status = Status::Aborted("timer '" + op.key + "' has version " +
-                                    std::to_string(rec.version) + ", not " +
-                                    std::to_string(op.expected_version));
-    return result;
-  }
   result.version = rec.version;
   result.fire_time = rec.fire_time;
   wheel_.wheel().Cancel(rec.handle);

@@ -71,6 +71,11 @@ class Partition {
   static std::uint32_t Hash(NamespaceId ns, std::string_view key);
   std::uint32_t Find(NamespaceId ns, std::string_view key,
                      std::uint32_t hash) const;
+  // The pending timer `key`, if its version is `expected_version` (0: any);
+  // else kNone, with NOT_FOUND or ABORTED in `error`.
+  std::uint32_t FindExpected(NamespaceId ns, const std::string& key,
+                             std::uint64_t expected_version,
+                             Status* error) const;
   wheel::TimingWheel::Time Deadline(WallNanos fire_time, WallNanos wall_now,
                                     SteadyTime steady_now) const;
   OpResult Set(SetOp& op, WallNanos wall_now, SteadyTime steady_now);
