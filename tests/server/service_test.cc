@@ -83,6 +83,27 @@ class DelaydTest : public ::testing::Test {
     EXPECT_TRUE(d_.stub().Stats(&ctx, v1::StatsRequest(), &resp).ok());
     return resp;
   }
+  // Waits (up to 10 s) until `w` has received `n` events whose key is one of
+  // `keys`, and returns those, in arrival order.
+  std::vector<v1::Event> WaitForKeys(TestStream& w,
+                                     const std::set<std::string>& keys,
+                                     std::size_t n) {
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    std::vector<v1::Event> mine;
+    std::size_t seen = 0;
+    while (std::chrono::steady_clock::now() < deadline) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      const auto events = w.WaitFor(seen + 1, left);
+      mine.clear();
+      for (const auto& e : events) {
+        if (keys.count(e.key())) mine.push_back(e);
+      }
+      if (mine.size() >= n || events.size() == seen) break;
+      seen = events.size();
+    }
+    return mine;
+  }
   std::vector<std::uint64_t> Ids(const std::vector<v1::Event>& events) {
     std::vector<std::uint64_t> ids;
     for (const auto& e : events) ids.push_back(e.id());
@@ -262,17 +283,24 @@ TEST(DelaydLimits, UnacknowledgedEventsCountAgainstThePendingLimit) {
 TEST_F(DelaydTest, ReplaceFiresOnlyTheNewTimer) {
   TestStream w(d_.stub(), TestStream::Worker("default"));
   ASSERT_TRUE(w.WaitRegistered());
-  v1::SetTimerResponse a, b;
-  ASSERT_TRUE(Set("k", 100, "old", "", false, &a).ok());
-  ASSERT_TRUE(Set("k", 200, "new", "", false, &b).ok());
-  EXPECT_TRUE(b.replaced());
-  ASSERT_TRUE(Set("marker", 600).ok());
-  auto events = w.WaitFor(2);
-  ASSERT_EQ(events.size(), 2u);
-  EXPECT_EQ(events[0].key(), "k");
-  EXPECT_EQ(events[0].payload(), "new");
-  EXPECT_EQ(events[0].version(), b.version());
-  EXPECT_EQ(events[1].key(), "marker");
+  // The replace must land before the old fire time; on a slow machine that
+  // takes a longer delay, so try growing ones until it does.
+  for (std::int64_t delay : {100, 400, 1600}) {
+    const std::string key = "k" + std::to_string(delay);
+    v1::SetTimerResponse a, b;
+    ASSERT_TRUE(Set(key, delay, "old", "", false, &a).ok());
+    ASSERT_TRUE(Set(key, 2 * delay, "new", "", false, &b).ok());
+    if (!b.replaced()) continue;  // The old one fired first: too slow.
+    ASSERT_TRUE(Set("marker" + key, 6 * delay).ok());
+    auto events = WaitForKeys(w, {key, "marker" + key}, 2);
+    ASSERT_EQ(events.size(), 2u);
+    EXPECT_EQ(events[0].key(), key);
+    EXPECT_EQ(events[0].payload(), "new");
+    EXPECT_EQ(events[0].version(), b.version());
+    EXPECT_EQ(events[1].key(), "marker" + key);
+    return;
+  }
+  FAIL() << "never replaced a timer before it fired";
 }
 
 TEST_F(DelaydTest, MoveToNowOrUnderATickFiresOnce) {
@@ -321,12 +349,18 @@ TEST_F(DelaydTest, PayloadsOfEverySizeRoundTrip) {
 TEST_F(DelaydTest, RemovedTimerNeverFires) {
   TestStream w(d_.stub(), TestStream::Worker("default"));
   ASSERT_TRUE(w.WaitRegistered());
-  ASSERT_TRUE(Set("gone", 100).ok());
-  ASSERT_TRUE(Remove("gone").ok());
-  ASSERT_TRUE(Set("marker", 300).ok());
-  auto events = w.WaitFor(1);
-  ASSERT_EQ(events.size(), 1u);
-  EXPECT_EQ(events[0].key(), "marker");
+  // The remove must land before the fire time; try growing delays.
+  for (std::int64_t delay : {100, 400, 1600}) {
+    const std::string key = "gone" + std::to_string(delay);
+    ASSERT_TRUE(Set(key, delay).ok());
+    if (!Remove(key).ok()) continue;  // It fired first: too slow.
+    ASSERT_TRUE(Set("marker" + key, 3 * delay).ok());
+    auto events = WaitForKeys(w, {key, "marker" + key}, 1);
+    ASSERT_EQ(events.size(), 1u);
+    EXPECT_EQ(events[0].key(), "marker" + key);
+    return;
+  }
+  FAIL() << "never removed a timer before it fired";
 }
 
 TEST_F(DelaydTest, DrainFiresANamespaceNowAndLaterTimersBehave) {
