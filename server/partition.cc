@@ -56,18 +56,19 @@ OpResult Partition::Apply(Op& op, WallNanos wall_now, SteadyTime steady_now) {
 }
 
 OpResult Partition::Set(SetOp& op, WallNanos wall_now, SteadyTime steady_now) {
-  const std::uint32_t hash = Hash(op.ns, op.key);
-  std::uint32_t r = Find(op.ns, op.key, hash);
+  const std::uint32_t hash = Hash(op.ns, op.key());
+  std::uint32_t r = Find(op.ns, op.key(), hash);
   const auto deadline = Deadline(op.fire_time, wall_now, steady_now);
   OpResult result;
   if (r != KeyIndex::kNone) {
     if (op.if_absent) {
-      result.status =
-          Status::AlreadyExists("timer '" + op.key + "' is already pending");
+      result.status = Status::AlreadyExists("timer '" + std::string(op.key()) +
+                                            "' is already pending");
       return result;
     }
     Record& rec = records_[r];
-    rec.blob = Blob(op.key, op.payload, static_cast<std::uint16_t>(op.ns));
+    rec.blob = std::move(op.blob);
+    rec.blob.set_tag(static_cast<std::uint16_t>(op.ns));
     rec.fire_time = op.fire_time;
     rec.version = next_version_++;
     wheel_.wheel().Reschedule(rec.handle, deadline);
@@ -96,7 +97,8 @@ OpResult Partition::Set(SetOp& op, WallNanos wall_now, SteadyTime steady_now) {
       free_records_.pop_back();
     }
     Record& rec = records_[r];
-    rec.blob = Blob(op.key, op.payload, static_cast<std::uint16_t>(op.ns));
+    rec.blob = std::move(op.blob);
+    rec.blob.set_tag(static_cast<std::uint16_t>(op.ns));
     rec.fire_time = op.fire_time;
     rec.version = next_version_++;
     rec.handle = wheel_.wheel().Schedule(deadline, r);

@@ -78,9 +78,16 @@ std::uint32_t Scheduler::PartitionOf(NamespaceId ns,
   return static_cast<std::uint32_t>((h >> 32) % options_.partitions);
 }
 
-const std::string& Scheduler::KeyOf(const Op& op) {
-  return std::visit([](const auto& o) -> const std::string& { return o.key; },
-                    op);
+std::string_view Scheduler::KeyOf(const Op& op) {
+  return std::visit(
+      [](const auto& o) -> std::string_view {
+        if constexpr (std::is_same_v<std::decay_t<decltype(o)>, SetOp>) {
+          return o.key();
+        } else {
+          return o.key;
+        }
+      },
+      op);
 }
 
 NamespaceId Scheduler::NamespaceOf(const Op& op) {

@@ -86,7 +86,7 @@ class Scheduler {
 
  private:
   std::uint32_t PartitionOf(NamespaceId ns, std::string_view key) const;
-  static const std::string& KeyOf(const Op& op);
+  static std::string_view KeyOf(const Op& op);
   static NamespaceId NamespaceOf(const Op& op);
   void ListFrom(NamespaceId ns, std::string prefix, std::size_t limit,
                 ListCursor from, std::vector<TimerInfo> acc,

@@ -304,8 +304,7 @@ Status DelaydService::ToOp(const v1::SetTimerRequest& req, WallNanos now,
       !s.ok()) {
     return s;
   }
-  set.key = req.key();
-  set.payload = req.payload();
+  set.blob = Blob(req.key(), req.payload());
   set.if_absent = req.if_absent();
   *op = std::move(set);
   return Status::Ok();

@@ -46,9 +46,8 @@ struct Limits {
 class Blob {
  public:
   Blob() = default;
-  Blob(std::string_view key, std::string_view payload, std::uint16_t tag = 0)
+  Blob(std::string_view key, std::string_view payload)
       : key_size_(static_cast<std::uint16_t>(key.size())),
-        tag_(tag),
         payload_size_(static_cast<std::uint32_t>(payload.size())) {
     char* out = inline_;
     if (!is_inline()) {
@@ -74,6 +73,7 @@ class Blob {
   }
   explicit operator bool() const { return key_size_ != 0; }
   std::uint16_t tag() const { return tag_; }
+  void set_tag(std::uint16_t tag) { tag_ = tag; }
 
  private:
   static constexpr std::size_t kInline = 32;
@@ -108,10 +108,11 @@ using NamespaceId = std::uint32_t;
 
 struct SetOp {
   NamespaceId ns;
-  std::string key;
-  std::string payload;
+  // Key and payload; moved into the timer's record.
+  Blob blob;
   WallNanos fire_time;
   bool if_absent = false;
+  std::string_view key() const { return blob.key(); }
 };
 struct MoveOp {
   NamespaceId ns;

@@ -109,7 +109,7 @@ TEST_F(SchedulerTest, ConcurrentClientsEveryTimerFiresOnceNeverEarly) {
       std::mt19937 rng(t);
       for (int i = 0; i < kPerThread; ++i) {
         SetOp set{
-            ns_, "t" + std::to_string(t) + "-" + std::to_string(i), "p",
+            ns_, Blob("t" + std::to_string(t) + "-" + std::to_string(i), "p"),
             WallNow() + std::uniform_int_distribution<int>(0, 50'000'000)(rng)};
         scheduler_.Submit(std::move(set), [&](OpResult r) {
           if (r.status.ok()) accepted.fetch_add(1);
@@ -137,7 +137,8 @@ TEST_F(SchedulerTest, RemoveRacingExpiryIsEitherRemovedOrFiredNeverBoth) {
   auto worker = Worker(100000);
   const WallNanos at = WallNow() + 20'000'000;
   for (int i = 0; i < kTimers; ++i) {
-    ASSERT_TRUE(Apply(SetOp{ns_, "k" + std::to_string(i), "", at}).status.ok());
+    ASSERT_TRUE(
+        Apply(SetOp{ns_, Blob("k" + std::to_string(i), ""), at}).status.ok());
   }
   std::atomic<int> removed{0};
   std::vector<std::thread> removers;
@@ -159,7 +160,7 @@ TEST_F(SchedulerTest, RemoveRacingExpiryIsEitherRemovedOrFiredNeverBoth) {
   const auto got = worker->WaitFor(fired, 5s);
   EXPECT_EQ(got.size(), fired);
   // Nothing more arrives: a marker set after everything fires alone.
-  ASSERT_TRUE(Apply(SetOp{ns_, "marker", "", WallNow()}).status.ok());
+  ASSERT_TRUE(Apply(SetOp{ns_, Blob("marker", ""), WallNow()}).status.ok());
   const auto all = worker->WaitFor(fired + 1, 5s);
   ASSERT_EQ(all.size(), fired + 1);
   EXPECT_EQ(all.back().key, "marker");
@@ -171,7 +172,7 @@ TEST_F(SchedulerTest, AcksFromManyThreadsRetireEveryEvent) {
   auto worker = Worker(100000);
   std::vector<Op> ops;
   for (int i = 0; i < kTimers; ++i) {
-    ops.push_back(SetOp{ns_, "k" + std::to_string(i), "", WallNow()});
+    ops.push_back(SetOp{ns_, Blob("k" + std::to_string(i), ""), WallNow()});
   }
   std::promise<std::vector<OpResult>> results;
   scheduler_.SubmitBatch(std::move(ops), [&](std::vector<OpResult> r) {
@@ -207,7 +208,7 @@ TEST_F(SchedulerTest, ShutdownEndsSubscribersAndRefusesOperations) {
   EXPECT_EQ(done.get_future().wait_for(5s), std::future_status::ready);
   EXPECT_TRUE(worker->WaitEnded(5s));
   EXPECT_EQ(worker->end_code(), Code::kUnavailable);
-  EXPECT_EQ(Apply(SetOp{ns_, "k", "", WallNow()}).status.code(),
+  EXPECT_EQ(Apply(SetOp{ns_, Blob("k", ""), WallNow()}).status.code(),
             Code::kUnavailable);
 }
 
