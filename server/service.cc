@@ -343,50 +343,51 @@ Status DelaydService::ToOp(const v1::RemoveTimerRequest& req, Op* op,
 
 // ---- handlers ----
 
+// Finishes a call whose request did not convert; otherwise submits `op` and
+// finishes with its result, filling the response through `fill` on success.
+template <typename Fill>
+grpc::ServerUnaryReactor* DelaydService::SubmitOp(
+    grpc::CallbackServerContext* ctx, const Status& converted, Op op,
+    Fill fill) {
+  if (!converted.ok()) return FinishNow(ctx, converted);
+  auto* reactor = ctx->DefaultReactor();
+  scheduler_.Submit(std::move(op), [reactor, fill](OpResult r) {
+    if (r.status.ok()) fill(r);
+    Finish(reactor, r.status);
+  });
+  return reactor;
+}
+
 grpc::ServerUnaryReactor* DelaydService::SetTimer(
     grpc::CallbackServerContext* ctx, const v1::SetTimerRequest* req,
     v1::SetTimerResponse* resp) {
   Op op;
-  if (Status s = ToOp(*req, WallNow(), &op); !s.ok()) return FinishNow(ctx, s);
-  auto* reactor = ctx->DefaultReactor();
-  scheduler_.Submit(std::move(op), [reactor, resp](OpResult r) {
-    if (r.status.ok()) {
-      resp->set_version(r.version);
-      *resp->mutable_fire_time() = ToTimestamp(r.fire_time);
-      resp->set_replaced(r.replaced);
-    }
-    Finish(reactor, r.status);
+  const Status s = ToOp(*req, WallNow(), &op);
+  return SubmitOp(ctx, s, std::move(op), [resp](const OpResult& r) {
+    resp->set_version(r.version);
+    *resp->mutable_fire_time() = ToTimestamp(r.fire_time);
+    resp->set_replaced(r.replaced);
   });
-  return reactor;
 }
 
 grpc::ServerUnaryReactor* DelaydService::MoveTimer(
     grpc::CallbackServerContext* ctx, const v1::MoveTimerRequest* req,
     v1::MoveTimerResponse* resp) {
   Op op;
-  if (Status s = ToOp(*req, WallNow(), &op); !s.ok()) return FinishNow(ctx, s);
-  auto* reactor = ctx->DefaultReactor();
-  scheduler_.Submit(std::move(op), [reactor, resp](OpResult r) {
-    if (r.status.ok()) {
-      resp->set_version(r.version);
-      *resp->mutable_fire_time() = ToTimestamp(r.fire_time);
-    }
-    Finish(reactor, r.status);
+  const Status s = ToOp(*req, WallNow(), &op);
+  return SubmitOp(ctx, s, std::move(op), [resp](const OpResult& r) {
+    resp->set_version(r.version);
+    *resp->mutable_fire_time() = ToTimestamp(r.fire_time);
   });
-  return reactor;
 }
 
 grpc::ServerUnaryReactor* DelaydService::RemoveTimer(
     grpc::CallbackServerContext* ctx, const v1::RemoveTimerRequest* req,
     v1::RemoveTimerResponse* resp) {
   Op op;
-  if (Status s = ToOp(*req, &op); !s.ok()) return FinishNow(ctx, s);
-  auto* reactor = ctx->DefaultReactor();
-  scheduler_.Submit(std::move(op), [reactor, resp](OpResult r) {
-    if (r.status.ok()) resp->set_version(r.version);
-    Finish(reactor, r.status);
-  });
-  return reactor;
+  const Status s = ToOp(*req, &op);
+  return SubmitOp(ctx, s, std::move(op),
+                  [resp](const OpResult& r) { resp->set_version(r.version); });
 }
 
 grpc::ServerUnaryReactor* DelaydService::Drain(grpc::CallbackServerContext* ctx,

@@ -111,6 +111,9 @@ class DelaydService final : public v1::Delayd::CallbackService {
               NamespaceCache* cache = nullptr);
   Status ToOp(const v1::RemoveTimerRequest& req, Op* op,
               NamespaceCache* cache = nullptr);
+  template <typename Fill>
+  grpc::ServerUnaryReactor* SubmitOp(grpc::CallbackServerContext* ctx,
+                                     const Status& converted, Op op, Fill fill);
 
   Scheduler& scheduler_;
   ArenaMessageAllocator<v1::BatchRequest, v1::BatchResponse> batch_allocator_;
