@@ -1,8 +1,9 @@
 // One partition of the scheduler: the timers whose (namespace, key) hash to
 // it, a key index, and a timing wheel armed on the partition's strand.
 //
-// Every state change of a timer goes through Apply() or Fire() here, so a
-// durable store slots in beneath these two.
+// Every state change of a timer goes through Apply() (set, move, remove) or
+// FireRecords() (expiry, drain) here, so a durable store slots in beneath
+// these two.
 //
 // A timer's fire time is a wall-clock instant (what clients see); the wheel
 // runs on the steady clock, so each operation maps the fire time to a steady

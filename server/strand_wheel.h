@@ -1,10 +1,10 @@
 // A TimingWheel driven by an Asio steady_timer on a strand.
 //
-// One owner, one wake-up: the steady_timer is armed for the wheel's exact
-// NextDeadline() only (never a fixed ticker), so an idle owner with millions
-// of pending timers uses no CPU. Each wake-up takes every due timer out of
-// the wheel first, then hands them to the owner's callback (which may change
-// the wheel), then re-arms.
+// One owner, one wake-up: the steady_timer is armed for the earliest due
+// time only (never a fixed ticker), so an idle owner with millions of
+// pending timers uses no CPU. Each wake-up takes every due timer out of the
+// wheel first, then hands them to the owner's callback (which may change the
+// wheel), then re-arms for the wheel's exact NextDeadline().
 //
 // Thread safety: every method runs on the strand given at construction.
 #ifndef DELAYD_SERVER_STRAND_WHEEL_H_
