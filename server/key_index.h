@@ -67,8 +67,6 @@ class KeyIndex {
     --size_;
   }
 
-  std::size_t MemoryUsage() const { return slots_.capacity() * sizeof(Slot); }
-
  private:
   struct Slot {
     std::uint32_t record = kNone;
