@@ -124,6 +124,19 @@ Percentiles Summarize(std::vector<double> v) {
   return {at(0.5), at(0.99), at(0.999), v.empty() ? 0 : v.back(), v.size()};
 }
 
+// One call in flight: a fresh context per call, request and response kept
+// alive until it completes.
+template <typename Request, typename Response>
+struct CallSlot {
+  std::unique_ptr<grpc::ClientContext> ctx;
+  Request req;
+  Response resp;
+  grpc::ClientContext* NewContext() {
+    ctx = std::make_unique<grpc::ClientContext>();
+    return ctx.get();
+  }
+};
+
 class Bench {
  public:
   Bench(const std::string& address, int channels) {
@@ -138,38 +151,29 @@ class Bench {
   }
 
   double HealthRate(int concurrency, std::chrono::milliseconds d) {
-    struct Slot {
-      std::unique_ptr<grpc::ClientContext> ctx;
-      health::HealthCheckRequest req;
-      health::HealthCheckResponse resp;
-    };
-    std::vector<Slot> slots(concurrency);
+    std::vector<
+        CallSlot<health::HealthCheckRequest, health::HealthCheckResponse>>
+        slots(concurrency);
     return ClosedLoop(concurrency, d, [&](int s, auto done) {
-      Slot& slot = slots[s];
-      slot.ctx = std::make_unique<grpc::ClientContext>();
+      auto& slot = slots[s];
       health_[s % health_.size()]->async()->Check(
-          slot.ctx.get(), &slot.req, &slot.resp,
+          slot.NewContext(), &slot.req, &slot.resp,
           [done](grpc::Status st) { done(st.ok()); });
     });
   }
 
   double SetRate(int concurrency, std::chrono::milliseconds d) {
-    struct Slot {
-      std::unique_ptr<grpc::ClientContext> ctx;
-      v1::SetTimerRequest req;
-      v1::SetTimerResponse resp;
-    };
-    std::vector<Slot> slots(concurrency);
+    std::vector<CallSlot<v1::SetTimerRequest, v1::SetTimerResponse>> slots(
+        concurrency);
     std::atomic<std::uint64_t> seq{0};
     return ClosedLoop(concurrency, d, [&](int s, auto done) {
-      Slot& slot = slots[s];
-      slot.ctx = std::make_unique<grpc::ClientContext>();
+      auto& slot = slots[s];
       slot.req.set_namespace_("unary");
       slot.req.set_key("u" + std::to_string(seq.fetch_add(1)));
       slot.req.set_payload("0123456789abcdef");
       slot.req.mutable_delay()->set_seconds(3600);
       stubs_[s % stubs_.size()]->async()->SetTimer(
-          slot.ctx.get(), &slot.req, &slot.resp,
+          slot.NewContext(), &slot.req, &slot.resp,
           [done](grpc::Status st) { done(st.ok()); });
     });
   }
@@ -177,17 +181,12 @@ class Bench {
   // Items/s through Batch with `per_call` sets each.
   double BatchRate(int concurrency, int per_call, std::chrono::milliseconds d,
                    const std::string& ns) {
-    struct Slot {
-      std::unique_ptr<grpc::ClientContext> ctx;
-      v1::BatchRequest req;
-      v1::BatchResponse resp;
-    };
-    std::vector<Slot> slots(concurrency);
+    std::vector<CallSlot<v1::BatchRequest, v1::BatchResponse>> slots(
+        concurrency);
     std::atomic<std::uint64_t> seq{0};
     std::atomic<std::uint64_t> failed{0};
     const double calls = ClosedLoop(concurrency, d, [&](int s, auto done) {
-      Slot& slot = slots[s];
-      slot.ctx = std::make_unique<grpc::ClientContext>();
+      auto& slot = slots[s];
       slot.req.Clear();
       const std::uint64_t base = seq.fetch_add(per_call);
       for (int i = 0; i < per_call; ++i) {
@@ -198,7 +197,7 @@ class Bench {
         set->mutable_delay()->set_seconds(3600);
       }
       stubs_[s % stubs_.size()]->async()->Batch(
-          slot.ctx.get(), &slot.req, &slot.resp,
+          slot.NewContext(), &slot.req, &slot.resp,
           [&, done, &slot](grpc::Status st) {
             for (const auto& r : slot.resp.results()) {
               if (r.code() != 0) failed.fetch_add(1);
