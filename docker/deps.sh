@@ -9,7 +9,7 @@ packages=(
   cmake ninja-build g++ ccache pkg-config
   # libraries (see DESIGN.md's dependency table)
   libasio-dev libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev
-  protobuf-compiler libspdlog-dev libcli11-dev
+  protobuf-compiler libspdlog-dev libcli11-dev librocksdb-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
 )

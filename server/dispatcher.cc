@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <optional>
 
 namespace delayd {
 namespace {
@@ -10,10 +11,11 @@ constexpr std::size_t kMaxBatch = 256;
 }  // namespace
 
 Dispatcher::Dispatcher(asio::io_context& io, std::string name,
-                       Counters& counters, const Limits& limits)
+                       Counters& counters, const Limits& limits, Store* store)
     : name_(std::move(name)),
       counters_(counters),
       limits_(limits),
+      store_(store),
       strand_(asio::make_strand(io)),
       ack_wheel_(strand_, std::chrono::milliseconds(1),
                  std::chrono::steady_clock::now(),
@@ -30,7 +32,7 @@ void Dispatcher::Publish(std::vector<Event> events) {
       view.reserve(events.size());
       for (const Event& e : events) view.push_back(&e);
       for (auto it = watchers_.begin(); it != watchers_.end();) {
-        if (it->second->Deliver(name_, view) > limits_.watcher_backlog) {
+        if (Send(*it->second, view) > limits_.watcher_backlog) {
           it->second->End(Status::ResourceExhausted(
               "watcher fell more than " +
               std::to_string(limits_.watcher_backlog) + " events behind"));
@@ -103,8 +105,11 @@ void Dispatcher::Unsubscribe(std::uint64_t id) {
 
 void Dispatcher::Ack(std::vector<std::uint64_t> ids,
                      std::function<void(AckResult)> done) {
-  asio::post(strand_, [this, ids = std::move(ids), done = std::move(done)] {
+  asio::post(strand_, [this, ids = std::move(ids),
+                       done = std::move(done)]() mutable {
     AckResult result;
+    std::optional<Store::Batch> batch;
+    if (store_ != nullptr) batch.emplace(store_->NewBatch());
     for (std::uint64_t id : ids) {
       auto it = outstanding_.find(id);
       if (it == outstanding_.end()) {
@@ -119,12 +124,26 @@ void Dispatcher::Ack(std::vector<std::uint64_t> ids,
       } else {
         counters_.ready.fetch_sub(1);  // Acked while waiting for redelivery.
       }
+      if (batch) {
+        batch->DeleteEvent(id);
+        batch->DeletePayload(PayloadIdOf(o.event.blob));
+      }
       outstanding_.erase(it);
       ++result.acked;
     }
     counters_.acked.fetch_add(result.acked);
-    done(std::move(result));
     Pump();
+    if (!batch) {
+      done(std::move(result));
+      return;
+    }
+    store_->Commit(*batch, [done = std::move(done),
+                            result = std::move(result)](Status s) mutable {
+      // Not durable: the events come back after a restart (at least once),
+      // so the acknowledgement fails.
+      if (!s.ok()) result.error = s;
+      done(std::move(result));
+    });
   });
 }
 
@@ -194,6 +213,31 @@ void Dispatcher::OnAckTimeouts(std::vector<StrandWheel::Expired>& due) {
   Pump();
 }
 
+std::size_t Dispatcher::Send(Subscriber& sink,
+                             std::span<const Event* const> events) {
+  if (store_ == nullptr) return sink.Deliver(name_, events);
+  std::vector<std::uint64_t> ids;
+  ids.reserve(events.size());
+  for (const Event* e : events) ids.push_back(PayloadIdOf(e->blob));
+  std::vector<std::string> payloads;
+  const Status s = store_->GetPayloads(ids, &payloads);
+  std::vector<Event> full;
+  full.reserve(events.size());
+  std::vector<const Event*> view;
+  view.reserve(events.size());
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    const Event& e = *events[i];
+    // A payload that cannot be read (a damaged store) is sent empty rather
+    // than holding the event back forever; the read error is reported.
+    full.push_back(
+        Event{e.id, e.ns, Blob(e.blob.key(), s.ok() ? payloads[i] : ""),
+              e.version, e.fire_time, e.fired_at, e.attempt, e.reason});
+    view.push_back(&full.back());
+  }
+  if (!s.ok()) counters_.store_errors.fetch_add(1);
+  return sink.Deliver(name_, view);
+}
+
 void Dispatcher::Pump() {
   assert(strand_.running_in_this_thread());
   if (workers_.empty() || closed_) return;
@@ -226,7 +270,7 @@ void Dispatcher::Pump() {
     w.in_flight += static_cast<std::uint32_t>(batch.size());
     counters_.ready.fetch_sub(batch.size());
     counters_.in_flight.fetch_add(batch.size());
-    w.sink->Deliver(name_, batch);
+    Send(*w.sink, batch);
   }
 }
 

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "server/status.h"
+#include "server/store.h"
 #include "server/strand_wheel.h"
 #include "server/types.h"
 
@@ -43,6 +44,8 @@ struct Counters {
   std::atomic<std::uint64_t> fired{0};
   std::atomic<std::uint64_t> acked{0};
   std::atomic<std::uint64_t> redelivered{0};
+  // Store reads or writes that failed (a damaged or full disk).
+  std::atomic<std::uint64_t> store_errors{0};
 };
 
 // The receiving end of a subscription, implemented by the gRPC stream.
@@ -66,12 +69,15 @@ struct SubscribeOptions {
 struct AckResult {
   std::uint32_t acked = 0;
   std::vector<std::uint64_t> unknown;
+  Status error;  // Not OK if the store could not record the acks.
 };
 
 class Dispatcher {
  public:
+  // `store` may be null (state in memory only). With a store, events carry
+  // payload ids; payloads are read when an event is sent.
   Dispatcher(asio::io_context& io, std::string name, Counters& counters,
-             const Limits& limits);
+             const Limits& limits, Store* store);
   Dispatcher(const Dispatcher&) = delete;
   Dispatcher& operator=(const Dispatcher&) = delete;
 
@@ -88,6 +94,7 @@ class Dispatcher {
   // ready again.
   void Unsubscribe(std::uint64_t id);
 
+  // Retires acknowledged events; `done` runs once that is durable.
   void Ack(std::vector<std::uint64_t> ids, std::function<void(AckResult)> done);
 
   // Ends every stream with `status` and stops the ack timer. `done` runs on
@@ -117,10 +124,14 @@ class Dispatcher {
   void StartAckTimer(std::uint64_t event_id, Outstanding& o,
                      std::chrono::nanoseconds timeout);
   void CancelAckTimer(Outstanding& o);
+  // Hands `events` to `sink`, with their payloads read from the store first
+  // if there is one.
+  std::size_t Send(Subscriber& sink, std::span<const Event* const> events);
 
   const std::string name_;
   Counters& counters_;
   const Limits& limits_;
+  Store* const store_;
   Strand strand_;
   StrandWheel ack_wheel_;
   bool closed_ = false;

@@ -24,6 +24,9 @@ int main(int argc, char** argv) {
   std::string shutdown_grace = "5s";
   std::string log_level = "info";
   std::string log_format = "text";
+  std::string data_dir = "delayd-data";
+  std::string fsync = "always";
+  bool in_memory = false;
 
   app.add_option("--listen", options.listen, "Address to listen on")
       ->envname("DELAYD_LISTEN")
@@ -38,6 +41,18 @@ int main(int argc, char** argv) {
       ->envname("DELAYD_THREADS")
       ->check(CLI::Range(1, 256))
       ->capture_default_str();
+  app.add_option("--data-dir", data_dir,
+                 "Directory of the durable store (created if missing)")
+      ->envname("DELAYD_DATA_DIR")
+      ->capture_default_str();
+  app.add_option("--fsync", fsync,
+                 "When writes reach the disk before they are acknowledged: "
+                 "always, an interval such as 100ms, or never")
+      ->envname("DELAYD_FSYNC")
+      ->capture_default_str();
+  app.add_flag("--in-memory", in_memory,
+               "Keep no store: everything is lost when delayd stops")
+      ->envname("DELAYD_IN_MEMORY");
   app.add_option("--tick", tick,
                  "Timing-wheel tick: timers fire at most this late")
       ->envname("DELAYD_TICK")
@@ -108,6 +123,15 @@ int main(int argc, char** argv) {
                  shutdown_grace.c_str());
     return 1;
   }
+  if (!in_memory) {
+    delayd::StoreOptions store;
+    store.dir = data_dir;
+    if (delayd::Status s = delayd::ParseFsyncPolicy(fsync, &store); !s.ok()) {
+      std::fprintf(stderr, "%s\n", s.message().c_str());
+      return 1;
+    }
+    options.scheduler.store = store;
+  }
   options.scheduler.tick = *tick_ns;
   limits.max_delay = *max_delay_ns;
 
@@ -133,6 +157,16 @@ int main(int argc, char** argv) {
   if (delayd::Status s = server.Start(); !s.ok()) {
     spdlog::error("{}", s.message());
     return 2;
+  }
+  if (in_memory) {
+    spdlog::warn("--in-memory: nothing is kept across a restart");
+  } else {
+    const auto& r = server.recovery();
+    spdlog::info(
+        "store {} (fsync {}): recovered {} pending timers ({} overdue, firing "
+        "now) and {} unacknowledged events in {} namespaces in {:.3f} s",
+        data_dir, fsync, r.timers, r.overdue, r.events, r.namespaces,
+        std::chrono::duration<double>(r.took).count());
   }
   spdlog::info("delayd listening on {} port {} ({} partitions, tick {} ns)",
                options.listen, server.port(), options.scheduler.partitions,

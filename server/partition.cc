@@ -8,10 +8,12 @@ namespace delayd {
 
 Partition::Partition(asio::io_context& io, std::uint32_t index,
                      std::chrono::nanoseconds tick, SteadyTime epoch,
-                     const Limits& limits, Counters& counters, Publish publish)
+                     const Limits& limits, Counters& counters, Store* store,
+                     Publish publish)
     : partition_(index),
       limits_(limits),
       counters_(counters),
+      store_(store),
       publish_(std::move(publish)),
       strand_(asio::make_strand(io)),
       wheel_(
@@ -39,23 +41,63 @@ wheel::TimingWheel::Time Partition::Deadline(WallNanos fire_time,
          std::chrono::nanoseconds(std::max<WallNanos>(0, fire_time - wall_now));
 }
 
-OpResult Partition::Apply(Op& op, WallNanos wall_now, SteadyTime steady_now) {
+OpResult Partition::Apply(Op& op, WallNanos wall_now, SteadyTime steady_now,
+                          Store::Batch* batch) {
   assert(strand_.running_in_this_thread());
+  assert((store_ != nullptr) == (batch != nullptr));
   return std::visit(
       [&](auto& o) -> OpResult {
         using T = std::decay_t<decltype(o)>;
         if constexpr (std::is_same_v<T, SetOp>) {
-          return Set(o, wall_now, steady_now);
+          return Set(o, wall_now, steady_now, batch);
         } else if constexpr (std::is_same_v<T, MoveOp>) {
-          return Move(o, wall_now, steady_now);
+          return Move(o, wall_now, steady_now, batch);
         } else {
-          return Remove(o);
+          return Remove(o, batch);
         }
       },
       op);
 }
 
-OpResult Partition::Set(SetOp& op, WallNanos wall_now, SteadyTime steady_now) {
+void Partition::FinishBatch(Store::Batch& batch) {
+  if (!counters_changed_) return;
+  batch.PutCounters(partition_, next_version_, next_event_seq_);
+  counters_changed_ = false;
+}
+
+std::uint32_t Partition::NewRecord() {
+  if (free_records_.empty()) {
+    records_.emplace_back();
+    return static_cast<std::uint32_t>(records_.size() - 1);
+  }
+  const std::uint32_t r = free_records_.back();
+  free_records_.pop_back();
+  return r;
+}
+
+void Partition::StorePayload(Record& rec, NamespaceId ns, const Blob& blob,
+                             Store::Batch& batch) {
+  // Unique daemon-wide: versions are unique within a partition, and never
+  // reused across restarts.
+  const std::uint64_t payload_id = (rec.version << 10) | partition_;
+  batch.PutPayload(payload_id, blob.payload());
+  batch.PutTimer(ns, blob.key(), rec.fire_time, rec.version, payload_id);
+  rec.blob = KeyBlob(blob.key(), payload_id);
+}
+
+std::string Partition::PayloadOf(const Record& rec) const {
+  if (store_ == nullptr) return std::string(rec.blob.payload());
+  const std::uint64_t id = PayloadIdOf(rec.blob);
+  std::vector<std::string> payloads;
+  if (Status s = store_->GetPayloads({&id, 1}, &payloads); !s.ok()) {
+    // Surfaces through the caller as an empty payload; the store is damaged.
+    return std::string();
+  }
+  return std::move(payloads[0]);
+}
+
+OpResult Partition::Set(SetOp& op, WallNanos wall_now, SteadyTime steady_now,
+                        Store::Batch* batch) {
   const std::uint32_t hash = Hash(op.ns, op.key());
   std::uint32_t r = Find(op.ns, op.key(), hash);
   const auto deadline = Deadline(op.fire_time, wall_now, steady_now);
@@ -67,10 +109,15 @@ OpResult Partition::Set(SetOp& op, WallNanos wall_now, SteadyTime steady_now) {
       return result;
     }
     Record& rec = records_[r];
-    rec.blob = std::move(op.blob);
-    rec.blob.set_tag(static_cast<std::uint16_t>(op.ns));
     rec.fire_time = op.fire_time;
     rec.version = next_version_++;
+    if (batch != nullptr) {
+      batch->DeletePayload(PayloadIdOf(rec.blob));
+      StorePayload(rec, op.ns, op.blob, *batch);
+    } else {
+      rec.blob = std::move(op.blob);
+    }
+    rec.blob.set_tag(static_cast<std::uint16_t>(op.ns));
     wheel_.wheel().Reschedule(rec.handle, deadline);
     wheel_.Scheduled(rec.handle);
     result.replaced = true;
@@ -89,22 +136,21 @@ OpResult Partition::Set(SetOp& op, WallNanos wall_now, SteadyTime steady_now) {
           " reached (pending timers plus unacknowledged events)");
       return result;
     }
-    if (free_records_.empty()) {
-      r = static_cast<std::uint32_t>(records_.size());
-      records_.emplace_back();
-    } else {
-      r = free_records_.back();
-      free_records_.pop_back();
-    }
+    r = NewRecord();
     Record& rec = records_[r];
-    rec.blob = std::move(op.blob);
-    rec.blob.set_tag(static_cast<std::uint16_t>(op.ns));
     rec.fire_time = op.fire_time;
     rec.version = next_version_++;
+    if (batch != nullptr) {
+      StorePayload(rec, op.ns, op.blob, *batch);
+    } else {
+      rec.blob = std::move(op.blob);
+    }
+    rec.blob.set_tag(static_cast<std::uint16_t>(op.ns));
     rec.handle = wheel_.wheel().Schedule(deadline, r);
     wheel_.Scheduled(rec.handle);
     keys_.Insert(hash, r);
   }
+  counters_changed_ = true;
   counters_.set.fetch_add(1, std::memory_order_relaxed);
   result.version = records_[r].version;
   result.fire_time = op.fire_time;
@@ -126,8 +172,8 @@ std::uint32_t Partition::FindExpected(NamespaceId ns, const std::string& key,
   return r;
 }
 
-OpResult Partition::Move(MoveOp& op, WallNanos wall_now,
-                         SteadyTime steady_now) {
+OpResult Partition::Move(MoveOp& op, WallNanos wall_now, SteadyTime steady_now,
+                         Store::Batch* batch) {
   OpResult result;
   const std::uint32_t r =
       FindExpected(op.ns, op.key, op.expected_version, &result.status);
@@ -135,6 +181,11 @@ OpResult Partition::Move(MoveOp& op, WallNanos wall_now,
   Record& rec = records_[r];
   rec.fire_time = op.fire_time;
   rec.version = next_version_++;
+  counters_changed_ = true;
+  if (batch != nullptr) {
+    batch->PutTimer(op.ns, op.key, rec.fire_time, rec.version,
+                    PayloadIdOf(rec.blob));
+  }
   wheel_.wheel().Reschedule(rec.handle,
                             Deadline(op.fire_time, wall_now, steady_now));
   wheel_.Scheduled(rec.handle);
@@ -143,7 +194,7 @@ OpResult Partition::Move(MoveOp& op, WallNanos wall_now,
   return result;
 }
 
-OpResult Partition::Remove(RemoveOp& op) {
+OpResult Partition::Remove(RemoveOp& op, Store::Batch* batch) {
   OpResult result;
   const std::uint32_t r =
       FindExpected(op.ns, op.key, op.expected_version, &result.status);
@@ -151,6 +202,10 @@ OpResult Partition::Remove(RemoveOp& op) {
   Record& rec = records_[r];
   result.version = rec.version;
   result.fire_time = rec.fire_time;
+  if (batch != nullptr) {
+    batch->DeleteTimer(op.ns, op.key);
+    batch->DeletePayload(PayloadIdOf(rec.blob));
+  }
   wheel_.wheel().Cancel(rec.handle);
   Forget(r);
   return result;
@@ -184,9 +239,14 @@ void Partition::OnExpired(std::vector<StrandWheel::Expired>& due) {
 }
 
 void Partition::FireRecords(const std::vector<std::uint32_t>& records,
-                            Reason reason) {
-  if (records.empty()) return;
+                            Reason reason, std::function<void()> done) {
+  if (records.empty()) {
+    if (done) done();
+    return;
+  }
   const WallNanos fired_at = WallNow();
+  std::optional<Store::Batch> batch;
+  if (store_ != nullptr) batch.emplace(store_->NewBatch());
   // Events go to their namespace's dispatcher in firing order.
   std::unordered_map<NamespaceId, std::vector<Event>> by_ns;
   for (std::uint32_t r : records) {
@@ -201,14 +261,35 @@ void Partition::FireRecords(const std::vector<std::uint32_t>& records,
     e.reason = reason;
     keys_.Erase(Hash(e.ns, e.blob.key()), r);
     free_records_.push_back(r);
+    if (batch) {
+      batch->DeleteTimer(e.ns, e.blob.key());
+      batch->PutEvent(StoredEvent{e.id, e.ns, e.blob.key(), e.version,
+                                  e.fire_time, e.fired_at, e.reason,
+                                  PayloadIdOf(e.blob)});
+    }
     by_ns[e.ns].push_back(std::move(e));
   }
   counters_.pending.fetch_sub(records.size());
   counters_.fired.fetch_add(records.size());
-  for (auto& [ns, events] : by_ns) publish_(ns, std::move(events));
+  if (!batch) {
+    for (auto& [ns, events] : by_ns) publish_(ns, std::move(events));
+    if (done) done();
+    return;
+  }
+  counters_changed_ = true;
+  FinishBatch(*batch);
+  // Published once durable: a delivered event is never one that a crash
+  // would turn back into a pending timer. If the write failed, the timers
+  // are still in the store and fire again after a restart; deliver now
+  // anyway (at least once).
+  auto fired = std::make_shared<decltype(by_ns)>(std::move(by_ns));
+  store_->Commit(*batch, [this, fired, done = std::move(done)](Status) {
+    for (auto& [ns, events] : *fired) publish_(ns, std::move(events));
+    if (done) done();
+  });
 }
 
-std::uint64_t Partition::Drain(NamespaceId ns) {
+void Partition::Drain(NamespaceId ns, std::function<void(std::uint64_t)> done) {
   assert(strand_.running_in_this_thread());
   std::vector<std::uint32_t> fire;
   for (std::uint32_t r = 0; r < records_.size(); ++r) {
@@ -220,8 +301,52 @@ std::uint64_t Partition::Drain(NamespaceId ns) {
                : records_[a].version < records_[b].version;
   });
   for (std::uint32_t r : fire) wheel_.wheel().Cancel(records_[r].handle);
-  FireRecords(fire, Reason::kDrained);
-  return fire.size();
+  const std::uint64_t count = fire.size();
+  FireRecords(fire, Reason::kDrained,
+              [done = std::move(done), count] { done(count); });
+}
+
+void Partition::RestoreCounters(std::uint64_t next_version,
+                                std::uint64_t next_event_seq) {
+  next_version_ = std::max(next_version_, next_version);
+  next_event_seq_ = std::max(next_event_seq_, next_event_seq);
+}
+
+void Partition::Restore(const StoredTimer& t, WallNanos wall_now,
+                        SteadyTime steady_now) {
+  const std::uint32_t r = NewRecord();
+  Record& rec = records_[r];
+  rec.fire_time = t.fire_time;
+  rec.version = t.version;
+  rec.blob = KeyBlob(t.key, t.payload_id);
+  rec.blob.set_tag(static_cast<std::uint16_t>(t.ns));
+  keys_.Insert(Hash(t.ns, t.key), r);
+  counters_.pending.fetch_add(1, std::memory_order_relaxed);
+  if (t.fire_time <= wall_now) {
+    overdue_.push_back(r);
+  } else {
+    rec.handle =
+        wheel_.wheel().Schedule(Deadline(t.fire_time, wall_now, steady_now), r);
+  }
+  next_version_ = std::max(next_version_, t.version + 1);
+}
+
+void Partition::FinishRestore(WallNanos wall_now, SteadyTime steady_now) {
+  // All overdue timers share one deadline (now); the wheel fires ties in
+  // scheduling order, so schedule them in fire-time order.
+  std::sort(overdue_.begin(), overdue_.end(),
+            [this](std::uint32_t a, std::uint32_t b) {
+              return records_[a].fire_time != records_[b].fire_time
+                         ? records_[a].fire_time < records_[b].fire_time
+                         : records_[a].version < records_[b].version;
+            });
+  for (std::uint32_t r : overdue_) {
+    records_[r].handle = wheel_.wheel().Schedule(
+        Deadline(records_[r].fire_time, wall_now, steady_now), r);
+  }
+  overdue_ = {};
+  // Arms the wake-up for whatever was restored.
+  asio::post(strand_, [this] { wheel_.Fire(); });
 }
 
 std::optional<TimerInfo> Partition::Get(NamespaceId ns,
@@ -229,8 +354,8 @@ std::optional<TimerInfo> Partition::Get(NamespaceId ns,
   const std::uint32_t r = Find(ns, key, Hash(ns, key));
   if (r == KeyIndex::kNone) return std::nullopt;
   const Record& rec = records_[r];
-  return TimerInfo{ns, std::string(rec.blob.key()),
-                   std::string(rec.blob.payload()), rec.fire_time, rec.version};
+  return TimerInfo{ns, std::string(rec.blob.key()), PayloadOf(rec),
+                   rec.fire_time, rec.version};
 }
 
 std::optional<std::uint32_t> Partition::List(
@@ -243,9 +368,8 @@ std::optional<std::uint32_t> Partition::List(
       continue;
     }
     if (taken == limit) return r;
-    out.push_back(TimerInfo{ns, std::string(rec.blob.key()),
-                            std::string(rec.blob.payload()), rec.fire_time,
-                            rec.version});
+    out.push_back(TimerInfo{ns, std::string(rec.blob.key()), PayloadOf(rec),
+                            rec.fire_time, rec.version});
     ++taken;
   }
   return std::nullopt;

@@ -2,8 +2,9 @@
 // it, a key index, and a timing wheel armed on the partition's strand.
 //
 // Every state change of a timer goes through Apply() (set, move, remove) or
-// FireRecords() (expiry, drain) here, so a durable store slots in beneath
-// these two.
+// FireRecords() (expiry, drain) here. With a store, each adds its changes to
+// a store batch; a fired event is published only once its batch is durable,
+// and payloads live in the store, not in memory (see store.h).
 //
 // A timer's fire time is a wall-clock instant (what clients see); the wheel
 // runs on the steady clock, so each operation maps the fire time to a steady
@@ -24,6 +25,7 @@
 
 #include "server/dispatcher.h"
 #include "server/key_index.h"
+#include "server/store.h"
 #include "server/strand_wheel.h"
 #include "server/types.h"
 
@@ -34,19 +36,37 @@ class Partition {
   // Hands fired events of namespace `ns` to its dispatcher.
   using Publish = std::function<void(NamespaceId ns, std::vector<Event>)>;
 
-  // `index` < 1024 becomes the low bits of every event id.
+  // `index` < 1024 becomes the low bits of every event id. `store` may be
+  // null (state in memory only).
   Partition(asio::io_context& io, std::uint32_t index,
             std::chrono::nanoseconds tick, SteadyTime epoch,
-            const Limits& limits, Counters& counters, Publish publish);
+            const Limits& limits, Counters& counters, Store* store,
+            Publish publish);
 
   Strand& strand() { return strand_; }
 
-  // Applies one operation at the given instant.
-  OpResult Apply(Op& op, WallNanos wall_now, SteadyTime steady_now);
+  // Applies one operation at the given instant, adding its changes to
+  // `batch` (null without a store).
+  OpResult Apply(Op& op, WallNanos wall_now, SteadyTime steady_now,
+                 Store::Batch* batch);
+  // Adds the partition's counters to `batch` if operations changed them.
+  void FinishBatch(Store::Batch& batch);
 
   // Fires every pending timer of `ns` now (reason DRAINED), in fire-time
-  // order. Returns how many.
-  std::uint64_t Drain(NamespaceId ns);
+  // order. `done` gets how many, once that is durable.
+  void Drain(NamespaceId ns, std::function<void(std::uint64_t)> done);
+
+  // Stops firing (shutdown): timers stay pending.
+  void StopTimers() { wheel_.Stop(); }
+
+  // Recovery, before the strand runs: counters first, then each stored
+  // timer, then FinishRestore(), which schedules the overdue ones in
+  // fire-time order.
+  void RestoreCounters(std::uint64_t next_version,
+                       std::uint64_t next_event_seq);
+  void Restore(const StoredTimer& timer, WallNanos wall_now,
+               SteadyTime steady_now);
+  void FinishRestore(WallNanos wall_now, SteadyTime steady_now);
 
   std::optional<TimerInfo> Get(NamespaceId ns, std::string_view key) const;
 
@@ -79,18 +99,30 @@ class Partition {
                              Status* error) const;
   wheel::TimingWheel::Time Deadline(WallNanos fire_time, WallNanos wall_now,
                                     SteadyTime steady_now) const;
-  OpResult Set(SetOp& op, WallNanos wall_now, SteadyTime steady_now);
-  OpResult Move(MoveOp& op, WallNanos wall_now, SteadyTime steady_now);
-  OpResult Remove(RemoveOp& op);
+  OpResult Set(SetOp& op, WallNanos wall_now, SteadyTime steady_now,
+               Store::Batch* batch);
+  OpResult Move(MoveOp& op, WallNanos wall_now, SteadyTime steady_now,
+                Store::Batch* batch);
+  OpResult Remove(RemoveOp& op, Store::Batch* batch);
+  // Stores a new payload for `rec` (version already assigned) and keeps
+  // only the key and the payload's id in memory.
+  void StorePayload(Record& rec, NamespaceId ns, const Blob& blob,
+                    Store::Batch& batch);
+  // The payload of a record: in memory, or read from the store.
+  std::string PayloadOf(const Record& rec) const;
+  std::uint32_t NewRecord();
   // Removes record `r` from the index and frees it.
   void Forget(std::uint32_t r);
   void OnExpired(std::vector<StrandWheel::Expired>& due);
-  // Turns records into events (removing them) and publishes them.
-  void FireRecords(const std::vector<std::uint32_t>& records, Reason reason);
+  // Turns records into events (removing them) and publishes them once
+  // durable; then runs `done` (if any).
+  void FireRecords(const std::vector<std::uint32_t>& records, Reason reason,
+                   std::function<void()> done = nullptr);
 
   const std::uint32_t partition_;
   const Limits& limits_;
   Counters& counters_;
+  Store* const store_;
   Publish publish_;
   Strand strand_;
   // A deque: growing never copies records or leaves a freed array behind.
@@ -100,6 +132,8 @@ class Partition {
   StrandWheel wheel_;
   std::uint64_t next_version_ = 1;
   std::uint64_t next_event_seq_ = 1;
+  bool counters_changed_ = false;
+  std::vector<std::uint32_t> overdue_;  // During recovery.
 };
 
 }  // namespace delayd

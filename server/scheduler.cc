@@ -14,22 +14,97 @@ Scheduler::Scheduler(Options options)
       work_(asio::make_work_guard(io_)),
       dispatchers_(new Dispatcher*[options_.limits.max_namespaces]()) {
   assert(options_.partitions >= 1 && options_.partitions <= 1024);
-  for (std::uint32_t p = 0; p < options_.partitions; ++p) {
-    partitions_.push_back(std::make_unique<Partition>(
-        io_, p, options_.tick, epoch_, options_.limits, counters_,
-        [this](NamespaceId ns, std::vector<Event> events) {
-          dispatchers_[ns]->Publish(std::move(events));
-        }));
-  }
 }
 
 Scheduler::~Scheduler() { Stop(); }
 
-void Scheduler::Start() {
+Status Scheduler::Start(RecoveryReport* report) {
+  assert(partitions_.empty());
+  if (options_.store) {
+    if (Status s = Store::Open(*options_.store, &store_); !s.ok()) return s;
+  }
+  for (std::uint32_t p = 0; p < options_.partitions; ++p) {
+    partitions_.push_back(std::make_unique<Partition>(
+        io_, p, options_.tick, epoch_, options_.limits, counters_, store_.get(),
+        [this](NamespaceId ns, std::vector<Event> events) {
+          dispatchers_[ns]->Publish(std::move(events));
+        }));
+  }
+  if (store_) {
+    RecoveryReport local;
+    if (Status s = Recover(report ? report : &local); !s.ok()) {
+      partitions_.clear();
+      store_.reset();
+      return s;
+    }
+  }
   for (std::uint32_t t = 0; t < std::max<std::uint32_t>(1, options_.threads);
        ++t) {
     threads_.emplace_back([this] { io_.run(); });
   }
+  return Status::Ok();
+}
+
+Status Scheduler::Recover(RecoveryReport* report) {
+  const auto started = std::chrono::steady_clock::now();
+  std::vector<std::string> names;
+  if (Status s = store_->LoadNamespaces(&names); !s.ok()) return s;
+  if (names.size() > options_.limits.max_namespaces) {
+    return Status::ResourceExhausted("the store holds " +
+                                     std::to_string(names.size()) +
+                                     " namespaces, over --max-namespaces");
+  }
+  for (auto& name : names) AddNamespace(std::move(name));
+  std::uint64_t next_version = 1;
+  std::uint64_t next_event_seq = 1;
+  if (Status s = store_->LoadCounters(&next_version, &next_event_seq);
+      !s.ok()) {
+    return s;
+  }
+  const WallNanos wall_now = WallNow();
+  const SteadyTime steady_now = std::chrono::steady_clock::now();
+  bool bad_namespace = false;
+  Status s = store_->ForEachTimer([&](const StoredTimer& t) {
+    if (t.ns >= owned_dispatchers_.size()) {
+      bad_namespace = true;
+      return;
+    }
+    partitions_[PartitionOf(t.ns, t.key)]->Restore(t, wall_now, steady_now);
+    next_version = std::max(next_version, t.version + 1);
+    ++report->timers;
+    if (t.fire_time <= wall_now) ++report->overdue;
+  });
+  if (!s.ok()) return s;
+  std::vector<std::vector<Event>> events(owned_dispatchers_.size());
+  s = store_->ForEachEvent([&](const StoredEvent& e) {
+    if (e.ns >= owned_dispatchers_.size()) {
+      bad_namespace = true;
+      return;
+    }
+    events[e.ns].push_back(Event{e.id, e.ns, KeyBlob(e.key, e.payload_id),
+                                 e.version, e.fire_time, e.fired_at, 0,
+                                 e.reason});
+    next_version = std::max(next_version, e.version + 1);
+    next_event_seq = std::max(next_event_seq, (e.id >> 10) + 1);
+    ++report->events;
+  });
+  if (!s.ok()) return s;
+  if (bad_namespace) {
+    return Status::Internal("store in " + store_->options().dir +
+                            ": a record names an unknown namespace");
+  }
+  // Versions and event ids continue past anything stored, whatever the
+  // number of partitions now.
+  for (auto& p : partitions_) {
+    p->RestoreCounters(next_version, next_event_seq);
+    p->FinishRestore(wall_now, steady_now);
+  }
+  for (NamespaceId ns = 0; ns < events.size(); ++ns) {
+    if (!events[ns].empty()) dispatchers_[ns]->Publish(std::move(events[ns]));
+  }
+  report->namespaces = owned_dispatchers_.size();
+  report->took = std::chrono::steady_clock::now() - started;
+  return Status::Ok();
 }
 
 void Scheduler::Stop() {
@@ -39,6 +114,16 @@ void Scheduler::Stop() {
     if (t.joinable()) t.join();
   }
   threads_.clear();
+  if (store_) store_->Close();
+}
+
+NamespaceId Scheduler::AddNamespace(std::string name) {
+  const auto id = static_cast<NamespaceId>(owned_dispatchers_.size());
+  owned_dispatchers_.push_back(std::make_unique<Dispatcher>(
+      io_, name, counters_, options_.limits, store_.get()));
+  dispatchers_[id] = owned_dispatchers_.back().get();
+  ns_ids_.emplace(std::move(name), id);
+  return id;
 }
 
 Status Scheduler::Intern(std::string_view name, NamespaceId* id) {
@@ -62,12 +147,12 @@ Status Scheduler::Intern(std::string_view name, NamespaceId* id) {
         "namespace limit of " + std::to_string(options_.limits.max_namespaces) +
         " reached");
   }
-  const auto next = static_cast<NamespaceId>(owned_dispatchers_.size());
-  owned_dispatchers_.push_back(
-      std::make_unique<Dispatcher>(io_, key, counters_, options_.limits));
-  dispatchers_[next] = owned_dispatchers_.back().get();
-  ns_ids_.emplace(key, next);
-  *id = next;
+  // A new namespace's name is on disk before any timer refers to it.
+  if (store_) {
+    const auto next = static_cast<NamespaceId>(owned_dispatchers_.size());
+    if (Status s = store_->PutNamespace(next, key); !s.ok()) return s;
+  }
+  *id = AddNamespace(key);
   return Status::Ok();
 }
 
@@ -100,11 +185,22 @@ void Scheduler::Submit(Op op, std::function<void(OpResult)> done) {
     return;
   }
   Partition& p = *partitions_[PartitionOf(NamespaceOf(op), KeyOf(op))];
-  asio::post(
-      p.strand(), [&p, op = std::move(op), done = std::move(done)]() mutable {
-        OpResult r = p.Apply(op, WallNow(), std::chrono::steady_clock::now());
-        done(std::move(r));
-      });
+  asio::post(p.strand(), [this, &p, op = std::move(op),
+                          done = std::move(done)]() mutable {
+    if (!store_) {
+      done(p.Apply(op, WallNow(), std::chrono::steady_clock::now(), nullptr));
+      return;
+    }
+    Store::Batch batch = store_->NewBatch();
+    OpResult r =
+        p.Apply(op, WallNow(), std::chrono::steady_clock::now(), &batch);
+    p.FinishBatch(batch);
+    store_->Commit(
+        batch, [done = std::move(done), r = std::move(r)](Status s) mutable {
+          if (!s.ok()) r.status = s;
+          done(std::move(r));
+        });
+  });
 }
 
 void Scheduler::SubmitBatch(std::vector<Op> ops,
@@ -139,15 +235,35 @@ void Scheduler::SubmitBatch(std::vector<Op> ops,
   for (std::size_t p = 0; p < groups.size(); ++p) {
     if (groups[p].empty()) continue;
     Partition& part = *partitions_[p];
-    asio::post(part.strand(), [&part, state, group = std::move(groups[p])] {
+    asio::post(part.strand(), [this, &part, state,
+                               group = std::move(groups[p])] {
       const WallNanos wall = WallNow();
       const SteadyTime steady = std::chrono::steady_clock::now();
+      auto finish = [state](std::size_t) {
+        if (state->remaining.fetch_sub(1) == 1) {
+          state->done(std::move(state->results));
+        }
+      };
+      if (!store_) {
+        for (std::uint32_t i : group) {
+          state->results[i] = part.Apply(state->ops[i], wall, steady, nullptr);
+        }
+        finish(0);
+        return;
+      }
+      Store::Batch batch = store_->NewBatch();
       for (std::uint32_t i : group) {
-        state->results[i] = part.Apply(state->ops[i], wall, steady);
+        state->results[i] = part.Apply(state->ops[i], wall, steady, &batch);
       }
-      if (state->remaining.fetch_sub(1) == 1) {
-        state->done(std::move(state->results));
-      }
+      part.FinishBatch(batch);
+      store_->Commit(batch, [state, group, finish](Status s) {
+        if (!s.ok()) {
+          for (std::uint32_t i : group) {
+            if (state->results[i].status.ok()) state->results[i].status = s;
+          }
+        }
+        finish(0);
+      });
     });
   }
 }
@@ -169,10 +285,12 @@ void Scheduler::Drain(NamespaceId ns,
   for (auto& part : partitions_) {
     Partition* p = part.get();
     asio::post(p->strand(), [p, ns, state] {
-      state->drained.fetch_add(p->Drain(ns));
-      if (state->remaining.fetch_sub(1) == 1) {
-        state->done(Status::Ok(), state->drained.load());
-      }
+      p->Drain(ns, [state](std::uint64_t drained) {
+        state->drained.fetch_add(drained);
+        if (state->remaining.fetch_sub(1) == 1) {
+          state->done(Status::Ok(), state->drained.load());
+        }
+      });
     });
   }
 }
@@ -248,10 +366,18 @@ void Scheduler::Shutdown(std::function<void()> done) {
   auto remaining = std::make_shared<std::atomic<std::size_t>>(
       all.size() + partitions_.size());
   auto shared_done = std::make_shared<std::function<void()>>(std::move(done));
-  auto arrive = [remaining, shared_done] {
-    if (remaining->fetch_sub(1) == 1) (*shared_done)();
+  auto arrive = [this, remaining, shared_done] {
+    if (remaining->fetch_sub(1) != 1) return;
+    // Every accepted change is written; wait until it is durable too.
+    if (store_) store_->Sync();
+    (*shared_done)();
   };
-  for (auto& p : partitions_) asio::post(p->strand(), arrive);
+  for (auto& p : partitions_) {
+    asio::post(p->strand(), [p = p.get(), arrive] {
+      p->StopTimers();
+      arrive();
+    });
+  }
   for (Dispatcher* d : all) d->Close(ShuttingDown(), arrive);
 }
 

@@ -21,6 +21,7 @@
 
 #include "server/dispatcher.h"
 #include "server/partition.h"
+#include "server/store.h"
 #include "server/types.h"
 
 namespace delayd {
@@ -32,6 +33,16 @@ class Scheduler {
     std::uint32_t threads = 2;
     std::chrono::nanoseconds tick = std::chrono::microseconds(1);
     Limits limits;
+    // The durable store; none keeps all state in memory only.
+    std::optional<StoreOptions> store;
+  };
+  // What Start() found in the store.
+  struct RecoveryReport {
+    std::uint64_t namespaces = 0;
+    std::uint64_t timers = 0;
+    std::uint64_t overdue = 0;  // Came due while the daemon was down.
+    std::uint64_t events = 0;   // Fired, not acknowledged.
+    std::chrono::nanoseconds took{0};
   };
   struct ListCursor {
     std::uint32_t partition = 0;
@@ -43,8 +54,9 @@ class Scheduler {
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
-  // Starts the thread pool.
-  void Start();
+  // Opens the store (if any), recovers its state, and starts the thread
+  // pool. Fails, starting nothing, if the store cannot be opened or read.
+  Status Start(RecoveryReport* report = nullptr);
 
   // The id of a namespace, created on first use. RESOURCE_EXHAUSTED beyond
   // the namespace limit.
@@ -75,17 +87,23 @@ class Scheduler {
   const Limits& limits() const { return options_.limits; }
   std::uint32_t partitions() const { return options_.partitions; }
   bool shutting_down() const { return shutting_down_.load(); }
+  bool durable() const { return store_ != nullptr; }
 
   // Begins a graceful stop: operations from now on get UNAVAILABLE, every
-  // stream is ended with UNAVAILABLE. `done` runs (on some strand) once every
-  // operation accepted before the call has answered and every dispatcher is
-  // closed.
+  // stream is ended with UNAVAILABLE, timers stop firing. `done` runs (on
+  // some strand) once every operation accepted before the call has answered
+  // (durably) and every dispatcher is closed.
   void Shutdown(std::function<void()> done);
-  // Stops the thread pool and waits for it. Idempotent.
+  // Stops the thread pool and waits for it, then closes the store.
+  // Idempotent.
   void Stop();
 
  private:
   std::uint32_t PartitionOf(NamespaceId ns, std::string_view key) const;
+  Status Recover(RecoveryReport* report);
+  // Creates the dispatcher of a new namespace; the caller holds ns_mutex_
+  // exclusively (or runs before Start).
+  NamespaceId AddNamespace(std::string name);
   static std::string_view KeyOf(const Op& op);
   static NamespaceId NamespaceOf(const Op& op);
   void ListFrom(NamespaceId ns, std::string prefix, std::size_t limit,
@@ -99,6 +117,7 @@ class Scheduler {
   asio::io_context io_;
   asio::executor_work_guard<asio::io_context::executor_type> work_;
   Counters counters_;
+  std::unique_ptr<Store> store_;
   std::vector<std::unique_ptr<Partition>> partitions_;
   // Namespaces: the map under the lock; dispatchers_[id] is written once,
   // before the id is published under the lock, so readers need no lock.

@@ -596,6 +596,10 @@ grpc::ServerUnaryReactor* DelaydService::Ack(grpc::CallbackServerContext* ctx,
   scheduler_.dispatcher(ns).Ack(
       {req->event_ids().begin(), req->event_ids().end()},
       [reactor, resp](AckResult r) {
+        if (!r.error.ok()) {
+          Finish(reactor, r.error);
+          return;
+        }
         resp->set_acked(r.acked);
         for (auto id : r.unknown) resp->add_unknown_ids(id);
         Finish(reactor, Status::Ok());
@@ -617,6 +621,8 @@ grpc::ServerUnaryReactor* DelaydService::Stats(grpc::CallbackServerContext* ctx,
   resp->set_timers_fired(c.fired.load());
   resp->set_events_acked(c.acked.load());
   resp->set_events_redelivered(c.redelivered.load());
+  resp->set_durable(scheduler_.durable());
+  resp->set_store_errors(c.store_errors.load());
   return FinishNow(ctx, Status::Ok());
 }
 
@@ -628,6 +634,10 @@ DelaydServer::~DelaydServer() { Shutdown(std::chrono::milliseconds(0)); }
 
 Status DelaydServer::Start() {
   scheduler_ = std::make_unique<Scheduler>(options_.scheduler);
+  if (Status s = scheduler_->Start(&recovery_); !s.ok()) {
+    scheduler_.reset();
+    return s;
+  }
   service_ = std::make_unique<DelaydService>(*scheduler_);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -659,7 +669,6 @@ Status DelaydServer::Start() {
     return Status::Unavailable("cannot listen on " + options_.listen);
   }
   server_->GetHealthCheckService()->SetServingStatus(true);
-  scheduler_->Start();
   return Status::Ok();
 }
 

@@ -134,9 +134,10 @@ class DelaydServer {
   explicit DelaydServer(Options options);
   ~DelaydServer();
 
-  // Starts the scheduler and the server. Fails if the address cannot be
-  // bound.
+  // Starts the scheduler (recovering the store, if any) and the server.
+  // Fails if the store cannot be opened or read, or the address bound.
   Status Start();
+  const Scheduler::RecoveryReport& recovery() const { return recovery_; }
   // The bound port (useful with port 0).
   int port() const { return port_; }
   // Graceful stop: health NOT_SERVING, new operations UNAVAILABLE, streams
@@ -152,6 +153,7 @@ class DelaydServer {
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   bool stopped_ = false;
+  Scheduler::RecoveryReport recovery_;
 };
 
 }  // namespace delayd

@@ -55,6 +55,7 @@ class StrandWheel {
   // NextDeadline(), and an idle owner never wakes for nothing.
   void Scheduled(wheel::TimingWheel::Handle handle) {
     assert(strand_.running_in_this_thread());
+    if (stopped_) return;
     const auto due = wheel_.Due(handle);
     if (due && (!armed_ || *due < *armed_)) ArmAt(*due);
   }
@@ -63,6 +64,7 @@ class StrandWheel {
   // the strand.
   void Fire() {
     assert(strand_.running_in_this_thread());
+    if (stopped_) return;
     due_.clear();
     wheel_.Advance(Now(), [this](const Expired& e) { due_.push_back(e); });
     if (!due_.empty()) on_expired_(due_);
@@ -71,7 +73,9 @@ class StrandWheel {
     }
   }
 
+  // Fires nothing more. Runs on the strand.
   void Stop() {
+    stopped_ = true;
     armed_.reset();
     timer_.cancel();
   }
@@ -93,6 +97,7 @@ class StrandWheel {
   wheel::TimingWheel wheel_;
   OnExpired on_expired_;
   std::optional<wheel::TimingWheel::Time> armed_;
+  bool stopped_ = false;
   std::vector<Expired> due_;
 };
 

@@ -7,6 +7,7 @@
 #include "delayd/v1/delayd.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "tests/common/daemon_process.h"
+#include "tests/common/temp_dir.h"
 #include "tests/server/test_client.h"
 
 namespace delayd::testing {
@@ -18,7 +19,8 @@ std::unique_ptr<v1::Delayd::Stub> Connect(const DaemonProcess& d) {
 }
 
 TEST(DelaydBinary, ServesAndStopsCleanlyOnSigterm) {
-  DaemonProcess d(DELAYD_BINARY, {});
+  TempDir dir;
+  DaemonProcess d(DELAYD_BINARY, {"--data-dir", dir / "data"});
   ASSERT_TRUE(d.ok()) << d.output();
   auto channel =
       grpc::CreateChannel(d.address(), grpc::InsecureChannelCredentials());
@@ -53,7 +55,9 @@ TEST(DelaydBinary, ServesAndStopsCleanlyOnSigterm) {
 
 TEST(DelaydBinary, FlagsComeFromEnvironment) {
   setenv("DELAYD_MAX_KEY_BYTES", "4", 1);
+  setenv("DELAYD_IN_MEMORY", "true", 1);
   DaemonProcess d(DELAYD_BINARY, {});
+  unsetenv("DELAYD_IN_MEMORY");
   unsetenv("DELAYD_MAX_KEY_BYTES");
   ASSERT_TRUE(d.ok()) << d.output();
   auto stub = Connect(d);

@@ -43,7 +43,7 @@ wait_for() {
   pass
 }
 
-"$DELAYD" --listen 127.0.0.1:0 >"$work/delayd.log" 2>&1 &
+"$DELAYD" --listen 127.0.0.1:0 --data-dir "$work/data" >"$work/delayd.log" 2>&1 &
 daemon_pid=$!
 wait_for "$work/delayd.log" " port [0-9]+ " || exit 1
 port=$(grep -oE ' port [0-9]+ ' "$work/delayd.log" | grep -oE '[0-9]+')

@@ -68,7 +68,7 @@ class FakeSubscriber : public Subscriber {
 class SchedulerTest : public ::testing::Test {
  protected:
   SchedulerTest() : scheduler_(Options()) {
-    scheduler_.Start();
+    EXPECT_TRUE(scheduler_.Start().ok());
     EXPECT_TRUE(scheduler_.Intern("default", &ns_).ok());
   }
   static Scheduler::Options Options() {

@@ -1,0 +1,437 @@
+#include "server/store.h"
+
+#include <rocksdb/options.h>
+#include <rocksdb/table.h>
+
+#include <bit>
+#include <cstring>
+#include <filesystem>
+
+#include "server/duration.h"
+
+namespace delayd {
+namespace {
+
+static_assert(std::endian::native == std::endian::little,
+              "values are stored in host order, which must be little-endian");
+
+constexpr char kNamespacePrefix = 'n';
+constexpr char kCountersPrefix = 'c';
+constexpr std::size_t kTimerValueSize = 24;
+constexpr std::size_t kEventFixedSize = 4 + 8 + 8 + 8 + 1 + 8;
+
+void AppendBE(std::string& out, std::uint64_t v, int bytes) {
+  for (int i = bytes - 1; i >= 0; --i) {
+    out.push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
+  }
+}
+std::uint64_t ReadBE(const char* p, int bytes) {
+  std::uint64_t v = 0;
+  for (int i = 0; i < bytes; ++i) {
+    v = (v << 8) | static_cast<unsigned char>(p[i]);
+  }
+  return v;
+}
+template <typename T>
+void AppendRaw(std::string& out, T v) {
+  out.append(reinterpret_cast<const char*>(&v), sizeof v);
+}
+template <typename T>
+T ReadRaw(const char*& p) {
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  p += sizeof v;
+  return v;
+}
+
+std::string TimerKey(NamespaceId ns, std::string_view key) {
+  std::string out;
+  out.reserve(4 + key.size());
+  AppendBE(out, ns, 4);
+  out.append(key);
+  return out;
+}
+std::string IdKey(std::uint64_t id) {
+  std::string out;
+  AppendBE(out, id, 8);
+  return out;
+}
+std::string NamespaceKey(NamespaceId id) {
+  std::string out(1, kNamespacePrefix);
+  AppendBE(out, id, 4);
+  return out;
+}
+
+}  // namespace
+
+Status ParseFsyncPolicy(std::string_view text, StoreOptions* options) {
+  if (text == "always") {
+    options->fsync = FsyncPolicy::kAlways;
+  } else if (text == "never") {
+    options->fsync = FsyncPolicy::kNever;
+  } else if (auto d = ParseDuration(text); d && d->count() > 0) {
+    options->fsync = FsyncPolicy::kInterval;
+    options->fsync_interval = *d;
+  } else {
+    return Status::InvalidArgument(
+        "--fsync: expected always, never or a positive interval such as "
+        "100ms, not '" +
+        std::string(text) + "'");
+  }
+  return Status::Ok();
+}
+
+void Store::Batch::PutTimer(NamespaceId ns, std::string_view key,
+                            WallNanos fire_time, std::uint64_t version,
+                            std::uint64_t payload_id) {
+  std::string value;
+  value.reserve(kTimerValueSize);
+  AppendRaw(value, fire_time);
+  AppendRaw(value, version);
+  AppendRaw(value, payload_id);
+  batch_.Put(store_->timers_, TimerKey(ns, key), value);
+}
+
+void Store::Batch::DeleteTimer(NamespaceId ns, std::string_view key) {
+  batch_.Delete(store_->timers_, TimerKey(ns, key));
+}
+
+void Store::Batch::PutPayload(std::uint64_t payload_id,
+                              std::string_view payload) {
+  batch_.Put(store_->payloads_, IdKey(payload_id),
+             rocksdb::Slice(payload.data(), payload.size()));
+}
+
+void Store::Batch::DeletePayload(std::uint64_t payload_id) {
+  batch_.Delete(store_->payloads_, IdKey(payload_id));
+}
+
+void Store::Batch::PutEvent(const StoredEvent& e) {
+  std::string value;
+  value.reserve(kEventFixedSize + e.key.size());
+  AppendRaw(value, e.ns);
+  AppendRaw(value, e.version);
+  AppendRaw(value, e.fire_time);
+  AppendRaw(value, e.fired_at);
+  AppendRaw(value, static_cast<std::uint8_t>(e.reason));
+  AppendRaw(value, e.payload_id);
+  value.append(e.key);
+  batch_.Put(store_->events_, IdKey(e.id), value);
+}
+
+void Store::Batch::DeleteEvent(std::uint64_t event_id) {
+  batch_.Delete(store_->events_, IdKey(event_id));
+}
+
+void Store::Batch::PutCounters(std::uint32_t partition,
+                               std::uint64_t next_version,
+                               std::uint64_t next_event_seq) {
+  std::string key(1, kCountersPrefix);
+  AppendBE(key, partition, 2);
+  std::string value;
+  AppendRaw(value, next_version);
+  AppendRaw(value, next_event_seq);
+  batch_.Put(store_->meta_, key, value);
+}
+
+Status Store::Error(const char* what, const rocksdb::Status& s) const {
+  return Status::Internal("store in " + options_.dir + ": " + what + ": " +
+                          s.ToString());
+}
+
+Status Store::Open(const StoreOptions& options, std::unique_ptr<Store>* out) {
+  std::unique_ptr<Store> store(new Store(options));
+  std::error_code ec;
+  std::filesystem::create_directories(options.dir, ec);
+  if (ec) {
+    return Status::Internal("cannot create data directory " + options.dir +
+                            ": " + ec.message());
+  }
+  rocksdb::DBOptions db;
+  db.create_if_missing = true;
+  db.create_missing_column_families = true;
+  db.paranoid_checks = true;
+  // A record cut short at the very end of a log is a write that was never
+  // acknowledged (a crash mid-write); damage anywhere else refuses to open.
+  db.wal_recovery_mode =
+      rocksdb::WALRecoveryMode::kTolerateCorruptedTailRecords;
+  // Bounds the WAL: past this, memtables holding its oldest data are flushed.
+  db.max_total_wal_size = 256 << 20;
+  db.max_background_jobs = 2;
+  db.keep_log_file_num = 3;
+  db.max_log_file_size = 8 << 20;
+  db.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
+
+  rocksdb::ColumnFamilyOptions cf;
+  // Small memtables: the store's share of RAM stays a few tens of MiB
+  // whatever the payload sizes.
+  cf.write_buffer_size = 16 << 20;
+  cf.max_write_buffer_number = 3;
+  cf.level_compaction_dynamic_level_bytes = true;
+  rocksdb::BlockBasedTableOptions table;
+  table.block_cache = rocksdb::NewLRUCache(16 << 20);
+  table.cache_index_and_filter_blocks = true;
+  cf.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
+
+  std::vector<rocksdb::ColumnFamilyDescriptor> families = {
+      {rocksdb::kDefaultColumnFamilyName, cf},
+      {"timers", cf},
+      {"payloads", cf},
+      {"events", cf}};
+  rocksdb::DB* raw = nullptr;
+  rocksdb::Status s =
+      rocksdb::DB::Open(db, options.dir, families, &store->handles_, &raw);
+  if (!s.ok()) {
+    std::string why = s.ToString();
+    if (s.IsCorruption() || (s.IsIOError() && why.find("lock") == why.npos)) {
+      why +=
+          ". The data directory is damaged or unreadable; delayd will not "
+          "start on it. Restore it from a backup, or move it aside to start "
+          "empty.";
+    } else if (why.find("lock") != why.npos) {
+      why += ". Is another delayd using this data directory?";
+    }
+    return Status::Internal("cannot open the store in " + options.dir + ": " +
+                            why);
+  }
+  store->db_.reset(raw);
+  store->meta_ = store->handles_[0];
+  store->timers_ = store->handles_[1];
+  store->payloads_ = store->handles_[2];
+  store->events_ = store->handles_[3];
+  store->syncer_ = std::thread([s = store.get()] { s->SyncLoop(); });
+  *out = std::move(store);
+  return Status::Ok();
+}
+
+Store::~Store() { Close(); }
+
+Status Store::LoadNamespaces(std::vector<std::string>* names) {
+  std::unique_ptr<rocksdb::Iterator> it(
+      db_->NewIterator(rocksdb::ReadOptions(), meta_));
+  const std::string prefix(1, kNamespacePrefix);
+  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix);
+       it->Next()) {
+    if (it->key().size() != 5 || it->value().empty()) {
+      return Status::Internal("store in " + options_.dir +
+                              ": malformed namespace record");
+    }
+    const auto id = ReadBE(it->key().data() + 1, 4);
+    if (id != names->size()) {
+      return Status::Internal("store in " + options_.dir +
+                              ": namespace table has a gap at id " +
+                              std::to_string(names->size()));
+    }
+    names->push_back(it->value().ToString());
+  }
+  if (!it->status().ok()) return Error("reading namespaces", it->status());
+  return Status::Ok();
+}
+
+Status Store::LoadCounters(std::uint64_t* next_version,
+                           std::uint64_t* next_event_seq) {
+  std::unique_ptr<rocksdb::Iterator> it(
+      db_->NewIterator(rocksdb::ReadOptions(), meta_));
+  const std::string prefix(1, kCountersPrefix);
+  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix);
+       it->Next()) {
+    if (it->value().size() != 16) {
+      return Status::Internal("store in " + options_.dir +
+                              ": malformed counter record");
+    }
+    const char* p = it->value().data();
+    *next_version = std::max(*next_version, ReadRaw<std::uint64_t>(p));
+    *next_event_seq = std::max(*next_event_seq, ReadRaw<std::uint64_t>(p));
+  }
+  if (!it->status().ok()) return Error("reading counters", it->status());
+  return Status::Ok();
+}
+
+Status Store::ForEachTimer(
+    const std::function<void(const StoredTimer&)>& visit) {
+  rocksdb::ReadOptions ro;
+  ro.fill_cache = false;
+  ro.readahead_size = 4 << 20;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, timers_));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    const rocksdb::Slice k = it->key();
+    const rocksdb::Slice v = it->value();
+    if (k.size() < 5 || v.size() != kTimerValueSize) {
+      return Status::Internal("store in " + options_.dir +
+                              ": malformed timer record");
+    }
+    const char* p = v.data();
+    StoredTimer t;
+    t.ns = static_cast<NamespaceId>(ReadBE(k.data(), 4));
+    t.key = std::string_view(k.data() + 4, k.size() - 4);
+    t.fire_time = ReadRaw<WallNanos>(p);
+    t.version = ReadRaw<std::uint64_t>(p);
+    t.payload_id = ReadRaw<std::uint64_t>(p);
+    visit(t);
+  }
+  if (!it->status().ok()) return Error("reading timers", it->status());
+  return Status::Ok();
+}
+
+Status Store::ForEachEvent(
+    const std::function<void(const StoredEvent&)>& visit) {
+  rocksdb::ReadOptions ro;
+  ro.fill_cache = false;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, events_));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    const rocksdb::Slice k = it->key();
+    const rocksdb::Slice v = it->value();
+    if (k.size() != 8 || v.size() <= kEventFixedSize) {
+      return Status::Internal("store in " + options_.dir +
+                              ": malformed event record");
+    }
+    const char* p = v.data();
+    StoredEvent e;
+    e.id = ReadBE(k.data(), 8);
+    e.ns = ReadRaw<NamespaceId>(p);
+    e.version = ReadRaw<std::uint64_t>(p);
+    e.fire_time = ReadRaw<WallNanos>(p);
+    e.fired_at = ReadRaw<WallNanos>(p);
+    e.reason = static_cast<Reason>(ReadRaw<std::uint8_t>(p));
+    e.payload_id = ReadRaw<std::uint64_t>(p);
+    e.key = std::string_view(p, v.data() + v.size() - p);
+    visit(e);
+  }
+  if (!it->status().ok()) return Error("reading events", it->status());
+  return Status::Ok();
+}
+
+Status Store::PutNamespace(NamespaceId id, std::string_view name) {
+  std::shared_lock lock(close_mu_);
+  if (closed_) return Status::Unavailable("the store is closed");
+  rocksdb::WriteOptions wo;
+  wo.sync = true;
+  auto s = db_->Put(wo, meta_, NamespaceKey(id),
+                    rocksdb::Slice(name.data(), name.size()));
+  if (!s.ok()) return Error("writing a namespace", s);
+  return Status::Ok();
+}
+
+Status Store::GetPayloads(std::span<const std::uint64_t> ids,
+                          std::vector<std::string>* payloads) {
+  payloads->clear();
+  if (ids.empty()) return Status::Ok();
+  std::vector<std::string> keys;
+  keys.reserve(ids.size());
+  for (std::uint64_t id : ids) keys.push_back(IdKey(id));
+  std::vector<rocksdb::Slice> slices(keys.begin(), keys.end());
+  std::vector<rocksdb::ColumnFamilyHandle*> families(ids.size(), payloads_);
+  std::shared_lock lock(close_mu_);
+  if (closed_) return Status::Unavailable("the store is closed");
+  const std::vector<rocksdb::Status> statuses =
+      db_->MultiGet(rocksdb::ReadOptions(), families, slices, payloads);
+  for (std::size_t i = 0; i < statuses.size(); ++i) {
+    if (!statuses[i].ok()) {
+      return Error(("reading payload " + std::to_string(ids[i])).c_str(),
+                   statuses[i]);
+    }
+  }
+  return Status::Ok();
+}
+
+void Store::Commit(Batch& batch, std::function<void(Status)> done) {
+  if (batch.empty()) {
+    done(Status::Ok());
+    return;
+  }
+  {
+    std::shared_lock lock(close_mu_);
+    if (closed_) {
+      done(Status::Unavailable("the store is closed"));
+      return;
+    }
+    const rocksdb::Status s =
+        db_->Write(rocksdb::WriteOptions(), &batch.batch_);
+    if (!s.ok()) {
+      done(Error("write", s));
+      return;
+    }
+  }
+  if (options_.fsync != FsyncPolicy::kAlways) {
+    if (options_.fsync == FsyncPolicy::kInterval) {
+      std::lock_guard lock(mu_);
+      unsynced_ = true;
+    }
+    done(Status::Ok());
+    return;
+  }
+  {
+    std::lock_guard lock(mu_);
+    waiting_.push_back(std::move(done));
+  }
+  cv_.notify_one();
+}
+
+void Store::SyncLoop() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    switch (options_.fsync) {
+      case FsyncPolicy::kAlways:
+        cv_.wait(lock, [&] { return !waiting_.empty() || closing_; });
+        break;
+      case FsyncPolicy::kInterval:
+        cv_.wait_for(lock, options_.fsync_interval, [&] { return closing_; });
+        break;
+      case FsyncPolicy::kNever:
+        cv_.wait(lock, [&] { return closing_; });
+        break;
+    }
+    if (closing_ && waiting_.empty()) break;
+    // Every batch whose callback is queued was written before it was queued,
+    // so one sync now covers them all.
+    std::vector<std::function<void(Status)>> group;
+    group.swap(waiting_);
+    const bool needed = !group.empty() || unsynced_;
+    unsynced_ = false;
+    syncing_ = true;
+    lock.unlock();
+    Status status;
+    if (needed) {
+      const rocksdb::Status s = db_->SyncWAL();
+      if (!s.ok()) status = Error("WAL sync", s);
+    }
+    for (auto& done : group) done(status);
+    lock.lock();
+    syncing_ = false;
+    idle_cv_.notify_all();
+  }
+  syncing_ = false;
+  idle_cv_.notify_all();
+}
+
+void Store::Sync() {
+  {
+    std::unique_lock lock(mu_);
+    idle_cv_.wait(lock, [&] { return waiting_.empty() && !syncing_; });
+  }
+  std::shared_lock lock(close_mu_);
+  if (!closed_) db_->SyncWAL();
+}
+
+void Store::Close() {
+  {
+    std::lock_guard lock(mu_);
+    if (closing_) return;
+    closing_ = true;
+  }
+  cv_.notify_all();
+  if (syncer_.joinable()) syncer_.join();
+  std::unique_lock lock(close_mu_);
+  closed_ = true;
+  if (!db_) return;
+  db_->SyncWAL();
+  // Flushing the memtables makes the next start read tables, not replay logs.
+  rocksdb::FlushOptions flush;
+  db_->Flush(flush, handles_);
+  for (auto* h : handles_) db_->DestroyColumnFamilyHandle(h);
+  handles_.clear();
+  db_->Close();
+  db_.reset();
+}
+
+}  // namespace delayd

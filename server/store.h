@@ -1,0 +1,188 @@
+// The durable store under the scheduler: RocksDB holding every pending timer,
+// every fired event not yet acknowledged, each timer's payload, the namespace
+// table and the sequence counters.
+//
+// Layout (column families; integers in keys are big-endian so keys sort by
+// them, integers in values little-endian):
+//   timers    ns id (4) + key       -> fire time, version, payload id
+//   payloads  payload id (8)        -> payload bytes
+//   events    event id (8)          -> ns id, version, fire time, fired-at,
+//                                      reason, payload id, key
+//   default   'n' + ns id (4)       -> namespace name
+//             'c' + partition (2)   -> next version, next event sequence
+// A payload is written once, when its timer is set, and deleted when the timer
+// is replaced or removed or its event is acknowledged; moves and firing only
+// rewrite the small timer and event records. So payloads need not be in RAM:
+// they are read back when an event is delivered.
+//
+// Durability: writers call Commit() with a batch of changes from the thread
+// that made them. The batch is written to the write-ahead log at once, in the
+// caller's thread (so later reads see it, and batches land in the order their
+// changes were made); `done` runs once the batch is durable under the fsync
+// policy. With `always`, a syncer thread runs one WAL sync for every batch
+// written since the previous one (group commit) and then their callbacks.
+//
+// Thread safety: every method may be called from any thread.
+#ifndef DELAYD_SERVER_STORE_H_
+#define DELAYD_SERVER_STORE_H_
+
+#include <rocksdb/db.h>
+#include <rocksdb/write_batch.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "server/status.h"
+#include "server/types.h"
+
+namespace delayd {
+
+enum class FsyncPolicy {
+  kAlways,    // Each write is acknowledged after a WAL sync: nothing is lost.
+  kInterval,  // WAL synced every `fsync_interval`: a power loss or OS crash
+              // loses at most that much; a crash of delayd alone loses
+              // nothing.
+  kNever,     // Left to the OS: a power loss loses what it had not written
+              // back; a crash of delayd alone loses nothing.
+};
+
+struct StoreOptions {
+  std::string dir;
+  FsyncPolicy fsync = FsyncPolicy::kAlways;
+  std::chrono::nanoseconds fsync_interval = std::chrono::milliseconds(100);
+};
+
+// Parses "always", "never" or a duration such as "100ms" (an interval).
+Status ParseFsyncPolicy(std::string_view text, StoreOptions* options);
+
+struct StoredTimer {
+  NamespaceId ns;
+  std::string_view key;
+  WallNanos fire_time;
+  std::uint64_t version;
+  std::uint64_t payload_id;
+};
+
+struct StoredEvent {
+  std::uint64_t id;
+  NamespaceId ns;
+  std::string_view key;
+  std::uint64_t version;
+  WallNanos fire_time;
+  WallNanos fired_at;
+  Reason reason;
+  std::uint64_t payload_id;
+};
+
+// With a store, a timer's or event's in-memory Blob holds its key and, as its
+// payload, the 8-byte id under which the real payload is stored.
+inline Blob KeyBlob(std::string_view key, std::uint64_t payload_id) {
+  return Blob(key, std::string_view(reinterpret_cast<const char*>(&payload_id),
+                                    sizeof payload_id));
+}
+inline std::uint64_t PayloadIdOf(const Blob& blob) {
+  std::uint64_t id = 0;
+  if (blob.payload().size() == sizeof id) {
+    std::memcpy(&id, blob.payload().data(), sizeof id);
+  }
+  return id;
+}
+
+class Store {
+ public:
+  // A set of changes committed together.
+  class Batch {
+   public:
+    void PutTimer(NamespaceId ns, std::string_view key, WallNanos fire_time,
+                  std::uint64_t version, std::uint64_t payload_id);
+    void DeleteTimer(NamespaceId ns, std::string_view key);
+    void PutPayload(std::uint64_t payload_id, std::string_view payload);
+    void DeletePayload(std::uint64_t payload_id);
+    void PutEvent(const StoredEvent& event);
+    void DeleteEvent(std::uint64_t event_id);
+    void PutCounters(std::uint32_t partition, std::uint64_t next_version,
+                     std::uint64_t next_event_seq);
+    bool empty() const { return batch_.Count() == 0; }
+
+   private:
+    friend class Store;
+    explicit Batch(const Store& store) : store_(&store) {}
+    const Store* store_;
+    rocksdb::WriteBatch batch_;
+  };
+
+  // Opens (creating if missing) the store in `options.dir`. A damaged store
+  // fails with a message naming the directory and the problem.
+  static Status Open(const StoreOptions& options, std::unique_ptr<Store>* out);
+  ~Store();  // Close().
+
+  // --- Recovery, before any write. ---
+  // Namespace names by id (ids are dense from 0).
+  Status LoadNamespaces(std::vector<std::string>* names);
+  // The highest next-version and next-event-sequence of any partition.
+  Status LoadCounters(std::uint64_t* next_version,
+                      std::uint64_t* next_event_seq);
+  // Visits every pending timer / unacknowledged event (in key order).
+  Status ForEachTimer(const std::function<void(const StoredTimer&)>& visit);
+  Status ForEachEvent(const std::function<void(const StoredEvent&)>& visit);
+
+  // --- Writes. ---
+  Batch NewBatch() const { return Batch(*this); }
+  // Writes `batch` now; `done` runs (in this thread, or on the syncer thread
+  // under `always`) once it is durable, or with the error if it failed.
+  // An empty batch completes at once.
+  void Commit(Batch& batch, std::function<void(Status)> done);
+  // Writes and syncs the name of a new namespace before it is used.
+  Status PutNamespace(NamespaceId id, std::string_view name);
+
+  // Payloads by id, in order; a missing one is an error (a damaged store).
+  Status GetPayloads(std::span<const std::uint64_t> ids,
+                     std::vector<std::string>* payloads);
+
+  // Waits for every queued callback, syncs the WAL. Commits after this still
+  // work; Close() ends them.
+  void Sync();
+  // Syncs, flushes memtables and closes. Commits after Close() fail.
+  void Close();
+
+  const StoreOptions& options() const { return options_; }
+
+ private:
+  explicit Store(StoreOptions options) : options_(std::move(options)) {}
+  void SyncLoop();
+  Status Error(const char* what, const rocksdb::Status& s) const;
+
+  const StoreOptions options_;
+  std::unique_ptr<rocksdb::DB> db_;
+  std::vector<rocksdb::ColumnFamilyHandle*> handles_;
+  rocksdb::ColumnFamilyHandle* meta_ = nullptr;
+  rocksdb::ColumnFamilyHandle* timers_ = nullptr;
+  rocksdb::ColumnFamilyHandle* payloads_ = nullptr;
+  rocksdb::ColumnFamilyHandle* events_ = nullptr;
+
+  // Shared by writers, exclusive for closing.
+  std::shared_mutex close_mu_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::condition_variable idle_cv_;
+  std::vector<std::function<void(Status)>> waiting_;  // For the next sync.
+  bool syncing_ = false;
+  bool unsynced_ = false;  // Written since the last sync (interval policy).
+  bool closing_ = false;
+  bool closed_ = false;
+  std::thread syncer_;
+};
+
+}  // namespace delayd
+
+#endif  // DELAYD_SERVER_STORE_H_
