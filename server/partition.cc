@@ -238,17 +238,12 @@ void Partition::OnExpired(std::vector<StrandWheel::Expired>& due) {
   FireRecords(fire, Reason::kExpired);
 }
 
-void Partition::FireRecords(const std::vector<std::uint32_t>& records,
-                            Reason reason, std::function<void()> done) {
-  if (records.empty()) {
-    if (done) done();
-    return;
-  }
+std::vector<Event> Partition::TakeEvents(
+    const std::vector<std::uint32_t>& records, Reason reason,
+    Store::Batch* batch) {
   const WallNanos fired_at = WallNow();
-  std::optional<Store::Batch> batch;
-  if (store_ != nullptr) batch.emplace(store_->NewBatch());
-  // Events go to their namespace's dispatcher in firing order.
-  std::unordered_map<NamespaceId, std::vector<Event>> by_ns;
+  std::vector<Event> events;
+  events.reserve(records.size());
   for (std::uint32_t r : records) {
     Record& rec = records_[r];
     Event e{};
@@ -267,24 +262,42 @@ void Partition::FireRecords(const std::vector<std::uint32_t>& records,
                                   e.fire_time, e.fired_at, e.reason,
                                   PayloadIdOf(e.blob)});
     }
-    by_ns[e.ns].push_back(std::move(e));
+    events.push_back(std::move(e));
   }
   counters_.pending.fetch_sub(records.size());
   counters_.fired.fetch_add(records.size());
-  if (!batch) {
-    for (auto& [ns, events] : by_ns) publish_(ns, std::move(events));
+  if (batch) {
+    counters_changed_ = true;
+    FinishBatch(*batch);
+  }
+  return events;
+}
+
+void Partition::FireRecords(const std::vector<std::uint32_t>& records,
+                            Reason reason, std::function<void()> done) {
+  if (records.empty()) {
     if (done) done();
     return;
   }
-  counters_changed_ = true;
-  FinishBatch(*batch);
+  std::optional<Store::Batch> batch;
+  if (store_ != nullptr) batch.emplace(store_->NewBatch());
+  // Events go to their namespace's dispatcher in firing order.
+  auto by_ns =
+      std::make_shared<std::unordered_map<NamespaceId, std::vector<Event>>>();
+  for (Event& e : TakeEvents(records, reason, batch ? &*batch : nullptr)) {
+    (*by_ns)[e.ns].push_back(std::move(e));
+  }
+  if (!batch) {
+    for (auto& [ns, events] : *by_ns) publish_(ns, std::move(events));
+    if (done) done();
+    return;
+  }
   // Published once durable: a delivered event is never one that a crash
   // would turn back into a pending timer. If the write failed, the timers
   // are still in the store and fire again after a restart; deliver now
   // anyway (at least once).
-  auto fired = std::make_shared<decltype(by_ns)>(std::move(by_ns));
-  store_->Commit(*batch, [this, fired, done = std::move(done)](Status) {
-    for (auto& [ns, events] : *fired) publish_(ns, std::move(events));
+  store_->Commit(*batch, [this, by_ns, done = std::move(done)](Status) {
+    for (auto& [ns, events] : *by_ns) publish_(ns, std::move(events));
     if (done) done();
   });
 }
@@ -331,22 +344,20 @@ void Partition::Restore(const StoredTimer& t, WallNanos wall_now,
   next_version_ = std::max(next_version_, t.version + 1);
 }
 
-void Partition::FinishRestore(WallNanos wall_now, SteadyTime steady_now) {
-  // All overdue timers share one deadline (now); the wheel fires ties in
-  // scheduling order, so schedule them in fire-time order.
+std::vector<Event> Partition::FireOverdue(std::function<void(Status)> durable) {
   std::sort(overdue_.begin(), overdue_.end(),
             [this](std::uint32_t a, std::uint32_t b) {
               return records_[a].fire_time != records_[b].fire_time
                          ? records_[a].fire_time < records_[b].fire_time
                          : records_[a].version < records_[b].version;
             });
-  for (std::uint32_t r : overdue_) {
-    records_[r].handle = wheel_.wheel().Schedule(
-        Deadline(records_[r].fire_time, wall_now, steady_now), r);
-  }
+  Store::Batch batch = store_->NewBatch();
+  std::vector<Event> events = TakeEvents(overdue_, Reason::kExpired, &batch);
   overdue_ = {};
-  // Arms the wake-up for whatever was restored.
+  store_->Commit(batch, std::move(durable));
+  // Arms the wake-up for the timers still pending.
   asio::post(strand_, [this] { wheel_.Fire(); });
+  return events;
 }
 
 std::optional<TimerInfo> Partition::Get(NamespaceId ns,

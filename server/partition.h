@@ -59,14 +59,15 @@ class Partition {
   // Stops firing (shutdown): timers stay pending.
   void StopTimers() { wheel_.Stop(); }
 
-  // Recovery, before the strand runs: counters first, then each stored
-  // timer, then FinishRestore(), which schedules the overdue ones in
-  // fire-time order.
+  // Recovery, before the strand runs: counters, then each stored timer,
+  // then FireOverdue(), which fires those whose time passed while the daemon
+  // was down and returns their events in fire-time order (unpublished);
+  // `durable` runs once that firing is on disk.
   void RestoreCounters(std::uint64_t next_version,
                        std::uint64_t next_event_seq);
   void Restore(const StoredTimer& timer, WallNanos wall_now,
                SteadyTime steady_now);
-  void FinishRestore(WallNanos wall_now, SteadyTime steady_now);
+  std::vector<Event> FireOverdue(std::function<void(Status)> durable);
 
   std::optional<TimerInfo> Get(NamespaceId ns, std::string_view key) const;
 
@@ -114,6 +115,10 @@ class Partition {
   // Removes record `r` from the index and frees it.
   void Forget(std::uint32_t r);
   void OnExpired(std::vector<StrandWheel::Expired>& due);
+  // Turns records into events, removing them and recording that in `batch`
+  // (if any).
+  std::vector<Event> TakeEvents(const std::vector<std::uint32_t>& records,
+                                Reason reason, Store::Batch* batch);
   // Turns records into events (removing them) and publishes them once
   // durable; then runs `done` (if any).
   void FireRecords(const std::vector<std::uint32_t>& records, Reason reason,

@@ -95,9 +95,27 @@ Status Scheduler::Recover(RecoveryReport* report) {
   }
   // Versions and event ids continue past anything stored, whatever the
   // number of partitions now.
+  for (auto& p : partitions_) p->RestoreCounters(next_version, next_event_seq);
+  // Events not acknowledged before the stop go first, in firing order; then
+  // the timers that came due while the daemon was down, fired now in
+  // fire-time order across all partitions.
+  std::vector<Event> overdue;
+  auto fired = std::make_shared<std::atomic<std::size_t>>(0);
   for (auto& p : partitions_) {
-    p->RestoreCounters(next_version, next_event_seq);
-    p->FinishRestore(wall_now, steady_now);
+    std::vector<Event> some = p->FireOverdue([fired](Status s) {
+      if (s.ok()) fired->fetch_add(1);
+    });
+    overdue.insert(overdue.end(), std::make_move_iterator(some.begin()),
+                   std::make_move_iterator(some.end()));
+  }
+  std::stable_sort(
+      overdue.begin(), overdue.end(),
+      [](const Event& a, const Event& b) { return a.fire_time < b.fire_time; });
+  for (Event& e : overdue) events[e.ns].push_back(std::move(e));
+  store_->Sync();
+  if (fired->load() != partitions_.size()) {
+    return Status::Internal("store in " + store_->options().dir +
+                            ": could not record the overdue timers");
   }
   for (NamespaceId ns = 0; ns < events.size(); ++ns) {
     if (!events[ns].empty()) dispatchers_[ns]->Publish(std::move(events[ns]));
