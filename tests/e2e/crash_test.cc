@@ -1,0 +1,313 @@
+// Crash safety: the real delayd under a mixed load is killed with SIGKILL at
+// random moments and started again on the same data directory, several
+// rounds. A client records what delayd acknowledged; a worker records every
+// event it receives. At the end:
+//   - every timer version acknowledged and not superseded (replaced, moved
+//     or removed by an acknowledged operation) fired;
+//   - no superseded version ever fired;
+//   - nothing fired before its fire time.
+// DELAYD_CRASH_ROUNDS (default 3) and DELAYD_CRASH_FSYNC (default always)
+// make a longer run by hand; DELAYD_CRASH_SEED picks the random sequence.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "delayd/v1/delayd.grpc.pb.h"
+#include "tests/common/daemon_process.h"
+#include "tests/common/temp_dir.h"
+#include "tests/server/test_client.h"
+
+namespace delayd::testing {
+namespace {
+
+using TimerId = std::pair<std::string, std::uint64_t>;  // key, version
+
+int EnvInt(const char* name, int fallback) {
+  const char* v = getenv(name);
+  return v && *v ? std::atoi(v) : fallback;
+}
+
+// Where the daemon currently listens; empty while it is down.
+class Endpoint {
+ public:
+  void Set(std::string address) {
+    std::lock_guard lock(mu_);
+    address_ = std::move(address);
+    ++generation_;
+    cv_.notify_all();
+  }
+  // Waits (bounded) for the daemon to be up; returns its address and
+  // generation, or an empty address if stopping or timed out.
+  std::pair<std::string, int> WaitUp(const std::atomic<bool>& stop) {
+    std::unique_lock lock(mu_);
+    cv_.wait_for(lock, std::chrono::seconds(20),
+                 [&] { return !address_.empty() || stop.load(); });
+    return {address_, generation_};
+  }
+  void Wake() { cv_.notify_all(); }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::string address_;
+  int generation_ = 0;
+};
+
+struct Received {
+  std::string key;
+  std::uint64_t version;
+  WallNanos fire_time;
+  WallNanos fired_at;
+  WallNanos received_at;
+};
+
+TEST(Crash, KilledAtRandomMomentsLosesNothingAcknowledged) {
+  const int rounds = EnvInt("DELAYD_CRASH_ROUNDS", 3);
+  const char* fsync_env = getenv("DELAYD_CRASH_FSYNC");
+  const std::string fsync = fsync_env && *fsync_env ? fsync_env : "always";
+  const unsigned seed = static_cast<unsigned>(EnvInt("DELAYD_CRASH_SEED", 7));
+  std::mt19937_64 rng(seed);
+  TempDir dir;
+  const std::vector<std::string> args = {"--data-dir", dir / "data", "--fsync",
+                                         fsync};
+  Endpoint endpoint;
+  std::atomic<bool> stop_client{false};
+  std::atomic<bool> stop_worker{false};
+  std::atomic<std::uint64_t> ops_done{0};
+
+  // --- What the client learned (client thread only, read after join). ---
+  std::map<TimerId, WallNanos> must_fire;  // -> acknowledged fire time
+  std::set<TimerId> must_not_fire;
+  std::map<TimerId, WallNanos> acked_fire_time;
+  std::uint64_t acked_ops = 0, uncertain_ops = 0;
+
+  std::thread client([&] {
+    std::mt19937_64 r(seed * 31 + 1);
+    constexpr int kKeys = 48;
+    struct KeyState {
+      std::optional<std::pair<std::uint64_t, WallNanos>> pending;
+      bool certain = true;
+    };
+    std::vector<KeyState> keys(kKeys);
+    std::unique_ptr<v1::Delayd::Stub> stub;
+    int generation = -1;
+    while (!stop_client) {
+      auto [address, gen] = endpoint.WaitUp(stop_client);
+      if (stop_client) break;
+      if (address.empty()) continue;
+      if (gen != generation) {
+        stub = v1::Delayd::NewStub(
+            grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+        generation = gen;
+      }
+      const int k = static_cast<int>(r() % kKeys);
+      const std::string key = "k" + std::to_string(k);
+      KeyState& ks = keys[k];
+      const int dice = static_cast<int>(r() % 4);
+      const std::int64_t delay_ms = static_cast<std::int64_t>(r() % 700);
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(5));
+      grpc::Status s;
+      // The timer version an acknowledged operation supersedes.
+      auto supersede = [&] {
+        if (ks.certain && ks.pending) {
+          const TimerId old{key, ks.pending->first};
+          must_not_fire.insert(old);
+          must_fire.erase(old);
+        }
+      };
+      auto now_pending = [&](std::uint64_t version, WallNanos at) {
+        ks.pending = {version, at};
+        ks.certain = true;
+        must_fire[{key, version}] = at;
+        acked_fire_time[{key, version}] = at;
+      };
+      if (dice <= 1) {
+        v1::SetTimerRequest req;
+        req.set_namespace_("crash");
+        req.set_key(key);
+        req.set_payload("p-" + key);
+        *req.mutable_delay() = Millis(delay_ms);
+        v1::SetTimerResponse resp;
+        s = stub->SetTimer(&ctx, req, &resp);
+        if (s.ok()) {
+          if (resp.replaced()) supersede();
+          now_pending(resp.version(), ToNanos(resp.fire_time()));
+        }
+      } else if (dice == 2) {
+        v1::MoveTimerRequest req;
+        req.set_namespace_("crash");
+        req.set_key(key);
+        *req.mutable_delay() = Millis(delay_ms);
+        v1::MoveTimerResponse resp;
+        s = stub->MoveTimer(&ctx, req, &resp);
+        if (s.ok()) {
+          supersede();
+          now_pending(resp.version(), ToNanos(resp.fire_time()));
+        }
+      } else {
+        v1::RemoveTimerRequest req;
+        req.set_namespace_("crash");
+        req.set_key(key);
+        v1::RemoveTimerResponse resp;
+        s = stub->RemoveTimer(&ctx, req, &resp);
+        if (s.ok()) {
+          // The response names the removed version exactly.
+          const TimerId removed{key, resp.version()};
+          must_not_fire.insert(removed);
+          must_fire.erase(removed);
+          ks.pending.reset();
+          ks.certain = true;
+        }
+      }
+      if (s.error_code() == grpc::StatusCode::NOT_FOUND) {
+        ks.pending.reset();  // Fired or removed: nothing pending now.
+        ks.certain = true;
+      } else if (!s.ok()) {
+        // No answer: the operation may or may not have been applied, so
+        // the pending version may have been superseded.
+        ++uncertain_ops;
+        if (ks.pending) must_fire.erase({key, ks.pending->first});
+        ks.pending.reset();
+        ks.certain = false;
+        continue;
+      }
+      ++acked_ops;
+      ops_done.fetch_add(1);
+    }
+  });
+
+  std::mutex received_mu;
+  std::vector<Received> received;
+  std::thread worker([&] {
+    while (!stop_worker) {
+      auto [address, gen] = endpoint.WaitUp(stop_worker);
+      if (stop_worker) break;
+      if (address.empty()) continue;
+      auto stub = v1::Delayd::NewStub(
+          grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+      grpc::ClientContext ctx;
+      auto reader = stub->Subscribe(&ctx, TestStream::Worker("crash", 1000));
+      v1::SubscribeResponse msg;
+      while (!stop_worker && reader->Read(&msg)) {
+        if (msg.events_size() == 0) continue;
+        v1::AckRequest ack;
+        ack.set_namespace_("crash");
+        {
+          std::lock_guard lock(received_mu);
+          for (const auto& e : msg.events()) {
+            received.push_back({e.key(), e.version(), ToNanos(e.fire_time()),
+                                ToNanos(e.fired_at()), WallNow()});
+            ack.add_event_ids(e.id());
+          }
+        }
+        v1::AckResponse resp;
+        grpc::ClientContext ack_ctx;
+        ack_ctx.set_deadline(std::chrono::system_clock::now() +
+                             std::chrono::seconds(5));
+        stub->Ack(&ack_ctx, ack, &resp);
+      }
+      ctx.TryCancel();
+      reader->Finish();
+      // Reconnects only to a newer daemon.
+      while (!stop_worker) {
+        auto [a, g] = endpoint.WaitUp(stop_worker);
+        if (g != gen || a.empty()) break;
+        if (a == address) {
+          // Same daemon, stream ended (e.g. it is being killed): wait for
+          // the endpoint to change.
+          endpoint.WaitUp(stop_worker);
+          break;
+        }
+      }
+    }
+  });
+
+  // Rounds: start, let the client run a random number of operations, kill.
+  for (int round = 0; round < rounds; ++round) {
+    DaemonProcess d(DELAYD_BINARY, args);
+    ASSERT_TRUE(d.ok()) << d.output();
+    endpoint.Set(d.address());
+    const std::uint64_t target = ops_done.load() + 50 + rng() % 250;
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (ops_done.load() < target &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::yield();
+    }
+    ASSERT_GE(ops_done.load(), target) << "the client made no progress";
+    // Killed while the client is in the middle of an operation.
+    ASSERT_EQ(d.Stop(SIGKILL, std::chrono::seconds(10)), 128 + SIGKILL);
+    endpoint.Set("");
+  }
+
+  // A last start: the client stops, and every timer it was promised fires.
+  DaemonProcess d(DELAYD_BINARY, args);
+  ASSERT_TRUE(d.ok()) << d.output();
+  endpoint.Set(d.address());
+  stop_client = true;
+  endpoint.Wake();
+  client.join();
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  auto missing = [&] {
+    std::lock_guard lock(received_mu);
+    std::set<TimerId> got;
+    for (const auto& e : received) got.insert({e.key, e.version});
+    std::size_t n = 0;
+    for (const auto& [id, at] : must_fire) n += got.count(id) ? 0 : 1;
+    return n;
+  };
+  while (missing() > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::yield();
+  }
+  stop_worker = true;
+  endpoint.Wake();
+  EXPECT_EQ(d.Stop(SIGTERM, std::chrono::seconds(10)), 0) << d.output();
+  endpoint.Set("");
+  worker.join();
+
+  std::lock_guard lock(received_mu);
+  std::set<TimerId> got;
+  for (const auto& e : received) {
+    got.insert({e.key, e.version});
+    EXPECT_EQ(must_not_fire.count({e.key, e.version}), 0u)
+        << e.key << " v" << e.version << " fired after it was superseded";
+    EXPECT_GE(e.fired_at, e.fire_time) << e.key << " v" << e.version;
+    EXPECT_GE(e.received_at, e.fire_time) << e.key << " v" << e.version;
+    auto acked = acked_fire_time.find({e.key, e.version});
+    if (acked != acked_fire_time.end()) {
+      EXPECT_EQ(e.fire_time, acked->second) << e.key << " v" << e.version;
+    }
+  }
+  std::size_t lost = 0;
+  for (const auto& [id, at] : must_fire) {
+    if (!got.count(id)) {
+      ++lost;
+      ADD_FAILURE() << id.first << " v" << id.second
+                    << " was acknowledged and never fired";
+    }
+  }
+  EXPECT_EQ(lost, 0u);
+  EXPECT_GT(acked_ops, 0u);
+  EXPECT_GT(must_fire.size(), 0u);
+  EXPECT_GT(must_not_fire.size(), 0u);
+  std::printf(
+      "%d kills; %llu operations acknowledged, %llu unanswered; %zu "
+      "versions had to fire, %zu must never fire; %zu events received\n",
+      rounds, static_cast<unsigned long long>(acked_ops),
+      static_cast<unsigned long long>(uncertain_ops), must_fire.size(),
+      must_not_fire.size(), received.size());
+}
+
+}  // namespace
+}  // namespace delayd::testing

@@ -1,0 +1,154 @@
+// A damaged data directory: the real delayd refuses to start on it with a
+// message naming the directory and the problem, except for a write cut off
+// at the very end of the log (a crash mid-write, never acknowledged), where it
+// recovers everything before it.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "delayd/v1/delayd.grpc.pb.h"
+#include "tests/common/daemon_process.h"
+#include "tests/common/temp_dir.h"
+#include "tests/server/test_client.h"
+
+namespace delayd::testing {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr int kTimers = 50;
+
+// Fills `dir` with kTimers pending timers, then stops the daemon with
+// `signo`: SIGTERM leaves table files, SIGKILL leaves the log.
+void Populate(const std::string& dir, int signo) {
+  DaemonProcess d(DELAYD_BINARY, {"--data-dir", dir});
+  ASSERT_TRUE(d.ok()) << d.output();
+  auto stub = v1::Delayd::NewStub(
+      grpc::CreateChannel(d.address(), grpc::InsecureChannelCredentials()));
+  for (int i = 0; i < kTimers; ++i) {
+    v1::SetTimerRequest req;
+    req.set_key("k" + std::to_string(i));
+    req.set_payload("payload-" + std::to_string(i));
+    *req.mutable_delay() = Millis(3'600'000);
+    v1::SetTimerResponse resp;
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub->SetTimer(&ctx, req, &resp).ok());
+  }
+  const auto code = d.Stop(signo, std::chrono::seconds(10));
+  ASSERT_TRUE(code.has_value());
+  if (signo == SIGTERM) {
+    ASSERT_EQ(*code, 0) << d.output();
+  }
+}
+
+std::vector<fs::path> Files(const std::string& dir, const std::string& ext) {
+  std::vector<fs::path> out;
+  for (const auto& f : fs::directory_iterator(dir)) {
+    if (f.path().extension() == ext ||
+        (ext == "MANIFEST" &&
+         f.path().filename().string().starts_with("MANIFEST-"))) {
+      out.push_back(f.path());
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void Overwrite(const fs::path& file, std::uintmax_t at) {
+  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekp(static_cast<std::streamoff>(at));
+  f.write("\xde\xad\xbe\xef\xde\xad\xbe\xef", 8);
+}
+
+// Starts delayd on `dir` and expects it to refuse, naming `dir` and the
+// damage.
+void ExpectRefusal(const std::string& dir) {
+  DaemonProcess d(DELAYD_BINARY, {"--data-dir", dir}, std::chrono::seconds(10));
+  EXPECT_FALSE(d.ok()) << "started on a damaged store:\n" << d.output();
+  const auto code = d.Stop(0, std::chrono::seconds(10));
+  ASSERT_TRUE(code.has_value());
+  EXPECT_EQ(*code, 2) << d.output();
+  EXPECT_NE(d.output().find("cannot open the store in " + dir),
+            std::string::npos)
+      << d.output();
+  EXPECT_NE(d.output().find("Corruption"), std::string::npos) << d.output();
+  EXPECT_NE(d.output().find("will not start"), std::string::npos) << d.output();
+}
+
+class DamagedStore : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir;
+    Populate(*dir_ / "clean", SIGTERM);
+    Populate(*dir_ / "log", SIGKILL);
+  }
+  static void TearDownTestSuite() { delete dir_; }
+  // A copy of a populated directory to damage.
+  std::string Copy(const std::string& from, const std::string& to) {
+    fs::copy(*dir_ / from, *dir_ / to, fs::copy_options::recursive);
+    return *dir_ / to;
+  }
+  static TempDir* dir_;
+};
+TempDir* DamagedStore::dir_ = nullptr;
+
+TEST_F(DamagedStore, TruncatedTableFileIsRefused) {
+  const std::string dir = Copy("clean", "truncated-table");
+  const auto tables = Files(dir, ".sst");
+  ASSERT_FALSE(tables.empty());
+  for (const auto& t : tables) fs::resize_file(t, fs::file_size(t) / 2);
+  ExpectRefusal(dir);
+}
+
+TEST_F(DamagedStore, CorruptedTableFileIsRefused) {
+  const std::string dir = Copy("clean", "corrupted-table");
+  const auto tables = Files(dir, ".sst");
+  ASSERT_FALSE(tables.empty());
+  for (const auto& t : tables) Overwrite(t, fs::file_size(t) / 4);
+  ExpectRefusal(dir);
+}
+
+TEST_F(DamagedStore, CorruptedManifestIsRefused) {
+  const std::string dir = Copy("clean", "corrupted-manifest");
+  const auto manifests = Files(dir, "MANIFEST");
+  ASSERT_EQ(manifests.size(), 1u);
+  Overwrite(manifests[0], fs::file_size(manifests[0]) / 2);
+  ExpectRefusal(dir);
+}
+
+TEST_F(DamagedStore, CorruptionInsideTheLogIsRefused) {
+  const std::string dir = Copy("log", "corrupted-log");
+  const auto logs = Files(dir, ".log");
+  ASSERT_FALSE(logs.empty());
+  const auto& log = logs.back();
+  ASSERT_GT(fs::file_size(log), 1000u);
+  Overwrite(log, fs::file_size(log) / 2);
+  ExpectRefusal(dir);
+}
+
+TEST_F(DamagedStore, WriteCutOffAtTheEndOfTheLogRecoversTheRest) {
+  const std::string dir = Copy("log", "torn-log");
+  const auto logs = Files(dir, ".log");
+  ASSERT_FALSE(logs.empty());
+  const auto& log = logs.back();
+  fs::resize_file(log, fs::file_size(log) - 5);
+  DaemonProcess d(DELAYD_BINARY, {"--data-dir", dir});
+  ASSERT_TRUE(d.ok()) << d.output();
+  auto stub = v1::Delayd::NewStub(
+      grpc::CreateChannel(d.address(), grpc::InsecureChannelCredentials()));
+  // Every timer but the last write's is back, with its payload.
+  for (int i = 0; i < kTimers - 1; ++i) {
+    v1::GetTimerRequest req;
+    req.set_key("k" + std::to_string(i));
+    v1::Timer t;
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub->GetTimer(&ctx, req, &t).ok()) << i;
+    EXPECT_EQ(t.payload(), "payload-" + std::to_string(i));
+  }
+  EXPECT_EQ(d.Stop(SIGTERM, std::chrono::seconds(10)), 0) << d.output();
+}
+
+}  // namespace
+}  // namespace delayd::testing
