@@ -7,9 +7,19 @@
 //             100k timers due within one second;
 //   memory    RSS per pending timer with 1M pending (16 B key, 16 B payload);
 //   idle      daemon CPU over 10 s idle with those 1M pending.
+// Those run against one daemon started with the given daemon args (default
+// --in-memory). Then, each starting its own daemons over a fresh data
+// directory:
+//   durability  SetTimer/s and Batch items/s under --fsync always, 100ms and
+//               never, as ratios of --in-memory (alternating rounds);
+//   payload     RSS per pending timer, 1M timers, 16 B vs 1 KiB payloads;
+//   churn       data directory size through millions of set/move/remove on
+//               the same keys;
+//   recovery    start-up time with 1M and 10M pending timers.
 // Every loop is bounded in time and count; only loopback is used.
 //
-// Usage: load_gen [--daemon PATH] [--seconds N] [--only NAME] [-- daemon args]
+// Usage: load_gen [--daemon PATH] [--seconds N] [--only NAME] [--scratch DIR]
+//                 [-- daemon args]
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
@@ -37,6 +47,14 @@ using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 namespace v1 = delayd::v1;
 namespace health = grpc::health::v1;
+
+// A fixed pseudo-random spread of i (splitmix64), safe from any thread.
+std::uint64_t Mix(std::uint64_t i) {
+  i += 0x9E3779B97F4A7C15ull;
+  i = (i ^ (i >> 30)) * 0xBF58476D1CE4E5B9ull;
+  i = (i ^ (i >> 27)) * 0x94D049BB133111EBull;
+  return i ^ (i >> 31);
+}
 
 std::int64_t WallNanos() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -197,8 +215,7 @@ class Bench {
         set->mutable_delay()->set_seconds(3600);
       }
       stubs_[s % stubs_.size()]->async()->Batch(
-          slot.NewContext(), &slot.req, &slot.resp,
-          [&, done, &slot](grpc::Status st) {
+          slot.NewContext(), &slot.req, &slot.resp, [&, done](grpc::Status st) {
             for (const auto& r : slot.resp.results()) {
               if (r.code() != 0) failed.fetch_add(1);
             }
@@ -212,9 +229,12 @@ class Bench {
     return calls * per_call;
   }
 
-  // Sets `n` timers (16 B keys and payloads) due at `fire(i)`, in batches.
+  // Sets `n` timers (16 B keys, payloads of `payload_bytes`) due at
+  // `fire(i)`, in batches.
   void Fill(std::uint64_t n, const std::string& ns,
-            const std::function<std::int64_t(std::uint64_t)>& fire) {
+            const std::function<std::int64_t(std::uint64_t)>& fire,
+            std::size_t payload_bytes = 16) {
+    const std::string payload(payload_bytes, 'p');
     constexpr int kPerCall = 1000;
     constexpr int kInFlight = 8;
     std::atomic<std::uint64_t> next{0};
@@ -229,11 +249,11 @@ class Bench {
                i < std::min<std::uint64_t>(n, base + kPerCall); ++i) {
             auto* set = req.add_operations()->mutable_set();
             set->set_namespace_(ns);
-            char key[17];
+            char key[32];
             std::snprintf(key, sizeof key, "key-%012llu",
                           static_cast<unsigned long long>(i));
             set->set_key(key);
-            set->set_payload("payload-16-bytes");
+            set->set_payload(payload);
             *set->mutable_fire_time() = Ts(fire(i));
           }
           v1::BatchResponse resp;
@@ -335,13 +355,213 @@ class Bench {
   std::vector<std::unique_ptr<health::Health::Stub>> health_;
 };
 
+// A daemon over its own data directory under `scratch` (removed after).
+class ScratchDaemon {
+ public:
+  ScratchDaemon(const std::string& binary, const std::string& scratch,
+                const std::string& name, std::vector<std::string> args)
+      : dir_(scratch + "/" + name) {
+    std::filesystem::remove_all(dir_);
+    args.insert(args.end(), {"--data-dir", dir_});
+    d_ = std::make_unique<delayd::testing::DaemonProcess>(binary, args, 120s);
+  }
+  ~ScratchDaemon() {
+    Stop();
+    std::filesystem::remove_all(dir_);
+  }
+  delayd::testing::DaemonProcess& d() { return *d_; }
+  const std::string& dir() const { return dir_; }
+  void Stop() {
+    if (d_) d_->Stop(SIGTERM, 60s);
+  }
+
+ private:
+  std::string dir_;
+  std::unique_ptr<delayd::testing::DaemonProcess> d_;
+};
+
+std::uint64_t DirBytes(const std::string& dir) {
+  std::uint64_t total = 0;
+  std::error_code ec;
+  for (const auto& f : std::filesystem::directory_iterator(dir, ec)) {
+    if (f.is_regular_file(ec)) total += f.file_size(ec);
+  }
+  return total;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Durable writes against in-memory, in alternating rounds.
+void Durability(const std::string& binary, const std::string& scratch,
+                std::chrono::milliseconds dur) {
+  const std::vector<std::pair<std::string, std::vector<std::string>>> modes = {
+      {"in-memory", {"--in-memory"}},
+      {"never", {"--fsync", "never"}},
+      {"100ms", {"--fsync", "100ms"}},
+      {"always", {"--fsync", "always"}}};
+  std::vector<std::vector<double>> unary(modes.size()), batch(modes.size());
+  for (int round = 0; round < 3; ++round) {
+    for (std::size_t m = 0; m < modes.size(); ++m) {
+      ScratchDaemon sd(binary, scratch, "durability", modes[m].second);
+      if (!sd.d().ok()) {
+        std::printf("daemon did not start: %s\n", sd.d().output().c_str());
+        return;
+      }
+      Bench bench(sd.d().address(), 4);
+      bench.SetRate(64, 300ms);  // Warm-up.
+      unary[m].push_back(bench.SetRate(64, dur / 2));
+      batch[m].push_back(bench.BatchRate(16, 100, dur / 2, "batch"));
+    }
+  }
+  const double base_unary = Median(unary[0]);
+  const double base_batch = Median(batch[0]);
+  std::printf(
+      "durability (medians of 3 alternating rounds; ratio to "
+      "in-memory):\n");
+  for (std::size_t m = 0; m < modes.size(); ++m) {
+    std::printf(
+        "  %-10s SetTimer %8.0f/s (%.2fx)   Batch %9.0f items/s (%.2fx)\n",
+        modes[m].first.c_str(), Median(unary[m]), Median(unary[m]) / base_unary,
+        Median(batch[m]), Median(batch[m]) / base_batch);
+  }
+}
+
+// RSS per pending timer with small and 1 KiB payloads, durable.
+void Payload(const std::string& binary, const std::string& scratch) {
+  constexpr std::uint64_t kPending = 1'000'000;
+  double per_timer[2] = {0, 0};
+  const std::size_t sizes[2] = {16, 1024};
+  for (int i = 0; i < 2; ++i) {
+    ScratchDaemon sd(binary, scratch, "payload", {"--fsync", "never"});
+    if (!sd.d().ok()) return;
+    Bench bench(sd.d().address(), 4);
+    const std::int64_t before = RssBytes(sd.d().pid());
+    const std::int64_t far = WallNanos() + 3600LL * 1'000'000'000;
+    bench.Fill(
+        kPending, "payload",
+        [&](std::uint64_t n) {
+          return far + static_cast<std::int64_t>(Mix(n) % 1'000'000'000'000);
+        },
+        sizes[i]);
+    const std::int64_t after = RssBytes(sd.d().pid());
+    per_timer[i] = static_cast<double>(after - before) / kPending;
+    std::printf(
+        "payload %4zu B: RSS %.1f MiB -> %.1f MiB, %.1f B per pending timer, "
+        "data dir %.1f MiB\n",
+        sizes[i], before / 1048576.0, after / 1048576.0, per_timer[i],
+        DirBytes(sd.dir()) / 1048576.0);
+  }
+  std::printf("payload: 1 KiB / 16 B RSS per timer = %.2fx\n",
+              per_timer[1] / per_timer[0]);
+}
+
+// Set/move/remove on the same 10k keys: the data directory stays bounded.
+void Churn(const std::string& binary, const std::string& scratch) {
+  ScratchDaemon sd(binary, scratch, "churn", {"--fsync", "never"});
+  if (!sd.d().ok()) return;
+  auto stub = v1::Delayd::NewStub(grpc::CreateChannel(
+      sd.d().address(), grpc::InsecureChannelCredentials()));
+  constexpr int kKeys = 10'000;
+  constexpr int kPerCall = 1000;
+  const std::string payload(256, 'c');
+  std::uint64_t ops = 0;
+  const auto start = Clock::now();
+  for (int million = 1; million <= 5; ++million) {
+    while (ops < static_cast<std::uint64_t>(million) * 1'000'000) {
+      v1::BatchRequest req;
+      for (int i = 0; i < kPerCall; ++i, ++ops) {
+        const std::string key =
+            std::string("c").append(std::to_string(Mix(ops) % kKeys));
+        switch (ops % 3) {
+          case 0: {
+            auto* set = req.add_operations()->mutable_set();
+            set->set_namespace_("churn");
+            set->set_key(key);
+            set->set_payload(payload);
+            set->mutable_delay()->set_seconds(3600);
+            break;
+          }
+          case 1: {
+            auto* move = req.add_operations()->mutable_move();
+            move->set_namespace_("churn");
+            move->set_key(key);
+            move->mutable_delay()->set_seconds(7200);
+            break;
+          }
+          default: {
+            auto* rm = req.add_operations()->mutable_remove();
+            rm->set_namespace_("churn");
+            rm->set_key(key);
+          }
+        }
+      }
+      v1::BatchResponse resp;
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + 60s);
+      if (!stub->Batch(&ctx, req, &resp).ok()) {
+        std::printf("churn: batch failed\n");
+        return;
+      }
+    }
+    v1::StatsResponse stats;
+    grpc::ClientContext ctx;
+    stub->Stats(&ctx, v1::StatsRequest(), &stats);
+    std::printf(
+        "churn: %dM ops on %d keys (256 B payloads): %llu pending, data dir "
+        "%.1f MiB, %.0f s\n",
+        million, kKeys, static_cast<unsigned long long>(stats.pending_timers()),
+        DirBytes(sd.dir()) / 1048576.0,
+        std::chrono::duration<double>(Clock::now() - start).count());
+  }
+}
+
+// Start-up time with many pending timers.
+void Recovery(const std::string& binary, const std::string& scratch) {
+  for (std::uint64_t n : {1'000'000ull, 10'000'000ull}) {
+    const std::string dir = scratch + "/recovery";
+    std::filesystem::remove_all(dir);
+    {
+      delayd::testing::DaemonProcess d(
+          binary, {"--data-dir", dir, "--fsync", "never"}, 60s);
+      if (!d.ok()) return;
+      Bench bench(d.address(), 4);
+      const std::int64_t far = WallNanos() + 3600LL * 1'000'000'000;
+      bench.Fill(n, "recovery", [&](std::uint64_t i) {
+        return far + static_cast<std::int64_t>(Mix(i) % 1'000'000'000'000);
+      });
+      d.Stop(SIGTERM, 120s);
+    }
+    const auto t0 = Clock::now();
+    delayd::testing::DaemonProcess d(binary, {"--data-dir", dir}, 300s);
+    const double took =
+        std::chrono::duration<double>(Clock::now() - t0).count();
+    std::string logged = "?";
+    const auto at = d.output().find("recovered ");
+    if (at != std::string::npos) {
+      logged = d.output().substr(at, d.output().find('\n', at) - at);
+    }
+    std::printf(
+        "recovery %lluM: ready to serve %.2f s after exec; RSS %.0f MiB, data "
+        "dir %.0f MiB; logged: %s\n",
+        static_cast<unsigned long long>(n / 1'000'000), took,
+        RssBytes(d.pid()) / 1048576.0, DirBytes(dir) / 1048576.0,
+        logged.c_str());
+    d.Stop(SIGTERM, 120s);
+    std::filesystem::remove_all(dir);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string daemon = DELAYD_BINARY;
   std::string only;
+  std::string scratch = std::filesystem::temp_directory_path() / "delayd-bench";
   int seconds = 3;
-  std::vector<std::string> daemon_args;
+  std::vector<std::string> daemon_args = {"--in-memory"};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--daemon" && i + 1 < argc) {
@@ -350,105 +570,114 @@ int main(int argc, char** argv) {
       seconds = std::stoi(argv[++i]);
     } else if (a == "--only" && i + 1 < argc) {
       only = argv[++i];
+    } else if (a == "--scratch" && i + 1 < argc) {
+      scratch = argv[++i];
     } else if (a == "--") {
       daemon_args.assign(argv + i + 1, argv + argc);
       break;
     }
   }
-  delayd::testing::DaemonProcess d(daemon, daemon_args);
-  if (!d.ok()) {
-    std::fprintf(stderr, "daemon did not start:\n%s\n", d.output().c_str());
-    return 1;
-  }
-  std::printf("delayd pid %d on %s\n", d.pid(), d.address().c_str());
-  Bench bench(d.address(), 4);
+  std::filesystem::create_directories(scratch);
   const std::chrono::milliseconds dur(seconds * 1000);
   auto want = [&](const char* name) { return only.empty() || only == name; };
 
-  if (want("unary")) {
-    // Alternating rounds, medians compared: the machine is shared and noisy.
-    bench.HealthRate(64, 500ms);  // Warm-up.
-    std::vector<double> health, set;
-    for (int round = 0; round < 5; ++round) {
-      health.push_back(bench.HealthRate(64, dur / 5));
-      set.push_back(bench.SetRate(64, dur / 5));
+  if (want("unary") || want("batch") || want("lateness") || want("memory")) {
+    delayd::testing::DaemonProcess d(daemon, daemon_args);
+    if (!d.ok()) {
+      std::fprintf(stderr, "daemon did not start:\n%s\n", d.output().c_str());
+      return 1;
     }
-    std::sort(health.begin(), health.end());
-    std::sort(set.begin(), set.end());
-    std::printf(
-        "unary: health Check %.0f/s, SetTimer %.0f/s (medians of 5 "
-        "alternating rounds), ratio %.2f\n",
-        health[2], set[2], set[2] / health[2]);
-  }
-  if (want("batch")) {
-    const double items = bench.BatchRate(8, 100, dur, "batch");
-    std::printf("batch: %.0f items/s (100 per call, 8 calls in flight)\n",
-                items);
-  }
-  if (want("lateness")) {
-    // Steady: 2k timers/s for `seconds`, each 50 ms ahead.
-    const std::size_t n = static_cast<std::size_t>(2000 * seconds);
-    auto late = bench.Lateness("steady", n, dur + 10s, [&] {
-      const auto start = Clock::now();
-      for (std::size_t i = 0; i < n; ++i) {
-        std::this_thread::sleep_until(start +
-                                      std::chrono::microseconds(500 * i));
-        v1::SetTimerRequest req;
-        req.set_namespace_("steady");
-        req.set_key("s" + std::to_string(i));
-        req.mutable_delay()->set_nanos(50'000'000);
-        v1::SetTimerResponse resp;
-        grpc::ClientContext ctx;
-        bench.stub().SetTimer(&ctx, req, &resp);
+    std::printf("delayd pid %d on %s\n", d.pid(), d.address().c_str());
+    Bench bench(d.address(), 4);
+    if (want("unary")) {
+      // Alternating rounds, medians compared: the machine is shared and noisy.
+      bench.HealthRate(64, 500ms);  // Warm-up.
+      std::vector<double> health, set;
+      for (int round = 0; round < 5; ++round) {
+        health.push_back(bench.HealthRate(64, dur / 5));
+        set.push_back(bench.SetRate(64, dur / 5));
       }
-    });
-    Percentiles p = Summarize(late);
-    std::printf(
-        "lateness steady 2k/s: n=%zu p50 %.3f ms p99 %.3f ms p99.9 %.3f ms "
-        "max %.3f ms\n",
-        p.n, p.p50, p.p99, p.p999, p.max);
-    // Burst: 100k due within one second, set beforehand.
-    constexpr std::uint64_t kBurst = 100'000;
-    const std::int64_t t0 = WallNanos() + 4'000'000'000;
-    late = bench.Lateness("burst", kBurst, 30s, [&] {
-      bench.Fill(kBurst, "burst", [&](std::uint64_t i) {
-        return t0 + static_cast<std::int64_t>(i * 1'000'000'000 / kBurst);
+      std::sort(health.begin(), health.end());
+      std::sort(set.begin(), set.end());
+      std::printf(
+          "unary: health Check %.0f/s, SetTimer %.0f/s (medians of 5 "
+          "alternating rounds), ratio %.2f\n",
+          health[2], set[2], set[2] / health[2]);
+    }
+    if (want("batch")) {
+      const double items = bench.BatchRate(8, 100, dur, "batch");
+      std::printf("batch: %.0f items/s (100 per call, 8 calls in flight)\n",
+                  items);
+    }
+    if (want("lateness")) {
+      // Steady: 2k timers/s for `seconds`, each 50 ms ahead.
+      const std::size_t n = static_cast<std::size_t>(2000 * seconds);
+      auto late = bench.Lateness("steady", n, dur + 10s, [&] {
+        const auto start = Clock::now();
+        for (std::size_t i = 0; i < n; ++i) {
+          std::this_thread::sleep_until(start +
+                                        std::chrono::microseconds(500 * i));
+          v1::SetTimerRequest req;
+          req.set_namespace_("steady");
+          req.set_key(std::string("s").append(std::to_string(i)));
+          req.mutable_delay()->set_nanos(50'000'000);
+          v1::SetTimerResponse resp;
+          grpc::ClientContext ctx;
+          bench.stub().SetTimer(&ctx, req, &resp);
+        }
       });
-    });
-    p = Summarize(late);
-    std::printf(
-        "lateness burst 100k in 1 s: n=%zu p50 %.3f ms p99 %.3f ms p99.9 "
-        "%.3f ms max %.3f ms\n",
-        p.n, p.p50, p.p99, p.p999, p.max);
-    p = Summarize(bench.fired_late());
-    std::printf(
-        "  of which firing (fired_at - fire time): p50 %.3f ms p99 "
-        "%.3f ms max %.3f ms\n",
-        p.p50, p.p99, p.max);
+      Percentiles p = Summarize(late);
+      std::printf(
+          "lateness steady 2k/s: n=%zu p50 %.3f ms p99 %.3f ms p99.9 %.3f ms "
+          "max %.3f ms\n",
+          p.n, p.p50, p.p99, p.p999, p.max);
+      // Burst: 100k due within one second, set beforehand.
+      constexpr std::uint64_t kBurst = 100'000;
+      const std::int64_t t0 = WallNanos() + 4'000'000'000;
+      late = bench.Lateness("burst", kBurst, 30s, [&] {
+        bench.Fill(kBurst, "burst", [&](std::uint64_t i) {
+          return t0 + static_cast<std::int64_t>(i * 1'000'000'000 / kBurst);
+        });
+      });
+      p = Summarize(late);
+      std::printf(
+          "lateness burst 100k in 1 s: n=%zu p50 %.3f ms p99 %.3f ms p99.9 "
+          "%.3f ms max %.3f ms\n",
+          p.n, p.p50, p.p99, p.p999, p.max);
+      p = Summarize(bench.fired_late());
+      std::printf(
+          "  of which firing (fired_at - fire time): p50 %.3f ms p99 "
+          "%.3f ms max %.3f ms\n",
+          p.p50, p.p99, p.max);
+    }
+    if (want("memory")) {
+      constexpr std::uint64_t kPending = 1'000'000;
+      const std::int64_t before = RssBytes(d.pid());
+      const std::int64_t far = WallNanos() + 3600LL * 1'000'000'000;
+      bench.Fill(kPending, "memory", [&](std::uint64_t i) {
+        return far + static_cast<std::int64_t>(Mix(i) % 1'000'000'000'000);
+      });
+      const std::int64_t after = RssBytes(d.pid());
+      std::printf(
+          "memory: RSS %.1f MiB -> %.1f MiB, %.1f B per pending timer\n",
+          before / 1048576.0, after / 1048576.0,
+          static_cast<double>(after - before) / kPending);
+      // Idle: nothing due for an hour.
+      const double cpu_before = CpuSeconds(d.pid());
+      const auto idle_start = Clock::now();
+      std::this_thread::sleep_for(10s);  // The measurement window itself.
+      const double wall =
+          std::chrono::duration<double>(Clock::now() - idle_start).count();
+      const double cpu = CpuSeconds(d.pid()) - cpu_before;
+      std::printf("idle: %.4f%% of a core over %.1f s with 1M pending\n",
+                  100.0 * cpu / wall, wall);
+    }
+    const auto code = d.Stop(SIGTERM, 10s);
+    std::printf("daemon exit code %d\n", code ? *code : -1);
   }
-  if (want("memory")) {
-    constexpr std::uint64_t kPending = 1'000'000;
-    const std::int64_t before = RssBytes(d.pid());
-    const std::int64_t far = WallNanos() + 3600LL * 1'000'000'000;
-    std::mt19937_64 rng(1);
-    bench.Fill(kPending, "memory", [&](std::uint64_t) {
-      return far + static_cast<std::int64_t>(rng() % 1'000'000'000'000);
-    });
-    const std::int64_t after = RssBytes(d.pid());
-    std::printf("memory: RSS %.1f MiB -> %.1f MiB, %.1f B per pending timer\n",
-                before / 1048576.0, after / 1048576.0,
-                static_cast<double>(after - before) / kPending);
-    // Idle: nothing due for an hour.
-    const double cpu_before = CpuSeconds(d.pid());
-    const auto idle_start = Clock::now();
-    std::this_thread::sleep_for(10s);  // The measurement window itself.
-    const double wall =
-        std::chrono::duration<double>(Clock::now() - idle_start).count();
-    const double cpu = CpuSeconds(d.pid()) - cpu_before;
-    std::printf("idle: %.4f%% of a core over %.1f s with 1M pending\n",
-                100.0 * cpu / wall, wall);
-  }
-  const auto code = d.Stop(SIGTERM, 10s);
-  std::printf("daemon exit code %d\n", code ? *code : -1);
+  if (want("durability")) Durability(daemon, scratch, dur);
+  if (want("payload")) Payload(daemon, scratch);
+  if (want("churn")) Churn(daemon, scratch);
+  if (want("recovery")) Recovery(daemon, scratch);
   return 0;
 }
