@@ -232,9 +232,21 @@ TEST(Crash, KilledAtRandomMomentsLosesNothingAcknowledged) {
     }
   });
 
+  // Whatever happens below, the threads are stopped and joined.
+  struct Joiner {
+    std::function<void()> stop;
+    ~Joiner() { stop(); }
+  } joiner{[&] {
+    stop_client = true;
+    stop_worker = true;
+    endpoint.Wake();
+    if (client.joinable()) client.join();
+    if (worker.joinable()) worker.join();
+  }};
+
   // Rounds: start, let the client run a random number of operations, kill.
   for (int round = 0; round < rounds; ++round) {
-    DaemonProcess d(DELAYD_BINARY, args);
+    DaemonProcess d(DELAYD_BINARY, args, std::chrono::seconds(30));
     ASSERT_TRUE(d.ok()) << d.output();
     endpoint.Set(d.address());
     const std::uint64_t target = ops_done.load() + 50 + rng() % 250;
@@ -244,14 +256,17 @@ TEST(Crash, KilledAtRandomMomentsLosesNothingAcknowledged) {
            std::chrono::steady_clock::now() < deadline) {
       std::this_thread::yield();
     }
-    ASSERT_GE(ops_done.load(), target) << "the client made no progress";
+    ASSERT_GE(ops_done.load(), target)
+        << "the client made no progress; delayd printed:\n"
+        << d.output();
     // Killed while the client is in the middle of an operation.
-    ASSERT_EQ(d.Stop(SIGKILL, std::chrono::seconds(10)), 128 + SIGKILL);
+    ASSERT_EQ(d.Stop(SIGKILL, std::chrono::seconds(10)), 128 + SIGKILL)
+        << d.output();
     endpoint.Set("");
   }
 
   // A last start: the client stops, and every timer it was promised fires.
-  DaemonProcess d(DELAYD_BINARY, args);
+  DaemonProcess d(DELAYD_BINARY, args, std::chrono::seconds(30));
   ASSERT_TRUE(d.ok()) << d.output();
   endpoint.Set(d.address());
   stop_client = true;
