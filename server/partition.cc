@@ -81,7 +81,7 @@ void Partition::StorePayload(Record& rec, NamespaceId ns, const Blob& blob,
   // reused across restarts.
   const std::uint64_t payload_id = (rec.version << 10) | partition_;
   batch.PutPayload(payload_id, blob.payload());
-  batch.PutTimer(ns, blob.key(), rec.fire_time, rec.version, payload_id);
+  batch.PutTimer(payload_id, ns, blob.key(), rec.fire_time, rec.version);
   rec.blob = KeyBlob(blob.key(), payload_id);
 }
 
@@ -112,6 +112,7 @@ OpResult Partition::Set(SetOp& op, WallNanos wall_now, SteadyTime steady_now,
     rec.fire_time = op.fire_time;
     rec.version = next_version_++;
     if (batch != nullptr) {
+      batch->DeleteTimer(PayloadIdOf(rec.blob));
       batch->DeletePayload(PayloadIdOf(rec.blob));
       StorePayload(rec, op.ns, op.blob, *batch);
     } else {
@@ -183,8 +184,8 @@ OpResult Partition::Move(MoveOp& op, WallNanos wall_now, SteadyTime steady_now,
   rec.version = next_version_++;
   counters_changed_ = true;
   if (batch != nullptr) {
-    batch->PutTimer(op.ns, op.key, rec.fire_time, rec.version,
-                    PayloadIdOf(rec.blob));
+    batch->PutTimer(PayloadIdOf(rec.blob), op.ns, op.key, rec.fire_time,
+                    rec.version);
   }
   wheel_.wheel().Reschedule(rec.handle,
                             Deadline(op.fire_time, wall_now, steady_now));
@@ -203,7 +204,7 @@ OpResult Partition::Remove(RemoveOp& op, Store::Batch* batch) {
   result.version = rec.version;
   result.fire_time = rec.fire_time;
   if (batch != nullptr) {
-    batch->DeleteTimer(op.ns, op.key);
+    batch->DeleteTimer(PayloadIdOf(rec.blob));
     batch->DeletePayload(PayloadIdOf(rec.blob));
   }
   wheel_.wheel().Cancel(rec.handle);
@@ -257,7 +258,7 @@ std::vector<Event> Partition::TakeEvents(
     keys_.Erase(Hash(e.ns, e.blob.key()), r);
     free_records_.push_back(r);
     if (batch) {
-      batch->DeleteTimer(e.ns, e.blob.key());
+      batch->DeleteTimer(PayloadIdOf(e.blob));
       batch->PutEvent(StoredEvent{e.id, e.ns, e.blob.key(), e.version,
                                   e.fire_time, e.fired_at, e.reason,
                                   PayloadIdOf(e.blob)});

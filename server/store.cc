@@ -17,7 +17,7 @@ static_assert(std::endian::native == std::endian::little,
 
 constexpr char kNamespacePrefix = 'n';
 constexpr char kCountersPrefix = 'c';
-constexpr std::size_t kTimerValueSize = 24;
+constexpr std::size_t kTimerFixedSize = 4 + 8 + 8;
 constexpr std::size_t kEventFixedSize = 4 + 8 + 8 + 8 + 1 + 8;
 
 void AppendBE(std::string& out, std::uint64_t v, int bytes) {
@@ -44,13 +44,6 @@ T ReadRaw(const char*& p) {
   return v;
 }
 
-std::string TimerKey(NamespaceId ns, std::string_view key) {
-  std::string out;
-  out.reserve(4 + key.size());
-  AppendBE(out, ns, 4);
-  out.append(key);
-  return out;
-}
 std::string IdKey(std::uint64_t id) {
   std::string out;
   AppendBE(out, id, 8);
@@ -81,19 +74,20 @@ Status ParseFsyncPolicy(std::string_view text, StoreOptions* options) {
   return Status::Ok();
 }
 
-void Store::Batch::PutTimer(NamespaceId ns, std::string_view key,
-                            WallNanos fire_time, std::uint64_t version,
-                            std::uint64_t payload_id) {
+void Store::Batch::PutTimer(std::uint64_t payload_id, NamespaceId ns,
+                            std::string_view key, WallNanos fire_time,
+                            std::uint64_t version) {
   std::string value;
-  value.reserve(kTimerValueSize);
+  value.reserve(kTimerFixedSize + key.size());
+  AppendRaw(value, ns);
   AppendRaw(value, fire_time);
   AppendRaw(value, version);
-  AppendRaw(value, payload_id);
-  batch_.Put(store_->timers_, TimerKey(ns, key), value);
+  value.append(key);
+  batch_.Put(store_->timers_, IdKey(payload_id), value);
 }
 
-void Store::Batch::DeleteTimer(NamespaceId ns, std::string_view key) {
-  batch_.Delete(store_->timers_, TimerKey(ns, key));
+void Store::Batch::DeleteTimer(std::uint64_t payload_id) {
+  batch_.Delete(store_->timers_, IdKey(payload_id));
 }
 
 void Store::Batch::PutPayload(std::uint64_t payload_id,
@@ -165,7 +159,7 @@ Status Store::Open(const StoreOptions& options, std::unique_ptr<Store>* out) {
   rocksdb::ColumnFamilyOptions cf;
   // Small memtables: the store's share of RAM stays a few tens of MiB
   // whatever the payload sizes.
-  cf.write_buffer_size = 16 << 20;
+  cf.write_buffer_size = 8 << 20;
   cf.max_write_buffer_number = 3;
   cf.level_compaction_dynamic_level_bytes = true;
   rocksdb::BlockBasedTableOptions table;
@@ -256,17 +250,17 @@ Status Store::ForEachTimer(
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
     const rocksdb::Slice k = it->key();
     const rocksdb::Slice v = it->value();
-    if (k.size() < 5 || v.size() != kTimerValueSize) {
+    if (k.size() != 8 || v.size() <= kTimerFixedSize) {
       return Status::Internal("store in " + options_.dir +
                               ": malformed timer record");
     }
     const char* p = v.data();
     StoredTimer t;
-    t.ns = static_cast<NamespaceId>(ReadBE(k.data(), 4));
-    t.key = std::string_view(k.data() + 4, k.size() - 4);
+    t.payload_id = ReadBE(k.data(), 8);
+    t.ns = ReadRaw<NamespaceId>(p);
     t.fire_time = ReadRaw<WallNanos>(p);
     t.version = ReadRaw<std::uint64_t>(p);
-    t.payload_id = ReadRaw<std::uint64_t>(p);
+    t.key = std::string_view(p, v.data() + v.size() - p);
     visit(t);
   }
   if (!it->status().ok()) return Error("reading timers", it->status());

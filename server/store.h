@@ -4,16 +4,20 @@
 //
 // Layout (column families; integers in keys are big-endian so keys sort by
 // them, integers in values little-endian):
-//   timers    ns id (4) + key       -> fire time, version, payload id
+//   timers    payload id (8)        -> ns id, fire time, version, key
 //   payloads  payload id (8)        -> payload bytes
 //   events    event id (8)          -> ns id, version, fire time, fired-at,
 //                                      reason, payload id, key
 //   default   'n' + ns id (4)       -> namespace name
 //             'c' + partition (2)   -> next version, next event sequence
-// A payload is written once, when its timer is set, and deleted when the timer
-// is replaced or removed or its event is acknowledged; moves and firing only
-// rewrite the small timer and event records. So payloads need not be in RAM:
-// they are read back when an event is delivered.
+// A payload id is unique daemon-wide and given when a timer is set; ids grow
+// over time, so nearly every write lands at the end of RocksDB's sorted
+// memtable rather than at a random place in it (keying timers by namespace
+// and key cost a search through the whole memtable per write). A payload is
+// written once, when its timer is set, and deleted when the timer is replaced
+// or removed or its event is acknowledged; moves and firing only rewrite the
+// small timer and event records. So payloads need not be in RAM: they are
+// read back when an event is delivered.
 //
 // Durability: writers call Commit() with a batch of changes from the thread
 // that made them. The batch is written to the write-ahead log at once, in the
@@ -103,9 +107,10 @@ class Store {
   // A set of changes committed together.
   class Batch {
    public:
-    void PutTimer(NamespaceId ns, std::string_view key, WallNanos fire_time,
-                  std::uint64_t version, std::uint64_t payload_id);
-    void DeleteTimer(NamespaceId ns, std::string_view key);
+    void PutTimer(std::uint64_t payload_id, NamespaceId ns,
+                  std::string_view key, WallNanos fire_time,
+                  std::uint64_t version);
+    void DeleteTimer(std::uint64_t payload_id);
     void PutPayload(std::uint64_t payload_id, std::string_view payload);
     void DeletePayload(std::uint64_t payload_id);
     void PutEvent(const StoredEvent& event);
@@ -132,7 +137,8 @@ class Store {
   // The highest next-version and next-event-sequence of any partition.
   Status LoadCounters(std::uint64_t* next_version,
                       std::uint64_t* next_event_seq);
-  // Visits every pending timer / unacknowledged event (in key order).
+  // Visits every pending timer (in payload-id order) / unacknowledged event
+  // (in event-id order).
   Status ForEachTimer(const std::function<void(const StoredTimer&)>& visit);
   Status ForEachEvent(const std::function<void(const StoredEvent&)>& visit);
 

@@ -195,7 +195,7 @@ TEST(Recovery, TimersThatCameDueWhileDownFireAtOnceInFireTimeOrder) {
     for (const auto& [key, at] : timers) {
       const std::uint64_t payload_id = version << 10;
       b.PutPayload(payload_id, "payload-" + key);
-      b.PutTimer(0, key, at, version++, payload_id);
+      b.PutTimer(payload_id, 0, key, at, version++);
     }
     b.PutCounters(0, version, 1);
     Status committed = Status::Internal("not run");
