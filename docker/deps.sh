@@ -2,17 +2,31 @@
 # Installs what delayd needs to build and test, from Debian 12's packages.
 # Used by the README's first command, by .ci/run and by the Dockerfile, so all
 # three build with the same packages. Idempotent; uses sudo when not root.
+# DELAYD_DEPS=build installs only what building delayd and delayctl needs
+# (the Dockerfile's build stage).
 set -euo pipefail
 
 packages=(
   # toolchain
-  cmake ninja-build g++ ccache pkg-config
-  # libraries (see DESIGN.md's dependency table)
+  cmake ninja-build g++ pkg-config
+  # libraries
   libasio-dev libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev
   protobuf-compiler libspdlog-dev libcli11-dev librocksdb-dev
-  # tests and benchmarks
-  libgtest-dev libgmock-dev libbenchmark-dev
 )
+if [ "${DELAYD_DEPS:-all}" != build ]; then
+  packages+=(
+    # faster rebuilds
+    ccache
+    # tests and benchmarks
+    libgtest-dev libgmock-dev libbenchmark-dev
+    # the other-language client tests: Debian's Python gRPC; Node.js, whose
+    # gRPC packages come from npm (tests/clients/node/package-lock.json)
+    python3-grpcio python3-protobuf nodejs
+  )
+  # Node.js from elsewhere (e.g. NodeSource) brings its own npm; Debian's
+  # nodejs needs Debian's npm.
+  command -v npm >/dev/null || packages+=(npm)
+fi
 
 sudo=()
 if [ "$(id -u)" -ne 0 ]; then sudo=(sudo); fi

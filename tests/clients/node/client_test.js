@@ -1,0 +1,100 @@
+// delayd from Node.js: @grpc/grpc-js with the .proto loaded at run time by
+// @grpc/proto-loader. A worker subscribes, receives timers set from Node,
+// acknowledges them; error statuses come through.
+//
+// Usage: node client_test.js PROTO_ROOT   (DELAYD_ENDPOINT names the daemon)
+'use strict';
+const assert = require('node:assert/strict');
+const grpc = require('@grpc/grpc-js');
+const protoLoader = require('@grpc/proto-loader');
+
+const protoRoot = process.argv[2];
+const endpoint = process.env.DELAYD_ENDPOINT;
+const definition = protoLoader.loadSync('delayd/v1/delayd.proto', {
+  includeDirs: [protoRoot],
+  keepCase: true,
+  longs: String,
+  enums: String,
+  defaults: true,
+});
+const {Delayd} = grpc.loadPackageDefinition(definition).delayd.v1;
+const client = new Delayd(endpoint, grpc.credentials.createInsecure());
+
+const deadline = () => new Date(Date.now() + 5000);
+const call = (method, request) => new Promise((resolve, reject) => {
+  client[method](request, {deadline: deadline()},
+                 (err, response) => (err ? reject(err) : resolve(response)));
+});
+const nanos = (ts) => BigInt(ts.seconds) * 1000000000n + BigInt(ts.nanos);
+
+async function main() {
+  const ns = 'node';
+  const keys = ['job-0', 'job-1', 'job-2', 'job-3', 'job-4'];
+  const stream = client.subscribe(
+      {namespace: ns, mode: 'WORKER', max_in_flight: 10},
+      {deadline: new Date(Date.now() + 30000)});
+  const received = new Map();
+  let registered;
+  const isRegistered = new Promise((resolve) => (registered = resolve));
+  let allReceived;
+  const allDone = new Promise((resolve, reject) => {
+    allReceived = resolve;
+    stream.on('error', (err) => {
+      if (err.code !== grpc.status.CANCELLED) reject(err);
+    });
+  });
+  stream.on('data', (msg) => {
+    registered();  // The first message, without events.
+    for (const e of msg.events) received.set(e.key, e);
+    if (received.size === keys.length) allReceived();
+  });
+  await isRegistered;
+
+  const versions = new Map();
+  for (const key of keys) {
+    const r = await call('SetTimer', {
+      namespace: ns,
+      key,
+      payload: Buffer.from(`payload of ${key}`),
+      delay: {seconds: 0, nanos: 50000000},
+    });
+    assert.ok(BigInt(r.version) > 0n && !r.replaced);
+    versions.set(key, r.version);
+  }
+  await allDone;
+  for (const [key, e] of received) {
+    assert.equal(e.namespace, ns);
+    assert.equal(e.payload.toString(), `payload of ${key}`);
+    assert.equal(e.version, versions.get(key));
+    assert.ok(nanos(e.fired_at) >= nanos(e.fire_time), 'fired early');
+    assert.equal(e.attempt, 1);
+    assert.equal(e.reason, 'REASON_EXPIRED');
+  }
+  const ack = await call('Ack', {
+    namespace: ns,
+    event_ids: [...received.values()].map((e) => e.id),
+  });
+  assert.equal(ack.acked, keys.length);
+  assert.equal(ack.unknown_ids.length, 0);
+
+  // Errors arrive as gRPC statuses naming the problem.
+  await assert.rejects(
+      call('SetTimer', {namespace: ns, key: '', delay: {seconds: 1}}),
+      (err) => err.code === grpc.status.INVALID_ARGUMENT &&
+          err.details.includes('key'));
+  await assert.rejects(
+      call('GetTimer', {namespace: ns, key: 'no-such-job'}),
+      (err) => err.code === grpc.status.NOT_FOUND);
+  const stats = await call('Stats', {});
+  assert.equal(stats.in_flight_events, '0');
+
+  stream.cancel();
+  client.close();
+  console.log(`node client: ${received.size} events received and ` +
+              'acknowledged; INVALID_ARGUMENT and NOT_FOUND seen');
+}
+
+main().catch((err) => {
+  console.error(err);
+  process.exit(1);
+});

@@ -1,0 +1,96 @@
+#!/usr/bin/python3
+"""delayd from Python: stubs generated now from the .proto with protoc and
+grpc_python_plugin, Debian's python3-grpcio. A worker subscribes, receives
+timers set from Python, acknowledges them; error statuses come through.
+
+Usage: client_test.py PROTO_ROOT   (DELAYD_ENDPOINT names the daemon)
+"""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+proto_root = sys.argv[1]
+endpoint = os.environ["DELAYD_ENDPOINT"]
+out = tempfile.mkdtemp()
+try:
+    subprocess.check_call([
+        "protoc", f"-I{proto_root}", f"--python_out={out}",
+        f"--grpc_out={out}",
+        f"--plugin=protoc-gen-grpc={shutil.which('grpc_python_plugin')}",
+        "delayd/v1/delayd.proto"
+    ])
+    sys.path.insert(0, out)
+
+    import grpc
+    from google.protobuf import duration_pb2
+    from delayd.v1 import delayd_pb2 as pb
+    from delayd.v1 import delayd_pb2_grpc as pb_grpc
+
+    def nanos(ts):
+        return ts.seconds * 1_000_000_000 + ts.nanos
+
+    channel = grpc.insecure_channel(endpoint)
+    stub = pb_grpc.DelaydStub(channel)
+    ns = "python"
+
+    # A worker: the first message (no events) says it is registered.
+    stream = stub.Subscribe(pb.SubscribeRequest(
+        namespace=ns, mode=pb.SubscribeRequest.WORKER, max_in_flight=10),
+                            timeout=30)
+    first = next(stream)
+    assert len(first.events) == 0, first
+
+    keys = [f"job-{i}" for i in range(5)]
+    versions = {}
+    for k in keys:
+        r = stub.SetTimer(pb.SetTimerRequest(
+            namespace=ns, key=k, payload=f"payload of {k}".encode(),
+            delay=duration_pb2.Duration(nanos=50_000_000)),
+                          timeout=5)
+        assert r.version > 0 and not r.replaced, r
+        versions[k] = r.version
+
+    got = {}
+    while len(got) < len(keys):
+        msg = next(stream)
+        for e in msg.events:
+            assert e.namespace == ns and e.key in versions, e
+            assert e.payload == f"payload of {e.key}".encode(), e
+            assert e.version == versions[e.key], e
+            assert nanos(e.fired_at) >= nanos(e.fire_time), "fired early"
+            assert e.attempt == 1 and e.reason == pb.REASON_EXPIRED, e
+            got[e.key] = e
+    ack = stub.Ack(pb.AckRequest(namespace=ns,
+                                 event_ids=[e.id for e in got.values()]),
+                   timeout=5)
+    assert ack.acked == len(keys) and not ack.unknown_ids, ack
+
+    # Errors arrive as gRPC statuses naming the problem.
+    try:
+        stub.SetTimer(pb.SetTimerRequest(namespace=ns, key="",
+                                         delay=duration_pb2.Duration()),
+                      timeout=5)
+        raise AssertionError("an empty key was accepted")
+    except grpc.RpcError as err:
+        assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, err
+        assert "key" in err.details(), err.details()
+    try:
+        stub.GetTimer(pb.GetTimerRequest(namespace=ns, key="no-such-job"),
+                      timeout=5)
+        raise AssertionError("a missing timer was found")
+    except grpc.RpcError as err:
+        assert err.code() == grpc.StatusCode.NOT_FOUND, err
+
+    # Nothing is left in flight once acknowledged (the Ack answered after
+    # the dispatcher applied it).
+    stats = stub.Stats(pb.StatsRequest(), timeout=5)
+    assert stats.in_flight_events == 0, stats
+    stream.cancel()
+    channel.close()
+    print(f"python client: {len(got)} events received and acknowledged; "
+          "INVALID_ARGUMENT and NOT_FOUND seen")
+finally:
+    shutil.rmtree(out)
