@@ -150,20 +150,21 @@ Status Store::Open(const StoreOptions& options, std::unique_ptr<Store>* out) {
   db.wal_recovery_mode =
       rocksdb::WALRecoveryMode::kTolerateCorruptedTailRecords;
   // Bounds the WAL: past this, memtables holding its oldest data are flushed.
-  db.max_total_wal_size = 256 << 20;
+  db.max_total_wal_size = 64 << 20;
+  // Bounds all memtables together, whatever the payload sizes.
+  db.db_write_buffer_size = 16 << 20;
   db.max_background_jobs = 2;
   db.keep_log_file_num = 3;
   db.max_log_file_size = 8 << 20;
   db.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
 
   rocksdb::ColumnFamilyOptions cf;
-  // Small memtables: the store's share of RAM stays a few tens of MiB
-  // whatever the payload sizes.
-  cf.write_buffer_size = 8 << 20;
+  // Small memtables: the store's share of RAM stays a few tens of MiB.
+  cf.write_buffer_size = 4 << 20;
   cf.max_write_buffer_number = 3;
   cf.level_compaction_dynamic_level_bytes = true;
   rocksdb::BlockBasedTableOptions table;
-  table.block_cache = rocksdb::NewLRUCache(16 << 20);
+  table.block_cache = rocksdb::NewLRUCache(8 << 20);
   table.cache_index_and_filter_blocks = true;
   cf.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
 

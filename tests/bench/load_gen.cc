@@ -28,6 +28,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -234,7 +235,6 @@ class Bench {
   void Fill(std::uint64_t n, const std::string& ns,
             const std::function<std::int64_t(std::uint64_t)>& fire,
             std::size_t payload_bytes = 16) {
-    const std::string payload(payload_bytes, 'p');
     constexpr int kPerCall = 1000;
     constexpr int kInFlight = 8;
     std::atomic<std::uint64_t> next{0};
@@ -253,7 +253,14 @@ class Bench {
             std::snprintf(key, sizeof key, "key-%012llu",
                           static_cast<unsigned long long>(i));
             set->set_key(key);
-            set->set_payload(payload);
+            // Incompressible, like most real payloads.
+            std::string* payload = set->mutable_payload();
+            payload->resize(payload_bytes);
+            for (std::size_t b = 0; b < payload_bytes; b += 8) {
+              const std::uint64_t r = Mix(i * 1024 + b);
+              std::memcpy(payload->data() + b, &r,
+                          std::min<std::size_t>(8, payload_bytes - b));
+            }
             *set->mutable_fire_time() = Ts(fire(i));
           }
           v1::BatchResponse resp;
