@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# The container, as a user runs it: builds the image from the root
+# Dockerfile, runs it with a named volume and a loopback port picked by the
+# OS, talks to it from the host with delayctl (a timer set, then seen firing
+# by `watch`), runs the image's health check, checks that it runs as non-root,
+# stops it (must exit 0, quickly), starts a new container on the same volume
+# and finds the pending timer still there. Prints the image size.
+#
+# Usage: container_test.sh DELAYCTL
+# The docker-compatible CLI is ${CONTAINER_CLI:-docker}.
+set -euo pipefail
+
+delayctl=$1
+# A command, possibly with arguments (e.g. "podman --runtime runc").
+read -ra cli <<<"${CONTAINER_CLI:-docker}"
+root=$(cd "$(dirname "$0")/../.." && pwd)
+id=$$-$RANDOM
+tag=localhost/delayd:test-$id
+name=delayd-test-$id
+volume=delayd-test-$id
+failures=0
+
+fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+step() { echo "==> $*"; }
+cleanup() {
+  "${cli[@]}" rm -f "$name" >/dev/null 2>&1 || true
+  "${cli[@]}" volume rm -f "$volume" >/dev/null 2>&1 || true
+  "${cli[@]}" rmi "$tag" >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
+
+# Starts a container on the volume; sets `endpoint` once delayctl health
+# answers SERVING (bounded).
+start() {
+  "${cli[@]}" run -d --name "$name" -p 127.0.0.1::7070 --health-interval 2s \
+    -v "$volume:/var/lib/delayd" "$tag" >/dev/null
+  local mapping
+  mapping=$("${cli[@]}" port "$name" 7070 | head -1)
+  endpoint=127.0.0.1:${mapping##*:}
+  local deadline=$((SECONDS + 60))
+  until "$delayctl" --endpoint "$endpoint" --timeout 1s health >/dev/null 2>&1; do
+    if [ $SECONDS -ge $deadline ]; then
+      "${cli[@]}" logs "$name" >&2 || true
+      echo "delayd in the container did not become healthy" >&2
+      exit 1
+    fi
+    sleep 0.2  # Polls the health check, bounded by the deadline.
+  done
+}
+
+# Stops the container; it must exit 0 well within Docker's 10 s.
+stop() {
+  local t0=$SECONDS
+  "${cli[@]}" stop -t 10 "$name" >/dev/null
+  local took=$((SECONDS - t0))
+  local code
+  code=$("${cli[@]}" inspect --format '{{.State.ExitCode}}' "$name")
+  echo "stopped in ${took} s, exit code $code"
+  [ "$code" = 0 ] || fail "exit code $code after docker stop"
+  [ "$took" -le 5 ] || fail "docker stop took ${took} s"
+  "${cli[@]}" logs "$name" 2>&1 | grep -q "delayd stopped" ||
+    fail "no clean-stop line in the logs"
+  "${cli[@]}" rm "$name" >/dev/null
+}
+
+step "build the image (${cli[*]})"
+build_flags=()
+# Podman writes OCI images by default, which drop HEALTHCHECK.
+if "${cli[@]}" --version 2>/dev/null | grep -qi podman; then
+  build_flags+=(--format docker)
+fi
+t0=$SECONDS
+"${cli[@]}" build -q "${build_flags[@]}" -t "$tag" "$root" >/dev/null
+echo "built in $((SECONDS - t0)) s"
+size=$("${cli[@]}" image inspect --format '{{.Size}}' "$tag")
+echo "image size: $((size / 1024 / 1024)) MiB"
+
+step "run it"
+start
+echo "delayd at $endpoint"
+[ "$("${cli[@]}" exec "$name" id -u)" != 0 ] || fail "runs as root"
+"${cli[@]}" image inspect --format '{{json .Config.Healthcheck}}' "$tag" |
+  grep -q "delayctl" || fail "the image has no HEALTHCHECK with delayctl"
+# The engine runs the HEALTHCHECK every 2 s; podman without systemd runs it
+# on `healthcheck run`.
+deadline=$((SECONDS + 60))
+health=
+until [ "$health" = healthy ] || [ $SECONDS -ge $deadline ]; do
+  "${cli[@]}" healthcheck run "$name" >/dev/null 2>&1 || true
+  health=$("${cli[@]}" inspect --format '{{.State.Health.Status}}' "$name")
+  [ "$health" = healthy ] || sleep 0.5  # Bounded by the deadline.
+done
+echo "health status: $health"
+[ "$health" = healthy ] || fail "health status is '$health', not healthy"
+
+step "set a timer from the host and watch it fire"
+"$delayctl" --endpoint "$endpoint" set soon "hello from the host" --in 1s \
+  >/dev/null
+out=$(timeout 30 "$delayctl" --endpoint "$endpoint" watch --count 1 -o json)
+echo "$out"
+echo "$out" | grep -q '"key":"soon"' || fail "watch did not see the timer"
+"$delayctl" --endpoint "$endpoint" set later "still here" --in 1h >/dev/null
+
+step "stop, then start a new container on the same volume"
+version=$("$delayctl" --endpoint "$endpoint" get later -o json |
+  grep -oE '"version":"[0-9]+"')
+stop
+start
+after=$("$delayctl" --endpoint "$endpoint" get later -o json) ||
+  fail "the pending timer is gone after the restart"
+echo "$after"
+echo "$after" | grep -q "$version" || fail "the version changed: $after"
+echo "$after" | grep -q '"payload":"c3RpbGwgaGVyZQ=="' ||
+  fail "the payload changed: $after"
+stop
+
+if [ $failures -ne 0 ]; then
+  echo "container test: $failures failure(s)" >&2
+  exit 1
+fi
+echo "container test: passed (image $((size / 1024 / 1024)) MiB)"
