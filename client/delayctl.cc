@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
@@ -516,6 +517,30 @@ int CmdWatch(Client& c, const Global& g, std::uint64_t count) {
 // Runs `command` with `e`'s payload on stdin and its fields in the
 // environment; returns the exit status (or -1 if it could not run).
 int RunForEvent(const std::string& command, const v1::Event& e) {
+  // The environment and arguments are built before fork(): gRPC's threads
+  // may hold the allocator's lock at that moment, and a child that
+  // allocated before exec would wait for it forever.
+  const std::vector<std::string> vars = {
+      "DELAYD_EVENT_ID=" + std::to_string(e.id()),
+      "DELAYD_NAMESPACE=" + e.namespace_(),
+      "DELAYD_KEY=" + e.key(),
+      "DELAYD_VERSION=" + std::to_string(e.version()),
+      "DELAYD_ATTEMPT=" + std::to_string(e.attempt()),
+      "DELAYD_FIRE_TIME=" + Time(e.fire_time()),
+      "DELAYD_FIRED_AT=" + Time(e.fired_at()),
+      "DELAYD_REASON=" + ReasonName(e.reason())};
+  std::vector<char*> envp;
+  for (char** v = environ; *v != nullptr; ++v) {
+    const std::string_view entry(*v);
+    const bool ours = std::any_of(vars.begin(), vars.end(), [&](auto& o) {
+      return entry.substr(0, entry.find('=') + 1) ==
+             std::string_view(o).substr(0, o.find('=') + 1);
+    });
+    if (!ours) envp.push_back(*v);
+  }
+  for (const auto& v : vars) envp.push_back(const_cast<char*>(v.c_str()));
+  envp.push_back(nullptr);
+  const char* argv[] = {"sh", "-c", command.c_str(), nullptr};
   int in[2];
   if (pipe(in) != 0) return -1;
   const pid_t pid = fork();
@@ -523,15 +548,7 @@ int RunForEvent(const std::string& command, const v1::Event& e) {
     dup2(in[0], STDIN_FILENO);
     close(in[0]);
     close(in[1]);
-    setenv("DELAYD_EVENT_ID", std::to_string(e.id()).c_str(), 1);
-    setenv("DELAYD_NAMESPACE", e.namespace_().c_str(), 1);
-    setenv("DELAYD_KEY", e.key().c_str(), 1);
-    setenv("DELAYD_VERSION", std::to_string(e.version()).c_str(), 1);
-    setenv("DELAYD_ATTEMPT", std::to_string(e.attempt()).c_str(), 1);
-    setenv("DELAYD_FIRE_TIME", Time(e.fire_time()).c_str(), 1);
-    setenv("DELAYD_FIRED_AT", Time(e.fired_at()).c_str(), 1);
-    setenv("DELAYD_REASON", ReasonName(e.reason()).c_str(), 1);
-    execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+    execve("/bin/sh", const_cast<char* const*>(argv), envp.data());
     _exit(127);
   }
   close(in[0]);

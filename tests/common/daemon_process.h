@@ -26,16 +26,19 @@ class DaemonProcess {
     int out[2];
     if (pipe(out) != 0) return;
     args.insert(args.begin(), {binary, "--listen", "127.0.0.1:0"});
+    // Everything the child needs is built before fork(): other threads of a
+    // test may hold the allocator's lock at that moment, and a child that
+    // allocated before exec would wait for it forever.
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
     pid_ = fork();
     if (pid_ == 0) {
       dup2(out[1], STDOUT_FILENO);
       dup2(out[1], STDERR_FILENO);
       close(out[0]);
       close(out[1]);
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(binary.c_str(), argv.data());
+      execv(argv[0], argv.data());
       _exit(127);
     }
     close(out[1]);
