@@ -126,6 +126,9 @@ int main(int argc, char** argv) {
   if (!in_memory) {
     delayd::StoreOptions store;
     store.dir = data_dir;
+    store.on_error = [](const delayd::Status& s) {
+      spdlog::error("{}", s.message());
+    };
     if (delayd::Status s = delayd::ParseFsyncPolicy(fsync, &store); !s.ok()) {
       std::fprintf(stderr, "%s\n", s.message().c_str());
       return 1;

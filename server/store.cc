@@ -129,8 +129,10 @@ void Store::Batch::PutCounters(std::uint32_t partition,
 }
 
 Status Store::Error(const char* what, const rocksdb::Status& s) const {
-  return Status::Internal("store in " + options_.dir + ": " + what + ": " +
-                          s.ToString());
+  Status status = Status::Internal("store in " + options_.dir + ": " + what +
+                                   ": " + s.ToString());
+  if (options_.on_error) options_.on_error(status);
+  return status;
 }
 
 Status Store::Open(const StoreOptions& options, std::unique_ptr<Store>* out) {

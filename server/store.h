@@ -64,6 +64,8 @@ struct StoreOptions {
   std::string dir;
   FsyncPolicy fsync = FsyncPolicy::kAlways;
   std::chrono::nanoseconds fsync_interval = std::chrono::milliseconds(100);
+  // Told of every failed read or write after opening (for the daemon's log).
+  std::function<void(const Status&)> on_error;
 };
 
 // Parses "always", "never" or a duration such as "100ms" (an interval).

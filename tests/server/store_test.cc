@@ -13,6 +13,12 @@
 namespace delayd::testing {
 namespace {
 
+StoreOptions At(const std::string& dir) {
+  StoreOptions o;
+  o.dir = dir;
+  return o;
+}
+
 DelaydServer::Options DurableOptions(const std::string& dir,
                                      const std::string& fsync = "always",
                                      std::uint32_t partitions = 2) {
@@ -183,7 +189,7 @@ TEST(Recovery, TimersThatCameDueWhileDownFireAtOnceInFireTimeOrder) {
     // What a daemon stopped a while ago left behind: three timers whose
     // fire times have passed, stored out of order, and one in the future.
     std::unique_ptr<Store> store;
-    ASSERT_TRUE(Store::Open({dir / "data"}, &store).ok());
+    ASSERT_TRUE(Store::Open(At(dir / "data"), &store).ok());
     ASSERT_TRUE(store->PutNamespace(0, "default").ok());
     Store::Batch b = store->NewBatch();
     const std::vector<std::pair<std::string, WallNanos>> timers = {
@@ -291,9 +297,9 @@ TEST(Recovery, DrainedEventsWaitDurablyForAWorker) {
 TEST(Store, ASecondDaemonOnTheSameDirectoryIsRefused) {
   TempDir dir;
   std::unique_ptr<Store> first;
-  ASSERT_TRUE(Store::Open({dir / "data"}, &first).ok());
+  ASSERT_TRUE(Store::Open(At(dir / "data"), &first).ok());
   std::unique_ptr<Store> second;
-  Status s = Store::Open({dir / "data"}, &second);
+  Status s = Store::Open(At(dir / "data"), &second);
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find(dir / "data"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("another delayd"), std::string::npos)
