@@ -293,14 +293,15 @@ void Partition::FireRecords(const std::vector<std::uint32_t>& records,
     if (done) done();
     return;
   }
-  // Published once durable: a delivered event is never one that a crash
-  // would turn back into a pending timer. If the write failed, the timers
-  // are still in the store and fire again after a restart; deliver now
-  // anyway (at least once).
-  store_->Commit(*batch, [this, by_ns, done = std::move(done)](Status) {
-    for (auto& [ns, events] : *by_ns) publish_(ns, std::move(events));
+  // Commit() writes the batch before it returns; the events are published
+  // then, without waiting for the sync. That is safe: until the firing is
+  // durable, so is nothing written after it (acks included), so a power loss
+  // leaves the timers pending, to fire again after the restart: at least
+  // once, never lost. Only `done` (a Drain's answer) waits for durability.
+  store_->Commit(*batch, [done = std::move(done)](Status) {
     if (done) done();
   });
+  for (auto& [ns, events] : *by_ns) publish_(ns, std::move(events));
 }
 
 void Partition::Drain(NamespaceId ns, std::function<void(std::uint64_t)> done) {

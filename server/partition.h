@@ -3,8 +3,8 @@
 //
 // Every state change of a timer goes through Apply() (set, move, remove) or
 // FireRecords() (expiry, drain) here. With a store, each adds its changes to
-// a store batch; a fired event is published only once its batch is durable,
-// and payloads live in the store, not in memory (see store.h).
+// a store batch; a fired event is published once its batch is written (see
+// FireRecords), and payloads live in the store, not in memory (see store.h).
 //
 // A timer's fire time is a wall-clock instant (what clients see); the wheel
 // runs on the steady clock, so each operation maps the fire time to a steady
