@@ -67,8 +67,11 @@ void Dispatcher::Subscribe(std::uint64_t id,
       watchers_.emplace_back(id, std::move(subscriber));
       counters_.watchers.fetch_add(1);
     } else {
-      workers_.push_back(Worker{id, std::move(subscriber),
-                                options.max_in_flight, options.ack_timeout});
+      workers_.push_back(Worker{id,
+                                std::move(subscriber),
+                                options.max_in_flight,
+                                options.ack_timeout,
+                                {}});
       counters_.workers.fetch_add(1);
     }
     done();
@@ -90,10 +93,8 @@ void Dispatcher::Unsubscribe(std::uint64_t id) {
     if (worker == workers_.end()) return;
     // Its unacknowledged events go back to the front of the queue, oldest
     // first.
-    std::vector<std::uint64_t> mine;
-    for (auto& [event_id, o] : outstanding_) {
-      if (o.worker == id) mine.push_back(event_id);
-    }
+    std::vector<std::uint64_t> mine(worker->in_flight.begin(),
+                                    worker->in_flight.end());
     std::sort(mine.rbegin(), mine.rend());
     for (std::uint64_t event_id : mine)
       Requeue(event_id, outstanding_[event_id]);
@@ -118,7 +119,7 @@ void Dispatcher::Ack(std::vector<std::uint64_t> ids,
       }
       Outstanding& o = it->second;
       if (o.worker != 0) {
-        if (Worker* w = FindWorker(o.worker)) --w->in_flight;
+        if (Worker* w = FindWorker(o.worker)) w->in_flight.erase(id);
         CancelAckTimer(o);
         counters_.in_flight.fetch_sub(1);
       } else {
@@ -207,7 +208,7 @@ void Dispatcher::OnAckTimeouts(std::vector<StrandWheel::Expired>& due) {
     free_cookies_.push_back(e.cookie);
     Outstanding& o = outstanding_.at(event_id);
     o.ack_timer = wheel::TimingWheel::kNoHandle;
-    if (Worker* w = FindWorker(o.worker)) --w->in_flight;
+    if (Worker* w = FindWorker(o.worker)) w->in_flight.erase(event_id);
     Requeue(event_id, o);
   }
   Pump();
@@ -248,7 +249,9 @@ void Dispatcher::Pump() {
     next_worker_ %= workers_.size();
     Worker& w = workers_[next_worker_++];
     const std::size_t room = std::min<std::size_t>(
-        w.max_in_flight - std::min(w.max_in_flight, w.in_flight), kMaxBatch);
+        w.max_in_flight -
+            std::min<std::size_t>(w.max_in_flight, w.in_flight.size()),
+        kMaxBatch);
     if (room == 0) {
       ++idle_turns;
       continue;
@@ -262,12 +265,12 @@ void Dispatcher::Pump() {
       if (it == outstanding_.end() || it->second.worker != 0) continue;
       Outstanding& o = it->second;
       o.worker = w.id;
+      w.in_flight.insert(id);
       ++o.event.attempt;
       StartAckTimer(id, o, w.ack_timeout);
       batch.push_back(&o.event);
     }
     if (batch.empty()) break;
-    w.in_flight += static_cast<std::uint32_t>(batch.size());
     counters_.ready.fetch_sub(batch.size());
     counters_.in_flight.fetch_add(batch.size());
     Send(*w.sink, batch);

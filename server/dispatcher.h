@@ -23,6 +23,7 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "server/status.h"
@@ -107,7 +108,9 @@ class Dispatcher {
     std::shared_ptr<Subscriber> sink;
     std::uint32_t max_in_flight;
     std::chrono::nanoseconds ack_timeout;
-    std::uint32_t in_flight = 0;
+    // Its events in flight (at most max_in_flight): what goes back to the
+    // queue when it leaves, without a scan of every outstanding event.
+    std::unordered_set<std::uint64_t> in_flight;
   };
   struct Outstanding {
     Event event;
