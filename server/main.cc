@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
   std::string data_dir = "delayd-data";
   std::string fsync = "always";
   bool in_memory = false;
+  bool salvage = false;
 
   app.add_option("--listen", options.listen, "Address to listen on")
       ->envname("DELAYD_LISTEN")
@@ -50,6 +51,10 @@ int main(int argc, char** argv) {
                  "always, an interval such as 100ms, or never")
       ->envname("DELAYD_FSYNC")
       ->capture_default_str();
+  app.add_flag("--salvage", salvage,
+               "Start on a store whose log is damaged in the middle, keeping "
+               "what precedes the damage (what follows it is lost)")
+      ->envname("DELAYD_SALVAGE");
   app.add_flag("--in-memory", in_memory,
                "Keep no store: everything is lost when delayd stops")
       ->envname("DELAYD_IN_MEMORY");
@@ -126,6 +131,7 @@ int main(int argc, char** argv) {
   if (!in_memory) {
     delayd::StoreOptions store;
     store.dir = data_dir;
+    store.salvage = salvage;
     store.on_error = [](const delayd::Status& s) {
       spdlog::error("{}", s.message());
     };

@@ -150,7 +150,8 @@ Status Store::Open(const StoreOptions& options, std::unique_ptr<Store>* out) {
   // A record cut short at the very end of a log is a write that was never
   // acknowledged (a crash mid-write); damage anywhere else refuses to open.
   db.wal_recovery_mode =
-      rocksdb::WALRecoveryMode::kTolerateCorruptedTailRecords;
+      options.salvage ? rocksdb::WALRecoveryMode::kPointInTimeRecovery
+                      : rocksdb::WALRecoveryMode::kTolerateCorruptedTailRecords;
   // Bounds the WAL: past this, memtables holding its oldest data are flushed.
   db.max_total_wal_size = 64 << 20;
   // Bounds all memtables together, whatever the payload sizes.
@@ -184,7 +185,8 @@ Status Store::Open(const StoreOptions& options, std::unique_ptr<Store>* out) {
       why +=
           ". The data directory is damaged or unreadable; delayd will not "
           "start on it. Restore it from a backup, or move it aside to start "
-          "empty.";
+          "empty; if only the log is damaged, --salvage recovers up to the "
+          "damage and drops what follows it.";
     } else if (why.find("lock") != why.npos) {
       why += ". Is another delayd using this data directory?";
     }

@@ -64,6 +64,9 @@ struct StoreOptions {
   std::string dir;
   FsyncPolicy fsync = FsyncPolicy::kAlways;
   std::chrono::nanoseconds fsync_interval = std::chrono::milliseconds(100);
+  // Recover to the last consistent point of a log damaged in the middle
+  // (dropping everything after the damage) instead of refusing to open.
+  bool salvage = false;
   // Told of every failed read or write after opening (for the daemon's log).
   std::function<void(const Status&)> on_error;
 };

@@ -128,6 +128,33 @@ TEST_F(DamagedStore, CorruptionInsideTheLogIsRefused) {
   ExpectRefusal(dir);
 }
 
+TEST_F(DamagedStore, SalvageKeepsWhatPrecedesDamageInsideTheLog) {
+  const std::string dir = Copy("log", "salvaged-log");
+  const auto logs = Files(dir, ".log");
+  ASSERT_FALSE(logs.empty());
+  Overwrite(logs.back(), fs::file_size(logs.back()) / 2);
+  DaemonProcess d(DELAYD_BINARY, {"--data-dir", dir, "--salvage"});
+  ASSERT_TRUE(d.ok()) << d.output();
+  auto stub = v1::Delayd::NewStub(
+      grpc::CreateChannel(d.address(), grpc::InsecureChannelCredentials()));
+  // A prefix of the timers survives: k0 .. k(n-1), none after a missing one.
+  int present = 0;
+  bool gap = false;
+  for (int i = 0; i < kTimers; ++i) {
+    v1::GetTimerRequest req;
+    req.set_key("k" + std::to_string(i));
+    v1::Timer t;
+    grpc::ClientContext ctx;
+    const bool found = stub->GetTimer(&ctx, req, &t).ok();
+    if (found && gap) ADD_FAILURE() << "k" << i << " survived after a gap";
+    if (!found) gap = true;
+    present += found ? 1 : 0;
+  }
+  EXPECT_GT(present, 0);
+  EXPECT_LT(present, kTimers);
+  EXPECT_EQ(d.Stop(SIGTERM, std::chrono::seconds(10)), 0) << d.output();
+}
+
 TEST_F(DamagedStore, WriteCutOffAtTheEndOfTheLogRecoversTheRest) {
   const std::string dir = Copy("log", "torn-log");
   const auto logs = Files(dir, ".log");
