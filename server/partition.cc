@@ -90,7 +90,8 @@ std::string Partition::PayloadOf(const Record& rec) const {
   const std::uint64_t id = PayloadIdOf(rec.blob);
   std::vector<std::string> payloads;
   if (Status s = store_->GetPayloads({&id, 1}, &payloads); !s.ok()) {
-    // Surfaces through the caller as an empty payload; the store is damaged.
+    // An empty payload; the error is logged by the store and counted.
+    counters_.store_errors.fetch_add(1);
     return std::string();
   }
   return std::move(payloads[0]);
@@ -283,25 +284,23 @@ void Partition::FireRecords(const std::vector<std::uint32_t>& records,
   std::optional<Store::Batch> batch;
   if (store_ != nullptr) batch.emplace(store_->NewBatch());
   // Events go to their namespace's dispatcher in firing order.
-  auto by_ns =
-      std::make_shared<std::unordered_map<NamespaceId, std::vector<Event>>>();
+  std::unordered_map<NamespaceId, std::vector<Event>> by_ns;
   for (Event& e : TakeEvents(records, reason, batch ? &*batch : nullptr)) {
-    (*by_ns)[e.ns].push_back(std::move(e));
+    by_ns[e.ns].push_back(std::move(e));
   }
-  if (!batch) {
-    for (auto& [ns, events] : *by_ns) publish_(ns, std::move(events));
-    if (done) done();
-    return;
+  if (batch) {
+    // Commit() writes the batch before it returns; the events are published
+    // then, without waiting for the sync. That is safe: until the firing is
+    // durable, so is nothing written after it (acks included), so a power
+    // loss leaves the timers pending, to fire again after the restart: at
+    // least once, never lost. Only `done` (a Drain's answer) waits for
+    // durability.
+    store_->Commit(*batch, [done = std::move(done)](Status) {
+      if (done) done();
+    });
   }
-  // Commit() writes the batch before it returns; the events are published
-  // then, without waiting for the sync. That is safe: until the firing is
-  // durable, so is nothing written after it (acks included), so a power loss
-  // leaves the timers pending, to fire again after the restart: at least
-  // once, never lost. Only `done` (a Drain's answer) waits for durability.
-  store_->Commit(*batch, [done = std::move(done)](Status) {
-    if (done) done();
-  });
-  for (auto& [ns, events] : *by_ns) publish_(ns, std::move(events));
+  for (auto& [ns, events] : by_ns) publish_(ns, std::move(events));
+  if (!batch && done) done();
 }
 
 void Partition::Drain(NamespaceId ns, std::function<void(std::uint64_t)> done) {

@@ -52,6 +52,14 @@ class Endpoint {
                  [&] { return !address_.empty() || stop.load(); });
     return {address_, generation_};
   }
+  // Waits (bounded) until the daemon is up under a generation other than
+  // `generation`.
+  void WaitNewer(int generation, const std::atomic<bool>& stop) {
+    std::unique_lock lock(mu_);
+    cv_.wait_for(lock, std::chrono::seconds(20), [&] {
+      return (generation_ != generation && !address_.empty()) || stop.load();
+    });
+  }
   void Wake() { cv_.notify_all(); }
 
  private:
@@ -218,17 +226,8 @@ TEST(Crash, KilledAtRandomMomentsLosesNothingAcknowledged) {
       }
       ctx.TryCancel();
       reader->Finish();
-      // Reconnects only to a newer daemon.
-      while (!stop_worker) {
-        auto [a, g] = endpoint.WaitUp(stop_worker);
-        if (g != gen || a.empty()) break;
-        if (a == address) {
-          // Same daemon, stream ended (e.g. it is being killed): wait for
-          // the endpoint to change.
-          endpoint.WaitUp(stop_worker);
-          break;
-        }
-      }
+      // The stream ends when the daemon is killed: wait for the next one.
+      endpoint.WaitNewer(gen, stop_worker);
     }
   });
 
