@@ -342,7 +342,6 @@ void Partition::Restore(const StoredTimer& t, WallNanos wall_now,
     rec.handle =
         wheel_.wheel().Schedule(Deadline(t.fire_time, wall_now, steady_now), r);
   }
-  next_version_ = std::max(next_version_, t.version + 1);
 }
 
 std::vector<Event> Partition::FireOverdue(std::function<void(Status)> durable) {

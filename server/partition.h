@@ -59,9 +59,10 @@ class Partition {
   // Stops firing (shutdown): timers stay pending.
   void StopTimers() { wheel_.Stop(); }
 
-  // Recovery, before the strand runs: counters, then each stored timer,
-  // then FireOverdue(), which fires those whose time passed while the daemon
-  // was down and returns their events in fire-time order (unpublished);
+  // Recovery, before the strand runs: each stored timer, then the counters
+  // (past every version and event id stored in any partition), then
+  // FireOverdue(), which fires those whose time passed while the daemon was
+  // down and returns their events in fire-time order (unpublished);
   // `durable` runs once that firing is on disk.
   void RestoreCounters(std::uint64_t next_version,
                        std::uint64_t next_event_seq);
