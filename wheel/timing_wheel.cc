@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <limits>
+#include <utility>
 
 namespace delayd::wheel {
 
@@ -13,8 +14,6 @@ TimingWheel::TimingWheel(Time tick)
           ~std::uint64_t{0} /
           static_cast<std::uint64_t>(std::max<std::int64_t>(1, tick.count()))) {
   assert(tick.count() > 0);
-  for (auto& level : head_) level.fill(kNil);
-  for (auto& level : tail_) level.fill(kNil);
 }
 
 std::uint64_t TimingWheel::DeadlineTick(Time deadline) const {
@@ -25,44 +24,30 @@ std::uint64_t TimingWheel::DeadlineTick(Time deadline) const {
   return std::min(q + (q * tick_ns_ != d ? 1 : 0), kMaxTick);
 }
 
-std::uint64_t TimingWheel::NowTick(Time now) const {
-  const std::int64_t ns = now.count();
-  if (ns <= 0) return 0;
-  return std::min(DivTick(static_cast<std::uint64_t>(ns)), kMaxTick);
-}
-
 void TimingWheel::Grow() {
   assert(capacity_ <= std::numeric_limits<std::uint32_t>::max() - kChunkSize);
-  chunks_.push_back(std::make_unique<Node[]>(kChunkSize));
+  auto c = std::make_unique<Chunk>();
   const std::uint32_t base = capacity_;
-  capacity_ += kChunkSize;
   // Thread the new nodes onto the free list in index order, so that a fresh
   // wheel fills its slab front to back.
   for (std::uint32_t k = 0; k < kChunkSize; ++k) {
-    Node& n = node(base + k);
-    n.state = kFree;
-    n.generation = 0;
-    n.next = k + 1 < kChunkSize ? base + k + 1 : free_head_;
+    c->tick[k] = kFreeTick;
+    c->generation[k] = 0;
+    c->link[k].next = k + 1 < kChunkSize ? base + k + 1 : free_head_;
   }
+  chunks_.push_back(std::move(c));
+  capacity_ += kChunkSize;
   free_head_ = base;
 }
 
 std::uint32_t TimingWheel::Allocate() {
   if (free_head_ == kNil) Grow();
   const std::uint32_t i = free_head_;
-  Node& n = node(i);
-  free_head_ = n.next;
+  free_head_ = link(i).next;
   // Generations start at 1 and skip 0 on wrap, so no handle is ever 0.
-  n.generation = n.generation + 1 == 0 ? 1 : n.generation + 1;
-  n.state = kPending;
+  std::uint32_t& generation = chunk(i).generation[Offset(i)];
+  generation = generation + 1 == 0 ? 1 : generation + 1;
   return i;
-}
-
-void TimingWheel::Release(std::uint32_t i) {
-  Node& n = node(i);
-  n.state = kFree;
-  n.next = free_head_;
-  free_head_ = i;
 }
 
 void TimingWheel::Reserve(std::size_t n) {
@@ -71,15 +56,16 @@ void TimingWheel::Reserve(std::size_t n) {
 
 std::size_t TimingWheel::MemoryUsage() const {
   return sizeof(*this) + chunks_.capacity() * sizeof(chunks_[0]) +
-         static_cast<std::size_t>(capacity_) * sizeof(Node);
+         chunks_.size() * sizeof(Chunk);
 }
 
 std::uint32_t TimingWheel::Find(Handle handle) const {
   const auto index = static_cast<std::uint32_t>(handle);
   const auto generation = static_cast<std::uint32_t>(handle >> 32);
   if (index >= capacity_) return kNil;
-  const Node& n = node(index);
-  if (n.state != kPending || n.generation != generation) return kNil;
+  const Chunk& c = chunk(index);
+  const std::uint32_t k = Offset(index);
+  if (c.generation[k] != generation || c.tick[k] == kFreeTick) return kNil;
   return index;
 }
 
@@ -90,53 +76,74 @@ bool TimingWheel::IsPending(Handle handle) const {
 std::optional<TimingWheel::Time> TimingWheel::Due(Handle handle) const {
   const std::uint32_t i = Find(handle);
   if (i == kNil) return std::nullopt;
-  return ToTime(node(i).tick);
+  return ToTime(tick_of(i));
 }
 
 void TimingWheel::Place(std::uint32_t i) {
-  Node& n = node(i);
-  // The level is that of the highest bit in which the deadline differs from
-  // the wheel's time: below it the timer's slot is exact.
-  const std::uint64_t diff = n.tick ^ elapsed_;
-  const int level =
-      diff == 0 ? 0 : (63 - std::countl_zero(diff)) / kBitsPerLevel;
-  const int index =
-      static_cast<int>((n.tick >> (level * kBitsPerLevel)) & (kSlots - 1));
-  n.level = static_cast<std::uint64_t>(level);
+  const std::uint64_t tick = tick_of(i);
+  const int level = LevelOf(tick);
+  const int index = IndexOf(tick, level);
   const int shift = level * kBitsPerLevel;
   const int span_bits = shift + kBitsPerLevel;
   const std::uint64_t prefix =
       span_bits >= 64 ? 0 : elapsed_ & ~((std::uint64_t{1} << span_bits) - 1);
   stop_ =
       std::min(stop_, prefix | (static_cast<std::uint64_t>(index) << shift));
-  n.next = kNil;
-  n.prev = tail_[level][index];
-  if (n.prev == kNil) {
-    head_[level][index] = i;
+  List& list = slots_[level][index].lane[LaneOf(tick)];
+  Link& l = link(i);
+  l.next = kNil;
+  l.prev = list.tail;
+  if (list.tail == kNil) {
+    list.head = i;
     occupied_[level] |= std::uint64_t{1} << index;
   } else {
-    node(n.prev).next = i;
+    link(list.tail).next = i;
   }
-  tail_[level][index] = i;
+  list.tail = i;
 }
 
 void TimingWheel::Unlink(std::uint32_t i) {
-  Node& n = node(i);
-  const int level = static_cast<int>(n.level);
-  const int index =
-      static_cast<int>((n.tick >> (level * kBitsPerLevel)) & (kSlots - 1));
-  if (n.prev == kNil) {
-    head_[level][index] = n.next;
+  const std::uint64_t tick = tick_of(i);
+  const int level = LevelOf(tick);
+  const int index = IndexOf(tick, level);
+  List& list = slots_[level][index].lane[LaneOf(tick)];
+  const Link l = link(i);
+  assert(l.prev != kNil || list.head == i);
+  assert(l.next != kNil || list.tail == i);
+  if (l.prev == kNil) {
+    list.head = l.next;
   } else {
-    node(n.prev).next = n.next;
+    link(l.prev).next = l.next;
   }
-  if (n.next == kNil) {
-    tail_[level][index] = n.prev;
+  if (l.next == kNil) {
+    list.tail = l.prev;
   } else {
-    node(n.next).prev = n.prev;
+    link(l.next).prev = l.prev;
   }
-  if (head_[level][index] == kNil) {
+  if (list.head == kNil && slots_[level][index].empty()) {
     occupied_[level] &= ~(std::uint64_t{1} << index);
+  }
+}
+
+void TimingWheel::Cascade(int level, int index) {
+  // Detach the lanes, then place their timers, walking the lanes in turn so
+  // that their chains of link loads overlap. Each lane keeps its order; the
+  // order between lanes does not matter (no two lanes share a tick).
+  std::uint32_t cursor[kLanes];
+  for (int k = 0; k < kLanes; ++k) {
+    cursor[k] = std::exchange(slots_[level][index].lane[k], List{}).head;
+  }
+  occupied_[level] &= ~(std::uint64_t{1} << index);
+  for (;;) {
+    bool any = false;
+    for (std::uint32_t& i : cursor) {
+      if (i == kNil) continue;
+      any = true;
+      const std::uint32_t next = link(i).next;
+      Place(i);
+      i = next;
+    }
+    if (!any) break;
   }
 }
 
@@ -150,19 +157,21 @@ void TimingWheel::NoteRemoved(std::uint64_t tick) {
 
 TimingWheel::Handle TimingWheel::Schedule(Time deadline, std::uint32_t cookie) {
   const std::uint32_t i = Allocate();
-  Node& n = node(i);
-  n.tick = std::max(DeadlineTick(deadline), elapsed_);
-  n.cookie = cookie;
+  Chunk& c = chunk(i);
+  const std::uint32_t k = Offset(i);
+  const std::uint64_t tick = std::max(DeadlineTick(deadline), elapsed_);
+  c.tick[k] = tick;
+  c.cookie[k] = cookie;
   Place(i);
   ++size_;
-  NoteScheduled(n.tick);
-  return MakeHandle(i, n.generation);
+  NoteScheduled(tick);
+  return MakeHandle(i, c.generation[k]);
 }
 
 bool TimingWheel::Cancel(Handle handle) {
   const std::uint32_t i = Find(handle);
   if (i == kNil) return false;
-  NoteRemoved(node(i).tick);
+  NoteRemoved(tick_of(i));
   Unlink(i);
   Release(i);
   --size_;
@@ -172,12 +181,12 @@ bool TimingWheel::Cancel(Handle handle) {
 bool TimingWheel::Reschedule(Handle handle, Time deadline) {
   const std::uint32_t i = Find(handle);
   if (i == kNil) return false;
-  Node& n = node(i);
-  NoteRemoved(n.tick);
+  NoteRemoved(tick_of(i));
   Unlink(i);
-  n.tick = std::max(DeadlineTick(deadline), elapsed_);
+  const std::uint64_t tick = std::max(DeadlineTick(deadline), elapsed_);
+  tick_of(i) = tick;
   Place(i);
-  NoteScheduled(n.tick);
+  NoteScheduled(tick);
   return true;
 }
 
@@ -213,9 +222,10 @@ std::optional<TimingWheel::Time> TimingWheel::NextDeadline() const {
       // A coarse slot spans many ticks: its earliest timer is the answer.
       // The scan is paid once per slot, like the cascade that follows it.
       std::uint64_t best = kMaxTick;
-      for (std::uint32_t i = head_[slot->level][slot->index]; i != kNil;
-           i = node(i).next) {
-        best = std::min<std::uint64_t>(best, node(i).tick);
+      for (const List& list : slots_[slot->level][slot->index].lane) {
+        for (std::uint32_t i = list.head; i != kNil; i = link(i).next) {
+          best = std::min<std::uint64_t>(best, tick_of(i));
+        }
       }
       next_tick_ = best;
     }

@@ -55,7 +55,12 @@ struct Rng {
   }
 };
 
-std::size_t HeapInUse() { return mallinfo2().uordblks; }
+// Bytes malloc has handed out: from its arenas (uordblks) and as separate
+// mappings (hblkhd: large blocks such as a big vector's array).
+std::size_t HeapInUse() {
+  const struct mallinfo2 m = mallinfo2();
+  return m.uordblks + m.hblkhd;
+}
 
 // ---- the structures under test, behind one small interface ----
 
