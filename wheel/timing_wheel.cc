@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstring>
 #include <limits>
 #include <utility>
 
@@ -19,9 +20,8 @@ TimingWheel::TimingWheel(Time tick)
 std::uint64_t TimingWheel::DeadlineTick(Time deadline) const {
   const std::int64_t ns = deadline.count();
   if (ns <= 0) return 0;
-  const auto d = static_cast<std::uint64_t>(ns);
-  const std::uint64_t q = DivTick(d);
-  return std::min(q + (q * tick_ns_ != d ? 1 : 0), kMaxTick);
+  // ceil(ns / tick) = floor((ns - 1) / tick) + 1 for ns >= 1.
+  return std::min(DivTick(static_cast<std::uint64_t>(ns) - 1) + 1, kMaxTick);
 }
 
 void TimingWheel::Grow() {
@@ -83,16 +83,15 @@ void TimingWheel::Place(std::uint32_t i) {
   const std::uint64_t tick = tick_of(i);
   const int level = LevelOf(tick);
   const int index = IndexOf(tick, level);
+  // The slot's first tick: the timer's tick with the digits below its level
+  // cleared (above them it equals elapsed_, by the choice of level).
   const int shift = level * kBitsPerLevel;
-  const int span_bits = shift + kBitsPerLevel;
-  const std::uint64_t prefix =
-      span_bits >= 64 ? 0 : elapsed_ & ~((std::uint64_t{1} << span_bits) - 1);
-  stop_ =
-      std::min(stop_, prefix | (static_cast<std::uint64_t>(index) << shift));
+  stop_ = std::min(stop_, tick >> shift << shift);
   List& list = slots_[level][index].lane[LaneOf(tick)];
-  Link& l = link(i);
-  l.next = kNil;
-  l.prev = list.tail;
+  // One 8-byte store: Unlink reads the pair as one word, which a load can
+  // take from a single store still in flight but not from two.
+  const auto word = std::bit_cast<std::uint64_t>(Link{list.tail, kNil});
+  std::memcpy(&link(i), &word, sizeof word);
   if (list.tail == kNil) {
     list.head = i;
     occupied_[level] |= std::uint64_t{1} << index;
