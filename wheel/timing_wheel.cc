@@ -147,11 +147,11 @@ void TimingWheel::Cascade(int level, int index) {
 }
 
 void TimingWheel::NoteScheduled(std::uint64_t tick) {
-  if (next_valid_ && (!next_tick_ || tick < *next_tick_)) next_tick_ = tick;
+  if (next_tick_ != kNextUnknown && tick < next_tick_) next_tick_ = tick;
 }
 
 void TimingWheel::NoteRemoved(std::uint64_t tick) {
-  if (next_valid_ && next_tick_ && tick == *next_tick_) next_valid_ = false;
+  if (tick == next_tick_) next_tick_ = kNextUnknown;
 }
 
 TimingWheel::Handle TimingWheel::Schedule(Time deadline, std::uint32_t cookie) {
@@ -211,10 +211,10 @@ std::optional<TimingWheel::Slot> TimingWheel::FirstSlot() const {
 }
 
 std::optional<TimingWheel::Time> TimingWheel::NextDeadline() const {
-  if (!next_valid_) {
+  if (next_tick_ == kNextUnknown) {
     const std::optional<Slot> slot = FirstSlot();
     if (!slot) {
-      next_tick_.reset();
+      next_tick_ = kNextEmpty;
     } else if (slot->level == 0) {
       next_tick_ = slot->start;
     } else {
@@ -228,10 +228,9 @@ std::optional<TimingWheel::Time> TimingWheel::NextDeadline() const {
       }
       next_tick_ = best;
     }
-    next_valid_ = true;
   }
-  if (!next_tick_) return std::nullopt;
-  return ToTime(*next_tick_);
+  if (next_tick_ == kNextEmpty) return std::nullopt;
+  return ToTime(next_tick_);
 }
 
 }  // namespace delayd::wheel

@@ -302,9 +302,12 @@ class TimingWheel {
   // it, Advance recomputes it), so Advance up to it has nothing to do.
   static constexpr std::uint64_t kNoStop = ~std::uint64_t{0};
   std::uint64_t stop_ = kNoStop;
-  // NextDeadline() memo: valid while next_valid_; nullopt = empty.
-  mutable bool next_valid_ = true;
-  mutable std::optional<std::uint64_t> next_tick_;
+  // NextDeadline() memo, one word so that the checks on every schedule and
+  // cancel are one compare: the earliest tick, kNextEmpty (nothing pending;
+  // above every tick, so a schedule lowers it) or kNextUnknown.
+  static constexpr std::uint64_t kNextEmpty = kMaxTick + 1;
+  static constexpr std::uint64_t kNextUnknown = ~std::uint64_t{0};
+  mutable std::uint64_t next_tick_ = kNextEmpty;
 #ifndef NDEBUG
   bool advancing_ = false;
 #endif
@@ -326,7 +329,7 @@ std::size_t TimingWheel::Advance(Time now, Visitor&& visit) {
     return 0;
   }
   std::size_t visited = 0;
-  next_valid_ = false;
+  next_tick_ = kNextUnknown;
   for (;;) {
     std::optional<Slot> slot = FirstSlot();
     if (!slot || slot->start > now_tick) break;
@@ -348,12 +351,12 @@ std::size_t TimingWheel::Advance(Time now, Visitor&& visit) {
       Release(i);
       --size_;
       ++visited;
-      next_valid_ = false;
+      next_tick_ = kNextUnknown;
       visit(static_cast<const Expired&>(expired));
     }
   }
   elapsed_ = std::max(elapsed_, now_tick);
-  next_valid_ = false;
+  next_tick_ = kNextUnknown;
   const std::optional<Slot> first = FirstSlot();
   stop_ = first ? first->start : kNoStop;
 #ifndef NDEBUG
