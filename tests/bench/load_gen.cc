@@ -20,6 +20,7 @@
 //
 // Usage: load_gen [--daemon PATH] [--seconds N] [--only NAME] [--scratch DIR]
 //                 [-- daemon args]
+#include <absl/synchronization/mutex.h>
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
@@ -564,6 +565,9 @@ void Recovery(const std::string& binary, const std::string& scratch) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // As in the daemon: Debian's Abseil checks lock order on every absl::Mutex
+  // operation, CPU this process would take from the daemon it measures.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   std::string daemon = DELAYD_BINARY;
   std::string only;
   std::string scratch = std::filesystem::temp_directory_path() / "delayd-bench";
