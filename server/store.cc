@@ -166,6 +166,11 @@ Status Store::Open(const StoreOptions& options, std::unique_ptr<Store>* out) {
   cf.write_buffer_size = 4 << 20;
   cf.max_write_buffer_number = 3;
   cf.level_compaction_dynamic_level_bytes = true;
+  // Most records live minutes to hours and are rewritten by compaction
+  // several times before they are deleted: compress only the last level,
+  // where long-lived data settles, and spend no CPU compressing the rest.
+  cf.compression = rocksdb::kNoCompression;
+  cf.bottommost_compression = rocksdb::kLZ4Compression;
   rocksdb::BlockBasedTableOptions table;
   table.block_cache = rocksdb::NewLRUCache(8 << 20);
   table.cache_index_and_filter_blocks = true;
