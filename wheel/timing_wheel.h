@@ -14,9 +14,10 @@
 // Structure: kLevels levels of 64 slots; level L slot j holds timers whose
 // deadline tick shares all bits above level L with the wheel's current tick
 // and has j in bits [6L, 6L+6). A 64-bit occupancy bitmap per level finds the
-// next slot in O(1). Slots are intrusive doubly linked FIFO lists of nodes in a
-// chunked slab addressed by 32-bit indices, so schedule, cancel and reschedule
-// are O(1) and allocate nothing once the slab has grown to the high-water mark.
+// next slot in O(1). A slot is four intrusive doubly linked FIFO lists (lanes,
+// picked by the tick's low bits) of nodes in a chunked slab addressed by 32-bit
+// indices, so schedule, cancel and reschedule are O(1) and allocate nothing
+// once the slab has grown to the high-water mark.
 // When time reaches a slot above level 0, its timers cascade to finer levels,
 // so a timer a year away fires as precisely as one a millisecond away.
 //
