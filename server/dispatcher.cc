@@ -17,7 +17,7 @@ Dispatcher::Dispatcher(asio::io_context& io, std::string name,
       limits_(limits),
       store_(store),
       strand_(asio::make_strand(io)),
-      ack_wheel_(strand_, std::chrono::milliseconds(1),
+      ack_wheel_(strand_, nullptr, std::chrono::milliseconds(1),
                  std::chrono::steady_clock::now(),
                  [this](std::vector<StrandWheel::Expired>& due) {
                    OnAckTimeouts(due);

@@ -17,7 +17,7 @@ Partition::Partition(asio::io_context& io, std::uint32_t index,
       publish_(std::move(publish)),
       strand_(asio::make_strand(io)),
       wheel_(
-          strand_, tick, epoch,
+          strand_, &exclusive_, tick, epoch,
           [this](std::vector<StrandWheel::Expired>& due) { OnExpired(due); }) {
   assert(index < 1024);
 }
@@ -43,7 +43,7 @@ wheel::TimingWheel::Time Partition::Deadline(WallNanos fire_time,
 
 OpResult Partition::Apply(Op& op, WallNanos wall_now, SteadyTime steady_now,
                           Store::Batch* batch) {
-  assert(strand_.running_in_this_thread());
+  assert(exclusive_.held());
   assert((store_ != nullptr) == (batch != nullptr));
   return std::visit(
       [&](auto& o) -> OpResult {
@@ -304,7 +304,7 @@ void Partition::FireRecords(const std::vector<std::uint32_t>& records,
 }
 
 void Partition::Drain(NamespaceId ns, std::function<void(std::uint64_t)> done) {
-  assert(strand_.running_in_this_thread());
+  assert(exclusive_.held());
   std::vector<std::uint32_t> fire;
   for (std::uint32_t r = 0; r < records_.size(); ++r) {
     if (records_[r].blob && records_[r].ns() == ns) fire.push_back(r);
@@ -356,7 +356,7 @@ std::vector<Event> Partition::FireOverdue(std::function<void(Status)> durable) {
   overdue_ = {};
   store_->Commit(batch, std::move(durable));
   // Arms the wake-up for the timers still pending.
-  asio::post(strand_, [this] { wheel_.Fire(); });
+  Post([this] { wheel_.Fire(); });
   return events;
 }
 

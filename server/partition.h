@@ -12,7 +12,11 @@
 // checked too: a timer is never delivered before its fire time, even if the
 // wall clock stepped back meanwhile.
 //
-// Thread safety: every method except strand() runs on the partition's strand.
+// Thread safety: the partition is owned by whoever holds its Exclusive. Post()
+// runs work on the partition's strand, holding it; Run() runs work at once on
+// the calling thread when the partition is free (a unary call then needs no
+// hop to another thread and back), else as Post() does. Every other method
+// runs from such work, except the recovery methods, which run before any.
 #ifndef DELAYD_SERVER_PARTITION_H_
 #define DELAYD_SERVER_PARTITION_H_
 
@@ -43,7 +47,31 @@ class Partition {
             const Limits& limits, Counters& counters, Store* store,
             Publish publish);
 
-  Strand& strand() { return strand_; }
+  // Runs `f()` on the partition's strand, holding the partition.
+  template <typename F>
+  void Post(F f) {
+    asio::post(strand_, [this, f = std::move(f)]() mutable {
+      std::lock_guard lock(exclusive_);
+      f();
+    });
+  }
+  // Runs `f()` on the calling thread if nothing holds the partition, else as
+  // Post() does. Never waits. Work may then overtake work posted earlier that
+  // has not run yet: only calls in flight together are reordered, and those
+  // have no order.
+  template <typename F>
+  void Run(F f) {
+    if (exclusive_.try_lock()) {
+      std::lock_guard lock(exclusive_, std::adopt_lock);
+      f();
+      return;
+    }
+    Post(std::move(f));
+  }
+
+  // Whether StopTimers() has run: shutdown has passed this partition, so work
+  // that arrives now must not change it.
+  bool stopped() const { return wheel_.stopped(); }
 
   // Applies one operation at the given instant, adding its changes to
   // `batch` (null without a store).
@@ -131,6 +159,7 @@ class Partition {
   Store* const store_;
   Publish publish_;
   Strand strand_;
+  Exclusive exclusive_;
   // A deque: growing never copies records or leaves a freed array behind.
   std::deque<Record> records_;
   std::vector<std::uint32_t> free_records_;

@@ -203,8 +203,11 @@ void Scheduler::Submit(Op op, std::function<void(OpResult)> done) {
     return;
   }
   Partition& p = *partitions_[PartitionOf(NamespaceOf(op), KeyOf(op))];
-  asio::post(p.strand(), [this, &p, op = std::move(op),
-                          done = std::move(done)]() mutable {
+  p.Run([this, &p, op = std::move(op), done = std::move(done)]() mutable {
+    if (p.stopped()) {
+      done(OpResult{ShuttingDown()});
+      return;
+    }
     if (!store_) {
       done(p.Apply(op, WallNow(), std::chrono::steady_clock::now(), nullptr));
       return;
@@ -253,8 +256,7 @@ void Scheduler::SubmitBatch(std::vector<Op> ops,
   for (std::size_t p = 0; p < groups.size(); ++p) {
     if (groups[p].empty()) continue;
     Partition& part = *partitions_[p];
-    asio::post(part.strand(), [this, &part, state,
-                               group = std::move(groups[p])] {
+    part.Post([this, &part, state, group = std::move(groups[p])] {
       const WallNanos wall = WallNow();
       const SteadyTime steady = std::chrono::steady_clock::now();
       auto finish = [state](std::size_t) {
@@ -262,6 +264,11 @@ void Scheduler::SubmitBatch(std::vector<Op> ops,
           state->done(std::move(state->results));
         }
       };
+      if (part.stopped()) {
+        for (std::uint32_t i : group) state->results[i] = {ShuttingDown()};
+        finish(0);
+        return;
+      }
       if (!store_) {
         for (std::uint32_t i : group) {
           state->results[i] = part.Apply(state->ops[i], wall, steady, nullptr);
@@ -302,7 +309,7 @@ void Scheduler::Drain(NamespaceId ns,
   state->done = std::move(done);
   for (auto& part : partitions_) {
     Partition* p = part.get();
-    asio::post(p->strand(), [p, ns, state] {
+    p->Post([p, ns, state] {
       p->Drain(ns, [state](std::uint64_t drained) {
         state->drained.fetch_add(drained);
         if (state->remaining.fetch_sub(1) == 1) {
@@ -321,8 +328,7 @@ void Scheduler::Get(
     return;
   }
   Partition& p = *partitions_[PartitionOf(ns, key)];
-  asio::post(p.strand(), [&p, ns, key = std::move(key),
-                          done = std::move(done)] {
+  p.Post([&p, ns, key = std::move(key), done = std::move(done)] {
     auto info = p.Get(ns, key);
     if (!info) {
       done(Status::NotFound("no pending timer '" + key + "'"), std::nullopt);
@@ -355,9 +361,8 @@ void Scheduler::ListFrom(NamespaceId ns, std::string prefix, std::size_t limit,
                                             std::optional<ListCursor>)>
                              done) {
   Partition& p = *partitions_[from.partition];
-  asio::post(p.strand(), [this, &p, ns, prefix = std::move(prefix), limit, from,
-                          acc = std::move(acc),
-                          done = std::move(done)]() mutable {
+  p.Post([this, &p, ns, prefix = std::move(prefix), limit, from,
+          acc = std::move(acc), done = std::move(done)]() mutable {
     auto next = p.List(ns, prefix, from.record, limit - acc.size(), acc);
     if (next) {
       done(Status::Ok(), std::move(acc), ListCursor{from.partition, *next});
@@ -391,7 +396,7 @@ void Scheduler::Shutdown(std::function<void()> done) {
     (*shared_done)();
   };
   for (auto& p : partitions_) {
-    asio::post(p->strand(), [p = p.get(), arrive] {
+    p->Post([p = p.get(), arrive] {
       p->StopTimers();
       arrive();
     });

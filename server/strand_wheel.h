@@ -6,15 +6,20 @@
 // wheel first, then hands them to the owner's callback (which may change the
 // wheel), then re-arms for the wheel's exact NextDeadline().
 //
-// Thread safety: every method runs on the strand given at construction.
+// Thread safety: every method runs on the strand given at construction or,
+// if an Exclusive is given too, holding it (the timer's completion then takes
+// it before it fires).
 #ifndef DELAYD_SERVER_STRAND_WHEEL_H_
 #define DELAYD_SERVER_STRAND_WHEEL_H_
 
 #include <asio.hpp>
+#include <atomic>
 #include <cassert>
 #include <chrono>
 #include <functional>
+#include <mutex>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include "wheel/timing_wheel.h"
@@ -24,6 +29,34 @@ namespace delayd {
 using Strand = asio::strand<asio::io_context::executor_type>;
 using SteadyTime = std::chrono::steady_clock::time_point;
 
+// Mutual exclusion for state that lives on a strand but that other threads
+// may also enter directly when it is free (see Partition::Run): whoever holds
+// it owns the state. It records its holder, so confined code can assert that
+// it holds it.
+class Exclusive {
+ public:
+  void lock() {
+    mu_.lock();
+    owner_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+  }
+  bool try_lock() {
+    if (!mu_.try_lock()) return false;
+    owner_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+    return true;
+  }
+  void unlock() {
+    owner_.store(std::thread::id(), std::memory_order_relaxed);
+    mu_.unlock();
+  }
+  bool held() const {
+    return owner_.load(std::memory_order_relaxed) == std::this_thread::get_id();
+  }
+
+ private:
+  std::mutex mu_;
+  std::atomic<std::thread::id> owner_{};
+};
+
 class StrandWheel {
  public:
   using Expired = wheel::TimingWheel::Expired;
@@ -31,9 +64,11 @@ class StrandWheel {
   using OnExpired = std::function<void(std::vector<Expired>& due)>;
 
   // `epoch` is the steady instant that wheel time 0 stands for.
-  StrandWheel(Strand& strand, std::chrono::nanoseconds tick, SteadyTime epoch,
+  StrandWheel(Strand& strand, Exclusive* exclusive,
+              std::chrono::nanoseconds tick, SteadyTime epoch,
               OnExpired on_expired)
       : strand_(strand),
+        exclusive_(exclusive),
         timer_(strand),
         epoch_(epoch),
         wheel_(tick),
@@ -54,16 +89,15 @@ class StrandWheel {
   // due and re-arms for the exact next deadline. So operations never pay for
   // NextDeadline(), and an idle owner never wakes for nothing.
   void Scheduled(wheel::TimingWheel::Handle handle) {
-    assert(strand_.running_in_this_thread());
+    assert(Owned());
     if (stopped_) return;
     const auto due = wheel_.Due(handle);
     if (due && (!armed_ || *due < *armed_)) ArmAt(*due);
   }
 
-  // Processes whatever is due now and re-arms for the next deadline. Runs on
-  // the strand.
+  // Processes whatever is due now and re-arms for the next deadline.
   void Fire() {
-    assert(strand_.running_in_this_thread());
+    assert(Owned());
     if (stopped_) return;
     due_.clear();
     wheel_.Advance(Now(), [this](const Expired& e) { due_.push_back(e); });
@@ -73,8 +107,11 @@ class StrandWheel {
     }
   }
 
-  // Fires nothing more. Runs on the strand.
+  bool stopped() const { return stopped_; }
+
+  // Fires nothing more.
   void Stop() {
+    assert(Owned());
     stopped_ = true;
     armed_.reset();
     timer_.cancel();
@@ -85,13 +122,21 @@ class StrandWheel {
     armed_ = at;
     timer_.expires_at(epoch_ + at);
     timer_.async_wait([this, at](const asio::error_code& ec) {
-      if (ec || !armed_ || *armed_ != at) return;  // Superseded.
+      if (ec) return;
+      std::unique_lock<Exclusive> lock;
+      if (exclusive_) lock = std::unique_lock(*exclusive_);
+      if (!armed_ || *armed_ != at) return;  // Superseded.
       armed_.reset();
       Fire();
     });
   }
 
+  bool Owned() const {
+    return exclusive_ ? exclusive_->held() : strand_.running_in_this_thread();
+  }
+
   Strand& strand_;
+  Exclusive* const exclusive_;
   asio::steady_timer timer_;
   const SteadyTime epoch_;
   wheel::TimingWheel wheel_;

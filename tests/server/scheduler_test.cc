@@ -9,6 +9,7 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <set>
 #include <thread>
@@ -97,6 +98,53 @@ class SchedulerTest : public ::testing::Test {
   Scheduler scheduler_;
   NamespaceId ns_ = 0;
 };
+
+// A unary operation on a free partition is applied and answered on the
+// caller's thread: no hop to a scheduler thread and back.
+TEST_F(SchedulerTest, OperationOnAFreePartitionRunsOnTheCallingThread) {
+  for (int i = 0; i < 10; ++i) {
+    std::optional<std::thread::id> ran_on;
+    scheduler_.Submit(SetOp{ns_, Blob("k" + std::to_string(i), ""),
+                            WallNow() + 3'600'000'000'000},
+                      [&](OpResult r) {
+                        EXPECT_TRUE(r.status.ok());
+                        ran_on = std::this_thread::get_id();
+                      });
+    ASSERT_TRUE(ran_on.has_value()) << "not answered before Submit returned";
+    EXPECT_EQ(*ran_on, std::this_thread::get_id());
+  }
+}
+
+// While something holds the partition, Submit queues the operation and
+// returns at once; the operation runs when the partition is free.
+TEST_F(SchedulerTest, OperationOnABusyPartitionIsQueuedNotWaitedFor) {
+  ASSERT_TRUE(Apply(SetOp{ns_, Blob("k", ""), WallNow() + 3'600'000'000'000})
+                  .status.ok());
+  std::promise<void> holding, release;
+  std::shared_future<void> released = release.get_future().share();
+  // Get's callback runs holding the key's partition: keep it there.
+  scheduler_.Get(ns_, "k", [&](Status, std::optional<TimerInfo>) {
+    holding.set_value();
+    released.wait();
+  });
+  holding.get_future().wait();
+  std::promise<OpResult> answered;
+  std::future<OpResult> result = answered.get_future();
+  // From another thread, so that a Submit that waited would fail the test
+  // rather than hang it.
+  std::future<void> submitted = std::async(std::launch::async, [&] {
+    scheduler_.Submit(RemoveOp{ns_, "k"},
+                      [&](OpResult r) { answered.set_value(std::move(r)); });
+  });
+  EXPECT_EQ(submitted.wait_for(10s), std::future_status::ready)
+      << "Submit waited for the busy partition";
+  // The removal cannot have run: the partition is still held.
+  EXPECT_EQ(result.wait_for(0s), std::future_status::timeout);
+  release.set_value();
+  submitted.wait();
+  ASSERT_EQ(result.wait_for(10s), std::future_status::ready);
+  EXPECT_TRUE(result.get().status.ok());
+}
 
 TEST_F(SchedulerTest, ConcurrentClientsEveryTimerFiresOnceNeverEarly) {
   constexpr int kThreads = 4;
