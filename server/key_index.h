@@ -39,6 +39,12 @@ class KeyIndex {
     }
   }
 
+  // Starts loading the slot where a lookup of `hash` begins (a hint: no
+  // effect on the index).
+  void Prefetch(std::uint32_t hash) const {
+    if (!slots_.empty()) __builtin_prefetch(&slots_[hash & mask_]);
+  }
+
   // Adds `record` (not present) with `hash`.
   void Insert(std::uint32_t hash, std::uint32_t record) {
     if ((size_ + 1) * 4 > slots_.size() * 3) Grow();

@@ -77,6 +77,11 @@ class Partition {
   // `batch` (null without a store).
   OpResult Apply(Op& op, WallNanos wall_now, SteadyTime steady_now,
                  Store::Batch* batch);
+  // Starts loading what an operation on (ns, key) looks up first: the key's
+  // index slot. Changes nothing.
+  void Prefetch(NamespaceId ns, std::string_view key) const {
+    keys_.Prefetch(Hash(ns, key));
+  }
   // Adds the partition's counters to `batch` if operations changed them.
   void FinishBatch(Store::Batch& batch);
 
