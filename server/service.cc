@@ -489,6 +489,7 @@ grpc::ServerUnaryReactor* DelaydService::Batch(grpc::CallbackServerContext* ctx,
   std::vector<std::uint32_t> positions;
   NamespaceCache cache;
   ops.reserve(n);
+  positions.reserve(n);
   for (std::size_t i = 0; i < n; ++i) {
     resp->add_results();
     const v1::BatchOperation& o = req->operations(static_cast<int>(i));
