@@ -181,6 +181,12 @@ int main(int argc, char** argv) {
   mallopt(M_TRIM_THRESHOLD, 128 * 1024);
 #endif
 
+  // Before anything starts: from here on SIGINT and SIGTERM are caught (and
+  // kept until the wait below), so a stop requested while delayd is still
+  // starting ends it gracefully instead of by the signal's default action.
+  asio::io_context signals_io;
+  asio::signal_set signals(signals_io, SIGINT, SIGTERM);
+
   delayd::DelaydServer server(options);
   if (delayd::Status s = server.Start(); !s.ok()) {
     spdlog::error("{}", s.message());
@@ -200,8 +206,6 @@ int main(int argc, char** argv) {
                options.listen, server.port(), options.scheduler.partitions,
                tick_ns->count());
 
-  asio::io_context signals_io;
-  asio::signal_set signals(signals_io, SIGINT, SIGTERM);
   signals.async_wait([&](const asio::error_code& ec, int signo) {
     if (ec) return;
     spdlog::info("signal {}: shutting down", signo);
