@@ -13,7 +13,11 @@ TimingWheel::TimingWheel(Time tick)
       tick_ns_(static_cast<std::uint64_t>(tick.count())),
       tick_reciprocal_(
           ~std::uint64_t{0} /
-          static_cast<std::uint64_t>(std::max<std::int64_t>(1, tick.count()))) {
+          static_cast<std::uint64_t>(std::max<std::int64_t>(1, tick.count()))),
+      max_tick_(std::min<std::uint64_t>(
+          kMaxTick, static_cast<std::uint64_t>(Time::max().count()) /
+                        static_cast<std::uint64_t>(
+                            std::max<std::int64_t>(1, tick.count())))) {
   assert(tick.count() > 0);
 }
 
@@ -21,7 +25,7 @@ std::uint64_t TimingWheel::DeadlineTick(Time deadline) const {
   const std::int64_t ns = deadline.count();
   if (ns <= 0) return 0;
   // ceil(ns / tick) = floor((ns - 1) / tick) + 1 for ns >= 1.
-  return std::min(DivTick(static_cast<std::uint64_t>(ns) - 1) + 1, kMaxTick);
+  return std::min(DivTick(static_cast<std::uint64_t>(ns) - 1) + 1, max_tick_);
 }
 
 void TimingWheel::Grow() {

@@ -61,8 +61,9 @@ class TimingWheel {
   using Handle = std::uint64_t;
   static constexpr Handle kNoHandle = 0;
 
-  // Deadlines beyond this many ticks are clamped to it (at 1 ms ticks this is
-  // over two million years).
+  // Deadlines beyond this many ticks are clamped to it, or to the last tick
+  // whose time a Time can hold if that is sooner (Time::max() is 292 years
+  // of nanoseconds).
   static constexpr std::uint64_t kMaxTick = (std::uint64_t{1} << 56) - 1;
 
   // What Advance() hands to its visitor for each due timer.
@@ -231,7 +232,7 @@ class TimingWheel {
   std::uint64_t NowTick(Time now) const {
     const std::int64_t ns = now.count();
     if (ns <= 0) return 0;
-    return std::min(DivTick(static_cast<std::uint64_t>(ns)), kMaxTick);
+    return std::min(DivTick(static_cast<std::uint64_t>(ns)), max_tick_);
   }
   // floor(ns / tick) for ns >= 0, by a multiply with a precomputed
   // reciprocal and an exact correction (a 64-bit division costs more than
@@ -239,12 +240,11 @@ class TimingWheel {
   std::uint64_t DivTick(std::uint64_t ns) const {
     std::uint64_t q = static_cast<std::uint64_t>(
         (static_cast<unsigned __int128>(ns) * tick_reciprocal_) >> 64);
-    std::uint64_t r = ns - q * tick_ns_;
-    while (r >= tick_ns_) {
-      ++q;
-      r -= tick_ns_;
-    }
-    return q;
+    // q is the quotient or one less: with m = floor((2^64 - 1) / t), q >
+    // ns / t - ns * (1 + 1 / t) / 2^64 > ns / t - 1 for every ns < 2^63 (ns
+    // comes from a non-negative int64).
+    const std::uint64_t r = ns - q * tick_ns_;
+    return q + (r >= tick_ns_ ? 1 : 0);
   }
   Time ToTime(std::uint64_t tick) const { return tick_ * tick; }
 
@@ -292,7 +292,10 @@ class TimingWheel {
   const Time tick_;
   const std::uint64_t tick_ns_;
   const std::uint64_t tick_reciprocal_;  // floor((2^64 - 1) / tick_ns_)
-  std::uint64_t elapsed_ = 0;            // The wheel's current tick.
+  // The last tick a timer may have: kMaxTick, or sooner if its time would
+  // not fit in a Time.
+  const std::uint64_t max_tick_;
+  std::uint64_t elapsed_ = 0;  // The wheel's current tick.
   std::size_t size_ = 0;
   std::vector<std::unique_ptr<Chunk>> chunks_;
   std::uint32_t capacity_ = 0;

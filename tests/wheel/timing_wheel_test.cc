@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <vector>
@@ -69,6 +70,41 @@ TEST(TimingWheel, DeadlineIsRoundedUpToTheTick) {
   EXPECT_TRUE(r.fires.empty());
   r.AdvanceTo(wheel, milliseconds(6));
   EXPECT_EQ(r.Cookies(), std::vector<std::uint32_t>{1});
+}
+
+// Rounding is exact for every tick length and magnitude (the division by the
+// tick is a multiply by its reciprocal and one correction), and a deadline
+// too far for its tick's time to fit in a Time is clamped, never overflows.
+TEST(TimingWheel, RoundingIsExactAtEveryMagnitude) {
+  const std::int64_t ticks[] = {
+      1, 3, 7, 1000, 999'983, 1'000'000, 86'400'000'000'000};
+  for (const std::int64_t t : ticks) {
+    TimingWheel wheel{nanoseconds(t)};
+    std::vector<std::int64_t> deadlines = {1, t - 1, t, t + 1, 2 * t - 1};
+    for (std::int64_t d = 1; d > 0 && d < INT64_MAX / 3; d *= 3) {
+      deadlines.push_back(d);
+      deadlines.push_back(d + 1);
+      deadlines.push_back(d * 2 - 1);
+    }
+    deadlines.push_back(INT64_MAX - 1);
+    deadlines.push_back(INT64_MAX);
+    for (const std::int64_t d : deadlines) {
+      if (d <= 0) continue;
+      const unsigned __int128 ceil_ticks =
+          (static_cast<unsigned __int128>(d) + t - 1) / t;
+      // Clamped to kMaxTick, and to the last tick a Time can hold.
+      const unsigned __int128 max_tick = std::min<std::uint64_t>(
+          TimingWheel::kMaxTick, static_cast<std::uint64_t>(INT64_MAX / t));
+      const unsigned __int128 want_tick = std::min(ceil_ticks, max_tick);
+      const auto h = wheel.Schedule(nanoseconds(d), 0);
+      const auto due = wheel.Due(h);
+      ASSERT_TRUE(due.has_value());
+      EXPECT_EQ(static_cast<unsigned __int128>(due->count()),
+                want_tick * static_cast<unsigned __int128>(t))
+          << "tick " << t << " ns, deadline " << d << " ns";
+      wheel.Cancel(h);
+    }
+  }
 }
 
 TEST(TimingWheel, PastDeadlineIsDueAtOnce) {
