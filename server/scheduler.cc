@@ -281,15 +281,15 @@ void Scheduler::SubmitBatch(std::vector<Op> ops,
       // fetch it a few operations ahead so that the misses overlap.
       auto apply_all = [&](Store::Batch* batch) {
         constexpr std::size_t kAhead = 8;
-        for (std::size_t k = 0; k < std::min(kAhead, group.size()); ++k) {
+        auto prefetch = [&](std::size_t k) {
           const Op& op = state->ops[group[k]];
           part.Prefetch(NamespaceOf(op), KeyOf(op));
+        };
+        for (std::size_t k = 0; k < std::min(kAhead, group.size()); ++k) {
+          prefetch(k);
         }
         for (std::size_t k = 0; k < group.size(); ++k) {
-          if (k + kAhead < group.size()) {
-            const Op& op = state->ops[group[k + kAhead]];
-            part.Prefetch(NamespaceOf(op), KeyOf(op));
-          }
+          if (k + kAhead < group.size()) prefetch(k + kAhead);
           const std::uint32_t i = group[k];
           state->results[i] = part.Apply(state->ops[i], wall, steady, batch);
         }

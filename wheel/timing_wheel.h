@@ -371,4 +371,6 @@ std::size_t TimingWheel::Advance(Time now, Visitor&& visit) {
 
 }  // namespace delayd::wheel
 
+#undef DELAYD_WHEEL_HOT
+
 #endif  // DELAYD_WHEEL_TIMING_WHEEL_H_
