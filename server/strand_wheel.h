@@ -31,30 +31,46 @@ using SteadyTime = std::chrono::steady_clock::time_point;
 
 // Mutual exclusion for state that lives on a strand but that other threads
 // may also enter directly when it is free (see Partition::Run): whoever holds
-// it owns the state. It records its holder, so confined code can assert that
-// it holds it.
+// it owns the state. Debug builds record the holder, so that confined code can
+// assert that it holds it; release builds keep the lock alone (it is taken by
+// every operation and every strand handler of a partition).
 class Exclusive {
  public:
   void lock() {
     mu_.lock();
-    owner_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+    NoteOwner(true);
   }
   bool try_lock() {
     if (!mu_.try_lock()) return false;
-    owner_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+    NoteOwner(true);
     return true;
   }
   void unlock() {
-    owner_.store(std::thread::id(), std::memory_order_relaxed);
+    NoteOwner(false);
     mu_.unlock();
   }
+  // Whether the calling thread holds it. For assertions: always true in
+  // release builds, which do not track the holder.
   bool held() const {
+#ifndef NDEBUG
     return owner_.load(std::memory_order_relaxed) == std::this_thread::get_id();
+#else
+    return true;
+#endif
   }
 
  private:
+  void NoteOwner([[maybe_unused]] bool held) {
+#ifndef NDEBUG
+    owner_.store(held ? std::this_thread::get_id() : std::thread::id(),
+                 std::memory_order_relaxed);
+#endif
+  }
+
   std::mutex mu_;
+#ifndef NDEBUG
   std::atomic<std::thread::id> owner_{};
+#endif
 };
 
 class StrandWheel {
