@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include <charconv>
+#include <climits>
 #include <condition_variable>
 #include <mutex>
 
@@ -209,14 +210,13 @@ class FailedStream : public grpc::ServerWriteReactor<v1::SubscribeResponse> {
 
 // ---- validation ----
 
-Status DelaydService::Namespace(const std::string& name, NamespaceId* id,
+Status DelaydService::Namespace(std::string_view name, NamespaceId* id,
                                 NamespaceCache* cache) {
-  if (cache != nullptr && cache->name != nullptr && *cache->name == name) {
+  if (cache != nullptr && cache->valid && cache->name == name) {
     *id = cache->id;
     return Status::Ok();
   }
-  static const std::string kDefault = "default";
-  const std::string& ns = name.empty() ? kDefault : name;
+  const std::string_view ns = name.empty() ? "default" : name;
   const Limits& limits = scheduler_.limits();
   if (ns.size() > limits.max_namespace_bytes) {
     return Status::InvalidArgument("namespace: longer than " +
@@ -233,111 +233,88 @@ Status DelaydService::Namespace(const std::string& name, NamespaceId* id,
     }
   }
   Status s = scheduler_.Intern(ns, id);
-  if (s.ok() && cache != nullptr) *cache = {&name, *id};
+  if (s.ok() && cache != nullptr) *cache = {name, true, *id};
   return s;
 }
 
-Status DelaydService::Key(const std::string& key) {
+Status DelaydService::Key(std::string_view key) {
   if (key.empty()) return Status::InvalidArgument("key: must not be empty");
   if (key.size() > scheduler_.limits().max_key_bytes) {
     return Status::InvalidArgument(
         "key: longer than " +
         std::to_string(scheduler_.limits().max_key_bytes) + " bytes");
   }
-  if (key.find('\0') != std::string::npos) {
+  if (key.find('\0') != std::string_view::npos) {
     return Status::InvalidArgument("key: must not contain NUL bytes");
   }
   return Status::Ok();
 }
 
-Status DelaydService::FireTime(bool has_delay, const Duration& delay,
-                               bool has_fire_time, const Timestamp& at,
+Status DelaydService::FireTime(const WireTime& delay, const WireTime& at,
                                WallNanos now, WallNanos* fire_time) {
   const std::int64_t max_ns = scheduler_.limits().max_delay.count();
-  if (has_delay) {
-    if (delay.seconds() < 0 || delay.nanos() < 0) {
+  if (delay.present) {
+    if (delay.seconds < 0 || delay.nanos < 0) {
       return Status::InvalidArgument("delay: must not be negative");
     }
-    if (delay.nanos() >= kNanosPerSecond) {
+    if (delay.nanos >= kNanosPerSecond) {
       return Status::InvalidArgument("delay: nanos out of range");
     }
-    if (delay.seconds() > max_ns / kNanosPerSecond ||
-        delay.seconds() * kNanosPerSecond + delay.nanos() > max_ns) {
+    if (delay.seconds > max_ns / kNanosPerSecond ||
+        delay.seconds * kNanosPerSecond + delay.nanos > max_ns) {
       return Status::InvalidArgument("delay: more than the max-delay limit");
     }
-    *fire_time = now + delay.seconds() * kNanosPerSecond + delay.nanos();
+    *fire_time = now + delay.seconds * kNanosPerSecond + delay.nanos;
     return Status::Ok();
   }
-  if (has_fire_time) {
-    if (at.nanos() < 0 || at.nanos() >= kNanosPerSecond) {
+  if (at.present) {
+    if (at.nanos < 0 || at.nanos >= kNanosPerSecond) {
       return Status::InvalidArgument("fire_time: nanos out of range");
     }
-    if (at.seconds() < 0) {
+    if (at.seconds < 0) {
       return Status::InvalidArgument("fire_time: before 1970");
     }
-    if (at.seconds() > (now + max_ns) / kNanosPerSecond + 1 ||
-        at.seconds() * kNanosPerSecond + at.nanos() > now + max_ns) {
+    if (at.seconds > (now + max_ns) / kNanosPerSecond + 1 ||
+        at.seconds * kNanosPerSecond + at.nanos > now + max_ns) {
       return Status::InvalidArgument(
           "fire_time: further ahead than the max-delay limit");
     }
     // A time in the past fires at once.
-    *fire_time = at.seconds() * kNanosPerSecond + at.nanos();
+    *fire_time = at.seconds * kNanosPerSecond + at.nanos;
     return Status::Ok();
   }
   return Status::InvalidArgument("delay or fire_time: one is required");
 }
 
-Status DelaydService::ToOp(const v1::SetTimerRequest& req, WallNanos now,
-                           Op* op, NamespaceCache* cache) {
-  SetOp set;
-  if (Status s = Namespace(req.namespace_(), &set.ns, cache); !s.ok()) {
-    return s;
+Status DelaydService::ToOp(const OpFields& f, WallNanos now, Op* op,
+                           NamespaceCache* cache) {
+  using Kind = OpFields::Kind;
+  if (f.kind == Kind::kNone) {
+    return Status::InvalidArgument(
+        "op: one of set, move or remove is required");
   }
-  if (Status s = Key(req.key()); !s.ok()) return s;
-  if (req.payload().size() > scheduler_.limits().max_payload_bytes) {
+  NamespaceId ns;
+  if (Status s = Namespace(f.ns, &ns, cache); !s.ok()) return s;
+  if (Status s = Key(f.key); !s.ok()) return s;
+  WallNanos fire_time = 0;
+  if (f.kind == Kind::kRemove) {
+    *op = RemoveOp{ns, std::string(f.key), f.expected_version};
+    return Status::Ok();
+  }
+  if (f.kind == Kind::kSet &&
+      f.payload.size() > scheduler_.limits().max_payload_bytes) {
     return Status::InvalidArgument(
         "payload: larger than " +
         std::to_string(scheduler_.limits().max_payload_bytes) + " bytes");
   }
-  if (Status s = FireTime(req.has_delay(), req.delay(), req.has_fire_time(),
-                          req.fire_time(), now, &set.fire_time);
-      !s.ok()) {
+  if (Status s = FireTime(f.delay, f.fire_time, now, &fire_time); !s.ok()) {
     return s;
   }
-  set.blob = Blob(req.key(), req.payload());
-  set.if_absent = req.if_absent();
-  *op = std::move(set);
-  return Status::Ok();
-}
-
-Status DelaydService::ToOp(const v1::MoveTimerRequest& req, WallNanos now,
-                           Op* op, NamespaceCache* cache) {
-  MoveOp move;
-  if (Status s = Namespace(req.namespace_(), &move.ns, cache); !s.ok()) {
-    return s;
+  if (f.kind == Kind::kMove) {
+    *op = MoveOp{ns, std::string(f.key), fire_time, f.expected_version};
+    return Status::Ok();
   }
-  if (Status s = Key(req.key()); !s.ok()) return s;
-  if (Status s = FireTime(req.has_delay(), req.delay(), req.has_fire_time(),
-                          req.fire_time(), now, &move.fire_time);
-      !s.ok()) {
-    return s;
-  }
-  move.key = req.key();
-  move.expected_version = req.expected_version();
-  *op = std::move(move);
-  return Status::Ok();
-}
-
-Status DelaydService::ToOp(const v1::RemoveTimerRequest& req, Op* op,
-                           NamespaceCache* cache) {
-  RemoveOp remove;
-  if (Status s = Namespace(req.namespace_(), &remove.ns, cache); !s.ok()) {
-    return s;
-  }
-  if (Status s = Key(req.key()); !s.ok()) return s;
-  remove.key = req.key();
-  remove.expected_version = req.expected_version();
-  *op = std::move(remove);
+  *op = SetOp{ns, Blob(f.key, f.payload), fire_time, f.if_absent};
   return Status::Ok();
 }
 
@@ -362,7 +339,7 @@ grpc::ServerUnaryReactor* DelaydService::SetTimer(
     grpc::CallbackServerContext* ctx, const v1::SetTimerRequest* req,
     v1::SetTimerResponse* resp) {
   Op op;
-  const Status s = ToOp(*req, WallNow(), &op);
+  const Status s = ToOp(FieldsOf(*req), WallNow(), &op);
   return SubmitOp(ctx, s, std::move(op), [resp](const OpResult& r) {
     resp->set_version(r.version);
     *resp->mutable_fire_time() = ToTimestamp(r.fire_time);
@@ -374,7 +351,7 @@ grpc::ServerUnaryReactor* DelaydService::MoveTimer(
     grpc::CallbackServerContext* ctx, const v1::MoveTimerRequest* req,
     v1::MoveTimerResponse* resp) {
   Op op;
-  const Status s = ToOp(*req, WallNow(), &op);
+  const Status s = ToOp(FieldsOf(*req), WallNow(), &op);
   return SubmitOp(ctx, s, std::move(op), [resp](const OpResult& r) {
     resp->set_version(r.version);
     *resp->mutable_fire_time() = ToTimestamp(r.fire_time);
@@ -385,7 +362,7 @@ grpc::ServerUnaryReactor* DelaydService::RemoveTimer(
     grpc::CallbackServerContext* ctx, const v1::RemoveTimerRequest* req,
     v1::RemoveTimerResponse* resp) {
   Op op;
-  const Status s = ToOp(*req, &op);
+  const Status s = ToOp(FieldsOf(*req), WallNow(), &op);
   return SubmitOp(ctx, s, std::move(op),
                   [resp](const OpResult& r) { resp->set_version(r.version); });
 }
@@ -467,10 +444,60 @@ grpc::ServerUnaryReactor* DelaydService::ListTimers(
   return reactor;
 }
 
+namespace {
+
+// What one Batch call keeps until it finishes: its response, on an arena.
+struct BatchCall {
+  static google::protobuf::ArenaOptions Options() {
+    google::protobuf::ArenaOptions o;
+    o.start_block_size = 4096;
+    o.max_block_size = 1 << 20;
+    return o;
+  }
+  google::protobuf::Arena arena{Options()};
+  v1::BatchResponse* resp =
+      google::protobuf::Arena::CreateMessage<v1::BatchResponse>(&arena);
+};
+
+// Serializes the response into gRPC's buffer and finishes the call.
+void FinishBatch(grpc::ServerUnaryReactor* reactor, const BatchCall& call,
+                 grpc::ByteBuffer* out) {
+  bool own_buffer;
+  const grpc::Status s =
+      grpc::SerializationTraits<v1::BatchResponse>::Serialize(*call.resp, out,
+                                                              &own_buffer);
+  reactor->Finish(s);
+}
+
+}  // namespace
+
 grpc::ServerUnaryReactor* DelaydService::Batch(grpc::CallbackServerContext* ctx,
-                                               const v1::BatchRequest* req,
-                                               v1::BatchResponse* resp) {
-  const auto n = static_cast<std::size_t>(req->operations_size());
+                                               const grpc::ByteBuffer* req,
+                                               grpc::ByteBuffer* out) {
+  // The request in one piece: gRPC's own slice when it arrived in one, else
+  // a copy. Operations below are views into it until converted.
+  grpc::Slice slice;
+  if (!req->TrySingleSlice(&slice).ok() &&
+      !req->DumpToSingleSlice(&slice).ok()) {
+    return FinishNow(ctx, Status::Internal("could not read the request"));
+  }
+  const std::string_view wire(reinterpret_cast<const char*>(slice.begin()),
+                              slice.size());
+  auto call = std::make_shared<BatchCall>();
+  std::vector<OpFields> fields;
+  if (!ReadBatchRequest(wire, &fields)) {
+    // Not the plain encoding: protobuf decides what it means.
+    auto* parsed =
+        google::protobuf::Arena::CreateMessage<v1::BatchRequest>(&call->arena);
+    if (wire.size() > static_cast<std::size_t>(INT_MAX) ||
+        !parsed->ParseFromArray(wire.data(), static_cast<int>(wire.size()))) {
+      return FinishNow(ctx, Status::InvalidArgument(
+                                "request: not a valid delayd.v1.BatchRequest"));
+    }
+    fields.clear();
+    for (const auto& o : parsed->operations()) fields.push_back(FieldsOf(o));
+  }
+  const std::size_t n = fields.size();
   if (n == 0) {
     return FinishNow(ctx, Status::InvalidArgument("operations: empty"));
   }
@@ -485,6 +512,8 @@ grpc::ServerUnaryReactor* DelaydService::Batch(grpc::CallbackServerContext* ctx,
   }
   const WallNanos now = WallNow();
   // Invalid operations get their error here; the rest go to the scheduler.
+  v1::BatchResponse* resp = call->resp;
+  resp->mutable_results()->Reserve(static_cast<int>(n));
   std::vector<Op> ops;
   std::vector<std::uint32_t> positions;
   NamespaceCache cache;
@@ -492,23 +521,8 @@ grpc::ServerUnaryReactor* DelaydService::Batch(grpc::CallbackServerContext* ctx,
   positions.reserve(n);
   for (std::size_t i = 0; i < n; ++i) {
     resp->add_results();
-    const v1::BatchOperation& o = req->operations(static_cast<int>(i));
     Op op;
-    Status s;
-    switch (o.op_case()) {
-      case v1::BatchOperation::kSet:
-        s = ToOp(o.set(), now, &op, &cache);
-        break;
-      case v1::BatchOperation::kMove:
-        s = ToOp(o.move(), now, &op, &cache);
-        break;
-      case v1::BatchOperation::kRemove:
-        s = ToOp(o.remove(), &op, &cache);
-        break;
-      default:
-        s = Status::InvalidArgument("operations: an operation has no op set");
-    }
-    if (!s.ok()) {
+    if (Status s = ToOp(fields[i], now, &op, &cache); !s.ok()) {
       auto* r = resp->mutable_results(static_cast<int>(i));
       r->set_code(ToGrpc(s).error_code());
       r->set_message("operations[" + std::to_string(i) + "]." + s.message());
@@ -519,12 +533,13 @@ grpc::ServerUnaryReactor* DelaydService::Batch(grpc::CallbackServerContext* ctx,
   }
   auto* reactor = ctx->DefaultReactor();
   if (ops.empty()) {
-    Finish(reactor, Status::Ok());
+    FinishBatch(reactor, *call, out);
     return reactor;
   }
   scheduler_.SubmitBatch(
-      std::move(ops), [reactor, resp, positions = std::move(positions)](
+      std::move(ops), [reactor, call, out, positions = std::move(positions)](
                           std::vector<OpResult> results) {
+        v1::BatchResponse* resp = call->resp;
         for (std::size_t k = 0; k < results.size(); ++k) {
           auto* r = resp->mutable_results(static_cast<int>(positions[k]));
           const OpResult& res = results[k];
@@ -537,7 +552,7 @@ grpc::ServerUnaryReactor* DelaydService::Batch(grpc::CallbackServerContext* ctx,
             }
           }
         }
-        Finish(reactor, Status::Ok());
+        FinishBatch(reactor, *call, out);
       });
   return reactor;
 }

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "delayd/v1/delayd.grpc.pb.h"
+#include "server/batch_wire.h"
 #include "server/scheduler.h"
 #include "server/status.h"
 
@@ -54,10 +55,12 @@ class ArenaMessageAllocator : public grpc::MessageAllocator<Request, Response> {
   };
 };
 
-class DelaydService final : public v1::Delayd::CallbackService {
+// Batch takes its request as bytes (see batch_wire.h); every other method
+// takes parsed messages.
+class DelaydService final : public v1::Delayd::WithRawCallbackMethod_Batch<
+                                v1::Delayd::CallbackService> {
  public:
   explicit DelaydService(Scheduler& scheduler) : scheduler_(scheduler) {
-    SetMessageAllocatorFor_Batch(&batch_allocator_);
     SetMessageAllocatorFor_SetTimer(&set_allocator_);
   }
 
@@ -79,9 +82,10 @@ class DelaydService final : public v1::Delayd::CallbackService {
   grpc::ServerUnaryReactor* ListTimers(grpc::CallbackServerContext* ctx,
                                        const v1::ListTimersRequest* req,
                                        v1::ListTimersResponse* resp) override;
+  // A serialized delayd.v1.BatchRequest in, a BatchResponse out.
   grpc::ServerUnaryReactor* Batch(grpc::CallbackServerContext* ctx,
-                                  const v1::BatchRequest* req,
-                                  v1::BatchResponse* resp) override;
+                                  const grpc::ByteBuffer* req,
+                                  grpc::ByteBuffer* resp) override;
   grpc::ServerWriteReactor<v1::SubscribeResponse>* Subscribe(
       grpc::CallbackServerContext* ctx,
       const v1::SubscribeRequest* req) override;
@@ -95,28 +99,25 @@ class DelaydService final : public v1::Delayd::CallbackService {
  private:
   // The last namespace resolved within one request, so that a Batch of
   // operations on one namespace validates and looks it up once.
+  // (The name is a view into the request, which outlives the cache.)
   struct NamespaceCache {
-    const std::string* name = nullptr;
+    std::string_view name;
+    bool valid = false;
     NamespaceId id = 0;
   };
-  Status Namespace(const std::string& name, NamespaceId* id,
+  Status Namespace(std::string_view name, NamespaceId* id,
                    NamespaceCache* cache = nullptr);
-  Status Key(const std::string& key);
-  Status FireTime(bool has_delay, const google::protobuf::Duration& delay,
-                  bool has_fire_time, const google::protobuf::Timestamp& at,
-                  WallNanos now, WallNanos* fire_time);
-  Status ToOp(const v1::SetTimerRequest& req, WallNanos now, Op* op,
-              NamespaceCache* cache = nullptr);
-  Status ToOp(const v1::MoveTimerRequest& req, WallNanos now, Op* op,
-              NamespaceCache* cache = nullptr);
-  Status ToOp(const v1::RemoveTimerRequest& req, Op* op,
+  Status Key(std::string_view key);
+  Status FireTime(const WireTime& delay, const WireTime& at, WallNanos now,
+                  WallNanos* fire_time);
+  // Validates a set, move or remove and converts it for the scheduler.
+  Status ToOp(const OpFields& f, WallNanos now, Op* op,
               NamespaceCache* cache = nullptr);
   template <typename Fill>
   grpc::ServerUnaryReactor* SubmitOp(grpc::CallbackServerContext* ctx,
                                      const Status& converted, Op op, Fill fill);
 
   Scheduler& scheduler_;
-  ArenaMessageAllocator<v1::BatchRequest, v1::BatchResponse> batch_allocator_;
   ArenaMessageAllocator<v1::SetTimerRequest, v1::SetTimerResponse>
       set_allocator_;
 };

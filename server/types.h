@@ -54,8 +54,11 @@ class Blob {
       heap_ = new char[key.size() + payload.size()];
       out = heap_;
     }
-    std::memcpy(out, key.data(), key.size());
-    std::memcpy(out + key.size(), payload.data(), payload.size());
+    // (An empty view may have no data pointer, which memcpy must not get.)
+    if (!key.empty()) std::memcpy(out, key.data(), key.size());
+    if (!payload.empty()) {
+      std::memcpy(out + key.size(), payload.data(), payload.size());
+    }
   }
   Blob(Blob&& other) noexcept { Take(other); }
   Blob& operator=(Blob&& other) noexcept {

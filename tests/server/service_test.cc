@@ -1,10 +1,14 @@
 #include "server/service.h"
 
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <map>
+#include <mutex>
+#include <optional>
 #include <random>
 #include <set>
 
@@ -567,6 +571,76 @@ TEST_F(DelaydTest, BatchGivesAResultPerOperation) {
   EXPECT_EQ(resp.results(3).code(), grpc::StatusCode::OK);
   EXPECT_EQ(resp.results(4).code(), grpc::StatusCode::ALREADY_EXISTS);
   EXPECT_EQ(Get("existing").error_code(), StatusCode::NOT_FOUND);
+}
+
+// Batch reads its request from the bytes; encodings other than the plain
+// one mean what protobuf says, and bytes that are no BatchRequest at all are
+// refused without harm.
+TEST_F(DelaydTest, BatchTakesAnyEncodingProtobufTakes) {
+  grpc::GenericStub generic(d_.channel());
+  auto call = [&](const std::string& wire, v1::BatchResponse* resp) {
+    grpc::Slice slice(wire);
+    grpc::ByteBuffer req(&slice, 1), out;
+    grpc::ClientContext ctx;
+    std::mutex mu;
+    std::condition_variable cv;
+    std::optional<grpc::Status> status;
+    generic.UnaryCall(&ctx, "/delayd.v1.Delayd/Batch", grpc::StubOptions(),
+                      &req, &out, [&](grpc::Status s) {
+                        std::lock_guard lock(mu);
+                        status = s;
+                        cv.notify_one();
+                      });
+    std::unique_lock lock(mu);
+    EXPECT_TRUE(cv.wait_for(lock, 10s, [&] { return status.has_value(); }));
+    if (status && status->ok()) {
+      EXPECT_TRUE(
+          grpc::SerializationTraits<v1::BatchResponse>::Deserialize(&out, resp)
+              .ok());
+    }
+    return status.value_or(grpc::Status(StatusCode::DEADLINE_EXCEEDED, ""));
+  };
+  // Two `set` messages in one operation merge: the key is the second's, the
+  // delay the first's.
+  v1::BatchOperation first, second;
+  first.mutable_set()->set_key("first");
+  *first.mutable_set()->mutable_delay() = Millis(60000);
+  second.mutable_set()->set_key("merged");
+  const std::string op = first.SerializeAsString() + second.SerializeAsString();
+  v1::BatchResponse resp;
+  ASSERT_TRUE(
+      call("\x0A" + std::string(1, static_cast<char>(op.size())) + op, &resp)
+          .ok());
+  ASSERT_EQ(resp.results_size(), 1);
+  EXPECT_EQ(resp.results(0).code(), StatusCode::OK);
+  EXPECT_TRUE(Get("merged").ok());
+  EXPECT_EQ(Get("first").error_code(), StatusCode::NOT_FOUND);
+
+  // A key in UTF-8 beyond ASCII.
+  v1::BatchRequest utf8;
+  auto* s = utf8.add_operations()->mutable_set();
+  s->set_key("cl\xC3\xA9");
+  *s->mutable_delay() = Millis(60000);
+  ASSERT_TRUE(call(utf8.SerializeAsString(), &resp).ok());
+  EXPECT_EQ(resp.results(0).code(), StatusCode::OK);
+  EXPECT_TRUE(Get("cl\xC3\xA9").ok());
+
+  // Not a BatchRequest: a string field that is not UTF-8, and truncation.
+  std::string bad = utf8.SerializeAsString();
+  bad[bad.find("cl") + 2] = '\xFF';
+  for (const std::string& wire : {bad, bad.substr(0, bad.size() - 3)}) {
+    const grpc::Status st = call(wire, &resp);
+    EXPECT_EQ(st.error_code(), StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(st.error_message().find("BatchRequest"), std::string::npos);
+  }
+  // An operation with none of set, move or remove.
+  v1::BatchRequest none;
+  none.add_operations();
+  ASSERT_TRUE(call(none.SerializeAsString(), &resp).ok());
+  EXPECT_EQ(resp.results(0).code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(resp.results(0).message().find("operations[0].op"),
+            std::string::npos);
+  EXPECT_TRUE(Set("still-serving", 60000).ok());
 }
 
 TEST_F(DelaydTest, ListTimersPagesThroughAPrefix) {
