@@ -244,7 +244,7 @@ class Bench {
       grpc::ByteBuffer req_buf, resp_buf;
     };
     std::vector<Slot> slots(concurrency);
-    std::atomic<std::uint64_t> seq{0};
+    std::atomic<std::uint64_t>& seq = batch_keys_;  // New keys every run.
     std::atomic<std::uint64_t> failed{0};
     const double calls = ClosedLoop(concurrency, d, [&](int s, auto done) {
       Slot& slot = slots[s];
@@ -408,6 +408,7 @@ class Bench {
 
  private:
   std::vector<double> fired_late_;
+  std::atomic<std::uint64_t> batch_keys_{0};
   std::vector<std::unique_ptr<v1::Delayd::Stub>> stubs_;
   std::vector<std::unique_ptr<grpc::GenericStub>> generic_;
   std::vector<std::unique_ptr<health::Health::Stub>> health_;
