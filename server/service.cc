@@ -1,6 +1,5 @@
 #include "server/service.h"
 
-#include <google/protobuf/util/time_util.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <spdlog/spdlog.h>
@@ -12,7 +11,6 @@
 
 namespace delayd {
 
-using google::protobuf::Duration;
 using google::protobuf::Timestamp;
 
 grpc::Status ToGrpc(const Status& status) {
