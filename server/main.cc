@@ -158,6 +158,7 @@ int main(int argc, char** argv) {
   logger->set_level(spdlog::level::from_str(log_level));
   logger->flush_on(spdlog::level::info);
   spdlog::set_default_logger(logger);
+  delayd::RouteProtobufLogsToSpdlog();
 
   // Timers wake this process as precisely as the kernel allows (the default
   // slack of 50 us would be most of the lateness budget). Threads started

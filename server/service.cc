@@ -1,5 +1,6 @@
 #include "server/service.h"
 
+#include <google/protobuf/stubs/logging.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <spdlog/spdlog.h>
@@ -33,6 +34,17 @@ grpc::Status ToGrpc(const Status& status) {
       return {grpc::StatusCode::INTERNAL, status.message()};
   }
   return {grpc::StatusCode::UNKNOWN, status.message()};
+}
+
+void RouteProtobufLogsToSpdlog() {
+  google::protobuf::SetLogHandler([](google::protobuf::LogLevel level,
+                                     const char* file, int line,
+                                     const std::string& message) {
+    spdlog::log(level == google::protobuf::LOGLEVEL_FATAL
+                    ? spdlog::level::critical
+                    : spdlog::level::debug,
+                "protobuf ({}:{}): {}", file, line, message);
+  });
 }
 
 namespace {

@@ -23,6 +23,13 @@ namespace delayd {
 // The one mapping from the core's status to gRPC's.
 grpc::Status ToGrpc(const Status& status);
 
+// Sends protobuf's own log lines to spdlog instead of stderr. In the daemon
+// they come from parsing what clients send (a `string` field that is not
+// UTF-8), and the call is refused; they go to the debug level so that a
+// client cannot flood the log. Fatal ones stay critical.
+// Call once, before serving (protobuf's handler is not thread-safe to set).
+void RouteProtobufLogsToSpdlog();
+
 // Request and response of one call on one protobuf arena: parsing a Batch of
 // a thousand operations, and building its results, then costs a few large
 // allocations instead of thousands of small ones.

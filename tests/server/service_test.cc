@@ -1,8 +1,11 @@
 #include "server/service.h"
 
+#include <google/protobuf/stubs/logging.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ringbuffer_sink.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <condition_variable>
@@ -641,6 +644,54 @@ TEST_F(DelaydTest, BatchTakesAnyEncodingProtobufTakes) {
   EXPECT_NE(resp.results(0).message().find("operations[0].op"),
             std::string::npos);
   EXPECT_TRUE(Set("still-serving", 60000).ok());
+}
+
+// What protobuf logs about a client's malformed request goes to the daemon's
+// log at debug level, not to stderr.
+TEST_F(DelaydTest, ProtobufComplaintsGoToTheLogAtDebugLevel) {
+  auto sink = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(16);
+  auto logger = std::make_shared<spdlog::logger>("capture", sink);
+  logger->set_level(spdlog::level::debug);
+  const auto previous_logger = spdlog::default_logger();
+  spdlog::set_default_logger(logger);
+  google::protobuf::LogHandler* previous =
+      google::protobuf::SetLogHandler(nullptr);
+  RouteProtobufLogsToSpdlog();
+
+  v1::SetTimerRequest req;
+  req.set_key("not-utf8-\xFF");  // Sent as is; the daemon must refuse it.
+  req.mutable_delay()->set_seconds(60);
+  grpc::GenericStub generic(d_.channel());
+  grpc::Slice slice(req.SerializeAsString());
+  grpc::ByteBuffer request(&slice, 1), response;
+  grpc::ClientContext ctx;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::optional<grpc::Status> status;
+  generic.UnaryCall(&ctx, "/delayd.v1.Delayd/SetTimer", grpc::StubOptions(),
+                    &request, &response, [&](grpc::Status s) {
+                      std::lock_guard lock(mu);
+                      status = s;
+                      cv.notify_one();
+                    });
+  {
+    std::unique_lock lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, 10s, [&] { return status.has_value(); }));
+  }
+  EXPECT_FALSE(status->ok());
+
+  google::protobuf::SetLogHandler(previous);
+  spdlog::set_default_logger(previous_logger);
+  bool logged = false;
+  for (const auto& m : sink->last_raw()) {
+    const std::string text(m.payload.data(), m.payload.size());
+    if (text.find("protobuf (") != std::string::npos &&
+        text.find("UTF-8") != std::string::npos) {
+      logged = true;
+      EXPECT_EQ(m.level, spdlog::level::debug);
+    }
+  }
+  EXPECT_TRUE(logged);
 }
 
 TEST_F(DelaydTest, ListTimersPagesThroughAPrefix) {
