@@ -1,17 +1,13 @@
 #include "server/service.h"
 
 #include <google/protobuf/stubs/logging.h>
-#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <gtest/gtest.h>
 #include <spdlog/sinks/ringbuffer_sink.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <condition_variable>
 #include <map>
-#include <mutex>
-#include <optional>
 #include <random>
 #include <set>
 
@@ -580,28 +576,16 @@ TEST_F(DelaydTest, BatchGivesAResultPerOperation) {
 // one mean what protobuf says, and bytes that are no BatchRequest at all are
 // refused without harm.
 TEST_F(DelaydTest, BatchTakesAnyEncodingProtobufTakes) {
-  grpc::GenericStub generic(d_.channel());
   auto call = [&](const std::string& wire, v1::BatchResponse* resp) {
-    grpc::Slice slice(wire);
-    grpc::ByteBuffer req(&slice, 1), out;
-    grpc::ClientContext ctx;
-    std::mutex mu;
-    std::condition_variable cv;
-    std::optional<grpc::Status> status;
-    generic.UnaryCall(&ctx, "/delayd.v1.Delayd/Batch", grpc::StubOptions(),
-                      &req, &out, [&](grpc::Status s) {
-                        std::lock_guard lock(mu);
-                        status = s;
-                        cv.notify_one();
-                      });
-    std::unique_lock lock(mu);
-    EXPECT_TRUE(cv.wait_for(lock, 10s, [&] { return status.has_value(); }));
-    if (status && status->ok()) {
+    grpc::ByteBuffer out;
+    const grpc::Status status =
+        RawUnaryCall(d_.channel(), "/delayd.v1.Delayd/Batch", wire, &out);
+    if (status.ok()) {
       EXPECT_TRUE(
           grpc::SerializationTraits<v1::BatchResponse>::Deserialize(&out, resp)
               .ok());
     }
-    return status.value_or(grpc::Status(StatusCode::DEADLINE_EXCEEDED, ""));
+    return status;
   };
   // Two `set` messages in one operation merge: the key is the second's, the
   // delay the first's.
@@ -661,24 +645,10 @@ TEST_F(DelaydTest, ProtobufComplaintsGoToTheLogAtDebugLevel) {
   v1::SetTimerRequest req;
   req.set_key("not-utf8-\xFF");  // Sent as is; the daemon must refuse it.
   req.mutable_delay()->set_seconds(60);
-  grpc::GenericStub generic(d_.channel());
-  grpc::Slice slice(req.SerializeAsString());
-  grpc::ByteBuffer request(&slice, 1), response;
-  grpc::ClientContext ctx;
-  std::mutex mu;
-  std::condition_variable cv;
-  std::optional<grpc::Status> status;
-  generic.UnaryCall(&ctx, "/delayd.v1.Delayd/SetTimer", grpc::StubOptions(),
-                    &request, &response, [&](grpc::Status s) {
-                      std::lock_guard lock(mu);
-                      status = s;
-                      cv.notify_one();
-                    });
-  {
-    std::unique_lock lock(mu);
-    ASSERT_TRUE(cv.wait_for(lock, 10s, [&] { return status.has_value(); }));
-  }
-  EXPECT_FALSE(status->ok());
+  grpc::ByteBuffer response;
+  EXPECT_FALSE(RawUnaryCall(d_.channel(), "/delayd.v1.Delayd/SetTimer",
+                            req.SerializeAsString(), &response)
+                   .ok());
 
   google::protobuf::SetLogHandler(previous);
   spdlog::set_default_logger(previous_logger);

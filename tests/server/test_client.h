@@ -4,6 +4,7 @@
 #ifndef DELAYD_TESTS_SERVER_TEST_CLIENT_H_
 #define DELAYD_TESTS_SERVER_TEST_CLIENT_H_
 
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
@@ -11,6 +12,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -38,6 +40,34 @@ inline google::protobuf::Timestamp FromNanos(WallNanos ns) {
   t.set_seconds(ns / 1'000'000'000);
   t.set_nanos(static_cast<std::int32_t>(ns % 1'000'000'000));
   return t;
+}
+
+// Calls `method` (e.g. "/delayd.v1.Delayd/Batch") with `request` sent as
+// bytes, whatever they are; waits up to 10 s for the status. The response's
+// bytes go to `response`.
+inline grpc::Status RawUnaryCall(const std::shared_ptr<grpc::Channel>& channel,
+                                 const std::string& method,
+                                 const std::string& request,
+                                 grpc::ByteBuffer* response) {
+  grpc::GenericStub generic(channel);
+  grpc::Slice slice(request);
+  grpc::ByteBuffer req(&slice, 1);
+  grpc::ClientContext ctx;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::optional<grpc::Status> status;
+  generic.UnaryCall(&ctx, method, grpc::StubOptions(), &req, response,
+                    [&](grpc::Status s) {
+                      std::lock_guard lock(mu);
+                      status = s;
+                      cv.notify_one();
+                    });
+  std::unique_lock lock(mu);
+  if (!cv.wait_for(lock, 10s, [&] { return status.has_value(); })) {
+    ctx.TryCancel();
+    cv.wait(lock, [&] { return status.has_value(); });
+  }
+  return *status;
 }
 
 // A daemon in this process, stopped by the destructor.
