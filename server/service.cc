@@ -458,13 +458,7 @@ namespace {
 
 // What one Batch call keeps until it finishes: its response, on an arena.
 struct BatchCall {
-  static google::protobuf::ArenaOptions Options() {
-    google::protobuf::ArenaOptions o;
-    o.start_block_size = 4096;
-    o.max_block_size = 1 << 20;
-    return o;
-  }
-  google::protobuf::Arena arena{Options()};
+  google::protobuf::Arena arena{CallArenaOptions()};
   v1::BatchResponse* resp =
       google::protobuf::Arena::CreateMessage<v1::BatchResponse>(&arena);
 };

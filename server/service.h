@@ -30,9 +30,18 @@ grpc::Status ToGrpc(const Status& status);
 // Call once, before serving (protobuf's handler is not thread-safe to set).
 void RouteProtobufLogsToSpdlog();
 
-// Request and response of one call on one protobuf arena: parsing a Batch of
-// a thousand operations, and building its results, then costs a few large
-// allocations instead of thousands of small ones.
+// The arena of one call's messages: a first block of 4 KiB, growing to 1 MiB
+// blocks for large calls.
+inline google::protobuf::ArenaOptions CallArenaOptions() {
+  google::protobuf::ArenaOptions o;
+  o.start_block_size = 4096;
+  o.max_block_size = 1 << 20;
+  return o;
+}
+
+// Request and response of one call on one protobuf arena: parsing a request,
+// and building its response, then costs a few large allocations instead of
+// many small ones.
 template <typename Request, typename Response>
 class ArenaMessageAllocator : public grpc::MessageAllocator<Request, Response> {
  public:
@@ -43,7 +52,7 @@ class ArenaMessageAllocator : public grpc::MessageAllocator<Request, Response> {
  private:
   class Holder : public grpc::MessageHolder<Request, Response> {
    public:
-    Holder() : arena_(Options()) {
+    Holder() : arena_(CallArenaOptions()) {
       this->set_request(
           google::protobuf::Arena::CreateMessage<Request>(&arena_));
       this->set_response(
@@ -52,12 +61,6 @@ class ArenaMessageAllocator : public grpc::MessageAllocator<Request, Response> {
     void Release() override { delete this; }
 
    private:
-    static google::protobuf::ArenaOptions Options() {
-      google::protobuf::ArenaOptions o;
-      o.start_block_size = 4096;
-      o.max_block_size = 1 << 20;
-      return o;
-    }
     google::protobuf::Arena arena_;
   };
 };
