@@ -21,13 +21,6 @@ TimingWheel::TimingWheel(Time tick)
   assert(tick.count() > 0);
 }
 
-std::uint64_t TimingWheel::DeadlineTick(Time deadline) const {
-  const std::int64_t ns = deadline.count();
-  if (ns <= 0) return 0;
-  // ceil(ns / tick) = floor((ns - 1) / tick) + 1 for ns >= 1.
-  return std::min(DivTick(static_cast<std::uint64_t>(ns) - 1) + 1, max_tick_);
-}
-
 void TimingWheel::Grow() {
   assert(capacity_ <= std::numeric_limits<std::uint32_t>::max() - kChunkSize);
   auto c = std::make_unique<Chunk>();
@@ -44,16 +37,6 @@ void TimingWheel::Grow() {
   free_head_ = base;
 }
 
-std::uint32_t TimingWheel::Allocate() {
-  if (free_head_ == kNil) Grow();
-  const std::uint32_t i = free_head_;
-  free_head_ = link(i).next;
-  // Generations start at 1 and skip 0 on wrap, so no handle is ever 0.
-  std::uint32_t& generation = chunk(i).generation[Offset(i)];
-  generation = generation + 1 == 0 ? 1 : generation + 1;
-  return i;
-}
-
 void TimingWheel::Reserve(std::size_t n) {
   while (capacity_ < n) Grow();
 }
@@ -61,16 +44,6 @@ void TimingWheel::Reserve(std::size_t n) {
 std::size_t TimingWheel::MemoryUsage() const {
   return sizeof(*this) + chunks_.capacity() * sizeof(chunks_[0]) +
          chunks_.size() * sizeof(Chunk);
-}
-
-std::uint32_t TimingWheel::Find(Handle handle) const {
-  const auto index = static_cast<std::uint32_t>(handle);
-  const auto generation = static_cast<std::uint32_t>(handle >> 32);
-  if (index >= capacity_) return kNil;
-  const Chunk& c = chunk(index);
-  const std::uint32_t k = Offset(index);
-  if (c.generation[k] != generation || c.tick[k] == kFreeTick) return kNil;
-  return index;
 }
 
 bool TimingWheel::IsPending(Handle handle) const {
@@ -81,51 +54,6 @@ std::optional<TimingWheel::Time> TimingWheel::Due(Handle handle) const {
   const std::uint32_t i = Find(handle);
   if (i == kNil) return std::nullopt;
   return ToTime(tick_of(i));
-}
-
-void TimingWheel::Place(std::uint32_t i) {
-  const std::uint64_t tick = tick_of(i);
-  const int level = LevelOf(tick);
-  const int index = IndexOf(tick, level);
-  // The slot's first tick: the timer's tick with the digits below its level
-  // cleared (above them it equals elapsed_, by the choice of level).
-  const int shift = level * kBitsPerLevel;
-  stop_ = std::min(stop_, tick >> shift << shift);
-  List& list = slots_[level][index].lane[LaneOf(tick)];
-  // One 8-byte store: Unlink reads the pair as one word, which a load can
-  // take from a single store still in flight but not from two.
-  const auto word = std::bit_cast<std::uint64_t>(Link{list.tail, kNil});
-  std::memcpy(&link(i), &word, sizeof word);
-  if (list.tail == kNil) {
-    list.head = i;
-    occupied_[level] |= std::uint64_t{1} << index;
-  } else {
-    link(list.tail).next = i;
-  }
-  list.tail = i;
-}
-
-void TimingWheel::Unlink(std::uint32_t i) {
-  const std::uint64_t tick = tick_of(i);
-  const int level = LevelOf(tick);
-  const int index = IndexOf(tick, level);
-  List& list = slots_[level][index].lane[LaneOf(tick)];
-  const Link l = link(i);
-  assert(l.prev != kNil || list.head == i);
-  assert(l.next != kNil || list.tail == i);
-  if (l.prev == kNil) {
-    list.head = l.next;
-  } else {
-    link(l.prev).next = l.next;
-  }
-  if (l.next == kNil) {
-    list.tail = l.prev;
-  } else {
-    link(l.next).prev = l.prev;
-  }
-  if (list.head == kNil && slots_[level][index].empty()) {
-    occupied_[level] &= ~(std::uint64_t{1} << index);
-  }
 }
 
 void TimingWheel::Cascade(int level, int index) {
@@ -148,49 +76,6 @@ void TimingWheel::Cascade(int level, int index) {
     }
     if (!any) break;
   }
-}
-
-void TimingWheel::NoteScheduled(std::uint64_t tick) {
-  if (next_tick_ != kNextUnknown && tick < next_tick_) next_tick_ = tick;
-}
-
-void TimingWheel::NoteRemoved(std::uint64_t tick) {
-  if (tick == next_tick_) next_tick_ = kNextUnknown;
-}
-
-TimingWheel::Handle TimingWheel::Schedule(Time deadline, std::uint32_t cookie) {
-  const std::uint32_t i = Allocate();
-  Chunk& c = chunk(i);
-  const std::uint32_t k = Offset(i);
-  const std::uint64_t tick = std::max(DeadlineTick(deadline), elapsed_);
-  c.tick[k] = tick;
-  c.cookie[k] = cookie;
-  Place(i);
-  ++size_;
-  NoteScheduled(tick);
-  return MakeHandle(i, c.generation[k]);
-}
-
-bool TimingWheel::Cancel(Handle handle) {
-  const std::uint32_t i = Find(handle);
-  if (i == kNil) return false;
-  NoteRemoved(tick_of(i));
-  Unlink(i);
-  Release(i);
-  --size_;
-  return true;
-}
-
-bool TimingWheel::Reschedule(Handle handle, Time deadline) {
-  const std::uint32_t i = Find(handle);
-  if (i == kNil) return false;
-  NoteRemoved(tick_of(i));
-  Unlink(i);
-  const std::uint64_t tick = std::max(DeadlineTick(deadline), elapsed_);
-  tick_of(i) = tick;
-  Place(i);
-  NoteScheduled(tick);
-  return true;
 }
 
 std::optional<TimingWheel::Slot> TimingWheel::FirstSlot() const {
