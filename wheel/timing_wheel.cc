@@ -7,13 +7,29 @@
 #include <utility>
 
 namespace delayd::wheel {
+namespace {
+
+// l = ceil(log2(tick_ns)) for DivTick(); a tick is at least 1 ns.
+int TickShift(std::uint64_t tick_ns) {
+  return std::bit_width(std::max<std::uint64_t>(tick_ns, 1) - 1);
+}
+
+// m = ceil(2^(63+l) / tick_ns) for DivTick(); below 2^64 because 2^(l-1) <
+// tick_ns.
+std::uint64_t TickMagic(std::uint64_t tick_ns, int shift) {
+  const std::uint64_t d = std::max<std::uint64_t>(tick_ns, 1);
+  const unsigned __int128 power = static_cast<unsigned __int128>(1)
+                                  << (63 + shift);
+  return static_cast<std::uint64_t>(power / d + (power % d != 0 ? 1 : 0));
+}
+
+}  // namespace
 
 TimingWheel::TimingWheel(Time tick)
     : tick_(tick),
       tick_ns_(static_cast<std::uint64_t>(tick.count())),
-      tick_reciprocal_(
-          ~std::uint64_t{0} /
-          static_cast<std::uint64_t>(std::max<std::int64_t>(1, tick.count()))),
+      tick_shift_(TickShift(tick_ns_)),
+      tick_magic_(TickMagic(tick_ns_, tick_shift_)),
       max_tick_(std::min<std::uint64_t>(
           kMaxTick, static_cast<std::uint64_t>(Time::max().count()) /
                         static_cast<std::uint64_t>(

@@ -238,17 +238,19 @@ class TimingWheel {
     if (ns <= 0) return 0;
     return std::min(DivTick(static_cast<std::uint64_t>(ns)), max_tick_);
   }
-  // floor(ns / tick) for ns >= 0, by a multiply with a precomputed
-  // reciprocal and an exact correction (a 64-bit division costs more than
-  // the rest of Schedule).
+  // floor(ns / tick) for 0 <= ns < 2^63, by one multiply and a shift (a
+  // 64-bit division costs more than the rest of Schedule). With l =
+  // ceil(log2(tick)) and m = ceil(2^(63+l) / tick), which is below 2^64,
+  // ns * m / 2^(63+l) exceeds ns / tick by less than 2^63 * tick / (tick *
+  // 2^(63+l)) = 2^-l <= 1 / tick, while ns / tick is at least 1 / tick below
+  // the next integer: both have the same floor (Granlund and Montgomery,
+  // "Division by invariant integers using multiplication", 1994, theorem
+  // 4.2). (2 * ns) * m / 2^(64+l) is the same quotient, taken from the high
+  // word of one 64x64-bit product.
   std::uint64_t DivTick(std::uint64_t ns) const {
-    std::uint64_t q = static_cast<std::uint64_t>(
-        (static_cast<unsigned __int128>(ns) * tick_reciprocal_) >> 64);
-    // q is the quotient or one less: with m = floor((2^64 - 1) / t), q >
-    // ns / t - ns * (1 + 1 / t) / 2^64 > ns / t - 1 for every ns < 2^63 (ns
-    // comes from a non-negative int64).
-    const std::uint64_t r = ns - q * tick_ns_;
-    return q + (r >= tick_ns_ ? 1 : 0);
+    return static_cast<std::uint64_t>(
+               (static_cast<unsigned __int128>(ns + ns) * tick_magic_) >> 64) >>
+           tick_shift_;
   }
   Time ToTime(std::uint64_t tick) const { return tick_ * tick; }
 
@@ -295,7 +297,8 @@ class TimingWheel {
 
   const Time tick_;
   const std::uint64_t tick_ns_;
-  const std::uint64_t tick_reciprocal_;  // floor((2^64 - 1) / tick_ns_)
+  const int tick_shift_;            // l = ceil(log2(tick_ns_)), see DivTick.
+  const std::uint64_t tick_magic_;  // ceil(2^(63 + l) / tick_ns_)
   // The last tick a timer may have: kMaxTick, or sooner if its time would
   // not fit in a Time.
   const std::uint64_t max_tick_;

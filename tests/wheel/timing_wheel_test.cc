@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <random>
 #include <vector>
 
 namespace delayd::wheel {
@@ -103,6 +104,72 @@ TEST(TimingWheel, RoundingIsExactAtEveryMagnitude) {
                 want_tick * static_cast<unsigned __int128>(t))
           << "tick " << t << " ns, deadline " << d << " ns";
       wheel.Cancel(h);
+    }
+  }
+}
+
+// The division by the tick is a multiply by a precomputed constant: check it
+// against exact 128-bit arithmetic for tick lengths of every size (powers of
+// two and their neighbours, where the constant is an edge case, and random
+// ones) and deadlines at and around multiples of the tick, both in Schedule
+// (rounded up) and in Advance (rounded down).
+TEST(TimingWheel, RoundingIsExactForRandomTicksAndTimes) {
+  std::mt19937_64 rng(20261122);
+  std::vector<std::int64_t> ticks;
+  for (int bits = 0; bits < 63; ++bits) {
+    const std::int64_t p = std::int64_t{1} << bits;
+    ticks.push_back(p);
+    if (p > 1) ticks.push_back(p - 1);
+    if (bits < 62) ticks.push_back(p + 1);
+  }
+  for (int k = 0; k < 100; ++k) {
+    ticks.push_back(static_cast<std::int64_t>(rng() >> (1 + rng() % 63)) | 1);
+  }
+  for (const std::int64_t t : ticks) {
+    const std::uint64_t max_tick = std::min<std::uint64_t>(
+        TimingWheel::kMaxTick, static_cast<std::uint64_t>(INT64_MAX / t));
+    std::vector<std::int64_t> times;
+    for (int k = 0; k < 200; ++k) {
+      const std::uint64_t r = rng();
+      switch (k % 4) {
+        case 0:  // Anywhere.
+          times.push_back(static_cast<std::int64_t>(r >> 1));
+          break;
+        case 1: {  // A multiple of the tick, or one either side of it.
+          const std::uint64_t m =
+              r % (static_cast<std::uint64_t>(INT64_MAX / t) + 1);
+          // v <= INT64_MAX + 2: unsigned, so nothing overflows.
+          const std::uint64_t v = m * static_cast<std::uint64_t>(t) + rng() % 3;
+          times.push_back(static_cast<std::int64_t>(
+              std::min<std::uint64_t>(v == 0 ? 0 : v - 1, INT64_MAX)));
+          break;
+        }
+        case 2:  // Within a few ticks of 0.
+          times.push_back(static_cast<std::int64_t>(
+              r % (static_cast<std::uint64_t>(t) * 4 + 1)));
+          break;
+        default:  // Near the end of time.
+          times.push_back(INT64_MAX - static_cast<std::int64_t>(r % 1000));
+      }
+    }
+    TimingWheel wheel{nanoseconds(t)};
+    for (const std::int64_t d : times) {
+      if (d <= 0) continue;
+      const std::uint64_t want =
+          std::min((static_cast<std::uint64_t>(d) - 1) / t + 1, max_tick);
+      const auto h = wheel.Schedule(nanoseconds(d), 0);
+      ASSERT_EQ(wheel.Due(h), nanoseconds(t) * want)
+          << "tick " << t << " ns, deadline " << d << " ns";
+      wheel.Cancel(h);
+    }
+    std::sort(times.begin(), times.end());
+    for (const std::int64_t now : times) {
+      if (now < 0) continue;
+      wheel.Advance(nanoseconds(now), [](const TimingWheel::Expired&) {});
+      const std::uint64_t want =
+          std::min(static_cast<std::uint64_t>(now) / t, max_tick);
+      ASSERT_EQ(wheel.now(), nanoseconds(t) * want)
+          << "tick " << t << " ns, now " << now << " ns";
     }
   }
 }
