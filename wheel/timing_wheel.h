@@ -357,10 +357,6 @@ inline void TimingWheel::Place(std::uint32_t i) {
   const std::uint64_t tick = tick_of(i);
   const int level = LevelOf(tick);
   const int index = IndexOf(tick, level);
-  // The slot's first tick: the timer's tick with the digits below its level
-  // cleared (above them it equals elapsed_, by the choice of level).
-  const int shift = level * kBitsPerLevel;
-  stop_ = std::min(stop_, tick >> shift << shift);
   List& list = slots_[level][index].lane[LaneOf(tick)];
   // One 8-byte store: Unlink reads the pair as one word, which a load can
   // take from a single store still in flight but not from two.
@@ -369,6 +365,12 @@ inline void TimingWheel::Place(std::uint32_t i) {
   if (list.tail == kNil) {
     list.head = i;
     occupied_[level] |= std::uint64_t{1} << index;
+    // stop_ is at or before the first tick of every occupied slot, so only
+    // a lane that was empty (its slot perhaps too) can lower it. The slot's
+    // first tick: the timer's tick with the digits below its level cleared
+    // (above them it equals elapsed_, by the choice of level).
+    const int shift = level * kBitsPerLevel;
+    stop_ = std::min(stop_, tick >> shift << shift);
   } else {
     link(list.tail).next = i;
   }
