@@ -73,8 +73,26 @@ TEST(TimingWheel, DeadlineIsRoundedUpToTheTick) {
   EXPECT_EQ(r.Cookies(), std::vector<std::uint32_t>{1});
 }
 
+// The last tick a wheel of tick length `t` ns may use: kMaxTick, or the last
+// one whose time fits in a Time.
+std::uint64_t LastTick(std::int64_t t) {
+  return std::min<std::uint64_t>(TimingWheel::kMaxTick,
+                                 static_cast<std::uint64_t>(INT64_MAX / t));
+}
+
+// Schedules a timer at `d` ns (d > 0) and checks that it is due at d rounded
+// up to the tick `t`, or at the last tick if that is sooner.
+void ExpectDueRoundedUp(TimingWheel& wheel, std::int64_t t, std::int64_t d) {
+  const std::uint64_t want =
+      std::min((static_cast<std::uint64_t>(d) - 1) / t + 1, LastTick(t));
+  const auto h = wheel.Schedule(nanoseconds(d), 0);
+  ASSERT_EQ(wheel.Due(h), nanoseconds(t) * want)
+      << "tick " << t << " ns, deadline " << d << " ns";
+  wheel.Cancel(h);
+}
+
 // Rounding is exact for every tick length and magnitude (the division by the
-// tick is a multiply by its reciprocal and one correction), and a deadline
+// tick is a multiply by a precomputed constant and a shift), and a deadline
 // too far for its tick's time to fit in a Time is clamped, never overflows.
 TEST(TimingWheel, RoundingIsExactAtEveryMagnitude) {
   const std::int64_t ticks[] = {
@@ -90,20 +108,7 @@ TEST(TimingWheel, RoundingIsExactAtEveryMagnitude) {
     deadlines.push_back(INT64_MAX - 1);
     deadlines.push_back(INT64_MAX);
     for (const std::int64_t d : deadlines) {
-      if (d <= 0) continue;
-      const unsigned __int128 ceil_ticks =
-          (static_cast<unsigned __int128>(d) + t - 1) / t;
-      // Clamped to kMaxTick, and to the last tick a Time can hold.
-      const unsigned __int128 max_tick = std::min<std::uint64_t>(
-          TimingWheel::kMaxTick, static_cast<std::uint64_t>(INT64_MAX / t));
-      const unsigned __int128 want_tick = std::min(ceil_ticks, max_tick);
-      const auto h = wheel.Schedule(nanoseconds(d), 0);
-      const auto due = wheel.Due(h);
-      ASSERT_TRUE(due.has_value());
-      EXPECT_EQ(static_cast<unsigned __int128>(due->count()),
-                want_tick * static_cast<unsigned __int128>(t))
-          << "tick " << t << " ns, deadline " << d << " ns";
-      wheel.Cancel(h);
+      if (d > 0) ExpectDueRoundedUp(wheel, t, d);
     }
   }
 }
@@ -126,8 +131,6 @@ TEST(TimingWheel, RoundingIsExactForRandomTicksAndTimes) {
     ticks.push_back(static_cast<std::int64_t>(rng() >> (1 + rng() % 63)) | 1);
   }
   for (const std::int64_t t : ticks) {
-    const std::uint64_t max_tick = std::min<std::uint64_t>(
-        TimingWheel::kMaxTick, static_cast<std::uint64_t>(INT64_MAX / t));
     std::vector<std::int64_t> times;
     for (int k = 0; k < 200; ++k) {
       const std::uint64_t r = rng();
@@ -154,20 +157,14 @@ TEST(TimingWheel, RoundingIsExactForRandomTicksAndTimes) {
     }
     TimingWheel wheel{nanoseconds(t)};
     for (const std::int64_t d : times) {
-      if (d <= 0) continue;
-      const std::uint64_t want =
-          std::min((static_cast<std::uint64_t>(d) - 1) / t + 1, max_tick);
-      const auto h = wheel.Schedule(nanoseconds(d), 0);
-      ASSERT_EQ(wheel.Due(h), nanoseconds(t) * want)
-          << "tick " << t << " ns, deadline " << d << " ns";
-      wheel.Cancel(h);
+      if (d > 0) ExpectDueRoundedUp(wheel, t, d);
     }
     std::sort(times.begin(), times.end());
     for (const std::int64_t now : times) {
       if (now < 0) continue;
       wheel.Advance(nanoseconds(now), [](const TimingWheel::Expired&) {});
       const std::uint64_t want =
-          std::min(static_cast<std::uint64_t>(now) / t, max_tick);
+          std::min(static_cast<std::uint64_t>(now) / t, LastTick(t));
       ASSERT_EQ(wheel.now(), nanoseconds(t) * want)
           << "tick " << t << " ns, now " << now << " ns";
     }
