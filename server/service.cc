@@ -1,5 +1,6 @@
 #include "server/service.h"
 
+#include <google/protobuf/descriptor.h>
 #include <google/protobuf/stubs/logging.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
@@ -649,6 +650,56 @@ grpc::ServerUnaryReactor* DelaydService::Stats(grpc::CallbackServerContext* ctx,
 
 // ---- server ----
 
+namespace {
+
+class ParseErrorInterceptor : public grpc::experimental::Interceptor {
+ public:
+  explicit ParseErrorInterceptor(const std::string& error) : error_(error) {}
+
+  void Intercept(
+      grpc::experimental::InterceptorBatchMethods* methods) override {
+    using grpc::experimental::InterceptionHookPoints;
+    // gRPC hands the interceptor no message when the request did not parse.
+    if (methods->QueryInterceptionHookPoint(
+            InterceptionHookPoints::POST_RECV_MESSAGE)) {
+      unparsed_ = methods->GetRecvMessage() == nullptr;
+    }
+    if (unparsed_ &&
+        methods->QueryInterceptionHookPoint(
+            InterceptionHookPoints::PRE_SEND_STATUS) &&
+        methods->GetSendStatus().error_code() ==
+            grpc::StatusCode::UNIMPLEMENTED) {
+      methods->ModifySendStatus(
+          grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, error_));
+    }
+    methods->Proceed();
+  }
+
+ private:
+  const std::string& error_;  // Owned by the factory, which outlives calls.
+  bool unparsed_ = false;
+};
+
+}  // namespace
+
+ParseErrorInterceptorFactory::ParseErrorInterceptorFactory() {
+  const google::protobuf::ServiceDescriptor* service =
+      v1::SetTimerRequest::descriptor()->file()->FindServiceByName("Delayd");
+  for (int i = 0; i < service->method_count(); ++i) {
+    const google::protobuf::MethodDescriptor* m = service->method(i);
+    errors_.emplace("/" + service->full_name() + "/" + m->name(),
+                    "request: not a valid " + m->input_type()->full_name());
+  }
+}
+
+grpc::experimental::Interceptor*
+ParseErrorInterceptorFactory::CreateServerInterceptor(
+    grpc::experimental::ServerRpcInfo* info) {
+  const auto it = errors_.find(std::string_view(info->method()));
+  if (it == errors_.end()) return nullptr;
+  return new ParseErrorInterceptor(it->second);
+}
+
 DelaydServer::DelaydServer(Options options) : options_(std::move(options)) {}
 
 DelaydServer::~DelaydServer() { Shutdown(std::chrono::milliseconds(0)); }
@@ -666,6 +717,11 @@ Status DelaydServer::Start() {
   builder.AddListeningPort(options_.listen, grpc::InsecureServerCredentials(),
                            &port_);
   builder.RegisterService(service_.get());
+  std::vector<
+      std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+      interceptors;
+  interceptors.push_back(std::make_unique<ParseErrorInterceptorFactory>());
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   // Keep idle streams alive behind proxies and notice dead peers.
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS,
                              static_cast<int>(options_.keepalive_time.count()));

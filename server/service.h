@@ -8,8 +8,10 @@
 #include <google/protobuf/arena.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/support/message_allocator.h>
+#include <grpcpp/support/server_interceptor.h>
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -130,6 +132,26 @@ class DelaydService final : public v1::Delayd::WithRawCallbackMethod_Batch<
   Scheduler& scheduler_;
   ArenaMessageAllocator<v1::SetTimerRequest, v1::SetTimerResponse>
       set_allocator_;
+};
+
+// gRPC's callback API answers a request it cannot parse (bytes that are no
+// such message, or a `string` field that is not UTF-8) with UNIMPLEMENTED and
+// no message, as if the method did not exist (see grpc/grpc#30454). On
+// delayd's methods this turns that answer into INVALID_ARGUMENT naming the
+// message expected. Other calls (health, reflection, unknown methods) get no
+// interceptor.
+class ParseErrorInterceptorFactory
+    : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  ParseErrorInterceptorFactory();
+  grpc::experimental::Interceptor* CreateServerInterceptor(
+      grpc::experimental::ServerRpcInfo* info) override;
+
+ private:
+  // Method path ("/delayd.v1.Delayd/SetTimer") to the error for a request
+  // that does not parse as its input type.
+  // (Ordered, to be searched by the call's method name without a copy.)
+  std::map<std::string, std::string, std::less<>> errors_;
 };
 
 // The daemon's gRPC server: the service, health checking and reflection.

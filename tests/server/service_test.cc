@@ -572,6 +572,60 @@ TEST_F(DelaydTest, BatchGivesAResultPerOperation) {
   EXPECT_EQ(Get("existing").error_code(), StatusCode::NOT_FOUND);
 }
 
+// A request that does not parse (no such message, or a `string` field that
+// is not UTF-8, which a C++ client's protobuf sends as is) is refused as an
+// invalid argument naming the message expected, on every method, and
+// changes nothing. Only a method that does not exist is UNIMPLEMENTED.
+TEST_F(DelaydTest, UnparsableRequestsAreInvalidArguments) {
+  const std::string garbage = "\xFF\xFF\xFF";
+  const std::pair<const char*, const char*> methods[] = {
+      {"SetTimer", "SetTimerRequest"},
+      {"MoveTimer", "MoveTimerRequest"},
+      {"RemoveTimer", "RemoveTimerRequest"},
+      {"Drain", "DrainRequest"},
+      {"GetTimer", "GetTimerRequest"},
+      {"ListTimers", "ListTimersRequest"},
+      {"Batch", "BatchRequest"},
+      {"Ack", "AckRequest"},
+      {"Stats", "StatsRequest"}};
+  for (const auto& [method, request] : methods) {
+    grpc::ByteBuffer response;
+    const grpc::Status s =
+        RawUnaryCall(d_.channel(), std::string("/delayd.v1.Delayd/") + method,
+                     garbage, &response);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << method;
+    EXPECT_EQ(s.error_message(),
+              std::string("request: not a valid delayd.v1.") + request)
+        << method;
+  }
+
+  v1::SetTimerRequest set;
+  set.set_key("not-utf8-\xFF");
+  set.mutable_delay()->set_seconds(60);
+  grpc::ByteBuffer response;
+  const grpc::Status s =
+      RawUnaryCall(d_.channel(), "/delayd.v1.Delayd/SetTimer",
+                   set.SerializeAsString(), &response);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(),
+            "request: not a valid delayd.v1.SetTimerRequest");
+
+  // The stream's request is parsed by gRPC too.
+  v1::SubscribeRequest sub = TestStream::Worker("ns-\xFF");
+  TestStream stream(d_.stub(), sub);
+  const grpc::Status ended = stream.WaitDone();
+  EXPECT_EQ(ended.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(ended.error_message(),
+            "request: not a valid delayd.v1.SubscribeRequest");
+
+  EXPECT_EQ(RawUnaryCall(d_.channel(), "/delayd.v1.Delayd/NoSuchMethod",
+                         garbage, &response)
+                .error_code(),
+            grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_EQ(Stats().pending_timers(), 0u);
+  EXPECT_TRUE(Set("still-serving", 60000).ok());
+}
+
 // Batch reads its request from the bytes; encodings other than the plain
 // one mean what protobuf says, and bytes that are no BatchRequest at all are
 // refused without harm.
