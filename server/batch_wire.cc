@@ -1,5 +1,11 @@
 #include "server/batch_wire.h"
 
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/wire_format_lite.h>
+
+#include <algorithm>
+#include <climits>
+
 namespace delayd {
 namespace {
 
@@ -205,7 +211,8 @@ bool ReadOperation(std::string_view bytes, OpFields* f) {
 
 }  // namespace
 
-bool ReadBatchRequest(std::string_view wire, std::vector<OpFields>* ops) {
+WireRead ReadBatchRequest(std::string_view wire, std::size_t max_ops,
+                          std::vector<OpFields>* ops) {
   ops->clear();
   Reader in(wire);
   while (!in.done()) {
@@ -214,11 +221,31 @@ bool ReadBatchRequest(std::string_view wire, std::vector<OpFields>* ops) {
     std::string_view s;
     if (!in.Tag(&number, &type) || number != 1 || type != kLen ||
         !in.Bytes(&s)) {
-      return false;
+      return WireRead::kNotPlain;
     }
-    if (!ReadOperation(s, &ops->emplace_back())) return false;
+    if (ops->size() == max_ops) return WireRead::kTooMany;
+    if (!ReadOperation(s, &ops->emplace_back())) return WireRead::kNotPlain;
   }
-  return true;
+  return WireRead::kOk;
+}
+
+std::optional<std::size_t> CountBatchOperations(std::string_view wire,
+                                                 std::size_t limit) {
+  using google::protobuf::internal::WireFormatLite;
+  google::protobuf::io::CodedInputStream in(
+      reinterpret_cast<const std::uint8_t*>(wire.data()),
+      static_cast<int>(std::min<std::size_t>(wire.size(), INT_MAX)));
+  std::size_t count = 0;
+  while (std::uint32_t tag = in.ReadTag()) {
+    if (WireFormatLite::GetTagFieldNumber(tag) == 1 && ++count > limit) {
+      return count;
+    }
+    if (!WireFormatLite::SkipField(&in, tag)) return std::nullopt;
+  }
+  // ReadTag() gives 0 at the end of the input and for a zero tag, which
+  // protobuf refuses.
+  if (!in.ConsumedEntireMessage()) return std::nullopt;
+  return count;
 }
 
 namespace {

@@ -10,6 +10,7 @@
 #define DELAYD_SERVER_BATCH_WIRE_H_
 
 #include <cstdint>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -37,14 +38,33 @@ struct OpFields {
   bool operator==(const OpFields&) const = default;
 };
 
+enum class WireRead {
+  kOk,
+  // More than the allowed number of operations: reading stopped there.
+  kTooMany,
+  // Not the plain encoding: protobuf's parser must decide.
+  kNotPlain,
+};
+
 // Reads a serialized delayd.v1.BatchRequest into `ops` (one entry per
-// operation, kNone for an operation with no op set). Returns false, with
-// `ops` unspecified, unless every message in it holds only fields of its
-// type, each at most once (at most one member of a oneof), in their declared
-// wire types, with ASCII in every `string` field; such a request must be
-// parsed with protobuf, which may still find it valid (repeated fields merge,
-// unknown fields are skipped, UTF-8 is checked) or not.
-bool ReadBatchRequest(std::string_view wire, std::vector<OpFields>* ops);
+// operation, kNone for an operation with no op set), stopping at the
+// (max_ops + 1)-th operation with kTooMany, so that memory never grows with
+// a request's length beyond that. kNotPlain, with `ops` unspecified, unless
+// every message in it holds only fields of its type, each at most once (at
+// most one member of a oneof), in their declared wire types, with ASCII in
+// every `string` field; such a request must be parsed with protobuf, which
+// may still find it valid (repeated fields merge, unknown fields are skipped,
+// UTF-8 is checked) or not.
+WireRead ReadBatchRequest(std::string_view wire, std::size_t max_ops,
+                          std::vector<OpFields>* ops);
+
+// Counts the operations of a serialized BatchRequest in any encoding
+// protobuf accepts, without parsing them, stopping at `limit` + 1. Returns
+// nullopt if the top level does not even scan as protobuf fields (protobuf
+// would refuse it too). Used before protobuf parses a request, whose memory
+// grows with the operation count.
+std::optional<std::size_t> CountBatchOperations(std::string_view wire,
+                                                std::size_t limit);
 
 // The same fields of parsed messages.
 OpFields FieldsOf(const v1::SetTimerRequest& req);

@@ -82,6 +82,7 @@ int main(int argc, char** argv) {
   app.add_option("--max-pending-timers", limits.max_pending_timers,
                  "Limit on pending timers plus unacknowledged events")
       ->envname("DELAYD_MAX_PENDING_TIMERS")
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1'000'000'000}))
       ->capture_default_str();
   app.add_option("--max-batch-ops", limits.max_batch_ops)
       ->envname("DELAYD_MAX_BATCH_OPS")
@@ -89,6 +90,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--max-subscribers", limits.max_subscribers)
       ->envname("DELAYD_MAX_SUBSCRIBERS")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1'000'000}))
       ->capture_default_str();
   app.add_option("--max-namespaces", limits.max_namespaces)
       ->envname("DELAYD_MAX_NAMESPACES")
@@ -97,6 +99,7 @@ int main(int argc, char** argv) {
   app.add_option("--watcher-backlog", limits.watcher_backlog,
                  "Events a watcher may fall behind before it is ended")
       ->envname("DELAYD_WATCHER_BACKLOG")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1'000'000}))
       ->capture_default_str();
   app.add_option("--shutdown-grace", shutdown_grace,
                  "How long calls in flight get to finish on SIGTERM")
@@ -120,13 +123,24 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--tick: not a positive duration: %s\n", tick.c_str());
     return 1;
   }
+  if (*tick_ns > std::chrono::seconds(1)) {
+    std::fprintf(stderr, "--tick: at most 1s: %s\n", tick.c_str());
+    return 1;
+  }
   if (!max_delay_ns || max_delay_ns->count() <= 0) {
     std::fprintf(stderr, "--max-delay: not a positive duration: %s\n",
                  max_delay.c_str());
     return 1;
   }
-  if (!grace_ns) {
-    std::fprintf(stderr, "--shutdown-grace: not a duration: %s\n",
+  // Fire times are nanoseconds since 1970 in 64 bits (until 2262): now plus
+  // the longest delay must stay far inside that.
+  if (*max_delay_ns > delayd::kMaxDelayLimit) {
+    std::fprintf(stderr, "--max-delay: at most 36500d (100 years): %s\n",
+                 max_delay.c_str());
+    return 1;
+  }
+  if (!grace_ns || grace_ns->count() < 0 || *grace_ns > std::chrono::hours(1)) {
+    std::fprintf(stderr, "--shutdown-grace: not a duration from 0 to 1h: %s\n",
                  shutdown_grace.c_str());
     return 1;
   }

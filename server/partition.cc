@@ -1,5 +1,7 @@
 #include "server/partition.h"
 
+#include "server/keyed_hash.h"
+
 #include <algorithm>
 #include <cassert>
 #include <unordered_map>
@@ -23,8 +25,8 @@ Partition::Partition(asio::io_context& io, std::uint32_t index,
 }
 
 std::uint32_t Partition::Hash(NamespaceId ns, std::string_view key) {
-  const std::size_t h = std::hash<std::string_view>{}(key);
-  return static_cast<std::uint32_t>(h ^ (h >> 32)) ^ (ns * 0x9E3779B9u);
+  const std::uint64_t h = KeyedHash(ns, key);
+  return static_cast<std::uint32_t>(h ^ (h >> 32));
 }
 
 std::uint32_t Partition::Find(NamespaceId ns, std::string_view key,

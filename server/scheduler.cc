@@ -1,5 +1,7 @@
 #include "server/scheduler.h"
 
+#include "server/keyed_hash.h"
+
 #include <cassert>
 #include <mutex>
 
@@ -176,8 +178,8 @@ Status Scheduler::Intern(std::string_view name, NamespaceId* id) {
 
 std::uint32_t Scheduler::PartitionOf(NamespaceId ns,
                                      std::string_view key) const {
-  const std::uint64_t h =
-      std::hash<std::string_view>{}(key)*0x9E3779B97F4A7C15ull + ns;
+  // (The high half: the partition's key index takes its slot from the low.)
+  const std::uint64_t h = KeyedHash(ns, key);
   return static_cast<std::uint32_t>((h >> 32) % options_.partitions);
 }
 

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "server/dispatcher.h"
+#include "server/keyed_hash.h"
 #include "server/partition.h"
 #include "server/store.h"
 #include "server/types.h"
@@ -122,13 +123,8 @@ class Scheduler {
   // Namespaces: the map under the lock; dispatchers_[id] is written once,
   // before the id is published under the lock, so readers need no lock.
   std::shared_mutex ns_mutex_;
-  struct NameHash {
-    using is_transparent = void;
-    std::size_t operator()(std::string_view s) const {
-      return std::hash<std::string_view>{}(s);
-    }
-  };
-  std::unordered_map<std::string, NamespaceId, NameHash, std::equal_to<>>
+  std::unordered_map<std::string, NamespaceId, KeyedStringHash,
+                     std::equal_to<>>
       ns_ids_;
   std::unique_ptr<Dispatcher*[]> dispatchers_;
   std::vector<std::unique_ptr<Dispatcher>> owned_dispatchers_;

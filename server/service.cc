@@ -489,29 +489,38 @@ grpc::ServerUnaryReactor* DelaydService::Batch(grpc::CallbackServerContext* ctx,
   const std::string_view wire(reinterpret_cast<const char*>(slice.begin()),
                               slice.size());
   auto call = std::make_shared<BatchCall>();
-  // Reused by this thread's calls: no allocation once it has grown.
-  thread_local std::vector<OpFields> fields;
-  if (!ReadBatchRequest(wire, &fields)) {
-    // Not the plain encoding: protobuf decides what it means.
-    auto* parsed =
-        google::protobuf::Arena::CreateMessage<v1::BatchRequest>(&call->arena);
-    if (wire.size() > static_cast<std::size_t>(INT_MAX) ||
-        !parsed->ParseFromArray(wire.data(), static_cast<int>(wire.size()))) {
-      return FinishNow(ctx, Status::InvalidArgument(
-                                "request: not a valid delayd.v1.BatchRequest"));
+  const std::size_t max_ops = scheduler_.limits().max_batch_ops;
+  const Status too_many = Status::InvalidArgument(
+      "operations: more than " + std::to_string(max_ops) +
+      " (the max-batch-ops limit)");
+  // Per call, and never longer than max_ops + 1 entries: the reader stops
+  // there, and protobuf parses only requests counted within the limit.
+  std::vector<OpFields> fields;
+  fields.reserve(std::min(max_ops + 1, wire.size() / 8 + 1));
+  switch (ReadBatchRequest(wire, max_ops, &fields)) {
+    case WireRead::kOk:
+      break;
+    case WireRead::kTooMany:
+      return FinishNow(ctx, too_many);
+    case WireRead::kNotPlain: {
+      // Not the plain encoding: protobuf decides what it means.
+      const auto count = CountBatchOperations(wire, max_ops);
+      if (count && *count > max_ops) return FinishNow(ctx, too_many);
+      auto* parsed = google::protobuf::Arena::CreateMessage<v1::BatchRequest>(
+          &call->arena);
+      if (!count || wire.size() > static_cast<std::size_t>(INT_MAX) ||
+          !parsed->ParseFromArray(wire.data(), static_cast<int>(wire.size()))) {
+        return FinishNow(ctx, Status::InvalidArgument(
+                                  "request: not a valid delayd.v1.BatchRequest"));
+      }
+      fields.clear();
+      for (const auto& o : parsed->operations()) fields.push_back(FieldsOf(o));
+      break;
     }
-    fields.clear();
-    for (const auto& o : parsed->operations()) fields.push_back(FieldsOf(o));
   }
   const std::size_t n = fields.size();
   if (n == 0) {
     return FinishNow(ctx, Status::InvalidArgument("operations: empty"));
-  }
-  if (n > scheduler_.limits().max_batch_ops) {
-    return FinishNow(ctx,
-                     Status::InvalidArgument(
-                         "operations: more than " +
-                         std::to_string(scheduler_.limits().max_batch_ops)));
   }
   if (scheduler_.shutting_down()) {
     return FinishNow(ctx, Status::Unavailable("delayd is shutting down"));

@@ -23,6 +23,11 @@ inline WallNanos WallNow() {
       .count();
 }
 
+// The largest --max-delay: now plus it stays far from the end of 64-bit
+// nanoseconds since 1970 (the year 2262).
+inline constexpr std::chrono::nanoseconds kMaxDelayLimit =
+    std::chrono::hours(24 * 36500);
+
 // Every limit of the daemon; each is a flag of `delayd`.
 struct Limits {
   std::size_t max_key_bytes = 256;  // At most 65535.

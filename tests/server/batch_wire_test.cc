@@ -12,6 +12,11 @@ namespace {
 
 using Kind = OpFields::Kind;
 
+// Whether the reader takes `wire` as the plain encoding (no operation limit).
+bool ReadsPlain(std::string_view wire, std::vector<OpFields>* ops) {
+  return ReadBatchRequest(wire, SIZE_MAX, ops) == WireRead::kOk;
+}
+
 // What protobuf makes of `wire`, as fields; false if it does not parse.
 bool ProtobufReads(const std::string& wire, v1::BatchRequest* msg,
                    std::vector<OpFields>* ops) {
@@ -26,7 +31,7 @@ bool ProtobufReads(const std::string& wire, v1::BatchRequest* msg,
 bool AgreesWithProtobuf(const std::string& wire) {
   google::protobuf::LogSilencer quiet;  // Its UTF-8 complaints, expected.
   std::vector<OpFields> fast;
-  const bool accepted = ReadBatchRequest(wire, &fast);
+  const bool accepted = ReadsPlain(wire, &fast);
   v1::BatchRequest msg;
   std::vector<OpFields> slow;
   const bool parsed = ProtobufReads(wire, &msg, &slow);
@@ -130,7 +135,7 @@ TEST(BatchWire, ReadsEveryFieldOfEveryOperation) {
 
   const std::string wire = req.SerializeAsString();  // Viewed by `ops`.
   std::vector<OpFields> ops;
-  ASSERT_TRUE(ReadBatchRequest(wire, &ops));
+  ASSERT_TRUE(ReadsPlain(wire, &ops));
   ASSERT_EQ(ops.size(), 4u);
   EXPECT_EQ(ops[0].kind, Kind::kSet);
   EXPECT_EQ(ops[0].ns, "orders");
@@ -152,7 +157,7 @@ TEST(BatchWire, ReadsEveryFieldOfEveryOperation) {
 
 TEST(BatchWire, EmptyRequestHasNoOperations) {
   std::vector<OpFields> ops{OpFields{}};
-  EXPECT_TRUE(ReadBatchRequest("", &ops));
+  EXPECT_TRUE(ReadsPlain("", &ops));
   EXPECT_TRUE(ops.empty());
 }
 
@@ -161,7 +166,7 @@ TEST(BatchWire, PresentButEmptyTimeIsPresent) {
   req.add_operations()->mutable_set()->mutable_delay();
   const std::string wire = req.SerializeAsString();
   std::vector<OpFields> ops;
-  ASSERT_TRUE(ReadBatchRequest(wire, &ops));
+  ASSERT_TRUE(ReadsPlain(wire, &ops));
   EXPECT_EQ(ops[0].delay, (WireTime{true, 0, 0}));
   EXPECT_TRUE(AgreesWithProtobuf(wire));
 }
@@ -175,7 +180,7 @@ TEST(BatchWire, LeavesEverythingButThePlainEncodingToProtobuf) {
   s->mutable_delay()->set_seconds(1);
   const std::string plain = one.SerializeAsString();
   std::vector<OpFields> ops;
-  ASSERT_TRUE(ReadBatchRequest(plain, &ops));
+  ASSERT_TRUE(ReadsPlain(plain, &ops));
 
   // The same field twice in one message: protobuf keeps the last key.
   v1::SetTimerRequest key_b;
@@ -195,7 +200,7 @@ TEST(BatchWire, LeavesEverythingButThePlainEncodingToProtobuf) {
     wire.push_back(static_cast<char>(twice.size()));
     wire += twice;
   }
-  EXPECT_FALSE(ReadBatchRequest(wire, &ops));
+  EXPECT_FALSE(ReadsPlain(wire, &ops));
   ASSERT_TRUE(holder.ParseFromString(wire));
   EXPECT_EQ(holder.operations(0).set().key(), "b");
 
@@ -205,16 +210,16 @@ TEST(BatchWire, LeavesEverythingButThePlainEncodingToProtobuf) {
   const std::string both = op.SerializeAsString() + move.SerializeAsString();
   std::string wire2 =
       "\x0A" + std::string(1, static_cast<char>(both.size())) + both;
-  EXPECT_FALSE(ReadBatchRequest(wire2, &ops));
+  EXPECT_FALSE(ReadsPlain(wire2, &ops));
   ASSERT_TRUE(holder.ParseFromString(wire2));
   EXPECT_EQ(holder.operations(0).op_case(), v1::BatchOperation::kMove);
 
   // An unknown field (number 15, varint) after the operations.
-  EXPECT_FALSE(ReadBatchRequest(plain + "\x78\x01", &ops));
+  EXPECT_FALSE(ReadsPlain(plain + "\x78\x01", &ops));
   EXPECT_TRUE(holder.ParseFromString(plain + "\x78\x01"));
 
   // A known field in the wrong wire type is an unknown field to protobuf.
-  EXPECT_FALSE(ReadBatchRequest(plain + "\x08\x01", &ops));
+  EXPECT_FALSE(ReadsPlain(plain + "\x08\x01", &ops));
   EXPECT_TRUE(holder.ParseFromString(plain + "\x08\x01"));
 
   // A varint not in its shortest form (1 as 0x81 0x00).
@@ -226,14 +231,14 @@ TEST(BatchWire, LeavesEverythingButThePlainEncodingToProtobuf) {
   overlong.push_back('\x00');
   overlong[1] = static_cast<char>(overlong[1] + 1);  // Operation length.
   overlong[3] = static_cast<char>(overlong[3] + 1);  // RemoveTimerRequest's.
-  EXPECT_FALSE(ReadBatchRequest(overlong, &ops));
+  EXPECT_FALSE(ReadsPlain(overlong, &ops));
   ASSERT_TRUE(holder.ParseFromString(overlong));
   EXPECT_EQ(holder.operations(0).remove().expected_version(), 1u);
 
   // A key that is not ASCII: protobuf checks its UTF-8.
   v1::BatchRequest utf8;
   utf8.add_operations()->mutable_set()->set_key("cl\xC3\xA9");
-  EXPECT_FALSE(ReadBatchRequest(utf8.SerializeAsString(), &ops));
+  EXPECT_FALSE(ReadsPlain(utf8.SerializeAsString(), &ops));
   EXPECT_TRUE(holder.ParseFromString(utf8.SerializeAsString()));
 }
 
@@ -246,11 +251,11 @@ TEST(BatchWire, RejectsTruncatedAndMalformedInput) {
   const std::string wire = req.SerializeAsString();
   std::vector<OpFields> ops;
   for (std::size_t len = 1; len < wire.size(); ++len) {
-    EXPECT_FALSE(ReadBatchRequest(wire.substr(0, len), &ops)) << len;
+    EXPECT_FALSE(ReadsPlain(wire.substr(0, len), &ops)) << len;
   }
-  EXPECT_FALSE(ReadBatchRequest("\x0A\x05\x0A", &ops));  // Length past end.
-  EXPECT_FALSE(ReadBatchRequest(std::string(1, '\0'), &ops));  // Field 0.
-  EXPECT_FALSE(ReadBatchRequest(
+  EXPECT_FALSE(ReadsPlain("\x0A\x05\x0A", &ops));  // Length past end.
+  EXPECT_FALSE(ReadsPlain(std::string(1, '\0'), &ops));  // Field 0.
+  EXPECT_FALSE(ReadsPlain(
       std::string("\x0A\x0C\x1A\x0A\x18") + std::string(10, '\xFF'), &ops));
 }
 
@@ -305,6 +310,35 @@ TEST(BatchWire, AgreesWithProtobufOnCorruptedRequests) {
   // Both outcomes are exercised.
   EXPECT_GT(accepted, 1000);
   EXPECT_GT(rejected, 1000);
+}
+
+// A request of many empty operations (two bytes each) must not cost memory in
+// proportion to its length: the reader stops at the limit + 1.
+TEST(BatchWire, StopsReadingPastTheOperationLimit) {
+  std::string wire;
+  for (int i = 0; i < 100000; ++i) wire += std::string("\x0a\x00", 2);
+  std::vector<OpFields> ops;
+  EXPECT_EQ(ReadBatchRequest(wire, 1000, &ops), WireRead::kTooMany);
+  EXPECT_EQ(ops.size(), 1000u);
+  EXPECT_EQ(ReadBatchRequest(wire.substr(0, 2000), 1000, &ops), WireRead::kOk);
+  EXPECT_EQ(ops.size(), 1000u);
+  EXPECT_EQ(ReadBatchRequest(wire.substr(0, 2002), 1000, &ops),
+            WireRead::kTooMany);
+}
+
+TEST(BatchWire, CountsOperationsOfAnyEncodingUpToTheLimit) {
+  v1::BatchRequest req;
+  for (int i = 0; i < 5; ++i) {
+    req.add_operations()->mutable_set()->set_key("k" + std::to_string(i));
+  }
+  // Unknown fields between operations count for nothing.
+  const std::string wire = req.SerializeAsString() + "\x10\x05" +
+                           req.SerializeAsString();
+  EXPECT_EQ(CountBatchOperations(wire, 100), 10u);
+  EXPECT_EQ(CountBatchOperations(wire, 3), 4u);  // Stops at limit + 1.
+  EXPECT_EQ(CountBatchOperations("", 3), 0u);
+  EXPECT_EQ(CountBatchOperations("\x0a\x05\x0a", 3), std::nullopt);
+  EXPECT_EQ(CountBatchOperations(std::string(1, '\0'), 3), std::nullopt);
 }
 
 }  // namespace
