@@ -53,7 +53,14 @@ struct Global {
   std::string timeout = "10s";
   std::string output = "table";
   std::string ns;
+  // TLS: on with --tls or any of the files; the server is checked against
+  // --tls-ca, else the system's roots.
+  bool tls = false;
+  std::string tls_ca, tls_cert, tls_key;
+  std::string token;
 };
+
+std::string ReadWholeFile(const std::string& path, const char* flag);
 
 class Client {
  public:
@@ -61,8 +68,7 @@ class Client {
     auto t = delayd::ParseDuration(g.timeout);
     if (!t) throw Exit{kUsage, "--timeout: not a duration: " + g.timeout};
     timeout_ = *t;
-    channel_ =
-        grpc::CreateChannel(g.endpoint, grpc::InsecureChannelCredentials());
+    channel_ = grpc::CreateChannel(g.endpoint, Credentials(g));
     if (!channel_->WaitForConnected(std::chrono::system_clock::now() +
                                     timeout_)) {
       throw Exit{kCannotConnect, "cannot connect to " + g.endpoint};
@@ -71,20 +77,52 @@ class Client {
   }
   v1::Delayd::Stub& stub() { return *stub_; }
   std::shared_ptr<grpc::Channel> channel() { return channel_; }
-  // A context with the --timeout deadline.
+  // A context with the --timeout deadline (and the token).
   std::unique_ptr<grpc::ClientContext> Context() const {
     auto ctx = std::make_unique<grpc::ClientContext>();
     ctx->set_deadline(std::chrono::system_clock::now() + timeout_);
+    Authorize(*ctx);
     return ctx;
+  }
+  // Adds the bearer token, if any, to a call (streams have no deadline).
+  void Authorize(grpc::ClientContext& ctx) const {
+    if (!g_.token.empty()) {
+      ctx.AddMetadata("authorization", "Bearer " + g_.token);
+    }
   }
   bool json() const { return g_.output == "json"; }
 
  private:
+  static std::shared_ptr<grpc::ChannelCredentials> Credentials(
+      const Global& g) {
+    if (!g.tls && g.tls_ca.empty() && g.tls_cert.empty() && g.tls_key.empty()) {
+      return grpc::InsecureChannelCredentials();
+    }
+    if (g.tls_cert.empty() != g.tls_key.empty()) {
+      throw Exit{kUsage, "--tls-cert and --tls-key go together"};
+    }
+    grpc::SslCredentialsOptions o;
+    if (!g.tls_ca.empty()) o.pem_root_certs = ReadWholeFile(g.tls_ca, "--tls-ca");
+    if (!g.tls_cert.empty()) {
+      o.pem_cert_chain = ReadWholeFile(g.tls_cert, "--tls-cert");
+      o.pem_private_key = ReadWholeFile(g.tls_key, "--tls-key");
+    }
+    return grpc::SslCredentials(o);
+  }
+
   const Global& g_;
   std::chrono::nanoseconds timeout_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Delayd::Stub> stub_;
 };
+
+std::string ReadWholeFile(const std::string& path, const char* flag) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Exit{kUsage, std::string(flag) + ": cannot read " + path};
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
 
 const char* CodeName(grpc::StatusCode code) {
   switch (code) {
@@ -108,6 +146,10 @@ const char* CodeName(grpc::StatusCode code) {
       return "UNAVAILABLE";
     case grpc::StatusCode::INTERNAL:
       return "INTERNAL";
+    case grpc::StatusCode::UNAUTHENTICATED:
+      return "UNAUTHENTICATED";
+    case grpc::StatusCode::PERMISSION_DENIED:
+      return "PERMISSION_DENIED";
     default:
       return "UNKNOWN";
   }
@@ -494,6 +536,7 @@ int CmdBatch(Client& c, const Global& g, const std::string& file) {
 
 int CmdWatch(Client& c, const Global& g, std::uint64_t count) {
   grpc::ClientContext ctx;
+  c.Authorize(ctx);
   SignalCanceller canceller(&ctx);
   v1::SubscribeRequest req;
   req.set_namespace_(g.ns);
@@ -571,6 +614,7 @@ int CmdWork(Client& c, const Global& g, const std::string& command,
   auto timeout = delayd::ParseDuration(ack_timeout);
   if (!timeout) throw Exit{kUsage, "--ack-timeout: not a duration"};
   grpc::ClientContext ctx;
+  c.Authorize(ctx);
   SignalCanceller canceller(&ctx);
   v1::SubscribeRequest req;
   req.set_namespace_(g.ns);
@@ -704,6 +748,20 @@ int main(int argc, char** argv) {
   app.add_option("--endpoint", g.endpoint, "delayd address")
       ->envname("DELAYD_ENDPOINT")
       ->capture_default_str();
+  app.add_flag("--tls", g.tls,
+               "Use TLS, checking the server against the system's CAs")
+      ->envname("DELAYD_TLS");
+  app.add_option("--tls-ca", g.tls_ca,
+                 "Use TLS, checking the server against these PEM CAs")
+      ->envname("DELAYD_TLS_CA");
+  app.add_option("--tls-cert", g.tls_cert,
+                 "Client certificate (PEM) for mutual TLS")
+      ->envname("DELAYD_TLS_CLIENT_CERT");
+  app.add_option("--tls-key", g.tls_key, "Private key (PEM) of --tls-cert")
+      ->envname("DELAYD_TLS_CLIENT_KEY");
+  app.add_option("--token", g.token,
+                 "Bearer token sent with every call (DELAYD_TOKEN)")
+      ->envname("DELAYD_TOKEN");
   app.add_option("--timeout", g.timeout, "Deadline per call (e.g. 10s)")
       ->capture_default_str();
   app.add_option("-o,--output", g.output, "table or json")

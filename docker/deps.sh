@@ -11,7 +11,7 @@ packages=(
   cmake ninja-build g++ pkg-config
   # libraries
   libasio-dev libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev
-  protobuf-compiler libspdlog-dev libcli11-dev librocksdb-dev
+  protobuf-compiler libspdlog-dev libcli11-dev librocksdb-dev libssl-dev
 )
 if [ "${DELAYD_DEPS:-all}" != build ]; then
   packages+=(

@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 #include <asio.hpp>
 #include <chrono>
+#include <functional>
 #include <thread>
 
 #include "server/duration.h"
@@ -104,6 +105,36 @@ int main(int argc, char** argv) {
   app.add_option("--shutdown-grace", shutdown_grace,
                  "How long calls in flight get to finish on SIGTERM")
       ->envname("DELAYD_SHUTDOWN_GRACE")
+      ->capture_default_str();
+  app.add_option("--tls-cert", options.tls.cert,
+                 "PEM certificate chain: serve TLS (with --tls-key)")
+      ->envname("DELAYD_TLS_CERT");
+  app.add_option("--tls-key", options.tls.key,
+                 "PEM private key of --tls-cert")
+      ->envname("DELAYD_TLS_KEY");
+  app.add_option("--tls-client-ca", options.tls.client_ca,
+                 "PEM CA certificates: require client certificates signed by "
+                 "one of them (mutual TLS)")
+      ->envname("DELAYD_TLS_CLIENT_CA");
+  app.add_option("--auth-tokens", options.auth_tokens,
+                 "Token file (TOKEN NAMESPACES PERMISSIONS per line): "
+                 "require a bearer token on every call")
+      ->envname("DELAYD_AUTH_TOKENS");
+  app.add_option("--max-batch-bytes", options.max_batch_bytes,
+                 "Largest Batch request in bytes (gRPC's receive limit)")
+      ->envname("DELAYD_MAX_BATCH_BYTES")
+      ->check(CLI::Range(std::size_t{1} << 16, std::size_t{1} << 30))
+      ->capture_default_str();
+  app.add_option("--grpc-memory-bytes", options.grpc_memory_bytes,
+                 "Memory gRPC may use for connections and calls in flight")
+      ->envname("DELAYD_GRPC_MEMORY_BYTES")
+      ->check(CLI::Range(std::size_t{16} << 20, std::size_t{1} << 40))
+      ->capture_default_str();
+  app.add_option("--max-streams-per-connection",
+                 options.max_streams_per_connection,
+                 "Concurrent calls and streams one client connection may open")
+      ->envname("DELAYD_MAX_STREAMS_PER_CONNECTION")
+      ->check(CLI::Range(1, 100000))
       ->capture_default_str();
   app.add_option("--log-level", log_level)
       ->envname("DELAYD_LOG_LEVEL")
@@ -201,6 +232,7 @@ int main(int argc, char** argv) {
   // starting ends it gracefully instead of by the signal's default action.
   asio::io_context signals_io;
   asio::signal_set signals(signals_io, SIGINT, SIGTERM);
+  asio::signal_set reload(signals_io, SIGHUP);
 
   delayd::DelaydServer server(options);
   if (delayd::Status s = server.Start(); !s.ok()) {
@@ -217,16 +249,43 @@ int main(int argc, char** argv) {
         data_dir, fsync, r.timers, r.overdue, r.events, r.namespaces,
         std::chrono::duration<double>(r.took).count());
   }
-  spdlog::info("delayd listening on {} port {} ({} partitions, tick {} ns)",
-               options.listen, server.port(), options.scheduler.partitions,
-               tick_ns->count());
+  spdlog::info(
+      "delayd listening on {} port {} ({} partitions, tick {} ns, {}, {})",
+      options.listen, server.port(), options.scheduler.partitions,
+      tick_ns->count(),
+      options.tls.cert.empty()
+          ? "plaintext"
+          : (options.tls.client_ca.empty() ? "TLS" : "mutual TLS"),
+      options.auth_tokens.empty() ? "no tokens" : "tokens required");
+  if (!server.secured() && !delayd::IsLoopback(options.listen)) {
+    spdlog::warn(
+        "listening on {} with neither TLS nor tokens: anyone who can reach "
+        "this port can read, change and drain every namespace (see "
+        "--tls-cert and --auth-tokens)",
+        options.listen);
+  }
 
   signals.async_wait([&](const asio::error_code& ec, int signo) {
     if (ec) return;
     spdlog::info("signal {}: shutting down", signo);
     server.Shutdown(
         std::chrono::duration_cast<std::chrono::milliseconds>(*grace_ns));
+    reload.cancel();
   });
+  // SIGHUP: the token file and the TLS certificates are read again; what
+  // does not load is refused and the old one stays.
+  std::function<void()> wait_reload = [&] {
+    reload.async_wait([&](const asio::error_code& ec, int) {
+      if (ec) return;
+      if (delayd::Status s = server.Reload(); s.ok()) {
+        spdlog::info("SIGHUP: tokens and certificates reloaded");
+      } else {
+        spdlog::error("SIGHUP: {}; keeping what was in use", s.message());
+      }
+      wait_reload();
+    });
+  };
+  wait_reload();
   signals_io.run();
   spdlog::info("delayd stopped");
   return 0;

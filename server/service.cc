@@ -15,6 +15,15 @@ namespace delayd {
 
 using google::protobuf::Timestamp;
 
+bool IsLoopback(std::string_view listen) {
+  const std::size_t colon = listen.rfind(':');
+  std::string_view host = listen.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  return host.starts_with("127.") || host == "localhost" || host == "::1";
+}
+
 grpc::Status ToGrpc(const Status& status) {
   switch (status.code()) {
     case Code::kOk:
@@ -33,6 +42,10 @@ grpc::Status ToGrpc(const Status& status) {
       return {grpc::StatusCode::UNAVAILABLE, status.message()};
     case Code::kInternal:
       return {grpc::StatusCode::INTERNAL, status.message()};
+    case Code::kUnauthenticated:
+      return {grpc::StatusCode::UNAUTHENTICATED, status.message()};
+    case Code::kPermissionDenied:
+      return {grpc::StatusCode::PERMISSION_DENIED, status.message()};
   }
   return {grpc::StatusCode::UNKNOWN, status.message()};
 }
@@ -248,6 +261,29 @@ Status DelaydService::Namespace(std::string_view name, NamespaceId* id,
   return s;
 }
 
+Status DelaydService::Authorize(const grpc::CallbackServerContext* ctx,
+                                std::string_view name,
+                                std::uint8_t permission) const {
+  if (!auth_.enabled()) return Status::Ok();
+  const auto& md = ctx->client_metadata();
+  const auto it = md.find("authorization");
+  const std::string_view header =
+      it == md.end() ? std::string_view()
+                     : std::string_view(it->second.data(), it->second.size());
+  return auth_.Check(header, name.empty() ? "default" : name, permission);
+}
+
+Status DelaydService::AuthorizeAll(const grpc::CallbackServerContext* ctx,
+                                   std::uint8_t permission) const {
+  if (!auth_.enabled()) return Status::Ok();
+  const auto& md = ctx->client_metadata();
+  const auto it = md.find("authorization");
+  const std::string_view header =
+      it == md.end() ? std::string_view()
+                     : std::string_view(it->second.data(), it->second.size());
+  return auth_.Check(header, "", permission);
+}
+
 Status DelaydService::Key(std::string_view key) {
   if (key.empty()) return Status::InvalidArgument("key: must not be empty");
   if (key.size() > scheduler_.limits().max_key_bytes) {
@@ -349,6 +385,9 @@ grpc::ServerUnaryReactor* DelaydService::SubmitOp(
 grpc::ServerUnaryReactor* DelaydService::SetTimer(
     grpc::CallbackServerContext* ctx, const v1::SetTimerRequest* req,
     v1::SetTimerResponse* resp) {
+  if (Status s = Authorize(ctx, req->namespace_(), kWrite); !s.ok()) {
+    return FinishNow(ctx, s);
+  }
   Op op;
   const Status s = ToOp(FieldsOf(*req), WallNow(), &op);
   return SubmitOp(ctx, s, std::move(op), [resp](const OpResult& r) {
@@ -361,6 +400,9 @@ grpc::ServerUnaryReactor* DelaydService::SetTimer(
 grpc::ServerUnaryReactor* DelaydService::MoveTimer(
     grpc::CallbackServerContext* ctx, const v1::MoveTimerRequest* req,
     v1::MoveTimerResponse* resp) {
+  if (Status s = Authorize(ctx, req->namespace_(), kWrite); !s.ok()) {
+    return FinishNow(ctx, s);
+  }
   Op op;
   const Status s = ToOp(FieldsOf(*req), WallNow(), &op);
   return SubmitOp(ctx, s, std::move(op), [resp](const OpResult& r) {
@@ -372,6 +414,9 @@ grpc::ServerUnaryReactor* DelaydService::MoveTimer(
 grpc::ServerUnaryReactor* DelaydService::RemoveTimer(
     grpc::CallbackServerContext* ctx, const v1::RemoveTimerRequest* req,
     v1::RemoveTimerResponse* resp) {
+  if (Status s = Authorize(ctx, req->namespace_(), kWrite); !s.ok()) {
+    return FinishNow(ctx, s);
+  }
   Op op;
   const Status s = ToOp(FieldsOf(*req), WallNow(), &op);
   return SubmitOp(ctx, s, std::move(op),
@@ -381,6 +426,9 @@ grpc::ServerUnaryReactor* DelaydService::RemoveTimer(
 grpc::ServerUnaryReactor* DelaydService::Drain(grpc::CallbackServerContext* ctx,
                                                const v1::DrainRequest* req,
                                                v1::DrainResponse* resp) {
+  if (Status s = Authorize(ctx, req->namespace_(), kAdmin); !s.ok()) {
+    return FinishNow(ctx, s);
+  }
   NamespaceId ns;
   if (Status s = Namespace(req->namespace_(), &ns); !s.ok()) {
     return FinishNow(ctx, s);
@@ -396,6 +444,9 @@ grpc::ServerUnaryReactor* DelaydService::Drain(grpc::CallbackServerContext* ctx,
 grpc::ServerUnaryReactor* DelaydService::GetTimer(
     grpc::CallbackServerContext* ctx, const v1::GetTimerRequest* req,
     v1::Timer* resp) {
+  if (Status s = Authorize(ctx, req->namespace_(), kRead); !s.ok()) {
+    return FinishNow(ctx, s);
+  }
   NamespaceId ns;
   if (Status s = Namespace(req->namespace_(), &ns); !s.ok()) {
     return FinishNow(ctx, s);
@@ -414,6 +465,9 @@ grpc::ServerUnaryReactor* DelaydService::GetTimer(
 grpc::ServerUnaryReactor* DelaydService::ListTimers(
     grpc::CallbackServerContext* ctx, const v1::ListTimersRequest* req,
     v1::ListTimersResponse* resp) {
+  if (Status s = Authorize(ctx, req->namespace_(), kRead); !s.ok()) {
+    return FinishNow(ctx, s);
+  }
   NamespaceId ns;
   if (Status s = Namespace(req->namespace_(), &ns); !s.ok()) {
     return FinishNow(ctx, s);
@@ -479,6 +533,8 @@ void FinishBatch(grpc::ServerUnaryReactor* reactor, const BatchCall& call,
 grpc::ServerUnaryReactor* DelaydService::Batch(grpc::CallbackServerContext* ctx,
                                                const grpc::ByteBuffer* req,
                                                grpc::ByteBuffer* out) {
+  // Only a known token gets its request read; namespaces are checked below.
+  if (Status s = AuthorizeAll(ctx, 0); !s.ok()) return FinishNow(ctx, s);
   // The request in one piece: gRPC's own slice when it arrived in one, else
   // a copy. Operations below are views into it until converted.
   grpc::Slice slice;
@@ -521,6 +577,19 @@ grpc::ServerUnaryReactor* DelaydService::Batch(grpc::CallbackServerContext* ctx,
   const std::size_t n = fields.size();
   if (n == 0) {
     return FinishNow(ctx, Status::InvalidArgument("operations: empty"));
+  }
+  // A Batch touching a namespace the token may not write is refused whole.
+  if (auth_.enabled()) {
+    std::string_view checked;
+    bool any = false;
+    for (const OpFields& f : fields) {
+      if (any && f.ns == checked) continue;
+      if (Status s = Authorize(ctx, f.ns, kWrite); !s.ok()) {
+        return FinishNow(ctx, s);
+      }
+      checked = f.ns;
+      any = true;
+    }
   }
   if (scheduler_.shutting_down()) {
     return FinishNow(ctx, Status::Unavailable("delayd is shutting down"));
@@ -573,7 +642,12 @@ grpc::ServerUnaryReactor* DelaydService::Batch(grpc::CallbackServerContext* ctx,
 }
 
 grpc::ServerWriteReactor<v1::SubscribeResponse>* DelaydService::Subscribe(
-    grpc::CallbackServerContext* /*ctx*/, const v1::SubscribeRequest* req) {
+    grpc::CallbackServerContext* ctx, const v1::SubscribeRequest* req) {
+  const bool watcher = req->mode() == v1::SubscribeRequest::WATCHER;
+  if (Status s = Authorize(ctx, req->namespace_(), watcher ? kRead : kWork);
+      !s.ok()) {
+    return new FailedStream(s);
+  }
   if (scheduler_.shutting_down()) {
     return new FailedStream(Status::Unavailable("delayd is shutting down"));
   }
@@ -616,6 +690,9 @@ grpc::ServerWriteReactor<v1::SubscribeResponse>* DelaydService::Subscribe(
 grpc::ServerUnaryReactor* DelaydService::Ack(grpc::CallbackServerContext* ctx,
                                              const v1::AckRequest* req,
                                              v1::AckResponse* resp) {
+  if (Status s = Authorize(ctx, req->namespace_(), kWork); !s.ok()) {
+    return FinishNow(ctx, s);
+  }
   NamespaceId ns;
   if (Status s = Namespace(req->namespace_(), &ns); !s.ok()) {
     return FinishNow(ctx, s);
@@ -641,6 +718,7 @@ grpc::ServerUnaryReactor* DelaydService::Ack(grpc::CallbackServerContext* ctx,
 grpc::ServerUnaryReactor* DelaydService::Stats(grpc::CallbackServerContext* ctx,
                                                const v1::StatsRequest*,
                                                v1::StatsResponse* resp) {
+  if (Status s = AuthorizeAll(ctx, kAdmin); !s.ok()) return FinishNow(ctx, s);
   Counters& c = scheduler_.counters();
   resp->set_pending_timers(c.pending.load());
   resp->set_ready_events(c.ready.load());
@@ -714,17 +792,40 @@ DelaydServer::DelaydServer(Options options) : options_(std::move(options)) {}
 DelaydServer::~DelaydServer() { Shutdown(std::chrono::milliseconds(0)); }
 
 Status DelaydServer::Start() {
+  // Credentials first: a file that does not load stops the start before the
+  // store is opened.
+  if (!options_.auth_tokens.empty()) {
+    TokenTable table;
+    if (Status s = TokenTable::Load(options_.auth_tokens, &table); !s.ok()) {
+      return s;
+    }
+    auth_.Enable(std::move(table));
+  }
+  if (!options_.tls.cert.empty() || !options_.tls.key.empty()) {
+    if (options_.tls.cert.empty() || options_.tls.key.empty()) {
+      return Status::InvalidArgument(
+          "--tls-cert and --tls-key go together");
+    }
+    if (Status s = TlsCertificates::Create(options_.tls, &tls_); !s.ok()) {
+      return s;
+    }
+  } else if (!options_.tls.client_ca.empty()) {
+    return Status::InvalidArgument(
+        "--tls-client-ca needs --tls-cert and --tls-key");
+  }
   scheduler_ = std::make_unique<Scheduler>(options_.scheduler);
   if (Status s = scheduler_->Start(&recovery_); !s.ok()) {
     scheduler_.reset();
     return s;
   }
-  service_ = std::make_unique<DelaydService>(*scheduler_);
+  service_ = std::make_unique<DelaydService>(*scheduler_, auth_);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options_.listen, grpc::InsecureServerCredentials(),
-                           &port_);
+  std::shared_ptr<grpc::ServerCredentials> credentials =
+      grpc::InsecureServerCredentials();
+  if (tls_) credentials = tls_->credentials();
+  builder.AddListeningPort(options_.listen, credentials, &port_);
   builder.RegisterService(service_.get());
   std::vector<
       std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
@@ -741,20 +842,48 @@ Status DelaydServer::Start() {
   builder.AddChannelArgument(
       GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
-  // The largest valid request is a full batch of full-size payloads.
+  // gRPC has one receive limit per server, not per method. It is what the
+  // largest request needs: a Batch up to --max-batch-bytes, or one
+  // full-size timer. Requests of other methods are parsed within it and then
+  // held to their own field limits; their parsed size is at most a few
+  // times their bytes (no repeated message fields outside Batch, which reads
+  // its own bytes and stops at --max-batch-ops).
   const Limits& l = options_.scheduler.limits;
-  const std::size_t max_message =
-      l.max_batch_ops *
-          (l.max_payload_bytes + l.max_key_bytes + l.max_namespace_bytes + 64) +
-      4096;
-  builder.SetMaxReceiveMessageSize(
-      static_cast<int>(std::min<std::size_t>(max_message, 1u << 30)));
+  const std::size_t unary_message =
+      l.max_payload_bytes + l.max_key_bytes + l.max_namespace_bytes + 4096;
+  builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<std::size_t>(
+      std::max(options_.max_batch_bytes, unary_message), 1u << 30)));
+  // All of gRPC's memory for connections and calls, bounded.
+  grpc::ResourceQuota quota("delayd");
+  quota.Resize(options_.grpc_memory_bytes);
+  builder.SetResourceQuota(quota);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                             options_.max_streams_per_connection);
   server_ = builder.BuildAndStart();
   if (!server_ || port_ == 0) {
     server_.reset();
     return Status::Unavailable("cannot listen on " + options_.listen);
   }
   server_->GetHealthCheckService()->SetServingStatus(true);
+  return Status::Ok();
+}
+
+Status DelaydServer::Reload() {
+  std::string errors;
+  if (auth_.enabled()) {
+    TokenTable table;
+    if (Status s = TokenTable::Load(options_.auth_tokens, &table); s.ok()) {
+      auth_.Reload(std::move(table));
+    } else {
+      errors += s.message();
+    }
+  }
+  if (tls_) {
+    if (Status s = tls_->Reload(); !s.ok()) {
+      errors += (errors.empty() ? "" : "; ") + s.message();
+    }
+  }
+  if (!errors.empty()) return Status::InvalidArgument(errors);
   return Status::Ok();
 }
 

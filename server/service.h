@@ -16,11 +16,16 @@
 #include <string>
 
 #include "delayd/v1/delayd.grpc.pb.h"
+#include "server/auth.h"
 #include "server/batch_wire.h"
 #include "server/scheduler.h"
 #include "server/status.h"
+#include "server/tls.h"
 
 namespace delayd {
+
+// Whether a listen address ("host:port") is on the loopback interface.
+bool IsLoopback(std::string_view listen);
 
 // The one mapping from the core's status to gRPC's.
 grpc::Status ToGrpc(const Status& status);
@@ -72,7 +77,8 @@ class ArenaMessageAllocator : public grpc::MessageAllocator<Request, Response> {
 class DelaydService final : public v1::Delayd::WithRawCallbackMethod_Batch<
                                 v1::Delayd::CallbackService> {
  public:
-  explicit DelaydService(Scheduler& scheduler) : scheduler_(scheduler) {
+  DelaydService(Scheduler& scheduler, const Authorizer& auth)
+      : scheduler_(scheduler), auth_(auth) {
     SetMessageAllocatorFor_SetTimer(&set_allocator_);
   }
 
@@ -119,6 +125,14 @@ class DelaydService final : public v1::Delayd::WithRawCallbackMethod_Batch<
   };
   Status Namespace(std::string_view name, NamespaceId* id,
                    NamespaceCache* cache = nullptr);
+  // Whether the caller's token allows `permission` on namespace `name`
+  // (empty: the default namespace); see auth.h. Checked before anything
+  // else, so a refused call learns nothing and changes nothing.
+  Status Authorize(const grpc::CallbackServerContext* ctx,
+                   std::string_view name, std::uint8_t permission) const;
+  // Stats spans every namespace.
+  Status AuthorizeAll(const grpc::CallbackServerContext* ctx,
+                      std::uint8_t permission) const;
   Status Key(std::string_view key);
   Status FireTime(const WireTime& delay, const WireTime& at, WallNanos now,
                   WallNanos* fire_time);
@@ -130,6 +144,7 @@ class DelaydService final : public v1::Delayd::WithRawCallbackMethod_Batch<
                                      const Status& converted, Op op, Fill fill);
 
   Scheduler& scheduler_;
+  const Authorizer& auth_;
   ArenaMessageAllocator<v1::SetTimerRequest, v1::SetTimerResponse>
       set_allocator_;
 };
@@ -162,6 +177,17 @@ class DelaydServer {
     Scheduler::Options scheduler;
     std::chrono::milliseconds keepalive_time = std::chrono::seconds(30);
     std::chrono::milliseconds keepalive_timeout = std::chrono::seconds(10);
+    // TLS (empty cert: plaintext); see tls.h.
+    TlsCertificates::Files tls;
+    // Token file (empty: no authentication); see auth.h.
+    std::string auth_tokens;
+    // Largest Batch request in bytes; every other request is far smaller.
+    std::size_t max_batch_bytes = 16 << 20;
+    // Memory gRPC may take for connections and calls in flight (its
+    // ResourceQuota); past it, new calls wait or are refused.
+    std::size_t grpc_memory_bytes = 1u << 30;
+    // Concurrent calls (streams) per client connection.
+    int max_streams_per_connection = 1000;
   };
 
   explicit DelaydServer(Options options);
@@ -178,9 +204,16 @@ class DelaydServer {
   // then the scheduler stops. Idempotent.
   void Shutdown(std::chrono::milliseconds grace);
   Scheduler& scheduler() { return *scheduler_; }
+  // Reads the token file and the TLS certificates again (SIGHUP). What fails
+  // to load is not applied and is said in the result; the rest is.
+  Status Reload();
+  // Whether anything guards the port: TLS or tokens.
+  bool secured() const { return tls_ != nullptr || auth_.enabled(); }
 
  private:
   Options options_;
+  Authorizer auth_;
+  std::unique_ptr<TlsCertificates> tls_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<DelaydService> service_;
   std::unique_ptr<grpc::Server> server_;

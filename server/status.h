@@ -17,6 +17,8 @@ enum class Code {
   kResourceExhausted,
   kUnavailable,  // Shutting down.
   kInternal,
+  kUnauthenticated,   // No or unknown credentials.
+  kPermissionDenied,  // Known credentials without the needed grant.
 };
 
 class Status {
@@ -43,6 +45,12 @@ class Status {
   }
   static Status Internal(std::string m) {
     return {Code::kInternal, std::move(m)};
+  }
+  static Status Unauthenticated(std::string m) {
+    return {Code::kUnauthenticated, std::move(m)};
+  }
+  static Status PermissionDenied(std::string m) {
+    return {Code::kPermissionDenied, std::move(m)};
   }
 
   bool ok() const { return code_ == Code::kOk; }
