@@ -18,7 +18,7 @@ if [ "${DELAYD_DEPS:-all}" != build ]; then
     # faster rebuilds
     ccache
     # tests and benchmarks
-    libgtest-dev libgmock-dev libbenchmark-dev
+    libgtest-dev libgmock-dev libbenchmark-dev openssl
     # the other-language client tests: Debian's Python gRPC; Node.js, whose
     # gRPC packages come from npm (tests/clients/node/package-lock.json)
     python3-grpcio python3-protobuf nodejs
