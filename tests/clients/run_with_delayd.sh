@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Starts the real delayd on 127.0.0.1 (OS-picked port, fresh data directory),
-# runs a client test command against it with DELAYD_ENDPOINT set, stops
-# delayd, and exits with the command's status.
+# Starts the real delayd on 127.0.0.1 (OS-picked port, fresh data directory)
+# serving TLS with a certificate made here by openssl and requiring a bearer
+# token, runs a client test command against it with DELAYD_ENDPOINT,
+# DELAYD_TLS_CA (the CA's PEM file) and DELAYD_TOKEN set, stops delayd, and
+# exits with the command's status.
 # Usage: run_with_delayd.sh DELAYD COMMAND [ARGS...]
 set -uo pipefail
 delayd=$1
@@ -17,7 +19,20 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"$delayd" --listen 127.0.0.1:0 --data-dir "$work/data" >"$work/delayd.log" 2>&1 &
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+  -keyout "$work/ca.key" -out "$work/ca.pem" -days 2 -subj /CN=test-ca 2>/dev/null
+openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+  -keyout "$work/server.key" -out "$work/server.csr" -subj /CN=localhost 2>/dev/null
+printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' >"$work/ext"
+openssl x509 -req -in "$work/server.csr" -CA "$work/ca.pem" -CAkey "$work/ca.key" \
+  -CAcreateserial -out "$work/server.pem" -days 2 -extfile "$work/ext" 2>/dev/null
+token=$(openssl rand -hex 16)
+# Only the token's digest is in the file.
+printf 'sha256:%s * admin\n' "$(printf '%s' "$token" | sha256sum | cut -d' ' -f1)" >"$work/tokens"
+
+"$delayd" --listen 127.0.0.1:0 --data-dir "$work/data" \
+  --tls-cert "$work/server.pem" --tls-key "$work/server.key" \
+  --auth-tokens "$work/tokens" >"$work/delayd.log" 2>&1 &
 daemon_pid=$!
 deadline=$((SECONDS + 20))
 port=
@@ -32,7 +47,7 @@ while [ -z "$port" ]; do
     sleep 0.05  # Polls the log for the port, bounded by the deadline.
   fi
 done
-export DELAYD_ENDPOINT=127.0.0.1:$port
+export DELAYD_ENDPOINT=127.0.0.1:$port DELAYD_TLS_CA=$work/ca.pem DELAYD_TOKEN=$token
 "$@"
 status=$?
 if [ $status -ne 0 ]; then

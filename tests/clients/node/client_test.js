@@ -2,6 +2,9 @@
 // @grpc/proto-loader. A worker subscribes, receives timers set from Node,
 // acknowledges them; error statuses come through.
 //
+// Over TLS with a bearer token: DELAYD_TLS_CA is the CA to check the daemon
+// against and DELAYD_TOKEN the token; a call without the token is refused.
+//
 // Usage: node client_test.js PROTO_ROOT   (DELAYD_ENDPOINT names the daemon)
 'use strict';
 const assert = require('node:assert/strict');
@@ -18,7 +21,15 @@ const definition = protoLoader.loadSync('delayd/v1/delayd.proto', {
   defaults: true,
 });
 const {Delayd} = grpc.loadPackageDefinition(definition).delayd.v1;
-const client = new Delayd(endpoint, grpc.credentials.createInsecure());
+const tls = grpc.credentials.createSsl(
+    require('node:fs').readFileSync(process.env.DELAYD_TLS_CA));
+const bearer = grpc.credentials.createFromMetadataGenerator((_, callback) => {
+  const md = new grpc.Metadata();
+  md.set('authorization', `Bearer ${process.env.DELAYD_TOKEN}`);
+  callback(null, md);
+});
+const client = new Delayd(
+    endpoint, grpc.credentials.combineChannelCredentials(tls, bearer));
 
 const deadline = () => new Date(Date.now() + 5000);
 const call = (method, request) => new Promise((resolve, reject) => {
@@ -88,10 +99,20 @@ async function main() {
   const stats = await call('Stats', {});
   assert.equal(stats.in_flight_events, '0');
 
+  // TLS without the token: refused.
+  const anonymous = new Delayd(endpoint, tls);
+  await assert.rejects(
+      new Promise((resolve, reject) => anonymous.SetTimer(
+          {namespace: ns, key: 'anonymous', delay: {seconds: 60}},
+          {deadline: deadline()}, (err, r) => (err ? reject(err) : resolve(r)))),
+      (err) => err.code === grpc.status.UNAUTHENTICATED);
+  anonymous.close();
+
   stream.cancel();
   client.close();
   console.log(`node client: ${received.size} events received and ` +
-              'acknowledged; INVALID_ARGUMENT and NOT_FOUND seen');
+              'acknowledged; INVALID_ARGUMENT, NOT_FOUND and UNAUTHENTICATED ' +
+              'seen (TLS, token)');
 }
 
 main().catch((err) => {

@@ -3,6 +3,9 @@
 grpc_python_plugin, Debian's python3-grpcio. A worker subscribes, receives
 timers set from Python, acknowledges them; error statuses come through.
 
+Over TLS with a bearer token: DELAYD_TLS_CA is the CA to check the daemon
+against and DELAYD_TOKEN the token; a call without the token is refused.
+
 Usage: client_test.py PROTO_ROOT   (DELAYD_ENDPOINT names the daemon)
 """
 import os
@@ -32,8 +35,25 @@ try:
     def nanos(ts):
         return ts.seconds * 1_000_000_000 + ts.nanos
 
-    channel = grpc.insecure_channel(endpoint)
+    with open(os.environ["DELAYD_TLS_CA"], "rb") as f:
+        tls = grpc.ssl_channel_credentials(root_certificates=f.read())
+    # access_token_call_credentials sends "authorization: Bearer TOKEN".
+    channel = grpc.secure_channel(
+        endpoint,
+        grpc.composite_channel_credentials(
+            tls, grpc.access_token_call_credentials(os.environ["DELAYD_TOKEN"])))
     stub = pb_grpc.DelaydStub(channel)
+
+    # TLS without the token: refused, and nothing changes.
+    anonymous = grpc.secure_channel(endpoint, tls)
+    try:
+        pb_grpc.DelaydStub(anonymous).SetTimer(pb.SetTimerRequest(
+            namespace="python", key="anonymous",
+            delay=duration_pb2.Duration(seconds=60)), timeout=5)
+        raise AssertionError("a call without a token was accepted")
+    except grpc.RpcError as err:
+        assert err.code() == grpc.StatusCode.UNAUTHENTICATED, err
+    anonymous.close()
     ns = "python"
 
     # A worker: the first message (no events) says it is registered.
@@ -91,6 +111,6 @@ try:
     stream.cancel()
     channel.close()
     print(f"python client: {len(got)} events received and acknowledged; "
-          "INVALID_ARGUMENT and NOT_FOUND seen")
+          "INVALID_ARGUMENT, NOT_FOUND and UNAUTHENTICATED seen (TLS, token)")
 finally:
     shutil.rmtree(out)
