@@ -32,10 +32,14 @@ void Dispatcher::Publish(std::vector<Event> events) {
       view.reserve(events.size());
       for (const Event& e : events) view.push_back(&e);
       for (auto it = watchers_.begin(); it != watchers_.end();) {
-        if (Send(*it->second, view) > limits_.watcher_backlog) {
+        const Subscriber::Backlog b = Send(*it->second, view);
+        if (b.events > limits_.watcher_backlog ||
+            b.bytes > limits_.watcher_backlog_bytes) {
           it->second->End(Status::ResourceExhausted(
               "watcher fell more than " +
-              std::to_string(limits_.watcher_backlog) + " events behind"));
+              std::to_string(limits_.watcher_backlog) + " events or " +
+              std::to_string(limits_.watcher_backlog_bytes) +
+              " bytes behind (the watcher-backlog limits)"));
           it = watchers_.erase(it);
           counters_.watchers.fetch_sub(1);
         } else {
@@ -63,6 +67,9 @@ void Dispatcher::Subscribe(std::uint64_t id,
       subscriber->End(Status::Unavailable("delayd is shutting down"));
       return;
     }
+    subscriber->on_drained = [this] {
+      asio::post(strand_, [this] { Pump(); });
+    };
     if (options.watcher) {
       watchers_.emplace_back(id, std::move(subscriber));
       counters_.watchers.fetch_add(1);
@@ -214,8 +221,8 @@ void Dispatcher::OnAckTimeouts(std::vector<StrandWheel::Expired>& due) {
   Pump();
 }
 
-std::size_t Dispatcher::Send(Subscriber& sink,
-                             std::span<const Event* const> events) {
+Subscriber::Backlog Dispatcher::Send(Subscriber& sink,
+                                     std::span<const Event* const> events) {
   if (store_ == nullptr) return sink.Deliver(name_, events);
   std::vector<std::uint64_t> ids;
   ids.reserve(events.size());
@@ -248,10 +255,14 @@ void Dispatcher::Pump() {
   while (!ready_.empty() && idle_turns < workers_.size()) {
     next_worker_ %= workers_.size();
     Worker& w = workers_[next_worker_++];
-    const std::size_t room = std::min<std::size_t>(
-        w.max_in_flight -
-            std::min<std::size_t>(w.max_in_flight, w.in_flight.size()),
+    // Events not yet written count too, those that timed out among them:
+    // a worker that stops reading never holds more than max_in_flight.
+    const Subscriber::Backlog unwritten = w.sink->Unwritten();
+    const std::size_t held = std::max(w.in_flight.size(), unwritten.events);
+    std::size_t room = std::min<std::size_t>(
+        w.max_in_flight - std::min<std::size_t>(w.max_in_flight, held),
         kMaxBatch);
+    if (unwritten.bytes >= limits_.worker_backlog_bytes) room = 0;
     if (room == 0) {
       ++idle_turns;
       continue;

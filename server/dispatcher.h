@@ -5,9 +5,12 @@
 // a worker, with an ack deadline on a timing wheel). Each ready event goes to
 // one worker with room under its max_in_flight, round robin; an event whose
 // ack deadline passes, or whose worker goes away, is ready again (front of
-// the queue) and its next delivery has attempt + 1. Watchers get a copy of
-// each event when it is published; a watcher whose unwritten backlog passes
-// the limit is ended with RESOURCE_EXHAUSTED so that it never slows anyone.
+// the queue) and its next delivery has attempt + 1. A worker's room counts
+// what it has not yet been written too (events and bytes), so a worker that
+// stops reading holds at most max_in_flight events, however often they time
+// out and go to others. Watchers get a copy of each event when it is
+// published; a watcher whose unwritten backlog passes the limit (events or
+// bytes) is ended with RESOURCE_EXHAUSTED so that it never slows anyone.
 //
 // Thread safety: public methods may be called from any thread; they post to
 // the dispatcher's strand, where all state lives.
@@ -50,15 +53,28 @@ struct Counters {
 };
 
 // The receiving end of a subscription, implemented by the gRPC stream.
-class Subscriber {
+class Subscriber : public std::enable_shared_from_this<Subscriber> {
  public:
+  // What a subscriber holds that its client has not yet taken: events
+  // queued or being written.
+  struct Backlog {
+    std::size_t events = 0;
+    std::size_t bytes = 0;
+  };
   virtual ~Subscriber() = default;
   // Called on a dispatcher strand. Queues `events` for writing, without
-  // blocking, and returns how many events are queued and not yet written.
-  virtual std::size_t Deliver(std::string_view ns,
-                              std::span<const Event* const> events) = 0;
+  // blocking, and returns the backlog after queueing them.
+  virtual Backlog Deliver(std::string_view ns,
+                          std::span<const Event* const> events) = 0;
+  // The backlog now (any thread).
+  virtual Backlog Unwritten() const = 0;
   // Ends the stream with `status` once queued writes are done.
   virtual void End(const Status& status) = 0;
+
+  // Set by the dispatcher before anything is delivered; the subscriber
+  // calls it (from any thread) each time its backlog has been written out,
+  // so that a worker held back by its backlog gets more.
+  std::function<void()> on_drained;
 };
 
 struct SubscribeOptions {
@@ -129,7 +145,8 @@ class Dispatcher {
   void CancelAckTimer(Outstanding& o);
   // Hands `events` to `sink`, with their payloads read from the store first
   // if there is one.
-  std::size_t Send(Subscriber& sink, std::span<const Event* const> events);
+  Subscriber::Backlog Send(Subscriber& sink,
+                          std::span<const Event* const> events);
 
   const std::string name_;
   Counters& counters_;

@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   std::string tick = "1us";
   std::string max_delay = "3650d";
   std::string shutdown_grace = "5s";
+  std::string stream_write_timeout = "30s";
   std::string log_level = "info";
   std::string log_format = "text";
   std::string data_dir = "delayd-data";
@@ -102,6 +103,22 @@ int main(int argc, char** argv) {
       ->envname("DELAYD_WATCHER_BACKLOG")
       ->check(CLI::Range(std::size_t{1}, std::size_t{1'000'000}))
       ->capture_default_str();
+  app.add_option("--watcher-backlog-bytes", limits.watcher_backlog_bytes,
+                 "Bytes a watcher may fall behind before it is ended")
+      ->envname("DELAYD_WATCHER_BACKLOG_BYTES")
+      ->check(CLI::Range(std::size_t{1} << 16, std::size_t{1} << 32))
+      ->capture_default_str();
+  app.add_option("--worker-backlog-bytes", limits.worker_backlog_bytes,
+                 "Bytes queued for one worker beyond which it gets no more "
+                 "events until its stream takes them")
+      ->envname("DELAYD_WORKER_BACKLOG_BYTES")
+      ->check(CLI::Range(std::size_t{1} << 16, std::size_t{1} << 32))
+      ->capture_default_str();
+  app.add_option("--stream-write-timeout", stream_write_timeout,
+                 "A subscriber stream whose write takes longer is ended (its "
+                 "events go to other workers)")
+      ->envname("DELAYD_STREAM_WRITE_TIMEOUT")
+      ->capture_default_str();
   app.add_option("--shutdown-grace", shutdown_grace,
                  "How long calls in flight get to finish on SIGTERM")
       ->envname("DELAYD_SHUTDOWN_GRACE")
@@ -175,6 +192,16 @@ int main(int argc, char** argv) {
                  shutdown_grace.c_str());
     return 1;
   }
+  const auto write_timeout_ns = delayd::ParseDuration(stream_write_timeout);
+  if (!write_timeout_ns || *write_timeout_ns < std::chrono::milliseconds(100) ||
+      *write_timeout_ns > std::chrono::hours(1)) {
+    std::fprintf(stderr,
+                 "--stream-write-timeout: not a duration from 100ms to 1h: "
+                 "%s\n",
+                 stream_write_timeout.c_str());
+    return 1;
+  }
+  limits.stream_write_timeout = *write_timeout_ns;
   if (!in_memory) {
     delayd::StoreOptions store;
     store.dir = data_dir;

@@ -85,6 +85,8 @@ class Scheduler {
 
   std::uint64_t NewSubscriberId() { return next_subscriber_id_.fetch_add(1); }
   Counters& counters() { return counters_; }
+  // The pool's io_context (for timers of the layers above).
+  asio::io_context& io() { return io_; }
   const Limits& limits() const { return options_.limits; }
   std::uint32_t partitions() const { return options_.partitions; }
   bool shutting_down() const { return shutting_down_.load(); }

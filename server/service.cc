@@ -100,17 +100,23 @@ grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* ctx,
 
 // The write side of one Subscribe stream, shared between the reactor (gRPC
 // threads) and a dispatcher (its strand). One write in flight at a time;
-// events that arrive meanwhile are gathered into the next message. A
-// recursive mutex because gRPC may run a reaction inline from Finish().
+// events that arrive meanwhile are gathered into the next message. A write
+// that has not completed within the stream-write timeout cancels the call
+// (the client stopped reading): the reactor then ends, and the dispatcher
+// gives a worker's events to others. A recursive mutex because gRPC may run
+// a reaction inline from Finish().
 class StreamSink : public Subscriber {
  public:
-  explicit StreamSink(grpc::ServerWriteReactor<v1::SubscribeResponse>* r)
-      : reactor_(r) {}
+  StreamSink(grpc::ServerWriteReactor<v1::SubscribeResponse>* r,
+             grpc::CallbackServerContext* ctx, asio::io_context& io,
+             std::chrono::nanoseconds write_timeout)
+      : reactor_(r), ctx_(ctx), write_timer_(io), write_timeout_(write_timeout) {}
 
-  std::size_t Deliver(std::string_view ns,
-                      std::span<const Event* const> events) override {
+  Backlog Deliver(std::string_view ns,
+                  std::span<const Event* const> events) override {
     std::lock_guard lock(mu_);
-    if (reactor_ == nullptr || ending_) return 0;
+    if (reactor_ == nullptr || ending_) return {};
+    std::size_t bytes = 0;
     for (const Event* e : events) {
       v1::Event* out = next_.add_events();
       out->set_id(e->id);
@@ -123,10 +129,17 @@ class StreamSink : public Subscriber {
       out->set_attempt(e->attempt);
       out->set_reason(e->reason == Reason::kDrained ? v1::REASON_DRAINED
                                                     : v1::REASON_EXPIRED);
+      bytes += EventBytes(ns, *e);
     }
-    queued_ += events.size();
+    next_bytes_ += bytes;
+    unwritten_events_.fetch_add(events.size());
+    unwritten_bytes_.fetch_add(bytes);
     Pump();
-    return queued_;
+    return Unwritten();
+  }
+
+  Backlog Unwritten() const override {
+    return {unwritten_events_.load(), unwritten_bytes_.load()};
   }
 
   void End(const Status& status) override {
@@ -146,23 +159,36 @@ class StreamSink : public Subscriber {
   }
 
   void OnWriteDone(bool ok) {
-    std::lock_guard lock(mu_);
-    writing_ = false;
-    queued_ -= in_write_;
-    in_write_ = 0;
-    if (!ok && !ending_) {
-      ending_ = true;
-      end_status_ = Status::Unavailable("stream broken");
+    std::function<void()> drained;
+    {
+      std::lock_guard lock(mu_);
+      write_timer_.cancel();
+      writing_ = false;
+      unwritten_events_.fetch_sub(in_write_);
+      unwritten_bytes_.fetch_sub(in_write_bytes_);
+      in_write_ = in_write_bytes_ = 0;
+      if (!ok && !ending_) {
+        ending_ = true;
+        end_status_ = Status::Unavailable("stream broken");
+      }
+      Pump();
+      if (ok && !writing_ && !ending_) drained = on_drained;
     }
-    Pump();
+    if (drained) drained();
   }
 
   void Detach() {
     std::lock_guard lock(mu_);
+    write_timer_.cancel();
     reactor_ = nullptr;
   }
 
  private:
+  // About what an event costs on the wire and in the queued message.
+  static std::size_t EventBytes(std::string_view ns, const Event& e) {
+    return ns.size() + e.blob.key().size() + e.blob.payload().size() + 64;
+  }
+
   // Starts the next write, or finishes once writes are done. Under mu_.
   void Pump() {
     if (reactor_ == nullptr || writing_ || finished_) return;
@@ -175,17 +201,41 @@ class StreamSink : public Subscriber {
     force_write_ = false;
     writing_ = true;
     in_write_ = static_cast<std::size_t>(next_.events_size());
+    in_write_bytes_ = next_bytes_;
+    next_bytes_ = 0;
     in_flight_msg_.Swap(&next_);
     next_.Clear();
+    write_timer_.expires_after(write_timeout_);
+    write_timer_.async_wait([this, self = weak_from_this()](
+                                const asio::error_code& ec) {
+      if (ec) return;
+      auto alive = self.lock();
+      if (!alive) return;
+      std::lock_guard lock(mu_);
+      if (!writing_ || reactor_ == nullptr) return;
+      spdlog::warn(
+          "subscriber {}: a write did not complete within {} s; ending the "
+          "stream ({} events unwritten)",
+          ctx_->peer(),
+          std::chrono::duration<double>(write_timeout_).count(),
+          unwritten_events_.load());
+      ctx_->TryCancel();
+    });
     reactor_->StartWrite(&in_flight_msg_);
   }
 
-  std::recursive_mutex mu_;
+  mutable std::recursive_mutex mu_;
   grpc::ServerWriteReactor<v1::SubscribeResponse>* reactor_;
+  grpc::CallbackServerContext* const ctx_;
+  asio::steady_timer write_timer_;
+  const std::chrono::nanoseconds write_timeout_;
   v1::SubscribeResponse next_;
   v1::SubscribeResponse in_flight_msg_;
-  std::size_t queued_ = 0;  // Events not yet written.
+  std::size_t next_bytes_ = 0;
   std::size_t in_write_ = 0;
+  std::size_t in_write_bytes_ = 0;
+  std::atomic<std::size_t> unwritten_events_{0};
+  std::atomic<std::size_t> unwritten_bytes_{0};
   bool writing_ = false;
   bool force_write_ = false;
   bool ending_ = false;
@@ -196,12 +246,14 @@ class StreamSink : public Subscriber {
 class SubscribeReactor
     : public grpc::ServerWriteReactor<v1::SubscribeResponse> {
  public:
-  SubscribeReactor(Scheduler& scheduler, NamespaceId ns,
-                   SubscribeOptions options)
+  SubscribeReactor(Scheduler& scheduler, grpc::CallbackServerContext* ctx,
+                   NamespaceId ns, SubscribeOptions options)
       : scheduler_(scheduler),
         ns_(ns),
         id_(scheduler.NewSubscriberId()),
-        sink_(std::make_shared<StreamSink>(this)) {
+        sink_(std::make_shared<StreamSink>(
+            this, ctx, scheduler.io(),
+            scheduler.limits().stream_write_timeout)) {
     scheduler_.dispatcher(ns_).Subscribe(
         id_, sink_, options, [sink = sink_] { sink->SendRegistered(); });
   }
@@ -684,7 +736,7 @@ grpc::ServerWriteReactor<v1::SubscribeResponse>* DelaydService::Subscribe(
         "subscriber limit of " +
         std::to_string(scheduler_.limits().max_subscribers) + " reached"));
   }
-  return new SubscribeReactor(scheduler_, ns, options);
+  return new SubscribeReactor(scheduler_, ctx, ns, options);
 }
 
 grpc::ServerUnaryReactor* DelaydService::Ack(grpc::CallbackServerContext* ctx,

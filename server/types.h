@@ -39,8 +39,16 @@ struct Limits {
   std::size_t max_batch_ops = 1000;
   std::size_t max_subscribers = 10'000;
   std::size_t max_namespaces = 10'000;  // At most 65536.
-  // Events queued for one watcher before it is ended as too slow.
+  // Events, and bytes, queued for one watcher before it is ended as too
+  // slow.
   std::size_t watcher_backlog = 10'000;
+  std::size_t watcher_backlog_bytes = 16 << 20;
+  // Bytes queued for one worker beyond which it gets no more events until
+  // its stream takes them (it always gets at least one event).
+  std::size_t worker_backlog_bytes = 16 << 20;
+  // A stream whose write has not completed by then is ended; a worker's
+  // events go to others.
+  std::chrono::nanoseconds stream_write_timeout = std::chrono::seconds(30);
 };
 
 // A timer's key (at most 65535 bytes) and payload, 40 bytes: stored inline

@@ -28,15 +28,36 @@ class FakeSubscriber : public Subscriber {
     WallNanos fire_time;
     WallNanos received;
   };
-  std::size_t Deliver(std::string_view,
-                      std::span<const Event* const> events) override {
+  // A stalled subscriber writes nothing: what it is given stays unwritten
+  // until Unstall().
+  explicit FakeSubscriber(bool stalled = false) : stalled_(stalled) {}
+
+  Backlog Deliver(std::string_view,
+                  std::span<const Event* const> events) override {
     std::lock_guard lock(mu_);
     for (const Event* e : events) {
       got_.push_back(
           {e->id, std::string(e->blob.key()), e->fire_time, WallNow()});
+      if (stalled_) {
+        ++unwritten_.events;
+        unwritten_.bytes += e->blob.key().size() + e->blob.payload().size();
+      }
     }
     cv_.notify_all();
-    return 0;
+    return unwritten_;
+  }
+  Backlog Unwritten() const override {
+    std::lock_guard lock(mu_);
+    return unwritten_;
+  }
+  // Everything unwritten is written now.
+  void Unstall() {
+    {
+      std::lock_guard lock(mu_);
+      stalled_ = false;
+      unwritten_ = {};
+    }
+    on_drained();
   }
   void End(const Status& status) override {
     std::lock_guard lock(mu_);
@@ -59,9 +80,11 @@ class FakeSubscriber : public Subscriber {
   }
 
  private:
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<Got> got_;
+  bool stalled_ = false;
+  Backlog unwritten_;
   bool ended_ = false;
   Code end_code_ = Code::kOk;
 };
@@ -78,11 +101,14 @@ class SchedulerTest : public ::testing::Test {
     o.threads = 3;
     return o;
   }
-  std::shared_ptr<FakeSubscriber> Worker(std::uint32_t max_in_flight) {
-    auto sub = std::make_shared<FakeSubscriber>();
+  std::shared_ptr<FakeSubscriber> Worker(
+      std::uint32_t max_in_flight, bool stalled = false,
+      std::chrono::nanoseconds ack_timeout = std::chrono::seconds(30)) {
+    auto sub = std::make_shared<FakeSubscriber>(stalled);
     std::promise<void> registered;
     SubscribeOptions options;
     options.max_in_flight = max_in_flight;
+    options.ack_timeout = ack_timeout;
     scheduler_.dispatcher(ns_).Subscribe(scheduler_.NewSubscriberId(), sub,
                                          options,
                                          [&] { registered.set_value(); });
@@ -258,6 +284,37 @@ TEST_F(SchedulerTest, ShutdownEndsSubscribersAndRefusesOperations) {
   EXPECT_EQ(worker->end_code(), Code::kUnavailable);
   EXPECT_EQ(Apply(SetOp{ns_, Blob("k", ""), WallNow()}).status.code(),
             Code::kUnavailable);
+}
+
+// A worker whose stream takes nothing (a wedged process on a live
+// connection) holds at most max_in_flight events, however often they time
+// out and go to another worker; once its stream drains it gets more.
+TEST_F(SchedulerTest, StalledWorkerNeverHoldsMoreThanItsRoom) {
+  auto stalled = Worker(10, /*stalled=*/true, 100ms);
+  const WallNanos now = WallNow();
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_TRUE(Apply(SetOp{ns_, Blob("k" + std::to_string(i), "p"), now})
+                    .status.ok());
+  }
+  ASSERT_EQ(stalled->WaitFor(10, 5000ms).size(), 10u);
+  // Another worker takes everything, the stalled one's ten among them
+  // (after their ack timeout), while the stalled one gets nothing more.
+  auto live = Worker(100);  // Full once it has all 100.
+  std::set<std::uint64_t> ids;
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (ids.size() < 100 && std::chrono::steady_clock::now() < deadline) {
+    for (const auto& g : live->WaitFor(ids.size() + 1, 1000ms)) {
+      ids.insert(g.id);
+    }
+  }
+  EXPECT_EQ(ids.size(), 100u);
+  EXPECT_EQ(stalled->WaitFor(11, 300ms).size(), 10u);
+  // Written out at last: it has room again, and takes the next event.
+  stalled->Unstall();
+  ASSERT_TRUE(
+      Apply(SetOp{ns_, Blob("after", "p"), WallNow()}).status.ok());
+  const auto got = stalled->WaitFor(11, 5000ms);
+  EXPECT_GE(got.size(), 11u);
 }
 
 }  // namespace
