@@ -173,7 +173,76 @@ Status Scheduler::Intern(std::string_view name, NamespaceId* id) {
     if (Status s = store_->PutNamespace(next, key); !s.ok()) return s;
   }
   *id = AddNamespace(key);
+  // Subscribers that waited for the namespace move in.
+  if (auto w = waiting_.find(key); w != waiting_.end()) {
+    for (Waiting& sub : w->second) {
+      CountWaiting(sub, -1);  // The dispatcher counts it from now on.
+      dispatchers_[*id]->Subscribe(sub.id, std::move(sub.subscriber),
+                                   sub.options, [] {});
+    }
+    waiting_.erase(w);
+  }
   return Status::Ok();
+}
+
+void Scheduler::CountWaiting(const Waiting& w, int delta) {
+  auto& counter = w.options.watcher ? counters_.watchers : counters_.workers;
+  if (delta > 0) {
+    counter.fetch_add(1);
+  } else {
+    counter.fetch_sub(1);
+  }
+}
+
+bool Scheduler::Find(std::string_view name, NamespaceId* id) {
+  std::shared_lock lock(ns_mutex_);
+  auto it = ns_ids_.find(name);
+  if (it == ns_ids_.end()) return false;
+  *id = it->second;
+  return true;
+}
+
+void Scheduler::Subscribe(std::string_view name, std::uint64_t id,
+                          std::shared_ptr<Subscriber> subscriber,
+                          SubscribeOptions options,
+                          std::function<void()> done) {
+  {
+    std::unique_lock lock(ns_mutex_);
+    auto it = ns_ids_.find(name);
+    if (it == ns_ids_.end() && !shutting_down_) {
+      auto w = waiting_.find(name);
+      if (w == waiting_.end()) {
+        w = waiting_.emplace(std::string(name), std::vector<Waiting>()).first;
+      }
+      w->second.push_back(Waiting{id, std::move(subscriber), options});
+      CountWaiting(w->second.back(), +1);
+      lock.unlock();
+      done();
+      return;
+    }
+    if (it != ns_ids_.end()) {
+      dispatchers_[it->second]->Subscribe(id, std::move(subscriber), options,
+                                          std::move(done));
+      return;
+    }
+  }
+  subscriber->End(ShuttingDown());
+}
+
+void Scheduler::Unsubscribe(std::string_view name, std::uint64_t id) {
+  std::unique_lock lock(ns_mutex_);
+  if (auto it = ns_ids_.find(name); it != ns_ids_.end()) {
+    dispatchers_[it->second]->Unsubscribe(id);
+    return;
+  }
+  auto w = waiting_.find(name);
+  if (w == waiting_.end()) return;
+  std::erase_if(w->second, [this, id](const Waiting& s) {
+    if (s.id != id) return false;
+    CountWaiting(s, -1);
+    return true;
+  });
+  if (w->second.empty()) waiting_.erase(w);
 }
 
 std::uint32_t Scheduler::PartitionOf(NamespaceId ns,
@@ -403,9 +472,17 @@ void Scheduler::ListFrom(NamespaceId ns, std::string prefix, std::size_t limit,
 void Scheduler::Shutdown(std::function<void()> done) {
   shutting_down_ = true;
   std::vector<Dispatcher*> all;
+  decltype(waiting_) waiting;
   {
-    std::shared_lock lock(ns_mutex_);
+    std::unique_lock lock(ns_mutex_);
     for (auto& d : owned_dispatchers_) all.push_back(d.get());
+    waiting.swap(waiting_);
+  }
+  for (auto& [name, subs] : waiting) {
+    for (Waiting& sub : subs) {
+      CountWaiting(sub, -1);
+      sub.subscriber->End(ShuttingDown());
+    }
   }
   // A barrier through every partition (so every operation accepted before
   // now has answered) and every dispatcher (closing its streams).

@@ -59,9 +59,22 @@ class Scheduler {
   // pool. Fails, starting nothing, if the store cannot be opened or read.
   Status Start(RecoveryReport* report = nullptr);
 
-  // The id of a namespace, created on first use. RESOURCE_EXHAUSTED beyond
-  // the namespace limit.
+  // The id of a namespace, created on first use (by a write).
+  // RESOURCE_EXHAUSTED beyond the namespace limit.
   Status Intern(std::string_view name, NamespaceId* id);
+  // The id of namespace `name` if it exists. Reads and refused calls use
+  // this: they never create a namespace.
+  bool Find(std::string_view name, NamespaceId* id);
+
+  // Registers a subscriber of namespace `name`, which need not exist yet:
+  // then it waits outside the namespace table (it does not count against
+  // the namespace limit) and moves to the namespace when a write creates
+  // it. `done` runs once it is registered, before anything is delivered.
+  void Subscribe(std::string_view name, std::uint64_t id,
+                 std::shared_ptr<Subscriber> subscriber,
+                 SubscribeOptions options, std::function<void()> done);
+  // Forgets a subscriber (its stream ended).
+  void Unsubscribe(std::string_view name, std::uint64_t id);
   Dispatcher& dispatcher(NamespaceId id) { return *dispatchers_[id]; }
 
   // Applies one operation; `done` runs on the key's partition strand.
@@ -129,6 +142,18 @@ class Scheduler {
                      std::equal_to<>>
       ns_ids_;
   std::unique_ptr<Dispatcher*[]> dispatchers_;
+  // Subscribers of namespaces that do not exist yet, by name (under
+  // ns_mutex_).
+  struct Waiting {
+    std::uint64_t id;
+    std::shared_ptr<Subscriber> subscriber;
+    SubscribeOptions options;
+  };
+  std::unordered_map<std::string, std::vector<Waiting>, KeyedStringHash,
+                     std::equal_to<>>
+      waiting_;
+  // Counts a waiting subscriber in the workers or watchers gauge.
+  void CountWaiting(const Waiting& w, int delta);
   std::vector<std::unique_ptr<Dispatcher>> owned_dispatchers_;
   std::atomic<bool> shutting_down_{false};
   std::atomic<std::uint64_t> next_subscriber_id_{1};

@@ -247,15 +247,15 @@ class SubscribeReactor
     : public grpc::ServerWriteReactor<v1::SubscribeResponse> {
  public:
   SubscribeReactor(Scheduler& scheduler, grpc::CallbackServerContext* ctx,
-                   NamespaceId ns, SubscribeOptions options)
+                   std::string ns, SubscribeOptions options)
       : scheduler_(scheduler),
-        ns_(ns),
+        ns_(std::move(ns)),
         id_(scheduler.NewSubscriberId()),
         sink_(std::make_shared<StreamSink>(
             this, ctx, scheduler.io(),
             scheduler.limits().stream_write_timeout)) {
-    scheduler_.dispatcher(ns_).Subscribe(
-        id_, sink_, options, [sink = sink_] { sink->SendRegistered(); });
+    scheduler_.Subscribe(ns_, id_, sink_, options,
+                         [sink = sink_] { sink->SendRegistered(); });
   }
 
   void OnWriteDone(bool ok) override { sink_->OnWriteDone(ok); }
@@ -264,14 +264,14 @@ class SubscribeReactor
   }
   void OnDone() override {
     sink_->Detach();
-    scheduler_.dispatcher(ns_).Unsubscribe(id_);
+    scheduler_.Unsubscribe(ns_, id_);
     scheduler_.counters().subscribers.fetch_sub(1);
     delete this;
   }
 
  private:
   Scheduler& scheduler_;
-  const NamespaceId ns_;
+  const std::string ns_;
   const std::uint64_t id_;
   std::shared_ptr<StreamSink> sink_;
 };
@@ -286,12 +286,7 @@ class FailedStream : public grpc::ServerWriteReactor<v1::SubscribeResponse> {
 
 // ---- validation ----
 
-Status DelaydService::Namespace(std::string_view name, NamespaceId* id,
-                                NamespaceCache* cache) {
-  if (cache != nullptr && cache->valid && cache->name == name) {
-    *id = cache->id;
-    return Status::Ok();
-  }
+Status DelaydService::NamespaceName(std::string_view name) const {
   const std::string_view ns = name.empty() ? "default" : name;
   const Limits& limits = scheduler_.limits();
   if (ns.size() > limits.max_namespace_bytes) {
@@ -308,7 +303,23 @@ Status DelaydService::Namespace(std::string_view name, NamespaceId* id,
           "namespace: only letters, digits and . _ - : / are allowed");
     }
   }
-  Status s = scheduler_.Intern(ns, id);
+  return Status::Ok();
+}
+
+Status DelaydService::Namespace(std::string_view name, NamespaceId* id,
+                                NamespaceCache* cache, bool create) {
+  if (cache != nullptr && cache->valid && cache->name == name) {
+    *id = cache->id;
+    return Status::Ok();
+  }
+  if (Status s = NamespaceName(name); !s.ok()) return s;
+  const std::string_view ns = name.empty() ? "default" : name;
+  Status s;
+  if (create) {
+    s = scheduler_.Intern(ns, id);
+  } else if (!scheduler_.Find(ns, id)) {
+    s = Status::NotFound("no namespace '" + std::string(ns) + "'");
+  }
   if (s.ok() && cache != nullptr) *cache = {name, true, *id};
   return s;
 }
@@ -392,22 +403,30 @@ Status DelaydService::ToOp(const OpFields& f, WallNanos now, Op* op,
     return Status::InvalidArgument(
         "op: one of set, move or remove is required");
   }
-  NamespaceId ns;
-  if (Status s = Namespace(f.ns, &ns, cache); !s.ok()) return s;
+  // Every field is checked before the namespace is looked up, and only a
+  // set creates one: a refused call changes nothing.
+  if (Status s = NamespaceName(f.ns); !s.ok()) return s;
   if (Status s = Key(f.key); !s.ok()) return s;
   WallNanos fire_time = 0;
-  if (f.kind == Kind::kRemove) {
-    *op = RemoveOp{ns, std::string(f.key), f.expected_version};
-    return Status::Ok();
-  }
   if (f.kind == Kind::kSet &&
       f.payload.size() > scheduler_.limits().max_payload_bytes) {
     return Status::InvalidArgument(
         "payload: larger than " +
         std::to_string(scheduler_.limits().max_payload_bytes) + " bytes");
   }
-  if (Status s = FireTime(f.delay, f.fire_time, now, &fire_time); !s.ok()) {
-    return s;
+  if (f.kind != Kind::kRemove) {
+    if (Status s = FireTime(f.delay, f.fire_time, now, &fire_time); !s.ok()) {
+      return s;
+    }
+  }
+  NamespaceId ns;
+  if (Status s = Namespace(f.ns, &ns, cache, f.kind == Kind::kSet); !s.ok()) {
+    if (s.code() != Code::kNotFound) return s;
+    return Status::NotFound("no pending timer '" + std::string(f.key) + "'");
+  }
+  if (f.kind == Kind::kRemove) {
+    *op = RemoveOp{ns, std::string(f.key), f.expected_version};
+    return Status::Ok();
   }
   if (f.kind == Kind::kMove) {
     *op = MoveOp{ns, std::string(f.key), fire_time, f.expected_version};
@@ -483,6 +502,8 @@ grpc::ServerUnaryReactor* DelaydService::Drain(grpc::CallbackServerContext* ctx,
   }
   NamespaceId ns;
   if (Status s = Namespace(req->namespace_(), &ns); !s.ok()) {
+    // A namespace that does not exist has nothing to drain.
+    if (s.code() == Code::kNotFound) s = Status::Ok();
     return FinishNow(ctx, s);
   }
   auto* reactor = ctx->DefaultReactor();
@@ -499,11 +520,15 @@ grpc::ServerUnaryReactor* DelaydService::GetTimer(
   if (Status s = Authorize(ctx, req->namespace_(), kRead); !s.ok()) {
     return FinishNow(ctx, s);
   }
-  NamespaceId ns;
-  if (Status s = Namespace(req->namespace_(), &ns); !s.ok()) {
+  if (Status s = NamespaceName(req->namespace_()); !s.ok()) {
     return FinishNow(ctx, s);
   }
   if (Status s = Key(req->key()); !s.ok()) return FinishNow(ctx, s);
+  NamespaceId ns;
+  if (!Namespace(req->namespace_(), &ns).ok()) {
+    return FinishNow(
+        ctx, Status::NotFound("no pending timer '" + req->key() + "'"));
+  }
   auto* reactor = ctx->DefaultReactor();
   const std::string& name = scheduler_.dispatcher(ns).name();
   scheduler_.Get(ns, req->key(),
@@ -520,8 +545,7 @@ grpc::ServerUnaryReactor* DelaydService::ListTimers(
   if (Status s = Authorize(ctx, req->namespace_(), kRead); !s.ok()) {
     return FinishNow(ctx, s);
   }
-  NamespaceId ns;
-  if (Status s = Namespace(req->namespace_(), &ns); !s.ok()) {
+  if (Status s = NamespaceName(req->namespace_()); !s.ok()) {
     return FinishNow(ctx, s);
   }
   if (req->page_size() > 1000) {
@@ -544,6 +568,10 @@ grpc::ServerUnaryReactor* DelaydService::ListTimers(
         cursor.partition >= scheduler_.partitions()) {
       return FinishNow(ctx, Status::InvalidArgument("page_token: malformed"));
     }
+  }
+  NamespaceId ns;
+  if (!Namespace(req->namespace_(), &ns).ok()) {
+    return FinishNow(ctx, Status::Ok());  // No such namespace: no timers.
   }
   auto* reactor = ctx->DefaultReactor();
   const std::string& name = scheduler_.dispatcher(ns).name();
@@ -703,8 +731,7 @@ grpc::ServerWriteReactor<v1::SubscribeResponse>* DelaydService::Subscribe(
   if (scheduler_.shutting_down()) {
     return new FailedStream(Status::Unavailable("delayd is shutting down"));
   }
-  NamespaceId ns;
-  if (Status s = Namespace(req->namespace_(), &ns); !s.ok()) {
+  if (Status s = NamespaceName(req->namespace_()); !s.ok()) {
     return new FailedStream(s);
   }
   SubscribeOptions options;
@@ -736,7 +763,9 @@ grpc::ServerWriteReactor<v1::SubscribeResponse>* DelaydService::Subscribe(
         "subscriber limit of " +
         std::to_string(scheduler_.limits().max_subscribers) + " reached"));
   }
-  return new SubscribeReactor(scheduler_, ctx, ns, options);
+  return new SubscribeReactor(
+      scheduler_, ctx,
+      req->namespace_().empty() ? "default" : req->namespace_(), options);
 }
 
 grpc::ServerUnaryReactor* DelaydService::Ack(grpc::CallbackServerContext* ctx,
@@ -745,12 +774,17 @@ grpc::ServerUnaryReactor* DelaydService::Ack(grpc::CallbackServerContext* ctx,
   if (Status s = Authorize(ctx, req->namespace_(), kWork); !s.ok()) {
     return FinishNow(ctx, s);
   }
-  NamespaceId ns;
-  if (Status s = Namespace(req->namespace_(), &ns); !s.ok()) {
+  if (Status s = NamespaceName(req->namespace_()); !s.ok()) {
     return FinishNow(ctx, s);
   }
   if (req->event_ids_size() == 0) {
     return FinishNow(ctx, Status::InvalidArgument("event_ids: empty"));
+  }
+  NamespaceId ns;
+  if (!Namespace(req->namespace_(), &ns).ok()) {
+    // No such namespace: none of its events are outstanding.
+    for (auto id : req->event_ids()) resp->add_unknown_ids(id);
+    return FinishNow(ctx, Status::Ok());
   }
   auto* reactor = ctx->DefaultReactor();
   scheduler_.dispatcher(ns).Ack(

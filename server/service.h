@@ -123,8 +123,12 @@ class DelaydService final : public v1::Delayd::WithRawCallbackMethod_Batch<
     bool valid = false;
     NamespaceId id = 0;
   };
+  // Checks a namespace name (empty: "default"). No side effects.
+  Status NamespaceName(std::string_view name) const;
+  // Resolves a namespace: creates it if `create` (a write), else NOT_FOUND
+  // if it does not exist.
   Status Namespace(std::string_view name, NamespaceId* id,
-                   NamespaceCache* cache = nullptr);
+                   NamespaceCache* cache = nullptr, bool create = false);
   // Whether the caller's token allows `permission` on namespace `name`
   // (empty: the default namespace); see auth.h. Checked before anything
   // else, so a refused call learns nothing and changes nothing.

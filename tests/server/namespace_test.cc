@@ -1,0 +1,159 @@
+// Namespaces are created by writes only: reads and refused calls on names
+// that do not exist change nothing, so they cannot use up the namespace
+// limit; a subscriber may wait for a namespace that does not exist yet.
+#include <gtest/gtest.h>
+
+#include "tests/common/temp_dir.h"
+#include "tests/server/test_client.h"
+
+namespace delayd {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::Millis;
+using testing::TestDaemon;
+using testing::TestStream;
+
+DelaydServer::Options FewNamespaces(const std::string& data_dir = "") {
+  auto o = TestDaemon::DefaultOptions();
+  o.scheduler.limits.max_namespaces = 2;
+  if (!data_dir.empty()) {
+    StoreOptions store;
+    store.dir = data_dir;
+    o.scheduler.store = store;
+  }
+  return o;
+}
+
+grpc::StatusCode Set(v1::Delayd::Stub& stub, const std::string& ns,
+                     const std::string& key, std::int64_t delay_ms = 3600000) {
+  grpc::ClientContext ctx;
+  v1::SetTimerRequest r;
+  r.set_namespace_(ns);
+  r.set_key(key);
+  *r.mutable_delay() = Millis(delay_ms);
+  v1::SetTimerResponse resp;
+  return stub.SetTimer(&ctx, r, &resp).error_code();
+}
+
+// Every kind of call that does not write, on 100 names that do not exist.
+void ReadEverywhere(v1::Delayd::Stub& stub) {
+  for (int i = 0; i < 100; ++i) {
+    const std::string ns = "probe-" + std::to_string(i);
+    {
+      grpc::ClientContext ctx;
+      v1::GetTimerRequest r;
+      r.set_namespace_(ns);
+      r.set_key("k");
+      v1::Timer t;
+      EXPECT_EQ(stub.GetTimer(&ctx, r, &t).error_code(),
+                grpc::StatusCode::NOT_FOUND);
+    }
+    {
+      grpc::ClientContext ctx;
+      v1::ListTimersRequest r;
+      r.set_namespace_(ns);
+      v1::ListTimersResponse resp;
+      EXPECT_TRUE(stub.ListTimers(&ctx, r, &resp).ok());
+      EXPECT_EQ(resp.timers_size(), 0);
+    }
+    {
+      grpc::ClientContext ctx;
+      v1::AckRequest r;
+      r.set_namespace_(ns);
+      r.add_event_ids(7);
+      v1::AckResponse resp;
+      EXPECT_TRUE(stub.Ack(&ctx, r, &resp).ok());
+      EXPECT_EQ(resp.unknown_ids_size(), 1);
+    }
+    {
+      grpc::ClientContext ctx;
+      v1::DrainRequest r;
+      r.set_namespace_(ns);
+      v1::DrainResponse resp;
+      EXPECT_TRUE(stub.Drain(&ctx, r, &resp).ok());
+      EXPECT_EQ(resp.drained(), 0u);
+    }
+    {
+      grpc::ClientContext ctx;
+      v1::MoveTimerRequest r;
+      r.set_namespace_(ns);
+      r.set_key("k");
+      *r.mutable_delay() = Millis(1000);
+      v1::MoveTimerResponse resp;
+      EXPECT_EQ(stub.MoveTimer(&ctx, r, &resp).error_code(),
+                grpc::StatusCode::NOT_FOUND);
+    }
+    {
+      grpc::ClientContext ctx;
+      v1::RemoveTimerRequest r;
+      r.set_namespace_(ns);
+      r.set_key("k");
+      v1::RemoveTimerResponse resp;
+      EXPECT_EQ(stub.RemoveTimer(&ctx, r, &resp).error_code(),
+                grpc::StatusCode::NOT_FOUND);
+    }
+    {
+      // A refused set (no fire time).
+      grpc::ClientContext ctx;
+      v1::SetTimerRequest r;
+      r.set_namespace_(ns);
+      r.set_key("k");
+      v1::SetTimerResponse resp;
+      EXPECT_EQ(stub.SetTimer(&ctx, r, &resp).error_code(),
+                grpc::StatusCode::INVALID_ARGUMENT);
+    }
+  }
+}
+
+TEST(Namespaces, ReadsAndRefusedCallsCreateNone) {
+  TestDaemon d(FewNamespaces());
+  ReadEverywhere(d.stub());
+  // Both namespaces the limit allows are still free.
+  EXPECT_EQ(Set(d.stub(), "a", "k"), grpc::StatusCode::OK);
+  EXPECT_EQ(Set(d.stub(), "b", "k"), grpc::StatusCode::OK);
+  EXPECT_EQ(Set(d.stub(), "c", "k"), grpc::StatusCode::RESOURCE_EXHAUSTED);
+}
+
+TEST(Namespaces, ReadsCreateNoneInTheStoreEither) {
+  testing::TempDir dir;
+  {
+    TestDaemon d(FewNamespaces(dir.path()));
+    ReadEverywhere(d.stub());
+    EXPECT_EQ(Set(d.stub(), "a", "k"), grpc::StatusCode::OK);
+    d.Shutdown();
+  }
+  // After a restart with the same limit: one namespace came back, one free.
+  TestDaemon d(FewNamespaces(dir.path()));
+  EXPECT_EQ(d.server().recovery().namespaces, 1u);
+  EXPECT_EQ(Set(d.stub(), "b", "k"), grpc::StatusCode::OK);
+}
+
+TEST(Namespaces, SubscribersWaitForANamespaceWithoutUsingTheLimit) {
+  TestDaemon d(FewNamespaces());
+  // More subscribers of names that do not exist than the namespace limit.
+  std::vector<std::unique_ptr<TestStream>> waiting;
+  for (int i = 0; i < 5; ++i) {
+    waiting.push_back(std::make_unique<TestStream>(
+        d.stub(), TestStream::Watcher("later-" + std::to_string(i))));
+    ASSERT_TRUE(waiting.back()->WaitRegistered());
+  }
+  TestStream worker(d.stub(), TestStream::Worker("later-0"));
+  ASSERT_TRUE(worker.WaitRegistered());
+  // The first write creates the namespace; its subscribers get its events.
+  EXPECT_EQ(Set(d.stub(), "later-0", "k", 1), grpc::StatusCode::OK);
+  EXPECT_EQ(waiting[0]->WaitFor(1).size(), 1u);
+  EXPECT_EQ(worker.WaitFor(1).size(), 1u);
+  EXPECT_EQ(Set(d.stub(), "other", "k"), grpc::StatusCode::OK);
+  EXPECT_EQ(Set(d.stub(), "third", "k"), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  // A waiting subscriber that leaves is forgotten; shutdown ends the rest.
+  waiting[1]->Cancel();
+  d.Shutdown();
+  for (int i = 2; i < 5; ++i) {
+    EXPECT_EQ(waiting[i]->WaitDone().error_code(),
+              grpc::StatusCode::UNAVAILABLE);
+  }
+}
+
+}  // namespace
+}  // namespace delayd
