@@ -373,17 +373,23 @@ std::optional<TimerInfo> Partition::Get(NamespaceId ns,
 
 std::optional<std::uint32_t> Partition::List(
     NamespaceId ns, std::string_view prefix, std::uint32_t cursor,
-    std::size_t limit, std::vector<TimerInfo>& out) const {
-  std::size_t taken = 0;
+    std::size_t max_timers, std::size_t max_bytes, bool payloads,
+    std::vector<TimerInfo>& out) const {
+  // What `out` holds already (from earlier partitions of the same page).
+  std::size_t bytes = 0;
+  for (const TimerInfo& t : out) bytes += ListCost(t);
   for (std::uint32_t r = cursor; r < records_.size(); ++r) {
     const Record& rec = records_[r];
     if (!rec.blob || rec.ns() != ns || !rec.blob.key().starts_with(prefix)) {
       continue;
     }
-    if (taken == limit) return r;
-    out.push_back(TimerInfo{ns, std::string(rec.blob.key()), PayloadOf(rec),
-                            rec.fire_time, rec.version});
-    ++taken;
+    if (out.size() >= max_timers) return r;
+    TimerInfo info{ns, std::string(rec.blob.key()),
+                   payloads ? PayloadOf(rec) : std::string(), rec.fire_time,
+                   rec.version};
+    bytes += ListCost(info);
+    if (!out.empty() && bytes > max_bytes) return r;
+    out.push_back(std::move(info));
   }
   return std::nullopt;
 }

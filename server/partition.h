@@ -105,11 +105,15 @@ class Partition {
 
   std::optional<TimerInfo> Get(NamespaceId ns, std::string_view key) const;
 
-  // Appends up to `limit` timers of `ns` whose key starts with `prefix`,
-  // scanning records from `cursor`. Returns the cursor to continue from, or
-  // nullopt when the partition is exhausted.
+  // Appends timers of `ns` whose key starts with `prefix` to `out`, scanning
+  // records from `cursor`, while `out` holds fewer than `max_timers` and
+  // (after its first) their keys and payloads fit in `max_bytes`; payloads
+  // are left empty unless `payloads`. Returns the cursor to continue from,
+  // or nullopt when the partition is exhausted.
   std::optional<std::uint32_t> List(NamespaceId ns, std::string_view prefix,
-                                    std::uint32_t cursor, std::size_t limit,
+                                    std::uint32_t cursor,
+                                    std::size_t max_timers,
+                                    std::size_t max_bytes, bool payloads,
                                     std::vector<TimerInfo>& out) const;
 
  private:

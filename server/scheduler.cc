@@ -430,7 +430,7 @@ void Scheduler::Get(
   });
 }
 
-void Scheduler::List(NamespaceId ns, std::string prefix, std::size_t limit,
+void Scheduler::List(NamespaceId ns, std::string prefix, ListLimits limit,
                      ListCursor from,
                      std::function<void(Status, std::vector<TimerInfo>,
                                         std::optional<ListCursor>)>
@@ -447,7 +447,7 @@ void Scheduler::List(NamespaceId ns, std::string prefix, std::size_t limit,
   ListFrom(ns, std::move(prefix), limit, from, {}, std::move(done));
 }
 
-void Scheduler::ListFrom(NamespaceId ns, std::string prefix, std::size_t limit,
+void Scheduler::ListFrom(NamespaceId ns, std::string prefix, ListLimits limit,
                          ListCursor from, std::vector<TimerInfo> acc,
                          std::function<void(Status, std::vector<TimerInfo>,
                                             std::optional<ListCursor>)>
@@ -455,7 +455,8 @@ void Scheduler::ListFrom(NamespaceId ns, std::string prefix, std::size_t limit,
   Partition& p = *partitions_[from.partition];
   p.Post([this, &p, ns, prefix = std::move(prefix), limit, from,
           acc = std::move(acc), done = std::move(done)]() mutable {
-    auto next = p.List(ns, prefix, from.record, limit - acc.size(), acc);
+    auto next = p.List(ns, prefix, from.record, limit.timers, limit.bytes,
+                       limit.payloads, acc);
     if (next) {
       done(Status::Ok(), std::move(acc), ListCursor{from.partition, *next});
       return;

@@ -49,6 +49,14 @@ class Scheduler {
     std::uint32_t partition = 0;
     std::uint32_t record = 0;
   };
+  // What one page of List may hold.
+  struct ListLimits {
+    std::size_t timers = 100;
+    // Keys and payloads (plus a fixed cost per timer); a page always holds
+    // at least one timer.
+    std::size_t bytes = 3 << 20;
+    bool payloads = true;
+  };
 
   explicit Scheduler(Options options);
   ~Scheduler();  // Stops the threads.
@@ -88,9 +96,10 @@ class Scheduler {
   void Drain(NamespaceId ns, std::function<void(Status, std::uint64_t)> done);
   void Get(NamespaceId ns, std::string key,
            std::function<void(Status, std::optional<TimerInfo>)> done);
-  // One page of up to `limit` timers of `ns` with keys starting with
-  // `prefix`, from `from`; the cursor for the next page if there may be one.
-  void List(NamespaceId ns, std::string prefix, std::size_t limit,
+  // One page of timers of `ns` with keys starting with `prefix`, from
+  // `from`, within `limit`; the cursor for the next page if there may be
+  // one.
+  void List(NamespaceId ns, std::string prefix, ListLimits limit,
             ListCursor from,
             std::function<void(Status, std::vector<TimerInfo>,
                                std::optional<ListCursor>)>
@@ -122,7 +131,7 @@ class Scheduler {
   NamespaceId AddNamespace(std::string name);
   static std::string_view KeyOf(const Op& op);
   static NamespaceId NamespaceOf(const Op& op);
-  void ListFrom(NamespaceId ns, std::string prefix, std::size_t limit,
+  void ListFrom(NamespaceId ns, std::string prefix, ListLimits limit,
                 ListCursor from, std::vector<TimerInfo> acc,
                 std::function<void(Status, std::vector<TimerInfo>,
                                    std::optional<ListCursor>)>

@@ -551,7 +551,9 @@ grpc::ServerUnaryReactor* DelaydService::ListTimers(
   if (req->page_size() > 1000) {
     return FinishNow(ctx, Status::InvalidArgument("page_size: at most 1000"));
   }
-  const std::size_t page_size = req->page_size() == 0 ? 100 : req->page_size();
+  Scheduler::ListLimits limits;
+  limits.timers = req->page_size() == 0 ? 100 : req->page_size();
+  limits.payloads = !req->without_payloads();
   Scheduler::ListCursor cursor;
   if (!req->page_token().empty()) {
     // The token is "<partition>.<record>".
@@ -576,7 +578,7 @@ grpc::ServerUnaryReactor* DelaydService::ListTimers(
   auto* reactor = ctx->DefaultReactor();
   const std::string& name = scheduler_.dispatcher(ns).name();
   scheduler_.List(
-      ns, req->key_prefix(), page_size, cursor,
+      ns, req->key_prefix(), limits, cursor,
       [reactor, resp, &name](Status s, std::vector<TimerInfo> timers,
                              std::optional<Scheduler::ListCursor> next) {
         for (const auto& t : timers) FillTimer(t, name, resp->add_timers());

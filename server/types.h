@@ -159,6 +159,12 @@ struct TimerInfo {
   std::uint64_t version;
 };
 
+// What a timer adds to a ListTimers page, about: its key and payload, and a
+// fixed cost for the other fields and framing.
+inline std::size_t ListCost(const TimerInfo& t) {
+  return t.key.size() + t.payload.size() + 64;
+}
+
 enum class Reason { kExpired = 1, kDrained = 2 };
 
 // A fired timer on its way to subscribers.
