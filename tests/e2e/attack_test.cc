@@ -1,0 +1,249 @@
+// Hostile and broken clients against the real binary: each attack is made
+// while a well-behaved producer and worker go on, and the daemon's resident
+// memory must stay bounded while every timer the producer set reaches the
+// good worker. (Under sanitizers the memory figures are not the daemon's
+// own, so only the service is checked there.)
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <future>
+#include <fstream>
+#include <set>
+#include <thread>
+
+#include "delayd/v1/delayd.grpc.pb.h"
+#include "tests/common/daemon_process.h"
+
+namespace delayd {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::DaemonProcess;
+
+#ifdef DELAYD_SANITIZED
+constexpr bool kCheckMemory = false;
+#else
+constexpr bool kCheckMemory = true;
+#endif
+
+// Resident memory of `pid` in bytes.
+std::size_t Rss(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoul(line.substr(6)) * 1024;
+  }
+  return 0;
+}
+
+// Samples the RSS of `pid` every 20 ms until destroyed; peak() is the
+// highest seen.
+class RssWatch {
+ public:
+  explicit RssWatch(pid_t pid) : pid_(pid), base_(Rss(pid)) {
+    thread_ = std::thread([this] {
+      while (!stop_) {
+        const std::size_t r = Rss(pid_);
+        if (r > peak_) peak_ = r;
+        std::this_thread::sleep_for(20ms);  // The sampling period.
+      }
+    });
+  }
+  ~RssWatch() {
+    stop_ = true;
+    thread_.join();
+  }
+  std::size_t growth() const { return peak_ > base_ ? peak_ - base_ : 0; }
+
+ private:
+  const pid_t pid_;
+  const std::size_t base_;
+  std::atomic<std::size_t> peak_{0};
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+v1::SubscribeRequest Subscription(v1::SubscribeRequest::Mode mode,
+                                  std::uint32_t max_in_flight,
+                                  std::int64_t ack_timeout_ms) {
+  v1::SubscribeRequest r;
+  r.set_namespace_("jobs");
+  r.set_mode(mode);
+  if (mode == v1::SubscribeRequest::WORKER) {
+    r.set_max_in_flight(max_in_flight);
+    r.mutable_ack_timeout()->set_seconds(ack_timeout_ms / 1000);
+    r.mutable_ack_timeout()->set_nanos(
+        static_cast<std::int32_t>(ack_timeout_ms % 1000 * 1'000'000));
+  }
+  return r;
+}
+
+// A worker that reads and acknowledges everything; remembers the keys seen.
+class GoodWorker {
+ public:
+  explicit GoodWorker(const std::string& address)
+      : stub_(v1::Delayd::NewStub(grpc::CreateChannel(
+            address, grpc::InsecureChannelCredentials()))) {
+    reader_ = stub_->Subscribe(
+        &ctx_, Subscription(v1::SubscribeRequest::WORKER, 1000, 30000));
+    thread_ = std::thread([this] {
+      v1::SubscribeResponse msg;
+      while (reader_->Read(&msg)) {
+        if (msg.events_size() == 0) continue;
+        v1::AckRequest ack;
+        ack.set_namespace_("jobs");
+        {
+          std::lock_guard lock(mu_);
+          for (const auto& e : msg.events()) {
+            keys_.insert(e.key());
+            ack.add_event_ids(e.id());
+          }
+        }
+        grpc::ClientContext ctx;
+        v1::AckResponse resp;
+        stub_->Ack(&ctx, ack, &resp);
+      }
+      reader_->Finish();
+    });
+  }
+  ~GoodWorker() {
+    ctx_.TryCancel();
+    thread_.join();
+  }
+  // Waits (bounded) until `n` distinct keys were seen; returns how many.
+  std::size_t WaitFor(std::size_t n, std::chrono::seconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      {
+        std::lock_guard lock(mu_);
+        if (keys_.size() >= n || std::chrono::steady_clock::now() > deadline) {
+          return keys_.size();
+        }
+      }
+      std::this_thread::sleep_for(10ms);  // Polls the condition above.
+    }
+  }
+
+ private:
+  std::unique_ptr<v1::Delayd::Stub> stub_;
+  grpc::ClientContext ctx_;
+  std::unique_ptr<grpc::ClientReader<v1::SubscribeResponse>> reader_;
+  std::thread thread_;
+  std::mutex mu_;
+  std::set<std::string> keys_;
+};
+
+// Sets `n` timers due at once with `payload_bytes` payloads, spread evenly
+// over `over` (an attack is held that long); returns how many were
+// acknowledged.
+int Produce(v1::Delayd::Stub& stub, int n, std::size_t payload_bytes,
+            std::chrono::milliseconds over = 0ms) {
+  const std::string payload(payload_bytes, 'x');
+  const auto start = std::chrono::steady_clock::now();
+  int ok = 0;
+  for (int i = 0; i < n; ++i) {
+    std::this_thread::sleep_until(start + over * i / n);  // The pace.
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + 10s);
+    v1::SetTimerRequest r;
+    r.set_namespace_("jobs");
+    r.set_key("job-" + std::to_string(i));
+    r.set_payload(payload);
+    r.mutable_delay();  // Due now.
+    v1::SetTimerResponse resp;
+    if (stub.SetTimer(&ctx, r, &resp).ok()) ++ok;
+  }
+  return ok;
+}
+
+class Attack : public ::testing::Test {
+ protected:
+  void Start(std::vector<std::string> args) {
+    args.insert(args.end(), {"--in-memory", "--stream-write-timeout", "2s"});
+    daemon_ = std::make_unique<DaemonProcess>(DELAYD_BINARY, args);
+    ASSERT_TRUE(daemon_->ok()) << daemon_->output();
+    channel_ = grpc::CreateChannel(daemon_->address(),
+                                   grpc::InsecureChannelCredentials());
+    stub_ = v1::Delayd::NewStub(channel_);
+  }
+  std::unique_ptr<DaemonProcess> daemon_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Delayd::Stub> stub_;
+};
+
+grpc::Status RawBatch(const std::shared_ptr<grpc::Channel>& channel,
+                      const std::string& bytes) {
+  grpc::GenericStub generic(channel);
+  grpc::Slice slice(bytes);
+  grpc::ByteBuffer req(&slice, 1), resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 30s);
+  std::promise<grpc::Status> done;
+  generic.UnaryCall(&ctx, "/delayd.v1.Delayd/Batch", grpc::StubOptions(), &req,
+                    &resp, [&](grpc::Status s) { done.set_value(s); });
+  return done.get_future().get();
+}
+
+TEST_F(Attack, HugeBatchesOfEmptyOperationsAreRefusedAtOnce) {
+  Start({});
+  GoodWorker good(daemon_->address());
+  RssWatch rss(daemon_->pid());
+  std::string empty_ops;
+  for (int i = 0; i < 30'000'000; ++i) empty_ops += std::string("\x0a\x00", 2);
+  // 60 MB: over the receive limit (--max-batch-bytes, 16 MiB by default).
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(RawBatch(channel_, empty_ops).error_code(),
+            grpc::StatusCode::RESOURCE_EXHAUSTED);
+  // 15 MB, within it: the reader stops at max-batch-ops + 1 operations.
+  const grpc::Status s = RawBatch(channel_, empty_ops.substr(0, 15'000'000));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("max-batch-ops"), std::string::npos);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 10s);
+  // Served meanwhile, and after.
+  EXPECT_EQ(Produce(*stub_, 100, 100), 100);
+  EXPECT_EQ(good.WaitFor(100, 10s), 100u);
+  if (kCheckMemory) EXPECT_LT(rss.growth(), 150u << 20);
+  std::printf("huge batches: RSS growth %.1f MB\n", rss.growth() / 1e6);
+}
+
+TEST_F(Attack, StalledWorkerHoldsBoundedMemoryAndLosesNoJob) {
+  Start({});
+  GoodWorker good(daemon_->address());
+  RssWatch rss(daemon_->pid());
+  // Subscribes, then never reads: its process is wedged, the connection
+  // alive. Its events time out every 100 ms.
+  auto stalled_stub = v1::Delayd::NewStub(grpc::CreateChannel(
+      daemon_->address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext stalled_ctx;
+  auto stalled = stalled_stub->Subscribe(
+      &stalled_ctx, Subscription(v1::SubscribeRequest::WORKER, 100, 100));
+  constexpr int kJobs = 4000;  // 64 KiB each: 262 MB in all, over 5 s.
+  EXPECT_EQ(Produce(*stub_, kJobs, 64 * 1024, 5000ms), kJobs);
+  EXPECT_EQ(good.WaitFor(kJobs, 60s), static_cast<std::size_t>(kJobs));
+  if (kCheckMemory) EXPECT_LT(rss.growth(), 150u << 20);
+  std::printf("stalled worker: RSS growth %.1f MB\n", rss.growth() / 1e6);
+  stalled_ctx.TryCancel();
+}
+
+TEST_F(Attack, NeverReadingWatcherHoldsBoundedMemory) {
+  Start({});
+  GoodWorker good(daemon_->address());
+  RssWatch rss(daemon_->pid());
+  auto watcher_stub = v1::Delayd::NewStub(grpc::CreateChannel(
+      daemon_->address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext watcher_ctx;
+  auto watcher = watcher_stub->Subscribe(
+      &watcher_ctx, Subscription(v1::SubscribeRequest::WATCHER, 0, 0));
+  constexpr int kJobs = 4000;
+  EXPECT_EQ(Produce(*stub_, kJobs, 64 * 1024, 5000ms), kJobs);
+  EXPECT_EQ(good.WaitFor(kJobs, 60s), static_cast<std::size_t>(kJobs));
+  if (kCheckMemory) EXPECT_LT(rss.growth(), 200u << 20);
+  std::printf("never-reading watcher: RSS growth %.1f MB\n",
+              rss.growth() / 1e6);
+  watcher_ctx.TryCancel();
+}
+
+}  // namespace
+}  // namespace delayd
