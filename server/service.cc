@@ -286,33 +286,13 @@ class FailedStream : public grpc::ServerWriteReactor<v1::SubscribeResponse> {
 
 // ---- validation ----
 
-Status DelaydService::NamespaceName(std::string_view name) const {
-  const std::string_view ns = name.empty() ? "default" : name;
-  const Limits& limits = scheduler_.limits();
-  if (ns.size() > limits.max_namespace_bytes) {
-    return Status::InvalidArgument("namespace: longer than " +
-                                   std::to_string(limits.max_namespace_bytes) +
-                                   " bytes");
-  }
-  for (char c : ns) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-                    (c >= '0' && c <= '9') || c == '.' || c == '_' ||
-                    c == '-' || c == ':' || c == '/';
-    if (!ok) {
-      return Status::InvalidArgument(
-          "namespace: only letters, digits and . _ - : / are allowed");
-    }
-  }
-  return Status::Ok();
-}
-
 Status DelaydService::Namespace(std::string_view name, NamespaceId* id,
                                 NamespaceCache* cache, bool create) {
   if (cache != nullptr && cache->valid && cache->name == name) {
     *id = cache->id;
     return Status::Ok();
   }
-  if (Status s = NamespaceName(name); !s.ok()) return s;
+  if (Status s = validator_.NamespaceName(name); !s.ok()) return s;
   const std::string_view ns = name.empty() ? "default" : name;
   Status s;
   if (create) {
@@ -347,92 +327,28 @@ Status DelaydService::AuthorizeAll(const grpc::CallbackServerContext* ctx,
   return auth_.Check(header, "", permission);
 }
 
-Status DelaydService::Key(std::string_view key) {
-  if (key.empty()) return Status::InvalidArgument("key: must not be empty");
-  if (key.size() > scheduler_.limits().max_key_bytes) {
-    return Status::InvalidArgument(
-        "key: longer than " +
-        std::to_string(scheduler_.limits().max_key_bytes) + " bytes");
-  }
-  if (key.find('\0') != std::string_view::npos) {
-    return Status::InvalidArgument("key: must not contain NUL bytes");
-  }
-  return Status::Ok();
-}
-
-Status DelaydService::FireTime(const WireTime& delay, const WireTime& at,
-                               WallNanos now, WallNanos* fire_time) {
-  const std::int64_t max_ns = scheduler_.limits().max_delay.count();
-  if (delay.present) {
-    if (delay.seconds < 0 || delay.nanos < 0) {
-      return Status::InvalidArgument("delay: must not be negative");
-    }
-    if (delay.nanos >= kNanosPerSecond) {
-      return Status::InvalidArgument("delay: nanos out of range");
-    }
-    if (delay.seconds > max_ns / kNanosPerSecond ||
-        delay.seconds * kNanosPerSecond + delay.nanos > max_ns) {
-      return Status::InvalidArgument("delay: more than the max-delay limit");
-    }
-    *fire_time = now + delay.seconds * kNanosPerSecond + delay.nanos;
-    return Status::Ok();
-  }
-  if (at.present) {
-    if (at.nanos < 0 || at.nanos >= kNanosPerSecond) {
-      return Status::InvalidArgument("fire_time: nanos out of range");
-    }
-    if (at.seconds < 0) {
-      return Status::InvalidArgument("fire_time: before 1970");
-    }
-    if (at.seconds > (now + max_ns) / kNanosPerSecond + 1 ||
-        at.seconds * kNanosPerSecond + at.nanos > now + max_ns) {
-      return Status::InvalidArgument(
-          "fire_time: further ahead than the max-delay limit");
-    }
-    // A time in the past fires at once.
-    *fire_time = at.seconds * kNanosPerSecond + at.nanos;
-    return Status::Ok();
-  }
-  return Status::InvalidArgument("delay or fire_time: one is required");
-}
-
 Status DelaydService::ToOp(const OpFields& f, WallNanos now, Op* op,
                            NamespaceCache* cache) {
   using Kind = OpFields::Kind;
-  if (f.kind == Kind::kNone) {
-    return Status::InvalidArgument(
-        "op: one of set, move or remove is required");
-  }
   // Every field is checked before the namespace is looked up, and only a
   // set creates one: a refused call changes nothing.
-  if (Status s = NamespaceName(f.ns); !s.ok()) return s;
-  if (Status s = Key(f.key); !s.ok()) return s;
   WallNanos fire_time = 0;
-  if (f.kind == Kind::kSet &&
-      f.payload.size() > scheduler_.limits().max_payload_bytes) {
-    return Status::InvalidArgument(
-        "payload: larger than " +
-        std::to_string(scheduler_.limits().max_payload_bytes) + " bytes");
-  }
-  if (f.kind != Kind::kRemove) {
-    if (Status s = FireTime(f.delay, f.fire_time, now, &fire_time); !s.ok()) {
-      return s;
-    }
-  }
+  if (Status s = validator_.Operation(f, now, &fire_time); !s.ok()) return s;
   NamespaceId ns;
   if (Status s = Namespace(f.ns, &ns, cache, f.kind == Kind::kSet); !s.ok()) {
     if (s.code() != Code::kNotFound) return s;
     return Status::NotFound("no pending timer '" + std::string(f.key) + "'");
   }
-  if (f.kind == Kind::kRemove) {
-    *op = RemoveOp{ns, std::string(f.key), f.expected_version};
-    return Status::Ok();
+  switch (f.kind) {
+    case Kind::kRemove:
+      *op = RemoveOp{ns, std::string(f.key), f.expected_version};
+      break;
+    case Kind::kMove:
+      *op = MoveOp{ns, std::string(f.key), fire_time, f.expected_version};
+      break;
+    default:
+      *op = SetOp{ns, Blob(f.key, f.payload), fire_time, f.if_absent};
   }
-  if (f.kind == Kind::kMove) {
-    *op = MoveOp{ns, std::string(f.key), fire_time, f.expected_version};
-    return Status::Ok();
-  }
-  *op = SetOp{ns, Blob(f.key, f.payload), fire_time, f.if_absent};
   return Status::Ok();
 }
 
@@ -520,10 +436,12 @@ grpc::ServerUnaryReactor* DelaydService::GetTimer(
   if (Status s = Authorize(ctx, req->namespace_(), kRead); !s.ok()) {
     return FinishNow(ctx, s);
   }
-  if (Status s = NamespaceName(req->namespace_()); !s.ok()) {
+  if (Status s = validator_.NamespaceName(req->namespace_()); !s.ok()) {
     return FinishNow(ctx, s);
   }
-  if (Status s = Key(req->key()); !s.ok()) return FinishNow(ctx, s);
+  if (Status s = validator_.Key(req->key()); !s.ok()) {
+    return FinishNow(ctx, s);
+  }
   NamespaceId ns;
   if (!Namespace(req->namespace_(), &ns).ok()) {
     return FinishNow(
@@ -545,31 +463,10 @@ grpc::ServerUnaryReactor* DelaydService::ListTimers(
   if (Status s = Authorize(ctx, req->namespace_(), kRead); !s.ok()) {
     return FinishNow(ctx, s);
   }
-  if (Status s = NamespaceName(req->namespace_()); !s.ok()) {
-    return FinishNow(ctx, s);
-  }
-  if (req->page_size() > 1000) {
-    return FinishNow(ctx, Status::InvalidArgument("page_size: at most 1000"));
-  }
   Scheduler::ListLimits limits;
-  limits.timers = req->page_size() == 0 ? 100 : req->page_size();
-  limits.payloads = !req->without_payloads();
   Scheduler::ListCursor cursor;
-  if (!req->page_token().empty()) {
-    // The token is "<partition>.<record>".
-    const std::string& t = req->page_token();
-    const auto dot = t.find('.');
-    auto p = std::from_chars(t.data(), t.data() + std::min(dot, t.size()),
-                             cursor.partition);
-    auto r = dot == std::string::npos
-                 ? std::from_chars_result{t.data(), std::errc::invalid_argument}
-                 : std::from_chars(t.data() + dot + 1, t.data() + t.size(),
-                                   cursor.record);
-    if (p.ec != std::errc() || r.ec != std::errc() || p.ptr != t.data() + dot ||
-        r.ptr != t.data() + t.size() ||
-        cursor.partition >= scheduler_.partitions()) {
-      return FinishNow(ctx, Status::InvalidArgument("page_token: malformed"));
-    }
+  if (Status s = validator_.List(*req, &limits, &cursor); !s.ok()) {
+    return FinishNow(ctx, s);
   }
   NamespaceId ns;
   if (!Namespace(req->namespace_(), &ns).ok()) {
@@ -733,30 +630,9 @@ grpc::ServerWriteReactor<v1::SubscribeResponse>* DelaydService::Subscribe(
   if (scheduler_.shutting_down()) {
     return new FailedStream(Status::Unavailable("delayd is shutting down"));
   }
-  if (Status s = NamespaceName(req->namespace_()); !s.ok()) {
-    return new FailedStream(s);
-  }
   SubscribeOptions options;
-  options.watcher = req->mode() == v1::SubscribeRequest::WATCHER;
-  if (!options.watcher) {
-    if (req->max_in_flight() > 10000) {
-      return new FailedStream(
-          Status::InvalidArgument("max_in_flight: at most 10000"));
-    }
-    if (req->max_in_flight() != 0) options.max_in_flight = req->max_in_flight();
-    if (req->has_ack_timeout()) {
-      const auto& d = req->ack_timeout();
-      const std::int64_t ns_total =
-          d.seconds() * kNanosPerSecond + static_cast<std::int64_t>(d.nanos());
-      if (d.seconds() < 0 || d.nanos() < 0 || d.seconds() > 3600 ||
-          (ns_total != 0 &&
-           (ns_total < 100'000'000 || ns_total > 3600 * kNanosPerSecond))) {
-        return new FailedStream(Status::InvalidArgument(
-            "ack_timeout: must be between 100ms and 1h"));
-      }
-      if (ns_total != 0)
-        options.ack_timeout = std::chrono::nanoseconds(ns_total);
-    }
+  if (Status s = validator_.Subscribe(*req, &options); !s.ok()) {
+    return new FailedStream(s);
   }
   if (scheduler_.counters().subscribers.fetch_add(1) >=
       scheduler_.limits().max_subscribers) {
@@ -776,12 +652,7 @@ grpc::ServerUnaryReactor* DelaydService::Ack(grpc::CallbackServerContext* ctx,
   if (Status s = Authorize(ctx, req->namespace_(), kWork); !s.ok()) {
     return FinishNow(ctx, s);
   }
-  if (Status s = NamespaceName(req->namespace_()); !s.ok()) {
-    return FinishNow(ctx, s);
-  }
-  if (req->event_ids_size() == 0) {
-    return FinishNow(ctx, Status::InvalidArgument("event_ids: empty"));
-  }
+  if (Status s = validator_.Ack(*req); !s.ok()) return FinishNow(ctx, s);
   NamespaceId ns;
   if (!Namespace(req->namespace_(), &ns).ok()) {
     // No such namespace: none of its events are outstanding.

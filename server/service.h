@@ -21,6 +21,7 @@
 #include "server/scheduler.h"
 #include "server/status.h"
 #include "server/tls.h"
+#include "server/validate.h"
 
 namespace delayd {
 
@@ -78,7 +79,9 @@ class DelaydService final : public v1::Delayd::WithRawCallbackMethod_Batch<
                                 v1::Delayd::CallbackService> {
  public:
   DelaydService(Scheduler& scheduler, const Authorizer& auth)
-      : scheduler_(scheduler), auth_(auth) {
+      : scheduler_(scheduler),
+        auth_(auth),
+        validator_(scheduler.limits(), scheduler.partitions()) {
     SetMessageAllocatorFor_SetTimer(&set_allocator_);
   }
 
@@ -123,8 +126,6 @@ class DelaydService final : public v1::Delayd::WithRawCallbackMethod_Batch<
     bool valid = false;
     NamespaceId id = 0;
   };
-  // Checks a namespace name (empty: "default"). No side effects.
-  Status NamespaceName(std::string_view name) const;
   // Resolves a namespace: creates it if `create` (a write), else NOT_FOUND
   // if it does not exist.
   Status Namespace(std::string_view name, NamespaceId* id,
@@ -137,9 +138,6 @@ class DelaydService final : public v1::Delayd::WithRawCallbackMethod_Batch<
   // Stats spans every namespace.
   Status AuthorizeAll(const grpc::CallbackServerContext* ctx,
                       std::uint8_t permission) const;
-  Status Key(std::string_view key);
-  Status FireTime(const WireTime& delay, const WireTime& at, WallNanos now,
-                  WallNanos* fire_time);
   // Validates a set, move or remove and converts it for the scheduler.
   Status ToOp(const OpFields& f, WallNanos now, Op* op,
               NamespaceCache* cache = nullptr);
@@ -149,6 +147,7 @@ class DelaydService final : public v1::Delayd::WithRawCallbackMethod_Batch<
 
   Scheduler& scheduler_;
   const Authorizer& auth_;
+  const Validator validator_;
   ArenaMessageAllocator<v1::SetTimerRequest, v1::SetTimerResponse>
       set_allocator_;
 };

@@ -1,0 +1,168 @@
+#include "server/validate.h"
+
+#include <charconv>
+#include <string>
+
+namespace delayd {
+namespace {
+constexpr std::int64_t kNanosPerSecond = 1'000'000'000;
+}  // namespace
+
+Status Validator::NamespaceName(std::string_view name) const {
+  const std::string_view ns = name.empty() ? "default" : name;
+  if (ns.size() > limits_.max_namespace_bytes) {
+    return Status::InvalidArgument("namespace: longer than " +
+                                   std::to_string(limits_.max_namespace_bytes) +
+                                   " bytes");
+  }
+  for (char c : ns) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                    (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+                    c == '-' || c == ':' || c == '/';
+    if (!ok) {
+      return Status::InvalidArgument(
+          "namespace: only letters, digits and . _ - : / are allowed");
+    }
+  }
+  return Status::Ok();
+}
+
+Status Validator::Key(std::string_view key) const {
+  if (key.empty()) return Status::InvalidArgument("key: must not be empty");
+  if (key.size() > limits_.max_key_bytes) {
+    return Status::InvalidArgument("key: longer than " +
+                                   std::to_string(limits_.max_key_bytes) +
+                                   " bytes");
+  }
+  if (key.find('\0') != std::string_view::npos) {
+    return Status::InvalidArgument("key: must not contain NUL bytes");
+  }
+  return Status::Ok();
+}
+
+Status Validator::FireTime(const WireTime& delay, const WireTime& at,
+                           WallNanos now, WallNanos* fire_time) const {
+  // now + max_ns fits: --max-delay is at most kMaxDelayLimit.
+  const std::int64_t max_ns = limits_.max_delay.count();
+  if (delay.present) {
+    if (delay.seconds < 0 || delay.nanos < 0) {
+      return Status::InvalidArgument("delay: must not be negative");
+    }
+    if (delay.nanos >= kNanosPerSecond) {
+      return Status::InvalidArgument("delay: nanos out of range");
+    }
+    if (delay.seconds > max_ns / kNanosPerSecond ||
+        delay.seconds * kNanosPerSecond + delay.nanos > max_ns) {
+      return Status::InvalidArgument("delay: more than the max-delay limit");
+    }
+    *fire_time = now + delay.seconds * kNanosPerSecond + delay.nanos;
+    return Status::Ok();
+  }
+  if (at.present) {
+    if (at.nanos < 0 || at.nanos >= kNanosPerSecond) {
+      return Status::InvalidArgument("fire_time: nanos out of range");
+    }
+    if (at.seconds < 0) {
+      return Status::InvalidArgument("fire_time: before 1970");
+    }
+    if (at.seconds > (now + max_ns) / kNanosPerSecond + 1 ||
+        at.seconds * kNanosPerSecond + at.nanos > now + max_ns) {
+      return Status::InvalidArgument(
+          "fire_time: further ahead than the max-delay limit");
+    }
+    // A time in the past fires at once.
+    *fire_time = at.seconds * kNanosPerSecond + at.nanos;
+    return Status::Ok();
+  }
+  return Status::InvalidArgument("delay or fire_time: one is required");
+}
+
+Status Validator::Operation(const OpFields& f, WallNanos now,
+                            WallNanos* fire_time) const {
+  using Kind = OpFields::Kind;
+  if (f.kind == Kind::kNone) {
+    return Status::InvalidArgument(
+        "op: one of set, move or remove is required");
+  }
+  if (Status s = NamespaceName(f.ns); !s.ok()) return s;
+  if (Status s = Key(f.key); !s.ok()) return s;
+  if (f.kind == Kind::kSet && f.payload.size() > limits_.max_payload_bytes) {
+    return Status::InvalidArgument("payload: larger than " +
+                                   std::to_string(limits_.max_payload_bytes) +
+                                   " bytes");
+  }
+  *fire_time = 0;
+  if (f.kind == Kind::kRemove) return Status::Ok();
+  return FireTime(f.delay, f.fire_time, now, fire_time);
+}
+
+Status Validator::Subscribe(const v1::SubscribeRequest& req,
+                            SubscribeOptions* options) const {
+  if (Status s = NamespaceName(req.namespace_()); !s.ok()) return s;
+  *options = SubscribeOptions();
+  options->watcher = req.mode() == v1::SubscribeRequest::WATCHER;
+  if (options->watcher) return Status::Ok();
+  if (req.max_in_flight() > 10000) {
+    return Status::InvalidArgument("max_in_flight: at most 10000");
+  }
+  if (req.max_in_flight() != 0) options->max_in_flight = req.max_in_flight();
+  if (req.has_ack_timeout()) {
+    const auto& d = req.ack_timeout();
+    // (Range first: seconds * 1e9 must not overflow.)
+    if (d.seconds() < 0 || d.nanos() < 0 || d.nanos() >= kNanosPerSecond ||
+        d.seconds() > 3600) {
+      return Status::InvalidArgument(
+          "ack_timeout: must be between 100ms and 1h");
+    }
+    const std::int64_t total = d.seconds() * kNanosPerSecond + d.nanos();
+    if (total != 0 &&
+        (total < 100'000'000 || total > 3600 * kNanosPerSecond)) {
+      return Status::InvalidArgument(
+          "ack_timeout: must be between 100ms and 1h");
+    }
+    if (total != 0) options->ack_timeout = std::chrono::nanoseconds(total);
+  }
+  return Status::Ok();
+}
+
+Status Validator::List(const v1::ListTimersRequest& req,
+                       Scheduler::ListLimits* limits,
+                       Scheduler::ListCursor* cursor) const {
+  if (Status s = NamespaceName(req.namespace_()); !s.ok()) return s;
+  if (req.page_size() > 1000) {
+    return Status::InvalidArgument("page_size: at most 1000");
+  }
+  *limits = Scheduler::ListLimits();
+  limits->timers = req.page_size() == 0 ? 100 : req.page_size();
+  limits->payloads = !req.without_payloads();
+  *cursor = Scheduler::ListCursor();
+  if (req.page_token().empty()) return Status::Ok();
+  // The token is "<partition>.<record>".
+  const std::string& t = req.page_token();
+  const auto dot = t.find('.');
+  if (dot == std::string::npos) {
+    return Status::InvalidArgument("page_token: malformed");
+  }
+  auto p = std::from_chars(t.data(), t.data() + dot, cursor->partition);
+  auto r = std::from_chars(t.data() + dot + 1, t.data() + t.size(),
+                           cursor->record);
+  if (p.ec != std::errc() || r.ec != std::errc() || p.ptr != t.data() + dot ||
+      r.ptr != t.data() + t.size() || cursor->partition >= partitions_) {
+    return Status::InvalidArgument("page_token: malformed");
+  }
+  return Status::Ok();
+}
+
+Status Validator::Ack(const v1::AckRequest& req) const {
+  if (Status s = NamespaceName(req.namespace_()); !s.ok()) return s;
+  if (req.event_ids_size() == 0) {
+    return Status::InvalidArgument("event_ids: empty");
+  }
+  if (req.event_ids_size() > kMaxAckIds) {
+    return Status::InvalidArgument("event_ids: more than " +
+                                   std::to_string(kMaxAckIds));
+  }
+  return Status::Ok();
+}
+
+}  // namespace delayd

@@ -1,0 +1,51 @@
+// Validation of requests: functions of the request, the limits, the time and
+// the partition count only. No side effects, no lookups: a request that
+// fails here changes nothing, and a fuzzer can drive every one
+// (tests/fuzz/).
+#ifndef DELAYD_SERVER_VALIDATE_H_
+#define DELAYD_SERVER_VALIDATE_H_
+
+#include <string_view>
+
+#include "delayd/v1/delayd.pb.h"
+#include "server/batch_wire.h"
+#include "server/dispatcher.h"
+#include "server/scheduler.h"
+#include "server/status.h"
+#include "server/types.h"
+
+namespace delayd {
+
+class Validator {
+ public:
+  Validator(const Limits& limits, std::uint32_t partitions)
+      : limits_(limits), partitions_(partitions) {}
+
+  // A namespace name (empty: "default").
+  Status NamespaceName(std::string_view name) const;
+  Status Key(std::string_view key) const;
+  // The fire time from a delay or an absolute time, checked against
+  // max-delay.
+  Status FireTime(const WireTime& delay, const WireTime& at, WallNanos now,
+                  WallNanos* fire_time) const;
+  // A set, move or remove, every field (but whether its namespace exists);
+  // the fire time of a set or move.
+  Status Operation(const OpFields& f, WallNanos now,
+                   WallNanos* fire_time) const;
+  Status Subscribe(const v1::SubscribeRequest& req,
+                   SubscribeOptions* options) const;
+  Status List(const v1::ListTimersRequest& req, Scheduler::ListLimits* limits,
+              Scheduler::ListCursor* cursor) const;
+  Status Ack(const v1::AckRequest& req) const;
+
+  // Ack takes at most this many ids per call.
+  static constexpr int kMaxAckIds = 10'000;
+
+ private:
+  const Limits& limits_;
+  const std::uint32_t partitions_;
+};
+
+}  // namespace delayd
+
+#endif  // DELAYD_SERVER_VALIDATE_H_
