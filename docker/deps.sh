@@ -19,6 +19,8 @@ if [ "${DELAYD_DEPS:-all}" != build ]; then
     ccache
     # tests and benchmarks
     libgtest-dev libgmock-dev libbenchmark-dev openssl
+    # fuzz targets: clang with libFuzzer
+    clang libclang-rt-14-dev
     # the other-language client tests: Debian's Python gRPC; Node.js, whose
     # gRPC packages come from npm (tests/clients/node/package-lock.json)
     python3-grpcio python3-protobuf nodejs

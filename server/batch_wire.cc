@@ -237,7 +237,12 @@ std::optional<std::size_t> CountBatchOperations(std::string_view wire,
       static_cast<int>(std::min<std::size_t>(wire.size(), INT_MAX)));
   std::size_t count = 0;
   while (std::uint32_t tag = in.ReadTag()) {
-    if (WireFormatLite::GetTagFieldNumber(tag) == 1 && ++count > limit) {
+    // Only a length-delimited field 1 is an operation; protobuf keeps any
+    // other wire type under that number as an unknown field.
+    if (WireFormatLite::GetTagFieldNumber(tag) == 1 &&
+        WireFormatLite::GetTagWireType(tag) ==
+            WireFormatLite::WIRETYPE_LENGTH_DELIMITED &&
+        ++count > limit) {
       return count;
     }
     if (!WireFormatLite::SkipField(&in, tag)) return std::nullopt;

@@ -339,6 +339,9 @@ TEST(BatchWire, CountsOperationsOfAnyEncodingUpToTheLimit) {
   EXPECT_EQ(CountBatchOperations("", 3), 0u);
   EXPECT_EQ(CountBatchOperations("\x0a\x05\x0a", 3), std::nullopt);
   EXPECT_EQ(CountBatchOperations(std::string(1, '\0'), 3), std::nullopt);
+  // Field 1 as a varint is an unknown field to protobuf, not an operation
+  // (found by the fuzzer).
+  EXPECT_EQ(CountBatchOperations(std::string("\x08\x00\x0a\x00", 4), 3), 1u);
 }
 
 }  // namespace

@@ -1,0 +1,98 @@
+// libFuzzer target: every request type through validation. The first byte
+// picks the message; the rest is parsed as it. Validation must never crash
+// or overflow, and what it accepts must keep its promises (a fire time
+// within max-delay, options within their ranges).
+#include <google/protobuf/stubs/logging.h>
+
+#include <cstdint>
+#include <cstdlib>
+
+#include "server/validate.h"
+
+namespace {
+
+void Check(bool ok) {
+  if (!ok) std::abort();
+}
+
+constexpr delayd::WallNanos kNow = 1'790'000'000'000'000'000;  // In 2026.
+
+void CheckOperation(const delayd::Validator& v, const delayd::Limits& limits,
+                    const delayd::OpFields& f) {
+  delayd::WallNanos fire_time = -1;
+  if (!v.Operation(f, kNow, &fire_time).ok()) return;
+  Check(!f.key.empty() && f.key.size() <= limits.max_key_bytes);
+  if (f.kind != delayd::OpFields::Kind::kRemove) {
+    Check(fire_time >= 0 && fire_time <= kNow + limits.max_delay.count());
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data,
+                                      std::size_t size) {
+  static google::protobuf::LogSilencer* quiet =
+      new google::protobuf::LogSilencer;
+  (void)quiet;
+  if (size == 0) return 0;
+  static const delayd::Limits limits;
+  static const delayd::Validator v(limits, 4);
+  const std::uint8_t kind = data[0] % 7;
+  const void* body = data + 1;
+  const int n = static_cast<int>(size - 1);
+  using namespace delayd;
+  switch (kind) {
+    case 0: {
+      v1::SetTimerRequest r;
+      if (r.ParseFromArray(body, n)) CheckOperation(v, limits, FieldsOf(r));
+      break;
+    }
+    case 1: {
+      v1::MoveTimerRequest r;
+      if (r.ParseFromArray(body, n)) CheckOperation(v, limits, FieldsOf(r));
+      break;
+    }
+    case 2: {
+      v1::RemoveTimerRequest r;
+      if (r.ParseFromArray(body, n)) CheckOperation(v, limits, FieldsOf(r));
+      break;
+    }
+    case 3: {
+      v1::BatchRequest r;
+      if (!r.ParseFromArray(body, n)) break;
+      for (const auto& op : r.operations()) {
+        CheckOperation(v, limits, FieldsOf(op));
+      }
+      break;
+    }
+    case 4: {
+      v1::SubscribeRequest r;
+      SubscribeOptions o;
+      if (r.ParseFromArray(body, n) && v.Subscribe(r, &o).ok()) {
+        Check(o.max_in_flight >= 1 && o.max_in_flight <= 10000);
+        Check(o.ack_timeout >= std::chrono::milliseconds(100) &&
+              o.ack_timeout <= std::chrono::hours(1));
+      }
+      break;
+    }
+    case 5: {
+      v1::ListTimersRequest r;
+      Scheduler::ListLimits l;
+      Scheduler::ListCursor c;
+      if (r.ParseFromArray(body, n) && v.List(r, &l, &c).ok()) {
+        Check(l.timers >= 1 && l.timers <= 1000);
+        Check(c.partition < 4);
+      }
+      break;
+    }
+    default: {
+      v1::AckRequest r;
+      if (r.ParseFromArray(body, n) && v.Ack(r).ok()) {
+        Check(r.event_ids_size() >= 1 &&
+              r.event_ids_size() <= Validator::kMaxAckIds);
+      }
+      break;
+    }
+  }
+  return 0;
+}
