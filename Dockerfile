@@ -1,10 +1,13 @@
 # delayd in a container: build on Debian 12 with the same packages as CI
 # (docker/deps.sh), run on Debian 12 slim with only the runtime libraries.
 #
-#   docker build -t delayd .
+#   docker build -t delayd .          (podman: add --format docker, or the
+#                                      OCI image it makes drops HEALTHCHECK)
 #   docker run -d -p 127.0.0.1:7070:7070 -v delayd-data:/var/lib/delayd delayd
 
 FROM debian:bookworm AS build
+# Lets the container test remove what this stage leaves behind.
+LABEL org.delayd.stage=build
 COPY docker/deps.sh /src/docker/deps.sh
 RUN DELAYD_DEPS=build /src/docker/deps.sh && rm -rf /var/lib/apt/lists/*
 COPY . /src

@@ -26,6 +26,10 @@ cleanup() {
   "${cli[@]}" rm -f "$name" >/dev/null 2>&1 || true
   "${cli[@]}" volume rm -f "$volume" >/dev/null 2>&1 || true
   "${cli[@]}" rmi "$tag" >/dev/null 2>&1 || true
+  # The build stage's image (unnamed, hundreds of MB), where the engine
+  # keeps one.
+  "${cli[@]}" image prune -f --filter label=org.delayd.stage=build \
+    >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
 
