@@ -1,5 +1,7 @@
 #include "server/dispatcher.h"
 
+#include "server/limit_log.h"
+
 #include <algorithm>
 #include <cassert>
 #include <optional>
@@ -35,11 +37,13 @@ void Dispatcher::Publish(std::vector<Event> events) {
         const Subscriber::Backlog b = Send(*it->second, view);
         if (b.events > limits_.watcher_backlog ||
             b.bytes > limits_.watcher_backlog_bytes) {
-          it->second->End(Status::ResourceExhausted(
+          const Status ended = Status::ResourceExhausted(
               "watcher fell more than " +
               std::to_string(limits_.watcher_backlog) + " events or " +
               std::to_string(limits_.watcher_backlog_bytes) +
-              " bytes behind (the watcher-backlog limits)"));
+              " bytes behind (the watcher-backlog limits)");
+          LogLimitHit("watcher-backlog", ended.message());
+          it->second->End(ended);
           it = watchers_.erase(it);
           counters_.watchers.fetch_sub(1);
         } else {

@@ -13,7 +13,7 @@
 #include <thread>
 
 #include "server/duration.h"
-#include "server/service.h"
+#include "server/server.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"delayd: a delayed-job scheduling daemon"};

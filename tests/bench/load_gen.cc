@@ -18,8 +18,12 @@
 //   recovery    start-up time with 1M and 10M pending timers.
 // Every loop is bounded in time and count; only loopback is used.
 //
-// Usage: load_gen [--daemon PATH] [--seconds N] [--only NAME] [--scratch DIR]
-//                 [-- daemon args]
+//   security    SetTimer/s and Batch items/s with TLS and tokens, as ratios
+//               of plaintext (alternating rounds);
+//   ab          with --daemon-b: two builds side by side (alternating).
+//
+// Usage: load_gen [--daemon PATH] [--daemon-b PATH] [--seconds N]
+//                 [--only NAME] [--scratch DIR] [-- daemon args]
 #include <absl/synchronization/mutex.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
@@ -30,6 +34,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -173,12 +178,14 @@ struct CallSlot {
 
 class Bench {
  public:
-  Bench(const std::string& address, int channels) {
+  // `credentials`: plaintext if null.
+  Bench(const std::string& address, int channels,
+        std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr) {
+    if (!credentials) credentials = grpc::InsecureChannelCredentials();
     for (int c = 0; c < channels; ++c) {
       grpc::ChannelArguments args;
       args.SetInt("grpc.channel_id", c);  // Distinct connections.
-      auto ch = grpc::CreateCustomChannel(
-          address, grpc::InsecureChannelCredentials(), args);
+      auto ch = grpc::CreateCustomChannel(address, credentials, args);
       stubs_.push_back(v1::Delayd::NewStub(ch));
       generic_.push_back(std::make_unique<grpc::GenericStub>(ch));
       health_.push_back(health::Health::NewStub(ch));
@@ -488,6 +495,90 @@ void Durability(const std::string& binary, const std::string& scratch,
   }
 }
 
+// What TLS and token checks cost: the same daemon flags with and without
+// --tls-cert/--tls-key/--auth-tokens, in alternating rounds.
+void Security(const std::string& binary, const std::string& scratch,
+              std::chrono::milliseconds dur) {
+  const std::string dir = scratch + "/security";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string make_certs =
+      "cd '" + dir +
+      "' && openssl req -x509 -newkey ec -pkeyopt "
+      "ec_paramgen_curve:prime256v1 -nodes -keyout ca.key -out ca.pem -days 2 "
+      "-subj /CN=bench-ca 2>/dev/null && openssl req -newkey ec -pkeyopt "
+      "ec_paramgen_curve:prime256v1 -nodes -keyout server.key -out server.csr "
+      "-subj /CN=localhost 2>/dev/null && printf "
+      "'subjectAltName=IP:127.0.0.1\\n' > ext && openssl x509 -req -in "
+      "server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem "
+      "-days 2 -extfile ext 2>/dev/null && printf 'bench-token * admin\\n' > "
+      "tokens";
+  if (std::system(make_certs.c_str()) != 0) {
+    std::printf("security: openssl failed\n");
+    return;
+  }
+  std::ifstream ca_in(dir + "/ca.pem");
+  std::stringstream ca;
+  ca << ca_in.rdbuf();
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs = ca.str();
+  const auto secure = grpc::CompositeChannelCredentials(
+      grpc::SslCredentials(ssl), grpc::AccessTokenCredentials("bench-token"));
+  const std::vector<std::string> plain_args = {"--in-memory"};
+  const std::vector<std::string> secure_args = {
+      "--in-memory",  "--tls-cert",    dir + "/server.pem", "--tls-key",
+      dir + "/server.key", "--auth-tokens", dir + "/tokens"};
+  std::vector<double> unary[2], batch[2];
+  for (int round = 0; round < 3; ++round) {
+    for (int m = 0; m < 2; ++m) {
+      delayd::testing::DaemonProcess d(binary, m == 0 ? plain_args : secure_args);
+      if (!d.ok()) {
+        std::printf("daemon did not start: %s\n", d.output().c_str());
+        return;
+      }
+      Bench bench(d.address(), 4, m == 0 ? nullptr : secure);
+      bench.SetRate(64, 300ms);  // Warm-up (and the TLS handshakes).
+      unary[m].push_back(bench.SetRate(64, dur / 2));
+      batch[m].push_back(bench.BatchRate(16, 100, dur / 2, "batch"));
+    }
+  }
+  std::printf(
+      "security (medians of 3 alternating rounds):\n"
+      "  plaintext      SetTimer %8.0f/s   Batch %9.0f items/s\n"
+      "  TLS + tokens   SetTimer %8.0f/s (%.2fx)   Batch %9.0f items/s "
+      "(%.2fx)\n",
+      Median(unary[0]), Median(batch[0]), Median(unary[1]),
+      Median(unary[1]) / Median(unary[0]), Median(batch[1]),
+      Median(batch[1]) / Median(batch[0]));
+}
+
+// Two builds of the daemon side by side (the bound checks' cost):
+// plaintext, in memory, alternating rounds.
+void AB(const std::string& a, const std::string& b,
+        std::chrono::milliseconds dur) {
+  std::vector<double> unary[2], batch[2];
+  for (int round = 0; round < 5; ++round) {
+    for (int m = 0; m < 2; ++m) {
+      delayd::testing::DaemonProcess d(m == 0 ? a : b, {"--in-memory"});
+      if (!d.ok()) {
+        std::printf("daemon did not start: %s\n", d.output().c_str());
+        return;
+      }
+      Bench bench(d.address(), 4);
+      bench.SetRate(64, 300ms);  // Warm-up.
+      unary[m].push_back(bench.SetRate(64, dur / 2));
+      batch[m].push_back(bench.BatchRate(16, 100, dur / 2, "batch"));
+    }
+  }
+  std::printf(
+      "a/b (medians of 5 alternating rounds; b as a ratio of a):\n"
+      "  a %s: SetTimer %8.0f/s   Batch %9.0f items/s\n"
+      "  b %s: SetTimer %8.0f/s (%.3fx)   Batch %9.0f items/s (%.3fx)\n",
+      a.c_str(), Median(unary[0]), Median(batch[0]), b.c_str(),
+      Median(unary[1]), Median(unary[1]) / Median(unary[0]), Median(batch[1]),
+      Median(batch[1]) / Median(batch[0]));
+}
+
 // RSS per pending timer with small and 1 KiB payloads, durable.
 void Payload(const std::string& binary, const std::string& scratch) {
   constexpr std::uint64_t kPending = 1'000'000;
@@ -620,6 +711,7 @@ int main(int argc, char** argv) {
   // operation, CPU this process would take from the daemon it measures.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   std::string daemon = DELAYD_BINARY;
+  std::string daemon_b;
   std::string only;
   std::string scratch = std::filesystem::temp_directory_path() / "delayd-bench";
   int seconds = 3;
@@ -632,6 +724,8 @@ int main(int argc, char** argv) {
       seconds = std::stoi(argv[++i]);
     } else if (a == "--only" && i + 1 < argc) {
       only = argv[++i];
+    } else if (a == "--daemon-b" && i + 1 < argc) {
+      daemon_b = argv[++i];
     } else if (a == "--scratch" && i + 1 < argc) {
       scratch = argv[++i];
     } else if (a == "--") {
@@ -752,5 +846,7 @@ int main(int argc, char** argv) {
   if (want("payload")) Payload(daemon, scratch);
   if (want("churn")) Churn(daemon, scratch);
   if (want("recovery")) Recovery(daemon, scratch);
+  if (want("security")) Security(daemon, scratch, dur);
+  if (!daemon_b.empty() && want("ab")) AB(daemon, daemon_b, dur);
   return 0;
 }

@@ -1,4 +1,4 @@
-#include "server/service.h"
+#include "server/server.h"
 
 #include <google/protobuf/stubs/logging.h>
 #include <grpcpp/health_check_service_interface.h>

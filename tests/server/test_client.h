@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "delayd/v1/delayd.grpc.pb.h"
-#include "server/service.h"
+#include "server/server.h"
 
 namespace delayd::testing {
 

@@ -1,0 +1,19 @@
+// Logs that a limit was hit, rate-limited: at most one line per limit every
+// 10 s, saying how many hits the previous interval had. A client that hits a
+// limit in a loop cannot flood the log.
+//
+// Thread safety: may be called from any thread.
+#ifndef DELAYD_SERVER_LIMIT_LOG_H_
+#define DELAYD_SERVER_LIMIT_LOG_H_
+
+#include <string_view>
+
+namespace delayd {
+
+// `limit` names the limit (a flag, e.g. "max-batch-ops"); `detail` is the
+// message the client got.
+void LogLimitHit(std::string_view limit, std::string_view detail);
+
+}  // namespace delayd
+
+#endif  // DELAYD_SERVER_LIMIT_LOG_H_

@@ -1,0 +1,204 @@
+#include "server/server.h"
+
+#include <google/protobuf/descriptor.h>
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <mutex>
+
+namespace delayd {
+
+bool IsLoopback(std::string_view listen) {
+  const std::size_t colon = listen.rfind(':');
+  std::string_view host = listen.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  return host.starts_with("127.") || host == "localhost" || host == "::1";
+}
+
+namespace {
+
+class ParseErrorInterceptor : public grpc::experimental::Interceptor {
+ public:
+  explicit ParseErrorInterceptor(const std::string& error) : error_(error) {}
+
+  void Intercept(
+      grpc::experimental::InterceptorBatchMethods* methods) override {
+    using grpc::experimental::InterceptionHookPoints;
+    // gRPC hands the interceptor no message when the request did not parse.
+    if (methods->QueryInterceptionHookPoint(
+            InterceptionHookPoints::POST_RECV_MESSAGE)) {
+      unparsed_ = methods->GetRecvMessage() == nullptr;
+    }
+    if (unparsed_ &&
+        methods->QueryInterceptionHookPoint(
+            InterceptionHookPoints::PRE_SEND_STATUS) &&
+        methods->GetSendStatus().error_code() ==
+            grpc::StatusCode::UNIMPLEMENTED) {
+      methods->ModifySendStatus(
+          grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, error_));
+    }
+    methods->Proceed();
+  }
+
+ private:
+  const std::string& error_;  // Owned by the factory, which outlives calls.
+  bool unparsed_ = false;
+};
+
+}  // namespace
+
+ParseErrorInterceptorFactory::ParseErrorInterceptorFactory() {
+  const google::protobuf::ServiceDescriptor* service =
+      v1::SetTimerRequest::descriptor()->file()->FindServiceByName("Delayd");
+  for (int i = 0; i < service->method_count(); ++i) {
+    const google::protobuf::MethodDescriptor* m = service->method(i);
+    errors_.emplace("/" + service->full_name() + "/" + m->name(),
+                    "request: not a valid " + m->input_type()->full_name());
+  }
+}
+
+grpc::experimental::Interceptor*
+ParseErrorInterceptorFactory::CreateServerInterceptor(
+    grpc::experimental::ServerRpcInfo* info) {
+  const auto it = errors_.find(std::string_view(info->method()));
+  if (it == errors_.end()) return nullptr;
+  return new ParseErrorInterceptor(it->second);
+}
+
+DelaydServer::DelaydServer(Options options) : options_(std::move(options)) {}
+
+DelaydServer::~DelaydServer() { Shutdown(std::chrono::milliseconds(0)); }
+
+Status DelaydServer::Start() {
+  // Credentials first: a file that does not load stops the start before the
+  // store is opened.
+  if (!options_.auth_tokens.empty()) {
+    TokenTable table;
+    if (Status s = TokenTable::Load(options_.auth_tokens, &table); !s.ok()) {
+      return s;
+    }
+    auth_.Enable(std::move(table));
+  }
+  if (!options_.tls.cert.empty() || !options_.tls.key.empty()) {
+    if (options_.tls.cert.empty() || options_.tls.key.empty()) {
+      return Status::InvalidArgument(
+          "--tls-cert and --tls-key go together");
+    }
+    if (Status s = TlsCertificates::Create(options_.tls, &tls_); !s.ok()) {
+      return s;
+    }
+  } else if (!options_.tls.client_ca.empty()) {
+    return Status::InvalidArgument(
+        "--tls-client-ca needs --tls-cert and --tls-key");
+  }
+  scheduler_ = std::make_unique<Scheduler>(options_.scheduler);
+  if (Status s = scheduler_->Start(&recovery_); !s.ok()) {
+    scheduler_.reset();
+    return s;
+  }
+  service_ = std::make_unique<DelaydService>(*scheduler_, auth_);
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  std::shared_ptr<grpc::ServerCredentials> credentials =
+      grpc::InsecureServerCredentials();
+  if (tls_) credentials = tls_->credentials();
+  builder.AddListeningPort(options_.listen, credentials, &port_);
+  builder.RegisterService(service_.get());
+  std::vector<
+      std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+      interceptors;
+  interceptors.push_back(std::make_unique<ParseErrorInterceptorFactory>());
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
+  // Keep idle streams alive behind proxies and notice dead peers.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS,
+                             static_cast<int>(options_.keepalive_time.count()));
+  builder.AddChannelArgument(
+      GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+      static_cast<int>(options_.keepalive_timeout.count()));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(
+      GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  // gRPC has one receive limit per server, not per method. It is what the
+  // largest request needs: a Batch up to --max-batch-bytes, or one
+  // full-size timer. Requests of other methods are parsed within it and then
+  // held to their own field limits; their parsed size is at most a few
+  // times their bytes (no repeated message fields outside Batch, which reads
+  // its own bytes and stops at --max-batch-ops).
+  const Limits& l = options_.scheduler.limits;
+  const std::size_t unary_message =
+      l.max_payload_bytes + l.max_key_bytes + l.max_namespace_bytes + 4096;
+  builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<std::size_t>(
+      std::max(options_.max_batch_bytes, unary_message), 1u << 30)));
+  // All of gRPC's memory for connections and calls, bounded.
+  grpc::ResourceQuota quota("delayd");
+  quota.Resize(options_.grpc_memory_bytes);
+  builder.SetResourceQuota(quota);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                             options_.max_streams_per_connection);
+  server_ = builder.BuildAndStart();
+  if (!server_ || port_ == 0) {
+    server_.reset();
+    return Status::Unavailable("cannot listen on " + options_.listen);
+  }
+  server_->GetHealthCheckService()->SetServingStatus(true);
+  return Status::Ok();
+}
+
+Status DelaydServer::Reload() {
+  std::string errors;
+  if (auth_.enabled()) {
+    TokenTable table;
+    if (Status s = TokenTable::Load(options_.auth_tokens, &table); s.ok()) {
+      auth_.Reload(std::move(table));
+    } else {
+      errors += s.message();
+    }
+  }
+  if (tls_) {
+    if (Status s = tls_->Reload(); !s.ok()) {
+      errors += (errors.empty() ? "" : "; ") + s.message();
+    }
+  }
+  if (!errors.empty()) return Status::InvalidArgument(errors);
+  return Status::Ok();
+}
+
+void DelaydServer::Shutdown(std::chrono::milliseconds grace) {
+  if (stopped_ || !scheduler_) return;
+  stopped_ = true;
+  if (server_) server_->GetHealthCheckService()->SetServingStatus(false);
+  // End every stream, then let in-flight unary calls finish.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool closed = false;
+  scheduler_->Shutdown([&] {
+    std::lock_guard lock(mu);
+    closed = true;
+    cv.notify_all();
+  });
+  {
+    std::unique_lock lock(mu);
+    cv.wait_for(lock, grace + std::chrono::seconds(1), [&] { return closed; });
+  }
+  spdlog::debug("shutdown: operations answered, streams ended");
+  // Every call has been answered; what remains is sending the answers. gRPC
+  // would wait out the whole deadline for idle client connections, so give
+  // it only a short one.
+  if (server_) {
+    server_->Shutdown(std::chrono::system_clock::now() +
+                      std::min<std::chrono::milliseconds>(
+                          grace, std::chrono::milliseconds(200)));
+  }
+  spdlog::debug("shutdown: server stopped");
+  scheduler_->Stop();
+  server_.reset();
+}
+
+}  // namespace delayd

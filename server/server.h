@@ -1,0 +1,100 @@
+// The daemon's gRPC server: the service, TLS and tokens, health checking,
+// reflection, and a graceful shutdown.
+#ifndef DELAYD_SERVER_SERVER_H_
+#define DELAYD_SERVER_SERVER_H_
+
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/support/server_interceptor.h>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "server/auth.h"
+#include "server/scheduler.h"
+#include "server/service.h"
+#include "server/status.h"
+#include "server/tls.h"
+
+namespace delayd {
+
+// Whether a listen address ("host:port") is on the loopback interface.
+bool IsLoopback(std::string_view listen);
+
+// gRPC's callback API answers a request it cannot parse (bytes that are no
+// such message, or a `string` field that is not UTF-8) with UNIMPLEMENTED and
+// no message, as if the method did not exist (see grpc/grpc#30454). On
+// delayd's methods this turns that answer into INVALID_ARGUMENT naming the
+// message expected. Other calls (health, reflection, unknown methods) get no
+// interceptor.
+class ParseErrorInterceptorFactory
+    : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  ParseErrorInterceptorFactory();
+  grpc::experimental::Interceptor* CreateServerInterceptor(
+      grpc::experimental::ServerRpcInfo* info) override;
+
+ private:
+  // Method path ("/delayd.v1.Delayd/SetTimer") to the error for a request
+  // that does not parse as its input type.
+  // (Ordered, to be searched by the call's method name without a copy.)
+  std::map<std::string, std::string, std::less<>> errors_;
+};
+
+// The daemon's gRPC server: the service, health checking and reflection.
+class DelaydServer {
+ public:
+  struct Options {
+    std::string listen = "127.0.0.1:7070";
+    Scheduler::Options scheduler;
+    std::chrono::milliseconds keepalive_time = std::chrono::seconds(30);
+    std::chrono::milliseconds keepalive_timeout = std::chrono::seconds(10);
+    // TLS (empty cert: plaintext); see tls.h.
+    TlsCertificates::Files tls;
+    // Token file (empty: no authentication); see auth.h.
+    std::string auth_tokens;
+    // Largest Batch request in bytes; every other request is far smaller.
+    std::size_t max_batch_bytes = 16 << 20;
+    // Memory gRPC may take for connections and calls in flight (its
+    // ResourceQuota); past it, new calls wait or are refused.
+    std::size_t grpc_memory_bytes = 1u << 30;
+    // Concurrent calls (streams) per client connection.
+    int max_streams_per_connection = 1000;
+  };
+
+  explicit DelaydServer(Options options);
+  ~DelaydServer();
+
+  // Starts the scheduler (recovering the store, if any) and the server.
+  // Fails if the store cannot be opened or read, or the address bound.
+  Status Start();
+  const Scheduler::RecoveryReport& recovery() const { return recovery_; }
+  // The bound port (useful with port 0).
+  int port() const { return port_; }
+  // Graceful stop: health NOT_SERVING, new operations UNAVAILABLE, streams
+  // ended with UNAVAILABLE, in-flight calls given until `grace` to finish,
+  // then the scheduler stops. Idempotent.
+  void Shutdown(std::chrono::milliseconds grace);
+  Scheduler& scheduler() { return *scheduler_; }
+  // Reads the token file and the TLS certificates again (SIGHUP). What fails
+  // to load is not applied and is said in the result; the rest is.
+  Status Reload();
+  // Whether anything guards the port: TLS or tokens.
+  bool secured() const { return tls_ != nullptr || auth_.enabled(); }
+
+ private:
+  Options options_;
+  Authorizer auth_;
+  std::unique_ptr<TlsCertificates> tls_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<DelaydService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  bool stopped_ = false;
+  Scheduler::RecoveryReport recovery_;
+};
+
+}  // namespace delayd
+
+#endif  // DELAYD_SERVER_SERVER_H_

@@ -1,0 +1,217 @@
+// The server side of Subscribe streams: the sink a dispatcher delivers to,
+// the reactor that owns it, and a stream refused before it started.
+#ifndef DELAYD_SERVER_STREAM_H_
+#define DELAYD_SERVER_STREAM_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <asio.hpp>
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "delayd/v1/delayd.grpc.pb.h"
+#include "server/dispatcher.h"
+#include "server/limit_log.h"
+#include "server/proto_time.h"
+#include "server/scheduler.h"
+#include "server/status.h"
+
+namespace delayd {
+
+grpc::Status ToGrpc(const Status& status);  // service.h
+
+// The write side of one Subscribe stream, shared between the reactor (gRPC
+// threads) and a dispatcher (its strand). One write in flight at a time;
+// events that arrive meanwhile are gathered into the next message. A write
+// that has not completed within the stream-write timeout cancels the call
+// (the client stopped reading): the reactor then ends, and the dispatcher
+// gives a worker's events to others. A recursive mutex because gRPC may run
+// a reaction inline from Finish().
+class StreamSink : public Subscriber {
+ public:
+  StreamSink(grpc::ServerWriteReactor<v1::SubscribeResponse>* r,
+             grpc::CallbackServerContext* ctx, asio::io_context& io,
+             std::chrono::nanoseconds write_timeout)
+      : reactor_(r), ctx_(ctx), write_timer_(io), write_timeout_(write_timeout) {}
+
+  Backlog Deliver(std::string_view ns,
+                  std::span<const Event* const> events) override {
+    std::lock_guard lock(mu_);
+    if (reactor_ == nullptr || ending_) return {};
+    std::size_t bytes = 0;
+    for (const Event* e : events) {
+      v1::Event* out = next_.add_events();
+      out->set_id(e->id);
+      out->set_namespace_(std::string(ns));
+      out->set_key(std::string(e->blob.key()));
+      out->set_payload(std::string(e->blob.payload()));
+      out->set_version(e->version);
+      SetTimestamp(e->fire_time, out->mutable_fire_time());
+      SetTimestamp(e->fired_at, out->mutable_fired_at());
+      out->set_attempt(e->attempt);
+      out->set_reason(e->reason == Reason::kDrained ? v1::REASON_DRAINED
+                                                    : v1::REASON_EXPIRED);
+      bytes += EventBytes(ns, *e);
+    }
+    next_bytes_ += bytes;
+    unwritten_events_.fetch_add(events.size());
+    unwritten_bytes_.fetch_add(bytes);
+    Pump();
+    return Unwritten();
+  }
+
+  Backlog Unwritten() const override {
+    return {unwritten_events_.load(), unwritten_bytes_.load()};
+  }
+
+  void End(const Status& status) override {
+    std::lock_guard lock(mu_);
+    if (reactor_ == nullptr || ending_) return;
+    ending_ = true;
+    end_status_ = status;
+    Pump();
+  }
+
+  // Tells the subscriber it is registered: an empty first message.
+  void SendRegistered() {
+    std::lock_guard lock(mu_);
+    if (reactor_ == nullptr || ending_) return;
+    force_write_ = true;
+    Pump();
+  }
+
+  void OnWriteDone(bool ok) {
+    std::function<void()> drained;
+    {
+      std::lock_guard lock(mu_);
+      write_timer_.cancel();
+      writing_ = false;
+      unwritten_events_.fetch_sub(in_write_);
+      unwritten_bytes_.fetch_sub(in_write_bytes_);
+      in_write_ = in_write_bytes_ = 0;
+      if (!ok && !ending_) {
+        ending_ = true;
+        end_status_ = Status::Unavailable("stream broken");
+      }
+      Pump();
+      if (ok && !writing_ && !ending_) drained = on_drained;
+    }
+    if (drained) drained();
+  }
+
+  void Detach() {
+    std::lock_guard lock(mu_);
+    write_timer_.cancel();
+    reactor_ = nullptr;
+  }
+
+ private:
+  // About what an event costs on the wire and in the queued message.
+  static std::size_t EventBytes(std::string_view ns, const Event& e) {
+    return ns.size() + e.blob.key().size() + e.blob.payload().size() + 64;
+  }
+
+  // Starts the next write, or finishes once writes are done. Under mu_.
+  void Pump() {
+    if (reactor_ == nullptr || writing_ || finished_) return;
+    if (ending_) {
+      finished_ = true;
+      reactor_->Finish(ToGrpc(end_status_));
+      return;
+    }
+    if (next_.events_size() == 0 && !force_write_) return;
+    force_write_ = false;
+    writing_ = true;
+    in_write_ = static_cast<std::size_t>(next_.events_size());
+    in_write_bytes_ = next_bytes_;
+    next_bytes_ = 0;
+    in_flight_msg_.Swap(&next_);
+    next_.Clear();
+    write_timer_.expires_after(write_timeout_);
+    write_timer_.async_wait([this, self = weak_from_this()](
+                                const asio::error_code& ec) {
+      if (ec) return;
+      auto alive = self.lock();
+      if (!alive) return;
+      std::lock_guard lock(mu_);
+      if (!writing_ || reactor_ == nullptr) return;
+      LogLimitHit("stream-write-timeout",
+                  "subscriber " + ctx_->peer() +
+                      ": a write did not complete in time; the stream is "
+                      "ended (" +
+                      std::to_string(unwritten_events_.load()) +
+                      " events unwritten)");
+      ctx_->TryCancel();
+    });
+    reactor_->StartWrite(&in_flight_msg_);
+  }
+
+  mutable std::recursive_mutex mu_;
+  grpc::ServerWriteReactor<v1::SubscribeResponse>* reactor_;
+  grpc::CallbackServerContext* const ctx_;
+  asio::steady_timer write_timer_;
+  const std::chrono::nanoseconds write_timeout_;
+  v1::SubscribeResponse next_;
+  v1::SubscribeResponse in_flight_msg_;
+  std::size_t next_bytes_ = 0;
+  std::size_t in_write_ = 0;
+  std::size_t in_write_bytes_ = 0;
+  std::atomic<std::size_t> unwritten_events_{0};
+  std::atomic<std::size_t> unwritten_bytes_{0};
+  bool writing_ = false;
+  bool force_write_ = false;
+  bool ending_ = false;
+  bool finished_ = false;
+  Status end_status_;
+};
+
+class SubscribeReactor
+    : public grpc::ServerWriteReactor<v1::SubscribeResponse> {
+ public:
+  SubscribeReactor(Scheduler& scheduler, grpc::CallbackServerContext* ctx,
+                   std::string ns, SubscribeOptions options)
+      : scheduler_(scheduler),
+        ns_(std::move(ns)),
+        id_(scheduler.NewSubscriberId()),
+        sink_(std::make_shared<StreamSink>(
+            this, ctx, scheduler.io(),
+            scheduler.limits().stream_write_timeout)) {
+    scheduler_.Subscribe(ns_, id_, sink_, options,
+                         [sink = sink_] { sink->SendRegistered(); });
+  }
+
+  void OnWriteDone(bool ok) override { sink_->OnWriteDone(ok); }
+  void OnCancel() override {
+    sink_->End(Status::Unavailable("subscriber went away"));
+  }
+  void OnDone() override {
+    sink_->Detach();
+    scheduler_.Unsubscribe(ns_, id_);
+    scheduler_.counters().subscribers.fetch_sub(1);
+    delete this;
+  }
+
+ private:
+  Scheduler& scheduler_;
+  const std::string ns_;
+  const std::uint64_t id_;
+  std::shared_ptr<StreamSink> sink_;
+};
+
+class FailedStream : public grpc::ServerWriteReactor<v1::SubscribeResponse> {
+ public:
+  explicit FailedStream(const Status& status) {
+    if (status.code() == Code::kResourceExhausted) {
+      LogLimitHit("max-subscribers", status.message());
+    }
+    Finish(ToGrpc(status));
+  }
+  void OnDone() override { delete this; }
+};
+
+}  // namespace delayd
+
+#endif  // DELAYD_SERVER_STREAM_H_
