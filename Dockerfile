@@ -29,12 +29,16 @@ RUN apt-get update \
 COPY --from=build /build/server/delayd /build/client/delayctl /usr/local/bin/
 USER delayd
 # Every flag of delayd is also a DELAYD_* variable; override any with -e.
+# Port 7071 serves only grpc.health.v1, in plaintext, so that the health
+# check and Kubernetes' probes work whether or not TLS and tokens are on
+# (DELAYD_TLS_CERT, DELAYD_TLS_KEY, DELAYD_AUTH_TOKENS: see the README).
 ENV DELAYD_LISTEN=0.0.0.0:7070 \
+    DELAYD_HEALTH_LISTEN=0.0.0.0:7071 \
     DELAYD_DATA_DIR=/var/lib/delayd \
     DELAYD_SHUTDOWN_GRACE=5s
 VOLUME /var/lib/delayd
-EXPOSE 7070
+EXPOSE 7070 7071
 HEALTHCHECK --interval=10s --timeout=3s --start-period=30s --retries=3 \
-  CMD ["delayctl", "--endpoint", "127.0.0.1:7070", "--timeout", "2s", "health"]
+  CMD ["delayctl", "--endpoint", "127.0.0.1:7071", "--timeout", "2s", "health"]
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["delayd"]

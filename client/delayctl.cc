@@ -148,6 +148,8 @@ const char* CodeName(grpc::StatusCode code) {
       return "INTERNAL";
     case grpc::StatusCode::UNAUTHENTICATED:
       return "UNAUTHENTICATED";
+    case grpc::StatusCode::UNIMPLEMENTED:
+      return "UNIMPLEMENTED";
     case grpc::StatusCode::PERMISSION_DENIED:
       return "PERMISSION_DENIED";
     default:

@@ -36,6 +36,10 @@ int main(int argc, char** argv) {
   app.add_option("--listen", options.listen, "Address to listen on")
       ->envname("DELAYD_LISTEN")
       ->capture_default_str();
+  app.add_option("--health-listen", options.health_listen,
+                 "Also serve grpc.health.v1 alone, in plaintext, on this "
+                 "address (for probes when TLS or tokens are on)")
+      ->envname("DELAYD_HEALTH_LISTEN");
   app.add_option("--partitions", options.scheduler.partitions,
                  "Scheduler partitions (default: one per core)")
       ->envname("DELAYD_PARTITIONS")
@@ -284,6 +288,11 @@ int main(int argc, char** argv) {
           ? "plaintext"
           : (options.tls.client_ca.empty() ? "TLS" : "mutual TLS"),
       options.auth_tokens.empty() ? "no tokens" : "tokens required");
+  if (!options.health_listen.empty()) {
+    spdlog::info(
+        "health checks (plaintext, health service only) on {} (port {})",
+        options.health_listen, server.health_port());
+  }
   if (!server.secured() && !delayd::IsLoopback(options.listen)) {
     spdlog::warn(
         "listening on {} with neither TLS nor tokens: anyone who can reach "

@@ -147,6 +147,24 @@ Status DelaydServer::Start() {
     server_.reset();
     return Status::Unavailable("cannot listen on " + options_.listen);
   }
+  // A plaintext port with only the health service: for probes that speak
+  // neither TLS nor tokens (Kubernetes' gRPC probe, the image's
+  // HEALTHCHECK). It tells the serving status and nothing else.
+  if (!options_.health_listen.empty()) {
+    grpc::ServerBuilder health;
+    health.AddListeningPort(options_.health_listen,
+                            grpc::InsecureServerCredentials(), &health_port_);
+    health_server_ = health.BuildAndStart();
+    if (!health_server_ || health_port_ == 0) {
+      server_->Shutdown();
+      server_.reset();
+      health_server_.reset();
+      return Status::Unavailable("cannot listen on " +
+                                 options_.health_listen +
+                                 " (--health-listen)");
+    }
+    health_server_->GetHealthCheckService()->SetServingStatus(true);
+  }
   server_->GetHealthCheckService()->SetServingStatus(true);
   return Status::Ok();
 }
@@ -174,6 +192,9 @@ void DelaydServer::Shutdown(std::chrono::milliseconds grace) {
   if (stopped_ || !scheduler_) return;
   stopped_ = true;
   if (server_) server_->GetHealthCheckService()->SetServingStatus(false);
+  if (health_server_) {
+    health_server_->GetHealthCheckService()->SetServingStatus(false);
+  }
   // End every stream, then let in-flight unary calls finish.
   std::mutex mu;
   std::condition_variable cv;
@@ -196,9 +217,14 @@ void DelaydServer::Shutdown(std::chrono::milliseconds grace) {
                       std::min<std::chrono::milliseconds>(
                           grace, std::chrono::milliseconds(200)));
   }
+  if (health_server_) {
+    health_server_->Shutdown(std::chrono::system_clock::now() +
+                             std::chrono::milliseconds(100));
+  }
   spdlog::debug("shutdown: server stopped");
   scheduler_->Stop();
   server_.reset();
+  health_server_.reset();
 }
 
 }  // namespace delayd

@@ -47,6 +47,8 @@ class DelaydServer {
  public:
   struct Options {
     std::string listen = "127.0.0.1:7070";
+    // If set: a plaintext port with only grpc.health.v1 (for probes).
+    std::string health_listen;
     Scheduler::Options scheduler;
     std::chrono::milliseconds keepalive_time = std::chrono::seconds(30);
     std::chrono::milliseconds keepalive_timeout = std::chrono::seconds(10);
@@ -72,6 +74,7 @@ class DelaydServer {
   const Scheduler::RecoveryReport& recovery() const { return recovery_; }
   // The bound port (useful with port 0).
   int port() const { return port_; }
+  int health_port() const { return health_port_; }
   // Graceful stop: health NOT_SERVING, new operations UNAVAILABLE, streams
   // ended with UNAVAILABLE, in-flight calls given until `grace` to finish,
   // then the scheduler stops. Idempotent.
@@ -90,7 +93,9 @@ class DelaydServer {
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<DelaydService> service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<grpc::Server> health_server_;
   int port_ = 0;
+  int health_port_ = 0;
   bool stopped_ = false;
   Scheduler::RecoveryReport recovery_;
 };

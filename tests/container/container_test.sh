@@ -4,7 +4,9 @@
 # OS, talks to it from the host with delayctl (a timer set, then seen firing
 # by `watch`), runs the image's health check, checks that it runs as non-root,
 # stops it (must exit 0, quickly), starts a new container on the same volume
-# and finds the pending timer still there. Prints the image size.
+# and finds the pending timer still there; then runs it with TLS and tokens
+# from mounted files (certificates made here with openssl). Prints the image
+# size.
 #
 # Usage: container_test.sh DELAYCTL
 # The docker-compatible CLI is ${CONTAINER_CLI:-docker}.
@@ -22,8 +24,10 @@ failures=0
 
 fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
 step() { echo "==> $*"; }
+secrets=$(mktemp -d)
 cleanup() {
-  "${cli[@]}" rm -f "$name" >/dev/null 2>&1 || true
+  "${cli[@]}" rm -f "$name" "$name-tls" >/dev/null 2>&1 || true
+  rm -rf "$secrets"
   "${cli[@]}" volume rm -f "$volume" >/dev/null 2>&1 || true
   "${cli[@]}" rmi "$tag" >/dev/null 2>&1 || true
   # The build stage's image (unnamed, hundreds of MB), where the engine
@@ -117,6 +121,52 @@ echo "$after" | grep -q "$version" || fail "the version changed: $after"
 echo "$after" | grep -q '"payload":"c3RpbGwgaGVyZQ=="' ||
   fail "the payload changed: $after"
 stop
+
+step "the secure setup: TLS and tokens from mounted files"
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+  -keyout "$secrets/ca.key" -out "$secrets/ca.pem" -days 2 -subj /CN=test-ca 2>/dev/null
+openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+  -keyout "$secrets/server.key" -out "$secrets/server.csr" -subj /CN=delayd 2>/dev/null
+printf 'subjectAltName=IP:127.0.0.1\n' >"$secrets/ext"
+openssl x509 -req -in "$secrets/server.csr" -CA "$secrets/ca.pem" \
+  -CAkey "$secrets/ca.key" -CAcreateserial -out "$secrets/server.pem" -days 2 \
+  -extfile "$secrets/ext" 2>/dev/null
+echo "test-token * admin" >"$secrets/tokens"
+chmod 755 "$secrets"
+chmod 644 "$secrets"/*  # Read by the image's user (a test's throwaway key).
+"${cli[@]}" run -d --name "$name-tls" -p 127.0.0.1::7070 --health-interval 2s \
+  -v "$secrets:/etc/delayd:ro" -e DELAYD_IN_MEMORY=true \
+  -e DELAYD_TLS_CERT=/etc/delayd/server.pem \
+  -e DELAYD_TLS_KEY=/etc/delayd/server.key \
+  -e DELAYD_AUTH_TOKENS=/etc/delayd/tokens "$tag" >/dev/null
+mapping=$("${cli[@]}" port "$name-tls" 7070 | head -1)
+tls_endpoint=127.0.0.1:${mapping##*:}
+tls=("$delayctl" --endpoint "$tls_endpoint" --timeout 2s --tls-ca "$secrets/ca.pem")
+deadline=$((SECONDS + 60))
+until "${tls[@]}" health >/dev/null 2>&1; do
+  if [ $SECONDS -ge $deadline ]; then
+    "${cli[@]}" logs "$name-tls" >&2 || true
+    fail "delayd with TLS did not answer"
+    break
+  fi
+  sleep 0.2  # Polls the health check, bounded by the deadline.
+done
+"$delayctl" --endpoint "$tls_endpoint" --timeout 2s health >/dev/null 2>&1 &&
+  fail "a plaintext client was served"
+"${tls[@]}" set k v --in 1h >/dev/null 2>&1 && fail "a call without a token was served"
+"${tls[@]}" --token test-token set k v --in 1h >/dev/null ||
+  fail "a call with TLS and the token failed"
+# The image's health check uses the plaintext health-only port.
+health=
+deadline=$((SECONDS + 60))
+until [ "$health" = healthy ] || [ $SECONDS -ge $deadline ]; do
+  "${cli[@]}" healthcheck run "$name-tls" >/dev/null 2>&1 || true
+  health=$("${cli[@]}" inspect --format '{{.State.Health.Status}}' "$name-tls")
+  [ "$health" = healthy ] || sleep 0.5  # Bounded by the deadline.
+done
+[ "$health" = healthy ] || fail "with TLS on, health status is '$health'"
+echo "TLS + tokens: plaintext and token-less calls refused, health $health"
+"${cli[@]}" rm -f "$name-tls" >/dev/null
 
 if [ $failures -ne 0 ]; then
   echo "container test: $failures failure(s)" >&2

@@ -130,6 +130,16 @@ wait "$watch_pid" 2>/dev/null
 watch_pid=
 stop
 
+# --- a plaintext health port for probes, with nothing else on it ---
+start --tls-cert server1.pem --tls-key server1.key --auth-tokens tokens \
+  --health-listen 127.0.0.1:0
+hport=$(grep -oE 'health service only\) on [^ ]+ \(port [0-9]+\)' delayd.log | grep -oE '[0-9]+\)$' | tr -d ')')
+[ -n "$hport" ] && pass || fail "no health port line: $(cat delayd.log)"
+expect_code 0 "$DELAYCTL" --endpoint "127.0.0.1:$hport" --timeout 3s health
+expect_code 3 "$DELAYCTL" --endpoint "127.0.0.1:$hport" --timeout 3s --token admin-token stats
+expect_err UNIMPLEMENTED
+stop
+
 # --- mutual TLS ---
 start --tls-cert server1.pem --tls-key server1.key --tls-client-ca clientca.pem
 grep -q "mutual TLS, no tokens" delayd.log && pass || fail "start-up line: $(cat delayd.log)"
