@@ -20,9 +20,8 @@ void Check(bool ok) {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data,
                                       std::size_t size) {
-  static google::protobuf::LogSilencer* quiet =
-      new google::protobuf::LogSilencer;  // UTF-8 complaints are expected.
-  (void)quiet;
+  // Protobuf's UTF-8 complaints are expected.
+  static google::protobuf::LogSilencer quiet;
   const std::string_view wire(reinterpret_cast<const char*>(data), size);
   std::vector<delayd::OpFields> fast;
   const delayd::WireRead read = delayd::ReadBatchRequest(wire, kMaxOps, &fast);
