@@ -13,8 +13,12 @@ constexpr std::size_t kMaxBatch = 256;
 }  // namespace
 
 Dispatcher::Dispatcher(asio::io_context& io, std::string name,
-                       Counters& counters, const Limits& limits, Store* store)
+                       NamespaceId id, Counters& counters,
+                       const Limits& limits, Store* store,
+                       NamespaceRefs* refs)
     : name_(std::move(name)),
+      id_(id),
+      refs_(refs),
       counters_(counters),
       limits_(limits),
       store_(store),
@@ -46,6 +50,7 @@ void Dispatcher::Publish(std::vector<Event> events) {
           it->second->End(ended);
           it = watchers_.erase(it);
           counters_.watchers.fetch_sub(1);
+          refs_->Release(id_);
         } else {
           ++it;
         }
@@ -97,6 +102,7 @@ void Dispatcher::Unsubscribe(std::uint64_t id) {
     if (watcher != watchers_.end()) {
       watchers_.erase(watcher);
       counters_.watchers.fetch_sub(1);
+      refs_->Release(id_);
       return;
     }
     auto worker = std::find_if(workers_.begin(), workers_.end(),
@@ -112,6 +118,7 @@ void Dispatcher::Unsubscribe(std::uint64_t id) {
     workers_.erase(worker);
     counters_.workers.fetch_sub(1);
     Pump();
+    refs_->Release(id_);
   });
 }
 
@@ -146,14 +153,19 @@ void Dispatcher::Ack(std::vector<std::uint64_t> ids,
     counters_.acked.fetch_add(result.acked);
     Pump();
     if (!batch) {
+      refs_->Release(id_, result.acked);
       done(std::move(result));
       return;
     }
-    store_->Commit(*batch, [done = std::move(done),
+    store_->Commit(*batch, [this, done = std::move(done),
                             result = std::move(result)](Status s) mutable {
       // Not durable: the events come back after a restart (at least once),
       // so the acknowledgement fails.
-      if (!s.ok()) result.error = s;
+      if (!s.ok()) {
+        result.error = s;
+      } else {
+        refs_->Release(id_, result.acked);
+      }
       done(std::move(result));
     });
   });

@@ -29,6 +29,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "server/namespace_refs.h"
 #include "server/status.h"
 #include "server/store.h"
 #include "server/strand_wheel.h"
@@ -92,13 +93,19 @@ struct AckResult {
 class Dispatcher {
  public:
   // `store` may be null (state in memory only). With a store, events carry
-  // payload ids; payloads are read when an event is sent.
-  Dispatcher(asio::io_context& io, std::string name, Counters& counters,
-             const Limits& limits, Store* store);
+  // payload ids; payloads are read when an event is sent. The namespace's
+  // count in `refs` is released for each acknowledged event (once durable)
+  // and each subscriber that leaves (the scheduler adds those).
+  Dispatcher(asio::io_context& io, std::string name, NamespaceId id,
+             Counters& counters, const Limits& limits, Store* store,
+             NamespaceRefs* refs);
   Dispatcher(const Dispatcher&) = delete;
   Dispatcher& operator=(const Dispatcher&) = delete;
 
+  // The namespace's name; empty while its id is free. Changed only by the
+  // scheduler under its namespace lock, while nothing uses the namespace.
   const std::string& name() const { return name_; }
+  void Rename(std::string name) { name_ = std::move(name); }
 
   // Takes fired events for delivery.
   void Publish(std::vector<Event> events);
@@ -148,7 +155,9 @@ class Dispatcher {
   Subscriber::Backlog Send(Subscriber& sink,
                           std::span<const Event* const> events);
 
-  const std::string name_;
+  std::string name_;
+  const NamespaceId id_;
+  NamespaceRefs* const refs_;
   Counters& counters_;
   const Limits& limits_;
   Store* const store_;

@@ -11,11 +11,12 @@ namespace delayd {
 Partition::Partition(asio::io_context& io, std::uint32_t index,
                      std::chrono::nanoseconds tick, SteadyTime epoch,
                      const Limits& limits, Counters& counters, Store* store,
-                     Publish publish)
+                     NamespaceRefs* refs, Publish publish)
     : partition_(index),
       limits_(limits),
       counters_(counters),
       store_(store),
+      refs_(refs),
       publish_(std::move(publish)),
       strand_(asio::make_strand(io)),
       wheel_(
@@ -153,6 +154,7 @@ OpResult Partition::Set(SetOp& op, WallNanos wall_now, SteadyTime steady_now,
     rec.handle = wheel_.wheel().Schedule(deadline, r);
     wheel_.Scheduled(rec.handle);
     keys_.Insert(hash, r);
+    refs_->Add(op.ns);  // (The caller's pin keeps it above zero.)
   }
   counters_changed_ = true;
   counters_.set.fetch_add(1, std::memory_order_relaxed);
@@ -212,6 +214,7 @@ OpResult Partition::Remove(RemoveOp& op, Store::Batch* batch) {
   }
   wheel_.wheel().Cancel(rec.handle);
   Forget(r);
+  result.removed = true;
   return result;
 }
 
@@ -338,6 +341,7 @@ void Partition::Restore(const StoredTimer& t, WallNanos wall_now,
   rec.blob.set_tag(static_cast<std::uint16_t>(t.ns));
   keys_.Insert(Hash(t.ns, t.key), r);
   counters_.pending.fetch_add(1, std::memory_order_relaxed);
+  refs_->Add(t.ns);
   if (t.fire_time <= wall_now) {
     overdue_.push_back(r);
   } else {

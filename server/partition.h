@@ -29,6 +29,7 @@
 
 #include "server/dispatcher.h"
 #include "server/key_index.h"
+#include "server/namespace_refs.h"
 #include "server/store.h"
 #include "server/strand_wheel.h"
 #include "server/types.h"
@@ -41,11 +42,13 @@ class Partition {
   using Publish = std::function<void(NamespaceId ns, std::vector<Event>)>;
 
   // `index` < 1024 becomes the low bits of every event id. `store` may be
-  // null (state in memory only).
+  // null (state in memory only). A new timer counts in `refs` for its
+  // namespace (and stays counted as an event once fired); a removed one
+  // is released by the caller once durable (OpResult::removed).
   Partition(asio::io_context& io, std::uint32_t index,
             std::chrono::nanoseconds tick, SteadyTime epoch,
             const Limits& limits, Counters& counters, Store* store,
-            Publish publish);
+            NamespaceRefs* refs, Publish publish);
 
   // Runs `f()` on the partition's strand, holding the partition.
   template <typename F>
@@ -166,6 +169,7 @@ class Partition {
   const Limits& limits_;
   Counters& counters_;
   Store* const store_;
+  NamespaceRefs* const refs_;
   Publish publish_;
   Strand strand_;
   Exclusive exclusive_;

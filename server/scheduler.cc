@@ -14,7 +14,11 @@ Scheduler::Scheduler(Options options)
     : options_(std::move(options)),
       epoch_(std::chrono::steady_clock::now()),
       work_(asio::make_work_guard(io_)),
-      dispatchers_(new Dispatcher*[options_.limits.max_namespaces]()) {
+      dispatchers_(new Dispatcher*[options_.limits.max_namespaces]()),
+      refs_(std::make_unique<NamespaceRefs>(
+          options_.limits.max_namespaces, [this](NamespaceId id) {
+            asio::post(io_, [this, id] { Free(id); });
+          })) {
   assert(options_.partitions >= 1 && options_.partitions <= 1024);
 }
 
@@ -28,6 +32,7 @@ Status Scheduler::Start(RecoveryReport* report) {
   for (std::uint32_t p = 0; p < options_.partitions; ++p) {
     partitions_.push_back(std::make_unique<Partition>(
         io_, p, options_.tick, epoch_, options_.limits, counters_, store_.get(),
+        refs_.get(),
         [this](NamespaceId ns, std::vector<Event> events) {
           dispatchers_[ns]->Publish(std::move(events));
         }));
@@ -49,12 +54,12 @@ Status Scheduler::Start(RecoveryReport* report) {
 
 Status Scheduler::Recover(RecoveryReport* report) {
   const auto started = std::chrono::steady_clock::now();
-  std::vector<std::string> names;
+  std::vector<std::string> names;  // By id; empty: a freed id.
   if (Status s = store_->LoadNamespaces(&names); !s.ok()) return s;
   if (names.size() > options_.limits.max_namespaces) {
-    return Status::ResourceExhausted("the store holds " +
-                                     std::to_string(names.size()) +
-                                     " namespaces, over --max-namespaces");
+    return Status::ResourceExhausted(
+        "the store holds " + std::to_string(names.size()) +
+        " namespace ids, over --max-namespaces");
   }
   for (auto& name : names) AddNamespace(std::move(name));
   std::uint64_t next_version = 1;
@@ -71,6 +76,10 @@ Status Scheduler::Recover(RecoveryReport* report) {
       bad_namespace = true;
       return;
     }
+    if (dispatchers_[t.ns]->name().empty()) {
+      bad_namespace = true;
+      return;
+    }
     partitions_[PartitionOf(t.ns, t.key)]->Restore(t, wall_now, steady_now);
     next_version = std::max(next_version, t.version + 1);
     ++report->timers;
@@ -83,6 +92,11 @@ Status Scheduler::Recover(RecoveryReport* report) {
       bad_namespace = true;
       return;
     }
+    if (dispatchers_[e.ns]->name().empty()) {
+      bad_namespace = true;
+      return;
+    }
+    refs_->Add(e.ns);
     events[e.ns].push_back(Event{e.id, e.ns, KeyBlob(e.key, e.payload_id),
                                  e.version, e.fire_time, e.fired_at, 0,
                                  e.reason});
@@ -122,7 +136,11 @@ Status Scheduler::Recover(RecoveryReport* report) {
   for (NamespaceId ns = 0; ns < events.size(); ++ns) {
     if (!events[ns].empty()) dispatchers_[ns]->Publish(std::move(events[ns]));
   }
-  report->namespaces = owned_dispatchers_.size();
+  // Namespaces left with nothing in them are freed now.
+  for (NamespaceId id = 0; id < owned_dispatchers_.size(); ++id) {
+    if (!dispatchers_[id]->name().empty() && refs_->Get(id) == 0) Free(id);
+  }
+  report->namespaces = namespaces();
   report->took = std::chrono::steady_clock::now() - started;
   return Status::Ok();
 }
@@ -138,28 +156,55 @@ void Scheduler::Stop() {
 }
 
 NamespaceId Scheduler::AddNamespace(std::string name) {
+  if (!name.empty() && !free_ids_.empty()) {
+    const NamespaceId id = free_ids_.back();
+    free_ids_.pop_back();
+    dispatchers_[id]->Rename(name);
+    ns_ids_.emplace(std::move(name), id);
+    return id;
+  }
   const auto id = static_cast<NamespaceId>(owned_dispatchers_.size());
   owned_dispatchers_.push_back(std::make_unique<Dispatcher>(
-      io_, name, counters_, options_.limits, store_.get()));
+      io_, name, id, counters_, options_.limits, store_.get(), refs_.get()));
   dispatchers_[id] = owned_dispatchers_.back().get();
-  ns_ids_.emplace(std::move(name), id);
+  if (name.empty()) {
+    free_ids_.push_back(id);  // Recovery: an id freed before the restart.
+  } else {
+    ns_ids_.emplace(std::move(name), id);
+  }
   return id;
 }
 
-Status Scheduler::Intern(std::string_view name, NamespaceId* id) {
-  {
-    std::shared_lock lock(ns_mutex_);
-    auto it = ns_ids_.find(name);
-    if (it != ns_ids_.end()) {
-      *id = it->second;
-      return Status::Ok();
+void Scheduler::Free(NamespaceId id) {
+  if (shutting_down_) return;  // The store may be closing.
+  std::unique_lock lock(ns_mutex_);
+  // Revived since (a pin or subscriber taken under this lock), or freed.
+  if (refs_->Get(id) != 0 || dispatchers_[id]->name().empty()) return;
+  if (store_) {
+    if (Status s = store_->PutNamespace(id, ""); !s.ok()) {
+      // Kept: it is freed again when next used and left.
+      counters_.store_errors.fetch_add(1);
+      return;
     }
   }
+  ns_ids_.erase(dispatchers_[id]->name());
+  dispatchers_[id]->Rename("");
+  free_ids_.push_back(id);
+}
+
+std::size_t Scheduler::namespaces() {
+  std::shared_lock lock(ns_mutex_);
+  return ns_ids_.size();
+}
+
+Status Scheduler::Intern(std::string_view name, NamespaceId* id) {
+  if (Find(name, id)) return Status::Ok();
   const std::string key(name);
   std::unique_lock lock(ns_mutex_);
   auto it = ns_ids_.find(key);
   if (it != ns_ids_.end()) {
     *id = it->second;
+    refs_->Add(*id);
     return Status::Ok();
   }
   if (ns_ids_.size() >= options_.limits.max_namespaces) {
@@ -169,14 +214,18 @@ Status Scheduler::Intern(std::string_view name, NamespaceId* id) {
   }
   // A new namespace's name is on disk before any timer refers to it.
   if (store_) {
-    const auto next = static_cast<NamespaceId>(owned_dispatchers_.size());
+    const auto next = free_ids_.empty()
+                          ? static_cast<NamespaceId>(owned_dispatchers_.size())
+                          : free_ids_.back();
     if (Status s = store_->PutNamespace(next, key); !s.ok()) return s;
   }
   *id = AddNamespace(key);
+  refs_->Add(*id);  // The caller's pin.
   // Subscribers that waited for the namespace move in.
   if (auto w = waiting_.find(key); w != waiting_.end()) {
     for (Waiting& sub : w->second) {
       CountWaiting(sub, -1);  // The dispatcher counts it from now on.
+      refs_->Add(*id);        // Released when it unsubscribes.
       dispatchers_[*id]->Subscribe(sub.id, std::move(sub.subscriber),
                                    sub.options, [] {});
     }
@@ -199,6 +248,7 @@ bool Scheduler::Find(std::string_view name, NamespaceId* id) {
   auto it = ns_ids_.find(name);
   if (it == ns_ids_.end()) return false;
   *id = it->second;
+  refs_->Add(*id);  // The caller's pin.
   return true;
 }
 
@@ -221,6 +271,7 @@ void Scheduler::Subscribe(std::string_view name, std::uint64_t id,
       return;
     }
     if (it != ns_ids_.end()) {
+      refs_->Add(it->second);  // Released when it unsubscribes.
       dispatchers_[it->second]->Subscribe(id, std::move(subscriber), options,
                                           std::move(done));
       return;
@@ -279,19 +330,26 @@ void Scheduler::Submit(Op op, std::function<void(OpResult)> done) {
       done(OpResult{ShuttingDown()});
       return;
     }
+    const NamespaceId ns = NamespaceOf(op);
     if (!store_) {
-      done(p.Apply(op, WallNow(), std::chrono::steady_clock::now(), nullptr));
+      OpResult r =
+          p.Apply(op, WallNow(), std::chrono::steady_clock::now(), nullptr);
+      if (r.removed) refs_->Release(ns);
+      done(std::move(r));
       return;
     }
     Store::Batch batch = store_->NewBatch();
     OpResult r =
         p.Apply(op, WallNow(), std::chrono::steady_clock::now(), &batch);
     p.FinishBatch(batch);
-    store_->Commit(
-        batch, [done = std::move(done), r = std::move(r)](Status s) mutable {
-          if (!s.ok()) r.status = s;
-          done(std::move(r));
-        });
+    store_->Commit(batch, [this, ns, done = std::move(done),
+                           r = std::move(r)](Status s) mutable {
+      if (!s.ok()) r.status = s;
+      // A removed timer stops counting for its namespace once that is
+      // durable (namespace_refs.h).
+      if (r.removed && s.ok()) refs_->Release(ns);
+      done(std::move(r));
+    });
   });
 }
 
@@ -338,10 +396,16 @@ void Scheduler::SubmitBatch(std::vector<Op> ops,
     part.Run([this, &part, state, group = std::move(groups[p])] {
       const WallNanos wall = WallNow();
       const SteadyTime steady = std::chrono::steady_clock::now();
-      auto finish = [state](std::size_t) {
-        if (state->remaining.fetch_sub(1) == 1) {
-          state->done(std::move(state->results));
+      auto finish = [this, state](std::size_t) {
+        if (state->remaining.fetch_sub(1) != 1) return;
+        // Removed timers stop counting for their namespaces, now durable.
+        for (std::size_t i = 0; i < state->results.size(); ++i) {
+          const OpResult& r = state->results[i];
+          if (r.removed && r.status.ok()) {
+            refs_->Release(NamespaceOf(state->ops[i]));
+          }
         }
+        state->done(std::move(state->results));
       };
       if (part.stopped()) {
         for (std::uint32_t i : group) state->results[i] = {ShuttingDown()};

@@ -21,6 +21,7 @@
 
 #include "server/dispatcher.h"
 #include "server/keyed_hash.h"
+#include "server/namespace_refs.h"
 #include "server/partition.h"
 #include "server/store.h"
 #include "server/types.h"
@@ -68,11 +69,17 @@ class Scheduler {
   Status Start(RecoveryReport* report = nullptr);
 
   // The id of a namespace, created on first use (by a write).
-  // RESOURCE_EXHAUSTED beyond the namespace limit.
+  // RESOURCE_EXHAUSTED beyond the namespace limit. Pins the namespace: the
+  // caller calls Unpin(id) once its call is answered.
   Status Intern(std::string_view name, NamespaceId* id);
-  // The id of namespace `name` if it exists. Reads and refused calls use
-  // this: they never create a namespace.
+  // The id of namespace `name` if it exists, pinned as by Intern. Reads and
+  // refused calls use this: they never create a namespace.
   bool Find(std::string_view name, NamespaceId* id);
+  // Ends a pin of Intern or Find. A namespace with no pins, timers, events
+  // or subscribers is freed (see namespace_refs.h).
+  void Unpin(NamespaceId id) { refs_->Release(id); }
+  // Namespaces in use (not freed).
+  std::size_t namespaces();
 
   // Registers a subscriber of namespace `name`, which need not exist yet:
   // then it waits outside the namespace table (it does not count against
@@ -126,9 +133,11 @@ class Scheduler {
  private:
   std::uint32_t PartitionOf(NamespaceId ns, std::string_view key) const;
   Status Recover(RecoveryReport* report);
-  // Creates the dispatcher of a new namespace; the caller holds ns_mutex_
-  // exclusively (or runs before Start).
+  // Creates the dispatcher of a new namespace, or gives a freed id a new
+  // name; the caller holds ns_mutex_ exclusively (or runs before Start).
   NamespaceId AddNamespace(std::string name);
+  // Frees namespace `id` if nothing uses it (posted by refs_ on zero).
+  void Free(NamespaceId id);
   static std::string_view KeyOf(const Op& op);
   static NamespaceId NamespaceOf(const Op& op);
   void ListFrom(NamespaceId ns, std::string prefix, ListLimits limit,
@@ -151,6 +160,10 @@ class Scheduler {
                      std::equal_to<>>
       ns_ids_;
   std::unique_ptr<Dispatcher*[]> dispatchers_;
+  std::unique_ptr<NamespaceRefs> refs_;
+  // Ids of freed namespaces, for reuse (under ns_mutex_); a freed id's
+  // dispatcher has an empty name.
+  std::vector<NamespaceId> free_ids_;
   // Subscribers of namespaces that do not exist yet, by name (under
   // ns_mutex_).
   struct Waiting {

@@ -93,7 +93,12 @@ Status DelaydService::Namespace(std::string_view name, NamespaceId* id,
   } else if (!scheduler_.Find(ns, id)) {
     s = Status::NotFound("no namespace '" + std::string(ns) + "'");
   }
-  if (s.ok() && cache != nullptr) *cache = {name, true, *id};
+  if (s.ok() && cache != nullptr) {
+    cache->name = name;
+    cache->valid = true;
+    cache->id = *id;
+    cache->pinned.push_back(*id);
+  }
   return s;
 }
 
@@ -155,9 +160,11 @@ grpc::ServerUnaryReactor* DelaydService::SubmitOp(
     Fill fill) {
   if (!converted.ok()) return FinishNow(ctx, converted);
   auto* reactor = ctx->DefaultReactor();
-  scheduler_.Submit(std::move(op), [reactor, fill](OpResult r) {
+  const NamespaceId ns = std::visit([](const auto& o) { return o.ns; }, op);
+  scheduler_.Submit(std::move(op), [this, ns, reactor, fill](OpResult r) {
     if (r.status.ok()) fill(r);
     Finish(reactor, r.status);
+    scheduler_.Unpin(ns);
   });
   return reactor;
 }
@@ -216,9 +223,11 @@ grpc::ServerUnaryReactor* DelaydService::Drain(grpc::CallbackServerContext* ctx,
     return FinishNow(ctx, s);
   }
   auto* reactor = ctx->DefaultReactor();
-  scheduler_.Drain(ns, [reactor, resp](Status s, std::uint64_t drained) {
+  scheduler_.Drain(ns, [this, ns, reactor, resp](Status s,
+                                                 std::uint64_t drained) {
     resp->set_drained(drained);
     Finish(reactor, s);
+    scheduler_.Unpin(ns);
   });
   return reactor;
 }
@@ -242,11 +251,13 @@ grpc::ServerUnaryReactor* DelaydService::GetTimer(
   }
   auto* reactor = ctx->DefaultReactor();
   const std::string& name = scheduler_.dispatcher(ns).name();
-  scheduler_.Get(ns, req->key(),
-                 [reactor, resp, &name](Status s, std::optional<TimerInfo> t) {
-                   if (t) FillTimer(*t, name, resp);
-                   Finish(reactor, s);
-                 });
+  // (The pin keeps the namespace, and so its name, until the answer.)
+  scheduler_.Get(ns, req->key(), [this, ns, reactor, resp, &name](
+                                     Status s, std::optional<TimerInfo> t) {
+    if (t) FillTimer(*t, name, resp);
+    Finish(reactor, s);
+    scheduler_.Unpin(ns);
+  });
   return reactor;
 }
 
@@ -269,14 +280,16 @@ grpc::ServerUnaryReactor* DelaydService::ListTimers(
   const std::string& name = scheduler_.dispatcher(ns).name();
   scheduler_.List(
       ns, req->key_prefix(), limits, cursor,
-      [reactor, resp, &name](Status s, std::vector<TimerInfo> timers,
-                             std::optional<Scheduler::ListCursor> next) {
+      [this, ns, reactor, resp, &name](
+          Status s, std::vector<TimerInfo> timers,
+          std::optional<Scheduler::ListCursor> next) {
         for (const auto& t : timers) FillTimer(t, name, resp->add_timers());
         if (next) {
           resp->set_next_page_token(std::to_string(next->partition) + "." +
                                     std::to_string(next->record));
         }
         Finish(reactor, s);
+        scheduler_.Unpin(ns);
       });
   return reactor;
 }
@@ -394,10 +407,13 @@ grpc::ServerUnaryReactor* DelaydService::Batch(grpc::CallbackServerContext* ctx,
   auto* reactor = ctx->DefaultReactor();
   if (ops.empty()) {
     FinishBatch(reactor, *call, out);
+    for (NamespaceId ns : cache.pinned) scheduler_.Unpin(ns);
     return reactor;
   }
   scheduler_.SubmitBatch(
-      std::move(ops), [reactor, call, out, positions = std::move(positions)](
+      std::move(ops), [this, reactor, call, out,
+                       pinned = std::move(cache.pinned),
+                       positions = std::move(positions)](
                           std::vector<OpResult> results) {
         v1::BatchResponse* resp = call->resp;
         for (std::size_t k = 0; k < results.size(); ++k) {
@@ -413,6 +429,7 @@ grpc::ServerUnaryReactor* DelaydService::Batch(grpc::CallbackServerContext* ctx,
           }
         }
         FinishBatch(reactor, *call, out);
+        for (NamespaceId ns : pinned) scheduler_.Unpin(ns);
       });
   return reactor;
 }
@@ -459,14 +476,13 @@ grpc::ServerUnaryReactor* DelaydService::Ack(grpc::CallbackServerContext* ctx,
   auto* reactor = ctx->DefaultReactor();
   scheduler_.dispatcher(ns).Ack(
       {req->event_ids().begin(), req->event_ids().end()},
-      [reactor, resp](AckResult r) {
-        if (!r.error.ok()) {
-          Finish(reactor, r.error);
-          return;
+      [this, ns, reactor, resp](AckResult r) {
+        if (r.error.ok()) {
+          resp->set_acked(r.acked);
+          for (auto id : r.unknown) resp->add_unknown_ids(id);
         }
-        resp->set_acked(r.acked);
-        for (auto id : r.unknown) resp->add_unknown_ids(id);
-        Finish(reactor, Status::Ok());
+        Finish(reactor, r.error);
+        scheduler_.Unpin(ns);
       });
   return reactor;
 }

@@ -120,6 +120,9 @@ class DelaydService final : public v1::Delayd::WithRawCallbackMethod_Batch<
     std::string_view name;
     bool valid = false;
     NamespaceId id = 0;
+    // Every namespace resolved (and pinned) through the cache: the caller
+    // unpins them once the request is answered.
+    std::vector<NamespaceId> pinned;
   };
   // Resolves a namespace: creates it if `create` (a write), else NOT_FOUND
   // if it does not exist.

@@ -230,7 +230,8 @@ Status Store::LoadNamespaces(std::vector<std::string>* names) {
   const std::string prefix(1, kNamespacePrefix);
   for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix);
        it->Next()) {
-    if (it->key().size() != 5 || it->value().empty()) {
+    // (An empty name marks a freed id.)
+    if (it->key().size() != 5) {
       return Status::Internal("store in " + options_.dir +
                               ": malformed namespace record");
     }

@@ -137,7 +137,8 @@ class Store {
   ~Store();  // Close().
 
   // --- Recovery, before any write. ---
-  // Namespace names by id (ids are dense from 0).
+  // Namespace names by id (ids are dense from 0; an empty name is a freed
+  // id).
   Status LoadNamespaces(std::vector<std::string>* names);
   // The highest next-version and next-event-sequence of any partition.
   Status LoadCounters(std::uint64_t* next_version,
@@ -153,7 +154,8 @@ class Store {
   // under `always`) once it is durable, or with the error if it failed.
   // An empty batch completes at once.
   void Commit(Batch& batch, std::function<void(Status)> done);
-  // Writes and syncs the name of a new namespace before it is used.
+  // Writes and syncs the name of a new namespace before it is used (empty:
+  // the id is freed).
   Status PutNamespace(NamespaceId id, std::string_view name);
 
   // Payloads by id, in order; a missing one is an error (a damaged store).

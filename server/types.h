@@ -148,6 +148,7 @@ struct OpResult {
   std::uint64_t version = 0;
   WallNanos fire_time = 0;
   bool replaced = false;
+  bool removed = false;  // A pending timer is gone (RemoveTimer).
 };
 
 // A pending timer as GetTimer / ListTimers report it.

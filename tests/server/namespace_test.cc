@@ -1,7 +1,11 @@
 // Namespaces are created by writes only: reads and refused calls on names
 // that do not exist change nothing, so they cannot use up the namespace
-// limit; a subscriber may wait for a namespace that does not exist yet.
+// limit; a subscriber may wait for a namespace that does not exist yet; a
+// namespace left with no timers, events or subscribers is freed, in memory
+// and in the store.
 #include <gtest/gtest.h>
+
+#include <thread>
 
 #include "tests/common/temp_dir.h"
 #include "tests/server/test_client.h"
@@ -153,6 +157,101 @@ TEST(Namespaces, SubscribersWaitForANamespaceWithoutUsingTheLimit) {
     EXPECT_EQ(waiting[i]->WaitDone().error_code(),
               grpc::StatusCode::UNAVAILABLE);
   }
+}
+
+grpc::StatusCode Remove(v1::Delayd::Stub& stub, const std::string& ns,
+                        const std::string& key) {
+  grpc::ClientContext ctx;
+  v1::RemoveTimerRequest r;
+  r.set_namespace_(ns);
+  r.set_key(key);
+  v1::RemoveTimerResponse resp;
+  return stub.RemoveTimer(&ctx, r, &resp).error_code();
+}
+
+// Sets (ns, key) until the namespace limit lets it in, up to 5 s: a freed
+// namespace is released asynchronously, just after the call that emptied it.
+grpc::StatusCode SetWhenFreed(v1::Delayd::Stub& stub, const std::string& ns) {
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  grpc::StatusCode code;
+  while ((code = Set(stub, ns, "k")) == grpc::StatusCode::RESOURCE_EXHAUSTED &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(5ms);  // Polls the condition, bounded.
+  }
+  return code;
+}
+
+TEST(Namespaces, AnEmptiedNamespaceIsFreed) {
+  TestDaemon d(FewNamespaces());
+  ASSERT_EQ(Set(d.stub(), "a", "k"), grpc::StatusCode::OK);
+  ASSERT_EQ(Set(d.stub(), "b", "k"), grpc::StatusCode::OK);
+  ASSERT_EQ(Set(d.stub(), "c", "k"), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  ASSERT_EQ(Remove(d.stub(), "a", "k"), grpc::StatusCode::OK);
+  EXPECT_EQ(SetWhenFreed(d.stub(), "c"), grpc::StatusCode::OK);
+  // "c" took a's place; b is untouched, a is gone.
+  EXPECT_EQ(Set(d.stub(), "a", "k"), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  grpc::ClientContext ctx;
+  v1::GetTimerRequest get;
+  get.set_namespace_("b");
+  get.set_key("k");
+  v1::Timer t;
+  EXPECT_TRUE(d.stub().GetTimer(&ctx, get, &t).ok());
+  EXPECT_EQ(t.namespace_(), "b");
+}
+
+TEST(Namespaces, EventsAndSubscribersKeepANamespace) {
+  TestDaemon d(FewNamespaces());
+  ASSERT_EQ(Set(d.stub(), "b", "k"), grpc::StatusCode::OK);
+  auto watcher = std::make_unique<TestStream>(d.stub(),
+                                              TestStream::Watcher("a"));
+  ASSERT_TRUE(watcher->WaitRegistered());
+  ASSERT_EQ(Set(d.stub(), "a", "k", 1), grpc::StatusCode::OK);
+  ASSERT_EQ(watcher->WaitFor(1).size(), 1u);
+  // Fired but not acknowledged: the event keeps "a".
+  auto worker = std::make_unique<TestStream>(d.stub(), TestStream::Worker("a"));
+  const auto events = worker->WaitFor(1);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(Set(d.stub(), "c", "k"), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  {
+    grpc::ClientContext ctx;
+    v1::AckRequest ack;
+    ack.set_namespace_("a");
+    ack.add_event_ids(events[0].id());
+    v1::AckResponse resp;
+    ASSERT_TRUE(d.stub().Ack(&ctx, ack, &resp).ok());
+    EXPECT_EQ(resp.acked(), 1u);
+  }
+  // Acknowledged; the subscribers still keep it.
+  worker.reset();
+  EXPECT_EQ(Set(d.stub(), "c", "k"), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  watcher.reset();
+  EXPECT_EQ(SetWhenFreed(d.stub(), "c"), grpc::StatusCode::OK);
+}
+
+TEST(Namespaces, AFreedIdIsReusedAcrossARestart) {
+  testing::TempDir dir;
+  {
+    TestDaemon d(FewNamespaces(dir.path()));
+    ASSERT_EQ(Set(d.stub(), "a", "k"), grpc::StatusCode::OK);
+    ASSERT_EQ(Set(d.stub(), "b", "k"), grpc::StatusCode::OK);
+    ASSERT_EQ(Remove(d.stub(), "a", "k"), grpc::StatusCode::OK);
+    ASSERT_EQ(SetWhenFreed(d.stub(), "c"), grpc::StatusCode::OK);
+    d.Shutdown();
+  }
+  TestDaemon d(FewNamespaces(dir.path()));
+  EXPECT_EQ(d.server().recovery().namespaces, 2u);
+  for (const std::string ns : {"b", "c"}) {
+    grpc::ClientContext ctx;
+    v1::GetTimerRequest get;
+    get.set_namespace_(ns);
+    get.set_key("k");
+    v1::Timer t;
+    EXPECT_TRUE(d.stub().GetTimer(&ctx, get, &t).ok()) << ns;
+    EXPECT_EQ(t.namespace_(), ns);
+  }
+  EXPECT_EQ(Set(d.stub(), "a", "k"), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  ASSERT_EQ(Remove(d.stub(), "b", "k"), grpc::StatusCode::OK);
+  EXPECT_EQ(SetWhenFreed(d.stub(), "a"), grpc::StatusCode::OK);
 }
 
 }  // namespace
