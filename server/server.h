@@ -57,7 +57,7 @@ class DelaydServer {
     // Token file (empty: no authentication); see auth.h.
     std::string auth_tokens;
     // Largest Batch request in bytes; every other request is far smaller.
-    std::size_t max_batch_bytes = 16 << 20;
+    std::size_t max_batch_bytes = 4 << 20;
     // Memory gRPC may take for connections and calls in flight (its
     // ResourceQuota); past it, new calls wait or are refused.
     std::size_t grpc_memory_bytes = 1u << 30;

@@ -192,12 +192,12 @@ TEST_F(Attack, HugeBatchesOfEmptyOperationsAreRefusedAtOnce) {
   RssWatch rss(daemon_->pid());
   std::string empty_ops;
   for (int i = 0; i < 30'000'000; ++i) empty_ops += std::string("\x0a\x00", 2);
-  // 60 MB: over the receive limit (--max-batch-bytes, 16 MiB by default).
+  // 60 MB: over the receive limit (--max-batch-bytes, 4 MiB by default).
   const auto t0 = std::chrono::steady_clock::now();
   EXPECT_EQ(RawBatch(channel_, empty_ops).error_code(),
             grpc::StatusCode::RESOURCE_EXHAUSTED);
-  // 15 MB, within it: the reader stops at max-batch-ops + 1 operations.
-  const grpc::Status s = RawBatch(channel_, empty_ops.substr(0, 15'000'000));
+  // 4 MB, within it: the reader stops at max-batch-ops + 1 operations.
+  const grpc::Status s = RawBatch(channel_, empty_ops.substr(0, 4'000'000));
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(s.error_message().find("max-batch-ops"), std::string::npos);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 10s);
