@@ -102,27 +102,30 @@ Status DelaydService::Namespace(std::string_view name, NamespaceId* id,
   return s;
 }
 
+namespace {
+
+// The `authorization` metadata of a call; empty if there is none.
+std::string_view AuthorizationOf(const grpc::CallbackServerContext* ctx) {
+  const auto& md = ctx->client_metadata();
+  const auto it = md.find("authorization");
+  if (it == md.end()) return {};
+  return {it->second.data(), it->second.size()};
+}
+
+}  // namespace
+
 Status DelaydService::Authorize(const grpc::CallbackServerContext* ctx,
                                 std::string_view name,
                                 std::uint8_t permission) const {
   if (!auth_.enabled()) return Status::Ok();
-  const auto& md = ctx->client_metadata();
-  const auto it = md.find("authorization");
-  const std::string_view header =
-      it == md.end() ? std::string_view()
-                     : std::string_view(it->second.data(), it->second.size());
-  return auth_.Check(header, name.empty() ? "default" : name, permission);
+  return auth_.Check(AuthorizationOf(ctx), name.empty() ? "default" : name,
+                     permission);
 }
 
 Status DelaydService::AuthorizeAll(const grpc::CallbackServerContext* ctx,
                                    std::uint8_t permission) const {
   if (!auth_.enabled()) return Status::Ok();
-  const auto& md = ctx->client_metadata();
-  const auto it = md.find("authorization");
-  const std::string_view header =
-      it == md.end() ? std::string_view()
-                     : std::string_view(it->second.data(), it->second.size());
-  return auth_.Check(header, "", permission);
+  return auth_.Check(AuthorizationOf(ctx), "", permission);
 }
 
 Status DelaydService::ToOp(const OpFields& f, WallNanos now, Op* op,
