@@ -403,7 +403,7 @@ int CmdGet(Client& c, const Global& g, const TimerArgs& a) {
 }
 
 int CmdList(Client& c, const Global& g, const std::string& prefix,
-            std::size_t limit) {
+            std::size_t limit, bool no_payloads) {
   std::vector<std::vector<std::string>> rows = {
       {"NAMESPACE", "KEY", "VERSION", "FIRE TIME", "PAYLOAD"}};
   std::string token;
@@ -414,6 +414,7 @@ int CmdList(Client& c, const Global& g, const std::string& prefix,
     req.set_key_prefix(prefix);
     req.set_page_size(1000);
     req.set_page_token(token);
+    req.set_without_payloads(no_payloads);
     v1::ListTimersResponse resp;
     Check(c.stub().ListTimers(c.Context().get(), req, &resp));
     for (const auto& t : resp.timers()) {
@@ -792,9 +793,11 @@ int main(int argc, char** argv) {
   get->add_option("key", a.key)->required();
   std::string prefix;
   std::size_t limit = 0;
+  bool no_payloads = false;
   auto* ls = app.add_subcommand("ls", "List pending timers");
   ls->add_option("--prefix", prefix, "Only keys starting with this");
   ls->add_option("--limit", limit, "At most this many (0: all)");
+  ls->add_flag("--no-payloads", no_payloads, "Leave payloads out");
   auto* drain = app.add_subcommand("drain", "Fire every pending timer now");
   std::string file = "-";
   auto* batch = app.add_subcommand(
@@ -845,7 +848,7 @@ int main(int argc, char** argv) {
     if (*move) return CmdMove(c, g, a);
     if (*rm) return CmdRemove(c, g, a);
     if (*get) return CmdGet(c, g, a);
-    if (*ls) return CmdList(c, g, prefix, limit);
+    if (*ls) return CmdList(c, g, prefix, limit, no_payloads);
     if (*drain) return CmdDrain(c, g);
     if (*batch) return CmdBatch(c, g, file);
     if (*watch) return CmdWatch(c, g, count);

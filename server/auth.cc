@@ -4,6 +4,7 @@
 #include <openssl/evp.h>
 
 #include <fstream>
+#include <memory>
 #include <sstream>
 
 namespace delayd {
@@ -52,9 +53,17 @@ bool ParseHexDigest(std::string_view hex, Digest* out) {
 }  // namespace
 
 Digest Sha256(std::string_view data) {
+  // The algorithm fetched once and a context per thread: EVP_Digest()
+  // fetches and allocates on every call (431 ns against 111 ns for an
+  // 11-byte token, measured here), and every authorized call hashes.
+  static EVP_MD* const md = EVP_MD_fetch(nullptr, "SHA256", nullptr);
+  thread_local const std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx(
+      EVP_MD_CTX_new(), EVP_MD_CTX_free);
   Digest d{};
   unsigned int len = 0;
-  EVP_Digest(data.data(), data.size(), d.data(), &len, EVP_sha256(), nullptr);
+  EVP_DigestInit_ex(ctx.get(), md, nullptr);
+  EVP_DigestUpdate(ctx.get(), data.data(), data.size());
+  EVP_DigestFinal_ex(ctx.get(), d.data(), &len);
   return d;
 }
 

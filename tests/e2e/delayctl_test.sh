@@ -73,6 +73,9 @@ expect_out '"key":"order-2".*"payload":"ZnJvbSBzdGRpbg=="'
 [ "$(wc -l <"$work/out")" -eq 2 ] && pass || fail "ls -o json: want 2 lines: $(cat "$work/out")"
 expect_code 0 "$C" ls -n shop --prefix order-3
 expect_out 'from a file'
+expect_code 0 "$C" ls -n shop --prefix order-3 --no-payloads -o json
+expect_out '"key":"order-3"'
+grep -q payload "$work/out" && fail "ls --no-payloads printed a payload" || pass
 expect_code 3 "$C" set order-1 'again' --in 1h --if-absent
 expect_err 'ALREADY_EXISTS'
 expect_code 0 "$C" move order-1 --at 2030-01-02T03:04:05Z
