@@ -102,7 +102,8 @@ class Client {
       throw Exit{kUsage, "--tls-cert and --tls-key go together"};
     }
     grpc::SslCredentialsOptions o;
-    if (!g.tls_ca.empty()) o.pem_root_certs = ReadWholeFile(g.tls_ca, "--tls-ca");
+    if (!g.tls_ca.empty())
+      o.pem_root_certs = ReadWholeFile(g.tls_ca, "--tls-ca");
     if (!g.tls_cert.empty()) {
       o.pem_cert_chain = ReadWholeFile(g.tls_cert, "--tls-cert");
       o.pem_private_key = ReadWholeFile(g.tls_key, "--tls-key");

@@ -77,8 +77,8 @@ Status TokenTable::Parse(std::string_view text, TokenTable* out) {
     if (fields.empty() || fields[0].front() == '#') continue;
     const std::string where = "line " + std::to_string(line_no) + ": ";
     if (fields.size() != 3) {
-      return Status::InvalidArgument(
-          where + "expected TOKEN NAMESPACES PERMISSIONS");
+      return Status::InvalidArgument(where +
+                                     "expected TOKEN NAMESPACES PERMISSIONS");
     }
     Entry entry;
     if (fields[0].starts_with("sha256:")) {
@@ -100,9 +100,9 @@ Status TokenTable::Parse(std::string_view text, TokenTable* out) {
       } else if (p == "admin") {
         permissions |= kRead | kWrite | kWork | kAdmin;
       } else {
-        return Status::InvalidArgument(
-            where + "unknown permission '" + std::string(p) +
-            "' (read, write, work or admin)");
+        return Status::InvalidArgument(where + "unknown permission '" +
+                                       std::string(p) +
+                                       "' (read, write, work or admin)");
       }
     }
     for (std::string_view ns : Split(fields[1], ',')) {
@@ -201,8 +201,7 @@ Status Authorizer::Check(std::string_view authorization, std::string_view ns,
   if (!enabled_) return Status::Ok();
   const std::string_view token = BearerToken(authorization);
   if (token.empty()) {
-    return Status::Unauthenticated(
-        "authorization: a bearer token is required");
+    return Status::Unauthenticated("authorization: a bearer token is required");
   }
   const auto t = table();
   const auto* grants = t->Find(token);
@@ -210,8 +209,8 @@ Status Authorizer::Check(std::string_view authorization, std::string_view ns,
     return Status::Unauthenticated("authorization: unknown token");
   }
   if (permission != 0 && !Allows(*grants, ns, permission)) {
-    static constexpr const char* kNames[] = {"", "read", "write", "", "work",
-                                             "", "",     "",      "admin"};
+    static constexpr const char* kNames[] = {
+        "", "read", "write", "", "work", "", "", "", "admin"};
     return Status::PermissionDenied(
         std::string("the token may not ") + kNames[permission] +
         (ns.empty() ? std::string(" every namespace")

@@ -230,7 +230,7 @@ WireRead ReadBatchRequest(std::string_view wire, std::size_t max_ops,
 }
 
 std::optional<std::size_t> CountBatchOperations(std::string_view wire,
-                                                 std::size_t limit) {
+                                                std::size_t limit) {
   using google::protobuf::internal::WireFormatLite;
   google::protobuf::io::CodedInputStream in(
       reinterpret_cast<const std::uint8_t*>(wire.data()),

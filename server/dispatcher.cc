@@ -1,10 +1,10 @@
 #include "server/dispatcher.h"
 
-#include "server/limit_log.h"
-
 #include <algorithm>
 #include <cassert>
 #include <optional>
+
+#include "server/limit_log.h"
 
 namespace delayd {
 namespace {
@@ -12,9 +12,8 @@ namespace {
 constexpr std::size_t kMaxBatch = 256;
 }  // namespace
 
-Dispatcher::Dispatcher(asio::io_context& io, std::string name,
-                       NamespaceId id, Counters& counters,
-                       const Limits& limits, Store* store,
+Dispatcher::Dispatcher(asio::io_context& io, std::string name, NamespaceId id,
+                       Counters& counters, const Limits& limits, Store* store,
                        NamespaceRefs* refs)
     : name_(std::move(name)),
       id_(id),

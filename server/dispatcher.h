@@ -153,7 +153,7 @@ class Dispatcher {
   // Hands `events` to `sink`, with their payloads read from the store first
   // if there is one.
   Subscriber::Backlog Send(Subscriber& sink,
-                          std::span<const Event* const> events);
+                           std::span<const Event* const> events);
 
   std::string name_;
   const NamespaceId id_;

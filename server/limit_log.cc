@@ -31,8 +31,8 @@ void LogLimitHit(std::string_view limit, std::string_view detail) {
     e.hits = 0;
     e.next_line = now + kInterval;
   }
-  spdlog::warn("limit {} hit ({} time{} in the last interval): {}", limit,
-               hits, hits == 1 ? "" : "s", detail);
+  spdlog::warn("limit {} hit ({} time{} in the last interval): {}", limit, hits,
+               hits == 1 ? "" : "s", detail);
 }
 
 }  // namespace delayd

@@ -130,8 +130,7 @@ int main(int argc, char** argv) {
   app.add_option("--tls-cert", options.tls.cert,
                  "PEM certificate chain: serve TLS (with --tls-key)")
       ->envname("DELAYD_TLS_CERT");
-  app.add_option("--tls-key", options.tls.key,
-                 "PEM private key of --tls-cert")
+  app.add_option("--tls-key", options.tls.key, "PEM private key of --tls-cert")
       ->envname("DELAYD_TLS_KEY");
   app.add_option("--tls-client-ca", options.tls.client_ca,
                  "PEM CA certificates: require client certificates signed by "

@@ -1,10 +1,10 @@
 #include "server/partition.h"
 
-#include "server/keyed_hash.h"
-
 #include <algorithm>
 #include <cassert>
 #include <unordered_map>
+
+#include "server/keyed_hash.h"
 
 namespace delayd {
 

@@ -1,9 +1,9 @@
 #include "server/scheduler.h"
 
-#include "server/keyed_hash.h"
-
 #include <cassert>
 #include <mutex>
+
+#include "server/keyed_hash.h"
 
 namespace delayd {
 namespace {
@@ -32,8 +32,7 @@ Status Scheduler::Start(RecoveryReport* report) {
   for (std::uint32_t p = 0; p < options_.partitions; ++p) {
     partitions_.push_back(std::make_unique<Partition>(
         io_, p, options_.tick, epoch_, options_.limits, counters_, store_.get(),
-        refs_.get(),
-        [this](NamespaceId ns, std::vector<Event> events) {
+        refs_.get(), [this](NamespaceId ns, std::vector<Event> events) {
           dispatchers_[ns]->Publish(std::move(events));
         }));
   }
@@ -57,9 +56,9 @@ Status Scheduler::Recover(RecoveryReport* report) {
   std::vector<std::string> names;  // By id; empty: a freed id.
   if (Status s = store_->LoadNamespaces(&names); !s.ok()) return s;
   if (names.size() > options_.limits.max_namespaces) {
-    return Status::ResourceExhausted(
-        "the store holds " + std::to_string(names.size()) +
-        " namespace ids, over --max-namespaces");
+    return Status::ResourceExhausted("the store holds " +
+                                     std::to_string(names.size()) +
+                                     " namespace ids, over --max-namespaces");
   }
   for (auto& name : names) AddNamespace(std::move(name));
   std::uint64_t next_version = 1;

@@ -156,8 +156,7 @@ class Scheduler {
   // Namespaces: the map under the lock; dispatchers_[id] is written once,
   // before the id is published under the lock, so readers need no lock.
   std::shared_mutex ns_mutex_;
-  std::unordered_map<std::string, NamespaceId, KeyedStringHash,
-                     std::equal_to<>>
+  std::unordered_map<std::string, NamespaceId, KeyedStringHash, std::equal_to<>>
       ns_ids_;
   std::unique_ptr<Dispatcher*[]> dispatchers_;
   std::unique_ptr<NamespaceRefs> refs_;

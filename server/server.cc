@@ -86,8 +86,7 @@ Status DelaydServer::Start() {
   }
   if (!options_.tls.cert.empty() || !options_.tls.key.empty()) {
     if (options_.tls.cert.empty() || options_.tls.key.empty()) {
-      return Status::InvalidArgument(
-          "--tls-cert and --tls-key go together");
+      return Status::InvalidArgument("--tls-cert and --tls-key go together");
     }
     if (Status s = TlsCertificates::Create(options_.tls, &tls_); !s.ok()) {
       return s;
@@ -159,8 +158,7 @@ Status DelaydServer::Start() {
       server_->Shutdown();
       server_.reset();
       health_server_.reset();
-      return Status::Unavailable("cannot listen on " +
-                                 options_.health_listen +
+      return Status::Unavailable("cannot listen on " + options_.health_listen +
                                  " (--health-listen)");
     }
     health_server_->GetHealthCheckService()->SetServingStatus(true);

@@ -226,12 +226,12 @@ grpc::ServerUnaryReactor* DelaydService::Drain(grpc::CallbackServerContext* ctx,
     return FinishNow(ctx, s);
   }
   auto* reactor = ctx->DefaultReactor();
-  scheduler_.Drain(ns, [this, ns, reactor, resp](Status s,
-                                                 std::uint64_t drained) {
-    resp->set_drained(drained);
-    Finish(reactor, s);
-    scheduler_.Unpin(ns);
-  });
+  scheduler_.Drain(ns,
+                   [this, ns, reactor, resp](Status s, std::uint64_t drained) {
+                     resp->set_drained(drained);
+                     Finish(reactor, s);
+                     scheduler_.Unpin(ns);
+                   });
   return reactor;
 }
 
@@ -249,18 +249,19 @@ grpc::ServerUnaryReactor* DelaydService::GetTimer(
   }
   NamespaceId ns;
   if (!Namespace(req->namespace_(), &ns).ok()) {
-    return FinishNow(
-        ctx, Status::NotFound("no pending timer '" + req->key() + "'"));
+    return FinishNow(ctx,
+                     Status::NotFound("no pending timer '" + req->key() + "'"));
   }
   auto* reactor = ctx->DefaultReactor();
   const std::string& name = scheduler_.dispatcher(ns).name();
   // (The pin keeps the namespace, and so its name, until the answer.)
-  scheduler_.Get(ns, req->key(), [this, ns, reactor, resp, &name](
-                                     Status s, std::optional<TimerInfo> t) {
-    if (t) FillTimer(*t, name, resp);
-    Finish(reactor, s);
-    scheduler_.Unpin(ns);
-  });
+  scheduler_.Get(
+      ns, req->key(),
+      [this, ns, reactor, resp, &name](Status s, std::optional<TimerInfo> t) {
+        if (t) FillTimer(*t, name, resp);
+        Finish(reactor, s);
+        scheduler_.Unpin(ns);
+      });
   return reactor;
 }
 
@@ -334,9 +335,9 @@ grpc::ServerUnaryReactor* DelaydService::Batch(grpc::CallbackServerContext* ctx,
                               slice.size());
   auto call = std::make_shared<BatchCall>();
   const std::size_t max_ops = scheduler_.limits().max_batch_ops;
-  const Status too_many = Status::InvalidArgument(
-      "operations: more than " + std::to_string(max_ops) +
-      " (the max-batch-ops limit)");
+  const Status too_many = Status::InvalidArgument("operations: more than " +
+                                                  std::to_string(max_ops) +
+                                                  " (the max-batch-ops limit)");
   // Per call, and never longer than max_ops + 1 entries: the reader stops
   // there, and protobuf parses only requests counted within the limit.
   std::vector<OpFields> fields;
@@ -358,8 +359,9 @@ grpc::ServerUnaryReactor* DelaydService::Batch(grpc::CallbackServerContext* ctx,
           &call->arena);
       if (!count || wire.size() > static_cast<std::size_t>(INT_MAX) ||
           !parsed->ParseFromArray(wire.data(), static_cast<int>(wire.size()))) {
-        return FinishNow(ctx, Status::InvalidArgument(
-                                  "request: not a valid delayd.v1.BatchRequest"));
+        return FinishNow(ctx,
+                         Status::InvalidArgument(
+                             "request: not a valid delayd.v1.BatchRequest"));
       }
       fields.clear();
       for (const auto& o : parsed->operations()) fields.push_back(FieldsOf(o));
@@ -414,10 +416,9 @@ grpc::ServerUnaryReactor* DelaydService::Batch(grpc::CallbackServerContext* ctx,
     return reactor;
   }
   scheduler_.SubmitBatch(
-      std::move(ops), [this, reactor, call, out,
-                       pinned = std::move(cache.pinned),
-                       positions = std::move(positions)](
-                          std::vector<OpResult> results) {
+      std::move(ops),
+      [this, reactor, call, out, pinned = std::move(cache.pinned),
+       positions = std::move(positions)](std::vector<OpResult> results) {
         v1::BatchResponse* resp = call->resp;
         for (std::size_t k = 0; k < results.size(); ++k) {
           auto* r = resp->mutable_results(static_cast<int>(positions[k]));

@@ -35,7 +35,10 @@ class StreamSink : public Subscriber {
   StreamSink(grpc::ServerWriteReactor<v1::SubscribeResponse>* r,
              grpc::CallbackServerContext* ctx, asio::io_context& io,
              std::chrono::nanoseconds write_timeout)
-      : reactor_(r), ctx_(ctx), write_timer_(io), write_timeout_(write_timeout) {}
+      : reactor_(r),
+        ctx_(ctx),
+        write_timer_(io),
+        write_timeout_(write_timeout) {}
 
   Backlog Deliver(std::string_view ns,
                   std::span<const Event* const> events) override {
@@ -131,21 +134,21 @@ class StreamSink : public Subscriber {
     in_flight_msg_.Swap(&next_);
     next_.Clear();
     write_timer_.expires_after(write_timeout_);
-    write_timer_.async_wait([this, self = weak_from_this()](
-                                const asio::error_code& ec) {
-      if (ec) return;
-      auto alive = self.lock();
-      if (!alive) return;
-      std::lock_guard lock(mu_);
-      if (!writing_ || reactor_ == nullptr) return;
-      LogLimitHit("stream-write-timeout",
-                  "subscriber " + ctx_->peer() +
-                      ": a write did not complete in time; the stream is "
-                      "ended (" +
-                      std::to_string(unwritten_events_.load()) +
-                      " events unwritten)");
-      ctx_->TryCancel();
-    });
+    write_timer_.async_wait(
+        [this, self = weak_from_this()](const asio::error_code& ec) {
+          if (ec) return;
+          auto alive = self.lock();
+          if (!alive) return;
+          std::lock_guard lock(mu_);
+          if (!writing_ || reactor_ == nullptr) return;
+          LogLimitHit("stream-write-timeout",
+                      "subscriber " + ctx_->peer() +
+                          ": a write did not complete in time; the stream is "
+                          "ended (" +
+                          std::to_string(unwritten_events_.load()) +
+                          " events unwritten)");
+          ctx_->TryCancel();
+        });
     reactor_->StartWrite(&in_flight_msg_);
   }
 

@@ -1,5 +1,6 @@
 #include "server/tls.h"
 
+#include <grpcpp/security/tls_credentials_options.h>
 #include <openssl/bio.h>
 #include <openssl/err.h>
 #include <openssl/pem.h>
@@ -11,7 +12,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <grpcpp/security/tls_credentials_options.h>
 #include <sstream>
 
 namespace delayd {
@@ -98,9 +98,10 @@ Status TlsCertificates::Create(Files files,
       std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") +
       "/delayd-tls-XXXXXX";
   if (mkdtemp(templ.data()) == nullptr) {
-    return Status::Internal("cannot create a private directory for TLS "
-                            "certificates in " +
-                            fs::path(templ).parent_path().string());
+    return Status::Internal(
+        "cannot create a private directory for TLS "
+        "certificates in " +
+        fs::path(templ).parent_path().string());
   }
   t->dir_ = templ;
   if (Status s = t->Publish(); !s.ok()) return s;

@@ -30,9 +30,8 @@ Status Validator::NamespaceName(std::string_view name) const {
 Status Validator::Key(std::string_view key) const {
   if (key.empty()) return Status::InvalidArgument("key: must not be empty");
   if (key.size() > limits_.max_key_bytes) {
-    return Status::InvalidArgument("key: longer than " +
-                                   std::to_string(limits_.max_key_bytes) +
-                                   " bytes");
+    return Status::InvalidArgument(
+        "key: longer than " + std::to_string(limits_.max_key_bytes) + " bytes");
   }
   if (key.find('\0') != std::string_view::npos) {
     return Status::InvalidArgument("key: must not contain NUL bytes");
@@ -115,8 +114,7 @@ Status Validator::Subscribe(const v1::SubscribeRequest& req,
           "ack_timeout: must be between 100ms and 1h");
     }
     const std::int64_t total = d.seconds() * kNanosPerSecond + d.nanos();
-    if (total != 0 &&
-        (total < 100'000'000 || total > 3600 * kNanosPerSecond)) {
+    if (total != 0 && (total < 100'000'000 || total > 3600 * kNanosPerSecond)) {
       return Status::InvalidArgument(
           "ack_timeout: must be between 100ms and 1h");
     }
@@ -144,8 +142,8 @@ Status Validator::List(const v1::ListTimersRequest& req,
     return Status::InvalidArgument("page_token: malformed");
   }
   auto p = std::from_chars(t.data(), t.data() + dot, cursor->partition);
-  auto r = std::from_chars(t.data() + dot + 1, t.data() + t.size(),
-                           cursor->record);
+  auto r =
+      std::from_chars(t.data() + dot + 1, t.data() + t.size(), cursor->record);
   if (p.ec != std::errc() || r.ec != std::errc() || p.ptr != t.data() + dot ||
       r.ptr != t.data() + t.size() || cursor->partition >= partitions_) {
     return Status::InvalidArgument("page_token: malformed");

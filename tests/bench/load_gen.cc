@@ -526,12 +526,13 @@ void Security(const std::string& binary, const std::string& scratch,
       grpc::SslCredentials(ssl), grpc::AccessTokenCredentials("bench-token"));
   const std::vector<std::string> plain_args = {"--in-memory"};
   const std::vector<std::string> secure_args = {
-      "--in-memory",  "--tls-cert",    dir + "/server.pem", "--tls-key",
+      "--in-memory",       "--tls-cert",    dir + "/server.pem", "--tls-key",
       dir + "/server.key", "--auth-tokens", dir + "/tokens"};
   std::vector<double> unary[2], batch[2];
   for (int round = 0; round < 3; ++round) {
     for (int m = 0; m < 2; ++m) {
-      delayd::testing::DaemonProcess d(binary, m == 0 ? plain_args : secure_args);
+      delayd::testing::DaemonProcess d(binary,
+                                       m == 0 ? plain_args : secure_args);
       if (!d.ok()) {
         std::printf("daemon did not start: %s\n", d.output().c_str());
         return;

@@ -8,8 +8,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <future>
 #include <fstream>
+#include <future>
 #include <set>
 #include <thread>
 
@@ -84,8 +84,8 @@ v1::SubscribeRequest Subscription(v1::SubscribeRequest::Mode mode,
 class GoodWorker {
  public:
   explicit GoodWorker(const std::string& address)
-      : stub_(v1::Delayd::NewStub(grpc::CreateChannel(
-            address, grpc::InsecureChannelCredentials()))) {
+      : stub_(v1::Delayd::NewStub(
+            grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))) {
     reader_ = stub_->Subscribe(
         &ctx_, Subscription(v1::SubscribeRequest::WORKER, 1000, 30000));
     thread_ = std::thread([this] {
@@ -204,7 +204,9 @@ TEST_F(Attack, HugeBatchesOfEmptyOperationsAreRefusedAtOnce) {
   // Served meanwhile, and after.
   EXPECT_EQ(Produce(*stub_, 100, 100), 100);
   EXPECT_EQ(good.WaitFor(100, 10s), 100u);
-  if (kCheckMemory) EXPECT_LT(rss.growth(), 150u << 20);
+  if (kCheckMemory) {
+    EXPECT_LT(rss.growth(), 150u << 20);
+  }
   std::printf("huge batches: RSS growth %.1f MB\n", rss.growth() / 1e6);
 }
 
@@ -222,7 +224,9 @@ TEST_F(Attack, StalledWorkerHoldsBoundedMemoryAndLosesNoJob) {
   constexpr int kJobs = 4000;  // 64 KiB each: 262 MB in all, over 5 s.
   EXPECT_EQ(Produce(*stub_, kJobs, 64 * 1024, 5000ms), kJobs);
   EXPECT_EQ(good.WaitFor(kJobs, 60s), static_cast<std::size_t>(kJobs));
-  if (kCheckMemory) EXPECT_LT(rss.growth(), 150u << 20);
+  if (kCheckMemory) {
+    EXPECT_LT(rss.growth(), 150u << 20);
+  }
   std::printf("stalled worker: RSS growth %.1f MB\n", rss.growth() / 1e6);
   stalled_ctx.TryCancel();
 }
@@ -239,7 +243,9 @@ TEST_F(Attack, NeverReadingWatcherHoldsBoundedMemory) {
   constexpr int kJobs = 4000;
   EXPECT_EQ(Produce(*stub_, kJobs, 64 * 1024, 5000ms), kJobs);
   EXPECT_EQ(good.WaitFor(kJobs, 60s), static_cast<std::size_t>(kJobs));
-  if (kCheckMemory) EXPECT_LT(rss.growth(), 200u << 20);
+  if (kCheckMemory) {
+    EXPECT_LT(rss.growth(), 200u << 20);
+  }
   std::printf("never-reading watcher: RSS growth %.1f MB\n",
               rss.growth() / 1e6);
   watcher_ctx.TryCancel();

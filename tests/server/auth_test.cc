@@ -6,8 +6,8 @@
 #include <functional>
 #include <map>
 
-#include "tests/common/temp_dir.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "tests/common/temp_dir.h"
 #include "tests/server/test_client.h"
 
 namespace delayd {
@@ -33,7 +33,9 @@ TEST(TokenTable, ParsesTokensPatternsAndPermissions) {
       "# comment\n"
       "\n"
       "alpha team-a,team-b* read,write\r\n"
-      "sha256:" + Hex(Sha256("beta")) + "  *  admin\n"
+      "sha256:" +
+      Hex(Sha256("beta")) +
+      "  *  admin\n"
       "alpha other work\n";
   ASSERT_TRUE(TokenTable::Parse(text, &t).ok());
   EXPECT_EQ(t.size(), 2u);  // alpha's two lines are one token.
@@ -48,7 +50,7 @@ TEST(TokenTable, ParsesTokensPatternsAndPermissions) {
   EXPECT_TRUE(Allows(*alpha, "other", kWork));
   EXPECT_FALSE(Allows(*alpha, "other", kRead));
   EXPECT_FALSE(Allows(*alpha, "", kRead));  // Every namespace: needs `*`.
-  const auto* beta = t.Find("beta");  // Stored only as its digest.
+  const auto* beta = t.Find("beta");        // Stored only as its digest.
   ASSERT_NE(beta, nullptr);
   EXPECT_TRUE(Allows(*beta, "", kAdmin));
   EXPECT_TRUE(Allows(*beta, "anything", kRead | kWrite | kWork | kAdmin));
@@ -86,8 +88,7 @@ TEST(Authorizer, BearerHeaderAndCodes) {
   ASSERT_TRUE(TokenTable::Parse("tok ns read\n", &t).ok());
   a.Enable(std::move(t));
   EXPECT_EQ(a.Check("", "ns", kRead).code(), Code::kUnauthenticated);
-  EXPECT_EQ(a.Check("Bearer nope", "ns", kRead).code(),
-            Code::kUnauthenticated);
+  EXPECT_EQ(a.Check("Bearer nope", "ns", kRead).code(), Code::kUnauthenticated);
   EXPECT_TRUE(a.Check("Bearer tok", "ns", kRead).ok());
   EXPECT_EQ(a.Check("Bearer tok", "ns", kWrite).code(),
             Code::kPermissionDenied);
@@ -228,8 +229,8 @@ TEST_F(AuthMatrix, EveryRpcNeedsItsPermissionOnItsNamespace) {
           << method << " " << ns;
       for (const auto& [token, has] : tokens) {
         // Stats spans every namespace: only `*` grants it.
-        const bool ns_ok = token == "root" ||
-                           (method != "Stats" && ns.starts_with("team-a"));
+        const bool ns_ok =
+            token == "root" || (method != "Stats" && ns.starts_with("team-a"));
         const bool allowed = ns_ok && (has & need) == need;
         const grpc::StatusCode got = Call(method, ns, token);
         if (allowed) {

@@ -253,7 +253,7 @@ TEST(BatchWire, RejectsTruncatedAndMalformedInput) {
   for (std::size_t len = 1; len < wire.size(); ++len) {
     EXPECT_FALSE(ReadsPlain(wire.substr(0, len), &ops)) << len;
   }
-  EXPECT_FALSE(ReadsPlain("\x0A\x05\x0A", &ops));  // Length past end.
+  EXPECT_FALSE(ReadsPlain("\x0A\x05\x0A", &ops));        // Length past end.
   EXPECT_FALSE(ReadsPlain(std::string(1, '\0'), &ops));  // Field 0.
   EXPECT_FALSE(ReadsPlain(
       std::string("\x0A\x0C\x1A\x0A\x18") + std::string(10, '\xFF'), &ops));
@@ -332,8 +332,8 @@ TEST(BatchWire, CountsOperationsOfAnyEncodingUpToTheLimit) {
     req.add_operations()->mutable_set()->set_key("k" + std::to_string(i));
   }
   // Unknown fields between operations count for nothing.
-  const std::string wire = req.SerializeAsString() + "\x10\x05" +
-                           req.SerializeAsString();
+  const std::string wire =
+      req.SerializeAsString() + "\x10\x05" + req.SerializeAsString();
   EXPECT_EQ(CountBatchOperations(wire, 100), 10u);
   EXPECT_EQ(CountBatchOperations(wire, 3), 4u);  // Stops at limit + 1.
   EXPECT_EQ(CountBatchOperations("", 3), 0u);

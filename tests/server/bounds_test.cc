@@ -19,8 +19,8 @@ TEST(Bounds, BatchOverTheOperationLimitIsRefusedInAnyEncoding) {
   std::string plain;
   for (int i = 0; i < 200'000; ++i) plain += std::string("\x0a\x00", 2);
   grpc::ByteBuffer out;
-  grpc::Status s = RawUnaryCall(d.channel(), "/delayd.v1.Delayd/Batch", plain,
-                                &out);
+  grpc::Status s =
+      RawUnaryCall(d.channel(), "/delayd.v1.Delayd/Batch", plain, &out);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(s.error_message().find("max-batch-ops"), std::string::npos)
       << s.error_message();

@@ -202,8 +202,8 @@ TEST(Namespaces, AnEmptiedNamespaceIsFreed) {
 TEST(Namespaces, EventsAndSubscribersKeepANamespace) {
   TestDaemon d(FewNamespaces());
   ASSERT_EQ(Set(d.stub(), "b", "k"), grpc::StatusCode::OK);
-  auto watcher = std::make_unique<TestStream>(d.stub(),
-                                              TestStream::Watcher("a"));
+  auto watcher =
+      std::make_unique<TestStream>(d.stub(), TestStream::Watcher("a"));
   ASSERT_TRUE(watcher->WaitRegistered());
   ASSERT_EQ(Set(d.stub(), "a", "k", 1), grpc::StatusCode::OK);
   ASSERT_EQ(watcher->WaitFor(1).size(), 1u);

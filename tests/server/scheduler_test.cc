@@ -293,8 +293,8 @@ TEST_F(SchedulerTest, StalledWorkerNeverHoldsMoreThanItsRoom) {
   auto stalled = Worker(10, /*stalled=*/true, 100ms);
   const WallNanos now = WallNow();
   for (int i = 0; i < 100; ++i) {
-    ASSERT_TRUE(Apply(SetOp{ns_, Blob("k" + std::to_string(i), "p"), now})
-                    .status.ok());
+    ASSERT_TRUE(
+        Apply(SetOp{ns_, Blob("k" + std::to_string(i), "p"), now}).status.ok());
   }
   ASSERT_EQ(stalled->WaitFor(10, 5000ms).size(), 10u);
   // Another worker takes everything, the stalled one's ten among them
@@ -311,8 +311,7 @@ TEST_F(SchedulerTest, StalledWorkerNeverHoldsMoreThanItsRoom) {
   EXPECT_EQ(stalled->WaitFor(11, 300ms).size(), 10u);
   // Written out at last: it has room again, and takes the next event.
   stalled->Unstall();
-  ASSERT_TRUE(
-      Apply(SetOp{ns_, Blob("after", "p"), WallNow()}).status.ok());
+  ASSERT_TRUE(Apply(SetOp{ns_, Blob("after", "p"), WallNow()}).status.ok());
   const auto got = stalled->WaitFor(11, 5000ms);
   EXPECT_GE(got.size(), 11u);
 }

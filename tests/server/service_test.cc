@@ -1,5 +1,3 @@
-#include "server/server.h"
-
 #include <google/protobuf/stubs/logging.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <gtest/gtest.h>
@@ -12,6 +10,7 @@
 #include <set>
 
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "server/server.h"
 #include "tests/server/test_client.h"
 
 namespace delayd::testing {
