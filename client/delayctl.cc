@@ -721,7 +721,9 @@ int CmdStats(Client& c) {
               {"timers_set", std::to_string(s.timers_set())},
               {"timers_fired", std::to_string(s.timers_fired())},
               {"events_acked", std::to_string(s.events_acked())},
-              {"events_redelivered", std::to_string(s.events_redelivered())}});
+              {"events_redelivered", std::to_string(s.events_redelivered())},
+              {"durable", s.durable() ? "yes" : "no"},
+              {"store_errors", std::to_string(s.store_errors())}});
   return kOk;
 }
 

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "server/duration.h"
+#include "server/json_log.h"
 #include "server/server.h"
 
 int main(int argc, char** argv) {
@@ -223,9 +224,12 @@ int main(int argc, char** argv) {
 
   auto logger = spdlog::stdout_logger_mt("delayd");
   if (log_format == "json") {
-    logger->set_pattern(
-        R"({"time":"%Y-%m-%dT%H:%M:%S.%fZ","level":"%l","msg":"%v"})",
+    // %* is the message escaped for JSON (json_log.h).
+    auto formatter = std::make_unique<spdlog::pattern_formatter>(
         spdlog::pattern_time_type::utc);
+    formatter->add_flag<delayd::JsonEscapedMessage>('*').set_pattern(
+        R"({"time":"%Y-%m-%dT%H:%M:%S.%fZ","level":"%l","msg":"%*"})");
+    logger->set_formatter(std::move(formatter));
   } else {
     logger->set_pattern("%Y-%m-%dT%H:%M:%S.%fZ %l %v",
                         spdlog::pattern_time_type::utc);

@@ -55,6 +55,8 @@ expect_code 0 "$C" health
 expect_out '^SERVING$'
 expect_code 0 "$C" stats
 expect_out 'pending_timers +0'
+expect_out 'durable +yes'
+expect_out 'store_errors +0'
 expect_code 0 "$C" stats -o json
 expect_out '"partitions":'
 

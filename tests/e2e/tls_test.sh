@@ -157,6 +157,17 @@ expect_log "go together"
 expect_code 2 "$DELAYD" --in-memory --listen 127.0.0.1:0 --auth-tokens missing-file
 expect_log "cannot read token file"
 
+# --- JSON log lines stay JSON whatever the message holds ---
+expect_code 2 "$DELAYD" --in-memory --listen 127.0.0.1:0 --log-format json \
+  --auth-tokens 'no "such" \file'
+if /usr/bin/python3 -c 'import json, sys
+for line in open(sys.argv[1]): json.loads(line)
+assert any("no \"such\" \\file" in json.loads(l)["msg"] for l in open(sys.argv[1]))' out; then
+  pass
+else
+  fail "log lines are not JSON: $(cat out)"
+fi
+
 # --- no TLS nor tokens on a non-loopback address: a warning ---
 "$DELAYD" --in-memory --listen 0.0.0.0:0 >open.log 2>&1 &
 daemon_pid=$!
