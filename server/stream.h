@@ -8,6 +8,7 @@
 #include <asio.hpp>
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -25,7 +26,7 @@ grpc::Status ToGrpc(const Status& status);  // service.h
 
 // The write side of one Subscribe stream, shared between the reactor (gRPC
 // threads) and a dispatcher (its strand). One write in flight at a time;
-// events that arrive meanwhile are gathered into the next message. A write
+// events that arrive meanwhile are gathered into the next messages. A write
 // that has not completed within the stream-write timeout cancels the call
 // (the client stopped reading): the reactor then ends, and the dispatcher
 // gives a worker's events to others. A recursive mutex because gRPC may run
@@ -46,7 +47,13 @@ class StreamSink : public Subscriber {
     if (reactor_ == nullptr || ending_) return {};
     std::size_t bytes = 0;
     for (const Event* e : events) {
-      v1::Event* out = next_.add_events();
+      const std::size_t b = EventBytes(ns, *e);
+      if (queue_.empty() || (queue_.back().bytes + b > kMaxMessageBytes &&
+                             queue_.back().msg.events_size() > 0)) {
+        queue_.emplace_back();
+      }
+      Message& m = queue_.back();
+      v1::Event* out = m.msg.add_events();
       out->set_id(e->id);
       out->set_namespace_(std::string(ns));
       out->set_key(std::string(e->blob.key()));
@@ -57,9 +64,9 @@ class StreamSink : public Subscriber {
       out->set_attempt(e->attempt);
       out->set_reason(e->reason == Reason::kDrained ? v1::REASON_DRAINED
                                                     : v1::REASON_EXPIRED);
-      bytes += EventBytes(ns, *e);
+      m.bytes += b;
+      bytes += b;
     }
-    next_bytes_ += bytes;
     unwritten_events_.fetch_add(events.size());
     unwritten_bytes_.fetch_add(bytes);
     Pump();
@@ -112,6 +119,17 @@ class StreamSink : public Subscriber {
   }
 
  private:
+  // Events queued while a write is in flight, gathered into messages of at
+  // most kMaxMessageBytes (or one event, if larger). The bound keeps messages
+  // well under the 4 MiB that gRPC clients accept by default
+  // (GRPC_DEFAULT_MAX_RECV_MESSAGE_LENGTH) and makes the write timeout
+  // measure a client's progress per MiB, not per backlog.
+  static constexpr std::size_t kMaxMessageBytes = 1 << 20;
+  struct Message {
+    v1::SubscribeResponse msg;
+    std::size_t bytes = 0;
+  };
+
   // About what an event costs on the wire and in the queued message.
   static std::size_t EventBytes(std::string_view ns, const Event& e) {
     return ns.size() + e.blob.key().size() + e.blob.payload().size() + 64;
@@ -125,14 +143,17 @@ class StreamSink : public Subscriber {
       reactor_->Finish(ToGrpc(end_status_));
       return;
     }
-    if (next_.events_size() == 0 && !force_write_) return;
+    if (queue_.empty() && !force_write_) return;
     force_write_ = false;
     writing_ = true;
-    in_write_ = static_cast<std::size_t>(next_.events_size());
-    in_write_bytes_ = next_bytes_;
-    next_bytes_ = 0;
-    in_flight_msg_.Swap(&next_);
-    next_.Clear();
+    in_flight_msg_.Clear();
+    in_write_ = in_write_bytes_ = 0;
+    if (!queue_.empty()) {
+      in_flight_msg_.Swap(&queue_.front().msg);
+      in_write_ = static_cast<std::size_t>(in_flight_msg_.events_size());
+      in_write_bytes_ = queue_.front().bytes;
+      queue_.pop_front();
+    }
     write_timer_.expires_after(write_timeout_);
     write_timer_.async_wait(
         [this, self = weak_from_this()](const asio::error_code& ec) {
@@ -157,9 +178,8 @@ class StreamSink : public Subscriber {
   grpc::CallbackServerContext* const ctx_;
   asio::steady_timer write_timer_;
   const std::chrono::nanoseconds write_timeout_;
-  v1::SubscribeResponse next_;
+  std::deque<Message> queue_;
   v1::SubscribeResponse in_flight_msg_;
-  std::size_t next_bytes_ = 0;
   std::size_t in_write_ = 0;
   std::size_t in_write_bytes_ = 0;
   std::atomic<std::size_t> unwritten_events_{0};

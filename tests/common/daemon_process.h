@@ -3,16 +3,18 @@
 #ifndef DELAYD_TESTS_COMMON_DAEMON_PROCESS_H_
 #define DELAYD_TESTS_COMMON_DAEMON_PROCESS_H_
 
-#include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace delayd::testing {
@@ -42,75 +44,108 @@ class DaemonProcess {
       _exit(127);
     }
     close(out[1]);
-    fd_ = out[0];
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (port_ == 0 && ReadSome(deadline)) {
-      const auto at = output_.find(" port ");
-      if (at != std::string::npos) {
-        const auto end = output_.find(' ', at + 6);
-        if (end != std::string::npos) {
-          port_ = std::stoi(output_.substr(at + 6, end - at - 6));
-        }
-      }
+    if (pid_ < 0) {
+      close(out[0]);
+      return;
     }
+    // The pipe is read for the child's whole life: a child whose output
+    // nobody reads blocks in write() once the pipe's buffer (64 KiB) is
+    // full, with whatever locks its logging thread holds.
+    reader_ = std::thread([this, fd = out[0]] { Drain(fd); });
+    std::unique_lock lock(mu_);
+    changed_.wait_until(lock, std::chrono::steady_clock::now() + timeout,
+                        [&] { return port_ != 0 || eof_; });
   }
   ~DaemonProcess() {
     if (pid_ > 0 && !exit_code_) {
       kill(pid_, SIGKILL);
       waitpid(pid_, nullptr, 0);
     }
-    if (fd_ >= 0) close(fd_);
+    if (reader_.joinable()) reader_.join();  // EOF follows the exit.
   }
 
-  bool ok() const { return port_ != 0; }
-  int port() const { return port_; }
+  bool ok() const {
+    std::lock_guard lock(mu_);
+    return port_ != 0;
+  }
+  int port() const {
+    std::lock_guard lock(mu_);
+    return port_;
+  }
   pid_t pid() const { return pid_; }
-  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
-  const std::string& output() const { return output_; }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port()); }
+  // What the child printed so far (the start and the latest part of it, if
+  // it printed more than kKeepBytes).
+  std::string output() const {
+    std::lock_guard lock(mu_);
+    return output_;
+  }
 
   // Sends `signo` and waits up to `timeout` for the exit; returns the exit
   // code (128 + signal if killed by one), or nullopt if it did not exit.
+  // After an exit, output() holds everything the child printed.
   std::optional<int> Stop(int signo, std::chrono::milliseconds timeout) {
     if (pid_ <= 0) return std::nullopt;
+    if (exit_code_) return exit_code_;
     kill(pid_, signo);
     const auto deadline = std::chrono::steady_clock::now() + timeout;
-    for (;;) {
-      int status = 0;
-      const pid_t r = waitpid(pid_, &status, WNOHANG);
-      if (r == pid_) {
-        exit_code_ =
-            WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        while (ReadSome(std::chrono::steady_clock::now())) {
-        }
-        return exit_code_;
-      }
-      if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;
-      ReadSome(std::chrono::steady_clock::now() +
-               std::chrono::milliseconds(10));
+    std::unique_lock lock(mu_);
+    // EOF comes when the child and everything it forked have exited.
+    if (!changed_.wait_until(lock, deadline, [&] { return eof_; })) {
+      return std::nullopt;
     }
+    lock.unlock();
+    int status = 0;
+    if (waitpid(pid_, &status, 0) != pid_) return std::nullopt;
+    exit_code_ =
+        WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return exit_code_;
   }
 
  private:
-  // Reads what the child printed, waiting at most until `deadline`.
-  bool ReadSome(std::chrono::steady_clock::time_point deadline) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    pollfd p{fd_, POLLIN, 0};
-    if (poll(&p, 1, static_cast<int>(std::max<long>(0, left.count()))) <= 0) {
-      return false;
-    }
+  static constexpr std::size_t kKeepBytes = 4 << 20;
+
+  // Runs on reader_ until EOF: appends what the child prints to output_
+  // and finds the port in it.
+  void Drain(int fd) {
     char buf[4096];
-    const ssize_t n = read(fd_, buf, sizeof buf);
-    if (n <= 0) return false;
-    output_.append(buf, static_cast<std::size_t>(n));
-    return true;
+    for (;;) {
+      const ssize_t n = read(fd, buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      std::lock_guard lock(mu_);
+      if (n <= 0) {
+        eof_ = true;
+        changed_.notify_all();
+        break;
+      }
+      output_.append(buf, static_cast<std::size_t>(n));
+      if (output_.size() > kKeepBytes) {
+        // Keeps the first lines (the port) and the newest half.
+        output_.replace(64 << 10, output_.size() - kKeepBytes / 2 - (64 << 10),
+                        "\n[... output cut ...]\n");
+      }
+      if (port_ == 0) {
+        const auto at = output_.find(" port ");
+        if (at != std::string::npos) {
+          const auto end = output_.find(' ', at + 6);
+          if (end != std::string::npos) {
+            port_ = std::stoi(output_.substr(at + 6, end - at - 6));
+            changed_.notify_all();
+          }
+        }
+      }
+    }
+    close(fd);
   }
 
   pid_t pid_ = -1;
-  int fd_ = -1;
-  int port_ = 0;
   std::optional<int> exit_code_;
-  std::string output_;
+  std::thread reader_;
+  mutable std::mutex mu_;
+  std::condition_variable changed_;
+  int port_ = 0;        // Guarded by mu_.
+  bool eof_ = false;    // Guarded by mu_.
+  std::string output_;  // Guarded by mu_.
 };
 
 }  // namespace delayd::testing

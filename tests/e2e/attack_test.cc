@@ -7,6 +7,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <fstream>
 #include <future>
@@ -167,6 +168,15 @@ class Attack : public ::testing::Test {
     channel_ = grpc::CreateChannel(daemon_->address(),
                                    grpc::InsecureChannelCredentials());
     stub_ = v1::Delayd::NewStub(channel_);
+  }
+  void TearDown() override {
+    if (HasFailure() && daemon_) {
+      const std::string out = daemon_->output();
+      std::printf(
+          "daemon output (last 4 KB of %zu bytes):\n%s\n", out.size(),
+          out.substr(out.size() - std::min<std::size_t>(out.size(), 4096))
+              .c_str());
+    }
   }
   std::unique_ptr<DaemonProcess> daemon_;
   std::shared_ptr<grpc::Channel> channel_;

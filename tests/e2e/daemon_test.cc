@@ -4,6 +4,8 @@
 #include <signal.h>
 #include <stdlib.h>
 
+#include <thread>
+
 #include "delayd/v1/delayd.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "tests/common/daemon_process.h"
@@ -82,6 +84,54 @@ TEST(DelaydBinary, BadFlagIsAUsageError) {
   EXPECT_FALSE(d.ok());
   EXPECT_EQ(d.Stop(0, 5s), 1);
   EXPECT_NE(d.output().find("--tick"), std::string::npos) << d.output();
+}
+
+// A backlog that piles up while a worker's stream is stalled reaches it in
+// messages a client with gRPC's default receive limit (4 MiB) accepts.
+TEST(DelaydBinary, BacklogReachesADefaultClientInMessagesItAccepts) {
+  DaemonProcess d(DELAYD_BINARY, {"--in-memory"});
+  ASSERT_TRUE(d.ok()) << d.output();
+  auto stub = Connect(d);
+  v1::SubscribeRequest sub;
+  sub.set_mode(v1::SubscribeRequest::WORKER);
+  sub.set_max_in_flight(1000);
+  *sub.mutable_ack_timeout() = Millis(60000);
+  grpc::ClientContext sub_ctx;
+  sub_ctx.set_deadline(std::chrono::system_clock::now() + 60s);
+  auto reader = stub->Subscribe(&sub_ctx, sub);
+  v1::SubscribeResponse msg;
+  ASSERT_TRUE(reader->Read(&msg));  // Registered.
+  // 200 events of 64 KiB (13 MB), all handed to the stream before the
+  // worker reads any: the first write waits on flow control, the rest queue.
+  constexpr int kEvents = 200;
+  const std::string payload(64 * 1024, 'p');
+  for (int i = 0; i < kEvents; ++i) {
+    v1::SetTimerRequest req;
+    req.set_key("k" + std::to_string(i));
+    req.set_payload(payload);
+    *req.mutable_delay() = Millis(0);
+    v1::SetTimerResponse resp;
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub->SetTimer(&ctx, req, &resp).ok());
+  }
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  for (;;) {  // Polls Stats until every event is delivered, or the deadline.
+    v1::StatsResponse stats;
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub->Stats(&ctx, v1::StatsRequest(), &stats).ok());
+    if (stats.in_flight_events() == kEvents) break;
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline)
+        << stats.in_flight_events() << " of " << kEvents << " delivered";
+    std::this_thread::sleep_for(10ms);
+  }
+  int received = 0;
+  while (received < kEvents && reader->Read(&msg)) {
+    EXPECT_LE(msg.ByteSizeLong(), 4u << 20);
+    received += msg.events_size();
+  }
+  EXPECT_EQ(received, kEvents);
+  sub_ctx.TryCancel();
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
 }
 
 }  // namespace
