@@ -65,7 +65,10 @@ cert rogueca rogue
 printf 'writer-token default write,read\nadmin-token * admin\n' >tokens
 
 start() {  # start ARGS...: delayd with ARGS; sets C (delayctl with endpoint)
-  "$DELAYD" --in-memory --listen 127.0.0.1:0 "$@" >delayd.log 2>&1 &
+  # Emptied here, not by the background job's redirection: that may run
+  # after wait_for has read the previous daemon's log.
+  : >delayd.log
+  "$DELAYD" --in-memory --listen 127.0.0.1:0 "$@" >>delayd.log 2>&1 &
   daemon_pid=$!
   wait_for delayd.log " port [0-9]+ " || exit 1
   local port
