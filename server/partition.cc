@@ -62,10 +62,31 @@ OpResult Partition::Apply(Op& op, WallNanos wall_now, SteadyTime steady_now,
       op);
 }
 
-void Partition::FinishBatch(Store::Batch& batch) {
-  if (!counters_changed_) return;
-  batch.PutCounters(partition_, next_version_, next_event_seq_);
-  counters_changed_ = false;
+Status Partition::ReserveIds(std::uint64_t versions, std::uint64_t events) {
+  if (store_ == nullptr) return Status::Ok();  // Nothing outlives the process.
+  if (next_version_ + versions <= version_limit_ &&
+      next_event_seq_ + events <= event_seq_limit_) {
+    return Status::Ok();
+  }
+  // At most one synced write per kIdBlock ids (a write stall here is paid
+  // that rarely), and a restart skips at most kIdBlock unused ones: 2^54
+  // sequence numbers last 570 years at a million a second.
+  const std::uint64_t version_limit =
+      std::max(version_limit_, next_version_ + versions + kIdBlock);
+  const std::uint64_t event_limit =
+      std::max(event_seq_limit_, next_event_seq_ + events + kIdBlock);
+  if (event_limit >= (std::uint64_t{1} << 54) ||
+      version_limit >= (std::uint64_t{1} << 54)) {
+    return Status::ResourceExhausted("version or event id space exhausted");
+  }
+  if (Status s = store_->ReserveIds(partition_, version_limit, event_limit);
+      !s.ok()) {
+    counters_.store_errors.fetch_add(1);
+    return s;
+  }
+  version_limit_ = version_limit;
+  event_seq_limit_ = event_limit;
+  return Status::Ok();
 }
 
 std::uint32_t Partition::NewRecord() {
@@ -80,9 +101,8 @@ std::uint32_t Partition::NewRecord() {
 
 void Partition::StorePayload(Record& rec, NamespaceId ns, const Blob& blob,
                              Store::Batch& batch) {
-  // Unique daemon-wide: versions are unique within a partition, and never
-  // reused across restarts.
-  const std::uint64_t payload_id = (rec.version << 10) | partition_;
+  // Unique daemon-wide and never reused, as versions are.
+  const std::uint64_t payload_id = rec.version;
   batch.PutPayload(payload_id, blob.payload());
   batch.PutTimer(payload_id, ns, blob.key(), rec.fire_time, rec.version);
   rec.blob = KeyBlob(blob.key(), payload_id);
@@ -106,6 +126,7 @@ OpResult Partition::Set(SetOp& op, WallNanos wall_now, SteadyTime steady_now,
   std::uint32_t r = Find(op.ns, op.key(), hash);
   const auto deadline = Deadline(op.fire_time, wall_now, steady_now);
   OpResult result;
+  if (result.status = ReserveIds(1, 0); !result.status.ok()) return result;
   if (r != KeyIndex::kNone) {
     if (op.if_absent) {
       result.status = Status::AlreadyExists("timer '" + std::string(op.key()) +
@@ -114,7 +135,7 @@ OpResult Partition::Set(SetOp& op, WallNanos wall_now, SteadyTime steady_now,
     }
     Record& rec = records_[r];
     rec.fire_time = op.fire_time;
-    rec.version = next_version_++;
+    rec.version = NewVersion();
     if (batch != nullptr) {
       batch->DeleteTimer(PayloadIdOf(rec.blob));
       batch->DeletePayload(PayloadIdOf(rec.blob));
@@ -144,7 +165,7 @@ OpResult Partition::Set(SetOp& op, WallNanos wall_now, SteadyTime steady_now,
     r = NewRecord();
     Record& rec = records_[r];
     rec.fire_time = op.fire_time;
-    rec.version = next_version_++;
+    rec.version = NewVersion();
     if (batch != nullptr) {
       StorePayload(rec, op.ns, op.blob, *batch);
     } else {
@@ -156,7 +177,6 @@ OpResult Partition::Set(SetOp& op, WallNanos wall_now, SteadyTime steady_now,
     keys_.Insert(hash, r);
     refs_->Add(op.ns);  // (The caller's pin keeps it above zero.)
   }
-  counters_changed_ = true;
   counters_.set.fetch_add(1, std::memory_order_relaxed);
   result.version = records_[r].version;
   result.fire_time = op.fire_time;
@@ -184,10 +204,10 @@ OpResult Partition::Move(MoveOp& op, WallNanos wall_now, SteadyTime steady_now,
   const std::uint32_t r =
       FindExpected(op.ns, op.key, op.expected_version, &result.status);
   if (r == KeyIndex::kNone) return result;
+  if (result.status = ReserveIds(1, 0); !result.status.ok()) return result;
   Record& rec = records_[r];
   rec.fire_time = op.fire_time;
-  rec.version = next_version_++;
-  counters_changed_ = true;
+  rec.version = NewVersion();
   if (batch != nullptr) {
     batch->PutTimer(PayloadIdOf(rec.blob), op.ns, op.key, rec.fire_time,
                     rec.version);
@@ -254,7 +274,7 @@ std::vector<Event> Partition::TakeEvents(
   for (std::uint32_t r : records) {
     Record& rec = records_[r];
     Event e{};
-    e.id = (next_event_seq_++ << 10) | partition_;
+    e.id = (next_event_seq_++ << 10) | partition_;  // Reserved by the caller.
     e.ns = rec.ns();
     e.blob = std::move(rec.blob);
     e.version = rec.version;
@@ -273,17 +293,34 @@ std::vector<Event> Partition::TakeEvents(
   }
   counters_.pending.fetch_sub(records.size());
   counters_.fired.fetch_add(records.size());
-  if (batch) {
-    counters_changed_ = true;
-    FinishBatch(*batch);
-  }
   return events;
 }
 
+struct Partition::UnwrittenFiring {
+  UnwrittenFiring(Store::Batch b, asio::any_io_executor ex)
+      : batch(std::move(b)), timer(std::move(ex)) {}
+  Store::Batch batch;
+  std::unordered_map<NamespaceId, std::vector<Event>> by_ns;
+  asio::steady_timer timer;
+};
+
 void Partition::FireRecords(const std::vector<std::uint32_t>& records,
-                            Reason reason, std::function<void()> done) {
+                            Reason reason, std::function<void(Status)> done) {
   if (records.empty()) {
-    if (done) done();
+    if (done) done(Status::Ok());
+    return;
+  }
+  if (Status s = ReserveIds(0, records.size()); !s.ok()) {
+    // Nothing changed: the timers fire again after kRetryWrite.
+    const SteadyTime at = std::chrono::steady_clock::now() + kRetryWrite;
+    for (std::uint32_t r : records) {
+      Record& rec = records_[r];
+      if (!wheel_.wheel().Reschedule(rec.handle, wheel_.ToWheel(at))) {
+        rec.handle = wheel_.wheel().Schedule(wheel_.ToWheel(at), r);
+      }
+      wheel_.Scheduled(rec.handle);
+    }
+    if (done) done(s);
     return;
   }
   std::optional<Store::Batch> batch;
@@ -294,21 +331,45 @@ void Partition::FireRecords(const std::vector<std::uint32_t>& records,
     by_ns[e.ns].push_back(std::move(e));
   }
   if (batch) {
-    // Commit() writes the batch before it returns; the events are published
+    // Write() writes the batch before it returns; the events are published
     // then, without waiting for the sync. That is safe: until the firing is
     // durable, so is nothing written after it (acks included), so a power
     // loss leaves the timers pending, to fire again after the restart: at
-    // least once, never lost. Only `done` (a Drain's answer) waits for
-    // durability.
-    store_->Commit(*batch, [done = std::move(done)](Status) {
-      if (done) done();
+    // least once, never lost (with ids that do not repeat: ReserveIds).
+    // Only `done` (a Drain's answer) waits for durability.
+    Status s = store_->Write(*batch, [done](Status s) {
+      if (done) done(std::move(s));
     });
+    if (!s.ok()) {
+      counters_.store_errors.fetch_add(1);
+      auto firing =
+          std::make_shared<UnwrittenFiring>(std::move(*batch), strand_);
+      firing->by_ns = std::move(by_ns);
+      RetryFiring(std::move(firing));
+      if (done) done(std::move(s));
+      return;
+    }
   }
   for (auto& [ns, events] : by_ns) publish_(ns, std::move(events));
-  if (!batch && done) done();
+  if (!batch && done) done(Status::Ok());
 }
 
-void Partition::Drain(NamespaceId ns, std::function<void(std::uint64_t)> done) {
+void Partition::RetryFiring(std::shared_ptr<UnwrittenFiring> firing) {
+  firing->timer.expires_after(kRetryWrite);
+  firing->timer.async_wait([this, firing](const asio::error_code& ec) {
+    if (ec || stopped()) return;  // Shutdown: the store keeps the timers.
+    std::lock_guard lock(exclusive_);
+    if (!store_->Write(firing->batch, [](Status) {}).ok()) {
+      counters_.store_errors.fetch_add(1);
+      RetryFiring(firing);
+      return;
+    }
+    for (auto& [ns, events] : firing->by_ns) publish_(ns, std::move(events));
+  });
+}
+
+void Partition::Drain(NamespaceId ns,
+                      std::function<void(Status, std::uint64_t)> done) {
   assert(exclusive_.held());
   std::vector<std::uint32_t> fire;
   for (std::uint32_t r = 0; r < records_.size(); ++r) {
@@ -322,13 +383,17 @@ void Partition::Drain(NamespaceId ns, std::function<void(std::uint64_t)> done) {
   for (std::uint32_t r : fire) wheel_.wheel().Cancel(records_[r].handle);
   const std::uint64_t count = fire.size();
   FireRecords(fire, Reason::kDrained,
-              [done = std::move(done), count] { done(count); });
+              [done = std::move(done), count](Status s) {
+                done(s, s.ok() ? count : 0);
+              });
 }
 
-void Partition::RestoreCounters(std::uint64_t next_version,
-                                std::uint64_t next_event_seq) {
+Status Partition::RestoreCounters(std::uint64_t next_version,
+                                  std::uint64_t next_event_seq) {
   next_version_ = std::max(next_version_, next_version);
   next_event_seq_ = std::max(next_event_seq_, next_event_seq);
+  // Reserves the first block now, synced before anything is served.
+  return ReserveIds(1, 1);
 }
 
 void Partition::Restore(const StoredTimer& t, WallNanos wall_now,
@@ -357,6 +422,10 @@ std::vector<Event> Partition::FireOverdue(std::function<void(Status)> durable) {
                          ? records_[a].fire_time < records_[b].fire_time
                          : records_[a].version < records_[b].version;
             });
+  if (Status s = ReserveIds(0, overdue_.size()); !s.ok()) {
+    durable(s);
+    return {};
+  }
   Store::Batch batch = store_->NewBatch();
   std::vector<Event> events = TakeEvents(overdue_, Reason::kExpired, &batch);
   overdue_ = {};

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string_view>
 #include <vector>
@@ -41,7 +42,9 @@ class Partition {
   // Hands fired events of namespace `ns` to its dispatcher.
   using Publish = std::function<void(NamespaceId ns, std::vector<Event>)>;
 
-  // `index` < 1024 becomes the low bits of every event id. `store` may be
+  // `index` < 1024 becomes the low bits of every version and event id: the
+  // high 54 bits count per partition, so both are unique daemon-wide, and a
+  // key's versions (always in the same partition) increase. `store` may be
   // null (state in memory only). A new timer counts in `refs` for its
   // namespace (and stays counted as an event once fired); a removed one
   // is released by the caller once durable (OpResult::removed).
@@ -85,12 +88,10 @@ class Partition {
   void Prefetch(NamespaceId ns, std::string_view key) const {
     keys_.Prefetch(Hash(ns, key));
   }
-  // Adds the partition's counters to `batch` if operations changed them.
-  void FinishBatch(Store::Batch& batch);
-
   // Fires every pending timer of `ns` now (reason DRAINED), in fire-time
-  // order. `done` gets how many, once that is durable.
-  void Drain(NamespaceId ns, std::function<void(std::uint64_t)> done);
+  // order. `done` gets how many, once that is durable, or the store's error
+  // (the firing is then retried: see FireRecords).
+  void Drain(NamespaceId ns, std::function<void(Status, std::uint64_t)> done);
 
   // Stops firing (shutdown): timers stay pending.
   void StopTimers() { wheel_.Stop(); }
@@ -100,8 +101,9 @@ class Partition {
   // FireOverdue(), which fires those whose time passed while the daemon was
   // down and returns their events in fire-time order (unpublished);
   // `durable` runs once that firing is on disk.
-  void RestoreCounters(std::uint64_t next_version,
-                       std::uint64_t next_event_seq);
+  // RestoreCounters() reserves the first ids (a synced write).
+  Status RestoreCounters(std::uint64_t next_version,
+                         std::uint64_t next_event_seq);
   void Restore(const StoredTimer& timer, WallNanos wall_now,
                SteadyTime steady_now);
   std::vector<Event> FireOverdue(std::function<void(Status)> durable);
@@ -161,9 +163,23 @@ class Partition {
   std::vector<Event> TakeEvents(const std::vector<std::uint32_t>& records,
                                 Reason reason, Store::Batch* batch);
   // Turns records into events (removing them) and publishes them once
-  // durable; then runs `done` (if any).
+  // their firing is written; `done` (if any) gets the outcome once durable.
   void FireRecords(const std::vector<std::uint32_t>& records, Reason reason,
-                   std::function<void()> done = nullptr);
+                   std::function<void(Status)> done = nullptr);
+  // A firing whose write failed: its events are not published until the
+  // write succeeds (retried every kRetryWrite); until then the store still
+  // holds the timers, so a crash meanwhile fires them after the restart.
+  struct UnwrittenFiring;
+  void RetryFiring(std::shared_ptr<UnwrittenFiring> firing);
+  static constexpr std::chrono::seconds kRetryWrite{1};
+
+  // Makes sure `versions` versions and `events` event ids can be handed out
+  // without reuse after any crash: reserves a new block with a synced store
+  // write when the current one runs out. Fails (changing nothing) if the
+  // store cannot write.
+  Status ReserveIds(std::uint64_t versions, std::uint64_t events);
+  std::uint64_t NewVersion() { return (next_version_++ << 10) | partition_; }
+  static constexpr std::uint64_t kIdBlock = 1 << 20;
 
   const std::uint32_t partition_;
   const Limits& limits_;
@@ -178,9 +194,12 @@ class Partition {
   std::vector<std::uint32_t> free_records_;
   KeyIndex keys_;
   StrandWheel wheel_;
+  // Sequence numbers (the high bits of versions and event ids): the next to
+  // use, and the limit reserved in the store (ReserveIds).
   std::uint64_t next_version_ = 1;
   std::uint64_t next_event_seq_ = 1;
-  bool counters_changed_ = false;
+  std::uint64_t version_limit_ = 0;
+  std::uint64_t event_seq_limit_ = 0;
   std::vector<std::uint32_t> overdue_;  // During recovery.
 };
 

@@ -80,7 +80,7 @@ Status Scheduler::Recover(RecoveryReport* report) {
       return;
     }
     partitions_[PartitionOf(t.ns, t.key)]->Restore(t, wall_now, steady_now);
-    next_version = std::max(next_version, t.version + 1);
+    next_version = std::max(next_version, (t.version >> 10) + 1);
     ++report->timers;
     if (t.fire_time <= wall_now) ++report->overdue;
   });
@@ -99,7 +99,7 @@ Status Scheduler::Recover(RecoveryReport* report) {
     events[e.ns].push_back(Event{e.id, e.ns, KeyBlob(e.key, e.payload_id),
                                  e.version, e.fire_time, e.fired_at, 0,
                                  e.reason});
-    next_version = std::max(next_version, e.version + 1);
+    next_version = std::max(next_version, (e.version >> 10) + 1);
     next_event_seq = std::max(next_event_seq, (e.id >> 10) + 1);
     ++report->events;
   });
@@ -108,9 +108,13 @@ Status Scheduler::Recover(RecoveryReport* report) {
     return Status::Internal("store in " + store_->options().dir +
                             ": a record names an unknown namespace");
   }
-  // Versions and event ids continue past anything stored, whatever the
-  // number of partitions now.
-  for (auto& p : partitions_) p->RestoreCounters(next_version, next_event_seq);
+  // Versions and event ids continue past anything stored or reserved,
+  // whatever the number of partitions now.
+  for (auto& p : partitions_) {
+    if (Status s = p->RestoreCounters(next_version, next_event_seq); !s.ok()) {
+      return s;
+    }
+  }
   // Events not acknowledged before the stop go first, in firing order; then
   // the timers that came due while the daemon was down, fired now in
   // fire-time order across all partitions.
@@ -340,7 +344,6 @@ void Scheduler::Submit(Op op, std::function<void(OpResult)> done) {
     Store::Batch batch = store_->NewBatch();
     OpResult r =
         p.Apply(op, WallNow(), std::chrono::steady_clock::now(), &batch);
-    p.FinishBatch(batch);
     store_->Commit(batch, [this, ns, done = std::move(done),
                            r = std::move(r)](Status s) mutable {
       if (!s.ok()) r.status = s;
@@ -435,7 +438,6 @@ void Scheduler::SubmitBatch(std::vector<Op> ops,
       }
       Store::Batch batch = store_->NewBatch();
       apply_all(&batch);
-      part.FinishBatch(batch);
       store_->Commit(batch, [state, group, finish](Status s) {
         if (!s.ok()) {
           for (std::uint32_t i : group) {
@@ -458,6 +460,8 @@ void Scheduler::Drain(NamespaceId ns,
     std::atomic<std::uint64_t> drained{0};
     std::atomic<std::size_t> remaining;
     std::function<void(Status, std::uint64_t)> done;
+    std::mutex mu;
+    Status error;  // The first partition's failure, under mu.
   };
   auto state = std::make_shared<State>();
   state->remaining = partitions_.size();
@@ -465,10 +469,19 @@ void Scheduler::Drain(NamespaceId ns,
   for (auto& part : partitions_) {
     Partition* p = part.get();
     p->Post([p, ns, state] {
-      p->Drain(ns, [state](std::uint64_t drained) {
+      p->Drain(ns, [state](Status s, std::uint64_t drained) {
         state->drained.fetch_add(drained);
+        if (!s.ok()) {
+          std::lock_guard lock(state->mu);
+          if (state->error.ok()) state->error = std::move(s);
+        }
         if (state->remaining.fetch_sub(1) == 1) {
-          state->done(Status::Ok(), state->drained.load());
+          Status error;
+          {
+            std::lock_guard lock(state->mu);
+            error = state->error;
+          }
+          state->done(std::move(error), state->drained.load());
         }
       });
     });

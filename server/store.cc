@@ -331,6 +331,19 @@ Status Store::PutNamespace(NamespaceId id, std::string_view name) {
   return Status::Ok();
 }
 
+Status Store::ReserveIds(std::uint32_t partition, std::uint64_t version_limit,
+                         std::uint64_t event_seq_limit) {
+  std::shared_lock lock(close_mu_);
+  if (closed_) return Status::Unavailable("the store is closed");
+  Batch batch(*this);
+  batch.PutCounters(partition, version_limit, event_seq_limit);
+  rocksdb::WriteOptions wo;
+  wo.sync = true;
+  auto s = db_->Write(wo, &batch.batch_);
+  if (!s.ok()) return Error("reserving ids", s);
+  return Status::Ok();
+}
+
 Status Store::GetPayloads(std::span<const std::uint64_t> ids,
                           std::vector<std::string>* payloads) {
   payloads->clear();
@@ -354,36 +367,39 @@ Status Store::GetPayloads(std::span<const std::uint64_t> ids,
 }
 
 void Store::Commit(Batch& batch, std::function<void(Status)> done) {
+  auto shared = std::make_shared<std::function<void(Status)>>(std::move(done));
+  if (Status s = Write(batch, [shared](Status s) { (*shared)(std::move(s)); });
+      !s.ok()) {
+    (*shared)(std::move(s));
+  }
+}
+
+Status Store::Write(Batch& batch, std::function<void(Status)> durable) {
   if (batch.empty()) {
-    done(Status::Ok());
-    return;
+    durable(Status::Ok());
+    return Status::Ok();
   }
   {
     std::shared_lock lock(close_mu_);
-    if (closed_) {
-      done(Status::Unavailable("the store is closed"));
-      return;
-    }
+    if (closed_) return Status::Unavailable("the store is closed");
     const rocksdb::Status s =
         db_->Write(rocksdb::WriteOptions(), &batch.batch_);
-    if (!s.ok()) {
-      done(Error("write", s));
-      return;
-    }
+    if (!s.ok()) return Error("write", s);
   }
   if (options_.fsync != FsyncPolicy::kAlways) {
     if (options_.fsync == FsyncPolicy::kInterval) {
       std::lock_guard lock(mu_);
       unsynced_ = true;
     }
-    done(Status::Ok());
-    return;
+    durable(Status::Ok());
+    return Status::Ok();
   }
   {
     std::lock_guard lock(mu_);
-    waiting_.push_back(std::move(done));
+    waiting_.push_back(std::move(durable));
   }
   cv_.notify_one();
+  return Status::Ok();
 }
 
 void Store::SyncLoop() {

@@ -9,7 +9,7 @@
 //   events    event id (8)          -> ns id, version, fire time, fired-at,
 //                                      reason, payload id, key
 //   default   'n' + ns id (4)       -> namespace name
-//             'c' + partition (2)   -> next version, next event sequence
+//             'c' + partition (2)   -> version and event sequence limits
 // A payload id is unique daemon-wide and given when a timer is set; ids grow
 // over time, so nearly every write lands at the end of RocksDB's sorted
 // memtable rather than at a random place in it (keying timers by namespace
@@ -120,13 +120,13 @@ class Store {
     void DeletePayload(std::uint64_t payload_id);
     void PutEvent(const StoredEvent& event);
     void DeleteEvent(std::uint64_t event_id);
-    void PutCounters(std::uint32_t partition, std::uint64_t next_version,
-                     std::uint64_t next_event_seq);
     bool empty() const { return batch_.Count() == 0; }
 
    private:
     friend class Store;
     explicit Batch(const Store& store) : store_(&store) {}
+    void PutCounters(std::uint32_t partition, std::uint64_t version_limit,
+                     std::uint64_t event_seq_limit);
     const Store* store_;
     rocksdb::WriteBatch batch_;
   };
@@ -140,7 +140,8 @@ class Store {
   // Namespace names by id (ids are dense from 0; an empty name is a freed
   // id).
   Status LoadNamespaces(std::vector<std::string>* names);
-  // The highest next-version and next-event-sequence of any partition.
+  // The highest version and event-sequence limits of any partition (the
+  // next numbers to use after a restart).
   Status LoadCounters(std::uint64_t* next_version,
                       std::uint64_t* next_event_seq);
   // Visits every pending timer (in payload-id order) / unacknowledged event
@@ -154,6 +155,14 @@ class Store {
   // under `always`) once it is durable, or with the error if it failed.
   // An empty batch completes at once.
   void Commit(Batch& batch, std::function<void(Status)> done);
+  // As Commit(), but a failed write is returned (and `durable` not run), so
+  // that the caller can keep the batch and try again.
+  Status Write(Batch& batch, std::function<void(Status)> durable);
+  // Writes and syncs a partition's id limits: every version and event
+  // sequence number it hands out stays below them, and after a restart
+  // (a power loss included) numbering resumes at them, so none repeats.
+  Status ReserveIds(std::uint32_t partition, std::uint64_t version_limit,
+                    std::uint64_t event_seq_limit);
   // Writes and syncs the name of a new namespace before it is used (empty:
   // the id is freed).
   Status PutNamespace(NamespaceId id, std::string_view name);

@@ -62,7 +62,7 @@ expect_out '"partitions":'
 
 # set / get / ls / move / rm, both formats
 expect_code 0 "$C" set order-1 'cancel me' --in 1h30m
-expect_out '^order-1 +1 '
+expect_out '^order-1 +[0-9]+ '
 expect_code 0 "$C" get order-1 -o json
 expect_out '"key":"order-1"'
 expect_code 0 "$C" get order-1

@@ -203,7 +203,7 @@ TEST(Recovery, TimersThatCameDueWhileDownFireAtOnceInFireTimeOrder) {
       b.PutPayload(payload_id, "payload-" + key);
       b.PutTimer(payload_id, 0, key, at, version++);
     }
-    b.PutCounters(0, version, 1);
+    ASSERT_TRUE(store->ReserveIds(0, version, 1).ok());
     Status committed = Status::Internal("not run");
     store->Commit(b, [&](Status s) { committed = s; });
     store->Sync();
