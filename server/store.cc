@@ -145,6 +145,7 @@ Status Store::Open(const StoreOptions& options, std::unique_ptr<Store>* out) {
                             ": " + ec.message());
   }
   rocksdb::DBOptions db;
+  if (options.env != nullptr) db.env = options.env;
   db.create_if_missing = true;
   db.create_missing_column_families = true;
   db.paranoid_checks = true;

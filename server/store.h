@@ -69,6 +69,9 @@ struct StoreOptions {
   bool salvage = false;
   // Told of every failed read or write after opening (for the daemon's log).
   std::function<void(const Status&)> on_error;
+  // The environment RocksDB uses, if not the default: tests give one whose
+  // file system simulates a power loss (tests/common/power_loss_fs.h).
+  rocksdb::Env* env = nullptr;
 };
 
 // Parses "always", "never" or a duration such as "100ms" (an interval).
