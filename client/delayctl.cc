@@ -9,6 +9,8 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <asio/post.hpp>
+#include <asio/thread_pool.hpp>
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
@@ -628,10 +630,12 @@ int CmdWork(Client& c, const Global& g, const std::string& command,
   *req.mutable_ack_timeout() =
       TimeUtil::NanosecondsToDuration(timeout->count());
   auto reader = c.stub().Subscribe(&ctx, req);
+  // A fixed pool of `concurrency` threads runs the commands; the reader
+  // waits while all of them are busy.
+  asio::thread_pool pool(concurrency);
   std::mutex mu;
   std::condition_variable cv;
   std::uint32_t running = 0;
-  std::vector<std::thread> runners;
   v1::SubscribeResponse msg;
   std::uint64_t started = 0;
   while ((count == 0 || started < count) && reader->Read(&msg)) {
@@ -643,7 +647,7 @@ int CmdWork(Client& c, const Global& g, const std::string& command,
         cv.wait(lock, [&] { return running < concurrency; });
         ++running;
       }
-      runners.emplace_back([&, e] {
+      asio::post(pool, [&, e] {
         const int code = RunForEvent(command, e);
         if (code == 0) {
           v1::AckRequest ack;
@@ -680,7 +684,7 @@ int CmdWork(Client& c, const Global& g, const std::string& command,
       });
     }
   }
-  for (auto& t : runners) t.join();
+  pool.join();
   if (count != 0 && started == count) ctx.TryCancel();
   grpc::Status s = reader->Finish();
   if (canceller.interrupted() || (count != 0 && started == count)) return kOk;
