@@ -20,7 +20,9 @@
 //
 //   security    SetTimer/s and Batch items/s with TLS and tokens, as ratios
 //               of plaintext (alternating rounds);
-//   ab          with --daemon-b: two builds side by side (alternating).
+//   ab          with --daemon-b: two builds side by side (alternating), with
+//               the daemon args (default --in-memory; without it, each
+//               round on a fresh data directory).
 //
 // Usage: load_gen [--daemon PATH] [--daemon-b PATH] [--seconds N]
 //                 [--only NAME] [--scratch DIR] [-- daemon args]
@@ -555,12 +557,26 @@ void Security(const std::string& binary, const std::string& scratch,
 
 // Two builds of the daemon side by side (the bound checks' cost):
 // plaintext, in memory, alternating rounds.
+// Daemons run with `args` (after `--`); without --in-memory each round
+// gets a fresh data directory under `scratch`.
 void AB(const std::string& a, const std::string& b,
-        std::chrono::milliseconds dur) {
+        std::chrono::milliseconds dur, const std::string& scratch,
+        const std::vector<std::string>& args) {
+  const bool in_memory =
+      std::find(args.begin(), args.end(), "--in-memory") != args.end();
   std::vector<double> unary[2], batch[2];
   for (int round = 0; round < 5; ++round) {
     for (int m = 0; m < 2; ++m) {
-      delayd::testing::DaemonProcess d(m == 0 ? a : b, {"--in-memory"});
+      std::unique_ptr<ScratchDaemon> sd;
+      std::unique_ptr<delayd::testing::DaemonProcess> plain;
+      if (in_memory) {
+        plain = std::make_unique<delayd::testing::DaemonProcess>(m == 0 ? a : b,
+                                                                 args);
+      } else {
+        sd = std::make_unique<ScratchDaemon>(m == 0 ? a : b, scratch, "ab",
+                                             args);
+      }
+      delayd::testing::DaemonProcess& d = in_memory ? *plain : sd->d();
       if (!d.ok()) {
         std::printf("daemon did not start: %s\n", d.output().c_str());
         return;
@@ -848,6 +864,8 @@ int main(int argc, char** argv) {
   if (want("churn")) Churn(daemon, scratch);
   if (want("recovery")) Recovery(daemon, scratch);
   if (want("security")) Security(daemon, scratch, dur);
-  if (!daemon_b.empty() && want("ab")) AB(daemon, daemon_b, dur);
+  if (!daemon_b.empty() && want("ab")) {
+    AB(daemon, daemon_b, dur, scratch, daemon_args);
+  }
   return 0;
 }
