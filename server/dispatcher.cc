@@ -26,18 +26,27 @@ Dispatcher::Dispatcher(asio::io_context& io, std::string name, NamespaceId id,
                  std::chrono::steady_clock::now(),
                  [this](std::vector<StrandWheel::Expired>& due) {
                    OnAckTimeouts(due);
-                 }) {}
+                 }),
+      retry_timer_(strand_) {}
 
 void Dispatcher::Publish(std::vector<Event> events) {
   asio::post(strand_, [this, events = std::move(events)]() mutable {
     if (closed_) return;
-    // Watchers see each event once, when it is published.
+    // Watchers see each event once, when it is published (one whose payload
+    // cannot be read is left out for them; workers get it once it can).
     if (!watchers_.empty()) {
       std::vector<const Event*> view;
       view.reserve(events.size());
       for (const Event& e : events) view.push_back(&e);
+      std::vector<Event> full;
+      if (store_ != nullptr) {
+        std::vector<std::uint64_t> unreadable;
+        ReadPayloads(view, full, unreadable);
+        view.clear();
+        for (const Event& e : full) view.push_back(&e);
+      }
       for (auto it = watchers_.begin(); it != watchers_.end();) {
-        const Subscriber::Backlog b = Send(*it->second, view);
+        const Subscriber::Backlog b = it->second->Deliver(name_, view);
         if (b.events > limits_.watcher_backlog ||
             b.bytes > limits_.watcher_backlog_bytes) {
           const Status ended = Status::ResourceExhausted(
@@ -173,6 +182,7 @@ void Dispatcher::Ack(std::vector<std::uint64_t> ids,
 void Dispatcher::Close(const Status& status, std::function<void()> done) {
   asio::post(strand_, [this, status, done = std::move(done)] {
     closed_ = true;
+    retry_timer_.cancel();
     for (auto& w : workers_) w.sink->End(status);
     for (auto& [id, sink] : watchers_) sink->End(status);
     counters_.workers.fetch_sub(workers_.size());
@@ -236,29 +246,51 @@ void Dispatcher::OnAckTimeouts(std::vector<StrandWheel::Expired>& due) {
   Pump();
 }
 
-Subscriber::Backlog Dispatcher::Send(Subscriber& sink,
-                                     std::span<const Event* const> events) {
-  if (store_ == nullptr) return sink.Deliver(name_, events);
+void Dispatcher::ReadPayloads(std::vector<const Event*>& events,
+                              std::vector<Event>& out,
+                              std::vector<std::uint64_t>& unreadable) {
   std::vector<std::uint64_t> ids;
   ids.reserve(events.size());
   for (const Event* e : events) ids.push_back(PayloadIdOf(e->blob));
   std::vector<std::string> payloads;
-  const Status s = store_->GetPayloads(ids, &payloads);
-  std::vector<Event> full;
-  full.reserve(events.size());
-  std::vector<const Event*> view;
-  view.reserve(events.size());
+  std::vector<bool> readable;
+  const Status s = store_->GetPayloads(ids, &payloads, &readable);
+  out.clear();
+  out.reserve(events.size());
+  std::size_t kept = 0;
   for (std::size_t i = 0; i < events.size(); ++i) {
     const Event& e = *events[i];
-    // A payload that cannot be read (a damaged store) is sent empty rather
-    // than holding the event back forever; the read error is reported.
-    full.push_back(
-        Event{e.id, e.ns, Blob(e.blob.key(), s.ok() ? payloads[i] : ""),
-              e.version, e.fire_time, e.fired_at, e.attempt, e.reason});
-    view.push_back(&full.back());
+    if (!readable[i]) {
+      counters_.store_errors.fetch_add(1);
+      unreadable.push_back(e.id);
+      LogRepeated("unreadable-payload",
+                  "namespace '" + name_ + "', key '" +
+                      std::string(e.blob.key()) + "', event " +
+                      std::to_string(e.id) +
+                      ": its payload cannot be read; the event is held and "
+                      "tried again (" +
+                      s.message() + ")");
+      continue;
+    }
+    out.push_back(Event{e.id, e.ns, Blob(e.blob.key(), payloads[i]), e.version,
+                        e.fire_time, e.fired_at, e.attempt, e.reason});
+    events[kept++] = events[i];
   }
-  if (!s.ok()) counters_.store_errors.fetch_add(1);
-  return sink.Deliver(name_, view);
+  events.resize(kept);
+}
+
+void Dispatcher::Hold(const std::vector<std::uint64_t>& ids) {
+  held_.insert(held_.end(), ids.begin(), ids.end());
+  if (retry_armed_ || closed_) return;
+  retry_armed_ = true;
+  retry_timer_.expires_after(kRetryRead);
+  retry_timer_.async_wait([this](const asio::error_code& ec) {
+    retry_armed_ = false;
+    if (ec || closed_) return;
+    ready_.insert(ready_.begin(), held_.begin(), held_.end());
+    held_.clear();
+    Pump();
+  });
 }
 
 void Dispatcher::Pump() {
@@ -289,17 +321,30 @@ void Dispatcher::Pump() {
       ready_.pop_front();
       auto it = outstanding_.find(id);
       if (it == outstanding_.end() || it->second.worker != 0) continue;
-      Outstanding& o = it->second;
-      o.worker = w.id;
-      w.in_flight.insert(id);
-      ++o.event.attempt;
-      StartAckTimer(id, o, w.ack_timeout);
-      batch.push_back(&o.event);
+      batch.push_back(&it->second.event);
     }
     if (batch.empty()) break;
+    std::vector<Event> full;
+    if (store_ != nullptr) {
+      std::vector<std::uint64_t> unreadable;
+      ReadPayloads(batch, full, unreadable);
+      if (!unreadable.empty()) Hold(unreadable);
+      if (batch.empty()) continue;
+    }
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      Outstanding& o = outstanding_.at(batch[i]->id);
+      o.worker = w.id;
+      w.in_flight.insert(batch[i]->id);
+      ++o.event.attempt;
+      StartAckTimer(batch[i]->id, o, w.ack_timeout);
+      if (store_ != nullptr) {
+        full[i].attempt = o.event.attempt;
+        batch[i] = &full[i];
+      }
+    }
     counters_.ready.fetch_sub(batch.size());
     counters_.in_flight.fetch_add(batch.size());
-    Send(*w.sink, batch);
+    w.sink->Deliver(name_, batch);
   }
 }
 

@@ -8,7 +8,9 @@
 // the queue) and its next delivery has attempt + 1. A worker's room counts
 // what it has not yet been written too (events and bytes), so a worker that
 // stops reading holds at most max_in_flight events, however often they time
-// out and go to others. Watchers get a copy of each event when it is
+// out and go to others. With a store, payloads are read back when events
+// are sent; an event whose payload cannot be read is held and tried again,
+// never sent without it. Watchers get a copy of each event when it is
 // published; a watcher whose unwritten backlog passes the limit (events or
 // bytes) is ended with RESOURCE_EXHAUSTED so that it never slows anyone.
 //
@@ -150,10 +152,16 @@ class Dispatcher {
   void StartAckTimer(std::uint64_t event_id, Outstanding& o,
                      std::chrono::nanoseconds timeout);
   void CancelAckTimer(Outstanding& o);
-  // Hands `events` to `sink`, with their payloads read from the store first
-  // if there is one.
-  Subscriber::Backlog Send(Subscriber& sink,
-                           std::span<const Event* const> events);
+  // With a store: copies `events` into `out` with their payloads read back
+  // and `events` keeps only those (in order). An event whose payload cannot
+  // be read is never sent without it: its id goes to `unreadable` and the
+  // error, naming its namespace and key, to the log.
+  void ReadPayloads(std::vector<const Event*>& events, std::vector<Event>& out,
+                    std::vector<std::uint64_t>& unreadable);
+  // Ready events whose payloads could not be read wait in held_ and are
+  // ready again after kRetryRead.
+  void Hold(const std::vector<std::uint64_t>& ids);
+  static constexpr std::chrono::seconds kRetryRead{1};
 
   std::string name_;
   const NamespaceId id_;
@@ -164,6 +172,9 @@ class Dispatcher {
   Strand strand_;
   StrandWheel ack_wheel_;
   bool closed_ = false;
+  std::deque<std::uint64_t> held_;
+  asio::steady_timer retry_timer_;
+  bool retry_armed_ = false;
   std::unordered_map<std::uint64_t, Outstanding> outstanding_;
   std::deque<std::uint64_t> ready_;  // Ids; stale (acked) ids are skipped.
   std::vector<Worker> workers_;

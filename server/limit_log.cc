@@ -9,30 +9,45 @@
 
 namespace delayd {
 
-void LogLimitHit(std::string_view limit, std::string_view detail) {
+namespace {
+
+// How many times `key` came up since its last line, or 0 if no line is due.
+std::uint64_t Due(std::string_view key) {
   struct Entry {
     std::chrono::steady_clock::time_point next_line{};
     std::uint64_t hits = 0;  // Since the last line.
   };
   static std::mutex mu;
-  // Keyed by limit names from delayd's own code: a small, fixed set.
+  // Keyed by names from delayd's own code: a small, fixed set.
   static std::map<std::string, Entry, std::less<>> entries;
   constexpr auto kInterval = std::chrono::seconds(10);
   const auto now = std::chrono::steady_clock::now();
-  std::uint64_t hits;
-  {
-    std::lock_guard lock(mu);
-    auto it = entries.find(limit);
-    if (it == entries.end()) it = entries.emplace(limit, Entry{}).first;
-    Entry& e = it->second;
-    ++e.hits;
-    if (now < e.next_line) return;
-    hits = e.hits;
-    e.hits = 0;
-    e.next_line = now + kInterval;
-  }
+  std::lock_guard lock(mu);
+  auto it = entries.find(key);
+  if (it == entries.end()) it = entries.emplace(key, Entry{}).first;
+  Entry& e = it->second;
+  ++e.hits;
+  if (now < e.next_line) return 0;
+  const std::uint64_t hits = e.hits;
+  e.hits = 0;
+  e.next_line = now + kInterval;
+  return hits;
+}
+
+}  // namespace
+
+void LogLimitHit(std::string_view limit, std::string_view detail) {
+  const std::uint64_t hits = Due(limit);
+  if (hits == 0) return;
   spdlog::warn("limit {} hit ({} time{} in the last interval): {}", limit, hits,
                hits == 1 ? "" : "s", detail);
+}
+
+void LogRepeated(std::string_view what, std::string_view detail) {
+  const std::uint64_t hits = Due(what);
+  if (hits == 0) return;
+  spdlog::error("{} ({} time{} in the last interval): {}", what, hits,
+                hits == 1 ? "" : "s", detail);
 }
 
 }  // namespace delayd

@@ -14,6 +14,11 @@ namespace delayd {
 // message the client got.
 void LogLimitHit(std::string_view limit, std::string_view detail);
 
+// Logs an error that may repeat (e.g. a store read failing on every retry),
+// rate-limited the same way, keyed by `what` (a fixed name from delayd's
+// code).
+void LogRepeated(std::string_view what, std::string_view detail);
+
 }  // namespace delayd
 
 #endif  // DELAYD_SERVER_LIMIT_LOG_H_

@@ -14,6 +14,7 @@
 
 #include "server/duration.h"
 #include "server/json_log.h"
+#include "server/limit_log.h"
 #include "server/server.h"
 
 int main(int argc, char** argv) {
@@ -211,7 +212,7 @@ int main(int argc, char** argv) {
     store.dir = data_dir;
     store.salvage = salvage;
     store.on_error = [](const delayd::Status& s) {
-      spdlog::error("{}", s.message());
+      delayd::LogRepeated("store-error", s.message());
     };
     if (delayd::Status s = delayd::ParseFsyncPolicy(fsync, &store); !s.ok()) {
       std::fprintf(stderr, "%s\n", s.message().c_str());

@@ -108,14 +108,19 @@ void Partition::StorePayload(Record& rec, NamespaceId ns, const Blob& blob,
   rec.blob = KeyBlob(blob.key(), payload_id);
 }
 
-std::string Partition::PayloadOf(const Record& rec) const {
+std::optional<std::string> Partition::PayloadOf(const Record& rec,
+                                                Status* error) const {
   if (store_ == nullptr) return std::string(rec.blob.payload());
   const std::uint64_t id = PayloadIdOf(rec.blob);
   std::vector<std::string> payloads;
-  if (Status s = store_->GetPayloads({&id, 1}, &payloads); !s.ok()) {
-    // An empty payload; the error is logged by the store and counted.
+  std::vector<bool> readable;
+  const Status s = store_->GetPayloads({&id, 1}, &payloads, &readable);
+  if (!readable[0]) {
     counters_.store_errors.fetch_add(1);
-    return std::string();
+    *error = Status::Internal("the payload of timer '" +
+                              std::string(rec.blob.key()) +
+                              "' cannot be read: " + s.message());
+    return std::nullopt;
   }
   return std::move(payloads[0]);
 }
@@ -435,19 +440,21 @@ std::vector<Event> Partition::FireOverdue(std::function<void(Status)> durable) {
   return events;
 }
 
-std::optional<TimerInfo> Partition::Get(NamespaceId ns,
-                                        std::string_view key) const {
+std::optional<TimerInfo> Partition::Get(NamespaceId ns, std::string_view key,
+                                        Status* error) const {
   const std::uint32_t r = Find(ns, key, Hash(ns, key));
   if (r == KeyIndex::kNone) return std::nullopt;
   const Record& rec = records_[r];
-  return TimerInfo{ns, std::string(rec.blob.key()), PayloadOf(rec),
+  std::optional<std::string> payload = PayloadOf(rec, error);
+  if (!payload) return std::nullopt;
+  return TimerInfo{ns, std::string(rec.blob.key()), std::move(*payload),
                    rec.fire_time, rec.version};
 }
 
 std::optional<std::uint32_t> Partition::List(
     NamespaceId ns, std::string_view prefix, std::uint32_t cursor,
     std::size_t max_timers, std::size_t max_bytes, bool payloads,
-    std::vector<TimerInfo>& out) const {
+    std::vector<TimerInfo>& out, Status* error) const {
   // What `out` holds already (from earlier partitions of the same page).
   std::size_t bytes = 0;
   for (const TimerInfo& t : out) bytes += ListCost(t);
@@ -457,9 +464,10 @@ std::optional<std::uint32_t> Partition::List(
       continue;
     }
     if (out.size() >= max_timers) return r;
-    TimerInfo info{ns, std::string(rec.blob.key()),
-                   payloads ? PayloadOf(rec) : std::string(), rec.fire_time,
-                   rec.version};
+    std::optional<std::string> payload = std::string();
+    if (payloads && !(payload = PayloadOf(rec, error))) return std::nullopt;
+    TimerInfo info{ns, std::string(rec.blob.key()), std::move(*payload),
+                   rec.fire_time, rec.version};
     bytes += ListCost(info);
     if (!out.empty() && bytes > max_bytes) return r;
     out.push_back(std::move(info));

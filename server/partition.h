@@ -108,18 +108,24 @@ class Partition {
                SteadyTime steady_now);
   std::vector<Event> FireOverdue(std::function<void(Status)> durable);
 
-  std::optional<TimerInfo> Get(NamespaceId ns, std::string_view key) const;
+  // The pending timer `key`, or nullopt: none, or (with `error` set) its
+  // payload cannot be read from the store.
+  std::optional<TimerInfo> Get(NamespaceId ns, std::string_view key,
+                               Status* error) const;
 
   // Appends timers of `ns` whose key starts with `prefix` to `out`, scanning
   // records from `cursor`, while `out` holds fewer than `max_timers` and
   // (after its first) their keys and payloads fit in `max_bytes`; payloads
   // are left empty unless `payloads`. Returns the cursor to continue from,
-  // or nullopt when the partition is exhausted.
+  // or nullopt when the partition is exhausted or (with `error` set) a
+  // payload cannot be read from the store: a timer is never listed without
+  // its payload.
   std::optional<std::uint32_t> List(NamespaceId ns, std::string_view prefix,
                                     std::uint32_t cursor,
                                     std::size_t max_timers,
                                     std::size_t max_bytes, bool payloads,
-                                    std::vector<TimerInfo>& out) const;
+                                    std::vector<TimerInfo>& out,
+                                    Status* error) const;
 
  private:
   // 64 bytes, with a short key and payload inline in `blob` and the
@@ -152,8 +158,9 @@ class Partition {
   // only the key and the payload's id in memory.
   void StorePayload(Record& rec, NamespaceId ns, const Blob& blob,
                     Store::Batch& batch);
-  // The payload of a record: in memory, or read from the store.
-  std::string PayloadOf(const Record& rec) const;
+  // The payload of a record: in memory, or read from the store (nullopt,
+  // with `error` set, if it cannot be).
+  std::optional<std::string> PayloadOf(const Record& rec, Status* error) const;
   std::uint32_t NewRecord();
   // Removes record `r` from the index and frees it.
   void Forget(std::uint32_t r);

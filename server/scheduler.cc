@@ -497,8 +497,11 @@ void Scheduler::Get(
   }
   Partition& p = *partitions_[PartitionOf(ns, key)];
   p.Post([&p, ns, key = std::move(key), done = std::move(done)] {
-    auto info = p.Get(ns, key);
-    if (!info) {
+    Status error;
+    auto info = p.Get(ns, key, &error);
+    if (!error.ok()) {
+      done(std::move(error), std::nullopt);
+    } else if (!info) {
       done(Status::NotFound("no pending timer '" + key + "'"), std::nullopt);
     } else {
       done(Status::Ok(), std::move(info));
@@ -531,8 +534,13 @@ void Scheduler::ListFrom(NamespaceId ns, std::string prefix, ListLimits limit,
   Partition& p = *partitions_[from.partition];
   p.Post([this, &p, ns, prefix = std::move(prefix), limit, from,
           acc = std::move(acc), done = std::move(done)]() mutable {
+    Status error;
     auto next = p.List(ns, prefix, from.record, limit.timers, limit.bytes,
-                       limit.payloads, acc);
+                       limit.payloads, acc, &error);
+    if (!error.ok()) {
+      done(std::move(error), {}, std::nullopt);
+      return;
+    }
     if (next) {
       done(Status::Ok(), std::move(acc), ListCursor{from.partition, *next});
       return;

@@ -346,8 +346,10 @@ Status Store::ReserveIds(std::uint32_t partition, std::uint64_t version_limit,
 }
 
 Status Store::GetPayloads(std::span<const std::uint64_t> ids,
-                          std::vector<std::string>* payloads) {
+                          std::vector<std::string>* payloads,
+                          std::vector<bool>* readable) {
   payloads->clear();
+  readable->assign(ids.size(), false);
   if (ids.empty()) return Status::Ok();
   std::vector<std::string> keys;
   keys.reserve(ids.size());
@@ -358,13 +360,16 @@ Status Store::GetPayloads(std::span<const std::uint64_t> ids,
   if (closed_) return Status::Unavailable("the store is closed");
   const std::vector<rocksdb::Status> statuses =
       db_->MultiGet(rocksdb::ReadOptions(), families, slices, payloads);
+  Status first;
   for (std::size_t i = 0; i < statuses.size(); ++i) {
-    if (!statuses[i].ok()) {
-      return Error(("reading payload " + std::to_string(ids[i])).c_str(),
-                   statuses[i]);
+    if (statuses[i].ok()) {
+      (*readable)[i] = true;
+    } else if (first.ok()) {
+      first = Error(("reading payload " + std::to_string(ids[i])).c_str(),
+                    statuses[i]);
     }
   }
-  return Status::Ok();
+  return first;
 }
 
 void Store::Commit(Batch& batch, std::function<void(Status)> done) {

@@ -170,9 +170,13 @@ class Store {
   // the id is freed).
   Status PutNamespace(NamespaceId id, std::string_view name);
 
-  // Payloads by id, in order; a missing one is an error (a damaged store).
+  // Payloads by id, in order. One that cannot be read (a damaged store; a
+  // missing one counts as damage) is marked false in `readable` and the
+  // others are still read; the first such error is returned (and reported
+  // to on_error).
   Status GetPayloads(std::span<const std::uint64_t> ids,
-                     std::vector<std::string>* payloads);
+                     std::vector<std::string>* payloads,
+                     std::vector<bool>* readable);
 
   // Waits for every queued callback, syncs the WAL. Commits after this still
   // work; Close() ends them.

@@ -8,6 +8,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <thread>
 
 #include "delayd/v1/delayd.grpc.pb.h"
 #include "tests/common/daemon_process.h"
@@ -175,6 +177,80 @@ TEST_F(DamagedStore, WriteCutOffAtTheEndOfTheLogRecoversTheRest) {
     EXPECT_EQ(t.payload(), "payload-" + std::to_string(i));
   }
   EXPECT_EQ(d.Stop(SIGTERM, std::chrono::seconds(10)), 0) << d.output();
+}
+
+// One byte flipped inside the payloads' table: delayd starts (the timers are
+// intact) but never hands out a timer or an event without its payload: reads
+// of those payloads fail by name, the events wait, and the errors count.
+TEST_F(DamagedStore, UnreadablePayloadIsNeverServedEmpty) {
+  const std::string dir = Copy("clean", "flipped-payload");
+  bool flipped = false;
+  for (const auto& t : Files(dir, ".sst")) {
+    std::ifstream in(t, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), {});
+    const auto at = bytes.find("payload-1");
+    if (at == std::string::npos) continue;
+    std::fstream f(t, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(at));
+    f.put(static_cast<char>(bytes[at] ^ 0x01));
+    flipped = true;
+  }
+  ASSERT_TRUE(flipped) << "no table holds the payloads";
+  DaemonProcess d(DELAYD_BINARY, {"--data-dir", dir});
+  ASSERT_TRUE(d.ok()) << d.output();
+  auto stub = v1::Delayd::NewStub(
+      grpc::CreateChannel(d.address(), grpc::InsecureChannelCredentials()));
+  {
+    v1::GetTimerRequest req;
+    req.set_key("k1");
+    v1::Timer t;
+    grpc::ClientContext ctx;
+    const grpc::Status s = stub->GetTimer(&ctx, req, &t);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INTERNAL) << t.payload();
+    EXPECT_NE(s.error_message().find("'k1'"), std::string::npos)
+        << s.error_message();
+  }
+  {
+    v1::ListTimersRequest req;
+    v1::ListTimersResponse resp;
+    grpc::ClientContext ctx;
+    EXPECT_EQ(stub->ListTimers(&ctx, req, &resp).error_code(),
+              grpc::StatusCode::INTERNAL);
+    req.set_without_payloads(true);
+    grpc::ClientContext ctx2;
+    ASSERT_TRUE(stub->ListTimers(&ctx2, req, &resp).ok());
+    EXPECT_EQ(resp.timers_size(), kTimers);
+  }
+  // Everything fires now; a worker gets no event without its payload.
+  TestStream worker(*stub, TestStream::Worker("default", 1000));
+  ASSERT_TRUE(worker.WaitRegistered());
+  {
+    v1::DrainRequest req;
+    v1::DrainResponse resp;
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub->Drain(&ctx, req, &resp).ok());
+    EXPECT_EQ(resp.drained(), static_cast<std::uint64_t>(kTimers));
+  }
+  v1::StatsResponse stats;
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  for (;;) {  // Polls until every event is either delivered or held.
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub->Stats(&ctx, v1::StatsRequest(), &stats).ok());
+    if (stats.store_errors() > 0 &&
+        worker.Events().size() + stats.ready_events() == kTimers) {
+      break;
+    }
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline);
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_GT(stats.ready_events(), 0u) << "no payload was damaged";
+  for (const auto& e : worker.Events()) {
+    EXPECT_EQ(e.payload(), "payload-" + e.key().substr(1)) << e.key();
+  }
+  EXPECT_EQ(d.Stop(SIGTERM, std::chrono::seconds(10)), 0);
+  EXPECT_NE(d.output().find("unreadable-payload"), std::string::npos)
+      << d.output();
+  EXPECT_NE(d.output().find("key 'k"), std::string::npos) << d.output();
 }
 
 }  // namespace
