@@ -261,7 +261,6 @@ void Dispatcher::ReadPayloads(std::vector<const Event*>& events,
   for (std::size_t i = 0; i < events.size(); ++i) {
     const Event& e = *events[i];
     if (!readable[i]) {
-      counters_.store_errors.fetch_add(1);
       unreadable.push_back(e.id);
       LogRepeated("unreadable-payload",
                   "namespace '" + name_ + "', key '" +

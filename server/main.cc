@@ -8,7 +8,9 @@
 
 #include <CLI/CLI.hpp>
 #include <asio.hpp>
+#include <atomic>
 #include <chrono>
+#include <csignal>
 #include <functional>
 #include <thread>
 
@@ -16,6 +18,11 @@
 #include "server/json_log.h"
 #include "server/limit_log.h"
 #include "server/server.h"
+
+namespace {
+// Set when the store failed beyond recovery (the exit code says so).
+std::atomic<bool> g_store_failed{false};
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"delayd: a delayed-job scheduling daemon"};
@@ -214,6 +221,14 @@ int main(int argc, char** argv) {
     store.on_error = [](const delayd::Status& s) {
       delayd::LogRepeated("store-error", s.message());
     };
+    // A failed store write: stop as on SIGTERM (every acknowledged change
+    // is in the log, replayed by the next start), with exit code 3 for the
+    // supervisor to restart delayd once the disk can write.
+    store.on_write_failure = [](const delayd::Status& s) {
+      spdlog::critical("{}: stopping (exit code 3)", s.message());
+      g_store_failed.store(true);
+      raise(SIGTERM);
+    };
     if (delayd::Status s = delayd::ParseFsyncPolicy(fsync, &store); !s.ok()) {
       std::fprintf(stderr, "%s\n", s.message().c_str());
       return 1;
@@ -328,5 +343,5 @@ int main(int argc, char** argv) {
   wait_reload();
   signals_io.run();
   spdlog::info("delayd stopped");
-  return 0;
+  return g_store_failed.load() ? 3 : 0;
 }

@@ -81,7 +81,6 @@ Status Partition::ReserveIds(std::uint64_t versions, std::uint64_t events) {
   }
   if (Status s = store_->ReserveIds(partition_, version_limit, event_limit);
       !s.ok()) {
-    counters_.store_errors.fetch_add(1);
     return s;
   }
   version_limit_ = version_limit;
@@ -116,7 +115,6 @@ std::optional<std::string> Partition::PayloadOf(const Record& rec,
   std::vector<bool> readable;
   const Status s = store_->GetPayloads({&id, 1}, &payloads, &readable);
   if (!readable[0]) {
-    counters_.store_errors.fetch_add(1);
     *error = Status::Internal("the payload of timer '" +
                               std::string(rec.blob.key()) +
                               "' cannot be read: " + s.message());
@@ -346,7 +344,6 @@ void Partition::FireRecords(const std::vector<std::uint32_t>& records,
       if (done) done(std::move(s));
     });
     if (!s.ok()) {
-      counters_.store_errors.fetch_add(1);
       auto firing =
           std::make_shared<UnwrittenFiring>(std::move(*batch), strand_);
       firing->by_ns = std::move(by_ns);
@@ -365,7 +362,6 @@ void Partition::RetryFiring(std::shared_ptr<UnwrittenFiring> firing) {
     if (ec || stopped()) return;  // Shutdown: the store keeps the timers.
     std::lock_guard lock(exclusive_);
     if (!store_->Write(firing->batch, [](Status) {}).ok()) {
-      counters_.store_errors.fetch_add(1);
       RetryFiring(firing);
       return;
     }

@@ -27,7 +27,13 @@ Scheduler::~Scheduler() { Stop(); }
 Status Scheduler::Start(RecoveryReport* report) {
   assert(partitions_.empty());
   if (options_.store) {
-    if (Status s = Store::Open(*options_.store, &store_); !s.ok()) return s;
+    // Every failed store read or write is reported once, by the store.
+    StoreOptions store = *options_.store;
+    store.on_error = [this, also = std::move(store.on_error)](const Status& s) {
+      counters_.store_errors.fetch_add(1);
+      if (also) also(s);
+    };
+    if (Status s = Store::Open(store, &store_); !s.ok()) return s;
   }
   for (std::uint32_t p = 0; p < options_.partitions; ++p) {
     partitions_.push_back(std::make_unique<Partition>(
@@ -186,7 +192,6 @@ void Scheduler::Free(NamespaceId id) {
   if (store_) {
     if (Status s = store_->PutNamespace(id, ""); !s.ok()) {
       // Kept: it is freed again when next used and left.
-      counters_.store_errors.fetch_add(1);
       return;
     }
   }

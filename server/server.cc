@@ -95,6 +95,20 @@ Status DelaydServer::Start() {
     return Status::InvalidArgument(
         "--tls-client-ca needs --tls-cert and --tls-key");
   }
+  if (options_.scheduler.store) {
+    StoreOptions& store = *options_.scheduler.store;
+    store.on_write_failure =
+        [this, also = std::move(store.on_write_failure)](const Status& why) {
+          spdlog::error("the store cannot write ({}): health NOT_SERVING",
+                        why.message());
+          {
+            std::lock_guard lock(health_mu_);
+            store_writable_ = false;
+            SetHealth();
+          }
+          if (also) also(why);
+        };
+  }
   scheduler_ = std::make_unique<Scheduler>(options_.scheduler);
   if (Status s = scheduler_->Start(&recovery_); !s.ok()) {
     scheduler_.reset();
@@ -161,9 +175,10 @@ Status DelaydServer::Start() {
       return Status::Unavailable("cannot listen on " + options_.health_listen +
                                  " (--health-listen)");
     }
-    health_server_->GetHealthCheckService()->SetServingStatus(true);
   }
-  server_->GetHealthCheckService()->SetServingStatus(true);
+  std::lock_guard lock(health_mu_);
+  started_ = true;
+  SetHealth();
   return Status::Ok();
 }
 
@@ -186,12 +201,23 @@ Status DelaydServer::Reload() {
   return Status::Ok();
 }
 
+void DelaydServer::SetHealth() {
+  if (!started_) return;
+  const bool serving = !stopped_ && store_writable_;
+  for (grpc::Server* server : {server_.get(), health_server_.get()}) {
+    if (server == nullptr) continue;
+    auto* health = server->GetHealthCheckService();
+    health->SetServingStatus(serving);  // The server as a whole ("").
+    health->SetServingStatus(v1::Delayd::service_full_name(), serving);
+  }
+}
+
 void DelaydServer::Shutdown(std::chrono::milliseconds grace) {
   if (stopped_ || !scheduler_) return;
-  stopped_ = true;
-  if (server_) server_->GetHealthCheckService()->SetServingStatus(false);
-  if (health_server_) {
-    health_server_->GetHealthCheckService()->SetServingStatus(false);
+  {
+    std::lock_guard lock(health_mu_);
+    stopped_ = true;
+    SetHealth();
   }
   // End every stream, then let in-flight unary calls finish.
   std::mutex mu;

@@ -96,7 +96,14 @@ class DelaydServer {
   std::unique_ptr<grpc::Server> health_server_;
   int port_ = 0;
   int health_port_ = 0;
+  // Health: SERVING once started, while not stopping and until a store
+  // write fails. Under health_mu_ (the store reports from its own
+  // threads).
+  void SetHealth();
+  std::mutex health_mu_;
+  bool started_ = false;
   bool stopped_ = false;
+  bool store_writable_ = true;
   Scheduler::RecoveryReport recovery_;
 };
 

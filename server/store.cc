@@ -322,18 +322,24 @@ Status Store::ForEachEvent(
 }
 
 Status Store::PutNamespace(NamespaceId id, std::string_view name) {
+  if (Status failed = Failed(); !failed.ok()) return failed;
   std::shared_lock lock(close_mu_);
   if (closed_) return Status::Unavailable("the store is closed");
   rocksdb::WriteOptions wo;
   wo.sync = true;
   auto s = db_->Put(wo, meta_, NamespaceKey(id),
                     rocksdb::Slice(name.data(), name.size()));
-  if (!s.ok()) return Error("writing a namespace", s);
+  if (!s.ok()) {
+    Status error = Error("writing a namespace", s);
+    NoteWriteError(error);
+    return error;
+  }
   return Status::Ok();
 }
 
 Status Store::ReserveIds(std::uint32_t partition, std::uint64_t version_limit,
                          std::uint64_t event_seq_limit) {
+  if (Status failed = Failed(); !failed.ok()) return failed;
   std::shared_lock lock(close_mu_);
   if (closed_) return Status::Unavailable("the store is closed");
   Batch batch(*this);
@@ -341,7 +347,11 @@ Status Store::ReserveIds(std::uint32_t partition, std::uint64_t version_limit,
   rocksdb::WriteOptions wo;
   wo.sync = true;
   auto s = db_->Write(wo, &batch.batch_);
-  if (!s.ok()) return Error("reserving ids", s);
+  if (!s.ok()) {
+    Status error = Error("reserving ids", s);
+    NoteWriteError(error);
+    return error;
+  }
   return Status::Ok();
 }
 
@@ -385,12 +395,17 @@ Status Store::Write(Batch& batch, std::function<void(Status)> durable) {
     durable(Status::Ok());
     return Status::Ok();
   }
+  if (Status failed = Failed(); !failed.ok()) return failed;
   {
     std::shared_lock lock(close_mu_);
     if (closed_) return Status::Unavailable("the store is closed");
     const rocksdb::Status s =
         db_->Write(rocksdb::WriteOptions(), &batch.batch_);
-    if (!s.ok()) return Error("write", s);
+    if (!s.ok()) {
+      Status error = Error("write", s);
+      NoteWriteError(error);
+      return error;
+    }
   }
   if (options_.fsync != FsyncPolicy::kAlways) {
     if (options_.fsync == FsyncPolicy::kInterval) {
@@ -432,9 +447,13 @@ void Store::SyncLoop() {
     syncing_ = true;
     lock.unlock();
     Status status;
-    if (needed) {
+    if (needed) status = Failed();
+    if (needed && status.ok()) {
       const rocksdb::Status s = db_->SyncWAL();
-      if (!s.ok()) status = Error("WAL sync", s);
+      if (!s.ok()) {
+        status = Error("WAL sync", s);
+        NoteWriteError(status);
+      }
     }
     for (auto& done : group) done(status);
     lock.lock();
@@ -451,7 +470,19 @@ void Store::Sync() {
     idle_cv_.wait(lock, [&] { return waiting_.empty() && !syncing_; });
   }
   std::shared_lock lock(close_mu_);
-  if (!closed_) db_->SyncWAL();
+  if (!closed_ && !failed_) db_->SyncWAL();
+}
+
+void Store::NoteWriteError(const Status& error) {
+  if (failed_.exchange(true)) return;
+  if (options_.on_write_failure) options_.on_write_failure(error);
+}
+
+Status Store::Failed() const {
+  if (!failed_) return Status::Ok();
+  return Status::Unavailable("store in " + options_.dir +
+                             ": a write failed before; no more are taken "
+                             "until delayd restarts");
 }
 
 void Store::Close() {
@@ -465,10 +496,13 @@ void Store::Close() {
   std::unique_lock lock(close_mu_);
   closed_ = true;
   if (!db_) return;
-  db_->SyncWAL();
-  // Flushing the memtables makes the next start read tables, not replay logs.
-  rocksdb::FlushOptions flush;
-  db_->Flush(flush, handles_);
+  if (!failed_) {
+    db_->SyncWAL();
+    // Flushing the memtables makes the next start read tables, not replay
+    // logs.
+    rocksdb::FlushOptions flush;
+    db_->Flush(flush, handles_);
+  }
   for (auto* h : handles_) db_->DestroyColumnFamilyHandle(h);
   handles_.clear();
   db_->Close();

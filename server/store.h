@@ -33,6 +33,7 @@
 #include <rocksdb/db.h>
 #include <rocksdb/write_batch.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -69,6 +70,13 @@ struct StoreOptions {
   bool salvage = false;
   // Told of every failed read or write after opening (for the daemon's log).
   std::function<void(const Status&)> on_error;
+  // Told once (from the failing thread) when a write or sync fails. The
+  // store then refuses every later write without touching RocksDB: the
+  // RocksDB of Debian 12 (7.8) cannot go on writing after a failed log write
+  // (it asserts), and recovers on the next open by replaying the log. The
+  // daemon reports NOT_SERVING and stops (exit code 3) for its supervisor to
+  // restart it once the disk is writable again.
+  std::function<void(const Status& why)> on_write_failure;
   // The environment RocksDB uses, if not the default: tests give one whose
   // file system simulates a power loss (tests/common/power_loss_fs.h).
   rocksdb::Env* env = nullptr;
@@ -189,6 +197,11 @@ class Store {
  private:
   explicit Store(StoreOptions options) : options_(std::move(options)) {}
   void SyncLoop();
+  // Marks the store failed (every later write is refused) and reports it,
+  // once.
+  void NoteWriteError(const Status& error);
+  // The error later writes get, if the store failed (else OK).
+  Status Failed() const;
   Status Error(const char* what, const rocksdb::Status& s) const;
 
   const StoreOptions options_;
@@ -210,6 +223,7 @@ class Store {
   bool closing_ = false;
   bool closed_ = false;
   std::thread syncer_;
+  std::atomic<bool> failed_{false};
 };
 
 }  // namespace delayd

@@ -2,7 +2,8 @@
 // how much of each file written through it was synced, and Crash() cuts every
 // such file back to that length, as a machine that lost power would find its
 // disk. After Crash() nothing more reaches the disk (the machine is off)
-// until Revive().
+// until Revive(). FailWrites() makes every write and sync fail with a given
+// error (a full disk, an I/O error) until it is called with nullopt.
 //
 // What it does not model: directory entries (a created, renamed or deleted
 // file is taken as durable at once) and torn writes inside a synced range.
@@ -18,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 namespace delayd::testing {
@@ -55,6 +57,11 @@ class PowerLossFs : public rocksdb::FileSystemWrapper {
     dead_ = false;
     files_.clear();
   }
+  void FailWrites(std::optional<rocksdb::IOStatus> error) {
+    std::lock_guard lock(mu_);
+    fail_ = std::move(error);
+  }
+
   // Syncs that reached this file system (each one a WAL or file sync).
   std::uint64_t syncs() const {
     std::lock_guard lock(mu_);
@@ -66,6 +73,7 @@ class PowerLossFs : public rocksdb::FileSystemWrapper {
       std::unique_ptr<rocksdb::FSWritableFile>* result,
       rocksdb::IODebugContext* dbg) override {
     if (Dead()) return rocksdb::IOStatus::IOError("power is off");
+    if (auto e = Failure()) return *e;
     std::unique_ptr<rocksdb::FSWritableFile> file;
     rocksdb::IOStatus s = target()->NewWritableFile(fname, options, &file, dbg);
     if (!s.ok()) return s;
@@ -141,6 +149,7 @@ class PowerLossFs : public rocksdb::FileSystemWrapper {
                              const rocksdb::IOOptions& options,
                              rocksdb::IODebugContext* dbg) override {
       if (fs_->Dead()) return rocksdb::IOStatus::OK();  // Lost.
+      if (auto e = fs_->Failure()) return *e;
       return target()->Append(data, options, dbg);
     }
     rocksdb::IOStatus Append(const rocksdb::Slice& data,
@@ -148,6 +157,7 @@ class PowerLossFs : public rocksdb::FileSystemWrapper {
                              const rocksdb::DataVerificationInfo& info,
                              rocksdb::IODebugContext* dbg) override {
       if (fs_->Dead()) return rocksdb::IOStatus::OK();
+      if (auto e = fs_->Failure()) return *e;
       return target()->Append(data, options, info, dbg);
     }
     rocksdb::IOStatus PositionedAppend(const rocksdb::Slice& data,
@@ -155,6 +165,7 @@ class PowerLossFs : public rocksdb::FileSystemWrapper {
                                        const rocksdb::IOOptions& options,
                                        rocksdb::IODebugContext* dbg) override {
       if (fs_->Dead()) return rocksdb::IOStatus::OK();
+      if (auto e = fs_->Failure()) return *e;
       return target()->PositionedAppend(data, offset, options, dbg);
     }
     rocksdb::IOStatus Truncate(uint64_t size, const rocksdb::IOOptions& options,
@@ -165,11 +176,13 @@ class PowerLossFs : public rocksdb::FileSystemWrapper {
     // Buffered data goes to the OS on Flush(): not durable yet.
     rocksdb::IOStatus Sync(const rocksdb::IOOptions& options,
                            rocksdb::IODebugContext* dbg) override {
+      if (auto e = fs_->Failure()) return *e;
       const std::uint64_t size = Size();
       return Synced(target()->Sync(options, dbg), size);
     }
     rocksdb::IOStatus Fsync(const rocksdb::IOOptions& options,
                             rocksdb::IODebugContext* dbg) override {
+      if (auto e = fs_->Failure()) return *e;
       const std::uint64_t size = Size();
       return Synced(target()->Fsync(options, dbg), size);
     }
@@ -205,9 +218,14 @@ class PowerLossFs : public rocksdb::FileSystemWrapper {
     std::lock_guard lock(mu_);
     return dead_;
   }
+  std::optional<rocksdb::IOStatus> Failure() const {
+    std::lock_guard lock(mu_);
+    return fail_;
+  }
 
   mutable std::mutex mu_;
   bool dead_ = false;
+  std::optional<rocksdb::IOStatus> fail_;
   std::uint64_t syncs_ = 0;
   std::map<std::string, FileState> files_;  // Written through here.
 };

@@ -3,8 +3,11 @@
 // of the "crash"; a second daemon then starts on what is left.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <set>
+#include <thread>
 
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "tests/common/power_loss_fs.h"
 #include "tests/common/temp_dir.h"
 #include "tests/server/test_client.h"
@@ -125,6 +128,91 @@ TEST_P(PowerLoss, AcknowledgedTimersSurviveUnderAlways) {
   } else if (GetParam() == "never") {
     EXPECT_LT(pending, acknowledged) << "the power loss lost nothing";
   }
+}
+
+grpc::health::v1::HealthCheckResponse::ServingStatus Health(
+    const std::shared_ptr<grpc::Channel>& channel, const std::string& service) {
+  auto stub = grpc::health::v1::Health::NewStub(channel);
+  grpc::health::v1::HealthCheckRequest req;
+  req.set_service(service);
+  grpc::health::v1::HealthCheckResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 5s);
+  if (!stub->Check(&ctx, req, &resp).ok()) {
+    return grpc::health::v1::HealthCheckResponse::UNKNOWN;
+  }
+  return resp.status();
+}
+
+// Waits (up to 10 s) until both the server's and the service's health are
+// `want`.
+bool WaitForHealth(const std::shared_ptr<grpc::Channel>& channel,
+                   grpc::health::v1::HealthCheckResponse::ServingStatus want) {
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (Health(channel, "") == want &&
+        Health(channel, "delayd.v1.Delayd") == want) {
+      return true;
+    }
+    std::this_thread::sleep_for(10ms);  // Polls the condition above.
+  }
+  return false;
+}
+
+// A full disk: a write fails with a clear error, health goes NOT_SERVING,
+// and later writes are refused (UNAVAILABLE) without touching the disk. The
+// daemon (its main) stops; started again once the disk can write, it has
+// every timer acknowledged before, and takes writes.
+TEST(FailingDisk, FullDiskFailsWritesClearlyAndLosesNothing) {
+  using grpc::health::v1::HealthCheckResponse;
+  TempDir dir;
+  std::unique_ptr<rocksdb::Env> env;
+  auto fs = PowerLossFs::Make(&env);
+  {
+    DelaydServer::Options options = OnFs(dir / "data", "always", env.get());
+    std::atomic<int> reported{0};
+    options.scheduler.store->on_write_failure = [&](const Status&) {
+      ++reported;
+    };
+    TestDaemon d(options);
+    ASSERT_EQ(SetTimers(d.stub(), "before", 20, 3600'000).size(), 20u);
+    ASSERT_TRUE(WaitForHealth(d.channel(), HealthCheckResponse::SERVING));
+
+    fs->FailWrites(rocksdb::IOStatus::NoSpace("disk full (injected)"));
+    auto set = [&](const std::string& key) {
+      v1::SetTimerRequest req;
+      req.set_key(key);
+      *req.mutable_delay() = Millis(3600'000);
+      v1::SetTimerResponse resp;
+      grpc::ClientContext ctx;
+      return d.stub().SetTimer(&ctx, req, &resp);
+    };
+    const grpc::Status first = set("during-1");
+    EXPECT_EQ(first.error_code(), grpc::StatusCode::INTERNAL);
+    EXPECT_NE(first.error_message().find("disk full"), std::string::npos)
+        << first.error_message();
+    EXPECT_EQ(reported.load(), 1);
+    EXPECT_TRUE(WaitForHealth(d.channel(), HealthCheckResponse::NOT_SERVING));
+    EXPECT_GT(d.server().scheduler().counters().store_errors.load(), 0u);
+    // Refused at once, even with the disk back: RocksDB must be reopened.
+    fs->FailWrites(std::nullopt);
+    const grpc::Status later = set("during-2");
+    EXPECT_EQ(later.error_code(), grpc::StatusCode::UNAVAILABLE);
+    EXPECT_NE(later.error_message().find("until delayd restarts"),
+              std::string::npos)
+        << later.error_message();
+    EXPECT_EQ(reported.load(), 1);
+  }
+  TestDaemon d(OnFs(dir / "data", "always", env.get()));
+  EXPECT_TRUE(WaitForHealth(d.channel(), HealthCheckResponse::SERVING));
+  for (int i = 0; i < 20; ++i) {
+    v1::GetTimerRequest req;
+    req.set_key("before" + std::to_string(i));
+    v1::Timer t;
+    grpc::ClientContext ctx;
+    EXPECT_TRUE(d.stub().GetTimer(&ctx, req, &t).ok()) << req.key();
+  }
+  EXPECT_EQ(SetTimers(d.stub(), "after", 20, 3600'000).size(), 20u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fsync, PowerLoss,
