@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <map>
 #include <set>
 #include <thread>
 
@@ -62,7 +63,9 @@ TEST_P(PowerLoss, VersionsAndEventIdsNeverRepeat) {
   TempDir dir;
   std::unique_ptr<rocksdb::Env> env;
   auto fs = PowerLossFs::Make(&env);
-  std::set<std::uint64_t> versions_before, ids_before;
+  std::set<std::uint64_t> versions_before;
+  // Event id -> the (key, version) it was for.
+  std::map<std::uint64_t, std::pair<std::string, std::uint64_t>> ids_before;
   {
     TestDaemon d(OnFs(dir / "data", GetParam(), env.get()));
     TestStream worker(d.stub(), TestStream::Worker("default"));
@@ -73,7 +76,7 @@ TEST_P(PowerLoss, VersionsAndEventIdsNeverRepeat) {
     ASSERT_EQ(events.size(), 40u);
     v1::AckRequest ack;
     for (const auto& e : events) {
-      ids_before.insert(e.id());
+      ids_before[e.id()] = {e.key(), e.version()};
       ack.add_event_ids(e.id());
     }
     v1::AckResponse acked;
@@ -89,21 +92,46 @@ TEST_P(PowerLoss, VersionsAndEventIdsNeverRepeat) {
   for (auto v : SetTimers(d.stub(), "b", 40, 0)) {
     EXPECT_FALSE(versions_before.count(v)) << "version " << v << " repeated";
   }
-  // The 40 new ones, and any of the first 40 the power loss left pending.
-  const auto events = worker.WaitFor(40);
-  ASSERT_GE(events.size(), 40u);
-  for (const auto& e : events) {
-    EXPECT_FALSE(ids_before.count(e.id()))
-        << "event id " << e.id() << " repeated (" << e.key() << ")";
+  // The 40 new events, and whatever of the first 40 the power loss undid:
+  // a timer left pending fires again (a new event), an event whose ack was
+  // lost is delivered again (the same event, with its id).
+  v1::StatsResponse stats;
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  for (;;) {  // Polls until nothing waits for the worker.
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(d.stub().Stats(&ctx, v1::StatsRequest(), &stats).ok());
+    if (stats.pending_timers() == 0 && stats.ready_events() == 0 &&
+        worker.Events().size() == stats.in_flight_events()) {
+      break;
+    }
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline);
+    std::this_thread::sleep_for(10ms);
+  }
+  std::map<std::uint64_t, std::pair<std::string, std::uint64_t>> ids_after;
+  for (const auto& e : worker.Events()) {
+    ids_after[e.id()] = {e.key(), e.version()};
+    auto it = ids_before.find(e.id());
+    if (it != ids_before.end()) {
+      EXPECT_EQ(it->second, std::make_pair(e.key(), e.version()))
+          << "event id " << e.id() << " came back for another timer";
+    }
     EXPECT_FALSE(versions_before.count(e.version()) && e.key()[0] == 'b');
   }
-  // The worker's retried Ack of the old ids retires nothing new.
+  EXPECT_GE(ids_after.size(), 40u);
+  // The worker's retried Ack of the old ids retires only the same events.
   v1::AckRequest ack;
-  for (auto id : ids_before) ack.add_event_ids(id);
+  for (const auto& [id, what] : ids_before) ack.add_event_ids(id);
   v1::AckResponse acked;
   grpc::ClientContext ctx;
   ASSERT_TRUE(d.stub().Ack(&ctx, ack, &acked).ok());
-  EXPECT_EQ(acked.acked(), 0u);
+  const std::set<std::uint64_t> unknown(acked.unknown_ids().begin(),
+                                        acked.unknown_ids().end());
+  for (const auto& [id, what] : ids_before) {
+    if (unknown.count(id)) continue;
+    EXPECT_EQ(ids_after.count(id), 1u) << "ack " << id << " retired an event "
+                                       << "the worker never got";
+    if (ids_after.count(id)) EXPECT_EQ(ids_after[id], what);
+  }
 }
 
 // With --fsync always, an OK answer means synced: a power loss right after
