@@ -298,6 +298,13 @@ int main(int argc, char** argv) {
         "now) and {} unacknowledged events in {} namespaces in {:.3f} s",
         data_dir, fsync, r.timers, r.overdue, r.events, r.namespaces,
         std::chrono::duration<double>(r.took).count());
+    if (!r.salvage_copy.empty()) {
+      spdlog::warn(
+          "--salvage: the data directory as it was is kept, untouched, in {}; "
+          "whatever followed damage in its log was dropped (the counts above "
+          "are what remained)",
+          r.salvage_copy);
+    }
   }
   spdlog::info(
       "delayd listening on {} port {} ({} partitions, tick {} ns, {}, {})",

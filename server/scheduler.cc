@@ -151,6 +151,7 @@ Status Scheduler::Recover(RecoveryReport* report) {
   }
   report->namespaces = namespaces();
   report->took = std::chrono::steady_clock::now() - started;
+  report->salvage_copy = store_->salvage_copy();
   return Status::Ok();
 }
 

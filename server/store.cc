@@ -6,6 +6,7 @@
 
 #include <bit>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 
 #include "server/duration.h"
@@ -143,6 +144,25 @@ Status Store::Open(const StoreOptions& options, std::unique_ptr<Store>* out) {
   if (ec) {
     return Status::Internal("cannot create data directory " + options.dir +
                             ": " + ec.message());
+  }
+  if (options.salvage && !std::filesystem::is_empty(options.dir, ec)) {
+    // Salvage drops records: first the directory as it is goes aside,
+    // untouched, so that nothing is lost for good.
+    char stamp[32];
+    const std::time_t now = std::time(nullptr);
+    std::tm utc{};
+    gmtime_r(&now, &utc);
+    std::strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &utc);
+    std::string copy = options.dir;
+    while (copy.size() > 1 && copy.back() == '/') copy.pop_back();
+    copy += std::string(".before-salvage-") + stamp;
+    std::filesystem::copy(options.dir, copy,
+                          std::filesystem::copy_options::recursive, ec);
+    if (ec) {
+      return Status::Internal("--salvage: cannot copy " + options.dir +
+                              " aside to " + copy + " first: " + ec.message());
+    }
+    store->salvage_copy_ = std::move(copy);
   }
   rocksdb::DBOptions db;
   if (options.env != nullptr) db.env = options.env;

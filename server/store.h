@@ -193,6 +193,9 @@ class Store {
   void Close();
 
   const StoreOptions& options() const { return options_; }
+  // With --salvage: where the directory was copied, as it was, before
+  // opening (empty if it was empty).
+  const std::string& salvage_copy() const { return salvage_copy_; }
 
  private:
   explicit Store(StoreOptions options) : options_(std::move(options)) {}
@@ -205,6 +208,7 @@ class Store {
   Status Error(const char* what, const rocksdb::Status& s) const;
 
   const StoreOptions options_;
+  std::string salvage_copy_;
   std::unique_ptr<rocksdb::DB> db_;
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;
   rocksdb::ColumnFamilyHandle* meta_ = nullptr;

@@ -135,6 +135,11 @@ TEST_F(DamagedStore, SalvageKeepsWhatPrecedesDamageInsideTheLog) {
   const auto logs = Files(dir, ".log");
   ASSERT_FALSE(logs.empty());
   Overwrite(logs.back(), fs::file_size(logs.back()) / 2);
+  std::string damaged_log;
+  {
+    std::ifstream in(logs.back(), std::ios::binary);
+    damaged_log.assign(std::istreambuf_iterator<char>(in), {});
+  }
   DaemonProcess d(DELAYD_BINARY, {"--data-dir", dir, "--salvage"});
   ASSERT_TRUE(d.ok()) << d.output();
   auto stub = v1::Delayd::NewStub(
@@ -155,6 +160,22 @@ TEST_F(DamagedStore, SalvageKeepsWhatPrecedesDamageInsideTheLog) {
   EXPECT_GT(present, 0);
   EXPECT_LT(present, kTimers);
   EXPECT_EQ(d.Stop(SIGTERM, std::chrono::seconds(10)), 0) << d.output();
+  // The damaged directory was first copied aside, untouched, and the log
+  // says where.
+  std::vector<fs::path> copies;
+  for (const auto& f : fs::directory_iterator(fs::path(dir).parent_path())) {
+    if (f.path().string().starts_with(dir + ".before-salvage-")) {
+      copies.push_back(f.path());
+    }
+  }
+  ASSERT_EQ(copies.size(), 1u);
+  EXPECT_NE(d.output().find(copies[0].string()), std::string::npos)
+      << d.output();
+  const auto read = [](const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), {});
+  };
+  EXPECT_EQ(read(copies[0] / logs.back().filename()), damaged_log);
 }
 
 TEST_F(DamagedStore, WriteCutOffAtTheEndOfTheLogRecoversTheRest) {

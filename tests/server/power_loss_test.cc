@@ -130,7 +130,9 @@ TEST_P(PowerLoss, VersionsAndEventIdsNeverRepeat) {
     if (unknown.count(id)) continue;
     EXPECT_EQ(ids_after.count(id), 1u) << "ack " << id << " retired an event "
                                        << "the worker never got";
-    if (ids_after.count(id)) EXPECT_EQ(ids_after[id], what);
+    if (ids_after.count(id)) {
+      EXPECT_EQ(ids_after[id], what);
+    }
   }
 }
 
