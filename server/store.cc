@@ -140,10 +140,13 @@ Status Store::Error(const char* what, const rocksdb::Status& s) const {
 Status Store::Open(const StoreOptions& options, std::unique_ptr<Store>* out) {
   std::unique_ptr<Store> store(new Store(options));
   std::error_code ec;
-  std::filesystem::create_directories(options.dir, ec);
+  if (!options.read_only) std::filesystem::create_directories(options.dir, ec);
   if (ec) {
     return Status::Internal("cannot create data directory " + options.dir +
                             ": " + ec.message());
+  }
+  if (options.read_only && !std::filesystem::is_directory(options.dir)) {
+    return Status::NotFound("no data directory " + options.dir);
   }
   if (options.salvage && !std::filesystem::is_empty(options.dir, ec)) {
     // Salvage drops records: first the directory as it is goes aside,
@@ -218,7 +221,10 @@ Status Store::Open(const StoreOptions& options, std::unique_ptr<Store>* out) {
       {"events", by_id}};
   rocksdb::DB* raw = nullptr;
   rocksdb::Status s =
-      rocksdb::DB::Open(db, options.dir, families, &store->handles_, &raw);
+      options.read_only ? rocksdb::DB::OpenForReadOnly(
+                              db, options.dir, families, &store->handles_, &raw)
+                        : rocksdb::DB::Open(db, options.dir, families,
+                                            &store->handles_, &raw);
   if (!s.ok()) {
     std::string why = s.ToString();
     if (s.IsCorruption() || (s.IsIOError() && why.find("lock") == why.npos)) {
@@ -516,7 +522,7 @@ void Store::Close() {
   std::unique_lock lock(close_mu_);
   closed_ = true;
   if (!db_) return;
-  if (!failed_) {
+  if (!failed_ && !options_.read_only) {
     db_->SyncWAL();
     // Flushing the memtables makes the next start read tables, not replay
     // logs.

@@ -77,6 +77,9 @@ struct StoreOptions {
   // daemon reports NOT_SERVING and stops (exit code 3) for its supervisor to
   // restart it once the disk is writable again.
   std::function<void(const Status& why)> on_write_failure;
+  // Opened to be checked (delayd check): read-only, nothing created or
+  // written.
+  bool read_only = false;
   // The environment RocksDB uses, if not the default: tests give one whose
   // file system simulates a power loss (tests/common/power_loss_fs.h).
   rocksdb::Env* env = nullptr;
@@ -159,6 +162,19 @@ class Store {
   // (in event-id order).
   Status ForEachTimer(const std::function<void(const StoredTimer&)>& visit);
   Status ForEachEvent(const std::function<void(const StoredEvent&)>& visit);
+
+  // --- Offline check (delayd check), on a store opened read-only. ---
+  struct CheckReport {
+    std::uint64_t namespaces = 0;
+    std::uint64_t timers = 0;
+    std::uint64_t events = 0;
+    // What is wrong, each naming what it found (the namespace and key where
+    // known). Empty: every check passed.
+    std::vector<std::string> problems;
+  };
+  // Verifies every table file's checksums, decodes every record and reads
+  // every timer's and event's payload.
+  void Check(CheckReport* report);
 
   // --- Writes. ---
   Batch NewBatch() const { return Batch(*this); }

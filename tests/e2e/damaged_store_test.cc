@@ -79,6 +79,34 @@ void ExpectRefusal(const std::string& dir) {
   EXPECT_NE(d.output().find("will not start"), std::string::npos) << d.output();
 }
 
+// Flips one byte inside the payloads' table (a data block the start does
+// not read). Returns whether it found one.
+bool FlipPayloadByte(const std::string& dir) {
+  bool flipped = false;
+  for (const auto& t : Files(dir, ".sst")) {
+    std::ifstream in(t, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), {});
+    const auto at = bytes.find("payload-1");
+    if (at == std::string::npos) continue;
+    std::fstream f(t, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(at));
+    f.put(static_cast<char>(bytes[at] ^ 0x01));
+    flipped = true;
+  }
+  return flipped;
+}
+
+// Runs `delayd check` on `dir`; returns its exit code (-1 if it did not
+// exit) and its output in `out`.
+int Check(const std::string& dir, std::string* out,
+          const std::string& format = "text") {
+  DaemonProcess d(DELAYD_BINARY, {"check", "--data-dir", dir, "-o", format},
+                  std::chrono::seconds(10));
+  const auto code = d.Stop(0, std::chrono::seconds(30));
+  *out = d.output();
+  return code ? *code : -1;
+}
+
 class DamagedStore : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -205,18 +233,7 @@ TEST_F(DamagedStore, WriteCutOffAtTheEndOfTheLogRecoversTheRest) {
 // of those payloads fail by name, the events wait, and the errors count.
 TEST_F(DamagedStore, UnreadablePayloadIsNeverServedEmpty) {
   const std::string dir = Copy("clean", "flipped-payload");
-  bool flipped = false;
-  for (const auto& t : Files(dir, ".sst")) {
-    std::ifstream in(t, std::ios::binary);
-    const std::string bytes((std::istreambuf_iterator<char>(in)), {});
-    const auto at = bytes.find("payload-1");
-    if (at == std::string::npos) continue;
-    std::fstream f(t, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(static_cast<std::streamoff>(at));
-    f.put(static_cast<char>(bytes[at] ^ 0x01));
-    flipped = true;
-  }
-  ASSERT_TRUE(flipped) << "no table holds the payloads";
+  ASSERT_TRUE(FlipPayloadByte(dir)) << "no table holds the payloads";
   DaemonProcess d(DELAYD_BINARY, {"--data-dir", dir});
   ASSERT_TRUE(d.ok()) << d.output();
   auto stub = v1::Delayd::NewStub(
@@ -272,6 +289,36 @@ TEST_F(DamagedStore, UnreadablePayloadIsNeverServedEmpty) {
   EXPECT_NE(d.output().find("unreadable-payload"), std::string::npos)
       << d.output();
   EXPECT_NE(d.output().find("key 'k"), std::string::npos) << d.output();
+}
+
+TEST_F(DamagedStore, CheckFindsAWholeStoreWhole) {
+  std::string out;
+  EXPECT_EQ(Check(Copy("clean", "check-clean"), &out), 0) << out;
+  EXPECT_NE(out.find(": whole"), std::string::npos) << out;
+  EXPECT_NE(out.find("timers 50,"), std::string::npos) << out;
+  // The log is read too (a store left by kill -9).
+  EXPECT_EQ(Check(Copy("log", "check-log"), &out, "json"), 0) << out;
+  EXPECT_NE(out.find("\"whole\":true"), std::string::npos) << out;
+  EXPECT_NE(out.find("\"timers\":50,"), std::string::npos) << out;
+  EXPECT_NE(out.find("\"problems\":[]"), std::string::npos) << out;
+}
+
+TEST_F(DamagedStore, CheckNamesDamagedPayloadsAndRefusesBrokenFiles) {
+  const std::string dir = Copy("clean", "check-flipped");
+  ASSERT_TRUE(FlipPayloadByte(dir));
+  std::string out;
+  EXPECT_EQ(Check(dir, &out), 1) << out;
+  EXPECT_NE(out.find("DAMAGED"), std::string::npos) << out;
+  EXPECT_NE(out.find("checksum"), std::string::npos) << out;
+  EXPECT_NE(out.find("namespace 'default', timer 'k1': payload"),
+            std::string::npos)
+      << out;
+  const std::string manifest = Copy("clean", "check-manifest");
+  const auto manifests = Files(manifest, "MANIFEST");
+  ASSERT_EQ(manifests.size(), 1u);
+  Overwrite(manifests[0], fs::file_size(manifests[0]) / 2);
+  EXPECT_EQ(Check(manifest, &out), 2) << out;
+  EXPECT_NE(out.find("Corruption"), std::string::npos) << out;
 }
 
 }  // namespace
