@@ -709,6 +709,19 @@ int CmdAck(Client& c, const Global& g, const std::vector<std::uint64_t>& ids) {
   return resp.unknown_ids_size() == 0 ? kOk : kNotFound;
 }
 
+int CmdBackup(Client& c, const std::string& dir) {
+  v1::BackupRequest req;
+  req.set_dir(dir);
+  v1::BackupResponse resp;
+  Check(c.stub().Backup(c.Context().get(), req, &resp));
+  if (c.json()) {
+    std::printf("%s\n", Json(resp).c_str());
+  } else {
+    std::printf("backup written to %s\n", resp.dir().c_str());
+  }
+  return kOk;
+}
+
 int CmdStats(Client& c) {
   v1::StatsResponse s;
   Check(c.stub().Stats(c.Context().get(), v1::StatsRequest(), &s));
@@ -834,6 +847,16 @@ int main(int argc, char** argv) {
   auto* ack = app.add_subcommand("ack", "Acknowledge events by id");
   ack->add_option("ids", ids)->required();
   auto* stats = app.add_subcommand("stats", "Show counters");
+  std::string backup_dir;
+  auto* backup = app.add_subcommand(
+      "backup",
+      "Write a consistent copy of the store on the daemon's disk, in DIR "
+      "under its --backup-dir");
+  backup
+      ->add_option("dir", backup_dir,
+                   "New directory (relative to the "
+                   "daemon's --backup-dir)")
+      ->required();
   auto* health =
       app.add_subcommand("health", "Check health (0 serving, 4 not)");
 
@@ -862,6 +885,7 @@ int main(int argc, char** argv) {
     if (*work) return CmdWork(c, g, command, concurrency, ack_timeout, count);
     if (*ack) return CmdAck(c, g, ids);
     if (*stats) return CmdStats(c);
+    if (*backup) return CmdBackup(c, backup_dir);
     if (*health) return CmdHealth(c);
   } catch (const Exit& e) {
     std::fprintf(stderr, "delayctl: %s\n", e.message.c_str());

@@ -80,6 +80,10 @@ int main(int argc, char** argv) {
                  "always, an interval such as 100ms, or never")
       ->envname("DELAYD_FSYNC")
       ->capture_default_str();
+  app.add_option("--backup-dir", options.backup_dir,
+                 "Where the Backup call (delayctl backup) writes copies of "
+                 "the store (unset: backups are refused)")
+      ->envname("DELAYD_BACKUP_DIR");
   app.add_flag("--salvage", salvage,
                "Start on a store whose log is damaged in the middle, keeping "
                "what precedes the damage (what follows it is lost)")

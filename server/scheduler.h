@@ -121,6 +121,12 @@ class Scheduler {
   std::uint32_t partitions() const { return options_.partitions; }
   bool shutting_down() const { return shutting_down_.load(); }
   bool durable() const { return store_ != nullptr; }
+  // Writes a consistent copy of the store into `dir` (see
+  // Store::Checkpoint); every change acknowledged before is in it.
+  Status Backup(const std::string& dir) {
+    if (!store_) return Status::FailedPrecondition("no store");
+    return store_->Checkpoint(dir);
+  }
 
   // Begins a graceful stop: operations from now on get UNAVAILABLE, every
   // stream is ended with UNAVAILABLE, timers stop firing. `done` runs (on

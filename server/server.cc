@@ -114,7 +114,8 @@ Status DelaydServer::Start() {
     scheduler_.reset();
     return s;
   }
-  service_ = std::make_unique<DelaydService>(*scheduler_, auth_);
+  service_ =
+      std::make_unique<DelaydService>(*scheduler_, auth_, options_.backup_dir);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;

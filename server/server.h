@@ -63,6 +63,8 @@ class DelaydServer {
     std::size_t grpc_memory_bytes = 1u << 30;
     // Concurrent calls (streams) per client connection.
     int max_streams_per_connection = 1000;
+    // Where Backup writes copies of the store (empty: Backup is refused).
+    std::string backup_dir;
   };
 
   explicit DelaydServer(Options options);

@@ -35,6 +35,8 @@ grpc::Status ToGrpc(const Status& status) {
       return {grpc::StatusCode::UNAUTHENTICATED, status.message()};
     case Code::kPermissionDenied:
       return {grpc::StatusCode::PERMISSION_DENIED, status.message()};
+    case Code::kFailedPrecondition:
+      return {grpc::StatusCode::FAILED_PRECONDITION, status.message()};
   }
   return {grpc::StatusCode::UNKNOWN, status.message()};
 }
@@ -59,8 +61,8 @@ void FillTimer(const TimerInfo& info, const std::string& ns, v1::Timer* t) {
   t->set_version(info.version);
 }
 
-// Finishes a unary call; the callbacks below run on scheduler strands. A
-// limit hit is logged (rate-limited).
+}  // namespace
+
 void Finish(grpc::ServerUnaryReactor* reactor, const Status& status) {
   if (status.code() == Code::kResourceExhausted) {
     LogLimitHit("resource", status.message());
@@ -74,8 +76,6 @@ grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* ctx,
   Finish(reactor, status);
   return reactor;
 }
-
-}  // namespace
 
 // ---- validation ----
 
@@ -489,26 +489,6 @@ grpc::ServerUnaryReactor* DelaydService::Ack(grpc::CallbackServerContext* ctx,
         scheduler_.Unpin(ns);
       });
   return reactor;
-}
-
-grpc::ServerUnaryReactor* DelaydService::Stats(grpc::CallbackServerContext* ctx,
-                                               const v1::StatsRequest*,
-                                               v1::StatsResponse* resp) {
-  if (Status s = AuthorizeAll(ctx, kAdmin); !s.ok()) return FinishNow(ctx, s);
-  Counters& c = scheduler_.counters();
-  resp->set_pending_timers(c.pending.load());
-  resp->set_ready_events(c.ready.load());
-  resp->set_in_flight_events(c.in_flight.load());
-  resp->set_workers(c.workers.load());
-  resp->set_watchers(c.watchers.load());
-  resp->set_partitions(scheduler_.partitions());
-  resp->set_timers_set(c.set.load());
-  resp->set_timers_fired(c.fired.load());
-  resp->set_events_acked(c.acked.load());
-  resp->set_events_redelivered(c.redelivered.load());
-  resp->set_durable(scheduler_.durable());
-  resp->set_store_errors(c.store_errors.load());
-  return FinishNow(ctx, Status::Ok());
 }
 
 }  // namespace delayd

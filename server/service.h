@@ -12,6 +12,7 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "delayd/v1/delayd.grpc.pb.h"
@@ -68,14 +69,24 @@ class ArenaMessageAllocator : public grpc::MessageAllocator<Request, Response> {
   };
 };
 
+// Finishes a unary call (from any thread: the callbacks run on scheduler
+// strands). A limit hit is logged (rate-limited).
+void Finish(grpc::ServerUnaryReactor* reactor, const Status& status);
+// Finishes a unary call at once, in its handler.
+grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* ctx,
+                                    const Status& status);
+
 // Batch takes its request as bytes (see batch_wire.h); every other method
-// takes parsed messages.
+// takes parsed messages. Stats and Backup are in service_admin.cc.
 class DelaydService final : public v1::Delayd::WithRawCallbackMethod_Batch<
                                 v1::Delayd::CallbackService> {
  public:
-  DelaydService(Scheduler& scheduler, const Authorizer& auth)
+  // `backup_dir`: where Backup writes (empty: Backup is refused).
+  DelaydService(Scheduler& scheduler, const Authorizer& auth,
+                std::string backup_dir = "")
       : scheduler_(scheduler),
         auth_(auth),
+        backup_dir_(std::move(backup_dir)),
         validator_(scheduler.limits(), scheduler.partitions()) {
     SetMessageAllocatorFor_SetTimer(&set_allocator_);
   }
@@ -111,6 +122,9 @@ class DelaydService final : public v1::Delayd::WithRawCallbackMethod_Batch<
   grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* ctx,
                                   const v1::StatsRequest* req,
                                   v1::StatsResponse* resp) override;
+  grpc::ServerUnaryReactor* Backup(grpc::CallbackServerContext* ctx,
+                                   const v1::BackupRequest* req,
+                                   v1::BackupResponse* resp) override;
 
  private:
   // The last namespace resolved within one request, so that a Batch of
@@ -145,6 +159,8 @@ class DelaydService final : public v1::Delayd::WithRawCallbackMethod_Batch<
 
   Scheduler& scheduler_;
   const Authorizer& auth_;
+  const std::string backup_dir_;
+  std::mutex backup_mu_;  // One backup at a time.
   const Validator validator_;
   ArenaMessageAllocator<v1::SetTimerRequest, v1::SetTimerResponse>
       set_allocator_;

@@ -19,6 +19,7 @@ enum class Code {
   kInternal,
   kUnauthenticated,   // No or unknown credentials.
   kPermissionDenied,  // Known credentials without the needed grant.
+  kFailedPrecondition,
 };
 
 class Status {
@@ -51,6 +52,9 @@ class Status {
   }
   static Status PermissionDenied(std::string m) {
     return {Code::kPermissionDenied, std::move(m)};
+  }
+  static Status FailedPrecondition(std::string m) {
+    return {Code::kFailedPrecondition, std::move(m)};
   }
 
   bool ok() const { return code_ == Code::kOk; }

@@ -3,6 +3,7 @@
 #include <rocksdb/options.h>
 #include <rocksdb/slice_transform.h>
 #include <rocksdb/table.h>
+#include <rocksdb/utilities/checkpoint.h>
 
 #include <bit>
 #include <cstring>
@@ -497,6 +498,22 @@ void Store::Sync() {
   }
   std::shared_lock lock(close_mu_);
   if (!closed_ && !failed_) db_->SyncWAL();
+}
+
+Status Store::Checkpoint(const std::string& dir) {
+  if (Status failed = Failed(); !failed.ok()) return failed;
+  std::shared_lock lock(close_mu_);
+  if (closed_) return Status::Unavailable("the store is closed");
+  rocksdb::Checkpoint* raw = nullptr;
+  rocksdb::Status s = rocksdb::Checkpoint::Create(db_.get(), &raw);
+  std::unique_ptr<rocksdb::Checkpoint> checkpoint(raw);
+  if (s.ok()) s = checkpoint->CreateCheckpoint(dir);
+  if (!s.ok()) {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+    return Error(("backup to " + dir).c_str(), s);
+  }
+  return Status::Ok();
 }
 
 void Store::NoteWriteError(const Status& error) {

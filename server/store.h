@@ -202,6 +202,11 @@ class Store {
                      std::vector<std::string>* payloads,
                      std::vector<bool>* readable);
 
+  // Writes a consistent copy of the store (a RocksDB checkpoint: memtables
+  // flushed, files hard-linked where possible) into `dir`, which must not
+  // exist. On failure nothing is left in `dir`.
+  Status Checkpoint(const std::string& dir);
+
   // Waits for every queued callback, syncs the WAL. Commits after this still
   // work; Close() ends them.
   void Sync();

@@ -4,6 +4,9 @@
 #include <signal.h>
 #include <stdlib.h>
 
+#include <atomic>
+#include <filesystem>
+#include <mutex>
 #include <thread>
 
 #include "delayd/v1/delayd.grpc.pb.h"
@@ -132,6 +135,100 @@ TEST(DelaydBinary, BacklogReachesADefaultClientInMessagesItAccepts) {
   EXPECT_EQ(received, kEvents);
   sub_ctx.TryCancel();
   EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+}
+
+// A backup taken under write load holds every timer acknowledged before it
+// began, and a daemon started on the copy serves them.
+TEST(DelaydBinary, BackupUnderWriteLoadHoldsEverythingAcknowledgedBefore) {
+  TempDir dir;
+  DaemonProcess d(DELAYD_BINARY, {"--data-dir", dir / "data", "--backup-dir",
+                                  dir / "backups"});
+  ASSERT_TRUE(d.ok()) << d.output();
+  std::mutex mu;
+  std::vector<std::string> acknowledged;  // In the order answered.
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> writers;
+  for (int t = 0; t < 4; ++t) {
+    writers.emplace_back([&, t] {
+      auto stub = Connect(d);
+      for (int i = 0; !stop; ++i) {
+        v1::SetTimerRequest req;
+        req.set_key("w" + std::to_string(t) + "-" + std::to_string(i));
+        req.set_payload("payload");
+        *req.mutable_delay() = Millis(3'600'000);
+        v1::SetTimerResponse resp;
+        grpc::ClientContext ctx;
+        if (!stub->SetTimer(&ctx, req, &resp).ok()) return;
+        std::lock_guard lock(mu);
+        acknowledged.push_back(req.key());
+      }
+    });
+  }
+  auto count = [&] {
+    std::lock_guard lock(mu);
+    return acknowledged.size();
+  };
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (count() < 500 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(1ms);  // Polls the count above.
+  }
+  std::vector<std::string> before;
+  {
+    std::lock_guard lock(mu);
+    before = acknowledged;
+  }
+  auto stub = Connect(d);
+  auto backup = [&](const std::string& to, v1::BackupResponse* resp) {
+    v1::BackupRequest req;
+    req.set_dir(to);
+    grpc::ClientContext ctx;
+    return stub->Backup(&ctx, req, resp);
+  };
+  v1::BackupResponse copy;
+  const grpc::Status s = backup("nightly/1", &copy);
+  stop = true;
+  for (auto& w : writers) w.join();
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_GE(before.size(), 500u);
+  EXPECT_EQ(copy.dir(),
+            std::filesystem::weakly_canonical(dir / "backups/nightly/1"));
+  v1::BackupResponse unused;
+  EXPECT_EQ(backup("nightly/1", &unused).error_code(),
+            grpc::StatusCode::ALREADY_EXISTS);
+  EXPECT_EQ(backup("../outside", &unused).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(backup(dir / "elsewhere", &unused).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(d.Stop(SIGTERM, 10s), 0) << d.output();
+
+  DaemonProcess restored(DELAYD_BINARY, {"--data-dir", copy.dir()});
+  ASSERT_TRUE(restored.ok()) << restored.output();
+  auto restored_stub = Connect(restored);
+  int missing = 0;
+  for (const auto& key : before) {
+    v1::GetTimerRequest req;
+    req.set_key(key);
+    v1::Timer t;
+    grpc::ClientContext ctx;
+    if (!restored_stub->GetTimer(&ctx, req, &t).ok() ||
+        t.payload() != "payload") {
+      ++missing;
+    }
+  }
+  EXPECT_EQ(missing, 0) << "of " << before.size();
+}
+
+// Without --backup-dir, or without a store, Backup is refused.
+TEST(DelaydBinary, BackupNeedsABackupDirAndAStore) {
+  DaemonProcess d(DELAYD_BINARY, {"--in-memory"});
+  ASSERT_TRUE(d.ok()) << d.output();
+  v1::BackupRequest req;
+  req.set_dir("x");
+  v1::BackupResponse resp;
+  grpc::ClientContext ctx;
+  const grpc::Status s = Connect(d)->Backup(&ctx, req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(s.error_message().find("--backup-dir"), std::string::npos);
 }
 
 }  // namespace

@@ -43,7 +43,8 @@ wait_for() {
   pass
 }
 
-"$DELAYD" --listen 127.0.0.1:0 --data-dir "$work/data" >"$work/delayd.log" 2>&1 &
+"$DELAYD" --listen 127.0.0.1:0 --data-dir "$work/data" \
+  --backup-dir "$work/backups" >"$work/delayd.log" 2>&1 &
 daemon_pid=$!
 wait_for "$work/delayd.log" " port [0-9]+ " || exit 1
 port=$(grep -oE ' port [0-9]+ ' "$work/delayd.log" | grep -oE '[0-9]+')
@@ -171,6 +172,13 @@ expect_code 0 "$C" work -n many --count 300 --concurrency 2 \
 vm_kb=$(grep -oE "[0-9]+" "$work/vm" | sort -n | tail -1)
 [ "$vm_kb" -lt $((1024 * 1024)) ] && pass || fail "work: ${vm_kb} kB of virtual memory after 300 events"
 [ "$(grep -c 'exit=0' "$work/out")" -eq 300 ] && pass || fail "work: not 300 runs: $(tail -3 "$work/out")"
+
+# backup: a copy of the store under the daemon's --backup-dir
+expect_code 0 "$C" backup first
+expect_out "backup written to .*/backups/first"
+[ -f "$work/backups/first/CURRENT" ] && pass || fail "backup: no store in $work/backups/first"
+expect_code 3 "$C" backup ../escape
+expect_err 'INVALID_ARGUMENT|inside --backup-dir'
 
 # ack: unknown ids are not found
 expect_code 4 "$C" ack 123456 -n q

@@ -184,6 +184,11 @@ class AuthMatrix : public ::testing::Test {
     } else if (method == "Stats") {
       v1::StatsResponse resp;
       s = stub.Stats(ctx.get(), v1::StatsRequest(), &resp);
+    } else if (method == "Backup") {
+      v1::BackupRequest r;
+      r.set_dir("backup-" + std::to_string(++backups_));
+      v1::BackupResponse resp;
+      s = stub.Backup(ctx.get(), r, &resp);
     } else {
       v1::SubscribeRequest r;
       r.set_namespace_(ns);
@@ -203,6 +208,7 @@ class AuthMatrix : public ::testing::Test {
 
   testing::TempDir dir_;
   std::unique_ptr<TestDaemon> daemon_;
+  int backups_ = 0;
 };
 
 TEST_F(AuthMatrix, EveryRpcNeedsItsPermissionOnItsNamespace) {
@@ -211,7 +217,7 @@ TEST_F(AuthMatrix, EveryRpcNeedsItsPermissionOnItsNamespace) {
       {"SetTimer", kWrite}, {"MoveTimer", kWrite}, {"RemoveTimer", kWrite},
       {"Batch", kWrite},    {"GetTimer", kRead},   {"ListTimers", kRead},
       {"Watch", kRead},     {"Work", kWork},       {"Ack", kWork},
-      {"Drain", kAdmin},    {"Stats", kAdmin},
+      {"Drain", kAdmin},    {"Stats", kAdmin},     {"Backup", kAdmin},
   };
   const std::map<std::string, std::uint8_t> tokens = {
       {"reader", kRead},
@@ -228,9 +234,10 @@ TEST_F(AuthMatrix, EveryRpcNeedsItsPermissionOnItsNamespace) {
       EXPECT_EQ(Call(method, ns, "guess"), grpc::StatusCode::UNAUTHENTICATED)
           << method << " " << ns;
       for (const auto& [token, has] : tokens) {
-        // Stats spans every namespace: only `*` grants it.
+        // Stats and Backup span every namespace: only `*` grants them.
         const bool ns_ok =
-            token == "root" || (method != "Stats" && ns.starts_with("team-a"));
+            token == "root" || (method != "Stats" && method != "Backup" &&
+                                ns.starts_with("team-a"));
         const bool allowed = ns_ok && (has & need) == need;
         const grpc::StatusCode got = Call(method, ns, token);
         if (allowed) {
@@ -246,7 +253,7 @@ TEST_F(AuthMatrix, EveryRpcNeedsItsPermissionOnItsNamespace) {
       }
     }
   }
-  EXPECT_EQ(checked, 11 * 3 * 5);
+  EXPECT_EQ(checked, 12 * 3 * 5);
 }
 
 TEST_F(AuthMatrix, BatchTouchingAForbiddenNamespaceIsRefusedWhole) {

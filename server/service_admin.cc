@@ -1,0 +1,87 @@
+// The daemon-wide calls: Stats and Backup (admin on `*`).
+#include <spdlog/spdlog.h>
+
+#include <filesystem>
+
+#include "server/service.h"
+
+namespace delayd {
+
+grpc::ServerUnaryReactor* DelaydService::Backup(
+    grpc::CallbackServerContext* ctx, const v1::BackupRequest* req,
+    v1::BackupResponse* resp) {
+  namespace fs = std::filesystem;
+  if (Status s = AuthorizeAll(ctx, kAdmin); !s.ok()) return FinishNow(ctx, s);
+  if (backup_dir_.empty()) {
+    return FinishNow(
+        ctx, Status::FailedPrecondition("backups are off: start delayd with "
+                                        "--backup-dir"));
+  }
+  if (!scheduler_.durable()) {
+    return FinishNow(ctx, Status::FailedPrecondition(
+                              "--in-memory: there is no store to back up"));
+  }
+  if (req->dir().empty() || req->dir().find('\0') != std::string::npos) {
+    return FinishNow(ctx, Status::InvalidArgument("dir: empty or not a path"));
+  }
+  std::error_code ec;
+  fs::create_directories(backup_dir_, ec);
+  const fs::path root = fs::weakly_canonical(backup_dir_, ec);
+  if (ec) {
+    return FinishNow(ctx, Status::Internal("--backup-dir " + backup_dir_ +
+                                           ": " + ec.message()));
+  }
+  // A relative dir is taken under the root; an absolute one must be in it.
+  const fs::path target = fs::weakly_canonical(root / req->dir(), ec);
+  const fs::path rel = target.lexically_relative(root);
+  if (ec || rel.empty() || rel == "." || *rel.begin() == "..") {
+    return FinishNow(
+        ctx, Status::InvalidArgument("dir: must name a new directory inside "
+                                     "--backup-dir (" +
+                                     root.string() + ")"));
+  }
+  if (fs::exists(target, ec)) {
+    return FinishNow(
+        ctx, Status::AlreadyExists(target.string() + " already exists"));
+  }
+  std::unique_lock lock(backup_mu_, std::try_to_lock);
+  if (!lock.owns_lock()) {
+    return FinishNow(ctx,
+                     Status::FailedPrecondition("a backup is already running"));
+  }
+  fs::create_directories(target.parent_path(), ec);
+  // Runs in this gRPC thread: a checkpoint flushes the memtables and links
+  // (or copies) the files, without holding anything the scheduler needs.
+  const auto started = std::chrono::steady_clock::now();
+  Status s = scheduler_.Backup(target.string());
+  if (s.ok()) {
+    resp->set_dir(target.string());
+    spdlog::info("backup written to {} in {:.3f} s", target.string(),
+                 std::chrono::duration<double>(
+                     std::chrono::steady_clock::now() - started)
+                     .count());
+  }
+  return FinishNow(ctx, s);
+}
+
+grpc::ServerUnaryReactor* DelaydService::Stats(grpc::CallbackServerContext* ctx,
+                                               const v1::StatsRequest*,
+                                               v1::StatsResponse* resp) {
+  if (Status s = AuthorizeAll(ctx, kAdmin); !s.ok()) return FinishNow(ctx, s);
+  Counters& c = scheduler_.counters();
+  resp->set_pending_timers(c.pending.load());
+  resp->set_ready_events(c.ready.load());
+  resp->set_in_flight_events(c.in_flight.load());
+  resp->set_workers(c.workers.load());
+  resp->set_watchers(c.watchers.load());
+  resp->set_partitions(scheduler_.partitions());
+  resp->set_timers_set(c.set.load());
+  resp->set_timers_fired(c.fired.load());
+  resp->set_events_acked(c.acked.load());
+  resp->set_events_redelivered(c.redelivered.load());
+  resp->set_durable(scheduler_.durable());
+  resp->set_store_errors(c.store_errors.load());
+  return FinishNow(ctx, Status::Ok());
+}
+
+}  // namespace delayd
