@@ -152,6 +152,7 @@ Status Scheduler::Recover(RecoveryReport* report) {
   report->namespaces = namespaces();
   report->took = std::chrono::steady_clock::now() - started;
   report->salvage_copy = store_->salvage_copy();
+  report->salvage_dropped = store_->salvage_dropped();
   return Status::Ok();
 }
 

@@ -45,7 +45,8 @@ class Scheduler {
     std::uint64_t overdue = 0;  // Came due while the daemon was down.
     std::uint64_t events = 0;   // Fired, not acknowledged.
     std::chrono::nanoseconds took{0};
-    std::string salvage_copy;  // See Store::salvage_copy().
+    std::string salvage_copy;     // See Store::salvage_copy().
+    std::string salvage_dropped;  // See Store::salvage_dropped().
   };
   struct ListCursor {
     std::uint32_t partition = 0;

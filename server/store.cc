@@ -138,118 +138,6 @@ Status Store::Error(const char* what, const rocksdb::Status& s) const {
   return status;
 }
 
-Status Store::Open(const StoreOptions& options, std::unique_ptr<Store>* out) {
-  std::unique_ptr<Store> store(new Store(options));
-  std::error_code ec;
-  if (!options.read_only) std::filesystem::create_directories(options.dir, ec);
-  if (ec) {
-    return Status::Internal("cannot create data directory " + options.dir +
-                            ": " + ec.message());
-  }
-  if (options.read_only && !std::filesystem::is_directory(options.dir)) {
-    return Status::NotFound("no data directory " + options.dir);
-  }
-  if (options.salvage && !std::filesystem::is_empty(options.dir, ec)) {
-    // Salvage drops records: first the directory as it is goes aside,
-    // untouched, so that nothing is lost for good.
-    char stamp[32];
-    const std::time_t now = std::time(nullptr);
-    std::tm utc{};
-    gmtime_r(&now, &utc);
-    std::strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &utc);
-    std::string copy = options.dir;
-    while (copy.size() > 1 && copy.back() == '/') copy.pop_back();
-    copy += std::string(".before-salvage-") + stamp;
-    std::filesystem::copy(options.dir, copy,
-                          std::filesystem::copy_options::recursive, ec);
-    if (ec) {
-      return Status::Internal("--salvage: cannot copy " + options.dir +
-                              " aside to " + copy + " first: " + ec.message());
-    }
-    store->salvage_copy_ = std::move(copy);
-  }
-  rocksdb::DBOptions db;
-  if (options.env != nullptr) db.env = options.env;
-  db.create_if_missing = true;
-  db.create_missing_column_families = true;
-  db.paranoid_checks = true;
-  // A record cut short at the very end of a log is a write that was never
-  // acknowledged (a crash mid-write); damage anywhere else refuses to open.
-  db.wal_recovery_mode =
-      options.salvage ? rocksdb::WALRecoveryMode::kPointInTimeRecovery
-                      : rocksdb::WALRecoveryMode::kTolerateCorruptedTailRecords;
-  // Bounds the WAL: past this, memtables holding its oldest data are flushed.
-  db.max_total_wal_size = 64 << 20;
-  // Bounds all memtables together, whatever the payload sizes.
-  db.db_write_buffer_size = 16 << 20;
-  db.max_background_jobs = 2;
-  db.keep_log_file_num = 3;
-  db.max_log_file_size = 8 << 20;
-  db.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
-  // One thread at a time inserts into the memtables (the leader of each
-  // group of writes), which lets each insert start from an insert hint (see
-  // below); RocksDB ignores hints under concurrent memtable writes.
-  db.allow_concurrent_memtable_write = false;
-
-  rocksdb::ColumnFamilyOptions cf;
-  // Small memtables: the store's share of RAM stays a few tens of MiB.
-  cf.write_buffer_size = 4 << 20;
-  cf.max_write_buffer_number = 3;
-  cf.level_compaction_dynamic_level_bytes = true;
-  // Most records live minutes to hours and are rewritten by compaction
-  // several times before they are deleted: compress only the last level,
-  // where long-lived data settles, and spend no CPU compressing the rest.
-  cf.compression = rocksdb::kNoCompression;
-  cf.bottommost_compression = rocksdb::kLZ4Compression;
-  rocksdb::BlockBasedTableOptions table;
-  table.block_cache = rocksdb::NewLRUCache(8 << 20);
-  table.cache_index_and_filter_blocks = true;
-  cf.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
-
-  // Timers, payloads and events are keyed by ids that grow over time, so a
-  // new key nearly always belongs next to the previous insert. One insert
-  // hint per column family (every key has the same, empty, prefix) makes
-  // the memtable's skip list resume from the previous insert's position
-  // instead of searching from its top: a durable Batch under --fsync=never
-  // ran 1.25-1.27x faster with it.
-  rocksdb::ColumnFamilyOptions by_id = cf;
-  by_id.memtable_insert_with_hint_prefix_extractor.reset(
-      rocksdb::NewCappedPrefixTransform(0));
-  std::vector<rocksdb::ColumnFamilyDescriptor> families = {
-      {rocksdb::kDefaultColumnFamilyName, cf},
-      {"timers", by_id},
-      {"payloads", by_id},
-      {"events", by_id}};
-  rocksdb::DB* raw = nullptr;
-  rocksdb::Status s =
-      options.read_only ? rocksdb::DB::OpenForReadOnly(
-                              db, options.dir, families, &store->handles_, &raw)
-                        : rocksdb::DB::Open(db, options.dir, families,
-                                            &store->handles_, &raw);
-  if (!s.ok()) {
-    std::string why = s.ToString();
-    if (s.IsCorruption() || (s.IsIOError() && why.find("lock") == why.npos)) {
-      why +=
-          ". The data directory is damaged or unreadable; delayd will not "
-          "start on it. Restore it from a backup, or move it aside to start "
-          "empty; if only the log is damaged, --salvage recovers up to the "
-          "damage and drops what follows it.";
-    } else if (why.find("lock") != why.npos) {
-      why += ". Is another delayd using this data directory?";
-    }
-    return Status::Internal("cannot open the store in " + options.dir + ": " +
-                            why);
-  }
-  store->db_.reset(raw);
-  store->meta_ = store->handles_[0];
-  store->timers_ = store->handles_[1];
-  store->payloads_ = store->handles_[2];
-  store->events_ = store->handles_[3];
-  store->syncer_ = std::thread([s = store.get()] { s->SyncLoop(); });
-  *out = std::move(store);
-  return Status::Ok();
-}
-
 Store::~Store() { Close(); }
 
 Status Store::LoadNamespaces(std::vector<std::string>* names) {
@@ -354,6 +242,7 @@ Status Store::PutNamespace(NamespaceId id, std::string_view name) {
   if (closed_) return Status::Unavailable("the store is closed");
   rocksdb::WriteOptions wo;
   wo.sync = true;
+  const std::uint64_t sequence = db_->GetLatestSequenceNumber();
   auto s = db_->Put(wo, meta_, NamespaceKey(id),
                     rocksdb::Slice(name.data(), name.size()));
   if (!s.ok()) {
@@ -361,6 +250,7 @@ Status Store::PutNamespace(NamespaceId id, std::string_view name) {
     NoteWriteError(error);
     return error;
   }
+  NoteDurable(sequence);  // The synced write synced the log before it too.
   return Status::Ok();
 }
 
@@ -373,12 +263,14 @@ Status Store::ReserveIds(std::uint32_t partition, std::uint64_t version_limit,
   batch.PutCounters(partition, version_limit, event_seq_limit);
   rocksdb::WriteOptions wo;
   wo.sync = true;
+  const std::uint64_t sequence = db_->GetLatestSequenceNumber();
   auto s = db_->Write(wo, &batch.batch_);
   if (!s.ok()) {
     Status error = Error("reserving ids", s);
     NoteWriteError(error);
     return error;
   }
+  NoteDurable(sequence);
   return Status::Ok();
 }
 
@@ -476,10 +368,14 @@ void Store::SyncLoop() {
     Status status;
     if (needed) status = Failed();
     if (needed && status.ok()) {
+      // Everything written so far is in the log: the sync covers it.
+      const std::uint64_t sequence = db_->GetLatestSequenceNumber();
       const rocksdb::Status s = db_->SyncWAL();
       if (!s.ok()) {
         status = Error("WAL sync", s);
         NoteWriteError(status);
+      } else {
+        NoteDurable(sequence);
       }
     }
     for (auto& done : group) done(status);
@@ -497,7 +393,53 @@ void Store::Sync() {
     idle_cv_.wait(lock, [&] { return waiting_.empty() && !syncing_; });
   }
   std::shared_lock lock(close_mu_);
-  if (!closed_ && !failed_) db_->SyncWAL();
+  if (closed_ || failed_) return;
+  const std::uint64_t sequence = db_->GetLatestSequenceNumber();
+  if (db_->SyncWAL().ok()) NoteDurable(sequence);
+}
+
+void Store::NoteDurable(std::uint64_t sequence) {
+  std::uint64_t seen = durable_seq_.load();
+  while (seen < sequence &&
+         !durable_seq_.compare_exchange_weak(seen, sequence)) {
+  }
+}
+
+Status Store::UpdateMark() {
+  StoreMark next;
+  next.sequence = durable_seq_.load();
+  std::vector<std::string> files;
+  if (rocksdb::Status s =
+          db_->GetLiveFiles(files, &next.manifest_size, /*flush=*/false);
+      !s.ok()) {
+    return Error("listing the store's files", s);
+  }
+  for (const auto& f : files) {
+    if (f.starts_with("/MANIFEST-")) next.manifest = f.substr(1);
+  }
+  if (next == mark_) return Status::Ok();
+  rocksdb::Env* env = options_.env ? options_.env : rocksdb::Env::Default();
+  if (Status s = WriteMark(env, options_.dir, next); !s.ok()) {
+    if (options_.on_error) options_.on_error(s);
+    return s;
+  }
+  mark_ = std::move(next);
+  return Status::Ok();
+}
+
+void Store::MarkLoop() {
+  // Often enough that a store damaged after a few seconds of writes is
+  // caught; rarely enough to cost nothing (three small syncs).
+  constexpr auto kMarkInterval = std::chrono::seconds(1);
+  std::unique_lock lock(mu_);
+  while (!mark_cv_.wait_for(lock, kMarkInterval, [&] { return closing_; })) {
+    lock.unlock();
+    {
+      std::shared_lock open(close_mu_);
+      if (!closed_ && !failed_) UpdateMark();
+    }
+    lock.lock();
+  }
 }
 
 Status Store::Checkpoint(const std::string& dir) {
@@ -535,7 +477,9 @@ void Store::Close() {
     closing_ = true;
   }
   cv_.notify_all();
+  mark_cv_.notify_all();
   if (syncer_.joinable()) syncer_.join();
+  if (marker_.joinable()) marker_.join();
   std::unique_lock lock(close_mu_);
   closed_ = true;
   if (!db_) return;
@@ -544,7 +488,10 @@ void Store::Close() {
     // Flushing the memtables makes the next start read tables, not replay
     // logs.
     rocksdb::FlushOptions flush;
-    db_->Flush(flush, handles_);
+    if (db_->Flush(flush, handles_).ok()) {
+      NoteDurable(db_->GetLatestSequenceNumber());
+    }
+    UpdateMark();
   }
   for (auto* h : handles_) db_->DestroyColumnFamilyHandle(h);
   handles_.clear();

@@ -26,6 +26,10 @@
 // policy. With `always`, a syncer thread runs one WAL sync for every batch
 // written since the previous one (group commit) and then their callbacks.
 //
+// Damage: besides RocksDB's checksums, a mark file records how much the store
+// had made durable (store_mark.h), and a store that comes back with less is
+// refused on open (or, under --salvage, opened with the loss logged).
+//
 // Thread safety: every method may be called from any thread.
 #ifndef DELAYD_SERVER_STORE_H_
 #define DELAYD_SERVER_STORE_H_
@@ -48,6 +52,7 @@
 #include <vector>
 
 #include "server/status.h"
+#include "server/store_mark.h"
 #include "server/types.h"
 
 namespace delayd {
@@ -146,7 +151,9 @@ class Store {
   };
 
   // Opens (creating if missing) the store in `options.dir`. A damaged store
-  // fails with a message naming the directory and the problem.
+  // fails with a message naming the directory and the problem, and so does
+  // one holding less than its mark says it had made durable. (Defined in
+  // store_open.cc.)
   static Status Open(const StoreOptions& options, std::unique_ptr<Store>* out);
   ~Store();  // Close().
 
@@ -217,10 +224,19 @@ class Store {
   // With --salvage: where the directory was copied, as it was, before
   // opening (empty if it was empty).
   const std::string& salvage_copy() const { return salvage_copy_; }
+  // With --salvage: what the mark (store_mark.h) shows was dropped, in
+  // words (empty if nothing it can see).
+  const std::string& salvage_dropped() const { return salvage_dropped_; }
 
  private:
   explicit Store(StoreOptions options) : options_(std::move(options)) {}
   void SyncLoop();
+  // Every kMarkInterval, records in the mark how much is durable, if that
+  // changed (store_mark.h).
+  void MarkLoop();
+  Status UpdateMark();
+  // Writes up to `sequence` are durable.
+  void NoteDurable(std::uint64_t sequence);
   // Marks the store failed (every later write is refused) and reports it,
   // once.
   void NoteWriteError(const Status& error);
@@ -230,6 +246,9 @@ class Store {
 
   const StoreOptions options_;
   std::string salvage_copy_;
+  std::string salvage_dropped_;
+  // Read-only: what the mark says the store lost (reported by Check()).
+  std::vector<std::string> mark_problems_;
   std::unique_ptr<rocksdb::DB> db_;
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;
   rocksdb::ColumnFamilyHandle* meta_ = nullptr;
@@ -248,6 +267,11 @@ class Store {
   bool closing_ = false;
   bool closed_ = false;
   std::thread syncer_;
+  std::thread marker_;
+  std::condition_variable mark_cv_;
+  std::atomic<std::uint64_t> durable_seq_{0};
+  // The mark last written: by Open, then the marker thread, then Close.
+  StoreMark mark_;
   std::atomic<bool> failed_{false};
 };
 

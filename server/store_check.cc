@@ -12,6 +12,7 @@ void Store::Check(CheckReport* report) {
   auto problem = [&](std::string what) {
     report->problems.push_back(std::move(what));
   };
+  for (const auto& m : mark_problems_) problem(m);
   if (rocksdb::Status s = db_->VerifyChecksum(); !s.ok()) {
     problem("table checksums: " + s.ToString());
   }

@@ -1,12 +1,15 @@
 // A RocksDB file system for tests that simulates a power loss: it remembers
 // how much of each file written through it was synced, and Crash() cuts every
 // such file back to that length, as a machine that lost power would find its
-// disk. After Crash() nothing more reaches the disk (the machine is off)
-// until Revive(). FailWrites() makes every write and sync fail with a given
-// error (a full disk, an I/O error) until it is called with nullopt.
+// disk (or, tearing, keeps half of what was not synced: the disk had written
+// part of it back, and the last record is cut in the middle). After Crash()
+// nothing more reaches the disk (the machine is off) until Revive().
+// FailWrites() makes every write and sync fail with a given error (a full disk,
+// an I/O error) until it is called with nullopt.
 //
 // What it does not model: directory entries (a created, renamed or deleted
-// file is taken as durable at once) and torn writes inside a synced range.
+// file is taken as durable at once), damage inside a synced range, and
+// stalls.
 #ifndef DELAYD_TESTS_COMMON_POWER_LOSS_FS_H_
 #define DELAYD_TESTS_COMMON_POWER_LOSS_FS_H_
 
@@ -36,26 +39,35 @@ class PowerLossFs : public rocksdb::FileSystemWrapper {
     return fs;
   }
 
+  struct Loss {
+    std::uint64_t bytes = 0;  // Written but not synced, and lost.
+    int torn = 0;             // Files left with part of their unsynced tail.
+  };
   // Cuts every file written through this file system back to what was
-  // synced, and drops every later write. Returns how many bytes were lost.
-  std::uint64_t Crash() {
+  // synced (with `tear`, to half way between that and its length), and drops
+  // every later write.
+  Loss Crash(bool tear = false) {
     std::lock_guard lock(mu_);
     dead_ = true;
-    std::uint64_t lost = 0;
+    Loss loss;
     for (const auto& [name, f] : files_) {
       std::error_code ec;
       const auto size = std::filesystem::file_size(name, ec);
       if (ec || size <= f.synced) continue;
-      lost += size - f.synced;
-      std::filesystem::resize_file(name, f.synced, ec);
+      const auto keep = tear ? f.synced + (size - f.synced) / 2 : f.synced;
+      loss.bytes += size - keep;
+      loss.torn += keep > f.synced ? 1 : 0;
+      std::filesystem::resize_file(name, keep, ec);
+      crashed_[name] = keep;
     }
-    return lost;
+    return loss;
   }
   // Power is back: what is on disk now is all there is.
   void Revive() {
     std::lock_guard lock(mu_);
     dead_ = false;
     files_.clear();
+    crashed_.clear();
   }
   void FailWrites(std::optional<rocksdb::IOStatus> error) {
     std::lock_guard lock(mu_);
@@ -188,7 +200,13 @@ class PowerLossFs : public rocksdb::FileSystemWrapper {
     }
     rocksdb::IOStatus Close(const rocksdb::IOOptions& options,
                             rocksdb::IODebugContext* dbg) override {
-      return target()->Close(options, dbg);  // Closing syncs nothing.
+      auto s = target()->Close(options, dbg);  // Closing syncs nothing.
+      fs_->Uncrash(name_);
+      return s;
+    }
+    ~File() override {
+      target()->Close(rocksdb::IOOptions(), nullptr);
+      fs_->Uncrash(name_);
     }
 
    private:
@@ -218,6 +236,16 @@ class PowerLossFs : public rocksdb::FileSystemWrapper {
     std::lock_guard lock(mu_);
     return dead_;
   }
+  // A file closed after the crash: closing sets its length to what was
+  // written through it (dropping preallocated space), which would undo the
+  // crash's cut with zeros; the cut is put back.
+  void Uncrash(const std::string& name) {
+    std::lock_guard lock(mu_);
+    auto it = crashed_.find(name);
+    if (!dead_ || it == crashed_.end()) return;
+    std::error_code ec;
+    std::filesystem::resize_file(name, it->second, ec);
+  }
   std::optional<rocksdb::IOStatus> Failure() const {
     std::lock_guard lock(mu_);
     return fail_;
@@ -227,7 +255,8 @@ class PowerLossFs : public rocksdb::FileSystemWrapper {
   bool dead_ = false;
   std::optional<rocksdb::IOStatus> fail_;
   std::uint64_t syncs_ = 0;
-  std::map<std::string, FileState> files_;  // Written through here.
+  std::map<std::string, FileState> files_;        // Written through here.
+  std::map<std::string, std::uint64_t> crashed_;  // Lengths Crash() left.
 };
 
 }  // namespace delayd::testing

@@ -1,7 +1,9 @@
 // A damaged data directory: the real delayd refuses to start on it with a
 // message naming the directory and the problem, except for a write cut off
-// at the very end of the log (a crash mid-write, never acknowledged), where it
-// recovers everything before it.
+// at the very end of the log (a crash mid-write, never made durable), where
+// it recovers everything before it. Damage that leaves a valid but older
+// store (a MANIFEST or a log cut short) is caught by the store's mark
+// (server/store_mark.h).
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -22,10 +24,23 @@ namespace {
 namespace fs = std::filesystem;
 constexpr int kTimers = 50;
 
+// The sequence number `dir`'s mark records as durable (0 if none).
+std::uint64_t MarkedSequence(const std::string& dir) {
+  std::ifstream in(dir + "/DELAYD-MARK");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.starts_with("sequence ")) return std::stoull(line.substr(9));
+  }
+  return 0;
+}
+
 // Fills `dir` with kTimers pending timers, then stops the daemon with
-// `signo`: SIGTERM leaves table files, SIGKILL leaves the log.
-void Populate(const std::string& dir, int signo) {
-  DaemonProcess d(DELAYD_BINARY, {"--data-dir", dir});
+// `signo`: SIGTERM leaves table files, SIGKILL leaves the log. With
+// `marked`, SIGKILL waits until the mark covers (nearly) every timer: each
+// SetTimer is at least two writes (the timer and its payload).
+void Populate(const std::string& dir, int signo, const std::string& fsync,
+              bool marked) {
+  DaemonProcess d(DELAYD_BINARY, {"--data-dir", dir, "--fsync", fsync});
   ASSERT_TRUE(d.ok()) << d.output();
   auto stub = v1::Delayd::NewStub(
       grpc::CreateChannel(d.address(), grpc::InsecureChannelCredentials()));
@@ -37,6 +52,12 @@ void Populate(const std::string& dir, int signo) {
     v1::SetTimerResponse resp;
     grpc::ClientContext ctx;
     ASSERT_TRUE(stub->SetTimer(&ctx, req, &resp).ok());
+  }
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (marked && MarkedSequence(dir) < 2 * kTimers) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline)
+        << "the mark never covered the timers";
+    std::this_thread::sleep_for(20ms);
   }
   const auto code = d.Stop(signo, std::chrono::seconds(10));
   ASSERT_TRUE(code.has_value());
@@ -65,8 +86,9 @@ void Overwrite(const fs::path& file, std::uintmax_t at) {
 }
 
 // Starts delayd on `dir` and expects it to refuse, naming `dir` and the
-// damage.
-void ExpectRefusal(const std::string& dir) {
+// damage (`what`).
+void ExpectRefusal(const std::string& dir,
+                   const std::string& what = "Corruption") {
   DaemonProcess d(DELAYD_BINARY, {"--data-dir", dir}, std::chrono::seconds(10));
   EXPECT_FALSE(d.ok()) << "started on a damaged store:\n" << d.output();
   const auto code = d.Stop(0, std::chrono::seconds(10));
@@ -75,7 +97,7 @@ void ExpectRefusal(const std::string& dir) {
   EXPECT_NE(d.output().find("cannot open the store in " + dir),
             std::string::npos)
       << d.output();
-  EXPECT_NE(d.output().find("Corruption"), std::string::npos) << d.output();
+  EXPECT_NE(d.output().find(what), std::string::npos) << d.output();
   EXPECT_NE(d.output().find("will not start"), std::string::npos) << d.output();
 }
 
@@ -111,8 +133,12 @@ class DamagedStore : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new TempDir;
-    Populate(*dir_ / "clean", SIGTERM);
-    Populate(*dir_ / "log", SIGKILL);
+    Populate(*dir_ / "clean", SIGTERM, "always", false);
+    // Killed once the mark covers the timers: what a log cut short loses
+    // had been made durable.
+    Populate(*dir_ / "log", SIGKILL, "always", true);
+    // Nothing but the start is synced: the last write may be torn.
+    Populate(*dir_ / "unsynced", SIGKILL, "never", false);
   }
   static void TearDownTestSuite() { delete dir_; }
   // A copy of a populated directory to damage.
@@ -206,8 +232,10 @@ TEST_F(DamagedStore, SalvageKeepsWhatPrecedesDamageInsideTheLog) {
   EXPECT_EQ(read(copies[0] / logs.back().filename()), damaged_log);
 }
 
-TEST_F(DamagedStore, WriteCutOffAtTheEndOfTheLogRecoversTheRest) {
-  const std::string dir = Copy("log", "torn-log");
+// What --fsync never leaves to the OS may be lost to a power loss, and the
+// last write torn: delayd starts with everything before it.
+TEST_F(DamagedStore, UnsyncedWriteCutOffAtTheEndOfTheLogRecoversTheRest) {
+  const std::string dir = Copy("unsynced", "torn-log");
   const auto logs = Files(dir, ".log");
   ASSERT_FALSE(logs.empty());
   const auto& log = logs.back();
@@ -291,6 +319,58 @@ TEST_F(DamagedStore, UnreadablePayloadIsNeverServedEmpty) {
   EXPECT_NE(d.output().find("key 'k"), std::string::npos) << d.output();
 }
 
+// RocksDB reads a MANIFEST cut at a record boundary as an older, valid
+// store, and would start with none of the timers (deleting, as obsolete, the
+// table files the lost records listed): the mark refuses it first.
+TEST_F(DamagedStore, ManifestCutShortIsRefused) {
+  const std::string dir = Copy("clean", "short-manifest");
+  const auto manifests = Files(dir, "MANIFEST");
+  ASSERT_EQ(manifests.size(), 1u);
+  const auto size = fs::file_size(manifests[0]);
+  fs::resize_file(manifests[0], size / 2);
+  ExpectRefusal(dir, manifests[0].filename().string() + " is " +
+                         std::to_string(size / 2) + " bytes long");
+  // The table files are still there for a restore or --salvage.
+  EXPECT_FALSE(Files(dir, ".sst").empty());
+}
+
+// A log cut short of writes it had synced: RocksDB cannot tell this from a
+// crash mid-write; the mark can.
+TEST_F(DamagedStore, LogCutShortOfDurableWritesIsRefused) {
+  const std::string dir = Copy("log", "short-log");
+  const auto logs = Files(dir, ".log");
+  ASSERT_FALSE(logs.empty());
+  fs::resize_file(logs.back(), fs::file_size(logs.back()) / 2);
+  ExpectRefusal(dir, "durable writes are missing");
+}
+
+TEST_F(DamagedStore, DamagedMarkIsRefused) {
+  const std::string dir = Copy("clean", "damaged-mark");
+  std::ofstream(dir + "/DELAYD-MARK") << "delayd store mark 1\nsequence x\n";
+  ExpectRefusal(dir, dir + "/DELAYD-MARK is damaged");
+}
+
+// Salvage after a log cut short: starts on what is left and says, in
+// delayd's own log, how many durable writes it dropped.
+TEST_F(DamagedStore, SalvageLogsWhatItDropped) {
+  const std::string dir = Copy("log", "salvaged-short-log");
+  const auto logs = Files(dir, ".log");
+  ASSERT_FALSE(logs.empty());
+  fs::resize_file(logs.back(), fs::file_size(logs.back()) / 2);
+  DaemonProcess d(DELAYD_BINARY, {"--data-dir", dir, "--salvage"});
+  ASSERT_TRUE(d.ok()) << d.output();
+  EXPECT_EQ(d.Stop(SIGTERM, std::chrono::seconds(10)), 0) << d.output();
+  EXPECT_NE(d.output().find("--salvage: dropped: it recovers its writes up to"),
+            std::string::npos)
+      << d.output();
+  EXPECT_NE(d.output().find("durable writes are missing"), std::string::npos)
+      << d.output();
+  // Recovered is the new normal: the next start needs no --salvage.
+  DaemonProcess again(DELAYD_BINARY, {"--data-dir", dir});
+  ASSERT_TRUE(again.ok()) << again.output();
+  EXPECT_EQ(again.Stop(SIGTERM, std::chrono::seconds(10)), 0);
+}
+
 TEST_F(DamagedStore, CheckFindsAWholeStoreWhole) {
   std::string out;
   EXPECT_EQ(Check(Copy("clean", "check-clean"), &out), 0) << out;
@@ -319,6 +399,13 @@ TEST_F(DamagedStore, CheckNamesDamagedPayloadsAndRefusesBrokenFiles) {
   Overwrite(manifests[0], fs::file_size(manifests[0]) / 2);
   EXPECT_EQ(Check(manifest, &out), 2) << out;
   EXPECT_NE(out.find("Corruption"), std::string::npos) << out;
+  // A store that holds less than its mark says.
+  const std::string cut = Copy("log", "check-short-log");
+  const auto logs = Files(cut, ".log");
+  ASSERT_FALSE(logs.empty());
+  fs::resize_file(logs.back(), fs::file_size(logs.back()) / 2);
+  EXPECT_EQ(Check(cut, &out), 1) << out;
+  EXPECT_NE(out.find("durable writes are missing"), std::string::npos) << out;
 }
 
 }  // namespace

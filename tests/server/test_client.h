@@ -78,6 +78,7 @@ class TestDaemon {
     server_ = std::make_unique<DelaydServer>(options);
     Status s = server_->Start();
     EXPECT_TRUE(s.ok()) << s.message();
+    started_ = s.ok();
     channel_ = grpc::CreateChannel("127.0.0.1:" + std::to_string(port()),
                                    grpc::InsecureChannelCredentials());
     stub_ = v1::Delayd::NewStub(channel_);
@@ -88,6 +89,7 @@ class TestDaemon {
     o.scheduler.threads = 2;
     return o;
   }
+  bool started() const { return started_; }
   int port() const { return server_->port(); }
   v1::Delayd::Stub& stub() { return *stub_; }
   std::shared_ptr<grpc::Channel> channel() { return channel_; }
@@ -98,6 +100,7 @@ class TestDaemon {
 
  private:
   std::unique_ptr<DelaydServer> server_;
+  bool started_ = false;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Delayd::Stub> stub_;
 };
