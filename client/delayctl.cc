@@ -744,11 +744,12 @@ int CmdStats(Client& c) {
   return kOk;
 }
 
-int CmdHealth(Client& c) {
+int CmdHealth(Client& c, const std::string& service) {
   auto health = grpc::health::v1::Health::NewStub(c.channel());
+  grpc::health::v1::HealthCheckRequest req;
+  req.set_service(service);
   grpc::health::v1::HealthCheckResponse resp;
-  Check(health->Check(c.Context().get(), grpc::health::v1::HealthCheckRequest(),
-                      &resp));
+  Check(health->Check(c.Context().get(), req, &resp));
   const bool serving =
       resp.status() == grpc::health::v1::HealthCheckResponse::SERVING;
   if (c.json()) {
@@ -859,6 +860,10 @@ int main(int argc, char** argv) {
       ->required();
   auto* health =
       app.add_subcommand("health", "Check health (0 serving, 4 not)");
+  std::string health_service;
+  health->add_option("service", health_service,
+                     "Service: empty (the server), delayd.v1.Delayd, or "
+                     "delayd.store (NOT_SERVING once the store failed)");
 
   try {
     app.parse(argc, argv);
@@ -886,7 +891,7 @@ int main(int argc, char** argv) {
     if (*ack) return CmdAck(c, g, ids);
     if (*stats) return CmdStats(c);
     if (*backup) return CmdBackup(c, backup_dir);
-    if (*health) return CmdHealth(c);
+    if (*health) return CmdHealth(c, health_service);
   } catch (const Exit& e) {
     std::fprintf(stderr, "delayctl: %s\n", e.message.c_str());
     return e.code;

@@ -97,6 +97,20 @@ Status DelaydServer::Start() {
   }
   if (options_.scheduler.store) {
     StoreOptions& store = *options_.scheduler.store;
+    store.on_error = [this, also = std::move(store.on_error)](const Status& s) {
+      {
+        std::lock_guard lock(health_mu_);
+        if (store_whole_) {
+          store_whole_ = false;
+          spdlog::error(
+              "the store failed ({}): health of '{}' NOT_SERVING "
+              "until delayd restarts; run delayd check on it",
+              s.message(), kStoreHealthService);
+          SetHealth();
+        }
+      }
+      if (also) also(s);
+    };
     store.on_write_failure =
         [this, also = std::move(store.on_write_failure)](const Status& why) {
           spdlog::error("the store cannot write ({}): health NOT_SERVING",
@@ -210,6 +224,7 @@ void DelaydServer::SetHealth() {
     auto* health = server->GetHealthCheckService();
     health->SetServingStatus(serving);  // The server as a whole ("").
     health->SetServingStatus(v1::Delayd::service_full_name(), serving);
+    health->SetServingStatus(kStoreHealthService, serving && store_whole_);
   }
 }
 

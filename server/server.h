@@ -42,6 +42,10 @@ class ParseErrorInterceptorFactory
   std::map<std::string, std::string, std::less<>> errors_;
 };
 
+// The health service name whose status is the store's: NOT_SERVING once it
+// failed a read or a write (see the README's section on damage).
+inline constexpr char kStoreHealthService[] = "delayd.store";
+
 // The daemon's gRPC server: the service, health checking and reflection.
 class DelaydServer {
  public:
@@ -99,13 +103,16 @@ class DelaydServer {
   int port_ = 0;
   int health_port_ = 0;
   // Health: SERVING once started, while not stopping and until a store
-  // write fails. Under health_mu_ (the store reports from its own
-  // threads).
+  // write fails. The store's own entry (kStoreHealthService) also turns
+  // NOT_SERVING, until a restart, at the first failed read (damage): the
+  // rest still serves, so probes of the server stay SERVING. Under
+  // health_mu_ (the store reports from its own threads).
   void SetHealth();
   std::mutex health_mu_;
   bool started_ = false;
   bool stopped_ = false;
   bool store_writable_ = true;
+  bool store_whole_ = true;
   Scheduler::RecoveryReport recovery_;
 };
 

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "delayd/v1/delayd.grpc.pb.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "tests/common/daemon_process.h"
 #include "tests/common/temp_dir.h"
 #include "tests/server/test_client.h"
@@ -310,6 +311,20 @@ TEST_F(DamagedStore, UnreadablePayloadIsNeverServedEmpty) {
     std::this_thread::sleep_for(10ms);
   }
   EXPECT_GT(stats.ready_events(), 0u) << "no payload was damaged";
+  // The store's health says so; the server's stays SERVING (all else works).
+  auto health = grpc::health::v1::Health::NewStub(
+      grpc::CreateChannel(d.address(), grpc::InsecureChannelCredentials()));
+  const auto status_of = [&](const std::string& service) {
+    grpc::health::v1::HealthCheckRequest req;
+    req.set_service(service);
+    grpc::health::v1::HealthCheckResponse resp;
+    grpc::ClientContext ctx;
+    EXPECT_TRUE(health->Check(&ctx, req, &resp).ok()) << service;
+    return resp.status();
+  };
+  EXPECT_EQ(status_of("delayd.store"),
+            grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+  EXPECT_EQ(status_of(""), grpc::health::v1::HealthCheckResponse::SERVING);
   for (const auto& e : worker.Events()) {
     EXPECT_EQ(e.payload(), "payload-" + e.key().substr(1)) << e.key();
   }

@@ -54,6 +54,8 @@ C=$DELAYCTL
 # health, stats
 expect_code 0 "$C" health
 expect_out '^SERVING$'
+expect_code 0 "$C" health delayd.store
+expect_out '^SERVING$'
 expect_code 0 "$C" stats
 expect_out 'pending_timers +0'
 expect_out 'durable +yes'

@@ -355,6 +355,8 @@ TEST(FailingDisk, FullDiskFailsWritesClearlyAndLosesNothing) {
         << first.error_message();
     EXPECT_EQ(reported.load(), 1);
     EXPECT_TRUE(WaitForHealth(d.channel(), HealthCheckResponse::NOT_SERVING));
+    EXPECT_EQ(Health(d.channel(), kStoreHealthService),
+              HealthCheckResponse::NOT_SERVING);
     EXPECT_GT(d.server().scheduler().counters().store_errors.load(), 0u);
     // Refused at once, even with the disk back: RocksDB must be reopened.
     fs->FailWrites(std::nullopt);
@@ -367,6 +369,8 @@ TEST(FailingDisk, FullDiskFailsWritesClearlyAndLosesNothing) {
   }
   TestDaemon d(OnFs(dir / "data", "always", env.get()));
   EXPECT_TRUE(WaitForHealth(d.channel(), HealthCheckResponse::SERVING));
+  EXPECT_EQ(Health(d.channel(), kStoreHealthService),
+            HealthCheckResponse::SERVING);
   for (int i = 0; i < 20; ++i) {
     v1::GetTimerRequest req;
     req.set_key("before" + std::to_string(i));
