@@ -7,9 +7,11 @@
 // FailWrites() makes every write and sync fail with a given error (a full disk,
 // an I/O error) until it is called with nullopt.
 //
+// HoldSyncs() stalls every sync until released (a disk that stops
+// answering).
+//
 // What it does not model: directory entries (a created, renamed or deleted
-// file is taken as durable at once), damage inside a synced range, and
-// stalls.
+// file is taken as durable at once) and damage inside a synced range.
 #ifndef DELAYD_TESTS_COMMON_POWER_LOSS_FS_H_
 #define DELAYD_TESTS_COMMON_POWER_LOSS_FS_H_
 
@@ -17,6 +19,7 @@
 #include <rocksdb/file_system.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -72,6 +75,17 @@ class PowerLossFs : public rocksdb::FileSystemWrapper {
   void FailWrites(std::optional<rocksdb::IOStatus> error) {
     std::lock_guard lock(mu_);
     fail_ = std::move(error);
+  }
+
+  // While held, every sync waits (counted by held_syncs()) until released.
+  void HoldSyncs(bool hold) {
+    std::lock_guard lock(mu_);
+    hold_ = hold;
+    hold_cv_.notify_all();
+  }
+  int held_syncs() const {
+    std::lock_guard lock(mu_);
+    return held_;
   }
 
   // Syncs that reached this file system (each one a WAL or file sync).
@@ -188,12 +202,14 @@ class PowerLossFs : public rocksdb::FileSystemWrapper {
     // Buffered data goes to the OS on Flush(): not durable yet.
     rocksdb::IOStatus Sync(const rocksdb::IOOptions& options,
                            rocksdb::IODebugContext* dbg) override {
+      fs_->WaitWhileHeld();
       if (auto e = fs_->Failure()) return *e;
       const std::uint64_t size = Size();
       return Synced(target()->Sync(options, dbg), size);
     }
     rocksdb::IOStatus Fsync(const rocksdb::IOOptions& options,
                             rocksdb::IODebugContext* dbg) override {
+      fs_->WaitWhileHeld();
       if (auto e = fs_->Failure()) return *e;
       const std::uint64_t size = Size();
       return Synced(target()->Fsync(options, dbg), size);
@@ -236,6 +252,12 @@ class PowerLossFs : public rocksdb::FileSystemWrapper {
     std::lock_guard lock(mu_);
     return dead_;
   }
+  void WaitWhileHeld() {
+    std::unique_lock lock(mu_);
+    ++held_;
+    hold_cv_.wait(lock, [&] { return !hold_; });
+    --held_;
+  }
   // A file closed after the crash: closing sets its length to what was
   // written through it (dropping preallocated space), which would undo the
   // crash's cut with zeros; the cut is put back.
@@ -252,6 +274,9 @@ class PowerLossFs : public rocksdb::FileSystemWrapper {
   }
 
   mutable std::mutex mu_;
+  std::condition_variable hold_cv_;
+  bool hold_ = false;
+  int held_ = 0;
   bool dead_ = false;
   std::optional<rocksdb::IOStatus> fail_;
   std::uint64_t syncs_ = 0;

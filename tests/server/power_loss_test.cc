@@ -211,6 +211,7 @@ bool Pending(v1::Delayd::Stub& stub, const std::string& key) {
   req.set_key(key);
   v1::Timer t;
   grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 10s);
   return stub.GetTimer(&ctx, req, &t).ok();
 }
 
@@ -290,6 +291,36 @@ TEST(PowerLossInterval, LosesAtMostTheLastWindow) {
         << key << " acked at sync " << syncs << ", crash at " << syncs_at_crash;
   }
   EXPECT_GT(covered, 0u);
+}
+
+// A disk that stops answering syncs holds back only the acknowledgements of
+// writes waiting for one: reads still answer meanwhile, and the writes
+// complete once it answers again.
+TEST(StalledDisk, ReadsAnswerWhileASyncHangs) {
+  TempDir dir;
+  std::unique_ptr<rocksdb::Env> env;
+  auto fs = PowerLossFs::Make(&env);
+  TestDaemon d(OnFs(dir / "data", "always", env.get()));
+  ASSERT_EQ(SetTimers(d.stub(), "a", 1, 3600'000).size(), 1u);
+  fs->HoldSyncs(true);
+  std::atomic<bool> set_done{false};
+  std::thread setter([&] {
+    EXPECT_EQ(SetTimers(d.stub(), "b", 1, 3600'000).size(), 1u);
+    set_done = true;
+  });
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (fs->held_syncs() == 0) {  // Polls until the write waits on it.
+    if (std::chrono::steady_clock::now() > deadline) {
+      ADD_FAILURE() << "no sync reached the disk";
+      break;
+    }
+    std::this_thread::sleep_for(5ms);
+  }
+  EXPECT_TRUE(Pending(d.stub(), "a0"));
+  EXPECT_FALSE(set_done) << "acknowledged before its sync";
+  fs->HoldSyncs(false);
+  setter.join();
+  EXPECT_TRUE(set_done);
 }
 
 grpc::health::v1::HealthCheckResponse::ServingStatus Health(
