@@ -4,6 +4,7 @@
 #define DELAYD_TESTS_COMMON_DAEMON_PROCESS_H_
 
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -23,8 +24,11 @@ class DaemonProcess {
  public:
   // Starts `binary` with `args` plus --listen 127.0.0.1:0 and waits (up to
   // `timeout`) for the line that gives its port. ok() tells whether it did.
+  // A non-zero `max_file_bytes` makes every write past that size in any
+  // file fail (EFBIG, through RLIMIT_FSIZE): a disk that is full for it.
   DaemonProcess(const std::string& binary, std::vector<std::string> args,
-                std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
+                std::chrono::milliseconds timeout = std::chrono::seconds(10),
+                rlim_t max_file_bytes = 0) {
     int out[2];
     if (pipe(out) != 0) return;
     args.insert(args.begin(), {binary, "--listen", "127.0.0.1:0"});
@@ -36,6 +40,11 @@ class DaemonProcess {
     argv.push_back(nullptr);
     pid_ = fork();
     if (pid_ == 0) {
+      if (max_file_bytes != 0) {
+        signal(SIGXFSZ, SIG_IGN);  // Kept across exec: writes fail instead.
+        const rlimit limit{max_file_bytes, max_file_bytes};
+        setrlimit(RLIMIT_FSIZE, &limit);
+      }
       dup2(out[1], STDOUT_FILENO);
       dup2(out[1], STDERR_FILENO);
       close(out[0]);

@@ -423,5 +423,63 @@ TEST_F(DamagedStore, CheckNamesDamagedPayloadsAndRefusesBrokenFiles) {
   EXPECT_NE(out.find("durable writes are missing"), std::string::npos) << out;
 }
 
+// A disk that fills up under the real daemon (every file it writes is
+// capped): the write that fails answers INTERNAL with the disk's error,
+// delayd stops with exit code 3 for its supervisor, and started again on a
+// disk with room it has every timer acknowledged before, and takes writes.
+TEST(FullDisk, DelaydStopsWithCode3AndComesBackWithEverythingAcknowledged) {
+  TempDir dir;
+  const std::string data = dir / "data";
+  std::vector<std::string> acknowledged;
+  {
+    DaemonProcess d(DELAYD_BINARY, {"--data-dir", data},
+                    std::chrono::seconds(10), /*max_file_bytes=*/512 << 10);
+    ASSERT_TRUE(d.ok()) << d.output();
+    auto stub = v1::Delayd::NewStub(
+        grpc::CreateChannel(d.address(), grpc::InsecureChannelCredentials()));
+    grpc::Status failed;
+    for (int i = 0; i < 1000 && failed.ok(); ++i) {
+      v1::SetTimerRequest req;
+      req.set_key("k" + std::to_string(i));
+      req.set_payload(std::string(8 << 10, 'x'));
+      *req.mutable_delay() = Millis(3'600'000);
+      v1::SetTimerResponse resp;
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + 10s);
+      failed = stub->SetTimer(&ctx, req, &resp);
+      if (failed.ok()) acknowledged.push_back(req.key());
+    }
+    ASSERT_FALSE(failed.ok()) << "the disk never filled";
+    EXPECT_EQ(failed.error_code(), grpc::StatusCode::INTERNAL)
+        << failed.error_message();
+    EXPECT_NE(failed.error_message().find("File too large"), std::string::npos)
+        << failed.error_message();
+    const auto code = d.Stop(0, std::chrono::seconds(20));  // Waits.
+    ASSERT_TRUE(code.has_value()) << "delayd did not stop\n" << d.output();
+    EXPECT_EQ(*code, 3) << d.output();
+    EXPECT_NE(d.output().find("health NOT_SERVING"), std::string::npos)
+        << d.output();
+  }
+  ASSERT_GT(acknowledged.size(), 10u);
+  DaemonProcess d(DELAYD_BINARY, {"--data-dir", data});
+  ASSERT_TRUE(d.ok()) << d.output();
+  auto stub = v1::Delayd::NewStub(
+      grpc::CreateChannel(d.address(), grpc::InsecureChannelCredentials()));
+  for (const auto& key : acknowledged) {
+    v1::GetTimerRequest req;
+    req.set_key(key);
+    v1::Timer t;
+    grpc::ClientContext ctx;
+    EXPECT_TRUE(stub->GetTimer(&ctx, req, &t).ok()) << key;
+  }
+  v1::SetTimerRequest req;
+  req.set_key("after");
+  *req.mutable_delay() = Millis(3'600'000);
+  v1::SetTimerResponse resp;
+  grpc::ClientContext ctx;
+  EXPECT_TRUE(stub->SetTimer(&ctx, req, &resp).ok());
+  EXPECT_EQ(d.Stop(SIGTERM, std::chrono::seconds(10)), 0) << d.output();
+}
+
 }  // namespace
 }  // namespace delayd::testing
