@@ -85,6 +85,10 @@ struct StoreOptions {
   // Opened to be checked (delayd check): read-only, nothing created or
   // written.
   bool read_only = false;
+  // Read-only: replay every log record that can be read, skipping damaged
+  // ones (a view that may be inconsistent, never served: it names what a
+  // salvage dropped).
+  bool skip_damaged_records = false;
   // The environment RocksDB uses, if not the default: tests give one whose
   // file system simulates a power loss (tests/common/power_loss_fs.h).
   rocksdb::Env* env = nullptr;
@@ -235,6 +239,10 @@ class Store {
   // changed (store_mark.h).
   void MarkLoop();
   Status UpdateMark();
+  // After a salvage: adds to salvage_dropped_ the timers and events that
+  // the copied directory's log, read past its damage, holds and this store
+  // does not.
+  void NameDropped();
   // Writes up to `sequence` are durable.
   void NoteDurable(std::uint64_t sequence);
   // Marks the store failed (every later write is refused) and reports it,

@@ -5,6 +5,8 @@
 
 #include <ctime>
 #include <filesystem>
+#include <set>
+#include <tuple>
 
 #include "server/store.h"
 #include "server/store_mark.h"
@@ -88,8 +90,11 @@ Status Store::Open(const StoreOptions& options, std::unique_ptr<Store>* out) {
   // A record cut short at the very end of a log is a write that was never
   // acknowledged (a crash mid-write); damage anywhere else refuses to open.
   db.wal_recovery_mode =
-      options.salvage ? rocksdb::WALRecoveryMode::kPointInTimeRecovery
-                      : rocksdb::WALRecoveryMode::kTolerateCorruptedTailRecords;
+      options.skip_damaged_records
+          ? rocksdb::WALRecoveryMode::kSkipAnyCorruptedRecords
+      : options.salvage
+          ? rocksdb::WALRecoveryMode::kPointInTimeRecovery
+          : rocksdb::WALRecoveryMode::kTolerateCorruptedTailRecords;
   // Bounds the WAL: past this, memtables holding its oldest data are flushed.
   db.max_total_wal_size = 64 << 20;
   // Bounds all memtables together, whatever the payload sizes.
@@ -182,12 +187,73 @@ Status Store::Open(const StoreOptions& options, std::unique_ptr<Store>* out) {
                               s.message());
     }
   }
+  if (!store->salvage_copy_.empty()) store->NameDropped();
   store->syncer_ = std::thread([s = store.get()] { s->SyncLoop(); });
   if (!options.read_only) {
     store->marker_ = std::thread([s = store.get()] { s->MarkLoop(); });
   }
   *out = std::move(store);
   return Status::Ok();
+}
+
+void Store::NameDropped() {
+  StoreOptions past;
+  past.dir = salvage_copy_;
+  past.read_only = true;
+  past.skip_damaged_records = true;
+  past.env = options_.env;
+  std::unique_ptr<Store> copy;
+  std::vector<std::string> copy_names, names;
+  if (Status s = Open(past, &copy); !s.ok() ||
+                                    !copy->LoadNamespaces(&copy_names).ok() ||
+                                    !LoadNamespaces(&names).ok()) {
+    salvage_dropped_ += std::string(salvage_dropped_.empty() ? "" : "; ") +
+                        "which keys, the copy cannot tell";
+    return;
+  }
+  const auto name_in = [](const std::vector<std::string>& names,
+                          NamespaceId ns) {
+    return ns < names.size() ? names[ns] : "#" + std::to_string(ns);
+  };
+  // (namespace, key, version) of what this store kept.
+  using Entry = std::tuple<std::string, std::string, std::uint64_t>;
+  std::set<Entry> timers, events;
+  ForEachTimer([&](const StoredTimer& t) {
+    timers.emplace(name_in(names, t.ns), t.key, t.version);
+  });
+  ForEachEvent([&](const StoredEvent& e) {
+    events.emplace(name_in(names, e.ns), e.key, e.version);
+  });
+  constexpr std::size_t kNamed = 20;  // Keys named in the log, at most.
+  std::vector<std::string> named;
+  std::uint64_t dropped = 0;
+  const auto note = [&](const std::set<Entry>& kept, NamespaceId ns,
+                        std::string_view key, std::uint64_t version,
+                        const char* what) {
+    Entry entry(name_in(copy_names, ns), key, version);
+    if (kept.count(entry)) return;
+    ++dropped;
+    if (named.size() < kNamed) {
+      named.push_back(std::string(what) + " '" + std::get<0>(entry) + "'/'" +
+                      std::get<1>(entry) + "' version " +
+                      std::to_string(version));
+    }
+  };
+  copy->ForEachTimer([&](const StoredTimer& t) {
+    note(timers, t.ns, t.key, t.version, "timer");
+  });
+  copy->ForEachEvent([&](const StoredEvent& e) {
+    note(events, e.ns, e.key, e.version, "event");
+  });
+  std::string text = std::string(salvage_dropped_.empty() ? "" : "; ") +
+                     "the copy's log, read past its damage, holds " +
+                     std::to_string(dropped) +
+                     " timers and events this store does not";
+  for (std::size_t i = 0; i < named.size(); ++i) {
+    text += (i ? ", " : ": ") + named[i];
+  }
+  if (dropped > named.size()) text += ", ...";
+  salvage_dropped_ += text;
 }
 
 }  // namespace delayd

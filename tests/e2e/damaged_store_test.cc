@@ -40,7 +40,7 @@ std::uint64_t MarkedSequence(const std::string& dir) {
 // `marked`, SIGKILL waits until the mark covers (nearly) every timer: each
 // SetTimer is at least two writes (the timer and its payload).
 void Populate(const std::string& dir, int signo, const std::string& fsync,
-              bool marked) {
+              bool marked, std::size_t pad = 0) {
   DaemonProcess d(DELAYD_BINARY, {"--data-dir", dir, "--fsync", fsync});
   ASSERT_TRUE(d.ok()) << d.output();
   auto stub = v1::Delayd::NewStub(
@@ -48,7 +48,7 @@ void Populate(const std::string& dir, int signo, const std::string& fsync,
   for (int i = 0; i < kTimers; ++i) {
     v1::SetTimerRequest req;
     req.set_key("k" + std::to_string(i));
-    req.set_payload("payload-" + std::to_string(i));
+    req.set_payload("payload-" + std::to_string(i) + std::string(pad, '.'));
     *req.mutable_delay() = Millis(3'600'000);
     v1::SetTimerResponse resp;
     grpc::ClientContext ctx;
@@ -138,6 +138,9 @@ class DamagedStore : public ::testing::Test {
     // Killed once the mark covers the timers: what a log cut short loses
     // had been made durable.
     Populate(*dir_ / "log", SIGKILL, "always", true);
+    // The same, over several 32 KiB blocks of the log: what follows damage
+    // in one block can still be read in the next.
+    Populate(*dir_ / "log-large", SIGKILL, "always", true, 2048);
     // Nothing but the start is synced: the last write may be torn.
     Populate(*dir_ / "unsynced", SIGKILL, "never", false);
   }
@@ -186,7 +189,7 @@ TEST_F(DamagedStore, CorruptionInsideTheLogIsRefused) {
 }
 
 TEST_F(DamagedStore, SalvageKeepsWhatPrecedesDamageInsideTheLog) {
-  const std::string dir = Copy("log", "salvaged-log");
+  const std::string dir = Copy("log-large", "salvaged-log");
   const auto logs = Files(dir, ".log");
   ASSERT_FALSE(logs.empty());
   Overwrite(logs.back(), fs::file_size(logs.back()) / 2);
@@ -215,6 +218,13 @@ TEST_F(DamagedStore, SalvageKeepsWhatPrecedesDamageInsideTheLog) {
   EXPECT_GT(present, 0);
   EXPECT_LT(present, kTimers);
   EXPECT_EQ(d.Stop(SIGTERM, std::chrono::seconds(10)), 0) << d.output();
+  // The log names what was dropped: the count of durable writes, and the
+  // timers the log still holds past the damage, by key.
+  EXPECT_NE(d.output().find("durable writes are missing"), std::string::npos)
+      << d.output();
+  EXPECT_NE(d.output().find("timer 'default'/'k"), std::string::npos)
+      << d.output();
+  EXPECT_EQ(d.output().find("holds 0 timers"), std::string::npos) << d.output();
   // The damaged directory was first copied aside, untouched, and the log
   // says where.
   std::vector<fs::path> copies;
