@@ -321,11 +321,7 @@ int main(int argc, char** argv) {
           "whatever followed damage in its log was dropped (the counts above "
           "are what remained)",
           r.salvage_copy);
-      spdlog::warn("--salvage: dropped: {}",
-                   r.salvage_dropped.empty()
-                       ? "no write the store had recorded as durable (any "
-                         "dropped were newer than its last mark)"
-                       : r.salvage_dropped);
+      spdlog::warn("--salvage: dropped: {}", r.salvage_dropped);
     }
   }
   spdlog::info(

@@ -418,7 +418,7 @@ Status Store::UpdateMark() {
     if (f.starts_with("/MANIFEST-")) next.manifest = f.substr(1);
   }
   if (next == mark_) return Status::Ok();
-  rocksdb::Env* env = options_.env ? options_.env : rocksdb::Env::Default();
+  rocksdb::Env* env = options_.EnvOrDefault();
   if (Status s = WriteMark(env, options_.dir, next); !s.ok()) {
     if (options_.on_error) options_.on_error(s);
     return s;

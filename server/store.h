@@ -92,6 +92,9 @@ struct StoreOptions {
   // The environment RocksDB uses, if not the default: tests give one whose
   // file system simulates a power loss (tests/common/power_loss_fs.h).
   rocksdb::Env* env = nullptr;
+  rocksdb::Env* EnvOrDefault() const {
+    return env ? env : rocksdb::Env::Default();
+  }
 };
 
 // Parses "always", "never" or a duration such as "100ms" (an interval).
@@ -228,8 +231,8 @@ class Store {
   // With --salvage: where the directory was copied, as it was, before
   // opening (empty if it was empty).
   const std::string& salvage_copy() const { return salvage_copy_; }
-  // With --salvage: what the mark (store_mark.h) shows was dropped, in
-  // words (empty if nothing it can see).
+  // With --salvage: what was dropped, in words: what the mark
+  // (store_mark.h) shows is missing, and what the copy still holds.
   const std::string& salvage_dropped() const { return salvage_dropped_; }
 
  private:
@@ -239,10 +242,9 @@ class Store {
   // changed (store_mark.h).
   void MarkLoop();
   Status UpdateMark();
-  // After a salvage: adds to salvage_dropped_ the timers and events that
-  // the copied directory's log, read past its damage, holds and this store
-  // does not.
-  void NameDropped();
+  // After a salvage: names the timers and events that the copied
+  // directory's log, read past its damage, holds and this store does not.
+  std::string NameDropped();
   // Writes up to `sequence` are durable.
   void NoteDurable(std::uint64_t sequence);
   // Marks the store failed (every later write is refused) and reports it,

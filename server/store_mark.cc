@@ -96,9 +96,8 @@ std::string ManifestShortfall(rocksdb::Env* env, const std::string& dir,
     return "";  // RocksDB itself refuses a store without one.
   }
   while (!current.empty() && current.back() == '\n') current.pop_back();
-  if (current != mark.manifest)
-    return "";  // A newer MANIFEST, or damage
-                // RocksDB detects.
+  // Another MANIFEST: a newer one, or damage RocksDB detects itself.
+  if (current != mark.manifest) return "";
   std::uint64_t size = 0;
   if (!env->GetFileSize(dir + "/" + current, &size).ok()) return "";
   if (size >= mark.manifest_size) return "";

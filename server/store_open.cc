@@ -63,7 +63,7 @@ Status Store::Open(const StoreOptions& options, std::unique_ptr<Store>* out) {
       return s;
     }
   }
-  rocksdb::Env* env = options.env ? options.env : rocksdb::Env::Default();
+  rocksdb::Env* env = options.EnvOrDefault();
   // What the store had made durable, as last recorded (store_mark.h).
   StoreMark mark;
   bool marked = false;
@@ -173,10 +173,6 @@ Status Store::Open(const StoreOptions& options, std::unique_ptr<Store>* out) {
   if (options.read_only) {
     store->mark_problems_ = std::move(missing);
   } else {
-    for (const auto& m : missing) {
-      store->salvage_dropped_ +=
-          (store->salvage_dropped_.empty() ? "" : "; ") + m;
-    }
     // What the store holds now is durable (RocksDB flushed what it replayed
     // from the log, and wrote a new MANIFEST).
     store->durable_seq_ = recovered;
@@ -187,7 +183,13 @@ Status Store::Open(const StoreOptions& options, std::unique_ptr<Store>* out) {
                               s.message());
     }
   }
-  if (!store->salvage_copy_.empty()) store->NameDropped();
+  if (!store->salvage_copy_.empty()) {
+    missing.push_back(store->NameDropped());
+    for (const auto& m : missing) {
+      store->salvage_dropped_ +=
+          (store->salvage_dropped_.empty() ? "" : "; ") + m;
+    }
+  }
   store->syncer_ = std::thread([s = store.get()] { s->SyncLoop(); });
   if (!options.read_only) {
     store->marker_ = std::thread([s = store.get()] { s->MarkLoop(); });
@@ -196,7 +198,7 @@ Status Store::Open(const StoreOptions& options, std::unique_ptr<Store>* out) {
   return Status::Ok();
 }
 
-void Store::NameDropped() {
+std::string Store::NameDropped() {
   StoreOptions past;
   past.dir = salvage_copy_;
   past.read_only = true;
@@ -207,9 +209,7 @@ void Store::NameDropped() {
   if (Status s = Open(past, &copy); !s.ok() ||
                                     !copy->LoadNamespaces(&copy_names).ok() ||
                                     !LoadNamespaces(&names).ok()) {
-    salvage_dropped_ += std::string(salvage_dropped_.empty() ? "" : "; ") +
-                        "which keys, the copy cannot tell";
-    return;
+    return "which keys, the copy cannot tell";
   }
   const auto name_in = [](const std::vector<std::string>& names,
                           NamespaceId ns) {
@@ -245,15 +245,14 @@ void Store::NameDropped() {
   copy->ForEachEvent([&](const StoredEvent& e) {
     note(events, e.ns, e.key, e.version, "event");
   });
-  std::string text = std::string(salvage_dropped_.empty() ? "" : "; ") +
-                     "the copy's log, read past its damage, holds " +
+  std::string text = "the copy's log, read past its damage, holds " +
                      std::to_string(dropped) +
                      " timers and events this store does not";
   for (std::size_t i = 0; i < named.size(); ++i) {
     text += (i ? ", " : ": ") + named[i];
   }
   if (dropped > named.size()) text += ", ...";
-  salvage_dropped_ += text;
+  return text;
 }
 
 }  // namespace delayd
