@@ -284,6 +284,22 @@ TEST(PowerLossInterval, LosesAtMostTheLastWindow) {
           << "the interval policy does not sync";
       std::this_thread::sleep_for(5ms);
     }
+    // The disk stops answering syncs, and a few more writes are
+    // acknowledged (the interval does not wait for them): the crash must
+    // then take something, or the simulation does not bite.
+    fs->HoldSyncs(true);
+    // Released however this scope ends (the daemon's close syncs).
+    const std::unique_ptr<PowerLossFs, void (*)(PowerLossFs*)> release(
+        fs.get(), [](PowerLossFs* f) { f->HoldSyncs(false); });
+    while (fs->held_syncs() == 0) {  // Polls until the syncer waits.
+      ASSERT_LT(std::chrono::steady_clock::now(), deadline);
+      std::this_thread::sleep_for(5ms);
+    }
+    const std::size_t acked_when_held = writer.acked().size();
+    while (writer.acked().size() < acked_when_held + 5) {
+      ASSERT_LT(std::chrono::steady_clock::now(), deadline);
+      std::this_thread::sleep_for(5ms);
+    }
     writer.crashing = true;
     syncs_at_crash = fs->syncs();
     EXPECT_GT(fs->Crash().bytes, 0u);
