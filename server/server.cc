@@ -1,6 +1,5 @@
 #include "server/server.h"
 
-#include <google/protobuf/descriptor.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <spdlog/spdlog.h>
@@ -18,56 +17,6 @@ bool IsLoopback(std::string_view listen) {
     host = host.substr(1, host.size() - 2);
   }
   return host.starts_with("127.") || host == "localhost" || host == "::1";
-}
-
-namespace {
-
-class ParseErrorInterceptor : public grpc::experimental::Interceptor {
- public:
-  explicit ParseErrorInterceptor(const std::string& error) : error_(error) {}
-
-  void Intercept(
-      grpc::experimental::InterceptorBatchMethods* methods) override {
-    using grpc::experimental::InterceptionHookPoints;
-    // gRPC hands the interceptor no message when the request did not parse.
-    if (methods->QueryInterceptionHookPoint(
-            InterceptionHookPoints::POST_RECV_MESSAGE)) {
-      unparsed_ = methods->GetRecvMessage() == nullptr;
-    }
-    if (unparsed_ &&
-        methods->QueryInterceptionHookPoint(
-            InterceptionHookPoints::PRE_SEND_STATUS) &&
-        methods->GetSendStatus().error_code() ==
-            grpc::StatusCode::UNIMPLEMENTED) {
-      methods->ModifySendStatus(
-          grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, error_));
-    }
-    methods->Proceed();
-  }
-
- private:
-  const std::string& error_;  // Owned by the factory, which outlives calls.
-  bool unparsed_ = false;
-};
-
-}  // namespace
-
-ParseErrorInterceptorFactory::ParseErrorInterceptorFactory() {
-  const google::protobuf::ServiceDescriptor* service =
-      v1::SetTimerRequest::descriptor()->file()->FindServiceByName("Delayd");
-  for (int i = 0; i < service->method_count(); ++i) {
-    const google::protobuf::MethodDescriptor* m = service->method(i);
-    errors_.emplace("/" + service->full_name() + "/" + m->name(),
-                    "request: not a valid " + m->input_type()->full_name());
-  }
-}
-
-grpc::experimental::Interceptor*
-ParseErrorInterceptorFactory::CreateServerInterceptor(
-    grpc::experimental::ServerRpcInfo* info) {
-  const auto it = errors_.find(std::string_view(info->method()));
-  if (it == errors_.end()) return nullptr;
-  return new ParseErrorInterceptor(it->second);
 }
 
 DelaydServer::DelaydServer(Options options) : options_(std::move(options)) {}
@@ -138,11 +87,6 @@ Status DelaydServer::Start() {
   if (tls_) credentials = tls_->credentials();
   builder.AddListeningPort(options_.listen, credentials, &port_);
   builder.RegisterService(service_.get());
-  std::vector<
-      std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
-      interceptors;
-  interceptors.push_back(std::make_unique<ParseErrorInterceptorFactory>());
-  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   // Keep idle streams alive behind proxies and notice dead peers.
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS,
                              static_cast<int>(options_.keepalive_time.count()));
@@ -155,10 +99,8 @@ Status DelaydServer::Start() {
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   // gRPC has one receive limit per server, not per method. It is what the
   // largest request needs: a Batch up to --max-batch-bytes, or one
-  // full-size timer. Requests of other methods are parsed within it and then
-  // held to their own field limits; their parsed size is at most a few
-  // times their bytes (no repeated message fields outside Batch, which reads
-  // its own bytes and stops at --max-batch-ops).
+  // full-size timer. Every method then holds its request to its own limit
+  // before parsing it (RequestLimits in service.h).
   const Limits& l = options_.scheduler.limits;
   const std::size_t unary_message =
       l.max_payload_bytes + l.max_key_bytes + l.max_namespace_bytes + 4096;

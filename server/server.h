@@ -4,7 +4,6 @@
 #define DELAYD_SERVER_SERVER_H_
 
 #include <grpcpp/grpcpp.h>
-#include <grpcpp/support/server_interceptor.h>
 
 #include <chrono>
 #include <map>
@@ -21,26 +20,6 @@ namespace delayd {
 
 // Whether a listen address ("host:port") is on the loopback interface.
 bool IsLoopback(std::string_view listen);
-
-// gRPC's callback API answers a request it cannot parse (bytes that are no
-// such message, or a `string` field that is not UTF-8) with UNIMPLEMENTED and
-// no message, as if the method did not exist (see grpc/grpc#30454). On
-// delayd's methods this turns that answer into INVALID_ARGUMENT naming the
-// message expected. Other calls (health, reflection, unknown methods) get no
-// interceptor.
-class ParseErrorInterceptorFactory
-    : public grpc::experimental::ServerInterceptorFactoryInterface {
- public:
-  ParseErrorInterceptorFactory();
-  grpc::experimental::Interceptor* CreateServerInterceptor(
-      grpc::experimental::ServerRpcInfo* info) override;
-
- private:
-  // Method path ("/delayd.v1.Delayd/SetTimer") to the error for a request
-  // that does not parse as its input type.
-  // (Ordered, to be searched by the call's method name without a copy.)
-  std::map<std::string, std::string, std::less<>> errors_;
-};
 
 // The health service name whose status is the store's: NOT_SERVING once it
 // failed a read or a write (see the README's section on damage).

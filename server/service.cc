@@ -13,34 +13,6 @@ namespace delayd {
 
 using google::protobuf::Timestamp;
 
-grpc::Status ToGrpc(const Status& status) {
-  switch (status.code()) {
-    case Code::kOk:
-      return grpc::Status::OK;
-    case Code::kInvalidArgument:
-      return {grpc::StatusCode::INVALID_ARGUMENT, status.message()};
-    case Code::kNotFound:
-      return {grpc::StatusCode::NOT_FOUND, status.message()};
-    case Code::kAlreadyExists:
-      return {grpc::StatusCode::ALREADY_EXISTS, status.message()};
-    case Code::kAborted:
-      return {grpc::StatusCode::ABORTED, status.message()};
-    case Code::kResourceExhausted:
-      return {grpc::StatusCode::RESOURCE_EXHAUSTED, status.message()};
-    case Code::kUnavailable:
-      return {grpc::StatusCode::UNAVAILABLE, status.message()};
-    case Code::kInternal:
-      return {grpc::StatusCode::INTERNAL, status.message()};
-    case Code::kUnauthenticated:
-      return {grpc::StatusCode::UNAUTHENTICATED, status.message()};
-    case Code::kPermissionDenied:
-      return {grpc::StatusCode::PERMISSION_DENIED, status.message()};
-    case Code::kFailedPrecondition:
-      return {grpc::StatusCode::FAILED_PRECONDITION, status.message()};
-  }
-  return {grpc::StatusCode::UNKNOWN, status.message()};
-}
-
 void RouteProtobufLogsToSpdlog() {
   google::protobuf::SetLogHandler([](google::protobuf::LogLevel level,
                                      const char* file, int line,
@@ -63,18 +35,19 @@ void FillTimer(const TimerInfo& info, const std::string& ns, v1::Timer* t) {
 
 }  // namespace
 
-void Finish(grpc::ServerUnaryReactor* reactor, const Status& status) {
-  if (status.code() == Code::kResourceExhausted) {
-    LogLimitHit("resource", status.message());
-  }
-  reactor->Finish(ToGrpc(status));
-}
-
-grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* ctx,
-                                    const Status& status) {
-  auto* reactor = ctx->DefaultReactor();
-  Finish(reactor, status);
-  return reactor;
+RequestLimits RequestLimits::Of(const Limits& l) {
+  // Room for every other field, their tags and lengths: a page token, a
+  // Backup directory (a path), timestamps and options.
+  constexpr std::size_t kSlack = 8192;
+  const std::size_t names = l.max_namespace_bytes + l.max_key_bytes + kSlack;
+  // An event id takes at most 10 bytes as a varint, 11 with its own tag.
+  return {
+      .set = {names + l.max_payload_bytes,
+              "--max-payload-bytes, --max-key-bytes and --max-namespace-bytes"},
+      .ack = {names + Validator::kMaxAckIds * 11,
+              "--max-namespace-bytes and the 10000 ids an Ack may take"},
+      .other = {names, "--max-key-bytes and --max-namespace-bytes"},
+  };
 }
 
 // ---- validation ----
@@ -128,6 +101,15 @@ Status DelaydService::AuthorizeAll(const grpc::CallbackServerContext* ctx,
   return auth_.Check(AuthorizationOf(ctx), "", permission);
 }
 
+grpc::ServerUnaryReactor* DelaydService::Read(
+    const grpc::CallbackServerContext* ctx, const grpc::ByteBuffer& in,
+    const RequestLimit& limit, std::string_view method, UnaryCall* call,
+    google::protobuf::MessageLite* request) {
+  Status s = AuthorizeAll(ctx, 0);
+  if (s.ok()) s = ReadRequest(in, limit.bytes, method, limit.from, request);
+  return s.ok() ? nullptr : call->Reply(s);
+}
+
 Status DelaydService::ToOp(const OpFields& f, WallNanos now, Op* op,
                            NamespaceCache* cache) {
   using Kind = OpFields::Kind;
@@ -155,32 +137,37 @@ Status DelaydService::ToOp(const OpFields& f, WallNanos now, Op* op,
 
 // ---- handlers ----
 
-// Finishes a call whose request did not convert; otherwise submits `op` and
-// finishes with its result, filling the response through `fill` on success.
 template <typename Fill>
 grpc::ServerUnaryReactor* DelaydService::SubmitOp(
-    grpc::CallbackServerContext* ctx, const Status& converted, Op op,
-    Fill fill) {
-  if (!converted.ok()) return FinishNow(ctx, converted);
-  auto* reactor = ctx->DefaultReactor();
+    UnaryCall* call, const Status& converted, Op op,
+    const google::protobuf::MessageLite* resp, Fill fill) {
+  if (!converted.ok()) {
+    return call->Reply(converted);
+  }
   const NamespaceId ns = std::visit([](const auto& o) { return o.ns; }, op);
-  scheduler_.Submit(std::move(op), [this, ns, reactor, fill](OpResult r) {
+  auto* reactor = call->reactor();
+  scheduler_.Submit(std::move(op), [this, ns, call, resp, fill](OpResult r) {
     if (r.status.ok()) fill(r);
-    Finish(reactor, r.status);
+    call->Reply(r.status, resp);
     scheduler_.Unpin(ns);
   });
   return reactor;
 }
 
 grpc::ServerUnaryReactor* DelaydService::SetTimer(
-    grpc::CallbackServerContext* ctx, const v1::SetTimerRequest* req,
-    v1::SetTimerResponse* resp) {
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+    grpc::ByteBuffer* out) {
+  auto* call = new UnaryCall(ctx, out);
+  auto* req = call->New<v1::SetTimerRequest>();
+  if (auto* r = Read(ctx, *in, request_limits_.set, "SetTimer", call, req))
+    return r;
   if (Status s = Authorize(ctx, req->namespace_(), kWrite); !s.ok()) {
-    return FinishNow(ctx, s);
+    return call->Reply(s);
   }
   Op op;
   const Status s = ToOp(FieldsOf(*req), WallNow(), &op);
-  return SubmitOp(ctx, s, std::move(op), [resp](const OpResult& r) {
+  auto* resp = call->New<v1::SetTimerResponse>();
+  return SubmitOp(call, s, std::move(op), resp, [resp](const OpResult& r) {
     resp->set_version(r.version);
     SetTimestamp(r.fire_time, resp->mutable_fire_time());
     resp->set_replaced(r.replaced);
@@ -188,152 +175,150 @@ grpc::ServerUnaryReactor* DelaydService::SetTimer(
 }
 
 grpc::ServerUnaryReactor* DelaydService::MoveTimer(
-    grpc::CallbackServerContext* ctx, const v1::MoveTimerRequest* req,
-    v1::MoveTimerResponse* resp) {
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+    grpc::ByteBuffer* out) {
+  auto* call = new UnaryCall(ctx, out);
+  auto* req = call->New<v1::MoveTimerRequest>();
+  if (auto* r = Read(ctx, *in, request_limits_.other, "MoveTimer", call, req)) {
+    return r;
+  }
   if (Status s = Authorize(ctx, req->namespace_(), kWrite); !s.ok()) {
-    return FinishNow(ctx, s);
+    return call->Reply(s);
   }
   Op op;
   const Status s = ToOp(FieldsOf(*req), WallNow(), &op);
-  return SubmitOp(ctx, s, std::move(op), [resp](const OpResult& r) {
+  auto* resp = call->New<v1::MoveTimerResponse>();
+  return SubmitOp(call, s, std::move(op), resp, [resp](const OpResult& r) {
     resp->set_version(r.version);
     SetTimestamp(r.fire_time, resp->mutable_fire_time());
   });
 }
 
 grpc::ServerUnaryReactor* DelaydService::RemoveTimer(
-    grpc::CallbackServerContext* ctx, const v1::RemoveTimerRequest* req,
-    v1::RemoveTimerResponse* resp) {
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+    grpc::ByteBuffer* out) {
+  auto* call = new UnaryCall(ctx, out);
+  auto* req = call->New<v1::RemoveTimerRequest>();
+  if (auto* r = Read(ctx, *in, request_limits_.other, "RemoveTimer", call, req))
+    return r;
   if (Status s = Authorize(ctx, req->namespace_(), kWrite); !s.ok()) {
-    return FinishNow(ctx, s);
+    return call->Reply(s);
   }
   Op op;
   const Status s = ToOp(FieldsOf(*req), WallNow(), &op);
-  return SubmitOp(ctx, s, std::move(op),
+  auto* resp = call->New<v1::RemoveTimerResponse>();
+  return SubmitOp(call, s, std::move(op), resp,
                   [resp](const OpResult& r) { resp->set_version(r.version); });
 }
 
 grpc::ServerUnaryReactor* DelaydService::Drain(grpc::CallbackServerContext* ctx,
-                                               const v1::DrainRequest* req,
-                                               v1::DrainResponse* resp) {
+                                               const grpc::ByteBuffer* in,
+                                               grpc::ByteBuffer* out) {
+  auto* call = new UnaryCall(ctx, out);
+  auto* req = call->New<v1::DrainRequest>();
+  if (auto* r = Read(ctx, *in, request_limits_.other, "Drain", call, req))
+    return r;
+  auto* resp = call->New<v1::DrainResponse>();
   if (Status s = Authorize(ctx, req->namespace_(), kAdmin); !s.ok()) {
-    return FinishNow(ctx, s);
+    return call->Reply(s);
   }
   NamespaceId ns;
   if (Status s = Namespace(req->namespace_(), &ns); !s.ok()) {
     // A namespace that does not exist has nothing to drain.
     if (s.code() == Code::kNotFound) s = Status::Ok();
-    return FinishNow(ctx, s);
+    return call->Reply(s, resp);
   }
-  auto* reactor = ctx->DefaultReactor();
-  scheduler_.Drain(ns,
-                   [this, ns, reactor, resp](Status s, std::uint64_t drained) {
-                     resp->set_drained(drained);
-                     Finish(reactor, s);
-                     scheduler_.Unpin(ns);
-                   });
+  auto* reactor = call->reactor();
+  scheduler_.Drain(ns, [this, ns, call, resp](Status s, std::uint64_t drained) {
+    resp->set_drained(drained);
+    call->Reply(s, resp);
+    scheduler_.Unpin(ns);
+  });
   return reactor;
 }
 
 grpc::ServerUnaryReactor* DelaydService::GetTimer(
-    grpc::CallbackServerContext* ctx, const v1::GetTimerRequest* req,
-    v1::Timer* resp) {
-  if (Status s = Authorize(ctx, req->namespace_(), kRead); !s.ok()) {
-    return FinishNow(ctx, s);
-  }
-  if (Status s = validator_.NamespaceName(req->namespace_()); !s.ok()) {
-    return FinishNow(ctx, s);
-  }
-  if (Status s = validator_.Key(req->key()); !s.ok()) {
-    return FinishNow(ctx, s);
-  }
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+    grpc::ByteBuffer* out) {
+  auto* call = new UnaryCall(ctx, out);
+  auto* req = call->New<v1::GetTimerRequest>();
+  if (auto* r = Read(ctx, *in, request_limits_.other, "GetTimer", call, req))
+    return r;
+  Status s = Authorize(ctx, req->namespace_(), kRead);
+  if (s.ok()) s = validator_.NamespaceName(req->namespace_());
+  if (s.ok()) s = validator_.Key(req->key());
   NamespaceId ns;
-  if (!Namespace(req->namespace_(), &ns).ok()) {
-    return FinishNow(ctx,
-                     Status::NotFound("no pending timer '" + req->key() + "'"));
+  if (s.ok() && !Namespace(req->namespace_(), &ns).ok()) {
+    s = Status::NotFound("no pending timer '" + req->key() + "'");
   }
-  auto* reactor = ctx->DefaultReactor();
+  if (!s.ok()) {
+    return call->Reply(s);
+  }
+  auto* resp = call->New<v1::Timer>();
   const std::string& name = scheduler_.dispatcher(ns).name();
   // (The pin keeps the namespace, and so its name, until the answer.)
+  auto* reactor = call->reactor();
   scheduler_.Get(
       ns, req->key(),
-      [this, ns, reactor, resp, &name](Status s, std::optional<TimerInfo> t) {
+      [this, ns, call, resp, &name](Status s, std::optional<TimerInfo> t) {
         if (t) FillTimer(*t, name, resp);
-        Finish(reactor, s);
+        call->Reply(s, resp);
         scheduler_.Unpin(ns);
       });
   return reactor;
 }
 
 grpc::ServerUnaryReactor* DelaydService::ListTimers(
-    grpc::CallbackServerContext* ctx, const v1::ListTimersRequest* req,
-    v1::ListTimersResponse* resp) {
-  if (Status s = Authorize(ctx, req->namespace_(), kRead); !s.ok()) {
-    return FinishNow(ctx, s);
-  }
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+    grpc::ByteBuffer* out) {
+  auto* call = new UnaryCall(ctx, out);
+  auto* req = call->New<v1::ListTimersRequest>();
+  if (auto* r = Read(ctx, *in, request_limits_.other, "ListTimers", call, req))
+    return r;
   Scheduler::ListLimits limits;
   Scheduler::ListCursor cursor;
-  if (Status s = validator_.List(*req, &limits, &cursor); !s.ok()) {
-    return FinishNow(ctx, s);
+  Status s = Authorize(ctx, req->namespace_(), kRead);
+  if (s.ok()) s = validator_.List(*req, &limits, &cursor);
+  if (!s.ok()) {
+    return call->Reply(s);
   }
+  auto* resp = call->New<v1::ListTimersResponse>();
   NamespaceId ns;
   if (!Namespace(req->namespace_(), &ns).ok()) {
-    return FinishNow(ctx, Status::Ok());  // No such namespace: no timers.
+    // No such namespace: no timers.
+    return call->Reply(Status::Ok(), resp);
   }
-  auto* reactor = ctx->DefaultReactor();
   const std::string& name = scheduler_.dispatcher(ns).name();
+  auto* reactor = call->reactor();
   scheduler_.List(
       ns, req->key_prefix(), limits, cursor,
-      [this, ns, reactor, resp, &name](
-          Status s, std::vector<TimerInfo> timers,
-          std::optional<Scheduler::ListCursor> next) {
+      [this, ns, call, resp, &name](Status s, std::vector<TimerInfo> timers,
+                                    std::optional<Scheduler::ListCursor> next) {
         for (const auto& t : timers) FillTimer(t, name, resp->add_timers());
         if (next) {
           resp->set_next_page_token(std::to_string(next->partition) + "." +
                                     std::to_string(next->record));
         }
-        Finish(reactor, s);
+        call->Reply(s, resp);
         scheduler_.Unpin(ns);
       });
   return reactor;
 }
 
-namespace {
-
-// What one Batch call keeps until it finishes: its response, on an arena.
-struct BatchCall {
-  google::protobuf::Arena arena{CallArenaOptions()};
-  v1::BatchResponse* resp =
-      google::protobuf::Arena::CreateMessage<v1::BatchResponse>(&arena);
-};
-
-// Serializes the response into gRPC's buffer and finishes the call.
-void FinishBatch(grpc::ServerUnaryReactor* reactor, const BatchCall& call,
-                 grpc::ByteBuffer* out) {
-  bool own_buffer;
-  const grpc::Status s =
-      grpc::SerializationTraits<v1::BatchResponse>::Serialize(*call.resp, out,
-                                                              &own_buffer);
-  reactor->Finish(s);
-}
-
-}  // namespace
-
 grpc::ServerUnaryReactor* DelaydService::Batch(grpc::CallbackServerContext* ctx,
-                                               const grpc::ByteBuffer* req,
+                                               const grpc::ByteBuffer* in,
                                                grpc::ByteBuffer* out) {
+  auto* call = new UnaryCall(ctx, out);
   // Only a known token gets its request read; namespaces are checked below.
-  if (Status s = AuthorizeAll(ctx, 0); !s.ok()) return FinishNow(ctx, s);
+  if (Status s = AuthorizeAll(ctx, 0); !s.ok()) return call->Reply(s);
   // The request in one piece: gRPC's own slice when it arrived in one, else
   // a copy. Operations below are views into it until converted.
   grpc::Slice slice;
-  if (!req->TrySingleSlice(&slice).ok() &&
-      !req->DumpToSingleSlice(&slice).ok()) {
-    return FinishNow(ctx, Status::Internal("could not read the request"));
+  if (!in->TrySingleSlice(&slice).ok() && !in->DumpToSingleSlice(&slice).ok()) {
+    return call->Reply(Status::Internal("could not read the request"));
   }
   const std::string_view wire(reinterpret_cast<const char*>(slice.begin()),
                               slice.size());
-  auto call = std::make_shared<BatchCall>();
   const std::size_t max_ops = scheduler_.limits().max_batch_ops;
   const Status too_many = Status::InvalidArgument("operations: more than " +
                                                   std::to_string(max_ops) +
@@ -347,21 +332,19 @@ grpc::ServerUnaryReactor* DelaydService::Batch(grpc::CallbackServerContext* ctx,
       break;
     case WireRead::kTooMany:
       LogLimitHit("max-batch-ops", too_many.message());
-      return FinishNow(ctx, too_many);
+      return call->Reply(too_many);
     case WireRead::kNotPlain: {
       // Not the plain encoding: protobuf decides what it means.
       const auto count = CountBatchOperations(wire, max_ops);
       if (count && *count > max_ops) {
         LogLimitHit("max-batch-ops", too_many.message());
-        return FinishNow(ctx, too_many);
+        return call->Reply(too_many);
       }
-      auto* parsed = google::protobuf::Arena::CreateMessage<v1::BatchRequest>(
-          &call->arena);
+      auto* parsed = call->New<v1::BatchRequest>();
       if (!count || wire.size() > static_cast<std::size_t>(INT_MAX) ||
           !parsed->ParseFromArray(wire.data(), static_cast<int>(wire.size()))) {
-        return FinishNow(ctx,
-                         Status::InvalidArgument(
-                             "request: not a valid delayd.v1.BatchRequest"));
+        return call->Reply(Status::InvalidArgument(
+            "request: not a valid delayd.v1.BatchRequest"));
       }
       fields.clear();
       for (const auto& o : parsed->operations()) fields.push_back(FieldsOf(o));
@@ -370,7 +353,7 @@ grpc::ServerUnaryReactor* DelaydService::Batch(grpc::CallbackServerContext* ctx,
   }
   const std::size_t n = fields.size();
   if (n == 0) {
-    return FinishNow(ctx, Status::InvalidArgument("operations: empty"));
+    return call->Reply(Status::InvalidArgument("operations: empty"));
   }
   // A Batch touching a namespace the token may not write is refused whole.
   if (auth_.enabled()) {
@@ -378,19 +361,18 @@ grpc::ServerUnaryReactor* DelaydService::Batch(grpc::CallbackServerContext* ctx,
     bool any = false;
     for (const OpFields& f : fields) {
       if (any && f.ns == checked) continue;
-      if (Status s = Authorize(ctx, f.ns, kWrite); !s.ok()) {
-        return FinishNow(ctx, s);
-      }
+      if (Status s = Authorize(ctx, f.ns, kWrite); !s.ok())
+        return call->Reply(s);
       checked = f.ns;
       any = true;
     }
   }
   if (scheduler_.shutting_down()) {
-    return FinishNow(ctx, Status::Unavailable("delayd is shutting down"));
+    return call->Reply(Status::Unavailable("delayd is shutting down"));
   }
   const WallNanos now = WallNow();
   // Invalid operations get their error here; the rest go to the scheduler.
-  v1::BatchResponse* resp = call->resp;
+  auto* resp = call->New<v1::BatchResponse>();
   resp->mutable_results()->Reserve(static_cast<int>(n));
   std::vector<Op> ops;
   std::vector<std::uint32_t> positions;
@@ -409,17 +391,15 @@ grpc::ServerUnaryReactor* DelaydService::Batch(grpc::CallbackServerContext* ctx,
     ops.push_back(std::move(op));
     positions.push_back(static_cast<std::uint32_t>(i));
   }
-  auto* reactor = ctx->DefaultReactor();
   if (ops.empty()) {
-    FinishBatch(reactor, *call, out);
     for (NamespaceId ns : cache.pinned) scheduler_.Unpin(ns);
-    return reactor;
+    return call->Reply(Status::Ok(), resp);
   }
+  auto* reactor = call->reactor();
   scheduler_.SubmitBatch(
       std::move(ops),
-      [this, reactor, call, out, pinned = std::move(cache.pinned),
+      [this, call, resp, pinned = std::move(cache.pinned),
        positions = std::move(positions)](std::vector<OpResult> results) {
-        v1::BatchResponse* resp = call->resp;
         for (std::size_t k = 0; k < results.size(); ++k) {
           auto* r = resp->mutable_results(static_cast<int>(positions[k]));
           const OpResult& res = results[k];
@@ -432,16 +412,24 @@ grpc::ServerUnaryReactor* DelaydService::Batch(grpc::CallbackServerContext* ctx,
             }
           }
         }
-        FinishBatch(reactor, *call, out);
+        call->Reply(Status::Ok(), resp);
         for (NamespaceId ns : pinned) scheduler_.Unpin(ns);
       });
   return reactor;
 }
 
-grpc::ServerWriteReactor<v1::SubscribeResponse>* DelaydService::Subscribe(
-    grpc::CallbackServerContext* ctx, const v1::SubscribeRequest* req) {
-  const bool watcher = req->mode() == v1::SubscribeRequest::WATCHER;
-  if (Status s = Authorize(ctx, req->namespace_(), watcher ? kRead : kWork);
+grpc::ServerWriteReactor<grpc::ByteBuffer>* DelaydService::Subscribe(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in) {
+  // Read as a unary call's request is.
+  v1::SubscribeRequest req;
+  Status read = AuthorizeAll(ctx, 0);
+  if (read.ok()) {
+    read = ReadRequest(*in, request_limits_.other.bytes, "Subscribe",
+                       request_limits_.other.from, &req);
+  }
+  if (!read.ok()) return new FailedStream(read);
+  const bool watcher = req.mode() == v1::SubscribeRequest::WATCHER;
+  if (Status s = Authorize(ctx, req.namespace_(), watcher ? kRead : kWork);
       !s.ok()) {
     return new FailedStream(s);
   }
@@ -449,7 +437,7 @@ grpc::ServerWriteReactor<v1::SubscribeResponse>* DelaydService::Subscribe(
     return new FailedStream(Status::Unavailable("delayd is shutting down"));
   }
   SubscribeOptions options;
-  if (Status s = validator_.Subscribe(*req, &options); !s.ok()) {
+  if (Status s = validator_.Subscribe(req, &options); !s.ok()) {
     return new FailedStream(s);
   }
   if (scheduler_.counters().subscribers.fetch_add(1) >=
@@ -460,32 +448,37 @@ grpc::ServerWriteReactor<v1::SubscribeResponse>* DelaydService::Subscribe(
         std::to_string(scheduler_.limits().max_subscribers) + " reached"));
   }
   return new SubscribeReactor(
-      scheduler_, ctx,
-      req->namespace_().empty() ? "default" : req->namespace_(), options);
+      scheduler_, ctx, req.namespace_().empty() ? "default" : req.namespace_(),
+      options);
 }
 
 grpc::ServerUnaryReactor* DelaydService::Ack(grpc::CallbackServerContext* ctx,
-                                             const v1::AckRequest* req,
-                                             v1::AckResponse* resp) {
-  if (Status s = Authorize(ctx, req->namespace_(), kWork); !s.ok()) {
-    return FinishNow(ctx, s);
+                                             const grpc::ByteBuffer* in,
+                                             grpc::ByteBuffer* out) {
+  auto* call = new UnaryCall(ctx, out);
+  auto* req = call->New<v1::AckRequest>();
+  if (auto* r = Read(ctx, *in, request_limits_.ack, "Ack", call, req)) return r;
+  Status s = Authorize(ctx, req->namespace_(), kWork);
+  if (s.ok()) s = validator_.Ack(*req);
+  if (!s.ok()) {
+    return call->Reply(s);
   }
-  if (Status s = validator_.Ack(*req); !s.ok()) return FinishNow(ctx, s);
+  auto* resp = call->New<v1::AckResponse>();
   NamespaceId ns;
   if (!Namespace(req->namespace_(), &ns).ok()) {
     // No such namespace: none of its events are outstanding.
     for (auto id : req->event_ids()) resp->add_unknown_ids(id);
-    return FinishNow(ctx, Status::Ok());
+    return call->Reply(Status::Ok(), resp);
   }
-  auto* reactor = ctx->DefaultReactor();
+  auto* reactor = call->reactor();
   scheduler_.dispatcher(ns).Ack(
       {req->event_ids().begin(), req->event_ids().end()},
-      [this, ns, reactor, resp](AckResult r) {
+      [this, ns, call, resp](AckResult r) {
         if (r.error.ok()) {
           resp->set_acked(r.acked);
           for (auto id : r.unknown) resp->add_unknown_ids(id);
         }
-        Finish(reactor, r.error);
+        call->Reply(r.error, resp);
         scheduler_.Unpin(ns);
       });
   return reactor;

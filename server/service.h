@@ -1,13 +1,12 @@
-// The gRPC face of delayd: validates requests, posts them to the scheduler
-// and maps the core's Status to a grpc::Status in exactly one function.
+// The gRPC face of delayd: reads each request from its bytes within its
+// method's size limit, validates it and posts it to the scheduler; the
+// core's Status becomes a grpc::Status in exactly one function (ToGrpc).
 // Handlers never block; they use the callback API and finish from whichever
 // strand completes the operation.
 #ifndef DELAYD_SERVER_SERVICE_H_
 #define DELAYD_SERVER_SERVICE_H_
 
-#include <google/protobuf/arena.h>
 #include <grpcpp/grpcpp.h>
-#include <grpcpp/support/message_allocator.h>
 
 #include <chrono>
 #include <map>
@@ -20,12 +19,10 @@
 #include "server/batch_wire.h"
 #include "server/scheduler.h"
 #include "server/status.h"
+#include "server/unary_call.h"
 #include "server/validate.h"
 
 namespace delayd {
-
-// The one mapping from the core's status to gRPC's.
-grpc::Status ToGrpc(const Status& status);
 
 // Sends protobuf's own log lines to spdlog instead of stderr. In the daemon
 // they come from parsing what clients send (a `string` field that is not
@@ -34,52 +31,41 @@ grpc::Status ToGrpc(const Status& status);
 // Call once, before serving (protobuf's handler is not thread-safe to set).
 void RouteProtobufLogsToSpdlog();
 
-// The arena of one call's messages: a first block of 4 KiB, growing to 1 MiB
-// blocks for large calls.
-inline google::protobuf::ArenaOptions CallArenaOptions() {
-  google::protobuf::ArenaOptions o;
-  o.start_block_size = 4096;
-  o.max_block_size = 1 << 20;
-  return o;
-}
+// Every method of the service, taking its request as bytes (see
+// unary_call.h; Subscribe's stream writes bytes too, see stream.h).
+using RawDelayd = v1::Delayd::WithRawCallbackMethod_SetTimer<
+    v1::Delayd::WithRawCallbackMethod_MoveTimer<
+        v1::Delayd::WithRawCallbackMethod_RemoveTimer<
+            v1::Delayd::WithRawCallbackMethod_Drain<
+                v1::Delayd::WithRawCallbackMethod_GetTimer<
+                    v1::Delayd::WithRawCallbackMethod_ListTimers<
+                        v1::Delayd::WithRawCallbackMethod_Batch<
+                            v1::Delayd::WithRawCallbackMethod_Subscribe<
+                                v1::Delayd::WithRawCallbackMethod_Ack<
+                                    v1::Delayd::WithRawCallbackMethod_Stats<
+                                        v1::Delayd::
+                                            WithRawCallbackMethod_Backup<
+                                                v1::Delayd::Service>>>>>>>>>>>;
 
-// Request and response of one call on one protobuf arena: parsing a request,
-// and building its response, then costs a few large allocations instead of
-// many small ones.
-template <typename Request, typename Response>
-class ArenaMessageAllocator : public grpc::MessageAllocator<Request, Response> {
- public:
-  grpc::MessageHolder<Request, Response>* AllocateMessages() override {
-    return new Holder;
-  }
-
- private:
-  class Holder : public grpc::MessageHolder<Request, Response> {
-   public:
-    Holder() : arena_(CallArenaOptions()) {
-      this->set_request(
-          google::protobuf::Arena::CreateMessage<Request>(&arena_));
-      this->set_response(
-          google::protobuf::Arena::CreateMessage<Response>(&arena_));
-    }
-    void Release() override { delete this; }
-
-   private:
-    google::protobuf::Arena arena_;
-  };
+// The most bytes a request may have, by method, and the flags that set it.
+struct RequestLimit {
+  std::size_t bytes;
+  std::string_view from;
+};
+struct RequestLimits {
+  // SetTimer: one full timer.
+  RequestLimit set;
+  // Ack: the most event ids an Ack takes.
+  RequestLimit ack;
+  // Every other method but Batch: a namespace, a key and small fields.
+  // (Batch is held to gRPC's receive limit, --max-batch-bytes, and counts
+  // its operations on the bytes.)
+  RequestLimit other;
+  static RequestLimits Of(const Limits& l);
 };
 
-// Finishes a unary call (from any thread: the callbacks run on scheduler
-// strands). A limit hit is logged (rate-limited).
-void Finish(grpc::ServerUnaryReactor* reactor, const Status& status);
-// Finishes a unary call at once, in its handler.
-grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* ctx,
-                                    const Status& status);
-
-// Batch takes its request as bytes (see batch_wire.h); every other method
-// takes parsed messages. Stats and Backup are in service_admin.cc.
-class DelaydService final : public v1::Delayd::WithRawCallbackMethod_Batch<
-                                v1::Delayd::CallbackService> {
+// Stats and Backup are in service_admin.cc.
+class DelaydService final : public RawDelayd {
  public:
   // `backup_dir`: where Backup writes (empty: Backup is refused).
   DelaydService(Scheduler& scheduler, const Authorizer& auth,
@@ -87,44 +73,43 @@ class DelaydService final : public v1::Delayd::WithRawCallbackMethod_Batch<
       : scheduler_(scheduler),
         auth_(auth),
         backup_dir_(std::move(backup_dir)),
-        validator_(scheduler.limits(), scheduler.partitions()) {
-    SetMessageAllocatorFor_SetTimer(&set_allocator_);
-  }
+        validator_(scheduler.limits(), scheduler.partitions()),
+        request_limits_(RequestLimits::Of(scheduler.limits())) {}
 
+  // Each takes a serialized request and answers a serialized response.
   grpc::ServerUnaryReactor* SetTimer(grpc::CallbackServerContext* ctx,
-                                     const v1::SetTimerRequest* req,
-                                     v1::SetTimerResponse* resp) override;
+                                     const grpc::ByteBuffer* in,
+                                     grpc::ByteBuffer* out) override;
   grpc::ServerUnaryReactor* MoveTimer(grpc::CallbackServerContext* ctx,
-                                      const v1::MoveTimerRequest* req,
-                                      v1::MoveTimerResponse* resp) override;
+                                      const grpc::ByteBuffer* in,
+                                      grpc::ByteBuffer* out) override;
   grpc::ServerUnaryReactor* RemoveTimer(grpc::CallbackServerContext* ctx,
-                                        const v1::RemoveTimerRequest* req,
-                                        v1::RemoveTimerResponse* resp) override;
+                                        const grpc::ByteBuffer* in,
+                                        grpc::ByteBuffer* out) override;
   grpc::ServerUnaryReactor* Drain(grpc::CallbackServerContext* ctx,
-                                  const v1::DrainRequest* req,
-                                  v1::DrainResponse* resp) override;
+                                  const grpc::ByteBuffer* in,
+                                  grpc::ByteBuffer* out) override;
   grpc::ServerUnaryReactor* GetTimer(grpc::CallbackServerContext* ctx,
-                                     const v1::GetTimerRequest* req,
-                                     v1::Timer* resp) override;
+                                     const grpc::ByteBuffer* in,
+                                     grpc::ByteBuffer* out) override;
   grpc::ServerUnaryReactor* ListTimers(grpc::CallbackServerContext* ctx,
-                                       const v1::ListTimersRequest* req,
-                                       v1::ListTimersResponse* resp) override;
-  // A serialized delayd.v1.BatchRequest in, a BatchResponse out.
+                                       const grpc::ByteBuffer* in,
+                                       grpc::ByteBuffer* out) override;
+  // Reads its request straight from the bytes (batch_wire.h).
   grpc::ServerUnaryReactor* Batch(grpc::CallbackServerContext* ctx,
-                                  const grpc::ByteBuffer* req,
-                                  grpc::ByteBuffer* resp) override;
-  grpc::ServerWriteReactor<v1::SubscribeResponse>* Subscribe(
-      grpc::CallbackServerContext* ctx,
-      const v1::SubscribeRequest* req) override;
+                                  const grpc::ByteBuffer* in,
+                                  grpc::ByteBuffer* out) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Subscribe(
+      grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in) override;
   grpc::ServerUnaryReactor* Ack(grpc::CallbackServerContext* ctx,
-                                const v1::AckRequest* req,
-                                v1::AckResponse* resp) override;
+                                const grpc::ByteBuffer* in,
+                                grpc::ByteBuffer* out) override;
   grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* ctx,
-                                  const v1::StatsRequest* req,
-                                  v1::StatsResponse* resp) override;
+                                  const grpc::ByteBuffer* in,
+                                  grpc::ByteBuffer* out) override;
   grpc::ServerUnaryReactor* Backup(grpc::CallbackServerContext* ctx,
-                                   const v1::BackupRequest* req,
-                                   v1::BackupResponse* resp) override;
+                                   const grpc::ByteBuffer* in,
+                                   grpc::ByteBuffer* out) override;
 
  private:
   // The last namespace resolved within one request, so that a Batch of
@@ -150,20 +135,31 @@ class DelaydService final : public v1::Delayd::WithRawCallbackMethod_Batch<
   // Stats spans every namespace.
   Status AuthorizeAll(const grpc::CallbackServerContext* ctx,
                       std::uint8_t permission) const;
+  // Reads a call's request if the caller's token is known (checked before
+  // any byte is parsed) and it is within `limit`: returns null. Otherwise
+  // answers the call and returns its reactor.
+  grpc::ServerUnaryReactor* Read(const grpc::CallbackServerContext* ctx,
+                                 const grpc::ByteBuffer& in,
+                                 const RequestLimit& limit,
+                                 std::string_view method, UnaryCall* call,
+                                 google::protobuf::MessageLite* request);
   // Validates a set, move or remove and converts it for the scheduler.
   Status ToOp(const OpFields& f, WallNanos now, Op* op,
               NamespaceCache* cache = nullptr);
+  // Answers a call whose request did not convert; otherwise submits `op`
+  // and answers with its result, filled into `resp` by `fill` on success.
   template <typename Fill>
-  grpc::ServerUnaryReactor* SubmitOp(grpc::CallbackServerContext* ctx,
-                                     const Status& converted, Op op, Fill fill);
+  grpc::ServerUnaryReactor* SubmitOp(UnaryCall* call, const Status& converted,
+                                     Op op,
+                                     const google::protobuf::MessageLite* resp,
+                                     Fill fill);
 
   Scheduler& scheduler_;
   const Authorizer& auth_;
   const std::string backup_dir_;
   std::mutex backup_mu_;  // One backup at a time.
   const Validator validator_;
-  ArenaMessageAllocator<v1::SetTimerRequest, v1::SetTimerResponse>
-      set_allocator_;
+  const RequestLimits request_limits_;
 };
 
 }  // namespace delayd

@@ -8,46 +8,50 @@
 namespace delayd {
 
 grpc::ServerUnaryReactor* DelaydService::Backup(
-    grpc::CallbackServerContext* ctx, const v1::BackupRequest* req,
-    v1::BackupResponse* resp) {
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+    grpc::ByteBuffer* out) {
   namespace fs = std::filesystem;
-  if (Status s = AuthorizeAll(ctx, kAdmin); !s.ok()) return FinishNow(ctx, s);
+  auto* call = new UnaryCall(ctx, out);
+  auto* req = call->New<v1::BackupRequest>();
+  auto* resp = call->New<v1::BackupResponse>();
+  auto reply = [call, resp](const Status& s) { return call->Reply(s, resp); };
+  if (auto* r = Read(ctx, *in, request_limits_.other, "Backup", call, req))
+    return r;
+  if (Status s = AuthorizeAll(ctx, kAdmin); !s.ok()) return reply(s);
   if (backup_dir_.empty()) {
-    return FinishNow(
-        ctx, Status::FailedPrecondition("backups are off: start delayd with "
-                                        "--backup-dir"));
+    return reply(
+        Status::FailedPrecondition("backups are off: start delayd with "
+                                   "--backup-dir"));
   }
   if (!scheduler_.durable()) {
-    return FinishNow(ctx, Status::FailedPrecondition(
-                              "--in-memory: there is no store to back up"));
+    return reply(Status::FailedPrecondition(
+        "--in-memory: there is no store to back up"));
   }
   if (req->dir().empty() || req->dir().find('\0') != std::string::npos) {
-    return FinishNow(ctx, Status::InvalidArgument("dir: empty or not a path"));
+    return reply(Status::InvalidArgument("dir: empty or not a path"));
   }
   std::error_code ec;
   fs::create_directories(backup_dir_, ec);
   const fs::path root = fs::weakly_canonical(backup_dir_, ec);
   if (ec) {
-    return FinishNow(ctx, Status::Internal("--backup-dir " + backup_dir_ +
-                                           ": " + ec.message()));
+    return reply(
+        Status::Internal("--backup-dir " + backup_dir_ + ": " + ec.message()));
   }
   // A relative dir is taken under the root; an absolute one must be in it.
   const fs::path target = fs::weakly_canonical(root / req->dir(), ec);
   const fs::path rel = target.lexically_relative(root);
   if (ec || rel.empty() || rel == "." || *rel.begin() == "..") {
-    return FinishNow(
-        ctx, Status::InvalidArgument("dir: must name a new directory inside "
-                                     "--backup-dir (" +
-                                     root.string() + ")"));
+    return reply(
+        Status::InvalidArgument("dir: must name a new directory inside "
+                                "--backup-dir (" +
+                                root.string() + ")"));
   }
   if (fs::exists(target, ec)) {
-    return FinishNow(
-        ctx, Status::AlreadyExists(target.string() + " already exists"));
+    return reply(Status::AlreadyExists(target.string() + " already exists"));
   }
   std::unique_lock lock(backup_mu_, std::try_to_lock);
   if (!lock.owns_lock()) {
-    return FinishNow(ctx,
-                     Status::FailedPrecondition("a backup is already running"));
+    return reply(Status::FailedPrecondition("a backup is already running"));
   }
   fs::create_directories(target.parent_path(), ec);
   // Runs in this gRPC thread: a checkpoint flushes the memtables and links
@@ -61,13 +65,20 @@ grpc::ServerUnaryReactor* DelaydService::Backup(
                      std::chrono::steady_clock::now() - started)
                      .count());
   }
-  return FinishNow(ctx, s);
+  return reply(s);
 }
 
 grpc::ServerUnaryReactor* DelaydService::Stats(grpc::CallbackServerContext* ctx,
-                                               const v1::StatsRequest*,
-                                               v1::StatsResponse* resp) {
-  if (Status s = AuthorizeAll(ctx, kAdmin); !s.ok()) return FinishNow(ctx, s);
+                                               const grpc::ByteBuffer* in,
+                                               grpc::ByteBuffer* out) {
+  auto* call = new UnaryCall(ctx, out);
+  auto* req = call->New<v1::StatsRequest>();
+  if (auto* r = Read(ctx, *in, request_limits_.other, "Stats", call, req))
+    return r;
+  auto* resp = call->New<v1::StatsResponse>();
+  if (Status s = AuthorizeAll(ctx, kAdmin); !s.ok()) {
+    return call->Reply(s);
+  }
   Counters& c = scheduler_.counters();
   resp->set_pending_timers(c.pending.load());
   resp->set_ready_events(c.ready.load());
@@ -81,7 +92,7 @@ grpc::ServerUnaryReactor* DelaydService::Stats(grpc::CallbackServerContext* ctx,
   resp->set_events_redelivered(c.redelivered.load());
   resp->set_durable(scheduler_.durable());
   resp->set_store_errors(c.store_errors.load());
-  return FinishNow(ctx, Status::Ok());
+  return call->Reply(Status::Ok(), resp);
 }
 
 }  // namespace delayd

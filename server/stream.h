@@ -22,18 +22,19 @@
 
 namespace delayd {
 
-grpc::Status ToGrpc(const Status& status);  // service.h
+grpc::Status ToGrpc(const Status& status);  // unary_call.h
 
 // The write side of one Subscribe stream, shared between the reactor (gRPC
 // threads) and a dispatcher (its strand). One write in flight at a time;
 // events that arrive meanwhile are gathered into the next messages. A write
 // that has not completed within the stream-write timeout cancels the call
 // (the client stopped reading): the reactor then ends, and the dispatcher
-// gives a worker's events to others. A recursive mutex because gRPC may run
-// a reaction inline from Finish().
+// gives a worker's events to others. Messages are serialized here (the
+// method writes bytes, as every method of the service reads them). A
+// recursive mutex because gRPC may run a reaction inline from Finish().
 class StreamSink : public Subscriber {
  public:
-  StreamSink(grpc::ServerWriteReactor<v1::SubscribeResponse>* r,
+  StreamSink(grpc::ServerWriteReactor<grpc::ByteBuffer>* r,
              grpc::CallbackServerContext* ctx, asio::io_context& io,
              std::chrono::nanoseconds write_timeout)
       : reactor_(r),
@@ -146,13 +147,24 @@ class StreamSink : public Subscriber {
     if (queue_.empty() && !force_write_) return;
     force_write_ = false;
     writing_ = true;
-    in_flight_msg_.Clear();
     in_write_ = in_write_bytes_ = 0;
+    const v1::SubscribeResponse empty;
+    const v1::SubscribeResponse* msg = &empty;
     if (!queue_.empty()) {
-      in_flight_msg_.Swap(&queue_.front().msg);
-      in_write_ = static_cast<std::size_t>(in_flight_msg_.events_size());
+      msg = &queue_.front().msg;
+      in_write_ = static_cast<std::size_t>(msg->events_size());
       in_write_bytes_ = queue_.front().bytes;
-      queue_.pop_front();
+    }
+    bool own_buffer;
+    in_flight_.Clear();
+    const grpc::Status serialized =
+        grpc::SerializationTraits<v1::SubscribeResponse>::Serialize(
+            *msg, &in_flight_, &own_buffer);
+    if (!queue_.empty()) queue_.pop_front();
+    if (!serialized.ok()) {
+      finished_ = true;
+      reactor_->Finish(serialized);
+      return;
     }
     write_timer_.expires_after(write_timeout_);
     write_timer_.async_wait(
@@ -170,16 +182,16 @@ class StreamSink : public Subscriber {
                           " events unwritten)");
           ctx_->TryCancel();
         });
-    reactor_->StartWrite(&in_flight_msg_);
+    reactor_->StartWrite(&in_flight_);
   }
 
   mutable std::recursive_mutex mu_;
-  grpc::ServerWriteReactor<v1::SubscribeResponse>* reactor_;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* reactor_;
   grpc::CallbackServerContext* const ctx_;
   asio::steady_timer write_timer_;
   const std::chrono::nanoseconds write_timeout_;
   std::deque<Message> queue_;
-  v1::SubscribeResponse in_flight_msg_;
+  grpc::ByteBuffer in_flight_;  // The message being written.
   std::size_t in_write_ = 0;
   std::size_t in_write_bytes_ = 0;
   std::atomic<std::size_t> unwritten_events_{0};
@@ -191,8 +203,7 @@ class StreamSink : public Subscriber {
   Status end_status_;
 };
 
-class SubscribeReactor
-    : public grpc::ServerWriteReactor<v1::SubscribeResponse> {
+class SubscribeReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   SubscribeReactor(Scheduler& scheduler, grpc::CallbackServerContext* ctx,
                    std::string ns, SubscribeOptions options)
@@ -224,11 +235,11 @@ class SubscribeReactor
   std::shared_ptr<StreamSink> sink_;
 };
 
-class FailedStream : public grpc::ServerWriteReactor<v1::SubscribeResponse> {
+class FailedStream : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   explicit FailedStream(const Status& status) {
     if (status.code() == Code::kResourceExhausted) {
-      LogLimitHit("max-subscribers", status.message());
+      LogLimitHit("resource", status.message());
     }
     Finish(ToGrpc(status));
   }

@@ -1,5 +1,6 @@
-// Resource bounds a client meets through the API: Batch operation counts in
-// any encoding, ListTimers pages that stay within a response size.
+// Resource bounds a client meets through the API: request sizes by method,
+// Batch operation counts in any encoding, ListTimers pages that stay within
+// a response size.
 #include <gtest/gtest.h>
 
 #include "tests/server/test_client.h"
@@ -10,6 +11,83 @@ namespace {
 using testing::Millis;
 using testing::RawUnaryCall;
 using testing::TestDaemon;
+using testing::TestStream;
+
+// `request` serialized, with an unknown field of `extra` bytes after it.
+std::string WithUnknownBytes(const google::protobuf::Message& request,
+                             std::size_t extra) {
+  std::unique_ptr<google::protobuf::Message> m(request.New());
+  m->CopyFrom(request);
+  m->GetReflection()->MutableUnknownFields(m.get())->AddLengthDelimited(
+      1000, std::string(extra, 'u'));
+  return m->SerializeAsString();
+}
+
+// Each method holds its request to its own limit before parsing it: a full
+// timer is taken, anything much larger is refused naming the method, and a
+// refused request changes nothing.
+TEST(Bounds, EachMethodHoldsItsRequestToItsOwnSizeLimit) {
+  TestDaemon d;
+  const Limits limits;  // The defaults, as the daemon has them.
+  v1::SetTimerRequest full;
+  full.set_namespace_(std::string(limits.max_namespace_bytes, 'n'));
+  full.set_key(std::string(limits.max_key_bytes, 'k'));
+  full.set_payload(std::string(limits.max_payload_bytes, 'p'));
+  *full.mutable_delay() = Millis(3'600'000);
+  grpc::ByteBuffer out;
+  grpc::Status s = RawUnaryCall(d.channel(), "/delayd.v1.Delayd/SetTimer",
+                                WithUnknownBytes(full, 1000), &out);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+
+  full.set_key("other");
+  s = RawUnaryCall(d.channel(), "/delayd.v1.Delayd/SetTimer",
+                   WithUnknownBytes(full, 20'000), &out);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(s.error_message().find("limit of SetTimer (it follows "
+                                   "--max-payload-bytes"),
+            std::string::npos)
+      << s.error_message();
+
+  // Every other method takes a namespace, a key and small fields: 20 kB is
+  // over its limit (Ack's ids aside).
+  const std::pair<const char*, std::size_t> methods[] = {
+      {"MoveTimer", 20'000}, {"RemoveTimer", 20'000}, {"Drain", 20'000},
+      {"GetTimer", 20'000},  {"ListTimers", 20'000},  {"Stats", 20'000},
+      {"Backup", 20'000},    {"Ack", 200'000}};
+  for (const auto& [method, bytes] : methods) {
+    s = RawUnaryCall(d.channel(), std::string("/delayd.v1.Delayd/") + method,
+                     std::string(bytes, '\0'), &out);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << method;
+    EXPECT_NE(s.error_message().find(std::string("limit of ") + method),
+              std::string::npos)
+        << s.error_message();
+  }
+  // An Ack of the most ids it may take is read (they are unknown ids).
+  v1::AckRequest ack;
+  ack.set_namespace_(std::string(limits.max_namespace_bytes, 'n'));
+  for (int i = 0; i < 10'000; ++i) ack.add_event_ids(~std::uint64_t{0} - i);
+  grpc::ClientContext ctx;
+  v1::AckResponse acked;
+  s = d.stub().Ack(&ctx, ack, &acked);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(acked.unknown_ids_size(), 10'000);
+
+  // The stream's request too.
+  v1::SubscribeRequest sub = TestStream::Worker("jobs");
+  sub.GetReflection()->MutableUnknownFields(&sub)->AddLengthDelimited(
+      1000, std::string(20'000, 'u'));
+  TestStream stream(d.stub(), sub);
+  const grpc::Status ended = stream.WaitDone();
+  EXPECT_EQ(ended.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(ended.error_message().find("limit of Subscribe"), std::string::npos)
+      << ended.error_message();
+
+  // Only the full timer was set.
+  grpc::ClientContext stats_ctx;
+  v1::StatsResponse stats;
+  ASSERT_TRUE(d.stub().Stats(&stats_ctx, {}, &stats).ok());
+  EXPECT_EQ(stats.pending_timers(), 1u);
+}
 
 TEST(Bounds, BatchOverTheOperationLimitIsRefusedInAnyEncoding) {
   auto o = TestDaemon::DefaultOptions();

@@ -258,10 +258,14 @@ TEST_P(PowerLoss, TornWritesLoseNothingDurable) {
   std::size_t present = 0;
   for (const auto& [key, unused] : acked) {
     const bool found = Pending(d.stub(), key);
-    if (GetParam() == "always") EXPECT_TRUE(found) << key;
+    if (GetParam() == "always") {
+      EXPECT_TRUE(found) << key;
+    }
     present += found ? 1 : 0;
   }
-  if (GetParam() == "never") EXPECT_LT(present, acked.size());
+  if (GetParam() == "never") {
+    EXPECT_LT(present, acked.size());
+  }
 }
 
 // Under an interval, a power loss takes at most the writes the last
