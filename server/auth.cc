@@ -196,27 +196,42 @@ std::shared_ptr<const TokenTable> Authorizer::table() const {
   return table_;
 }
 
-Status Authorizer::Check(std::string_view authorization, std::string_view ns,
-                         std::uint8_t permission) const {
+Status Authorizer::Identify(std::string_view authorization,
+                            Caller* caller) const {
+  *caller = Caller();
   if (!enabled_) return Status::Ok();
   const std::string_view token = BearerToken(authorization);
   if (token.empty()) {
     return Status::Unauthenticated("authorization: a bearer token is required");
   }
-  const auto t = table();
+  auto t = table();
   const auto* grants = t->Find(token);
   if (grants == nullptr) {
     return Status::Unauthenticated("authorization: unknown token");
   }
-  if (permission != 0 && !Allows(*grants, ns, permission)) {
-    static constexpr const char* kNames[] = {
-        "", "read", "write", "", "work", "", "", "", "admin"};
-    return Status::PermissionDenied(
-        std::string("the token may not ") + kNames[permission] +
-        (ns.empty() ? std::string(" every namespace")
-                    : " namespace '" + std::string(ns) + "'"));
-  }
+  caller->table_ = std::move(t);
+  caller->grants_ = grants;
   return Status::Ok();
+}
+
+Status Caller::May(std::string_view ns, std::uint8_t permission) const {
+  if (grants_ == nullptr || Allows(*grants_, ns, permission)) {
+    return Status::Ok();
+  }
+  static constexpr const char* kNames[] = {"", "read", "write", "",     "work",
+                                           "", "",     "",      "admin"};
+  return Status::PermissionDenied(
+      std::string("the token may not ") + kNames[permission] +
+      (ns.empty() ? std::string(" every namespace")
+                  : " namespace '" + std::string(ns) + "'"));
+}
+
+Status Authorizer::Check(std::string_view authorization, std::string_view ns,
+                         std::uint8_t permission) const {
+  Caller caller;
+  Status s = Identify(authorization, &caller);
+  if (s.ok() && permission != 0) s = caller.May(ns, permission);
+  return s;
 }
 
 void Authorizer::Reload(TokenTable table) {

@@ -79,6 +79,21 @@ class TokenTable {
 bool Allows(const std::vector<TokenTable::Grant>& grants, std::string_view ns,
             std::uint8_t permission);
 
+// A caller identified by its token: the grants it holds, kept with the
+// table they came from (a reload does not change a call in progress).
+// Default-constructed: anyone, when checking is off.
+class Caller {
+ public:
+  // OK if the caller may do `permission` (one Permission) on `ns` (empty:
+  // on every namespace); PERMISSION_DENIED if not.
+  Status May(std::string_view ns, std::uint8_t permission) const;
+
+ private:
+  friend class Authorizer;
+  std::shared_ptr<const TokenTable> table_;
+  const std::vector<TokenTable::Grant>* grants_ = nullptr;  // Null: anyone.
+};
+
 class Authorizer {
  public:
   // Until Enable(), every call is allowed (no --auth-tokens).
@@ -95,8 +110,13 @@ class Authorizer {
   // empty if the value is not of that form.
   static std::string_view BearerToken(std::string_view header);
 
-  // OK if the holder of `authorization` (the metadata value, empty if
-  // absent) may do `permission` on `ns` (empty: on every namespace);
+  // Identifies the holder of `authorization` (the metadata value, empty if
+  // absent): UNAUTHENTICATED for a missing or unknown token. A call hashes
+  // its token once, here, and checks each namespace with Caller::May.
+  Status Identify(std::string_view authorization, Caller* caller) const;
+
+  // OK if the holder of `authorization` may do `permission` on `ns` (empty:
+  // on every namespace);
   // UNAUTHENTICATED for a missing or unknown token, PERMISSION_DENIED for a
   // known token without the grant. Permission 0 checks only that the token
   // is known.

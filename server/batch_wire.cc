@@ -1,5 +1,6 @@
 #include "server/batch_wire.h"
 
+#include <google/protobuf/descriptor.h>
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/wire_format_lite.h>
 
@@ -251,6 +252,138 @@ std::optional<std::size_t> CountBatchOperations(std::string_view wire,
   // protobuf refuses.
   if (!in.ConsumedEntireMessage()) return std::nullopt;
   return count;
+}
+
+namespace {
+
+void AppendVarint(std::uint64_t v, std::string* out) {
+  for (; v >= 0x80; v >>= 7) out->push_back(static_cast<char>(v | 0x80));
+  out->push_back(static_cast<char>(v));
+}
+
+// Whether protobuf reads a field of `field`'s type in `wire_type` (else it
+// keeps it as an unknown field).
+bool ReadsAs(const google::protobuf::FieldDescriptor* field, int wire_type) {
+  using google::protobuf::internal::WireFormatLite;
+  if (field->is_packable() &&
+      wire_type == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
+    return true;
+  }
+  return wire_type ==
+         WireFormatLite::WireTypeForFieldType(
+             static_cast<WireFormatLite::FieldType>(field->type()));
+}
+
+// A length as protobuf's parser reads one: a varint of at most 5 bytes,
+// below 2^31. (CodedInputStream::ReadVarint32 reads up to 10 bytes and drops
+// the high bits, taking lengths protobuf refuses.)
+bool ReadLength(google::protobuf::io::CodedInputStream* in, int* length) {
+  std::uint32_t v = 0;
+  for (int i = 0; i < 5; ++i) {
+    std::uint8_t b;
+    if (!in->ReadRaw(&b, 1)) return false;
+    if (i == 4 && b >= 8) return false;
+    v |= std::uint32_t{b & 0x7Fu} << (7 * i);
+    if ((b & 0x80) == 0) {
+      *length = static_cast<int>(v);
+      return true;
+    }
+  }
+  return false;
+}
+
+// A tag as protobuf's parser reads one: a varint of at most 5 bytes, kept to
+// its low 32 bits, with a field number above 0. (CodedInputStream::ReadTag
+// reads up to 10 bytes.)
+bool ReadTag(google::protobuf::io::CodedInputStream* in, std::uint32_t* tag) {
+  std::uint32_t v = 0;
+  for (int i = 0; i < 5; ++i) {
+    std::uint8_t b;
+    if (!in->ReadRaw(&b, 1)) return false;
+    v |= std::uint32_t{b & 0x7Fu} << (7 * i);
+    if ((b & 0x80) == 0) {
+      *tag = v;
+      return (v >> 3) != 0;
+    }
+  }
+  return false;
+}
+
+// Skips the value of a field with `tag`, refusing what protobuf's parser
+// refuses (groups nest at most 100 deep, as its recursion limit).
+bool SkipValue(google::protobuf::io::CodedInputStream* in, std::uint32_t tag,
+               int depth = 0) {
+  using google::protobuf::internal::WireFormatLite;
+  switch (WireFormatLite::GetTagWireType(tag)) {
+    case WireFormatLite::WIRETYPE_VARINT: {
+      std::uint64_t v;
+      return in->ReadVarint64(&v);
+    }
+    case WireFormatLite::WIRETYPE_FIXED64:
+      return in->Skip(8);
+    case WireFormatLite::WIRETYPE_FIXED32:
+      return in->Skip(4);
+    case WireFormatLite::WIRETYPE_LENGTH_DELIMITED: {
+      int length;
+      return ReadLength(in, &length) && in->Skip(length);
+    }
+    case WireFormatLite::WIRETYPE_START_GROUP:
+      if (depth >= 100) return false;
+      for (;;) {
+        std::uint32_t inner;
+        if (!ReadTag(in, &inner)) return false;
+        if (WireFormatLite::GetTagWireType(inner) ==
+            WireFormatLite::WIRETYPE_END_GROUP) {
+          return WireFormatLite::GetTagFieldNumber(inner) ==
+                 WireFormatLite::GetTagFieldNumber(tag);
+        }
+        if (!SkipValue(in, inner, depth + 1)) return false;
+      }
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+std::optional<std::string> KnownFieldsOnly(
+    std::string_view wire, const google::protobuf::Descriptor* type) {
+  using google::protobuf::FieldDescriptor;
+  using google::protobuf::internal::WireFormatLite;
+  if (wire.size() > static_cast<std::size_t>(INT_MAX)) return std::nullopt;
+  google::protobuf::io::CodedInputStream in(
+      reinterpret_cast<const std::uint8_t*>(wire.data()),
+      static_cast<int>(wire.size()));
+  std::string out;
+  for (;;) {
+    const int start = in.CurrentPosition();
+    if (static_cast<std::size_t>(start) == wire.size()) return out;
+    std::uint32_t tag;
+    if (!ReadTag(&in, &tag)) return std::nullopt;
+    const int number = WireFormatLite::GetTagFieldNumber(tag);
+    const FieldDescriptor* field = type->FindFieldByNumber(number);
+    const int wire_type = WireFormatLite::GetTagWireType(tag);
+    if (field != nullptr && field->type() == FieldDescriptor::TYPE_MESSAGE &&
+        wire_type == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
+      int size;
+      if (!ReadLength(&in, &size)) return std::nullopt;
+      const int at = in.CurrentPosition();
+      if (!in.Skip(size)) return std::nullopt;
+      // Message types here do not nest themselves: the depth is the
+      // schema's (BatchRequest, operation, request, time).
+      auto inner =
+          KnownFieldsOnly(wire.substr(at, size), field->message_type());
+      if (!inner) return std::nullopt;
+      AppendVarint(tag, &out);
+      AppendVarint(inner->size(), &out);
+      out += *inner;
+      continue;
+    }
+    if (!SkipValue(&in, tag)) return std::nullopt;
+    if (field != nullptr && ReadsAs(field, wire_type)) {
+      out += wire.substr(start, in.CurrentPosition() - start);
+    }
+  }
 }
 
 namespace {

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -65,6 +66,16 @@ WireRead ReadBatchRequest(std::string_view wire, std::size_t max_ops,
 // grows with the operation count.
 std::optional<std::size_t> CountBatchOperations(std::string_view wire,
                                                 std::size_t limit);
+
+// `wire`, a serialized message of `type`, re-encoded with only the fields
+// `type` knows, at every level (fields copied as they are, nested messages
+// rewritten). Protobuf parses both to the same message, but keeps every
+// unknown field as an entry of its own: 4 MB of 2-byte unknown fields took
+// 32 MB or more to parse. Returns nullopt if `wire` does not scan as fields
+// where protobuf would refuse it too. The result is never longer than
+// `wire`.
+std::optional<std::string> KnownFieldsOnly(
+    std::string_view wire, const google::protobuf::Descriptor* type);
 
 // The same fields of parsed messages.
 OpFields FieldsOf(const v1::SetTimerRequest& req);

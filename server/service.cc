@@ -87,25 +87,21 @@ std::string_view AuthorizationOf(const grpc::CallbackServerContext* ctx) {
 
 }  // namespace
 
-Status DelaydService::Authorize(const grpc::CallbackServerContext* ctx,
-                                std::string_view name,
-                                std::uint8_t permission) const {
-  if (!auth_.enabled()) return Status::Ok();
-  return auth_.Check(AuthorizationOf(ctx), name.empty() ? "default" : name,
-                     permission);
+Status DelaydService::Identify(const grpc::CallbackServerContext* ctx,
+                               Caller* caller) const {
+  return auth_.Identify(AuthorizationOf(ctx), caller);
 }
 
-Status DelaydService::AuthorizeAll(const grpc::CallbackServerContext* ctx,
-                                   std::uint8_t permission) const {
-  if (!auth_.enabled()) return Status::Ok();
-  return auth_.Check(AuthorizationOf(ctx), "", permission);
+Status DelaydService::Authorize(const Caller& caller, std::string_view name,
+                                std::uint8_t permission) {
+  return caller.May(name.empty() ? "default" : name, permission);
 }
 
 grpc::ServerUnaryReactor* DelaydService::Read(
     const grpc::CallbackServerContext* ctx, const grpc::ByteBuffer& in,
     const RequestLimit& limit, std::string_view method, UnaryCall* call,
-    google::protobuf::MessageLite* request) {
-  Status s = AuthorizeAll(ctx, 0);
+    google::protobuf::MessageLite* request, Caller* caller) {
+  Status s = Identify(ctx, caller);
   if (s.ok()) s = ReadRequest(in, limit.bytes, method, limit.from, request);
   return s.ok() ? nullptr : call->Reply(s);
 }
@@ -159,9 +155,11 @@ grpc::ServerUnaryReactor* DelaydService::SetTimer(
     grpc::ByteBuffer* out) {
   auto* call = new UnaryCall(ctx, out);
   auto* req = call->New<v1::SetTimerRequest>();
-  if (auto* r = Read(ctx, *in, request_limits_.set, "SetTimer", call, req))
+  Caller caller;
+  if (auto* r =
+          Read(ctx, *in, request_limits_.set, "SetTimer", call, req, &caller))
     return r;
-  if (Status s = Authorize(ctx, req->namespace_(), kWrite); !s.ok()) {
+  if (Status s = Authorize(caller, req->namespace_(), kWrite); !s.ok()) {
     return call->Reply(s);
   }
   Op op;
@@ -179,10 +177,12 @@ grpc::ServerUnaryReactor* DelaydService::MoveTimer(
     grpc::ByteBuffer* out) {
   auto* call = new UnaryCall(ctx, out);
   auto* req = call->New<v1::MoveTimerRequest>();
-  if (auto* r = Read(ctx, *in, request_limits_.other, "MoveTimer", call, req)) {
+  Caller caller;
+  if (auto* r = Read(ctx, *in, request_limits_.other, "MoveTimer", call, req,
+                     &caller)) {
     return r;
   }
-  if (Status s = Authorize(ctx, req->namespace_(), kWrite); !s.ok()) {
+  if (Status s = Authorize(caller, req->namespace_(), kWrite); !s.ok()) {
     return call->Reply(s);
   }
   Op op;
@@ -199,9 +199,11 @@ grpc::ServerUnaryReactor* DelaydService::RemoveTimer(
     grpc::ByteBuffer* out) {
   auto* call = new UnaryCall(ctx, out);
   auto* req = call->New<v1::RemoveTimerRequest>();
-  if (auto* r = Read(ctx, *in, request_limits_.other, "RemoveTimer", call, req))
+  Caller caller;
+  if (auto* r = Read(ctx, *in, request_limits_.other, "RemoveTimer", call, req,
+                     &caller))
     return r;
-  if (Status s = Authorize(ctx, req->namespace_(), kWrite); !s.ok()) {
+  if (Status s = Authorize(caller, req->namespace_(), kWrite); !s.ok()) {
     return call->Reply(s);
   }
   Op op;
@@ -216,10 +218,12 @@ grpc::ServerUnaryReactor* DelaydService::Drain(grpc::CallbackServerContext* ctx,
                                                grpc::ByteBuffer* out) {
   auto* call = new UnaryCall(ctx, out);
   auto* req = call->New<v1::DrainRequest>();
-  if (auto* r = Read(ctx, *in, request_limits_.other, "Drain", call, req))
+  Caller caller;
+  if (auto* r =
+          Read(ctx, *in, request_limits_.other, "Drain", call, req, &caller))
     return r;
   auto* resp = call->New<v1::DrainResponse>();
-  if (Status s = Authorize(ctx, req->namespace_(), kAdmin); !s.ok()) {
+  if (Status s = Authorize(caller, req->namespace_(), kAdmin); !s.ok()) {
     return call->Reply(s);
   }
   NamespaceId ns;
@@ -242,9 +246,11 @@ grpc::ServerUnaryReactor* DelaydService::GetTimer(
     grpc::ByteBuffer* out) {
   auto* call = new UnaryCall(ctx, out);
   auto* req = call->New<v1::GetTimerRequest>();
-  if (auto* r = Read(ctx, *in, request_limits_.other, "GetTimer", call, req))
+  Caller caller;
+  if (auto* r =
+          Read(ctx, *in, request_limits_.other, "GetTimer", call, req, &caller))
     return r;
-  Status s = Authorize(ctx, req->namespace_(), kRead);
+  Status s = Authorize(caller, req->namespace_(), kRead);
   if (s.ok()) s = validator_.NamespaceName(req->namespace_());
   if (s.ok()) s = validator_.Key(req->key());
   NamespaceId ns;
@@ -273,11 +279,13 @@ grpc::ServerUnaryReactor* DelaydService::ListTimers(
     grpc::ByteBuffer* out) {
   auto* call = new UnaryCall(ctx, out);
   auto* req = call->New<v1::ListTimersRequest>();
-  if (auto* r = Read(ctx, *in, request_limits_.other, "ListTimers", call, req))
+  Caller caller;
+  if (auto* r = Read(ctx, *in, request_limits_.other, "ListTimers", call, req,
+                     &caller))
     return r;
   Scheduler::ListLimits limits;
   Scheduler::ListCursor cursor;
-  Status s = Authorize(ctx, req->namespace_(), kRead);
+  Status s = Authorize(caller, req->namespace_(), kRead);
   if (s.ok()) s = validator_.List(*req, &limits, &cursor);
   if (!s.ok()) {
     return call->Reply(s);
@@ -310,7 +318,8 @@ grpc::ServerUnaryReactor* DelaydService::Batch(grpc::CallbackServerContext* ctx,
                                                grpc::ByteBuffer* out) {
   auto* call = new UnaryCall(ctx, out);
   // Only a known token gets its request read; namespaces are checked below.
-  if (Status s = AuthorizeAll(ctx, 0); !s.ok()) return call->Reply(s);
+  Caller caller;
+  if (Status s = Identify(ctx, &caller); !s.ok()) return call->Reply(s);
   // The request in one piece: gRPC's own slice when it arrived in one, else
   // a copy. Operations below are views into it until converted.
   grpc::Slice slice;
@@ -340,9 +349,12 @@ grpc::ServerUnaryReactor* DelaydService::Batch(grpc::CallbackServerContext* ctx,
         LogLimitHit("max-batch-ops", too_many.message());
         return call->Reply(too_many);
       }
+      // Parsed without its unknown fields (see KnownFieldsOnly).
       auto* parsed = call->New<v1::BatchRequest>();
-      if (!count || wire.size() > static_cast<std::size_t>(INT_MAX) ||
-          !parsed->ParseFromArray(wire.data(), static_cast<int>(wire.size()))) {
+      const auto known =
+          count ? KnownFieldsOnly(wire, v1::BatchRequest::descriptor())
+                : std::nullopt;
+      if (!known || !parsed->ParseFromString(*known)) {
         return call->Reply(Status::InvalidArgument(
             "request: not a valid delayd.v1.BatchRequest"));
       }
@@ -361,7 +373,7 @@ grpc::ServerUnaryReactor* DelaydService::Batch(grpc::CallbackServerContext* ctx,
     bool any = false;
     for (const OpFields& f : fields) {
       if (any && f.ns == checked) continue;
-      if (Status s = Authorize(ctx, f.ns, kWrite); !s.ok())
+      if (Status s = Authorize(caller, f.ns, kWrite); !s.ok())
         return call->Reply(s);
       checked = f.ns;
       any = true;
@@ -422,14 +434,15 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* DelaydService::Subscribe(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in) {
   // Read as a unary call's request is.
   v1::SubscribeRequest req;
-  Status read = AuthorizeAll(ctx, 0);
+  Caller caller;
+  Status read = Identify(ctx, &caller);
   if (read.ok()) {
     read = ReadRequest(*in, request_limits_.other.bytes, "Subscribe",
                        request_limits_.other.from, &req);
   }
   if (!read.ok()) return new FailedStream(read);
   const bool watcher = req.mode() == v1::SubscribeRequest::WATCHER;
-  if (Status s = Authorize(ctx, req.namespace_(), watcher ? kRead : kWork);
+  if (Status s = Authorize(caller, req.namespace_(), watcher ? kRead : kWork);
       !s.ok()) {
     return new FailedStream(s);
   }
@@ -457,8 +470,10 @@ grpc::ServerUnaryReactor* DelaydService::Ack(grpc::CallbackServerContext* ctx,
                                              grpc::ByteBuffer* out) {
   auto* call = new UnaryCall(ctx, out);
   auto* req = call->New<v1::AckRequest>();
-  if (auto* r = Read(ctx, *in, request_limits_.ack, "Ack", call, req)) return r;
-  Status s = Authorize(ctx, req->namespace_(), kWork);
+  Caller caller;
+  if (auto* r = Read(ctx, *in, request_limits_.ack, "Ack", call, req, &caller))
+    return r;
+  Status s = Authorize(caller, req->namespace_(), kWork);
   if (s.ok()) s = validator_.Ack(*req);
   if (!s.ok()) {
     return call->Reply(s);

@@ -127,22 +127,22 @@ class DelaydService final : public RawDelayd {
   // if it does not exist.
   Status Namespace(std::string_view name, NamespaceId* id,
                    NamespaceCache* cache = nullptr, bool create = false);
-  // Whether the caller's token allows `permission` on namespace `name`
-  // (empty: the default namespace); see auth.h. Checked before anything
-  // else, so a refused call learns nothing and changes nothing.
-  Status Authorize(const grpc::CallbackServerContext* ctx,
-                   std::string_view name, std::uint8_t permission) const;
-  // Stats spans every namespace.
-  Status AuthorizeAll(const grpc::CallbackServerContext* ctx,
-                      std::uint8_t permission) const;
-  // Reads a call's request if the caller's token is known (checked before
-  // any byte is parsed) and it is within `limit`: returns null. Otherwise
-  // answers the call and returns its reactor.
+  // The caller of `ctx`, by the token it sent; see auth.h. Checked before
+  // a request is parsed, so an unknown caller costs nothing more.
+  Status Identify(const grpc::CallbackServerContext* ctx, Caller* caller) const;
+  // Whether `caller` may do `permission` on namespace `name` (empty: the
+  // default namespace). Checked before anything else is done with the
+  // request, so a refused call learns nothing and changes nothing.
+  static Status Authorize(const Caller& caller, std::string_view name,
+                          std::uint8_t permission);
+  // Identifies the caller and reads its request if it is within `limit`:
+  // returns null. Otherwise answers the call and returns its reactor.
   grpc::ServerUnaryReactor* Read(const grpc::CallbackServerContext* ctx,
                                  const grpc::ByteBuffer& in,
                                  const RequestLimit& limit,
                                  std::string_view method, UnaryCall* call,
-                                 google::protobuf::MessageLite* request);
+                                 google::protobuf::MessageLite* request,
+                                 Caller* caller);
   // Validates a set, move or remove and converts it for the scheduler.
   Status ToOp(const OpFields& f, WallNanos now, Op* op,
               NamespaceCache* cache = nullptr);

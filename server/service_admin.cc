@@ -15,9 +15,11 @@ grpc::ServerUnaryReactor* DelaydService::Backup(
   auto* req = call->New<v1::BackupRequest>();
   auto* resp = call->New<v1::BackupResponse>();
   auto reply = [call, resp](const Status& s) { return call->Reply(s, resp); };
-  if (auto* r = Read(ctx, *in, request_limits_.other, "Backup", call, req))
+  Caller caller;
+  if (auto* r =
+          Read(ctx, *in, request_limits_.other, "Backup", call, req, &caller))
     return r;
-  if (Status s = AuthorizeAll(ctx, kAdmin); !s.ok()) return reply(s);
+  if (Status s = caller.May("", kAdmin); !s.ok()) return reply(s);
   if (backup_dir_.empty()) {
     return reply(
         Status::FailedPrecondition("backups are off: start delayd with "
@@ -73,10 +75,12 @@ grpc::ServerUnaryReactor* DelaydService::Stats(grpc::CallbackServerContext* ctx,
                                                grpc::ByteBuffer* out) {
   auto* call = new UnaryCall(ctx, out);
   auto* req = call->New<v1::StatsRequest>();
-  if (auto* r = Read(ctx, *in, request_limits_.other, "Stats", call, req))
+  Caller caller;
+  if (auto* r =
+          Read(ctx, *in, request_limits_.other, "Stats", call, req, &caller))
     return r;
   auto* resp = call->New<v1::StatsResponse>();
-  if (Status s = AuthorizeAll(ctx, kAdmin); !s.ok()) {
+  if (Status s = caller.May("", kAdmin); !s.ok()) {
     return call->Reply(s);
   }
   Counters& c = scheduler_.counters();

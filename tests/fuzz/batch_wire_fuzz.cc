@@ -1,7 +1,9 @@
 // libFuzzer target: the Batch wire reader. Whatever it accepts, protobuf
 // must read the same; it must stop at the operation limit; the operation
-// counter must agree with protobuf's count.
+// counter must agree with protobuf's count; a request without its unknown
+// fields must parse exactly when the request does, to the same message.
 #include <google/protobuf/stubs/logging.h>
+#include <google/protobuf/util/message_differencer.h>
 
 #include <cstdint>
 #include <cstdlib>
@@ -32,6 +34,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data,
     // Protobuf's operations, counted up to the limit + 1.
     Check(count.has_value());
     Check(*count == std::min<std::size_t>(msg.operations_size(), kMaxOps + 1));
+  }
+  const auto known =
+      delayd::KnownFieldsOnly(wire, delayd::v1::BatchRequest::descriptor());
+  delayd::v1::BatchRequest stripped;
+  Check(parsed == (known && stripped.ParseFromString(*known)));
+  if (parsed) {
+    Check(known->size() <= size);
+    delayd::v1::BatchRequest without = msg;
+    without.DiscardUnknownFields();
+    Check(
+        google::protobuf::util::MessageDifferencer::Equals(without, stripped));
   }
   switch (read) {
     case delayd::WireRead::kOk: {

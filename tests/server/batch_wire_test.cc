@@ -1,6 +1,7 @@
 #include "server/batch_wire.h"
 
 #include <google/protobuf/stubs/logging.h>
+#include <google/protobuf/util/message_differencer.h>
 #include <gtest/gtest.h>
 
 #include <random>
@@ -342,6 +343,81 @@ TEST(BatchWire, CountsOperationsOfAnyEncodingUpToTheLimit) {
   // Field 1 as a varint is an unknown field to protobuf, not an operation
   // (found by the fuzzer).
   EXPECT_EQ(CountBatchOperations(std::string("\x08\x00\x0a\x00", 4), 3), 1u);
+}
+
+// Unknown fields go at every level; what protobuf reads stays the same, and
+// a request protobuf refuses is still refused.
+TEST(BatchWire, KnownFieldsOnlyDropsUnknownFieldsAtEveryLevel) {
+  using google::protobuf::util::MessageDifferencer;
+  v1::BatchRequest req;
+  auto* set = req.add_operations()->mutable_set();
+  set->set_key("k");
+  set->set_payload("p");
+  set->mutable_delay()->set_seconds(5);
+  set->mutable_delay()
+      ->GetReflection()
+      ->MutableUnknownFields(set->mutable_delay())
+      ->AddVarint(9, 1);
+  set->GetReflection()->MutableUnknownFields(set)->AddLengthDelimited(99, "u");
+  req.GetReflection()->MutableUnknownFields(&req)->AddFixed64(7, 1);
+  // And a known field in the wrong wire type: unknown to protobuf.
+  const std::string wire =
+      req.SerializeAsString() + std::string("\x0d\0\0\0\0", 5);
+  const auto known = KnownFieldsOnly(wire, v1::BatchRequest::descriptor());
+  ASSERT_TRUE(known.has_value());
+  v1::BatchRequest parsed;
+  ASSERT_TRUE(parsed.ParseFromString(*known));
+  auto unknown = [](const google::protobuf::Message& m) {
+    return m.GetReflection()->GetUnknownFields(m).field_count();
+  };
+  EXPECT_EQ(unknown(parsed), 0);
+  EXPECT_EQ(unknown(parsed.operations(0).set()), 0);
+  EXPECT_EQ(unknown(parsed.operations(0).set().delay()), 0);
+  req.DiscardUnknownFields();
+  EXPECT_TRUE(MessageDifferencer::Equals(parsed, req));
+  EXPECT_LT(known->size(), wire.size());
+
+  // What protobuf refuses: a cut nested message, a zero tag, a string that
+  // is not UTF-8.
+  EXPECT_FALSE(KnownFieldsOnly("\x0a\x05\x0a", v1::BatchRequest::descriptor()));
+  EXPECT_FALSE(
+      KnownFieldsOnly(std::string(1, '\0'), v1::BatchRequest::descriptor()));
+  v1::BatchRequest bad;
+  bad.add_operations()->mutable_set()->set_key("\xff");
+  const auto copied =
+      KnownFieldsOnly(bad.SerializeAsString(), v1::BatchRequest::descriptor());
+  ASSERT_TRUE(copied.has_value());
+  google::protobuf::LogSilencer quiet;
+  EXPECT_FALSE(v1::BatchRequest().ParseFromString(*copied));
+}
+
+// On random corrupted requests: parsed without its unknown fields, a
+// request parses exactly when it parses whole, to the same message.
+TEST(BatchWire, KnownFieldsOnlyAgreesWithProtobuf) {
+  using google::protobuf::util::MessageDifferencer;
+  google::protobuf::LogSilencer quiet;
+  std::mt19937_64 rng(11);
+  int parsed_count = 0, refused = 0;
+  for (int i = 0; i < 20000; ++i) {
+    std::string wire = RandomRequest(rng, true).SerializeAsString();
+    for (int e = 0; e < 2 && !wire.empty(); ++e) {
+      wire[rng() % wire.size()] = static_cast<char>(rng());
+    }
+    v1::BatchRequest whole, stripped;
+    const bool parsed = whole.ParseFromString(wire);
+    const auto known = KnownFieldsOnly(wire, v1::BatchRequest::descriptor());
+    ASSERT_EQ(parsed, known && stripped.ParseFromString(*known))
+        << "request " << i << ": " << ::testing::PrintToString(wire);
+    if (!parsed) {
+      ++refused;
+      continue;
+    }
+    ++parsed_count;
+    whole.DiscardUnknownFields();
+    ASSERT_TRUE(MessageDifferencer::Equals(whole, stripped)) << i;
+  }
+  EXPECT_GT(parsed_count, 1000);
+  EXPECT_GT(refused, 1000);
 }
 
 }  // namespace
