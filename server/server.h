@@ -6,7 +6,6 @@
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
-#include <map>
 #include <memory>
 #include <string>
 

@@ -157,8 +157,9 @@ grpc::ServerUnaryReactor* DelaydService::SetTimer(
   auto* req = call->New<v1::SetTimerRequest>();
   Caller caller;
   if (auto* r =
-          Read(ctx, *in, request_limits_.set, "SetTimer", call, req, &caller))
+          Read(ctx, *in, request_limits_.set, "SetTimer", call, req, &caller)) {
     return r;
+  }
   if (Status s = Authorize(caller, req->namespace_(), kWrite); !s.ok()) {
     return call->Reply(s);
   }
@@ -201,8 +202,9 @@ grpc::ServerUnaryReactor* DelaydService::RemoveTimer(
   auto* req = call->New<v1::RemoveTimerRequest>();
   Caller caller;
   if (auto* r = Read(ctx, *in, request_limits_.other, "RemoveTimer", call, req,
-                     &caller))
+                     &caller)) {
     return r;
+  }
   if (Status s = Authorize(caller, req->namespace_(), kWrite); !s.ok()) {
     return call->Reply(s);
   }
@@ -220,8 +222,9 @@ grpc::ServerUnaryReactor* DelaydService::Drain(grpc::CallbackServerContext* ctx,
   auto* req = call->New<v1::DrainRequest>();
   Caller caller;
   if (auto* r =
-          Read(ctx, *in, request_limits_.other, "Drain", call, req, &caller))
+          Read(ctx, *in, request_limits_.other, "Drain", call, req, &caller)) {
     return r;
+  }
   auto* resp = call->New<v1::DrainResponse>();
   if (Status s = Authorize(caller, req->namespace_(), kAdmin); !s.ok()) {
     return call->Reply(s);
@@ -247,9 +250,10 @@ grpc::ServerUnaryReactor* DelaydService::GetTimer(
   auto* call = new UnaryCall(ctx, out);
   auto* req = call->New<v1::GetTimerRequest>();
   Caller caller;
-  if (auto* r =
-          Read(ctx, *in, request_limits_.other, "GetTimer", call, req, &caller))
+  if (auto* r = Read(ctx, *in, request_limits_.other, "GetTimer", call, req,
+                     &caller)) {
     return r;
+  }
   Status s = Authorize(caller, req->namespace_(), kRead);
   if (s.ok()) s = validator_.NamespaceName(req->namespace_());
   if (s.ok()) s = validator_.Key(req->key());
@@ -281,8 +285,9 @@ grpc::ServerUnaryReactor* DelaydService::ListTimers(
   auto* req = call->New<v1::ListTimersRequest>();
   Caller caller;
   if (auto* r = Read(ctx, *in, request_limits_.other, "ListTimers", call, req,
-                     &caller))
+                     &caller)) {
     return r;
+  }
   Scheduler::ListLimits limits;
   Scheduler::ListCursor cursor;
   Status s = Authorize(caller, req->namespace_(), kRead);
@@ -471,8 +476,10 @@ grpc::ServerUnaryReactor* DelaydService::Ack(grpc::CallbackServerContext* ctx,
   auto* call = new UnaryCall(ctx, out);
   auto* req = call->New<v1::AckRequest>();
   Caller caller;
-  if (auto* r = Read(ctx, *in, request_limits_.ack, "Ack", call, req, &caller))
+  if (auto* r =
+          Read(ctx, *in, request_limits_.ack, "Ack", call, req, &caller)) {
     return r;
+  }
   Status s = Authorize(caller, req->namespace_(), kWork);
   if (s.ok()) s = validator_.Ack(*req);
   if (!s.ok()) {

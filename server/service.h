@@ -8,11 +8,9 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include <chrono>
-#include <map>
-#include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 
 #include "delayd/v1/delayd.grpc.pb.h"
 #include "server/auth.h"

@@ -17,8 +17,9 @@ grpc::ServerUnaryReactor* DelaydService::Backup(
   auto reply = [call, resp](const Status& s) { return call->Reply(s, resp); };
   Caller caller;
   if (auto* r =
-          Read(ctx, *in, request_limits_.other, "Backup", call, req, &caller))
+          Read(ctx, *in, request_limits_.other, "Backup", call, req, &caller)) {
     return r;
+  }
   if (Status s = caller.May("", kAdmin); !s.ok()) return reply(s);
   if (backup_dir_.empty()) {
     return reply(
@@ -77,8 +78,9 @@ grpc::ServerUnaryReactor* DelaydService::Stats(grpc::CallbackServerContext* ctx,
   auto* req = call->New<v1::StatsRequest>();
   Caller caller;
   if (auto* r =
-          Read(ctx, *in, request_limits_.other, "Stats", call, req, &caller))
+          Read(ctx, *in, request_limits_.other, "Stats", call, req, &caller)) {
     return r;
+  }
   auto* resp = call->New<v1::StatsResponse>();
   if (Status s = caller.May("", kAdmin); !s.ok()) {
     return call->Reply(s);

@@ -148,8 +148,8 @@ class StreamSink : public Subscriber {
     force_write_ = false;
     writing_ = true;
     in_write_ = in_write_bytes_ = 0;
-    const v1::SubscribeResponse empty;
-    const v1::SubscribeResponse* msg = &empty;
+    const v1::SubscribeResponse* msg =
+        &v1::SubscribeResponse::default_instance();
     if (!queue_.empty()) {
       msg = &queue_.front().msg;
       in_write_ = static_cast<std::size_t>(msg->events_size());
