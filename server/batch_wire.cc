@@ -230,30 +230,6 @@ WireRead ReadBatchRequest(std::string_view wire, std::size_t max_ops,
   return WireRead::kOk;
 }
 
-std::optional<std::size_t> CountBatchOperations(std::string_view wire,
-                                                std::size_t limit) {
-  using google::protobuf::internal::WireFormatLite;
-  google::protobuf::io::CodedInputStream in(
-      reinterpret_cast<const std::uint8_t*>(wire.data()),
-      static_cast<int>(std::min<std::size_t>(wire.size(), INT_MAX)));
-  std::size_t count = 0;
-  while (std::uint32_t tag = in.ReadTag()) {
-    // Only a length-delimited field 1 is an operation; protobuf keeps any
-    // other wire type under that number as an unknown field.
-    if (WireFormatLite::GetTagFieldNumber(tag) == 1 &&
-        WireFormatLite::GetTagWireType(tag) ==
-            WireFormatLite::WIRETYPE_LENGTH_DELIMITED &&
-        ++count > limit) {
-      return count;
-    }
-    if (!WireFormatLite::SkipField(&in, tag)) return std::nullopt;
-  }
-  // ReadTag() gives 0 at the end of the input and for a zero tag, which
-  // protobuf refuses.
-  if (!in.ConsumedEntireMessage()) return std::nullopt;
-  return count;
-}
-
 namespace {
 
 void AppendVarint(std::uint64_t v, std::string* out) {
@@ -345,6 +321,30 @@ bool SkipValue(google::protobuf::io::CodedInputStream* in, std::uint32_t tag,
 }
 
 }  // namespace
+
+std::optional<std::size_t> CountBatchOperations(std::string_view wire,
+                                                std::size_t limit) {
+  using google::protobuf::internal::WireFormatLite;
+  if (wire.size() > static_cast<std::size_t>(INT_MAX)) return std::nullopt;
+  google::protobuf::io::CodedInputStream in(
+      reinterpret_cast<const std::uint8_t*>(wire.data()),
+      static_cast<int>(wire.size()));
+  std::size_t count = 0;
+  while (static_cast<std::size_t>(in.CurrentPosition()) != wire.size()) {
+    std::uint32_t tag;
+    if (!ReadTag(&in, &tag)) return std::nullopt;
+    // Only a length-delimited field 1 is an operation; protobuf keeps any
+    // other wire type under that number as an unknown field.
+    if (WireFormatLite::GetTagFieldNumber(tag) == 1 &&
+        WireFormatLite::GetTagWireType(tag) ==
+            WireFormatLite::WIRETYPE_LENGTH_DELIMITED &&
+        ++count > limit) {
+      return count;
+    }
+    if (!SkipValue(&in, tag)) return std::nullopt;
+  }
+  return count;
+}
 
 std::optional<std::string> KnownFieldsOnly(
     std::string_view wire, const google::protobuf::Descriptor* type) {

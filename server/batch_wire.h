@@ -61,8 +61,8 @@ WireRead ReadBatchRequest(std::string_view wire, std::size_t max_ops,
 
 // Counts the operations of a serialized BatchRequest in any encoding
 // protobuf accepts, without parsing them, stopping at `limit` + 1. Returns
-// nullopt if the top level does not even scan as protobuf fields (protobuf
-// would refuse it too). Used before protobuf parses a request, whose memory
+// nullopt if the top level does not scan as protobuf's parser reads fields
+// (it would refuse it too). Used before protobuf parses a request, whose memory
 // grows with the operation count.
 std::optional<std::size_t> CountBatchOperations(std::string_view wire,
                                                 std::size_t limit);

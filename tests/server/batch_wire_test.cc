@@ -343,6 +343,11 @@ TEST(BatchWire, CountsOperationsOfAnyEncodingUpToTheLimit) {
   // Field 1 as a varint is an unknown field to protobuf, not an operation
   // (found by the fuzzer).
   EXPECT_EQ(CountBatchOperations(std::string("\x08\x00\x0a\x00", 4), 3), 1u);
+  // A tag of more than 5 bytes is refused, as protobuf's parser refuses it
+  // (CodedInputStream::ReadTag would read it).
+  EXPECT_EQ(CountBatchOperations(
+                std::string("\xD5\xA8\xD2\xF5\xDE\x38\0\0\0\0", 10), 3),
+            std::nullopt);
 }
 
 // Unknown fields go at every level; what protobuf reads stays the same, and
