@@ -12,6 +12,7 @@ packages=(
   # libraries
   libasio-dev libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev
   protobuf-compiler libspdlog-dev libcli11-dev librocksdb-dev libssl-dev
+  prometheus-cpp-dev
 )
 if [ "${DELAYD_DEPS:-all}" != build ]; then
   packages+=(
@@ -24,6 +25,8 @@ if [ "${DELAYD_DEPS:-all}" != build ]; then
     # the other-language client tests: Debian's Python gRPC; Node.js, whose
     # gRPC packages come from npm (tests/clients/node/package-lock.json)
     python3-grpcio python3-protobuf nodejs
+    # the metrics test scrapes delayd with a real Prometheus
+    prometheus
   )
   # Node.js from elsewhere (e.g. NodeSource) brings its own npm; Debian's
   # nodejs needs Debian's npm.

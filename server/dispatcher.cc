@@ -13,12 +13,14 @@ constexpr std::size_t kMaxBatch = 256;
 }  // namespace
 
 Dispatcher::Dispatcher(asio::io_context& io, std::string name, NamespaceId id,
-                       Counters& counters, const Limits& limits, Store* store,
-                       NamespaceRefs* refs)
+                       Counters& counters, Metrics& metrics,
+                       const Limits& limits, Store* store, NamespaceRefs* refs)
     : name_(std::move(name)),
       id_(id),
       refs_(refs),
       counters_(counters),
+      mine_(counters.of(id)),
+      metrics_(metrics),
       limits_(limits),
       store_(store),
       strand_(asio::make_strand(io)),
@@ -27,11 +29,17 @@ Dispatcher::Dispatcher(asio::io_context& io, std::string name, NamespaceId id,
                  [this](std::vector<StrandWheel::Expired>& due) {
                    OnAckTimeouts(due);
                  }),
-      retry_timer_(strand_) {}
+      retry_timer_(strand_),
+      observed_(LatencyBuckets()) {}
 
 void Dispatcher::Publish(std::vector<Event> events) {
   asio::post(strand_, [this, events = std::move(events)]() mutable {
     if (closed_) return;
+    const WallNanos now = WallNow();
+    for (const Event& e : events) {
+      observed_.Add(std::chrono::nanoseconds(now - e.fire_time));
+    }
+    observed_.AddTo(metrics_.firing_lateness());
     // Watchers see each event once, when it is published (one whose payload
     // cannot be read is left out for them; workers get it once it can).
     if (!watchers_.empty()) {
@@ -58,6 +66,7 @@ void Dispatcher::Publish(std::vector<Event> events) {
           it->second->End(ended);
           it = watchers_.erase(it);
           counters_.watchers.fetch_sub(1);
+          mine_.watchers.fetch_sub(1, std::memory_order_relaxed);
           refs_->Release(id_);
         } else {
           ++it;
@@ -65,6 +74,7 @@ void Dispatcher::Publish(std::vector<Event> events) {
       }
     }
     counters_.ready.fetch_add(events.size());
+    mine_.ready.fetch_add(events.size(), std::memory_order_relaxed);
     for (Event& e : events) {
       const std::uint64_t id = e.id;
       outstanding_.emplace(id, Outstanding{std::move(e)});
@@ -90,6 +100,7 @@ void Dispatcher::Subscribe(std::uint64_t id,
     if (options.watcher) {
       watchers_.emplace_back(id, std::move(subscriber));
       counters_.watchers.fetch_add(1);
+      mine_.watchers.fetch_add(1, std::memory_order_relaxed);
     } else {
       workers_.push_back(Worker{id,
                                 std::move(subscriber),
@@ -97,6 +108,7 @@ void Dispatcher::Subscribe(std::uint64_t id,
                                 options.ack_timeout,
                                 {}});
       counters_.workers.fetch_add(1);
+      mine_.workers.fetch_add(1, std::memory_order_relaxed);
     }
     done();
     Pump();
@@ -110,6 +122,7 @@ void Dispatcher::Unsubscribe(std::uint64_t id) {
     if (watcher != watchers_.end()) {
       watchers_.erase(watcher);
       counters_.watchers.fetch_sub(1);
+      mine_.watchers.fetch_sub(1, std::memory_order_relaxed);
       refs_->Release(id_);
       return;
     }
@@ -125,6 +138,7 @@ void Dispatcher::Unsubscribe(std::uint64_t id) {
       Requeue(event_id, outstanding_[event_id]);
     workers_.erase(worker);
     counters_.workers.fetch_sub(1);
+    mine_.workers.fetch_sub(1, std::memory_order_relaxed);
     Pump();
     refs_->Release(id_);
   });
@@ -135,6 +149,7 @@ void Dispatcher::Ack(std::vector<std::uint64_t> ids,
   asio::post(strand_, [this, ids = std::move(ids),
                        done = std::move(done)]() mutable {
     AckResult result;
+    const SteadyTime now = std::chrono::steady_clock::now();
     std::optional<Store::Batch> batch;
     if (store_ != nullptr) batch.emplace(store_->NewBatch());
     for (std::uint64_t id : ids) {
@@ -148,8 +163,11 @@ void Dispatcher::Ack(std::vector<std::uint64_t> ids,
         if (Worker* w = FindWorker(o.worker)) w->in_flight.erase(id);
         CancelAckTimer(o);
         counters_.in_flight.fetch_sub(1);
+        mine_.in_flight.fetch_sub(1, std::memory_order_relaxed);
+        observed_.Add(now - o.delivered_at);
       } else {
         counters_.ready.fetch_sub(1);  // Acked while waiting for redelivery.
+        mine_.ready.fetch_sub(1, std::memory_order_relaxed);
       }
       if (batch) {
         batch->DeleteEvent(id);
@@ -159,6 +177,8 @@ void Dispatcher::Ack(std::vector<std::uint64_t> ids,
       ++result.acked;
     }
     counters_.acked.fetch_add(result.acked);
+    mine_.acked.fetch_add(result.acked, std::memory_order_relaxed);
+    observed_.AddTo(metrics_.ack_latency());
     Pump();
     if (!batch) {
       refs_->Release(id_, result.acked);
@@ -187,6 +207,8 @@ void Dispatcher::Close(const Status& status, std::function<void()> done) {
     for (auto& [id, sink] : watchers_) sink->End(status);
     counters_.workers.fetch_sub(workers_.size());
     counters_.watchers.fetch_sub(watchers_.size());
+    mine_.workers.fetch_sub(workers_.size(), std::memory_order_relaxed);
+    mine_.watchers.fetch_sub(watchers_.size(), std::memory_order_relaxed);
     workers_.clear();
     watchers_.clear();
     ack_wheel_.Stop();
@@ -209,6 +231,9 @@ void Dispatcher::Requeue(std::uint64_t event_id, Outstanding& o) {
   counters_.in_flight.fetch_sub(1);
   counters_.ready.fetch_add(1);
   counters_.redelivered.fetch_add(1);
+  mine_.in_flight.fetch_sub(1, std::memory_order_relaxed);
+  mine_.ready.fetch_add(1, std::memory_order_relaxed);
+  mine_.redelivered.fetch_add(1, std::memory_order_relaxed);
 }
 
 void Dispatcher::StartAckTimer(std::uint64_t event_id, Outstanding& o,
@@ -330,11 +355,16 @@ void Dispatcher::Pump() {
       if (!unreadable.empty()) Hold(unreadable);
       if (batch.empty()) continue;
     }
+    const SteadyTime steady_now = std::chrono::steady_clock::now();
+    const WallNanos wall_now = WallNow();
     for (std::size_t i = 0; i < batch.size(); ++i) {
       Outstanding& o = outstanding_.at(batch[i]->id);
       o.worker = w.id;
+      o.delivered_at = steady_now;
       w.in_flight.insert(batch[i]->id);
-      ++o.event.attempt;
+      if (++o.event.attempt == 1) {
+        observed_.Add(std::chrono::nanoseconds(wall_now - o.event.fire_time));
+      }
       StartAckTimer(batch[i]->id, o, w.ack_timeout);
       if (store_ != nullptr) {
         full[i].attempt = o.event.attempt;
@@ -343,8 +373,12 @@ void Dispatcher::Pump() {
     }
     counters_.ready.fetch_sub(batch.size());
     counters_.in_flight.fetch_add(batch.size());
+    mine_.ready.fetch_sub(batch.size(), std::memory_order_relaxed);
+    mine_.in_flight.fetch_add(batch.size(), std::memory_order_relaxed);
+    mine_.delivered.fetch_add(batch.size(), std::memory_order_relaxed);
     w.sink->Deliver(name_, batch);
   }
+  observed_.AddTo(metrics_.delivery_lateness());
 }
 
 }  // namespace delayd

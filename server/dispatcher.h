@@ -31,6 +31,8 @@
 #include <unordered_set>
 #include <vector>
 
+#include "server/counters.h"
+#include "server/metrics.h"
 #include "server/namespace_refs.h"
 #include "server/status.h"
 #include "server/store.h"
@@ -38,22 +40,6 @@
 #include "server/types.h"
 
 namespace delayd {
-
-// Daemon-wide counters, updated by partitions and dispatchers.
-struct Counters {
-  std::atomic<std::uint64_t> pending{0};
-  std::atomic<std::uint64_t> ready{0};
-  std::atomic<std::uint64_t> in_flight{0};
-  std::atomic<std::uint64_t> workers{0};
-  std::atomic<std::uint64_t> watchers{0};
-  std::atomic<std::uint64_t> subscribers{0};
-  std::atomic<std::uint64_t> set{0};
-  std::atomic<std::uint64_t> fired{0};
-  std::atomic<std::uint64_t> acked{0};
-  std::atomic<std::uint64_t> redelivered{0};
-  // Store reads or writes that failed (a damaged or full disk).
-  std::atomic<std::uint64_t> store_errors{0};
-};
 
 // The receiving end of a subscription, implemented by the gRPC stream.
 class Subscriber : public std::enable_shared_from_this<Subscriber> {
@@ -99,8 +85,8 @@ class Dispatcher {
   // count in `refs` is released for each acknowledged event (once durable)
   // and each subscriber that leaves (the scheduler adds those).
   Dispatcher(asio::io_context& io, std::string name, NamespaceId id,
-             Counters& counters, const Limits& limits, Store* store,
-             NamespaceRefs* refs);
+             Counters& counters, Metrics& metrics, const Limits& limits,
+             Store* store, NamespaceRefs* refs);
   Dispatcher(const Dispatcher&) = delete;
   Dispatcher& operator=(const Dispatcher&) = delete;
 
@@ -142,6 +128,7 @@ class Dispatcher {
     std::uint64_t worker = 0;  // 0: ready, not in flight.
     wheel::TimingWheel::Handle ack_timer = wheel::TimingWheel::kNoHandle;
     std::uint32_t ack_cookie = 0;
+    SteadyTime delivered_at{};  // The last delivery.
   };
 
   // All below run on the strand.
@@ -167,6 +154,8 @@ class Dispatcher {
   const NamespaceId id_;
   NamespaceRefs* const refs_;
   Counters& counters_;
+  NamespaceCounters& mine_;  // counters_.of(id_)
+  Metrics& metrics_;
   const Limits& limits_;
   Store* const store_;
   Strand strand_;
@@ -183,6 +172,9 @@ class Dispatcher {
   // Ack-timer cookies -> event ids (the wheel carries 32-bit cookies).
   std::vector<std::uint64_t> cookie_ids_;
   std::vector<std::uint32_t> free_cookies_;
+  // Latencies gathered for one histogram at a time, then added to it (each
+  // use leaves it empty).
+  Observations observed_;
 };
 
 }  // namespace delayd

@@ -179,8 +179,10 @@ OpResult Partition::Set(SetOp& op, WallNanos wall_now, SteadyTime steady_now,
     wheel_.Scheduled(rec.handle);
     keys_.Insert(hash, r);
     refs_->Add(op.ns);  // (The caller's pin keeps it above zero.)
+    counters_.of(op.ns).pending.fetch_add(1, std::memory_order_relaxed);
   }
   counters_.set.fetch_add(1, std::memory_order_relaxed);
+  counters_.of(op.ns).set.fetch_add(1, std::memory_order_relaxed);
   result.version = records_[r].version;
   result.fire_time = op.fire_time;
   return result;
@@ -218,6 +220,7 @@ OpResult Partition::Move(MoveOp& op, WallNanos wall_now, SteadyTime steady_now,
   wheel_.wheel().Reschedule(rec.handle,
                             Deadline(op.fire_time, wall_now, steady_now));
   wheel_.Scheduled(rec.handle);
+  counters_.of(op.ns).moved.fetch_add(1, std::memory_order_relaxed);
   result.version = rec.version;
   result.fire_time = rec.fire_time;
   return result;
@@ -237,6 +240,7 @@ OpResult Partition::Remove(RemoveOp& op, Store::Batch* batch) {
   }
   wheel_.wheel().Cancel(rec.handle);
   Forget(r);
+  counters_.of(op.ns).removed.fetch_add(1, std::memory_order_relaxed);
   result.removed = true;
   return result;
 }
@@ -244,6 +248,7 @@ OpResult Partition::Remove(RemoveOp& op, Store::Batch* batch) {
 void Partition::Forget(std::uint32_t r) {
   Record& rec = records_[r];
   keys_.Erase(Hash(rec.ns(), rec.blob.key()), r);
+  counters_.of(rec.ns()).pending.fetch_sub(1, std::memory_order_relaxed);
   rec.blob = Blob();
   free_records_.push_back(r);
   counters_.pending.fetch_sub(1);
@@ -274,6 +279,17 @@ std::vector<Event> Partition::TakeEvents(
   const WallNanos fired_at = WallNow();
   std::vector<Event> events;
   events.reserve(records.size());
+  // Per-namespace counts, added once per run of one namespace's events.
+  NamespaceId run_ns = 0;
+  std::uint64_t run = 0;
+  auto count_run = [&] {
+    if (run == 0) return;
+    NamespaceCounters& c = counters_.of(run_ns);
+    c.pending.fetch_sub(run, std::memory_order_relaxed);
+    (reason == Reason::kDrained ? c.drained : c.expired)
+        .fetch_add(run, std::memory_order_relaxed);
+    run = 0;
+  };
   for (std::uint32_t r : records) {
     Record& rec = records_[r];
     Event e{};
@@ -284,6 +300,9 @@ std::vector<Event> Partition::TakeEvents(
     e.fire_time = rec.fire_time;
     e.fired_at = fired_at;
     e.reason = reason;
+    if (e.ns != run_ns) count_run();
+    run_ns = e.ns;
+    ++run;
     keys_.Erase(Hash(e.ns, e.blob.key()), r);
     free_records_.push_back(r);
     if (batch) {
@@ -294,6 +313,7 @@ std::vector<Event> Partition::TakeEvents(
     }
     events.push_back(std::move(e));
   }
+  count_run();
   counters_.pending.fetch_sub(records.size());
   counters_.fired.fetch_add(records.size());
   return events;
@@ -407,6 +427,7 @@ void Partition::Restore(const StoredTimer& t, WallNanos wall_now,
   rec.blob.set_tag(static_cast<std::uint16_t>(t.ns));
   keys_.Insert(Hash(t.ns, t.key), r);
   counters_.pending.fetch_add(1, std::memory_order_relaxed);
+  counters_.of(t.ns).pending.fetch_add(1, std::memory_order_relaxed);
   refs_->Add(t.ns);
   if (t.fire_time <= wall_now) {
     overdue_.push_back(r);

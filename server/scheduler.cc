@@ -14,6 +14,7 @@ Scheduler::Scheduler(Options options)
     : options_(std::move(options)),
       epoch_(std::chrono::steady_clock::now()),
       work_(asio::make_work_guard(io_)),
+      counters_(options_.limits.max_namespaces),
       dispatchers_(new Dispatcher*[options_.limits.max_namespaces]()),
       refs_(std::make_unique<NamespaceRefs>(
           options_.limits.max_namespaces, [this](NamespaceId id) {
@@ -29,6 +30,7 @@ Status Scheduler::Start(RecoveryReport* report) {
   if (options_.store) {
     // Every failed store read or write is reported once, by the store.
     StoreOptions store = *options_.store;
+    store.metrics = &metrics_;
     store.on_error = [this, also = std::move(store.on_error)](const Status& s) {
       counters_.store_errors.fetch_add(1);
       if (also) also(s);
@@ -171,12 +173,14 @@ NamespaceId Scheduler::AddNamespace(std::string name) {
     const NamespaceId id = free_ids_.back();
     free_ids_.pop_back();
     dispatchers_[id]->Rename(name);
+    counters_.of(id).ResetTotals();
     ns_ids_.emplace(std::move(name), id);
     return id;
   }
   const auto id = static_cast<NamespaceId>(owned_dispatchers_.size());
-  owned_dispatchers_.push_back(std::make_unique<Dispatcher>(
-      io_, name, id, counters_, options_.limits, store_.get(), refs_.get()));
+  owned_dispatchers_.push_back(
+      std::make_unique<Dispatcher>(io_, name, id, counters_, metrics_,
+                                   options_.limits, store_.get(), refs_.get()));
   dispatchers_[id] = owned_dispatchers_.back().get();
   if (name.empty()) {
     free_ids_.push_back(id);  // Recovery: an id freed before the restart.
@@ -200,6 +204,13 @@ void Scheduler::Free(NamespaceId id) {
   ns_ids_.erase(dispatchers_[id]->name());
   dispatchers_[id]->Rename("");
   free_ids_.push_back(id);
+}
+
+void Scheduler::ForEachNamespace(
+    const std::function<void(const std::string&, const NamespaceCounters&)>&
+        visit) {
+  std::shared_lock lock(ns_mutex_);
+  for (const auto& [name, id] : ns_ids_) visit(name, counters_.of(id));
 }
 
 std::size_t Scheduler::namespaces() {

@@ -82,6 +82,12 @@ class Scheduler {
   void Unpin(NamespaceId id) { refs_->Release(id); }
   // Namespaces in use (not freed).
   std::size_t namespaces();
+  // Calls `visit` with each namespace in use and its figures, holding the
+  // namespace table (shared): namespaces are neither created nor freed
+  // meanwhile.
+  void ForEachNamespace(
+      const std::function<void(const std::string&, const NamespaceCounters&)>&
+          visit);
 
   // Registers a subscriber of namespace `name`, which need not exist yet:
   // then it waits outside the namespace table (it does not count against
@@ -116,12 +122,17 @@ class Scheduler {
 
   std::uint64_t NewSubscriberId() { return next_subscriber_id_.fetch_add(1); }
   Counters& counters() { return counters_; }
+  Metrics& metrics() { return metrics_; }
   // The pool's io_context (for timers of the layers above).
   asio::io_context& io() { return io_; }
   const Limits& limits() const { return options_.limits; }
   std::uint32_t partitions() const { return options_.partitions; }
   bool shutting_down() const { return shutting_down_.load(); }
   bool durable() const { return store_ != nullptr; }
+  // See Store::Property; nullopt without a store.
+  std::optional<std::uint64_t> StoreProperty(const std::string& name) {
+    return store_ ? store_->Property(name) : std::nullopt;
+  }
   // Writes a consistent copy of the store into `dir` (see
   // Store::Checkpoint); every change acknowledged before is in it.
   Status Backup(const std::string& dir) {
@@ -159,6 +170,7 @@ class Scheduler {
   asio::io_context io_;
   asio::executor_work_guard<asio::io_context::executor_type> work_;
   Counters counters_;
+  Metrics metrics_;
   std::unique_ptr<Store> store_;
   std::vector<std::unique_ptr<Partition>> partitions_;
   // Namespaces: the map under the lock; dispatchers_[id] is written once,

@@ -370,7 +370,18 @@ void Store::SyncLoop() {
     if (needed && status.ok()) {
       // Everything written so far is in the log: the sync covers it.
       const std::uint64_t sequence = db_->GetLatestSequenceNumber();
+      const auto started = std::chrono::steady_clock::now();
       const rocksdb::Status s = db_->SyncWAL();
+      if (options_.metrics != nullptr) {
+        options_.metrics->wal_sync().Observe(
+            std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                          started)
+                .count());
+        if (!group.empty()) {
+          options_.metrics->wal_sync_group().Observe(
+              static_cast<double>(group.size()));
+        }
+      }
       if (!s.ok()) {
         status = Error("WAL sync", s);
         NoteWriteError(status);
@@ -385,6 +396,15 @@ void Store::SyncLoop() {
   }
   syncing_ = false;
   idle_cv_.notify_all();
+}
+
+std::optional<std::uint64_t> Store::Property(const std::string& name) {
+  std::shared_lock lock(close_mu_);
+  std::uint64_t value = 0;
+  if (closed_ || !db_ || !db_->GetAggregatedIntProperty(name, &value)) {
+    return std::nullopt;
+  }
+  return value;
 }
 
 void Store::Sync() {

@@ -45,12 +45,14 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 #include <span>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "server/metrics.h"
 #include "server/status.h"
 #include "server/store_mark.h"
 #include "server/types.h"
@@ -95,6 +97,8 @@ struct StoreOptions {
   rocksdb::Env* EnvOrDefault() const {
     return env ? env : rocksdb::Env::Default();
   }
+  // Where WAL syncs and write stalls are measured (none: not measured).
+  Metrics* metrics = nullptr;
 };
 
 // Parses "always", "never" or a duration such as "100ms" (an interval).
@@ -228,6 +232,9 @@ class Store {
   void Close();
 
   const StoreOptions& options() const { return options_; }
+  // A RocksDB integer property summed over the column families (e.g.
+  // "rocksdb.estimate-live-data-size"); nullopt once closed or unknown.
+  std::optional<std::uint64_t> Property(const std::string& name);
   // With --salvage: where the directory was copied, as it was, before
   // opening (empty if it was empty).
   const std::string& salvage_copy() const { return salvage_copy_; }

@@ -1,4 +1,5 @@
 // Store::Open: options, the salvage copy, and the checks against the mark.
+#include <rocksdb/listener.h>
 #include <rocksdb/options.h>
 #include <rocksdb/slice_transform.h>
 #include <rocksdb/table.h>
@@ -45,6 +46,20 @@ Status CopyAside(const std::string& dir, std::string* copy) {
   return Status::Ok();
 }
 
+// Counts each time RocksDB starts slowing or stopping writes.
+class StallCounter : public rocksdb::EventListener {
+ public:
+  explicit StallCounter(Metrics* metrics) : metrics_(metrics) {}
+  void OnStallConditionsChanged(const rocksdb::WriteStallInfo& info) override {
+    if (info.condition.prev == rocksdb::WriteStallCondition::kNormal &&
+        info.condition.cur != rocksdb::WriteStallCondition::kNormal) {
+      metrics_->write_stalls().Increment();
+    }
+  }
+
+ private:
+  Metrics* const metrics_;
+};
 }  // namespace
 
 Status Store::Open(const StoreOptions& options, std::unique_ptr<Store>* out) {
@@ -107,6 +122,9 @@ Status Store::Open(const StoreOptions& options, std::unique_ptr<Store>* out) {
   // group of writes), which lets each insert start from an insert hint (see
   // below); RocksDB ignores hints under concurrent memtable writes.
   db.allow_concurrent_memtable_write = false;
+  if (options.metrics != nullptr) {
+    db.listeners.push_back(std::make_shared<StallCounter>(options.metrics));
+  }
 
   rocksdb::ColumnFamilyOptions cf;
   // Small memtables: the store's share of RAM stays a few tens of MiB.
