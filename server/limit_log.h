@@ -19,6 +19,12 @@ void LogLimitHit(std::string_view limit, std::string_view detail);
 // code).
 void LogRepeated(std::string_view what, std::string_view detail);
 
+// Logs a routine event (a subscriber connecting), at info level: at most
+// kSampledLines lines per `what` every 10 s; the next line after a full
+// interval says how many were left out.
+inline constexpr int kSampledLines = 20;
+void LogSampled(std::string_view what, std::string_view detail);
+
 }  // namespace delayd
 
 #endif  // DELAYD_SERVER_LIMIT_LOG_H_

@@ -84,6 +84,15 @@ int main(int argc, char** argv) {
                  "Where the Backup call (delayctl backup) writes copies of "
                  "the store (unset: backups are refused)")
       ->envname("DELAYD_BACKUP_DIR");
+  app.add_option("--metrics-listen", options.metrics_listen,
+                 "Serve Prometheus metrics over plain HTTP at "
+                 "http://ADDR/metrics (unset: no metrics endpoint)")
+      ->envname("DELAYD_METRICS_LISTEN");
+  app.add_option("--metrics-namespace-labels", options.metrics_namespace_labels,
+                 "Give each namespace its own metric series (at most "
+                 "--max-namespaces); false: one series, summed")
+      ->envname("DELAYD_METRICS_NAMESPACE_LABELS")
+      ->capture_default_str();
   app.add_flag("--salvage", salvage,
                "Start on a store whose log is damaged in the middle, keeping "
                "what precedes the damage (what follows it is lost)")
@@ -332,6 +341,25 @@ int main(int argc, char** argv) {
           ? "plaintext"
           : (options.tls.client_ca.empty() ? "TLS" : "mutual TLS"),
       options.auth_tokens.empty() ? "no tokens" : "tokens required");
+  if (server.metrics_port() != 0) {
+    spdlog::info("metrics on http://{}/metrics (port {}{})",
+                 options.metrics_listen, server.metrics_port(),
+                 options.metrics_namespace_labels ? "" : ", namespaces summed");
+  }
+  spdlog::info(
+      "limits: key {} B, namespace {} B, payload {} B, delay {} s, pending "
+      "timers {}, batch {} operations and {} B, subscribers {}, namespaces "
+      "{}, watcher backlog {} events and {} B, worker backlog {} B, stream "
+      "write timeout {} s, gRPC memory {} B, {} streams per connection",
+      limits.max_key_bytes, limits.max_namespace_bytes,
+      limits.max_payload_bytes,
+      std::chrono::duration_cast<std::chrono::seconds>(limits.max_delay)
+          .count(),
+      limits.max_pending_timers, limits.max_batch_ops, options.max_batch_bytes,
+      limits.max_subscribers, limits.max_namespaces, limits.watcher_backlog,
+      limits.watcher_backlog_bytes, limits.worker_backlog_bytes,
+      std::chrono::duration<double>(limits.stream_write_timeout).count(),
+      options.grpc_memory_bytes, options.max_streams_per_connection);
   if (!options.health_listen.empty()) {
     spdlog::info(
         "health checks (plaintext, health service only) on {} (port {})",

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <mutex>
+#include <thread>
 
 namespace delayd {
 
@@ -133,6 +134,20 @@ Status DelaydServer::Start() {
                                  " (--health-listen)");
     }
   }
+  if (!options_.metrics_listen.empty()) {
+    if (Status s = MetricsEndpoint::Start(options_.metrics_listen,
+                                          options_.metrics_namespace_labels,
+                                          *scheduler_, &metrics_);
+        !s.ok()) {
+      server_->Shutdown();
+      server_.reset();
+      health_server_.reset();
+      return s;
+    }
+  }
+  report_timer_ =
+      std::make_unique<asio::steady_timer>(asio::make_strand(scheduler_->io()));
+  ReportRedeliveries(scheduler_->counters().redelivered.load());
   std::lock_guard lock(health_mu_);
   started_ = true;
   SetHealth();
@@ -170,8 +185,30 @@ void DelaydServer::SetHealth() {
   }
 }
 
+void DelaydServer::ReportRedeliveries(std::uint64_t before) {
+  report_timer_->expires_after(kReportInterval);
+  report_timer_->async_wait([this, before](const asio::error_code& ec) {
+    if (ec) return;
+    const std::uint64_t now = scheduler_->counters().redelivered.load();
+    if (now > before) {
+      spdlog::info(
+          "{} events redelivered in the last {} s (their ack deadline passed "
+          "or their worker left)",
+          now - before, kReportInterval.count());
+    }
+    ReportRedeliveries(now);
+  });
+}
+
 void DelaydServer::Shutdown(std::chrono::milliseconds grace) {
   if (stopped_ || !scheduler_) return;
+  if (report_timer_) {
+    asio::post(report_timer_->get_executor(),
+               [t = report_timer_.get()] { t->cancel(); });
+  }
+  // The metrics endpoint's HTTP server takes up to 2 s to stop (civetweb
+  // polls its listening socket in 2 s quanta): it stops meanwhile.
+  std::thread stop_metrics([metrics = std::move(metrics_)] {});
   {
     std::lock_guard lock(health_mu_);
     stopped_ = true;
@@ -204,6 +241,7 @@ void DelaydServer::Shutdown(std::chrono::milliseconds grace) {
                              std::chrono::milliseconds(100));
   }
   spdlog::debug("shutdown: server stopped");
+  stop_metrics.join();
   scheduler_->Stop();
   server_.reset();
   health_server_.reset();

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "server/auth.h"
+#include "server/metrics_export.h"
 #include "server/scheduler.h"
 #include "server/service.h"
 #include "server/status.h"
@@ -47,6 +48,10 @@ class DelaydServer {
     int max_streams_per_connection = 1000;
     // Where Backup writes copies of the store (empty: Backup is refused).
     std::string backup_dir;
+    // If set: the Prometheus metrics endpoint (metrics_export.h), plain
+    // HTTP, on this address; with a label per namespace unless turned off.
+    std::string metrics_listen;
+    bool metrics_namespace_labels = true;
   };
 
   explicit DelaydServer(Options options);
@@ -59,6 +64,8 @@ class DelaydServer {
   // The bound port (useful with port 0).
   int port() const { return port_; }
   int health_port() const { return health_port_; }
+  // The metrics endpoint's port (0: none).
+  int metrics_port() const { return metrics_ ? metrics_->port() : 0; }
   // Graceful stop: health NOT_SERVING, new operations UNAVAILABLE, streams
   // ended with UNAVAILABLE, in-flight calls given until `grace` to finish,
   // then the scheduler stops. Idempotent.
@@ -78,6 +85,13 @@ class DelaydServer {
   std::unique_ptr<DelaydService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<grpc::Server> health_server_;
+  // Reads the scheduler: declared after it, so destroyed before it.
+  std::unique_ptr<MetricsEndpoint> metrics_;
+  // Logs, every kReportInterval, how many events were redelivered (one line
+  // per interval, not one per event). On a strand of the scheduler's pool.
+  void ReportRedeliveries(std::uint64_t before);
+  static constexpr std::chrono::seconds kReportInterval{10};
+  std::unique_ptr<asio::steady_timer> report_timer_;
   int port_ = 0;
   int health_port_ = 0;
   // Health: SERVING once started, while not stopping and until a store

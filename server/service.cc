@@ -153,7 +153,7 @@ grpc::ServerUnaryReactor* DelaydService::SubmitOp(
 grpc::ServerUnaryReactor* DelaydService::SetTimer(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
     grpc::ByteBuffer* out) {
-  auto* call = new UnaryCall(ctx, out);
+  auto* call = new UnaryCall(ctx, out, rpc_[RpcMetrics::kSetTimer]);
   auto* req = call->New<v1::SetTimerRequest>();
   Caller caller;
   if (auto* r =
@@ -176,7 +176,7 @@ grpc::ServerUnaryReactor* DelaydService::SetTimer(
 grpc::ServerUnaryReactor* DelaydService::MoveTimer(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
     grpc::ByteBuffer* out) {
-  auto* call = new UnaryCall(ctx, out);
+  auto* call = new UnaryCall(ctx, out, rpc_[RpcMetrics::kMoveTimer]);
   auto* req = call->New<v1::MoveTimerRequest>();
   Caller caller;
   if (auto* r = Read(ctx, *in, request_limits_.other, "MoveTimer", call, req,
@@ -198,7 +198,7 @@ grpc::ServerUnaryReactor* DelaydService::MoveTimer(
 grpc::ServerUnaryReactor* DelaydService::RemoveTimer(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
     grpc::ByteBuffer* out) {
-  auto* call = new UnaryCall(ctx, out);
+  auto* call = new UnaryCall(ctx, out, rpc_[RpcMetrics::kRemoveTimer]);
   auto* req = call->New<v1::RemoveTimerRequest>();
   Caller caller;
   if (auto* r = Read(ctx, *in, request_limits_.other, "RemoveTimer", call, req,
@@ -218,7 +218,7 @@ grpc::ServerUnaryReactor* DelaydService::RemoveTimer(
 grpc::ServerUnaryReactor* DelaydService::Drain(grpc::CallbackServerContext* ctx,
                                                const grpc::ByteBuffer* in,
                                                grpc::ByteBuffer* out) {
-  auto* call = new UnaryCall(ctx, out);
+  auto* call = new UnaryCall(ctx, out, rpc_[RpcMetrics::kDrain]);
   auto* req = call->New<v1::DrainRequest>();
   Caller caller;
   if (auto* r =
@@ -247,7 +247,7 @@ grpc::ServerUnaryReactor* DelaydService::Drain(grpc::CallbackServerContext* ctx,
 grpc::ServerUnaryReactor* DelaydService::GetTimer(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
     grpc::ByteBuffer* out) {
-  auto* call = new UnaryCall(ctx, out);
+  auto* call = new UnaryCall(ctx, out, rpc_[RpcMetrics::kGetTimer]);
   auto* req = call->New<v1::GetTimerRequest>();
   Caller caller;
   if (auto* r = Read(ctx, *in, request_limits_.other, "GetTimer", call, req,
@@ -281,7 +281,7 @@ grpc::ServerUnaryReactor* DelaydService::GetTimer(
 grpc::ServerUnaryReactor* DelaydService::ListTimers(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
     grpc::ByteBuffer* out) {
-  auto* call = new UnaryCall(ctx, out);
+  auto* call = new UnaryCall(ctx, out, rpc_[RpcMetrics::kListTimers]);
   auto* req = call->New<v1::ListTimersRequest>();
   Caller caller;
   if (auto* r = Read(ctx, *in, request_limits_.other, "ListTimers", call, req,
@@ -321,7 +321,7 @@ grpc::ServerUnaryReactor* DelaydService::ListTimers(
 grpc::ServerUnaryReactor* DelaydService::Batch(grpc::CallbackServerContext* ctx,
                                                const grpc::ByteBuffer* in,
                                                grpc::ByteBuffer* out) {
-  auto* call = new UnaryCall(ctx, out);
+  auto* call = new UnaryCall(ctx, out, rpc_[RpcMetrics::kBatch]);
   // Only a known token gets its request read; namespaces are checked below.
   Caller caller;
   if (Status s = Identify(ctx, &caller); !s.ok()) return call->Reply(s);
@@ -445,35 +445,38 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* DelaydService::Subscribe(
     read = ReadRequest(*in, request_limits_.other.bytes, "Subscribe",
                        request_limits_.other.from, &req);
   }
-  if (!read.ok()) return new FailedStream(read);
+  if (!read.ok()) return new FailedStream(read, rpc_[RpcMetrics::kSubscribe]);
   const bool watcher = req.mode() == v1::SubscribeRequest::WATCHER;
   if (Status s = Authorize(caller, req.namespace_(), watcher ? kRead : kWork);
       !s.ok()) {
-    return new FailedStream(s);
+    return new FailedStream(s, rpc_[RpcMetrics::kSubscribe]);
   }
   if (scheduler_.shutting_down()) {
-    return new FailedStream(Status::Unavailable("delayd is shutting down"));
+    return new FailedStream(Status::Unavailable("delayd is shutting down"),
+                            rpc_[RpcMetrics::kSubscribe]);
   }
   SubscribeOptions options;
   if (Status s = validator_.Subscribe(req, &options); !s.ok()) {
-    return new FailedStream(s);
+    return new FailedStream(s, rpc_[RpcMetrics::kSubscribe]);
   }
   if (scheduler_.counters().subscribers.fetch_add(1) >=
       scheduler_.limits().max_subscribers) {
     scheduler_.counters().subscribers.fetch_sub(1);
-    return new FailedStream(Status::ResourceExhausted(
-        "subscriber limit of " +
-        std::to_string(scheduler_.limits().max_subscribers) + " reached"));
+    return new FailedStream(
+        Status::ResourceExhausted(
+            "subscriber limit of " +
+            std::to_string(scheduler_.limits().max_subscribers) + " reached"),
+        rpc_[RpcMetrics::kSubscribe]);
   }
   return new SubscribeReactor(
       scheduler_, ctx, req.namespace_().empty() ? "default" : req.namespace_(),
-      options);
+      options, rpc_[RpcMetrics::kSubscribe]);
 }
 
 grpc::ServerUnaryReactor* DelaydService::Ack(grpc::CallbackServerContext* ctx,
                                              const grpc::ByteBuffer* in,
                                              grpc::ByteBuffer* out) {
-  auto* call = new UnaryCall(ctx, out);
+  auto* call = new UnaryCall(ctx, out, rpc_[RpcMetrics::kAck]);
   auto* req = call->New<v1::AckRequest>();
   Caller caller;
   if (auto* r =

@@ -15,6 +15,7 @@
 #include "delayd/v1/delayd.grpc.pb.h"
 #include "server/auth.h"
 #include "server/batch_wire.h"
+#include "server/rpc_metrics.h"
 #include "server/scheduler.h"
 #include "server/status.h"
 #include "server/unary_call.h"
@@ -72,7 +73,8 @@ class DelaydService final : public RawDelayd {
         auth_(auth),
         backup_dir_(std::move(backup_dir)),
         validator_(scheduler.limits(), scheduler.partitions()),
-        request_limits_(RequestLimits::Of(scheduler.limits())) {}
+        request_limits_(RequestLimits::Of(scheduler.limits())),
+        rpc_(*scheduler.metrics().registry()) {}
 
   // Each takes a serialized request and answers a serialized response.
   grpc::ServerUnaryReactor* SetTimer(grpc::CallbackServerContext* ctx,
@@ -158,6 +160,7 @@ class DelaydService final : public RawDelayd {
   std::mutex backup_mu_;  // One backup at a time.
   const Validator validator_;
   const RequestLimits request_limits_;
+  RpcMetrics rpc_;
 };
 
 }  // namespace delayd

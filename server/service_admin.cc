@@ -11,7 +11,7 @@ grpc::ServerUnaryReactor* DelaydService::Backup(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
     grpc::ByteBuffer* out) {
   namespace fs = std::filesystem;
-  auto* call = new UnaryCall(ctx, out);
+  auto* call = new UnaryCall(ctx, out, rpc_[RpcMetrics::kBackup]);
   auto* req = call->New<v1::BackupRequest>();
   auto* resp = call->New<v1::BackupResponse>();
   auto reply = [call, resp](const Status& s) { return call->Reply(s, resp); };
@@ -74,7 +74,7 @@ grpc::ServerUnaryReactor* DelaydService::Backup(
 grpc::ServerUnaryReactor* DelaydService::Stats(grpc::CallbackServerContext* ctx,
                                                const grpc::ByteBuffer* in,
                                                grpc::ByteBuffer* out) {
-  auto* call = new UnaryCall(ctx, out);
+  auto* call = new UnaryCall(ctx, out, rpc_[RpcMetrics::kStats]);
   auto* req = call->New<v1::StatsRequest>();
   Caller caller;
   if (auto* r =

@@ -17,6 +17,7 @@
 #include "server/dispatcher.h"
 #include "server/limit_log.h"
 #include "server/proto_time.h"
+#include "server/rpc_metrics.h"
 #include "server/scheduler.h"
 #include "server/status.h"
 
@@ -113,10 +114,13 @@ class StreamSink : public Subscriber {
     if (drained) drained();
   }
 
-  void Detach() {
+  // Detaches from the reactor (in its OnDone) and returns the code the
+  // stream was finished with (CANCELLED if it was not: the client left).
+  grpc::StatusCode Detach() {
     std::lock_guard lock(mu_);
     write_timer_.cancel();
     reactor_ = nullptr;
+    return finish_code_;
   }
 
  private:
@@ -141,7 +145,9 @@ class StreamSink : public Subscriber {
     if (reactor_ == nullptr || writing_ || finished_) return;
     if (ending_) {
       finished_ = true;
-      reactor_->Finish(ToGrpc(end_status_));
+      const grpc::Status end = ToGrpc(end_status_);
+      finish_code_ = end.error_code();
+      reactor_->Finish(end);
       return;
     }
     if (queue_.empty() && !force_write_) return;
@@ -163,6 +169,7 @@ class StreamSink : public Subscriber {
     if (!queue_.empty()) queue_.pop_front();
     if (!serialized.ok()) {
       finished_ = true;
+      finish_code_ = serialized.error_code();
       reactor_->Finish(serialized);
       return;
     }
@@ -200,19 +207,32 @@ class StreamSink : public Subscriber {
   bool force_write_ = false;
   bool ending_ = false;
   bool finished_ = false;
+  grpc::StatusCode finish_code_ = grpc::StatusCode::CANCELLED;
   Status end_status_;
 };
 
 class SubscribeReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
+  // Its end is counted in `metrics`; its start and end are logged.
   SubscribeReactor(Scheduler& scheduler, grpc::CallbackServerContext* ctx,
-                   std::string ns, SubscribeOptions options)
+                   std::string ns, SubscribeOptions options,
+                   MethodMetrics& metrics)
       : scheduler_(scheduler),
         ns_(std::move(ns)),
         id_(scheduler.NewSubscriberId()),
+        metrics_(metrics),
+        who_("subscriber " + std::to_string(id_) + " (" + ctx->peer() +
+             ", namespace '" + ns_ + "', " +
+             (options.watcher ? "watcher" : "worker")),
         sink_(std::make_shared<StreamSink>(
             this, ctx, scheduler.io(),
             scheduler.limits().stream_write_timeout)) {
+    LogSampled(
+        "subscriber",
+        who_ + (options.watcher ? ") connected"
+                                : ", max in flight " +
+                                      std::to_string(options.max_in_flight) +
+                                      ") connected"));
     scheduler_.Subscribe(ns_, id_, sink_, options,
                          [sink = sink_] { sink->SendRegistered(); });
   }
@@ -222,7 +242,9 @@ class SubscribeReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     sink_->End(Status::Unavailable("subscriber went away"));
   }
   void OnDone() override {
-    sink_->Detach();
+    const grpc::StatusCode code = sink_->Detach();
+    metrics_.Observe(code, std::nullopt);
+    LogSampled("subscriber", who_ + ") disconnected: " + CodeName(code));
     scheduler_.Unsubscribe(ns_, id_);
     scheduler_.counters().subscribers.fetch_sub(1);
     delete this;
@@ -232,16 +254,20 @@ class SubscribeReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   Scheduler& scheduler_;
   const std::string ns_;
   const std::uint64_t id_;
+  MethodMetrics& metrics_;
+  const std::string who_;
   std::shared_ptr<StreamSink> sink_;
 };
 
 class FailedStream : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
-  explicit FailedStream(const Status& status) {
+  FailedStream(const Status& status, MethodMetrics& metrics) {
     if (status.code() == Code::kResourceExhausted) {
       LogLimitHit("resource", status.message());
     }
-    Finish(ToGrpc(status));
+    const grpc::Status answer = ToGrpc(status);
+    metrics.Observe(answer.error_code(), std::nullopt);
+    Finish(answer);
   }
   void OnDone() override { delete this; }
 };

@@ -73,6 +73,8 @@ grpc::ServerUnaryReactor* UnaryCall::Reply(
                   google::protobuf::MessageLite>::Serialize(*response, out_,
                                                             &own_buffer);
   }
+  metrics_.Observe(answer.error_code(),
+                   std::chrono::steady_clock::now() - started_);
   grpc::ServerUnaryReactor* const reactor = reactor_;
   delete this;
   reactor->Finish(std::move(answer));
