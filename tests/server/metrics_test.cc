@@ -1,0 +1,256 @@
+// The metrics endpoint, scraped after a known sequence of operations: each
+// family holds what the operations did.
+#include <gtest/gtest.h>
+
+#include "tests/common/metrics_scrape.h"
+#include "tests/common/temp_dir.h"
+#include "tests/server/test_client.h"
+
+namespace delayd::testing {
+namespace {
+
+DelaydServer::Options WithMetrics(bool namespace_labels = true) {
+  DelaydServer::Options o = TestDaemon::DefaultOptions();
+  o.metrics_listen = "127.0.0.1:0";
+  o.metrics_namespace_labels = namespace_labels;
+  return o;
+}
+
+// Scrapes until `ready` holds for the scrape (figures are updated
+// asynchronously, just after the calls are answered), for at most 5 s.
+template <typename Ready>
+Scrape ScrapeUntil(TestDaemon& d, Ready ready) {
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  for (;;) {
+    auto body = HttpGet(d.server().metrics_port(), "/metrics");
+    EXPECT_TRUE(body.has_value());
+    Scrape s(body.value_or(""));
+    if (ready(s) || std::chrono::steady_clock::now() > deadline) return s;
+    std::this_thread::sleep_for(10ms);  // The pause of a bounded poll.
+  }
+}
+
+grpc::Status Set(TestDaemon& d, const std::string& ns, const std::string& key,
+                 std::int64_t delay_ms) {
+  v1::SetTimerRequest req;
+  req.set_namespace_(ns);
+  req.set_key(key);
+  req.set_payload("p");
+  *req.mutable_delay() = Millis(delay_ms);
+  v1::SetTimerResponse resp;
+  grpc::ClientContext ctx;
+  return d.stub().SetTimer(&ctx, req, &resp);
+}
+
+// In "a": a worker; k1 fires at once, is delivered and acked; k2 is moved;
+// k3 is removed; a lookup of a missing key. In "b": two timers drained, no
+// worker.
+void RunKnownSequence(TestDaemon& d) {
+  TestStream worker(d.stub(), TestStream::Worker("a"));
+  ASSERT_TRUE(worker.WaitRegistered());
+  ASSERT_TRUE(Set(d, "a", "k1", 0).ok());
+  ASSERT_TRUE(Set(d, "a", "k2", 3'600'000).ok());
+  ASSERT_TRUE(Set(d, "a", "k3", 3'600'000).ok());
+  {
+    v1::MoveTimerRequest req;
+    req.set_namespace_("a");
+    req.set_key("k2");
+    *req.mutable_delay() = Millis(7'200'000);
+    v1::MoveTimerResponse resp;
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(d.stub().MoveTimer(&ctx, req, &resp).ok());
+  }
+  {
+    v1::RemoveTimerRequest req;
+    req.set_namespace_("a");
+    req.set_key("k3");
+    v1::RemoveTimerResponse resp;
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(d.stub().RemoveTimer(&ctx, req, &resp).ok());
+  }
+  {
+    v1::GetTimerRequest req;
+    req.set_namespace_("a");
+    req.set_key("missing");
+    v1::Timer resp;
+    grpc::ClientContext ctx;
+    ASSERT_EQ(d.stub().GetTimer(&ctx, req, &resp).error_code(),
+              grpc::StatusCode::NOT_FOUND);
+  }
+  auto events = worker.WaitFor(1);
+  ASSERT_EQ(events.size(), 1u);
+  {
+    v1::AckRequest req;
+    req.set_namespace_("a");
+    req.add_event_ids(events[0].id());
+    v1::AckResponse resp;
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(d.stub().Ack(&ctx, req, &resp).ok());
+  }
+  ASSERT_TRUE(Set(d, "b", "x", 3'600'000).ok());
+  ASSERT_TRUE(Set(d, "b", "y", 3'600'000).ok());
+  {
+    v1::DrainRequest req;
+    req.set_namespace_("b");
+    v1::DrainResponse resp;
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(d.stub().Drain(&ctx, req, &resp).ok());
+    ASSERT_EQ(resp.drained(), 2u);
+  }
+}
+
+TEST(Metrics, EachFamilyHoldsWhatAKnownSequenceDid) {
+  TestDaemon d(WithMetrics());
+  ASSERT_TRUE(d.started());
+  ASSERT_NE(d.server().metrics_port(), 0);
+  RunKnownSequence(d);
+  const Scrape s = ScrapeUntil(d, [](const Scrape& s) {
+    return s.Get("delayd_ready_events", {{"namespace", "b"}}) == 2.0 &&
+           s.Get("delayd_subscribers",
+                 {{"namespace", "a"}, {"mode", "worker"}}) == 0.0;
+  });
+  auto a = [](Scrape::Labels l = {}) {
+    l["namespace"] = "a";
+    return l;
+  };
+  auto b = [](Scrape::Labels l = {}) {
+    l["namespace"] = "b";
+    return l;
+  };
+  // Per namespace: gauges.
+  EXPECT_EQ(s.Get("delayd_pending_timers", a()), 1.0);  // k2.
+  EXPECT_EQ(s.Get("delayd_pending_timers", b()), 0.0);
+  EXPECT_EQ(s.Get("delayd_ready_events", a()), 0.0);
+  EXPECT_EQ(s.Get("delayd_in_flight_events", a()), 0.0);
+  EXPECT_EQ(s.Get("delayd_ready_events", b()), 2.0);
+  EXPECT_EQ(s.Get("delayd_subscribers", a({{"mode", "watcher"}})), 0.0);
+  // Per namespace: totals.
+  EXPECT_EQ(s.Get("delayd_timers_set_total", a()), 3.0);
+  EXPECT_EQ(s.Get("delayd_timers_moved_total", a()), 1.0);
+  EXPECT_EQ(s.Get("delayd_timers_removed_total", a()), 1.0);
+  EXPECT_EQ(s.Get("delayd_timers_fired_total", a({{"reason", "expired"}})),
+            1.0);
+  EXPECT_EQ(s.Get("delayd_timers_fired_total", a({{"reason", "drained"}})),
+            0.0);
+  EXPECT_EQ(s.Get("delayd_timers_fired_total", b({{"reason", "drained"}})),
+            2.0);
+  EXPECT_EQ(s.Get("delayd_events_delivered_total", a()), 1.0);
+  EXPECT_EQ(s.Get("delayd_events_acked_total", a()), 1.0);
+  EXPECT_EQ(s.Get("delayd_events_redelivered_total", a()), 0.0);
+  EXPECT_EQ(s.Get("delayd_timers_set_total", b()), 2.0);
+  EXPECT_EQ(s.Get("delayd_namespaces"), 2.0);
+  // Histograms: 3 events fired, 1 delivered, 1 acked.
+  EXPECT_EQ(s.Get("delayd_firing_lateness_seconds_count"), 3.0);
+  EXPECT_EQ(s.Get("delayd_delivery_lateness_seconds_count"), 1.0);
+  EXPECT_EQ(s.Get("delayd_ack_latency_seconds_count"), 1.0);
+  // Every event fired within the minute.
+  EXPECT_EQ(s.Get("delayd_firing_lateness_seconds_bucket", {{"le", "60"}}),
+            3.0);
+  // gRPC calls by method and code, and their latency.
+  EXPECT_EQ(s.Get("delayd_grpc_requests_total",
+                  {{"method", "SetTimer"}, {"code", "OK"}}),
+            5.0);
+  EXPECT_EQ(s.Get("delayd_grpc_requests_total",
+                  {{"method", "GetTimer"}, {"code", "NOT_FOUND"}}),
+            1.0);
+  EXPECT_EQ(s.Get("delayd_grpc_requests_total",
+                  {{"method", "Subscribe"}, {"code", "UNAVAILABLE"}}),
+            1.0);  // The worker's stream, ended when its client left.
+  EXPECT_EQ(s.Get("delayd_grpc_request_duration_seconds_count",
+                  {{"method", "SetTimer"}}),
+            5.0);
+  EXPECT_FALSE(
+      s.Get("delayd_grpc_requests_total", {{"method", "Batch"}, {"code", "OK"}})
+          .has_value());
+  // The process.
+  EXPECT_GT(s.Get("process_resident_memory_bytes").value_or(0), 1e6);
+  EXPECT_GT(s.Get("process_threads").value_or(0), 2.0);
+  EXPECT_GT(s.Get("process_open_fds").value_or(0), 2.0);
+  EXPECT_GT(s.Get("process_cpu_seconds_total").value_or(0), 0.0);
+  const double started = s.Get("process_start_time_seconds").value_or(0);
+  const double now = static_cast<double>(WallNow()) / 1e9;
+  EXPECT_GT(started, now - 3600);
+  EXPECT_LE(started, now + 1);
+  EXPECT_EQ(s.Get("delayd_durable"), 0.0);
+}
+
+TEST(Metrics, WithoutNamespaceLabelsEachFamilyIsTheSum) {
+  TestDaemon d(WithMetrics(/*namespace_labels=*/false));
+  ASSERT_TRUE(d.started());
+  RunKnownSequence(d);
+  const Scrape s = ScrapeUntil(
+      d, [](const Scrape& s) { return s.Get("delayd_ready_events") == 2.0; });
+  EXPECT_EQ(s.Count("delayd_pending_timers"), 1u);
+  EXPECT_EQ(s.Get("delayd_pending_timers"), 1.0);
+  EXPECT_EQ(s.Get("delayd_timers_set_total"), 5.0);
+  EXPECT_EQ(s.Get("delayd_timers_fired_total", {{"reason", "expired"}}), 1.0);
+  EXPECT_EQ(s.Get("delayd_timers_fired_total", {{"reason", "drained"}}), 2.0);
+  EXPECT_FALSE(
+      s.Get("delayd_pending_timers", {{"namespace", "a"}}).has_value());
+}
+
+TEST(Metrics, AFreedNamespaceLeavesTheScrapeAndANewOneStartsFromZero) {
+  TestDaemon d(WithMetrics());
+  ASSERT_TRUE(d.started());
+  ASSERT_TRUE(Set(d, "gone", "k", 0).ok());  // Fires; no worker.
+  {
+    TestStream worker(d.stub(), TestStream::Worker("gone"));
+    auto events = worker.WaitFor(1);
+    ASSERT_EQ(events.size(), 1u);
+    v1::AckRequest req;
+    req.set_namespace_("gone");
+    req.add_event_ids(events[0].id());
+    v1::AckResponse resp;
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(d.stub().Ack(&ctx, req, &resp).ok());
+  }
+  // Nothing holds it now: it is freed, and its series go.
+  Scrape s = ScrapeUntil(d, [](const Scrape& s) {
+    return !s.Get("delayd_timers_set_total", {{"namespace", "gone"}});
+  });
+  EXPECT_FALSE(s.Get("delayd_timers_set_total", {{"namespace", "gone"}}));
+  // Its id, reused by a new namespace, counts from zero.
+  ASSERT_TRUE(Set(d, "new", "k", 3'600'000).ok());
+  s = ScrapeUntil(d, [](const Scrape&) { return true; });
+  EXPECT_EQ(s.Get("delayd_timers_set_total", {{"namespace", "new"}}), 1.0);
+  EXPECT_EQ(s.Get("delayd_events_acked_total", {{"namespace", "new"}}), 0.0);
+}
+
+TEST(Metrics, TheStoreIsMeasured) {
+  TempDir dir;
+  DelaydServer::Options o = WithMetrics();
+  StoreOptions store;
+  store.dir = dir / "data";
+  o.scheduler.store = store;  // --fsync always.
+  TestDaemon d(o);
+  ASSERT_TRUE(d.started());
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(Set(d, "a", "k" + std::to_string(i), 3'600'000).ok());
+  }
+  const Scrape s = ScrapeUntil(d, [](const Scrape&) { return true; });
+  EXPECT_EQ(s.Get("delayd_durable"), 1.0);
+  // Each acknowledged write waited for a sync of the log.
+  EXPECT_GE(s.Get("delayd_store_wal_sync_seconds_count").value_or(0), 5.0);
+  EXPECT_GE(s.Get("delayd_store_wal_sync_group_writes_sum").value_or(0), 5.0);
+  EXPECT_TRUE(s.Get("delayd_store_live_data_bytes").has_value());
+  EXPECT_TRUE(s.Get("delayd_store_pending_compaction_bytes").has_value());
+  EXPECT_EQ(s.Get("delayd_store_errors_total"), 0.0);
+  EXPECT_EQ(s.Get("delayd_store_write_stalls_total"), 0.0);
+}
+
+TEST(Metrics, AnAddressInUseIsRefused) {
+  TestDaemon first(WithMetrics());
+  ASSERT_TRUE(first.started());
+  DelaydServer::Options o = TestDaemon::DefaultOptions();
+  o.listen = "127.0.0.1:0";
+  o.metrics_listen =
+      "127.0.0.1:" + std::to_string(first.server().metrics_port());
+  DelaydServer second(o);
+  const Status s = second.Start();
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("--metrics-listen"), std::string::npos)
+      << s.message();
+}
+
+}  // namespace
+}  // namespace delayd::testing
