@@ -561,20 +561,23 @@ void Security(const std::string& binary, const std::string& scratch,
 // gets a fresh data directory under `scratch`.
 void AB(const std::string& a, const std::string& b,
         std::chrono::milliseconds dur, const std::string& scratch,
-        const std::vector<std::string>& args) {
+        const std::vector<std::string>& args,
+        const std::vector<std::string>& b_args) {
   const bool in_memory =
       std::find(args.begin(), args.end(), "--in-memory") != args.end();
-  std::vector<double> unary[2], batch[2];
+  std::vector<double> unary[2], batch[2], firing[2];
   for (int round = 0; round < 5; ++round) {
     for (int m = 0; m < 2; ++m) {
       std::unique_ptr<ScratchDaemon> sd;
       std::unique_ptr<delayd::testing::DaemonProcess> plain;
+      std::vector<std::string> own = args;
+      if (m == 1) own.insert(own.end(), b_args.begin(), b_args.end());
       if (in_memory) {
         plain = std::make_unique<delayd::testing::DaemonProcess>(m == 0 ? a : b,
-                                                                 args);
+                                                                 own);
       } else {
-        sd = std::make_unique<ScratchDaemon>(m == 0 ? a : b, scratch, "ab",
-                                             args);
+        sd =
+            std::make_unique<ScratchDaemon>(m == 0 ? a : b, scratch, "ab", own);
       }
       delayd::testing::DaemonProcess& d = in_memory ? *plain : sd->d();
       if (!d.ok()) {
@@ -585,15 +588,29 @@ void AB(const std::string& a, const std::string& b,
       bench.SetRate(64, 300ms);  // Warm-up.
       unary[m].push_back(bench.SetRate(64, dur / 2));
       batch[m].push_back(bench.BatchRate(16, 100, dur / 2, "batch"));
+      // Firing: 50k timers due at one instant, set beforehand, taken by one
+      // worker; events per second from the fire time to the last delivery.
+      constexpr std::uint64_t kFire = 50'000;
+      const std::int64_t t0 = WallNanos() + 1'500'000'000;
+      const std::string ns = "fire" + std::to_string(round);
+      auto late = bench.Lateness(ns, kFire, 30s, [&] {
+        bench.Fill(kFire, ns, [&](std::uint64_t) { return t0; });
+      });
+      const double last_ms =
+          late.empty() ? 0 : *std::max_element(late.begin(), late.end());
+      firing[m].push_back(
+          late.size() == kFire && last_ms > 0 ? kFire / (last_ms / 1000) : 0);
     }
   }
   std::printf(
       "a/b (medians of 5 alternating rounds; b as a ratio of a):\n"
-      "  a %s: SetTimer %8.0f/s   Batch %9.0f items/s\n"
-      "  b %s: SetTimer %8.0f/s (%.3fx)   Batch %9.0f items/s (%.3fx)\n",
-      a.c_str(), Median(unary[0]), Median(batch[0]), b.c_str(),
-      Median(unary[1]), Median(unary[1]) / Median(unary[0]), Median(batch[1]),
-      Median(batch[1]) / Median(batch[0]));
+      "  a %s: SetTimer %8.0f/s   Batch %9.0f items/s   firing %9.0f/s\n"
+      "  b %s: SetTimer %8.0f/s (%.3fx)   Batch %9.0f items/s (%.3fx)   "
+      "firing %9.0f/s (%.3fx)\n",
+      a.c_str(), Median(unary[0]), Median(batch[0]), Median(firing[0]),
+      b.c_str(), Median(unary[1]), Median(unary[1]) / Median(unary[0]),
+      Median(batch[1]), Median(batch[1]) / Median(batch[0]), Median(firing[1]),
+      Median(firing[1]) / Median(firing[0]));
 }
 
 // RSS per pending timer with small and 1 KiB payloads, durable.
@@ -733,6 +750,7 @@ int main(int argc, char** argv) {
   std::string scratch = std::filesystem::temp_directory_path() / "delayd-bench";
   int seconds = 3;
   std::vector<std::string> daemon_args = {"--in-memory"};
+  std::vector<std::string> b_args;  // Given to --daemon-b only.
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--daemon" && i + 1 < argc) {
@@ -743,6 +761,8 @@ int main(int argc, char** argv) {
       only = argv[++i];
     } else if (a == "--daemon-b" && i + 1 < argc) {
       daemon_b = argv[++i];
+    } else if (a == "--b-arg" && i + 1 < argc) {
+      b_args.push_back(argv[++i]);
     } else if (a == "--scratch" && i + 1 < argc) {
       scratch = argv[++i];
     } else if (a == "--") {
@@ -865,7 +885,7 @@ int main(int argc, char** argv) {
   if (want("recovery")) Recovery(daemon, scratch);
   if (want("security")) Security(daemon, scratch, dur);
   if (!daemon_b.empty() && want("ab")) {
-    AB(daemon, daemon_b, dur, scratch, daemon_args);
+    AB(daemon, daemon_b, dur, scratch, daemon_args, b_args);
   }
   return 0;
 }
