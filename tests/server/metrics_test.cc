@@ -42,6 +42,15 @@ grpc::Status Set(TestDaemon& d, const std::string& ns, const std::string& key,
   return d.stub().SetTimer(&ctx, req, &resp);
 }
 
+grpc::Status Ack(TestDaemon& d, const std::string& ns, std::uint64_t id) {
+  v1::AckRequest req;
+  req.set_namespace_(ns);
+  req.add_event_ids(id);
+  v1::AckResponse resp;
+  grpc::ClientContext ctx;
+  return d.stub().Ack(&ctx, req, &resp);
+}
+
 // In "a": a worker; k1 fires at once, is delivered and acked; k2 is moved;
 // k3 is removed; a lookup of a missing key. In "b": two timers drained, no
 // worker.
@@ -79,14 +88,7 @@ void RunKnownSequence(TestDaemon& d) {
   }
   auto events = worker.WaitFor(1);
   ASSERT_EQ(events.size(), 1u);
-  {
-    v1::AckRequest req;
-    req.set_namespace_("a");
-    req.add_event_ids(events[0].id());
-    v1::AckResponse resp;
-    grpc::ClientContext ctx;
-    ASSERT_TRUE(d.stub().Ack(&ctx, req, &resp).ok());
-  }
+  ASSERT_TRUE(Ack(d, "a", events[0].id()).ok());
   ASSERT_TRUE(Set(d, "b", "x", 3'600'000).ok());
   ASSERT_TRUE(Set(d, "b", "y", 3'600'000).ok());
   {
@@ -197,12 +199,7 @@ TEST(Metrics, AFreedNamespaceLeavesTheScrapeAndANewOneStartsFromZero) {
     TestStream worker(d.stub(), TestStream::Worker("gone"));
     auto events = worker.WaitFor(1);
     ASSERT_EQ(events.size(), 1u);
-    v1::AckRequest req;
-    req.set_namespace_("gone");
-    req.add_event_ids(events[0].id());
-    v1::AckResponse resp;
-    grpc::ClientContext ctx;
-    ASSERT_TRUE(d.stub().Ack(&ctx, req, &resp).ok());
+    ASSERT_TRUE(Ack(d, "gone", events[0].id()).ok());
   }
   // Nothing holds it now: it is freed, and its series go.
   Scrape s = ScrapeUntil(d, [](const Scrape& s) {
