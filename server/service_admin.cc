@@ -1,11 +1,32 @@
-// The daemon-wide calls: Stats and Backup (admin on `*`).
+// The daemon-wide calls: Stats (admin on `*`, or read on the one namespace
+// asked for) and Backup (admin on `*`).
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "server/service.h"
 
 namespace delayd {
+namespace {
+
+void Fill(const NamespaceCounters& c, v1::NamespaceStats* out) {
+  out->set_pending_timers(c.pending.load(std::memory_order_relaxed));
+  out->set_ready_events(c.ready.load(std::memory_order_relaxed));
+  out->set_in_flight_events(c.in_flight.load(std::memory_order_relaxed));
+  out->set_workers(c.workers.load(std::memory_order_relaxed));
+  out->set_watchers(c.watchers.load(std::memory_order_relaxed));
+  out->set_timers_set(c.set.load(std::memory_order_relaxed));
+  out->set_timers_moved(c.moved.load(std::memory_order_relaxed));
+  out->set_timers_removed(c.removed.load(std::memory_order_relaxed));
+  out->set_timers_expired(c.expired.load(std::memory_order_relaxed));
+  out->set_timers_drained(c.drained.load(std::memory_order_relaxed));
+  out->set_events_delivered(c.delivered.load(std::memory_order_relaxed));
+  out->set_events_redelivered(c.redelivered.load(std::memory_order_relaxed));
+  out->set_events_acked(c.acked.load(std::memory_order_relaxed));
+}
+
+}  // namespace
 
 grpc::ServerUnaryReactor* DelaydService::Backup(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
@@ -82,6 +103,21 @@ grpc::ServerUnaryReactor* DelaydService::Stats(grpc::CallbackServerContext* ctx,
     return r;
   }
   auto* resp = call->New<v1::StatsResponse>();
+  if (!req->namespace_().empty()) {
+    // One namespace, for a caller who may read it: nothing daemon-wide,
+    // which would tell of the other tenants.
+    Status s = Authorize(caller, req->namespace_(), kRead);
+    if (s.ok()) s = validator_.NamespaceName(req->namespace_());
+    if (!s.ok()) return call->Reply(s);
+    auto* figures = resp->add_namespaces();
+    figures->set_namespace_(req->namespace_());
+    NamespaceId ns;
+    if (scheduler_.Find(req->namespace_(), &ns)) {
+      Fill(scheduler_.counters().of(ns), figures);
+      scheduler_.Unpin(ns);
+    }
+    return call->Reply(Status::Ok(), resp);
+  }
   if (Status s = caller.May("", kAdmin); !s.ok()) {
     return call->Reply(s);
   }
@@ -98,6 +134,17 @@ grpc::ServerUnaryReactor* DelaydService::Stats(grpc::CallbackServerContext* ctx,
   resp->set_events_redelivered(c.redelivered.load());
   resp->set_durable(scheduler_.durable());
   resp->set_store_errors(c.store_errors.load());
+  scheduler_.ForEachNamespace(
+      [resp](const std::string& name, const NamespaceCounters& figures) {
+        auto* out = resp->add_namespaces();
+        out->set_namespace_(name);
+        Fill(figures, out);
+      });
+  std::sort(resp->mutable_namespaces()->begin(),
+            resp->mutable_namespaces()->end(),
+            [](const auto& a, const auto& b) {
+              return a.namespace_() < b.namespace_();
+            });
   return call->Reply(Status::Ok(), resp);
 }
 

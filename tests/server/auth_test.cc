@@ -184,6 +184,13 @@ class AuthMatrix : public ::testing::Test {
     } else if (method == "Stats") {
       v1::StatsResponse resp;
       s = stub.Stats(ctx.get(), v1::StatsRequest(), &resp);
+    } else if (method == "StatsOf") {
+      // One namespace's figures ("" stands for "default" here: an empty
+      // name asks for the whole daemon).
+      v1::StatsRequest r;
+      r.set_namespace_(ns.empty() ? "default" : ns);
+      v1::StatsResponse resp;
+      s = stub.Stats(ctx.get(), r, &resp);
     } else if (method == "Backup") {
       v1::BackupRequest r;
       r.set_dir("backup-" + std::to_string(++backups_));
@@ -218,6 +225,7 @@ TEST_F(AuthMatrix, EveryRpcNeedsItsPermissionOnItsNamespace) {
       {"Batch", kWrite},    {"GetTimer", kRead},   {"ListTimers", kRead},
       {"Watch", kRead},     {"Work", kWork},       {"Ack", kWork},
       {"Drain", kAdmin},    {"Stats", kAdmin},     {"Backup", kAdmin},
+      {"StatsOf", kRead},
   };
   const std::map<std::string, std::uint8_t> tokens = {
       {"reader", kRead},
@@ -253,7 +261,40 @@ TEST_F(AuthMatrix, EveryRpcNeedsItsPermissionOnItsNamespace) {
       }
     }
   }
-  EXPECT_EQ(checked, 12 * 3 * 5);
+  EXPECT_EQ(checked, 13 * 3 * 5);
+}
+
+TEST_F(AuthMatrix, ATenantSeesItsNamespaceFiguresAndNothingElse) {
+  for (const std::string ns : {"team-a1", "team-b"}) {
+    v1::SetTimerRequest set;
+    set.set_namespace_(ns);
+    set.set_key("k");
+    *set.mutable_delay() = Millis(3'600'000);
+    v1::SetTimerResponse set_resp;
+    auto root = Ctx("root");
+    ASSERT_TRUE(daemon_->stub().SetTimer(root.get(), set, &set_resp).ok());
+  }
+  v1::StatsRequest r;
+  r.set_namespace_("team-a1");
+  v1::StatsResponse resp;
+  auto ctx = Ctx("reader");
+  ASSERT_TRUE(daemon_->stub().Stats(ctx.get(), r, &resp).ok());
+  ASSERT_EQ(resp.namespaces_size(), 1);
+  EXPECT_EQ(resp.namespaces(0).namespace_(), "team-a1");
+  EXPECT_EQ(resp.namespaces(0).pending_timers(), 1u);
+  EXPECT_EQ(resp.namespaces(0).timers_set(), 1u);
+  // Nothing daemon-wide: it would count the other tenants.
+  EXPECT_EQ(resp.pending_timers(), 0u);
+  EXPECT_EQ(resp.timers_set(), 0u);
+  EXPECT_EQ(resp.partitions(), 0u);
+  // The whole daemon's figures name both.
+  v1::StatsResponse all;
+  auto root = Ctx("root");
+  ASSERT_TRUE(daemon_->stub().Stats(root.get(), {}, &all).ok());
+  ASSERT_EQ(all.namespaces_size(), 2);
+  EXPECT_EQ(all.namespaces(0).namespace_(), "team-a1");
+  EXPECT_EQ(all.namespaces(1).namespace_(), "team-b");
+  EXPECT_EQ(all.pending_timers(), 2u);
 }
 
 TEST_F(AuthMatrix, BatchTouchingAForbiddenNamespaceIsRefusedWhole) {

@@ -176,6 +176,52 @@ TEST(Metrics, EachFamilyHoldsWhatAKnownSequenceDid) {
   EXPECT_EQ(s.Get("delayd_durable"), 0.0);
 }
 
+// The Stats call gives the same per-namespace figures as the endpoint.
+TEST(Metrics, StatsGivesEachNamespaceFigures) {
+  TestDaemon d(TestDaemon::DefaultOptions());
+  ASSERT_TRUE(d.started());
+  RunKnownSequence(d);
+  v1::StatsResponse r;
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  do {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(d.stub().Stats(&ctx, {}, &r).ok());
+    // The worker's leaving is counted just after its stream ends.
+    if (r.namespaces_size() == 2 && r.namespaces(0).workers() == 0 &&
+        r.namespaces(1).ready_events() == 2) {
+      break;
+    }
+    std::this_thread::sleep_for(10ms);  // The pause of a bounded poll.
+  } while (std::chrono::steady_clock::now() < deadline);
+  ASSERT_EQ(r.namespaces_size(), 2);
+  const v1::NamespaceStats& a = r.namespaces(0);
+  const v1::NamespaceStats& b = r.namespaces(1);
+  EXPECT_EQ(a.namespace_(), "a");
+  EXPECT_EQ(a.pending_timers(), 1u);
+  EXPECT_EQ(a.ready_events(), 0u);
+  EXPECT_EQ(a.in_flight_events(), 0u);
+  EXPECT_EQ(a.workers(), 0u);
+  EXPECT_EQ(a.watchers(), 0u);
+  EXPECT_EQ(a.timers_set(), 3u);
+  EXPECT_EQ(a.timers_moved(), 1u);
+  EXPECT_EQ(a.timers_removed(), 1u);
+  EXPECT_EQ(a.timers_expired(), 1u);
+  EXPECT_EQ(a.timers_drained(), 0u);
+  EXPECT_EQ(a.events_delivered(), 1u);
+  EXPECT_EQ(a.events_redelivered(), 0u);
+  EXPECT_EQ(a.events_acked(), 1u);
+  EXPECT_EQ(b.namespace_(), "b");
+  EXPECT_EQ(b.pending_timers(), 0u);
+  EXPECT_EQ(b.ready_events(), 2u);
+  EXPECT_EQ(b.timers_set(), 2u);
+  EXPECT_EQ(b.timers_drained(), 2u);
+  EXPECT_EQ(b.events_delivered(), 0u);
+  // The daemon's figures are the sums.
+  EXPECT_EQ(r.pending_timers(), 1u);
+  EXPECT_EQ(r.timers_set(), 5u);
+  EXPECT_EQ(r.timers_fired(), 3u);
+}
+
 TEST(Metrics, WithoutNamespaceLabelsEachFamilyIsTheSum) {
   TestDaemon d(WithMetrics(/*namespace_labels=*/false));
   ASSERT_TRUE(d.started());
