@@ -80,6 +80,34 @@ expect_code 0 "$C" ls -n shop --prefix order-3
 expect_out 'from a file'
 expect_code 0 "$C" ls -n shop --prefix order-3 --no-payloads -o json
 expect_out '"key":"order-3"'
+
+# stats per namespace: every namespace in use (sorted) after the daemon's
+# figures, or one namespace alone with -n
+expect_code 0 "$C" stats
+expect_out '^NAMESPACE +PENDING +READY +IN_FLIGHT'
+expect_out '^default +1 +0 +0 +0 +0 +1 '
+expect_out '^shop +2 +0 +0 +0 +0 +2 '
+expect_code 0 "$C" stats -n shop -o json
+expect_out '"namespaces":\[\{"namespace":"shop","pending_timers":"2",.*"timers_set":"2"'
+grep -q '"partitions"' "$work/out" && fail "stats -n: daemon-wide figures shown" || pass
+expect_code 0 "$C" stats -n nobody-here
+expect_out '^nobody-here +0 +0 +0 '
+expect_code 3 "$C" stats -n 'bad name!'
+expect_err 'INVALID_ARGUMENT'
+# --watch: refreshes until --count (or a signal), each with a header line
+expect_code 0 "$C" stats --watch --interval 50ms --count 3
+[ "$(grep -c ' every 50ms, ' "$work/out")" -eq 3 ] && pass || fail "stats --watch: not 3 refreshes: $(cat "$work/out")"
+expect_out '^timers_set +3 +0.0/s'
+expect_code 0 "$C" stats --watch --interval 50ms --count 2 -o json
+[ "$(grep -c '^{"pending_timers":"3"' "$work/out")" -eq 2 ] && pass || fail "stats --watch -o json: $(cat "$work/out")"
+expect_code 1 "$C" stats --watch --interval 0s
+expect_err 'interval'
+"$C" stats --watch --interval 1h >"$work/watching" 2>&1 &
+watching_pid=$!
+wait_for "$work/watching" '^shop '
+kill -TERM $watching_pid
+wait $watching_pid
+[ $? -eq 0 ] && pass || fail "stats --watch interrupted: want exit 0"
 grep -q payload "$work/out" && fail "ls --no-payloads printed a payload" || pass
 expect_code 3 "$C" set order-1 'again' --in 1h --if-absent
 expect_err 'ALREADY_EXISTS'

@@ -1,0 +1,112 @@
+#include "client/connection.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "client/exit_codes.h"
+#include "server/duration.h"
+
+namespace delayctl {
+namespace {
+
+std::shared_ptr<grpc::ChannelCredentials> Credentials(const Global& g) {
+  if (!g.tls && g.tls_ca.empty() && g.tls_cert.empty() && g.tls_key.empty()) {
+    return grpc::InsecureChannelCredentials();
+  }
+  if (g.tls_cert.empty() != g.tls_key.empty()) {
+    throw Exit{kUsage, "--tls-cert and --tls-key go together"};
+  }
+  grpc::SslCredentialsOptions o;
+  if (!g.tls_ca.empty()) o.pem_root_certs = ReadWholeFile(g.tls_ca, "--tls-ca");
+  if (!g.tls_cert.empty()) {
+    o.pem_cert_chain = ReadWholeFile(g.tls_cert, "--tls-cert");
+    o.pem_private_key = ReadWholeFile(g.tls_key, "--tls-key");
+  }
+  return grpc::SslCredentials(o);
+}
+
+// Stats lists every namespace: up to ~14 MiB at the largest namespace limit
+// (65,536 names of 64 bytes and their figures), past gRPC's 4 MiB default.
+constexpr int kMaxReceiveBytes = 64 << 20;
+
+}  // namespace
+
+Client::Client(const Global& g) : g_(g) {
+  auto t = delayd::ParseDuration(g.timeout);
+  if (!t) throw Exit{kUsage, "--timeout: not a duration: " + g.timeout};
+  timeout_ = *t;
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kMaxReceiveBytes);
+  channel_ = grpc::CreateCustomChannel(g.endpoint, Credentials(g), args);
+  if (!channel_->WaitForConnected(std::chrono::system_clock::now() +
+                                  timeout_)) {
+    throw Exit{kCannotConnect, "cannot connect to " + g.endpoint};
+  }
+  stub_ = v1::Delayd::NewStub(channel_);
+}
+
+std::unique_ptr<grpc::ClientContext> Client::Context() const {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  ctx->set_deadline(std::chrono::system_clock::now() + timeout_);
+  Authorize(*ctx);
+  return ctx;
+}
+
+void Client::Authorize(grpc::ClientContext& ctx) const {
+  if (!g_.token.empty()) {
+    ctx.AddMetadata("authorization", "Bearer " + g_.token);
+  }
+}
+
+std::string ReadWholeFile(const std::string& path, const char* flag) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Exit{kUsage, std::string(flag) + ": cannot read " + path};
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+const char* CodeName(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::StatusCode::OK:
+      return "OK";
+    case grpc::StatusCode::CANCELLED:
+      return "CANCELLED";
+    case grpc::StatusCode::INVALID_ARGUMENT:
+      return "INVALID_ARGUMENT";
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return "DEADLINE_EXCEEDED";
+    case grpc::StatusCode::NOT_FOUND:
+      return "NOT_FOUND";
+    case grpc::StatusCode::ALREADY_EXISTS:
+      return "ALREADY_EXISTS";
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      return "RESOURCE_EXHAUSTED";
+    case grpc::StatusCode::ABORTED:
+      return "ABORTED";
+    case grpc::StatusCode::UNAVAILABLE:
+      return "UNAVAILABLE";
+    case grpc::StatusCode::INTERNAL:
+      return "INTERNAL";
+    case grpc::StatusCode::UNAUTHENTICATED:
+      return "UNAUTHENTICATED";
+    case grpc::StatusCode::UNIMPLEMENTED:
+      return "UNIMPLEMENTED";
+    case grpc::StatusCode::PERMISSION_DENIED:
+      return "PERMISSION_DENIED";
+    default:
+      return "UNKNOWN";
+  }
+}
+
+void Check(const grpc::Status& s) {
+  if (s.ok()) return;
+  const std::string text =
+      std::string(CodeName(s.error_code())) + ": " + s.error_message();
+  if (s.error_code() == grpc::StatusCode::NOT_FOUND) {
+    throw Exit{kNotFound, text};
+  }
+  throw Exit{kRpcFailed, text};
+}
+
+}  // namespace delayctl
