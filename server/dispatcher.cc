@@ -165,6 +165,10 @@ void Dispatcher::Ack(std::vector<std::uint64_t> ids,
         counters_.in_flight.fetch_sub(1);
         mine_.in_flight.fetch_sub(1, std::memory_order_relaxed);
         observed_.Add(now - o.delivered_at);
+      } else if (o.retrying) {
+        CancelAckTimer(o);
+        counters_.retrying.fetch_sub(1);
+        mine_.retrying.fetch_sub(1, std::memory_order_relaxed);
       } else {
         counters_.ready.fetch_sub(1);  // Acked while waiting for redelivery.
         mine_.ready.fetch_sub(1, std::memory_order_relaxed);
@@ -197,6 +201,47 @@ void Dispatcher::Ack(std::vector<std::uint64_t> ids,
       done(std::move(result));
     });
   });
+}
+
+void Dispatcher::Nack(std::vector<std::uint64_t> ids,
+                      std::optional<std::chrono::nanoseconds> retry_after,
+                      std::function<void(LeaseResult)> done) {
+  asio::post(strand_, [this, ids = std::move(ids), retry_after,
+                       done = std::move(done)] {
+    LeaseResult result;
+    for (std::uint64_t id : ids) {
+      auto it = outstanding_.find(id);
+      if (it == outstanding_.end() || it->second.worker == 0) {
+        result.unknown.push_back(id);
+        continue;
+      }
+      Outstanding& o = it->second;
+      Fail(id, o, retry_after.value_or(Backoff(retry_, o.event.attempt)));
+      ++result.done;
+    }
+    Pump();
+    done(std::move(result));
+  });
+}
+
+void Dispatcher::ExtendLease(std::vector<std::uint64_t> ids,
+                             std::chrono::nanoseconds extension,
+                             std::function<void(LeaseResult)> done) {
+  asio::post(strand_,
+             [this, ids = std::move(ids), extension, done = std::move(done)] {
+               LeaseResult result;
+               for (std::uint64_t id : ids) {
+                 auto it = outstanding_.find(id);
+                 if (it == outstanding_.end() || it->second.worker == 0) {
+                   result.unknown.push_back(id);
+                   continue;
+                 }
+                 CancelAckTimer(it->second);
+                 StartAckTimer(id, it->second, extension);
+                 ++result.done;
+               }
+               done(std::move(result));
+             });
 }
 
 void Dispatcher::Close(const Status& status, std::function<void()> done) {
@@ -236,6 +281,25 @@ void Dispatcher::Requeue(std::uint64_t event_id, Outstanding& o) {
   mine_.redelivered.fetch_add(1, std::memory_order_relaxed);
 }
 
+void Dispatcher::Fail(std::uint64_t event_id, Outstanding& o,
+                      std::chrono::nanoseconds wait) {
+  if (Worker* w = FindWorker(o.worker)) w->in_flight.erase(event_id);
+  if (wait.count() <= 0) {
+    Requeue(event_id, o);
+    return;
+  }
+  CancelAckTimer(o);
+  o.worker = 0;
+  o.retrying = true;
+  StartAckTimer(event_id, o, wait);
+  counters_.in_flight.fetch_sub(1);
+  counters_.retrying.fetch_add(1);
+  counters_.redelivered.fetch_add(1);
+  mine_.in_flight.fetch_sub(1, std::memory_order_relaxed);
+  mine_.retrying.fetch_add(1, std::memory_order_relaxed);
+  mine_.redelivered.fetch_add(1, std::memory_order_relaxed);
+}
+
 void Dispatcher::StartAckTimer(std::uint64_t event_id, Outstanding& o,
                                std::chrono::nanoseconds timeout) {
   if (free_cookies_.empty()) {
@@ -260,13 +324,24 @@ void Dispatcher::CancelAckTimer(Outstanding& o) {
 
 void Dispatcher::OnAckTimeouts(std::vector<StrandWheel::Expired>& due) {
   for (const auto& e : due) {
-    // A visited timer was never cancelled, so its event is still in flight.
+    // A visited timer was never cancelled, so its event is still in flight,
+    // or still retrying.
     const std::uint64_t event_id = cookie_ids_[e.cookie];
     free_cookies_.push_back(e.cookie);
     Outstanding& o = outstanding_.at(event_id);
     o.ack_timer = wheel::TimingWheel::kNoHandle;
-    if (Worker* w = FindWorker(o.worker)) w->in_flight.erase(event_id);
-    Requeue(event_id, o);
+    if (o.retrying) {
+      // Its retry time: ready again, ahead of events never delivered.
+      o.retrying = false;
+      ready_.push_front(event_id);
+      counters_.retrying.fetch_sub(1);
+      counters_.ready.fetch_add(1);
+      mine_.retrying.fetch_sub(1, std::memory_order_relaxed);
+      mine_.ready.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      // Its ack deadline: the delivery failed.
+      Fail(event_id, o, Backoff(retry_, o.event.attempt));
+    }
   }
   Pump();
 }
@@ -344,7 +419,10 @@ void Dispatcher::Pump() {
       const std::uint64_t id = ready_.front();
       ready_.pop_front();
       auto it = outstanding_.find(id);
-      if (it == outstanding_.end() || it->second.worker != 0) continue;
+      if (it == outstanding_.end() || it->second.worker != 0 ||
+          it->second.retrying) {
+        continue;
+      }
       batch.push_back(&it->second.event);
     }
     if (batch.empty()) break;

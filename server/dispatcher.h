@@ -2,10 +2,13 @@
 //
 // Partitions publish fired events here. A dispatcher keeps every event that
 // is not yet acknowledged: ready (waiting for a worker) or in flight (sent to
-// a worker, with an ack deadline on a timing wheel). Each ready event goes to
-// one worker with room under its max_in_flight, round robin; an event whose
-// ack deadline passes, or whose worker goes away, is ready again (front of
-// the queue) and its next delivery has attempt + 1. A worker's room counts
+// a worker, with an ack deadline on a timing wheel) or retrying (failed,
+// waiting on the same wheel for its retry time). Each ready event goes to
+// one worker with room under its max_in_flight, round robin. A delivery
+// fails when its worker nacks it or its ack deadline passes: the event
+// retries after the given time or the backoff for its attempt (retry.h),
+// then is ready again (front of the queue). An event whose worker goes away
+// is ready again at once. Each delivery has attempt + 1. A worker's room counts
 // what it has not yet been written too (events and bytes), so a worker that
 // stops reading holds at most max_in_flight events, however often they time
 // out and go to others. With a store, payloads are read back when events
@@ -25,6 +28,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -34,6 +38,7 @@
 #include "server/counters.h"
 #include "server/metrics.h"
 #include "server/namespace_refs.h"
+#include "server/retry.h"
 #include "server/status.h"
 #include "server/store.h"
 #include "server/strand_wheel.h"
@@ -72,6 +77,12 @@ struct SubscribeOptions {
   std::chrono::nanoseconds ack_timeout = std::chrono::seconds(30);
 };
 
+// Of Nack and ExtendLease.
+struct LeaseResult {
+  std::uint32_t done = 0;  // Ids that were in flight, now acted on.
+  std::vector<std::uint64_t> unknown;
+};
+
 struct AckResult {
   std::uint32_t acked = 0;
   std::vector<std::uint64_t> unknown;
@@ -108,6 +119,16 @@ class Dispatcher {
 
   // Retires acknowledged events; `done` runs once that is durable.
   void Ack(std::vector<std::uint64_t> ids, std::function<void(AckResult)> done);
+  // Fails the deliveries of the events of `ids` in flight: each retries
+  // after `retry_after`, or when unset after the backoff for its attempt.
+  void Nack(std::vector<std::uint64_t> ids,
+            std::optional<std::chrono::nanoseconds> retry_after,
+            std::function<void(LeaseResult)> done);
+  // Moves the ack deadline of each event of `ids` in flight to now +
+  // `extension`.
+  void ExtendLease(std::vector<std::uint64_t> ids,
+                   std::chrono::nanoseconds extension,
+                   std::function<void(LeaseResult)> done);
 
   // Ends every stream with `status` and stops the ack timer. `done` runs on
   // the strand afterwards.
@@ -125,7 +146,9 @@ class Dispatcher {
   };
   struct Outstanding {
     Event event;
-    std::uint64_t worker = 0;  // 0: ready, not in flight.
+    std::uint64_t worker = 0;  // 0: ready or retrying, not in flight.
+    bool retrying = false;
+    // The ack deadline (in flight) or the retry time (retrying).
     wheel::TimingWheel::Handle ack_timer = wheel::TimingWheel::kNoHandle;
     std::uint32_t ack_cookie = 0;
     SteadyTime delivered_at{};  // The last delivery.
@@ -134,6 +157,9 @@ class Dispatcher {
   // All below run on the strand.
   void Pump();
   void Requeue(std::uint64_t event_id, Outstanding& o);
+  // Ends `o`'s delivery as failed: it retries after `wait` (at once if 0).
+  void Fail(std::uint64_t event_id, Outstanding& o,
+            std::chrono::nanoseconds wait);
   Worker* FindWorker(std::uint64_t id);
   void OnAckTimeouts(std::vector<StrandWheel::Expired>& due);
   void StartAckTimer(std::uint64_t event_id, Outstanding& o,
@@ -159,6 +185,8 @@ class Dispatcher {
   const Limits& limits_;
   Store* const store_;
   Strand strand_;
+  const RetryPolicy retry_;
+  // Ack deadlines and retry times.
   StrandWheel ack_wheel_;
   bool closed_ = false;
   std::deque<std::uint64_t> held_;

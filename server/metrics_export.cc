@@ -113,6 +113,12 @@ std::vector<MetricFamily> ScrapedFigures::Collect() const {
        MetricType::Gauge,
        &NamespaceCounters::in_flight,
        {}},
+      {"delayd_retrying_events",
+       "Events whose delivery failed (Nack or ack timeout), waiting for "
+       "their retry time.",
+       MetricType::Gauge,
+       &NamespaceCounters::retrying,
+       {}},
       {"delayd_subscribers",
        "Subscribers, by mode.",
        MetricType::Gauge,

@@ -61,8 +61,9 @@ RpcMetrics::RpcMetrics(prometheus::Registry& registry) {
                       .Help("From a unary call's arrival to its answer.")
                       .Register(registry);
   static constexpr const char* kNames[kMethods] = {
-      "SetTimer", "MoveTimer", "RemoveTimer", "Drain", "GetTimer", "ListTimers",
-      "Batch",    "Subscribe", "Ack",         "Stats", "Backup"};
+      "SetTimer",    "MoveTimer", "RemoveTimer", "Drain", "GetTimer",
+      "ListTimers",  "Batch",     "Subscribe",   "Ack",   "Nack",
+      "ExtendLease", "Stats",     "Backup"};
   for (int m = 0; m < kMethods; ++m) {
     methods_[m] = std::make_unique<MethodMetrics>(kNames[m], requests, latency);
   }

@@ -55,6 +55,8 @@ class RpcMetrics {
     kBatch,
     kSubscribe,
     kAck,
+    kNack,
+    kExtendLease,
     kStats,
     kBackup,
     kMethods

@@ -473,40 +473,4 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* DelaydService::Subscribe(
       options, rpc_[RpcMetrics::kSubscribe]);
 }
 
-grpc::ServerUnaryReactor* DelaydService::Ack(grpc::CallbackServerContext* ctx,
-                                             const grpc::ByteBuffer* in,
-                                             grpc::ByteBuffer* out) {
-  auto* call = new UnaryCall(ctx, out, rpc_[RpcMetrics::kAck]);
-  auto* req = call->New<v1::AckRequest>();
-  Caller caller;
-  if (auto* r =
-          Read(ctx, *in, request_limits_.ack, "Ack", call, req, &caller)) {
-    return r;
-  }
-  Status s = Authorize(caller, req->namespace_(), kWork);
-  if (s.ok()) s = validator_.Ack(*req);
-  if (!s.ok()) {
-    return call->Reply(s);
-  }
-  auto* resp = call->New<v1::AckResponse>();
-  NamespaceId ns;
-  if (!Namespace(req->namespace_(), &ns).ok()) {
-    // No such namespace: none of its events are outstanding.
-    for (auto id : req->event_ids()) resp->add_unknown_ids(id);
-    return call->Reply(Status::Ok(), resp);
-  }
-  auto* reactor = call->reactor();
-  scheduler_.dispatcher(ns).Ack(
-      {req->event_ids().begin(), req->event_ids().end()},
-      [this, ns, call, resp](AckResult r) {
-        if (r.error.ok()) {
-          resp->set_acked(r.acked);
-          for (auto id : r.unknown) resp->add_unknown_ids(id);
-        }
-        call->Reply(r.error, resp);
-        scheduler_.Unpin(ns);
-      });
-  return reactor;
-}
-
 }  // namespace delayd

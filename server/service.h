@@ -32,19 +32,31 @@ void RouteProtobufLogsToSpdlog();
 
 // Every method of the service, taking its request as bytes (see
 // unary_call.h; Subscribe's stream writes bytes too, see stream.h).
-using RawDelayd = v1::Delayd::WithRawCallbackMethod_SetTimer<
-    v1::Delayd::WithRawCallbackMethod_MoveTimer<
-        v1::Delayd::WithRawCallbackMethod_RemoveTimer<
-            v1::Delayd::WithRawCallbackMethod_Drain<
-                v1::Delayd::WithRawCallbackMethod_GetTimer<
-                    v1::Delayd::WithRawCallbackMethod_ListTimers<
-                        v1::Delayd::WithRawCallbackMethod_Batch<
-                            v1::Delayd::WithRawCallbackMethod_Subscribe<
-                                v1::Delayd::WithRawCallbackMethod_Ack<
-                                    v1::Delayd::WithRawCallbackMethod_Stats<
-                                        v1::Delayd::
-                                            WithRawCallbackMethod_Backup<
-                                                v1::Delayd::Service>>>>>>>>>>>;
+// (Each WithRawCallbackMethod_X wraps the next: Raw<Base, A, B>::type is
+// A<B<Base>>.)
+template <class Base, template <class> class... Wrappers>
+struct Raw {
+  using type = Base;
+};
+template <class Base, template <class> class First,
+          template <class> class... Rest>
+struct Raw<Base, First, Rest...> {
+  using type = First<typename Raw<Base, Rest...>::type>;
+};
+using RawDelayd =
+    Raw<v1::Delayd::Service, v1::Delayd::WithRawCallbackMethod_SetTimer,
+        v1::Delayd::WithRawCallbackMethod_MoveTimer,
+        v1::Delayd::WithRawCallbackMethod_RemoveTimer,
+        v1::Delayd::WithRawCallbackMethod_Drain,
+        v1::Delayd::WithRawCallbackMethod_GetTimer,
+        v1::Delayd::WithRawCallbackMethod_ListTimers,
+        v1::Delayd::WithRawCallbackMethod_Batch,
+        v1::Delayd::WithRawCallbackMethod_Subscribe,
+        v1::Delayd::WithRawCallbackMethod_Ack,
+        v1::Delayd::WithRawCallbackMethod_Nack,
+        v1::Delayd::WithRawCallbackMethod_ExtendLease,
+        v1::Delayd::WithRawCallbackMethod_Stats,
+        v1::Delayd::WithRawCallbackMethod_Backup>::type;
 
 // The most bytes a request may have, by method, and the flags that set it.
 struct RequestLimit {
@@ -54,7 +66,7 @@ struct RequestLimit {
 struct RequestLimits {
   // SetTimer: one full timer.
   RequestLimit set;
-  // Ack: the most event ids an Ack takes.
+  // Ack, Nack, ExtendLease: the most event ids such a call takes.
   RequestLimit ack;
   // Every other method but Batch: a namespace, a key and small fields.
   // (Batch is held to gRPC's receive limit, --max-batch-bytes, and counts
@@ -63,7 +75,8 @@ struct RequestLimits {
   static RequestLimits Of(const Limits& l);
 };
 
-// Stats and Backup are in service_admin.cc.
+// Ack, Nack and ExtendLease are in service_work.cc; Stats and Backup in
+// service_admin.cc.
 class DelaydService final : public RawDelayd {
  public:
   // `backup_dir`: where Backup writes (empty: Backup is refused).
@@ -104,6 +117,12 @@ class DelaydService final : public RawDelayd {
   grpc::ServerUnaryReactor* Ack(grpc::CallbackServerContext* ctx,
                                 const grpc::ByteBuffer* in,
                                 grpc::ByteBuffer* out) override;
+  grpc::ServerUnaryReactor* Nack(grpc::CallbackServerContext* ctx,
+                                 const grpc::ByteBuffer* in,
+                                 grpc::ByteBuffer* out) override;
+  grpc::ServerUnaryReactor* ExtendLease(grpc::CallbackServerContext* ctx,
+                                        const grpc::ByteBuffer* in,
+                                        grpc::ByteBuffer* out) override;
   grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* ctx,
                                   const grpc::ByteBuffer* in,
                                   grpc::ByteBuffer* out) override;

@@ -5,7 +5,44 @@
 
 namespace delayd {
 namespace {
+
 constexpr std::int64_t kNanosPerSecond = 1'000'000'000;
+
+// A Duration field within [min, max] (0 also when `zero_ok`), as
+// nanoseconds; `range` is the message's wording of the bounds.
+Status DurationIn(const google::protobuf::Duration& d, const char* field,
+                  std::int64_t min, std::int64_t max, bool zero_ok,
+                  const char* range, std::chrono::nanoseconds* out) {
+  const Status bad =
+      Status::InvalidArgument(std::string(field) + ": must be " + range);
+  // (Range first: seconds * 1e9 must not overflow.)
+  if (d.seconds() < 0 || d.nanos() < 0 || d.nanos() >= kNanosPerSecond ||
+      d.seconds() > max / kNanosPerSecond) {
+    return bad;
+  }
+  const std::int64_t total = d.seconds() * kNanosPerSecond + d.nanos();
+  if (total == 0 && zero_ok) {
+    *out = std::chrono::nanoseconds(0);
+    return Status::Ok();
+  }
+  if (total < min || total > max) return bad;
+  *out = std::chrono::nanoseconds(total);
+  return Status::Ok();
+}
+
+constexpr std::int64_t kHour = 3600 * kNanosPerSecond;
+
+// The event ids of an Ack, Nack or ExtendLease.
+template <typename Ids>
+Status EventIds(const Ids& ids) {
+  if (ids.empty()) return Status::InvalidArgument("event_ids: empty");
+  if (ids.size() > Validator::kMaxAckIds) {
+    return Status::InvalidArgument("event_ids: more than " +
+                                   std::to_string(Validator::kMaxAckIds));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status Validator::NamespaceName(std::string_view name) const {
@@ -106,19 +143,14 @@ Status Validator::Subscribe(const v1::SubscribeRequest& req,
   }
   if (req.max_in_flight() != 0) options->max_in_flight = req.max_in_flight();
   if (req.has_ack_timeout()) {
-    const auto& d = req.ack_timeout();
-    // (Range first: seconds * 1e9 must not overflow.)
-    if (d.seconds() < 0 || d.nanos() < 0 || d.nanos() >= kNanosPerSecond ||
-        d.seconds() > 3600) {
-      return Status::InvalidArgument(
-          "ack_timeout: must be between 100ms and 1h");
+    std::chrono::nanoseconds t;
+    if (Status s =
+            DurationIn(req.ack_timeout(), "ack_timeout", 100'000'000, kHour,
+                       /*zero_ok=*/true, "between 100ms and 1h", &t);
+        !s.ok()) {
+      return s;
     }
-    const std::int64_t total = d.seconds() * kNanosPerSecond + d.nanos();
-    if (total != 0 && (total < 100'000'000 || total > 3600 * kNanosPerSecond)) {
-      return Status::InvalidArgument(
-          "ack_timeout: must be between 100ms and 1h");
-    }
-    if (total != 0) options->ack_timeout = std::chrono::nanoseconds(total);
+    if (t.count() != 0) options->ack_timeout = t;
   }
   return Status::Ok();
 }
@@ -153,14 +185,32 @@ Status Validator::List(const v1::ListTimersRequest& req,
 
 Status Validator::Ack(const v1::AckRequest& req) const {
   if (Status s = NamespaceName(req.namespace_()); !s.ok()) return s;
-  if (req.event_ids_size() == 0) {
-    return Status::InvalidArgument("event_ids: empty");
+  return EventIds(req.event_ids());
+}
+
+Status Validator::Nack(
+    const v1::NackRequest& req,
+    std::optional<std::chrono::nanoseconds>* retry_after) const {
+  if (Status s = NamespaceName(req.namespace_()); !s.ok()) return s;
+  if (Status s = EventIds(req.event_ids()); !s.ok()) return s;
+  retry_after->reset();
+  if (!req.has_retry_after()) return Status::Ok();
+  std::chrono::nanoseconds t;
+  if (Status s = DurationIn(req.retry_after(), "retry_after", 0, 24 * kHour,
+                            /*zero_ok=*/true, "between 0 and 24h", &t);
+      !s.ok()) {
+    return s;
   }
-  if (req.event_ids_size() > kMaxAckIds) {
-    return Status::InvalidArgument("event_ids: more than " +
-                                   std::to_string(kMaxAckIds));
-  }
+  *retry_after = t;
   return Status::Ok();
+}
+
+Status Validator::ExtendLease(const v1::ExtendLeaseRequest& req,
+                              std::chrono::nanoseconds* extension) const {
+  if (Status s = NamespaceName(req.namespace_()); !s.ok()) return s;
+  if (Status s = EventIds(req.event_ids()); !s.ok()) return s;
+  return DurationIn(req.extension(), "extension", 100'000'000, kHour,
+                    /*zero_ok=*/false, "between 100ms and 1h", extension);
 }
 
 }  // namespace delayd

@@ -5,6 +5,8 @@
 #ifndef DELAYD_SERVER_VALIDATE_H_
 #define DELAYD_SERVER_VALIDATE_H_
 
+#include <chrono>
+#include <optional>
 #include <string_view>
 
 #include "delayd/v1/delayd.pb.h"
@@ -37,8 +39,13 @@ class Validator {
   Status List(const v1::ListTimersRequest& req, Scheduler::ListLimits* limits,
               Scheduler::ListCursor* cursor) const;
   Status Ack(const v1::AckRequest& req) const;
+  // `retry_after`: unset when the request has none (the backoff applies).
+  Status Nack(const v1::NackRequest& req,
+              std::optional<std::chrono::nanoseconds>* retry_after) const;
+  Status ExtendLease(const v1::ExtendLeaseRequest& req,
+                     std::chrono::nanoseconds* extension) const;
 
-  // Ack takes at most this many ids per call.
+  // Ack, Nack and ExtendLease take at most this many ids per call.
   static constexpr int kMaxAckIds = 10'000;
 
  private:

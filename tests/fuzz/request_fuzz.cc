@@ -36,7 +36,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data,
   if (size == 0) return 0;
   static const delayd::Limits limits;
   static const delayd::Validator v(limits, 4);
-  const std::uint8_t kind = data[0] % 7;
+  const std::uint8_t kind = data[0] % 9;
   const void* body = data + 1;
   const int n = static_cast<int>(size - 1);
   using namespace delayd;
@@ -81,6 +81,28 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data,
       if (r.ParseFromArray(body, n) && v.List(r, &l, &c).ok()) {
         Check(l.timers >= 1 && l.timers <= 1000);
         Check(c.partition < 4);
+      }
+      break;
+    }
+    case 7: {
+      v1::NackRequest r;
+      std::optional<std::chrono::nanoseconds> retry_after;
+      if (r.ParseFromArray(body, n) && v.Nack(r, &retry_after).ok()) {
+        Check(r.event_ids_size() >= 1 &&
+              r.event_ids_size() <= Validator::kMaxAckIds);
+        Check(!retry_after || (retry_after->count() >= 0 &&
+                               *retry_after <= std::chrono::hours(24)));
+      }
+      break;
+    }
+    case 8: {
+      v1::ExtendLeaseRequest r;
+      std::chrono::nanoseconds extension;
+      if (r.ParseFromArray(body, n) && v.ExtendLease(r, &extension).ok()) {
+        Check(r.event_ids_size() >= 1 &&
+              r.event_ids_size() <= Validator::kMaxAckIds);
+        Check(extension >= std::chrono::milliseconds(100) &&
+              extension <= std::chrono::hours(1));
       }
       break;
     }

@@ -176,6 +176,19 @@ class AuthMatrix : public ::testing::Test {
       r.add_event_ids(12345);
       v1::AckResponse resp;
       s = stub.Ack(ctx.get(), r, &resp);
+    } else if (method == "Nack") {
+      v1::NackRequest r;
+      r.set_namespace_(ns);
+      r.add_event_ids(12345);
+      v1::NackResponse resp;
+      s = stub.Nack(ctx.get(), r, &resp);
+    } else if (method == "ExtendLease") {
+      v1::ExtendLeaseRequest r;
+      r.set_namespace_(ns);
+      r.add_event_ids(12345);
+      *r.mutable_extension() = Millis(1000);
+      v1::ExtendLeaseResponse resp;
+      s = stub.ExtendLease(ctx.get(), r, &resp);
     } else if (method == "Drain") {
       v1::DrainRequest r;
       r.set_namespace_(ns);
@@ -225,7 +238,7 @@ TEST_F(AuthMatrix, EveryRpcNeedsItsPermissionOnItsNamespace) {
       {"Batch", kWrite},    {"GetTimer", kRead},   {"ListTimers", kRead},
       {"Watch", kRead},     {"Work", kWork},       {"Ack", kWork},
       {"Drain", kAdmin},    {"Stats", kAdmin},     {"Backup", kAdmin},
-      {"StatsOf", kRead},
+      {"StatsOf", kRead},   {"Nack", kWork},       {"ExtendLease", kWork},
   };
   const std::map<std::string, std::uint8_t> tokens = {
       {"reader", kRead},
@@ -261,7 +274,7 @@ TEST_F(AuthMatrix, EveryRpcNeedsItsPermissionOnItsNamespace) {
       }
     }
   }
-  EXPECT_EQ(checked, 13 * 3 * 5);
+  EXPECT_EQ(checked, 15 * 3 * 5);
 }
 
 TEST_F(AuthMatrix, ATenantSeesItsNamespaceFiguresAndNothingElse) {
