@@ -41,6 +41,7 @@ void PrintDaemonFigures(const v1::StatsResponse& s,
   PrintTable({{"pending_timers", N(s.pending_timers())},
               {"ready_events", N(s.ready_events())},
               {"in_flight_events", N(s.in_flight_events())},
+              {"retrying_events", N(s.retrying_events())},
               {"workers", N(s.workers())},
               {"watchers", N(s.watchers())},
               {"partitions", N(s.partitions())},
@@ -55,16 +56,17 @@ void PrintDaemonFigures(const v1::StatsResponse& s,
 
 void PrintNamespaces(const v1::StatsResponse& s) {
   std::vector<std::vector<std::string>> rows = {
-      {"NAMESPACE", "PENDING", "READY", "IN_FLIGHT", "WORKERS", "WATCHERS",
-       "SET", "MOVED", "REMOVED", "EXPIRED", "DRAINED", "DELIVERED",
+      {"NAMESPACE", "PENDING", "READY", "IN_FLIGHT", "RETRYING", "WORKERS",
+       "WATCHERS", "SET", "MOVED", "REMOVED", "EXPIRED", "DRAINED", "DELIVERED",
        "REDELIVERED", "ACKED"}};
   for (const auto& n : s.namespaces()) {
     rows.push_back({n.namespace_(), N(n.pending_timers()), N(n.ready_events()),
-                    N(n.in_flight_events()), N(n.workers()), N(n.watchers()),
-                    N(n.timers_set()), N(n.timers_moved()),
-                    N(n.timers_removed()), N(n.timers_expired()),
-                    N(n.timers_drained()), N(n.events_delivered()),
-                    N(n.events_redelivered()), N(n.events_acked())});
+                    N(n.in_flight_events()), N(n.retrying_events()),
+                    N(n.workers()), N(n.watchers()), N(n.timers_set()),
+                    N(n.timers_moved()), N(n.timers_removed()),
+                    N(n.timers_expired()), N(n.timers_drained()),
+                    N(n.events_delivered()), N(n.events_redelivered()),
+                    N(n.events_acked())});
   }
   PrintTable(rows);
 }

@@ -29,7 +29,7 @@ using Commands = std::vector<Command>;
 
 // set, move, rm, get, ls, drain, batch.
 void AddTimerCommands(CLI::App& app, const Global& g, Commands& out);
-// watch, work, ack.
+// watch, work, ack, nack, extend.
 void AddWorkerCommands(CLI::App& app, const Global& g, Commands& out);
 // stats, backup, health.
 void AddAdminCommands(CLI::App& app, const Global& g, Commands& out);

@@ -1,4 +1,4 @@
-// Events: watch, work, ack.
+// Events: watch, work, ack, nack, extend.
 #include <google/protobuf/util/time_util.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -11,6 +11,8 @@
 #include <cstdio>
 #include <memory>
 #include <mutex>
+#include <set>
+#include <thread>
 
 #include "client/commands.h"
 #include "client/exit_codes.h"
@@ -101,26 +103,32 @@ struct WorkArgs {
   std::uint64_t count = 0;
 };
 
-// Acks `e` after its command exited 0; leaves it for redelivery otherwise.
-// Prints one line per event.
+// Acks `e` after its command exited 0; nacks it otherwise, so that it comes
+// back after the backoff for its attempt. Prints one line per event.
 void Finish(Client& c, const v1::Event& e, int code) {
+  grpc::Status s;
   if (code == 0) {
     v1::AckRequest ack;
     ack.set_namespace_(e.namespace_());
     ack.add_event_ids(e.id());
     v1::AckResponse resp;
-    grpc::Status s = c.stub().Ack(c.Context().get(), ack, &resp);
-    if (!s.ok()) {
-      std::fprintf(stderr, "event %llu: ack failed: %s\n",
-                   static_cast<unsigned long long>(e.id()),
-                   s.error_message().c_str());
-    }
+    s = c.stub().Ack(c.Context().get(), ack, &resp);
   } else {
+    v1::NackRequest nack;
+    nack.set_namespace_(e.namespace_());
+    nack.add_event_ids(e.id());
+    v1::NackResponse resp;
+    s = c.stub().Nack(c.Context().get(), nack, &resp);
     std::fprintf(stderr,
-                 "event %llu (%s attempt %u): command exited %d; left for "
-                 "redelivery\n",
+                 "event %llu (%s attempt %u): command exited %d; nacked, it "
+                 "comes back after the backoff\n",
                  static_cast<unsigned long long>(e.id()), e.key().c_str(),
                  e.attempt(), code);
+  }
+  if (!s.ok()) {
+    std::fprintf(stderr, "event %llu: %s failed: %s\n",
+                 static_cast<unsigned long long>(e.id()),
+                 code == 0 ? "ack" : "nack", s.error_message().c_str());
   }
   if (!c.json()) {
     std::printf("%llu %s attempt=%u exit=%d\n",
@@ -133,6 +141,65 @@ void Finish(Client& c, const v1::Event& e, int code) {
   }
   std::fflush(stdout);
 }
+
+// Keeps the leases of the events whose commands run: every half ack
+// timeout, one ExtendLease of all of them by an ack timeout, so a command
+// may run as long as it needs and a dead delayctl's events still come back.
+class LeaseKeeper {
+ public:
+  LeaseKeeper(Client& c, const std::string& ns,
+              std::chrono::nanoseconds ack_timeout)
+      : c_(c), ns_(ns), ack_timeout_(ack_timeout) {
+    thread_ = std::thread([this] { Run(); });
+  }
+  ~LeaseKeeper() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  void Started(std::uint64_t id) {
+    std::lock_guard lock(mu_);
+    running_.insert(id);
+  }
+  void Ended(std::uint64_t id) {
+    std::lock_guard lock(mu_);
+    running_.erase(id);
+  }
+
+ private:
+  void Run() {
+    std::unique_lock lock(mu_);
+    while (!cv_.wait_for(lock, ack_timeout_ / 2, [this] { return stop_; })) {
+      if (running_.empty()) continue;
+      v1::ExtendLeaseRequest req;
+      req.set_namespace_(ns_);
+      for (auto id : running_) req.add_event_ids(id);
+      *req.mutable_extension() =
+          google::protobuf::util::TimeUtil::NanosecondsToDuration(
+              ack_timeout_.count());
+      lock.unlock();
+      v1::ExtendLeaseResponse resp;
+      grpc::Status s = c_.stub().ExtendLease(c_.Context().get(), req, &resp);
+      if (!s.ok()) {
+        std::fprintf(stderr, "extending leases failed: %s\n",
+                     s.error_message().c_str());
+      }
+      lock.lock();
+    }
+  }
+
+  Client& c_;
+  const std::string ns_;
+  const std::chrono::nanoseconds ack_timeout_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::set<std::uint64_t> running_;
+  std::thread thread_;
+};
 
 int Work(Client& c, const Global& g, const WorkArgs& a) {
   auto timeout = delayd::ParseDuration(a.ack_timeout);
@@ -148,6 +215,7 @@ int Work(Client& c, const Global& g, const WorkArgs& a) {
   *req.mutable_ack_timeout() =
       google::protobuf::util::TimeUtil::NanosecondsToDuration(timeout->count());
   auto reader = c.stub().Subscribe(&ctx, req);
+  LeaseKeeper leases(c, g.ns, *timeout);
   // A fixed pool of `concurrency` threads runs the commands; the reader
   // waits while all of them are busy.
   asio::thread_pool pool(a.concurrency);
@@ -167,7 +235,10 @@ int Work(Client& c, const Global& g, const WorkArgs& a) {
         ++running;
       }
       asio::post(pool, [&, e] {
-        Finish(c, e, RunForEvent(a.command, e));
+        leases.Started(e.id());
+        const int code = RunForEvent(a.command, e);
+        leases.Ended(e.id());
+        Finish(c, e, code);
         std::lock_guard lock(mu);
         --running;
         cv.notify_all();
@@ -180,6 +251,56 @@ int Work(Client& c, const Global& g, const WorkArgs& a) {
   if (canceller.interrupted() || (count != 0 && started == count)) return kOk;
   Check(s);
   return kOk;
+}
+
+struct LeaseArgs {
+  std::vector<std::uint64_t> ids;
+  std::string duration;  // Nack: the retry time (empty: backoff).
+};
+
+// The request's Duration from a duration flag.
+google::protobuf::Duration DurationArg(const std::string& text,
+                                       const char* flag) {
+  auto d = delayd::ParseDuration(text);
+  if (!d) throw Exit{kUsage, std::string(flag) + ": not a duration: " + text};
+  return google::protobuf::util::TimeUtil::NanosecondsToDuration(d->count());
+}
+
+// Prints "VERB N" and each unknown id; kNotFound if there were any.
+template <typename Resp>
+int PrintIdsResult(Client& c, const Resp& resp, const char* verb,
+                   std::uint32_t done) {
+  if (c.json()) {
+    std::printf("%s\n", Json(resp).c_str());
+  } else {
+    std::printf("%s %u\n", verb, done);
+    for (auto id : resp.unknown_ids()) {
+      std::printf("unknown %llu\n", static_cast<unsigned long long>(id));
+    }
+  }
+  return resp.unknown_ids_size() == 0 ? kOk : kNotFound;
+}
+
+int Nack(Client& c, const Global& g, const LeaseArgs& a) {
+  v1::NackRequest req;
+  req.set_namespace_(g.ns);
+  for (auto id : a.ids) req.add_event_ids(id);
+  if (!a.duration.empty()) {
+    *req.mutable_retry_after() = DurationArg(a.duration, "--retry-after");
+  }
+  v1::NackResponse resp;
+  Check(c.stub().Nack(c.Context().get(), req, &resp));
+  return PrintIdsResult(c, resp, "nacked", resp.nacked());
+}
+
+int Extend(Client& c, const Global& g, const LeaseArgs& a) {
+  v1::ExtendLeaseRequest req;
+  req.set_namespace_(g.ns);
+  for (auto id : a.ids) req.add_event_ids(id);
+  *req.mutable_extension() = DurationArg(a.duration, "--by");
+  v1::ExtendLeaseResponse resp;
+  Check(c.stub().ExtendLease(c.Context().get(), req, &resp));
+  return PrintIdsResult(c, resp, "extended", resp.extended());
 }
 
 int Ack(Client& c, const Global& g, const std::vector<std::uint64_t>& ids) {
@@ -213,14 +334,16 @@ void AddWorkerCommands(CLI::App& app, const Global& g, Commands& out) {
   auto w = std::make_shared<WorkArgs>();
   auto* work = app.add_subcommand(
       "work",
-      "Run a command per event (payload on stdin, DELAYD_* env vars); ack "
-      "when it exits 0, leave for redelivery otherwise");
+      "Run a command per event (payload on stdin, DELAYD_* env vars), "
+      "extending its lease while it runs; ack when it exits 0, nack "
+      "otherwise (it comes back after the backoff)");
   work->add_option("--exec", w->command, "Shell command")->required();
   work->add_option("--concurrency", w->concurrency, "Commands at once")
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();
   work->add_option("--ack-timeout", w->ack_timeout,
-                   "Redeliver if not done within this")
+                   "Lease per event; extended while its command runs, so "
+                   "that it ends this long after delayctl does")
       ->capture_default_str();
   work->add_option("--count", w->count, "Stop after this many (0: never)");
   out.push_back({work,
@@ -232,6 +355,34 @@ void AddWorkerCommands(CLI::App& app, const Global& g, Commands& out) {
                  },
                  [] { return true; },
                  [&g, w](Client& c) { return Work(c, g, *w); }});
+
+  auto n = std::make_shared<LeaseArgs>();
+  auto* nack = app.add_subcommand(
+      "nack",
+      "Say delivered events failed: they come back after --retry-after, or "
+      "the backoff for their attempt");
+  nack->add_option("ids", n->ids)->required();
+  nack->add_option("--retry-after", n->duration,
+                   "Deliver again after this long (0s: at once)");
+  out.push_back({nack,
+                 [n] {
+                   if (!n->duration.empty()) {
+                     DurationArg(n->duration, "--retry-after");
+                   }
+                 },
+                 {},
+                 [&g, n](Client& c) { return Nack(c, g, *n); }});
+
+  auto x = std::make_shared<LeaseArgs>();
+  auto* extend = app.add_subcommand(
+      "extend", "Say delivered events are still being worked on");
+  extend->add_option("ids", x->ids)->required();
+  extend->add_option("--by", x->duration, "New ack deadline, from now")
+      ->required();
+  out.push_back({extend,
+                 [x] { DurationArg(x->duration, "--by"); },
+                 {},
+                 [&g, x](Client& c) { return Extend(c, g, *x); }});
 
   auto ids = std::make_shared<std::vector<std::uint64_t>>();
   auto* ack = app.add_subcommand("ack", "Acknowledge events by id");

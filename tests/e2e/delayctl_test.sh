@@ -84,14 +84,14 @@ expect_out '"key":"order-3"'
 # stats per namespace: every namespace in use (sorted) after the daemon's
 # figures, or one namespace alone with -n
 expect_code 0 "$C" stats
-expect_out '^NAMESPACE +PENDING +READY +IN_FLIGHT'
-expect_out '^default +1 +0 +0 +0 +0 +1 '
-expect_out '^shop +2 +0 +0 +0 +0 +2 '
+expect_out '^NAMESPACE +PENDING +READY +IN_FLIGHT +RETRYING'
+expect_out '^default +1 +0 +0 +0 +0 +0 +1 '
+expect_out '^shop +2 +0 +0 +0 +0 +0 +2 '
 expect_code 0 "$C" stats -n shop -o json
 expect_out '"namespaces":\[\{"namespace":"shop","pending_timers":"2",.*"timers_set":"2"'
 grep -q '"partitions"' "$work/out" && fail "stats -n: daemon-wide figures shown" || pass
 expect_code 0 "$C" stats -n nobody-here
-expect_out '^nobody-here +0 +0 +0 '
+expect_out '^nobody-here +0 +0 +0 +0 '
 expect_code 3 "$C" stats -n 'bad name!'
 expect_err 'INVALID_ARGUMENT'
 # --watch: refreshes until --count (or a signal), each with a header line
@@ -190,7 +190,34 @@ expect_code 0 "$C" work -n q --count 2 --ack-timeout 200ms \
   --exec '[ "$DELAYD_ATTEMPT" -ge 2 ] || exit 7'
 expect_out 'job-2 attempt=1 exit=7'
 expect_out 'job-2 attempt=2 exit=0'
-expect_err 'left for redelivery'
+expect_err 'command exited 7; nacked'
+# (The namespace is freed once empty: the daemon's totals keep count.)
+expect_code 0 "$C" stats -o json
+expect_out '"events_redelivered":"1","durable"'
+
+# work extends the lease of a command that runs past --ack-timeout: it is
+# not delivered again while it runs (without the extension the 200 ms
+# deadline would pass five times over).
+expect_code 0 "$C" set long-job 'slow' --in 0s -n long
+expect_code 0 "$C" work -n long --count 1 --ack-timeout 200ms --exec 'sleep 1'
+expect_out 'long-job attempt=1 exit=0'
+expect_code 0 "$C" stats -o json
+expect_out '"events_redelivered":"1","durable"'
+
+# nack and extend, called by the command on its own event
+expect_code 0 "$C" set by-hand 'x' --in 0s -n hand
+expect_code 0 "$C" work -n hand --count 1 --exec "$C extend \$DELAYD_EVENT_ID --by 1m -n hand >$work/hand; $C nack \$DELAYD_EVENT_ID --retry-after 1h -n hand >>$work/hand; exit 3"
+grep -q '^extended 1$' "$work/hand" && pass || fail "extend: $(cat "$work/hand")"
+grep -q '^nacked 1$' "$work/hand" && pass || fail "nack: $(cat "$work/hand")"
+expect_code 0 "$C" stats -n hand -o json
+expect_out '"retrying_events":"1"'
+expect_code 4 "$C" nack 123456 -n hand
+expect_out 'unknown 123456'
+expect_code 4 "$C" extend 123456 --by 1s -n hand
+expect_code 1 "$C" nack 1 --retry-after soon
+expect_code 1 "$C" extend 1
+expect_code 3 "$C" extend 1 --by 2h
+expect_err 'INVALID_ARGUMENT: extension'
 
 # work runs its commands on a fixed pool of --concurrency threads: over 300
 # events its virtual memory stays flat (a thread per event took 8 MiB of

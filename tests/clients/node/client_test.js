@@ -54,10 +54,23 @@ async function main() {
       if (err.code !== grpc.status.CANCELLED) reject(err);
     });
   });
+  // Every event in arrival order; nextEvent(n) resolves with the n-th.
+  const events = [];
+  let waiter = () => {};
+  const nextEvent = (n) => new Promise((resolve) => {
+    waiter = () => {
+      if (events.length >= n) resolve(events[n - 1]);
+    };
+    waiter();
+  });
   stream.on('data', (msg) => {
     registered();  // The first message, without events.
-    for (const e of msg.events) received.set(e.key, e);
+    for (const e of msg.events) {
+      received.set(e.key, e);
+      events.push(e);
+    }
     if (received.size === keys.length) allReceived();
+    waiter();
   });
   await isRegistered;
 
@@ -99,6 +112,25 @@ async function main() {
   const stats = await call('Stats', {});
   assert.equal(stats.in_flight_events, '0');
 
+  // A failed job: nacked, it comes back (attempt 2) after retry_after.
+  await call('SetTimer', {namespace: ns, key: 'flaky', delay: {seconds: 0}});
+  const failed = await nextEvent(keys.length + 1);
+  assert.equal(failed.key, 'flaky');
+  assert.equal(failed.attempt, 1);
+  const nackedAt = Date.now();
+  const nack = await call('Nack', {
+    namespace: ns,
+    event_ids: [failed.id],
+    retry_after: {seconds: 0, nanos: 200000000},
+  });
+  assert.equal(nack.nacked, 1);
+  const retried = await nextEvent(keys.length + 2);
+  assert.ok(Date.now() - nackedAt >= 200, 'retried early');
+  assert.equal(retried.id, failed.id);
+  assert.equal(retried.attempt, 2);
+  const acked = await call('Ack', {namespace: ns, event_ids: [retried.id]});
+  assert.equal(acked.acked, 1);
+
   // TLS without the token: refused.
   const anonymous = new Delayd(endpoint, tls);
   await assert.rejects(
@@ -111,7 +143,7 @@ async function main() {
   stream.cancel();
   client.close();
   console.log(`node client: ${received.size} events received and ` +
-              'acknowledged; INVALID_ARGUMENT, NOT_FOUND and UNAUTHENTICATED ' +
+              'acknowledged, one nacked and retried; INVALID_ARGUMENT, NOT_FOUND and UNAUTHENTICATED ' +
               'seen (TLS, token)');
 }
 

@@ -104,13 +104,38 @@ try:
     except grpc.RpcError as err:
         assert err.code() == grpc.StatusCode.NOT_FOUND, err
 
+    # A failed job: nacked, it comes back (attempt 2) after retry_after.
+    stub.SetTimer(pb.SetTimerRequest(namespace=ns, key="flaky",
+                                     delay=duration_pb2.Duration()),
+                  timeout=5)
+    failed = None
+    while failed is None:
+        for e in next(stream).events:
+            failed = e
+    assert failed.key == "flaky" and failed.attempt == 1, failed
+    nacked_at = time.monotonic()
+    nack = stub.Nack(pb.NackRequest(
+        namespace=ns, event_ids=[failed.id],
+        retry_after=duration_pb2.Duration(nanos=200_000_000)),
+                     timeout=5)
+    assert nack.nacked == 1 and not nack.unknown_ids, nack
+    retried = None
+    while retried is None:
+        for e in next(stream).events:
+            retried = e
+    assert time.monotonic() - nacked_at >= 0.2, "retried early"
+    assert retried.id == failed.id and retried.attempt == 2, retried
+    assert stub.Ack(pb.AckRequest(namespace=ns, event_ids=[retried.id]),
+                    timeout=5).acked == 1
+
     # Nothing is left in flight once acknowledged (the Ack answered after
     # the dispatcher applied it).
     stats = stub.Stats(pb.StatsRequest(), timeout=5)
     assert stats.in_flight_events == 0, stats
     stream.cancel()
     channel.close()
-    print(f"python client: {len(got)} events received and acknowledged; "
+    print(f"python client: {len(got)} events received and acknowledged, "
+          "one nacked and retried; "
           "INVALID_ARGUMENT, NOT_FOUND and UNAUTHENTICATED seen (TLS, token)")
 finally:
     shutil.rmtree(out)
