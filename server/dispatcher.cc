@@ -30,7 +30,38 @@ Dispatcher::Dispatcher(asio::io_context& io, std::string name, NamespaceId id,
                    OnAckTimeouts(due);
                  }),
       retry_timer_(strand_),
+      rate_timer_(strand_),
+      random_(std::random_device()()),
       observed_(LatencyBuckets()) {}
+
+void Dispatcher::SetPolicy(const Policy& policy) {
+  asio::post(strand_, [this, policy] {
+    const bool rate_changed =
+        policy.max_dispatch_rate != policy_.max_dispatch_rate ||
+        policy.dispatch_burst != policy_.dispatch_burst;
+    policy_ = policy;
+    if (rate_changed) {
+      bucket_.Configure(policy.max_dispatch_rate, policy.dispatch_burst,
+                        std::chrono::steady_clock::now());
+    }
+    Pump();
+  });
+}
+
+std::chrono::nanoseconds Dispatcher::BackoffFor(const Outstanding& o) {
+  return Backoff(policy_.retry, o.event.attempt,
+                 std::uniform_real_distribution<double>(0, 1)(random_));
+}
+
+void Dispatcher::ArmRateTimer(SteadyTime at) {
+  if (rate_armed_ || closed_) return;
+  rate_armed_ = true;
+  rate_timer_.expires_at(at);
+  rate_timer_.async_wait([this](const asio::error_code& ec) {
+    rate_armed_ = false;
+    if (!ec && !closed_) Pump();
+  });
+}
 
 void Dispatcher::Publish(std::vector<Event> events) {
   asio::post(strand_, [this, events = std::move(events)]() mutable {
@@ -164,6 +195,7 @@ void Dispatcher::Ack(std::vector<std::uint64_t> ids,
         CancelAckTimer(o);
         counters_.in_flight.fetch_sub(1);
         mine_.in_flight.fetch_sub(1, std::memory_order_relaxed);
+        --in_flight_;
         observed_.Add(now - o.delivered_at);
       } else if (o.retrying) {
         CancelAckTimer(o);
@@ -206,22 +238,22 @@ void Dispatcher::Ack(std::vector<std::uint64_t> ids,
 void Dispatcher::Nack(std::vector<std::uint64_t> ids,
                       std::optional<std::chrono::nanoseconds> retry_after,
                       std::function<void(LeaseResult)> done) {
-  asio::post(strand_, [this, ids = std::move(ids), retry_after,
-                       done = std::move(done)] {
-    LeaseResult result;
-    for (std::uint64_t id : ids) {
-      auto it = outstanding_.find(id);
-      if (it == outstanding_.end() || it->second.worker == 0) {
-        result.unknown.push_back(id);
-        continue;
-      }
-      Outstanding& o = it->second;
-      Fail(id, o, retry_after.value_or(Backoff(retry_, o.event.attempt)));
-      ++result.done;
-    }
-    Pump();
-    done(std::move(result));
-  });
+  asio::post(strand_,
+             [this, ids = std::move(ids), retry_after, done = std::move(done)] {
+               LeaseResult result;
+               for (std::uint64_t id : ids) {
+                 auto it = outstanding_.find(id);
+                 if (it == outstanding_.end() || it->second.worker == 0) {
+                   result.unknown.push_back(id);
+                   continue;
+                 }
+                 Outstanding& o = it->second;
+                 Fail(id, o, retry_after.value_or(BackoffFor(o)));
+                 ++result.done;
+               }
+               Pump();
+               done(std::move(result));
+             });
 }
 
 void Dispatcher::ExtendLease(std::vector<std::uint64_t> ids,
@@ -248,6 +280,7 @@ void Dispatcher::Close(const Status& status, std::function<void()> done) {
   asio::post(strand_, [this, status, done = std::move(done)] {
     closed_ = true;
     retry_timer_.cancel();
+    rate_timer_.cancel();
     for (auto& w : workers_) w.sink->End(status);
     for (auto& [id, sink] : watchers_) sink->End(status);
     counters_.workers.fetch_sub(workers_.size());
@@ -277,6 +310,7 @@ void Dispatcher::Requeue(std::uint64_t event_id, Outstanding& o) {
   counters_.ready.fetch_add(1);
   counters_.redelivered.fetch_add(1);
   mine_.in_flight.fetch_sub(1, std::memory_order_relaxed);
+  --in_flight_;
   mine_.ready.fetch_add(1, std::memory_order_relaxed);
   mine_.redelivered.fetch_add(1, std::memory_order_relaxed);
 }
@@ -296,6 +330,7 @@ void Dispatcher::Fail(std::uint64_t event_id, Outstanding& o,
   counters_.retrying.fetch_add(1);
   counters_.redelivered.fetch_add(1);
   mine_.in_flight.fetch_sub(1, std::memory_order_relaxed);
+  --in_flight_;
   mine_.retrying.fetch_add(1, std::memory_order_relaxed);
   mine_.redelivered.fetch_add(1, std::memory_order_relaxed);
 }
@@ -340,7 +375,7 @@ void Dispatcher::OnAckTimeouts(std::vector<StrandWheel::Expired>& due) {
       mine_.ready.fetch_add(1, std::memory_order_relaxed);
     } else {
       // Its ack deadline: the delivery failed.
-      Fail(event_id, o, Backoff(retry_, o.event.attempt));
+      Fail(event_id, o, BackoffFor(o));
     }
   }
   Pump();
@@ -394,9 +429,10 @@ void Dispatcher::Hold(const std::vector<std::uint64_t>& ids) {
 
 void Dispatcher::Pump() {
   assert(strand_.running_in_this_thread());
-  if (workers_.empty() || closed_) return;
+  if (workers_.empty() || closed_ || policy_.paused) return;
   std::vector<const Event*> batch;
   std::size_t idle_turns = 0;
+  const SteadyTime pump_time = std::chrono::steady_clock::now();
   // Round robin: each turn gives one worker a batch of up to its free room.
   while (!ready_.empty() && idle_turns < workers_.size()) {
     next_worker_ %= workers_.size();
@@ -409,6 +445,20 @@ void Dispatcher::Pump() {
         w.max_in_flight - std::min<std::size_t>(w.max_in_flight, held),
         kMaxBatch);
     if (unwritten.bytes >= limits_.worker_backlog_bytes) room = 0;
+    // The namespace's own limits, across its workers.
+    if (policy_.max_in_flight != 0) {
+      room = std::min<std::size_t>(
+          room, policy_.max_in_flight -
+                    std::min<std::size_t>(policy_.max_in_flight, in_flight_));
+      if (room == 0) break;
+    }
+    if (!bucket_.unlimited()) {
+      room = std::min(room, bucket_.Available(pump_time));
+      if (room == 0) {
+        ArmRateTimer(bucket_.NextToken(pump_time));
+        break;
+      }
+    }
     if (room == 0) {
       ++idle_turns;
       continue;
@@ -443,7 +493,9 @@ void Dispatcher::Pump() {
       if (++o.event.attempt == 1) {
         observed_.Add(std::chrono::nanoseconds(wall_now - o.event.fire_time));
       }
-      StartAckTimer(batch[i]->id, o, w.ack_timeout);
+      StartAckTimer(
+          batch[i]->id, o,
+          w.ack_timeout.count() != 0 ? w.ack_timeout : policy_.ack_timeout);
       if (store_ != nullptr) {
         full[i].attempt = o.event.attempt;
         batch[i] = &full[i];
@@ -453,6 +505,8 @@ void Dispatcher::Pump() {
     counters_.in_flight.fetch_add(batch.size());
     mine_.ready.fetch_sub(batch.size(), std::memory_order_relaxed);
     mine_.in_flight.fetch_add(batch.size(), std::memory_order_relaxed);
+    in_flight_ += batch.size();
+    if (!bucket_.unlimited()) bucket_.Take(batch.size());
     mine_.delivered.fetch_add(batch.size(), std::memory_order_relaxed);
     w.sink->Deliver(name_, batch);
   }

@@ -29,6 +29,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <random>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -38,10 +39,12 @@
 #include "server/counters.h"
 #include "server/metrics.h"
 #include "server/namespace_refs.h"
+#include "server/policy.h"
 #include "server/retry.h"
 #include "server/status.h"
 #include "server/store.h"
 #include "server/strand_wheel.h"
+#include "server/token_bucket.h"
 #include "server/types.h"
 
 namespace delayd {
@@ -74,7 +77,8 @@ class Subscriber : public std::enable_shared_from_this<Subscriber> {
 struct SubscribeOptions {
   bool watcher = false;
   std::uint32_t max_in_flight = 100;
-  std::chrono::nanoseconds ack_timeout = std::chrono::seconds(30);
+  // 0: the namespace policy's.
+  std::chrono::nanoseconds ack_timeout{0};
 };
 
 // Of Nack and ExtendLease.
@@ -105,6 +109,11 @@ class Dispatcher {
   // scheduler under its namespace lock, while nothing uses the namespace.
   const std::string& name() const { return name_; }
   void Rename(std::string name) { name_ = std::move(name); }
+
+  // Applies a new policy: to events ready or in flight now (pause, rate,
+  // in-flight cap) and to failures from now on (backoff); in-flight events
+  // keep their ack deadlines.
+  void SetPolicy(const Policy& policy);
 
   // Takes fired events for delivery.
   void Publish(std::vector<Event> events);
@@ -156,6 +165,9 @@ class Dispatcher {
 
   // All below run on the strand.
   void Pump();
+  // Pumps again once the next token of the dispatch rate is there.
+  void ArmRateTimer(SteadyTime at);
+  std::chrono::nanoseconds BackoffFor(const Outstanding& o);
   void Requeue(std::uint64_t event_id, Outstanding& o);
   // Ends `o`'s delivery as failed: it retries after `wait` (at once if 0).
   void Fail(std::uint64_t event_id, Outstanding& o,
@@ -185,7 +197,15 @@ class Dispatcher {
   const Limits& limits_;
   Store* const store_;
   Strand strand_;
-  const RetryPolicy retry_;
+  Policy policy_;
+  // The namespace's dispatch rate (policy_), and the timer that pumps again
+  // when the next token is there.
+  TokenBucket bucket_;
+  asio::steady_timer rate_timer_;
+  bool rate_armed_ = false;
+  // Events in flight to all workers (policy_.max_in_flight).
+  std::size_t in_flight_ = 0;
+  std::minstd_rand random_;  // Backoff jitter.
   // Ack deadlines and retry times.
   StrandWheel ack_wheel_;
   bool closed_ = false;

@@ -18,17 +18,25 @@ struct RetryPolicy {
   std::chrono::nanoseconds initial_backoff = std::chrono::seconds(1);
   double multiplier = 2.0;
   std::chrono::nanoseconds max_backoff = std::chrono::minutes(10);
+  // 0 .. 1: the wait is cut by up to this fraction, at random, so events
+  // that failed together do not all come back together.
+  double jitter = 0;
+
+  bool operator==(const RetryPolicy&) const = default;
 };
 
-// The wait after failed attempt `attempt` (1 for the first delivery).
+// The wait after failed attempt `attempt` (1 for the first delivery);
+// `random` in [0, 1) draws the jitter: the wait is in
+// [backoff × (1 - jitter), backoff].
 inline std::chrono::nanoseconds Backoff(const RetryPolicy& p,
-                                        std::uint32_t attempt) {
+                                        std::uint32_t attempt,
+                                        double random = 0) {
   const double max = static_cast<double>(p.max_backoff.count());
-  const double wait =
-      static_cast<double>(p.initial_backoff.count()) *
-      std::pow(p.multiplier, attempt == 0 ? 0.0 : attempt - 1.0);
+  double wait = static_cast<double>(p.initial_backoff.count()) *
+                std::pow(p.multiplier, attempt == 0 ? 0.0 : attempt - 1.0);
   // (Compared as doubles: a large attempt overflows any integer.)
-  if (!(wait < max)) return p.max_backoff;
+  if (!(wait < max)) wait = max;
+  wait *= 1.0 - p.jitter * random;
   return std::chrono::nanoseconds(static_cast<std::int64_t>(wait));
 }
 

@@ -61,6 +61,7 @@ Status Scheduler::Start(RecoveryReport* report) {
 
 Status Scheduler::Recover(RecoveryReport* report) {
   const auto started = std::chrono::steady_clock::now();
+  if (Status s = RecoverPolicies(); !s.ok()) return s;
   std::vector<std::string> names;  // By id; empty: a freed id.
   if (Status s = store_->LoadNamespaces(&names); !s.ok()) return s;
   if (names.size() > options_.limits.max_namespaces) {
@@ -173,6 +174,7 @@ NamespaceId Scheduler::AddNamespace(std::string name) {
     const NamespaceId id = free_ids_.back();
     free_ids_.pop_back();
     dispatchers_[id]->Rename(name);
+    dispatchers_[id]->SetPolicy(PolicyLocked(name));
     counters_.of(id).ResetTotals();
     ns_ids_.emplace(std::move(name), id);
     return id;
@@ -182,6 +184,7 @@ NamespaceId Scheduler::AddNamespace(std::string name) {
       std::make_unique<Dispatcher>(io_, name, id, counters_, metrics_,
                                    options_.limits, store_.get(), refs_.get()));
   dispatchers_[id] = owned_dispatchers_.back().get();
+  if (!name.empty()) dispatchers_[id]->SetPolicy(PolicyLocked(name));
   if (name.empty()) {
     free_ids_.push_back(id);  // Recovery: an id freed before the restart.
   } else {

@@ -89,6 +89,13 @@ class Scheduler {
       const std::function<void(const std::string&, const NamespaceCounters&)>&
           visit);
 
+  // Namespace policies (scheduler_policy.cc), by name, whether or not the
+  // namespace is in use. SetPolicy stores it (durably, with a store) and
+  // applies it to the namespace if in use; the default policy removes the
+  // record. RESOURCE_EXHAUSTED beyond --max-namespaces policies.
+  Status SetPolicy(std::string_view name, const Policy& policy);
+  Policy PolicyOf(std::string_view name);
+
   // Registers a subscriber of namespace `name`, which need not exist yet:
   // then it waits outside the namespace table (it does not count against
   // the namespace limit) and moves to the namespace when a write creates
@@ -152,6 +159,11 @@ class Scheduler {
  private:
   std::uint32_t PartitionOf(NamespaceId ns, std::string_view key) const;
   Status Recover(RecoveryReport* report);
+  // Loads the stored policies into policies_ (before any namespace).
+  Status RecoverPolicies();
+  // The policy of `name`; the caller holds ns_mutex_ (or runs before
+  // Start).
+  const Policy& PolicyLocked(const std::string& name) const;
   // Creates the dispatcher of a new namespace, or gives a freed id a new
   // name; the caller holds ns_mutex_ exclusively (or runs before Start).
   NamespaceId AddNamespace(std::string name);
@@ -196,6 +208,12 @@ class Scheduler {
   // Counts a waiting subscriber in the workers or watchers gauge.
   void CountWaiting(const Waiting& w, int delta);
   std::vector<std::unique_ptr<Dispatcher>> owned_dispatchers_;
+  // Policies other than the default, by namespace name (read under
+  // ns_mutex_, written under it exclusively). SetPolicy calls are one at a
+  // time (policy_mutex_, taken before ns_mutex_), so the store's write
+  // happens without blocking namespace lookups.
+  std::mutex policy_mutex_;
+  std::unordered_map<std::string, Policy> policies_;
   std::atomic<bool> shutting_down_{false};
   std::atomic<std::uint64_t> next_subscriber_id_{1};
   std::vector<std::thread> threads_;

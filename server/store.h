@@ -180,6 +180,9 @@ class Store {
   // (in event-id order).
   Status ForEachTimer(const std::function<void(const StoredTimer&)>& visit);
   Status ForEachEvent(const std::function<void(const StoredEvent&)>& visit);
+  // Namespace policies by name, as PutPolicy stored them (store_policy.cc).
+  Status LoadPolicies(
+      std::vector<std::pair<std::string, std::string>>* policies);
 
   // --- Offline check (delayd check), on a store opened read-only. ---
   struct CheckReport {
@@ -211,6 +214,9 @@ class Store {
   // Writes and syncs the name of a new namespace before it is used (empty:
   // the id is freed).
   Status PutNamespace(NamespaceId id, std::string_view name);
+  // Writes and syncs the encoded policy of namespace `name`; an empty
+  // `policy` deletes it (store_policy.cc).
+  Status PutPolicy(std::string_view name, std::string_view policy);
 
   // Payloads by id, in order. One that cannot be read (a damaged store; a
   // missing one counts as damage) is marked false in `readable` and the

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "server/policy.h"
 #include "server/store.h"
 
 namespace delayd {
@@ -22,6 +23,13 @@ void Store::Check(CheckReport* report) {
   std::uint64_t next_version = 0, next_event_seq = 0;
   if (Status s = LoadCounters(&next_version, &next_event_seq); !s.ok()) {
     problem(s.message());
+  }
+  std::vector<std::pair<std::string, std::string>> policies;
+  if (Status s = LoadPolicies(&policies); !s.ok()) problem(s.message());
+  for (const auto& [name, bytes] : policies) {
+    if (!DecodePolicy(bytes)) {
+      problem("the policy of namespace '" + name + "' is malformed");
+    }
   }
   auto name_of = [&](NamespaceId ns) {
     return ns < names.size() && !names[ns].empty()
