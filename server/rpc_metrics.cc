@@ -63,7 +63,9 @@ RpcMetrics::RpcMetrics(prometheus::Registry& registry) {
   static constexpr const char* kNames[kMethods] = {
       "SetTimer",    "MoveTimer", "RemoveTimer", "Drain", "GetTimer",
       "ListTimers",  "Batch",     "Subscribe",   "Ack",   "Nack",
-      "ExtendLease", "Stats",     "Backup"};
+      "ExtendLease", "GetPolicy", "SetPolicy",   "Stats", "Backup"};
+  // (A name left out would leave the last ones null.)
+  static_assert(kNames[kMethods - 1] != nullptr);
   for (int m = 0; m < kMethods; ++m) {
     methods_[m] = std::make_unique<MethodMetrics>(kNames[m], requests, latency);
   }

@@ -57,6 +57,8 @@ class RpcMetrics {
     kAck,
     kNack,
     kExtendLease,
+    kGetPolicy,
+    kSetPolicy,
     kStats,
     kBackup,
     kMethods

@@ -55,6 +55,8 @@ using RawDelayd =
         v1::Delayd::WithRawCallbackMethod_Ack,
         v1::Delayd::WithRawCallbackMethod_Nack,
         v1::Delayd::WithRawCallbackMethod_ExtendLease,
+        v1::Delayd::WithRawCallbackMethod_GetPolicy,
+        v1::Delayd::WithRawCallbackMethod_SetPolicy,
         v1::Delayd::WithRawCallbackMethod_Stats,
         v1::Delayd::WithRawCallbackMethod_Backup>::type;
 
@@ -75,8 +77,8 @@ struct RequestLimits {
   static RequestLimits Of(const Limits& l);
 };
 
-// Ack, Nack and ExtendLease are in service_work.cc; Stats and Backup in
-// service_admin.cc.
+// Ack, Nack and ExtendLease are in service_work.cc; GetPolicy and SetPolicy
+// in service_policy.cc; Stats and Backup in service_admin.cc.
 class DelaydService final : public RawDelayd {
  public:
   // `backup_dir`: where Backup writes (empty: Backup is refused).
@@ -123,6 +125,12 @@ class DelaydService final : public RawDelayd {
   grpc::ServerUnaryReactor* ExtendLease(grpc::CallbackServerContext* ctx,
                                         const grpc::ByteBuffer* in,
                                         grpc::ByteBuffer* out) override;
+  grpc::ServerUnaryReactor* GetPolicy(grpc::CallbackServerContext* ctx,
+                                      const grpc::ByteBuffer* in,
+                                      grpc::ByteBuffer* out) override;
+  grpc::ServerUnaryReactor* SetPolicy(grpc::CallbackServerContext* ctx,
+                                      const grpc::ByteBuffer* in,
+                                      grpc::ByteBuffer* out) override;
   grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* ctx,
                                   const grpc::ByteBuffer* in,
                                   grpc::ByteBuffer* out) override;

@@ -213,4 +213,64 @@ Status Validator::ExtendLease(const v1::ExtendLeaseRequest& req,
                     /*zero_ok=*/false, "between 100ms and 1h", extension);
 }
 
+Status Validator::PolicyFields(const v1::Policy& in, Policy* out) const {
+  *out = Policy();
+  std::chrono::nanoseconds d;
+  if (in.has_initial_backoff()) {
+    if (Status s = DurationIn(in.initial_backoff(), "initial_backoff", 0,
+                              24 * kHour, true, "between 0 and 24h", &d);
+        !s.ok()) {
+      return s;
+    }
+    out->retry.initial_backoff = d;
+  }
+  if (in.has_max_backoff()) {
+    if (Status s = DurationIn(in.max_backoff(), "max_backoff", 0, 24 * kHour,
+                              true, "between 0 and 24h", &d);
+        !s.ok()) {
+      return s;
+    }
+    out->retry.max_backoff = d;
+  }
+  if (out->retry.max_backoff < out->retry.initial_backoff) {
+    return Status::InvalidArgument(
+        "max_backoff: must not be less than initial_backoff");
+  }
+  // (Written so that NaN fails each test.)
+  if (in.backoff_multiplier() != 0) {
+    if (!(in.backoff_multiplier() >= 1 && in.backoff_multiplier() <= 100)) {
+      return Status::InvalidArgument(
+          "backoff_multiplier: must be between 1 and 100");
+    }
+    out->retry.multiplier = in.backoff_multiplier();
+  }
+  if (!(in.backoff_jitter() >= 0 && in.backoff_jitter() <= 1)) {
+    return Status::InvalidArgument("backoff_jitter: must be between 0 and 1");
+  }
+  out->retry.jitter = in.backoff_jitter();
+  if (in.has_ack_timeout()) {
+    if (Status s = DurationIn(in.ack_timeout(), "ack_timeout", 100'000'000,
+                              kHour, true, "between 100ms and 1h", &d);
+        !s.ok()) {
+      return s;
+    }
+    if (d.count() != 0) out->ack_timeout = d;
+  }
+  if (!(in.max_dispatch_rate() >= 0 && in.max_dispatch_rate() <= 1e6)) {
+    return Status::InvalidArgument(
+        "max_dispatch_rate: must be between 0 and 1000000");
+  }
+  out->max_dispatch_rate = in.max_dispatch_rate();
+  if (in.dispatch_burst() > 1'000'000) {
+    return Status::InvalidArgument("dispatch_burst: at most 1000000");
+  }
+  out->dispatch_burst = in.dispatch_burst();
+  if (in.max_in_flight() > 1'000'000) {
+    return Status::InvalidArgument("max_in_flight: at most 1000000");
+  }
+  out->max_in_flight = in.max_in_flight();
+  out->paused = in.paused();
+  return Status::Ok();
+}
+
 }  // namespace delayd

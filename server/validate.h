@@ -12,6 +12,7 @@
 #include "delayd/v1/delayd.pb.h"
 #include "server/batch_wire.h"
 #include "server/dispatcher.h"
+#include "server/policy.h"
 #include "server/scheduler.h"
 #include "server/status.h"
 #include "server/types.h"
@@ -44,6 +45,8 @@ class Validator {
               std::optional<std::chrono::nanoseconds>* retry_after) const;
   Status ExtendLease(const v1::ExtendLeaseRequest& req,
                      std::chrono::nanoseconds* extension) const;
+  // A policy, unset fields taking their defaults.
+  Status PolicyFields(const v1::Policy& in, Policy* out) const;
 
   // Ack, Nack and ExtendLease take at most this many ids per call.
   static constexpr int kMaxAckIds = 10'000;

@@ -36,7 +36,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data,
   if (size == 0) return 0;
   static const delayd::Limits limits;
   static const delayd::Validator v(limits, 4);
-  const std::uint8_t kind = data[0] % 9;
+  const std::uint8_t kind = data[0] % 10;
   const void* body = data + 1;
   const int n = static_cast<int>(size - 1);
   using namespace delayd;
@@ -69,8 +69,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data,
       SubscribeOptions o;
       if (r.ParseFromArray(body, n) && v.Subscribe(r, &o).ok()) {
         Check(o.max_in_flight >= 1 && o.max_in_flight <= 10000);
-        Check(o.ack_timeout >= std::chrono::milliseconds(100) &&
-              o.ack_timeout <= std::chrono::hours(1));
+        // (0: the namespace policy's.)
+        Check(o.ack_timeout.count() == 0 ||
+              (o.ack_timeout >= std::chrono::milliseconds(100) &&
+               o.ack_timeout <= std::chrono::hours(1)));
       }
       break;
     }
@@ -103,6 +105,23 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data,
               r.event_ids_size() <= Validator::kMaxAckIds);
         Check(extension >= std::chrono::milliseconds(100) &&
               extension <= std::chrono::hours(1));
+      }
+      break;
+    }
+    case 9: {
+      v1::Policy r;
+      Policy p;
+      if (r.ParseFromArray(body, n) && v.PolicyFields(r, &p).ok()) {
+        Check(p.retry.initial_backoff.count() >= 0 &&
+              p.retry.max_backoff >= p.retry.initial_backoff &&
+              p.retry.max_backoff <= std::chrono::hours(24));
+        Check(p.retry.multiplier >= 1 && p.retry.multiplier <= 100);
+        Check(p.retry.jitter >= 0 && p.retry.jitter <= 1);
+        Check(p.ack_timeout >= std::chrono::milliseconds(100) &&
+              p.ack_timeout <= std::chrono::hours(1));
+        Check(p.max_dispatch_rate >= 0 && p.max_dispatch_rate <= 1e6);
+        // Its stored form reads back as itself.
+        Check(DecodePolicy(EncodePolicy(p)) == p);
       }
       break;
     }

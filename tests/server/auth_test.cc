@@ -189,6 +189,16 @@ class AuthMatrix : public ::testing::Test {
       *r.mutable_extension() = Millis(1000);
       v1::ExtendLeaseResponse resp;
       s = stub.ExtendLease(ctx.get(), r, &resp);
+    } else if (method == "GetPolicy") {
+      v1::GetPolicyRequest r;
+      r.set_namespace_(ns);
+      v1::Policy resp;
+      s = stub.GetPolicy(ctx.get(), r, &resp);
+    } else if (method == "SetPolicy") {
+      v1::SetPolicyRequest r;
+      r.set_namespace_(ns);
+      v1::Policy resp;
+      s = stub.SetPolicy(ctx.get(), r, &resp);
     } else if (method == "Drain") {
       v1::DrainRequest r;
       r.set_namespace_(ns);
@@ -239,6 +249,7 @@ TEST_F(AuthMatrix, EveryRpcNeedsItsPermissionOnItsNamespace) {
       {"Watch", kRead},     {"Work", kWork},       {"Ack", kWork},
       {"Drain", kAdmin},    {"Stats", kAdmin},     {"Backup", kAdmin},
       {"StatsOf", kRead},   {"Nack", kWork},       {"ExtendLease", kWork},
+      {"GetPolicy", kRead}, {"SetPolicy", kAdmin},
   };
   const std::map<std::string, std::uint8_t> tokens = {
       {"reader", kRead},
@@ -274,7 +285,7 @@ TEST_F(AuthMatrix, EveryRpcNeedsItsPermissionOnItsNamespace) {
       }
     }
   }
-  EXPECT_EQ(checked, 15 * 3 * 5);
+  EXPECT_EQ(checked, 17 * 3 * 5);
 }
 
 TEST_F(AuthMatrix, ATenantSeesItsNamespaceFiguresAndNothingElse) {
