@@ -1,6 +1,7 @@
 // delayctl's subcommands, one file per group (timer_commands.cc,
-// worker_commands.cc, admin_commands.cc). A group adds its subcommands to
-// the app and says, for each, how to run it once the flags are parsed.
+// worker_commands.cc, policy_commands.cc, admin_commands.cc). A group adds its
+// subcommands to the app and says, for each, how to run it once the flags are
+// parsed.
 #ifndef DELAYD_CLIENT_COMMANDS_H_
 #define DELAYD_CLIENT_COMMANDS_H_
 
@@ -31,6 +32,8 @@ using Commands = std::vector<Command>;
 void AddTimerCommands(CLI::App& app, const Global& g, Commands& out);
 // watch, work, ack, nack, extend.
 void AddWorkerCommands(CLI::App& app, const Global& g, Commands& out);
+// policy get|set, pause, resume.
+void AddPolicyCommands(CLI::App& app, const Global& g, Commands& out);
 // stats, backup, health.
 void AddAdminCommands(CLI::App& app, const Global& g, Commands& out);
 

@@ -231,6 +231,38 @@ vm_growth_kb=$(grep -oE "[0-9]+" "$work/vm" | sort -n | sed -n '1p;$p' | tr '\n'
 [ "$vm_growth_kb" -lt $((512 * 1024)) ] && pass || fail "work: virtual memory grew ${vm_growth_kb} kB over 300 events"
 [ "$(grep -c 'exit=0' "$work/out")" -eq 300 ] && pass || fail "work: not 300 runs: $(tail -3 "$work/out")"
 
+# policy: defaults shown; set changes only the fields given; pause holds
+# delivery (timers still fire), resume delivers; bad values refused
+expect_code 0 "$C" policy get -n pol
+expect_out '^paused +no'
+expect_out '^initial_backoff +1s'
+expect_out '^max_dispatch_rate +unlimited'
+expect_code 0 "$C" policy set -n pol --max-in-flight 3 --backoff-jitter 0.5
+expect_out '^max_in_flight +3'
+expect_code 0 "$C" policy set -n pol --max-dispatch-rate 100
+expect_out '^max_in_flight +3'
+expect_out '^max_dispatch_rate +100/s'
+expect_code 0 "$C" policy get -n pol -o json
+expect_out '"backoff_jitter":0.5'
+expect_code 0 "$C" pause -n pol
+expect_out '^paused +yes'
+expect_code 0 "$C" set held 'x' --in 0s -n pol
+deadline=$((SECONDS + 10))
+until "$C" stats -n pol | grep -qE '^pol +0 +1 +0 '; do
+  [ $SECONDS -ge $deadline ] && { fail "paused: the event never became ready"; break; }
+  sleep 0.05
+done
+expect_code 0 "$C" resume -n pol
+expect_out '^paused +no'
+expect_code 0 "$C" work -n pol --count 1 --exec 'cat >/dev/null'
+expect_out 'held attempt=1 exit=0'
+expect_code 0 "$C" policy set -n pol --reset
+expect_out '^max_in_flight +unlimited'
+expect_code 3 "$C" policy set -n pol --backoff-multiplier 0.5
+expect_err 'INVALID_ARGUMENT: backoff_multiplier'
+expect_code 1 "$C" policy set -n pol --max-backoff forever
+expect_code 1 "$C" policy
+
 # backup: a copy of the store under the daemon's --backup-dir
 expect_code 0 "$C" backup first
 expect_out "backup written to .*/backups/first"

@@ -1,0 +1,160 @@
+// Namespace policies: policy get|set, pause, resume.
+#include <google/protobuf/util/time_util.h>
+
+#include <cstdio>
+#include <memory>
+#include <optional>
+
+#include "client/commands.h"
+#include "client/exit_codes.h"
+#include "client/print.h"
+#include "server/duration.h"
+
+namespace delayctl {
+namespace {
+
+using google::protobuf::util::TimeUtil;
+
+// Flags of `policy set`; each one given changes that field alone.
+struct PolicyArgs {
+  bool reset = false;
+  std::optional<std::string> initial_backoff, max_backoff, ack_timeout;
+  std::optional<double> multiplier, jitter, rate;
+  std::optional<std::uint32_t> burst, max_in_flight;
+  std::optional<bool> paused;
+};
+
+google::protobuf::Duration DurationFlag(const std::string& text,
+                                        const char* flag) {
+  auto d = delayd::ParseDuration(text);
+  if (!d) throw Exit{kUsage, std::string(flag) + ": not a duration: " + text};
+  return TimeUtil::NanosecondsToDuration(d->count());
+}
+
+void CheckFlags(const PolicyArgs& a) {
+  if (a.initial_backoff) DurationFlag(*a.initial_backoff, "--initial-backoff");
+  if (a.max_backoff) DurationFlag(*a.max_backoff, "--max-backoff");
+  if (a.ack_timeout) DurationFlag(*a.ack_timeout, "--ack-timeout");
+}
+
+std::string Seconds(const google::protobuf::Duration& d) {
+  return TimeUtil::ToString(d);
+}
+
+void PrintPolicy(bool json, const std::string& ns, const v1::Policy& p) {
+  if (json) {
+    std::printf("%s\n", Json(p).c_str());
+    return;
+  }
+  auto number = [](double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", v);
+    return std::string(buf);
+  };
+  PrintTable({{"namespace", ns.empty() ? "default" : ns},
+              {"paused", p.paused() ? "yes" : "no"},
+              {"initial_backoff", Seconds(p.initial_backoff())},
+              {"backoff_multiplier", number(p.backoff_multiplier())},
+              {"max_backoff", Seconds(p.max_backoff())},
+              {"backoff_jitter", number(p.backoff_jitter())},
+              {"ack_timeout", Seconds(p.ack_timeout())},
+              {"max_dispatch_rate", p.max_dispatch_rate() == 0
+                                        ? "unlimited"
+                                        : number(p.max_dispatch_rate()) + "/s"},
+              {"dispatch_burst", std::to_string(p.dispatch_burst())},
+              {"max_in_flight", p.max_in_flight() == 0
+                                    ? "unlimited"
+                                    : std::to_string(p.max_in_flight())}});
+}
+
+v1::Policy Get(Client& c, const Global& g) {
+  v1::GetPolicyRequest req;
+  req.set_namespace_(g.ns);
+  v1::Policy p;
+  Check(c.stub().GetPolicy(c.Context().get(), req, &p));
+  return p;
+}
+
+// Reads the policy, changes what the flags say, writes it back.
+int Set(Client& c, const Global& g, const PolicyArgs& a) {
+  v1::Policy p = a.reset ? v1::Policy() : Get(c, g);
+  if (a.initial_backoff) {
+    *p.mutable_initial_backoff() =
+        DurationFlag(*a.initial_backoff, "--initial-backoff");
+  }
+  if (a.max_backoff) {
+    *p.mutable_max_backoff() = DurationFlag(*a.max_backoff, "--max-backoff");
+  }
+  if (a.ack_timeout) {
+    *p.mutable_ack_timeout() = DurationFlag(*a.ack_timeout, "--ack-timeout");
+  }
+  if (a.multiplier) p.set_backoff_multiplier(*a.multiplier);
+  if (a.jitter) p.set_backoff_jitter(*a.jitter);
+  if (a.rate) p.set_max_dispatch_rate(*a.rate);
+  if (a.burst) p.set_dispatch_burst(*a.burst);
+  if (a.max_in_flight) p.set_max_in_flight(*a.max_in_flight);
+  if (a.paused) p.set_paused(*a.paused);
+  v1::SetPolicyRequest req;
+  req.set_namespace_(g.ns);
+  *req.mutable_policy() = p;
+  v1::Policy now;
+  Check(c.stub().SetPolicy(c.Context().get(), req, &now));
+  PrintPolicy(c.json(), g.ns, now);
+  return kOk;
+}
+
+}  // namespace
+
+void AddPolicyCommands(CLI::App& app, const Global& g, Commands& out) {
+  auto* policy = app.add_subcommand(
+      "policy", "Show or change a namespace's delivery policy (-n)");
+  policy->require_subcommand(1);
+  auto* get = policy->add_subcommand("get", "Show the policy");
+  out.push_back({get, {}, {}, [&g](Client& c) {
+                   PrintPolicy(c.json(), g.ns, Get(c, g));
+                   return kOk;
+                 }});
+
+  auto a = std::make_shared<PolicyArgs>();
+  auto* set = policy->add_subcommand(
+      "set", "Change the fields given (the others stay as they are)");
+  set->add_flag("--reset", a->reset, "Start from the defaults");
+  set->add_option("--initial-backoff", a->initial_backoff,
+                  "Wait after a first failed delivery (default 1s)");
+  set->add_option("--backoff-multiplier", a->multiplier,
+                  "Each further failure multiplies the wait (default 2)");
+  set->add_option("--max-backoff", a->max_backoff,
+                  "The longest wait (default 10m)");
+  set->add_option("--backoff-jitter", a->jitter,
+                  "Cut each wait by up to this fraction, at random (0..1)");
+  set->add_option("--ack-timeout", a->ack_timeout,
+                  "For workers that give none (default 30s)");
+  set->add_option("--max-dispatch-rate", a->rate,
+                  "Events per second to all workers together (0: no limit)");
+  set->add_option("--dispatch-burst", a->burst,
+                  "The most at once after a quiet spell (0: a second's worth)");
+  set->add_option("--max-in-flight", a->max_in_flight,
+                  "Events in flight across all workers (0: no limit)");
+  set->add_option("--paused", a->paused, "true: hold delivery");
+  out.push_back({set,
+                 [a] { CheckFlags(*a); },
+                 {},
+                 [&g, a](Client& c) { return Set(c, g, *a); }});
+
+  auto paused = std::make_shared<PolicyArgs>();
+  paused->paused = true;
+  auto* pause = app.add_subcommand(
+      "pause",
+      "Hold a namespace's delivery (-n): timers still fire, events wait");
+  out.push_back(
+      {pause, {}, {}, [&g, paused](Client& c) { return Set(c, g, *paused); }});
+  auto resumed = std::make_shared<PolicyArgs>();
+  resumed->paused = false;
+  auto* resume = app.add_subcommand(
+      "resume", "Deliver a paused namespace's events again (-n)");
+  out.push_back({resume, {}, {}, [&g, resumed](Client& c) {
+                   return Set(c, g, *resumed);
+                 }});
+}
+
+}  // namespace delayctl
