@@ -6,9 +6,10 @@
 //   NAMESPACES   a comma list of names; a trailing `*` makes a prefix (`*`
 //                alone: every namespace);
 //   PERMISSIONS  a comma list of read (GetTimer, ListTimers, GetPolicy,
-//                Stats of the namespace, Subscribe as a watcher), write
-//                (SetTimer, MoveTimer, RemoveTimer, Batch), work (Subscribe
-//                as a worker, Ack, Nack, ExtendLease), admin (all of these,
+//                ListDeadLetters, Stats of the namespace, Subscribe as a
+//                watcher), write (SetTimer, MoveTimer, RemoveTimer, Batch,
+//                RequeueDeadLetters, PurgeDeadLetters), work (Subscribe as
+//                a worker, Ack, Nack, ExtendLease), admin (all of these,
 //                and Drain and SetPolicy; Stats of the whole daemon and
 //                Backup, which span every namespace, need admin on `*`).
 // Blank lines and lines starting with `#` are ignored. A token may appear on

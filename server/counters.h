@@ -21,6 +21,7 @@ struct alignas(64) NamespaceCounters {
   std::atomic<std::uint64_t> ready{0};
   std::atomic<std::uint64_t> in_flight{0};
   std::atomic<std::uint64_t> retrying{0};  // Failed, waiting to retry.
+  std::atomic<std::uint64_t> dead_letters{0};
   std::atomic<std::uint64_t> workers{0};
   std::atomic<std::uint64_t> watchers{0};
   // Totals.
@@ -53,6 +54,7 @@ struct Counters {
   std::atomic<std::uint64_t> ready{0};
   std::atomic<std::uint64_t> in_flight{0};
   std::atomic<std::uint64_t> retrying{0};
+  std::atomic<std::uint64_t> dead_letters{0};
   // Subscribers, those waiting for their namespace to be created included.
   std::atomic<std::uint64_t> workers{0};
   std::atomic<std::uint64_t> watchers{0};

@@ -24,14 +24,14 @@ Dispatcher::Dispatcher(asio::io_context& io, std::string name, NamespaceId id,
       limits_(limits),
       store_(store),
       strand_(asio::make_strand(io)),
+      rate_timer_(strand_),
+      random_(std::random_device()()),
       ack_wheel_(strand_, nullptr, std::chrono::milliseconds(1),
                  std::chrono::steady_clock::now(),
                  [this](std::vector<StrandWheel::Expired>& due) {
                    OnAckTimeouts(due);
                  }),
       retry_timer_(strand_),
-      rate_timer_(strand_),
-      random_(std::random_device()()),
       observed_(LatencyBuckets()) {}
 
 void Dispatcher::SetPolicy(const Policy& policy) {
@@ -71,48 +71,57 @@ void Dispatcher::Publish(std::vector<Event> events) {
       observed_.Add(std::chrono::nanoseconds(now - e.fire_time));
     }
     observed_.AddTo(metrics_.firing_lateness());
-    // Watchers see each event once, when it is published (one whose payload
-    // cannot be read is left out for them; workers get it once it can).
+    // Watchers see each event once, when it is published.
     if (!watchers_.empty()) {
       std::vector<const Event*> view;
       view.reserve(events.size());
       for (const Event& e : events) view.push_back(&e);
-      std::vector<Event> full;
-      if (store_ != nullptr) {
-        std::vector<std::uint64_t> unreadable;
-        ReadPayloads(view, full, unreadable);
-        view.clear();
-        for (const Event& e : full) view.push_back(&e);
-      }
-      for (auto it = watchers_.begin(); it != watchers_.end();) {
-        const Subscriber::Backlog b = it->second->Deliver(name_, view);
-        if (b.events > limits_.watcher_backlog ||
-            b.bytes > limits_.watcher_backlog_bytes) {
-          const Status ended = Status::ResourceExhausted(
-              "watcher fell more than " +
-              std::to_string(limits_.watcher_backlog) + " events or " +
-              std::to_string(limits_.watcher_backlog_bytes) +
-              " bytes behind (the watcher-backlog limits)");
-          LogLimitHit("watcher-backlog", ended.message());
-          it->second->End(ended);
-          it = watchers_.erase(it);
-          counters_.watchers.fetch_sub(1);
-          mine_.watchers.fetch_sub(1, std::memory_order_relaxed);
-          refs_->Release(id_);
-        } else {
-          ++it;
-        }
-      }
+      ToWatchers(view);
     }
     counters_.ready.fetch_add(events.size());
     mine_.ready.fetch_add(events.size(), std::memory_order_relaxed);
     for (Event& e : events) {
       const std::uint64_t id = e.id;
-      outstanding_.emplace(id, Outstanding{std::move(e)});
+      // (Only an event recovered after failed deliveries has attempts.)
+      const bool fate_stored = store_ != nullptr && e.attempt > 0;
+      auto& o =
+          outstanding_.emplace(id, Outstanding{std::move(e)}).first->second;
+      o.fate_stored = fate_stored;
       ready_.push_back(id);
     }
     Pump();
   });
+}
+
+void Dispatcher::ToWatchers(std::span<const Event* const> events) {
+  // One whose payload cannot be read is left out for them (workers get it
+  // once it can be read).
+  std::vector<const Event*> view(events.begin(), events.end());
+  std::vector<Event> full;
+  if (store_ != nullptr) {
+    std::vector<std::uint64_t> unreadable;
+    ReadPayloads(view, full, unreadable);
+    view.clear();
+    for (const Event& e : full) view.push_back(&e);
+  }
+  for (auto it = watchers_.begin(); it != watchers_.end();) {
+    const Subscriber::Backlog b = it->second->Deliver(name_, view);
+    if (b.events > limits_.watcher_backlog ||
+        b.bytes > limits_.watcher_backlog_bytes) {
+      const Status ended = Status::ResourceExhausted(
+          "watcher fell more than " + std::to_string(limits_.watcher_backlog) +
+          " events or " + std::to_string(limits_.watcher_backlog_bytes) +
+          " bytes behind (the watcher-backlog limits)");
+      LogLimitHit("watcher-backlog", ended.message());
+      it->second->End(ended);
+      it = watchers_.erase(it);
+      counters_.watchers.fetch_sub(1);
+      mine_.watchers.fetch_sub(1, std::memory_order_relaxed);
+      refs_->Release(id_);
+    } else {
+      ++it;
+    }
+  }
 }
 
 void Dispatcher::Subscribe(std::uint64_t id,
@@ -165,8 +174,18 @@ void Dispatcher::Unsubscribe(std::uint64_t id) {
     std::vector<std::uint64_t> mine(worker->in_flight.begin(),
                                     worker->in_flight.end());
     std::sort(mine.rbegin(), mine.rend());
-    for (std::uint64_t event_id : mine)
-      Requeue(event_id, outstanding_[event_id]);
+    // One that has had its last attempt becomes a dead letter: a poison
+    // event that crashes every worker it reaches is never nacked.
+    for (std::uint64_t event_id : mine) {
+      Outstanding& o = outstanding_[event_id];
+      if (policy_.max_attempts != 0 &&
+          o.event.attempt >= policy_.max_attempts) {
+        Bury(event_id, o);
+      } else {
+        Requeue(event_id, o);
+      }
+    }
+    WriteFates();
     workers_.erase(worker);
     counters_.workers.fetch_sub(1);
     mine_.workers.fetch_sub(1, std::memory_order_relaxed);
@@ -185,7 +204,8 @@ void Dispatcher::Ack(std::vector<std::uint64_t> ids,
     if (store_ != nullptr) batch.emplace(store_->NewBatch());
     for (std::uint64_t id : ids) {
       auto it = outstanding_.find(id);
-      if (it == outstanding_.end()) {
+      // (A dead letter is requeued or purged, not acknowledged.)
+      if (it == outstanding_.end() || it->second.dead) {
         result.unknown.push_back(id);
         continue;
       }
@@ -208,6 +228,7 @@ void Dispatcher::Ack(std::vector<std::uint64_t> ids,
       if (batch) {
         batch->DeleteEvent(id);
         batch->DeletePayload(PayloadIdOf(o.event.blob));
+        if (o.fate_stored) batch->DeleteFate(id);
       }
       outstanding_.erase(it);
       ++result.acked;
@@ -237,23 +258,26 @@ void Dispatcher::Ack(std::vector<std::uint64_t> ids,
 
 void Dispatcher::Nack(std::vector<std::uint64_t> ids,
                       std::optional<std::chrono::nanoseconds> retry_after,
+                      std::string error,
                       std::function<void(LeaseResult)> done) {
-  asio::post(strand_,
-             [this, ids = std::move(ids), retry_after, done = std::move(done)] {
-               LeaseResult result;
-               for (std::uint64_t id : ids) {
-                 auto it = outstanding_.find(id);
-                 if (it == outstanding_.end() || it->second.worker == 0) {
-                   result.unknown.push_back(id);
-                   continue;
-                 }
-                 Outstanding& o = it->second;
-                 Fail(id, o, retry_after.value_or(BackoffFor(o)));
-                 ++result.done;
-               }
-               Pump();
-               done(std::move(result));
-             });
+  asio::post(strand_, [this, ids = std::move(ids), retry_after,
+                       error = std::move(error), done = std::move(done)] {
+    LeaseResult result;
+    for (std::uint64_t id : ids) {
+      auto it = outstanding_.find(id);
+      if (it == outstanding_.end() || it->second.worker == 0) {
+        result.unknown.push_back(id);
+        continue;
+      }
+      Outstanding& o = it->second;
+      o.error = error;
+      Fail(id, o, retry_after.value_or(BackoffFor(o)));
+      ++result.done;
+    }
+    WriteFates();
+    Pump();
+    done(std::move(result));
+  });
 }
 
 void Dispatcher::ExtendLease(std::vector<std::uint64_t> ids,
@@ -318,6 +342,17 @@ void Dispatcher::Requeue(std::uint64_t event_id, Outstanding& o) {
 void Dispatcher::Fail(std::uint64_t event_id, Outstanding& o,
                       std::chrono::nanoseconds wait) {
   if (Worker* w = FindWorker(o.worker)) w->in_flight.erase(event_id);
+  if (policy_.max_attempts != 0 && o.event.attempt >= policy_.max_attempts) {
+    Bury(event_id, o);
+    return;
+  }
+  // The attempts so far survive a restart (written after this handler,
+  // without waiting: a crash before may lose the count of this one).
+  if (store_ != nullptr) {
+    if (!fates_) fates_.emplace(store_->NewBatch());
+    fates_->PutFate(event_id, {o.event.attempt, false, o.error});
+    o.fate_stored = true;
+  }
   if (wait.count() <= 0) {
     Requeue(event_id, o);
     return;
@@ -357,6 +392,14 @@ void Dispatcher::CancelAckTimer(Outstanding& o) {
   o.ack_timer = wheel::TimingWheel::kNoHandle;
 }
 
+void Dispatcher::WriteFates() {
+  if (!fates_) return;
+  // Failures are recorded when they can be; a store error is counted and
+  // logged by the store, and costs only the count of these attempts.
+  store_->Commit(*fates_, [](Status) {});
+  fates_.reset();
+}
+
 void Dispatcher::OnAckTimeouts(std::vector<StrandWheel::Expired>& due) {
   for (const auto& e : due) {
     // A visited timer was never cancelled, so its event is still in flight,
@@ -378,6 +421,7 @@ void Dispatcher::OnAckTimeouts(std::vector<StrandWheel::Expired>& due) {
       Fail(event_id, o, BackoffFor(o));
     }
   }
+  WriteFates();
   Pump();
 }
 

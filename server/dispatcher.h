@@ -8,7 +8,9 @@
 // fails when its worker nacks it or its ack deadline passes: the event
 // retries after the given time or the backoff for its attempt (retry.h),
 // then is ready again (front of the queue). An event whose worker goes away
-// is ready again at once. Each delivery has attempt + 1. A worker's room counts
+// is ready again at once. Each delivery has attempt + 1; once the policy's
+// max_attempts have been made, the next failure (or the worker's leaving)
+// makes it a dead letter, kept apart (dispatcher_dead.cc). A worker's room counts
 // what it has not yet been written too (events and bytes), so a worker that
 // stops reading holds at most max_in_flight events, however often they time
 // out and go to others. With a store, payloads are read back when events
@@ -30,6 +32,7 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <set>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -81,6 +84,18 @@ struct SubscribeOptions {
   std::chrono::nanoseconds ack_timeout{0};
 };
 
+// An event whose last attempt failed, kept until requeued or purged.
+struct DeadLetter {
+  Event event;        // With its payload when listed.
+  std::string error;  // The last error a worker gave (Nack), if any.
+};
+
+struct DeadLetterPage {
+  std::vector<DeadLetter> letters;
+  std::optional<std::uint64_t> next;  // The id to list from, if more.
+  Status error;                       // Not OK if payloads could not be read.
+};
+
 // Of Nack and ExtendLease.
 struct LeaseResult {
   std::uint32_t done = 0;  // Ids that were in flight, now acted on.
@@ -123,21 +138,37 @@ class Dispatcher {
   void Subscribe(std::uint64_t id, std::shared_ptr<Subscriber> subscriber,
                  SubscribeOptions options, std::function<void()> done);
   // Forgets a subscriber (its stream ended); its unacknowledged events are
-  // ready again.
+  // ready again, or dead letters if that was their last attempt.
   void Unsubscribe(std::uint64_t id);
 
   // Retires acknowledged events; `done` runs once that is durable.
   void Ack(std::vector<std::uint64_t> ids, std::function<void(AckResult)> done);
   // Fails the deliveries of the events of `ids` in flight: each retries
   // after `retry_after`, or when unset after the backoff for its attempt.
+  // `error`: the worker's word on it, kept with a dead letter.
   void Nack(std::vector<std::uint64_t> ids,
             std::optional<std::chrono::nanoseconds> retry_after,
-            std::function<void(LeaseResult)> done);
+            std::string error, std::function<void(LeaseResult)> done);
   // Moves the ack deadline of each event of `ids` in flight to now +
   // `extension`.
   void ExtendLease(std::vector<std::uint64_t> ids,
                    std::chrono::nanoseconds extension,
                    std::function<void(LeaseResult)> done);
+
+  // Dead letters (dispatcher_dead.cc). Recovery hands back those the store
+  // kept, before anything else reaches the dispatcher.
+  void RestoreDeadLetters(std::vector<DeadLetter> letters);
+  // Up to `limit` dead letters with ids from `from`, in id order, and about
+  // `max_bytes` of keys, payloads and errors at most (at least one).
+  void ListDeadLetters(std::uint64_t from, std::size_t limit,
+                       std::size_t max_bytes,
+                       std::function<void(DeadLetterPage)> done);
+  // Makes dead letters ready again, attempts from zero (`ids` empty: all).
+  void RequeueDeadLetters(std::vector<std::uint64_t> ids,
+                          std::function<void(LeaseResult)> done);
+  // Deletes dead letters (`ids` empty: all); `done` once that is durable.
+  void PurgeDeadLetters(std::vector<std::uint64_t> ids,
+                        std::function<void(Status, LeaseResult)> done);
 
   // Ends every stream with `status` and stops the ack timer. `done` runs on
   // the strand afterwards.
@@ -157,6 +188,10 @@ class Dispatcher {
     Event event;
     std::uint64_t worker = 0;  // 0: ready or retrying, not in flight.
     bool retrying = false;
+    bool dead = false;
+    // The store holds its fate (see StoredFate): deleted with the event.
+    bool fate_stored = false;
+    std::string error{};  // The last Nack's, if any.
     // The ack deadline (in flight) or the retry time (retrying).
     wheel::TimingWheel::Handle ack_timer = wheel::TimingWheel::kNoHandle;
     std::uint32_t ack_cookie = 0;
@@ -169,9 +204,16 @@ class Dispatcher {
   void ArmRateTimer(SteadyTime at);
   std::chrono::nanoseconds BackoffFor(const Outstanding& o);
   void Requeue(std::uint64_t event_id, Outstanding& o);
-  // Ends `o`'s delivery as failed: it retries after `wait` (at once if 0).
+  // Ends `o`'s delivery as failed: it retries after `wait` (at once if 0),
+  // or becomes a dead letter after its last attempt. Its fate goes to
+  // fates_ (written by WriteFates).
   void Fail(std::uint64_t event_id, Outstanding& o,
             std::chrono::nanoseconds wait);
+  void Bury(std::uint64_t event_id, Outstanding& o);
+  void WriteFates();
+  // Sends copies of `events` to the watchers, their payloads read back;
+  // ends those too far behind.
+  void ToWatchers(std::span<const Event* const> events);
   Worker* FindWorker(std::uint64_t id);
   void OnAckTimeouts(std::vector<StrandWheel::Expired>& due);
   void StartAckTimer(std::uint64_t event_id, Outstanding& o,
@@ -206,6 +248,10 @@ class Dispatcher {
   // Events in flight to all workers (policy_.max_in_flight).
   std::size_t in_flight_ = 0;
   std::minstd_rand random_;  // Backoff jitter.
+  // Dead letters' ids, in id order (for paging).
+  std::set<std::uint64_t> dead_;
+  // Fates of failed deliveries not yet written (one batch per handler).
+  std::optional<Store::Batch> fates_;
   // Ack deadlines and retry times.
   StrandWheel ack_wheel_;
   bool closed_ = false;

@@ -20,7 +20,7 @@ T Get(const char*& p) {
   return v;
 }
 
-constexpr std::size_t kSize = 1 + 8 + 8 + 8 + 8 + 8 + 8 + 4 + 4 + 1;
+constexpr std::size_t kSize = 1 + 4 + 8 + 8 + 8 + 8 + 8 + 8 + 4 + 4 + 1;
 
 }  // namespace
 
@@ -28,6 +28,7 @@ std::string EncodePolicy(const Policy& p) {
   std::string out;
   out.reserve(kSize);
   Put(out, kVersion);
+  Put(out, p.max_attempts);
   Put<std::int64_t>(out, p.retry.initial_backoff.count());
   Put(out, p.retry.multiplier);
   Put<std::int64_t>(out, p.retry.max_backoff.count());
@@ -44,6 +45,7 @@ std::optional<Policy> DecodePolicy(std::string_view bytes) {
   if (bytes.size() != kSize || bytes[0] != kVersion) return std::nullopt;
   const char* p = bytes.data() + 1;
   Policy out;
+  out.max_attempts = Get<std::uint32_t>(p);
   out.retry.initial_backoff = std::chrono::nanoseconds(Get<std::int64_t>(p));
   out.retry.multiplier = Get<double>(p);
   out.retry.max_backoff = std::chrono::nanoseconds(Get<std::int64_t>(p));

@@ -16,6 +16,9 @@
 namespace delayd {
 
 struct Policy {
+  // Deliveries an event gets; when the last fails it becomes a dead letter.
+  // 0: unlimited.
+  std::uint32_t max_attempts = 0;
   RetryPolicy retry;
   // For workers that subscribe without an ack timeout of their own.
   std::chrono::nanoseconds ack_timeout = std::chrono::seconds(30);

@@ -60,10 +60,24 @@ RpcMetrics::RpcMetrics(prometheus::Registry& registry) {
                       .Name("delayd_grpc_request_duration_seconds")
                       .Help("From a unary call's arrival to its answer.")
                       .Register(registry);
-  static constexpr const char* kNames[kMethods] = {
-      "SetTimer",    "MoveTimer", "RemoveTimer", "Drain", "GetTimer",
-      "ListTimers",  "Batch",     "Subscribe",   "Ack",   "Nack",
-      "ExtendLease", "GetPolicy", "SetPolicy",   "Stats", "Backup"};
+  static constexpr const char* kNames[kMethods] = {"SetTimer",
+                                                   "MoveTimer",
+                                                   "RemoveTimer",
+                                                   "Drain",
+                                                   "GetTimer",
+                                                   "ListTimers",
+                                                   "Batch",
+                                                   "Subscribe",
+                                                   "Ack",
+                                                   "Nack",
+                                                   "ExtendLease",
+                                                   "GetPolicy",
+                                                   "SetPolicy",
+                                                   "ListDeadLetters",
+                                                   "RequeueDeadLetters",
+                                                   "PurgeDeadLetters",
+                                                   "Stats",
+                                                   "Backup"};
   // (A name left out would leave the last ones null.)
   static_assert(kNames[kMethods - 1] != nullptr);
   for (int m = 0; m < kMethods; ++m) {

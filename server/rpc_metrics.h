@@ -59,6 +59,9 @@ class RpcMetrics {
     kExtendLease,
     kGetPolicy,
     kSetPolicy,
+    kListDeadLetters,
+    kRequeueDeadLetters,
+    kPurgeDeadLetters,
     kStats,
     kBackup,
     kMethods

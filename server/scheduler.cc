@@ -94,7 +94,19 @@ Status Scheduler::Recover(RecoveryReport* report) {
     if (t.fire_time <= wall_now) ++report->overdue;
   });
   if (!s.ok()) return s;
+  // Events that failed deliveries: their attempts, and the dead letters.
+  struct Fate {
+    std::uint32_t attempts;
+    bool dead;
+    std::string error;
+  };
+  std::unordered_map<std::uint64_t, Fate> fates;
+  s = store_->ForEachFate([&](std::uint64_t id, const StoredFate& f) {
+    fates.emplace(id, Fate{f.attempts, f.dead, std::string(f.error)});
+  });
+  if (!s.ok()) return s;
   std::vector<std::vector<Event>> events(owned_dispatchers_.size());
+  std::vector<std::vector<DeadLetter>> dead(owned_dispatchers_.size());
   s = store_->ForEachEvent([&](const StoredEvent& e) {
     if (e.ns >= owned_dispatchers_.size()) {
       bad_namespace = true;
@@ -105,9 +117,17 @@ Status Scheduler::Recover(RecoveryReport* report) {
       return;
     }
     refs_->Add(e.ns);
-    events[e.ns].push_back(Event{e.id, e.ns, KeyBlob(e.key, e.payload_id),
-                                 e.version, e.fire_time, e.fired_at, 0,
-                                 e.reason});
+    Event event{e.id,      e.ns,        KeyBlob(e.key, e.payload_id),
+                e.version, e.fire_time, e.fired_at,
+                0,         e.reason};
+    if (auto f = fates.find(e.id); f != fates.end()) {
+      event.attempt = f->second.attempts;
+      if (f->second.dead) {
+        dead[e.ns].push_back({std::move(event), std::move(f->second.error)});
+        return;
+      }
+    }
+    events[e.ns].push_back(std::move(event));
     next_version = std::max(next_version, (e.version >> 10) + 1);
     next_event_seq = std::max(next_event_seq, (e.id >> 10) + 1);
     ++report->events;
@@ -146,6 +166,9 @@ Status Scheduler::Recover(RecoveryReport* report) {
                             ": could not record the overdue timers");
   }
   for (NamespaceId ns = 0; ns < events.size(); ++ns) {
+    if (!dead[ns].empty()) {
+      dispatchers_[ns]->RestoreDeadLetters(std::move(dead[ns]));
+    }
     if (!events[ns].empty()) dispatchers_[ns]->Publish(std::move(events[ns]));
   }
   // Namespaces left with nothing in them are freed now.

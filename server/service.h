@@ -57,6 +57,9 @@ using RawDelayd =
         v1::Delayd::WithRawCallbackMethod_ExtendLease,
         v1::Delayd::WithRawCallbackMethod_GetPolicy,
         v1::Delayd::WithRawCallbackMethod_SetPolicy,
+        v1::Delayd::WithRawCallbackMethod_ListDeadLetters,
+        v1::Delayd::WithRawCallbackMethod_RequeueDeadLetters,
+        v1::Delayd::WithRawCallbackMethod_PurgeDeadLetters,
         v1::Delayd::WithRawCallbackMethod_Stats,
         v1::Delayd::WithRawCallbackMethod_Backup>::type;
 
@@ -78,7 +81,8 @@ struct RequestLimits {
 };
 
 // Ack, Nack and ExtendLease are in service_work.cc; GetPolicy and SetPolicy
-// in service_policy.cc; Stats and Backup in service_admin.cc.
+// in service_policy.cc; the dead-letter calls in service_dead.cc; Stats and
+// Backup in service_admin.cc.
 class DelaydService final : public RawDelayd {
  public:
   // `backup_dir`: where Backup writes (empty: Backup is refused).
@@ -131,6 +135,15 @@ class DelaydService final : public RawDelayd {
   grpc::ServerUnaryReactor* SetPolicy(grpc::CallbackServerContext* ctx,
                                       const grpc::ByteBuffer* in,
                                       grpc::ByteBuffer* out) override;
+  grpc::ServerUnaryReactor* ListDeadLetters(grpc::CallbackServerContext* ctx,
+                                            const grpc::ByteBuffer* in,
+                                            grpc::ByteBuffer* out) override;
+  grpc::ServerUnaryReactor* RequeueDeadLetters(grpc::CallbackServerContext* ctx,
+                                               const grpc::ByteBuffer* in,
+                                               grpc::ByteBuffer* out) override;
+  grpc::ServerUnaryReactor* PurgeDeadLetters(grpc::CallbackServerContext* ctx,
+                                             const grpc::ByteBuffer* in,
+                                             grpc::ByteBuffer* out) override;
   grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* ctx,
                                   const grpc::ByteBuffer* in,
                                   grpc::ByteBuffer* out) override;

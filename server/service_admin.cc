@@ -15,6 +15,7 @@ void Fill(const NamespaceCounters& c, v1::NamespaceStats* out) {
   out->set_ready_events(c.ready.load(std::memory_order_relaxed));
   out->set_in_flight_events(c.in_flight.load(std::memory_order_relaxed));
   out->set_retrying_events(c.retrying.load(std::memory_order_relaxed));
+  out->set_dead_letters(c.dead_letters.load(std::memory_order_relaxed));
   out->set_workers(c.workers.load(std::memory_order_relaxed));
   out->set_watchers(c.watchers.load(std::memory_order_relaxed));
   out->set_timers_set(c.set.load(std::memory_order_relaxed));
@@ -127,6 +128,7 @@ grpc::ServerUnaryReactor* DelaydService::Stats(grpc::CallbackServerContext* ctx,
   resp->set_ready_events(c.ready.load());
   resp->set_in_flight_events(c.in_flight.load());
   resp->set_retrying_events(c.retrying.load());
+  resp->set_dead_letters(c.dead_letters.load());
   resp->set_workers(c.workers.load());
   resp->set_watchers(c.watchers.load());
   resp->set_partitions(scheduler_.partitions());

@@ -14,6 +14,7 @@ google::protobuf::Duration ToDuration(std::chrono::nanoseconds d) {
 
 // Every field, defaults included.
 void ToProto(const Policy& p, v1::Policy* out) {
+  out->set_max_attempts(p.max_attempts);
   *out->mutable_initial_backoff() = ToDuration(p.retry.initial_backoff);
   out->set_backoff_multiplier(p.retry.multiplier);
   *out->mutable_max_backoff() = ToDuration(p.retry.max_backoff);
@@ -69,13 +70,14 @@ grpc::ServerUnaryReactor* DelaydService::SetPolicy(
   s = scheduler_.SetPolicy(name, policy);
   if (!s.ok()) return call->Reply(s);
   spdlog::info(
-      "namespace '{}': policy set (paused {}, max_dispatch_rate {}/s, "
+      "namespace '{}': policy set (paused {}, max_attempts {}, "
+      "max_dispatch_rate {}/s, "
       "max_in_flight {}, backoff {} ms x{} up to {} ms, jitter {}, ack "
       "timeout {} ms)",
-      name, policy.paused, policy.max_dispatch_rate, policy.max_in_flight,
-      policy.retry.initial_backoff.count() / 1'000'000, policy.retry.multiplier,
-      policy.retry.max_backoff.count() / 1'000'000, policy.retry.jitter,
-      policy.ack_timeout.count() / 1'000'000);
+      name, policy.paused, policy.max_attempts, policy.max_dispatch_rate,
+      policy.max_in_flight, policy.retry.initial_backoff.count() / 1'000'000,
+      policy.retry.multiplier, policy.retry.max_backoff.count() / 1'000'000,
+      policy.retry.jitter, policy.ack_timeout.count() / 1'000'000);
   auto* resp = call->New<v1::Policy>();
   ToProto(policy, resp);
   return call->Reply(Status::Ok(), resp);

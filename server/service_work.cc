@@ -63,7 +63,7 @@ grpc::ServerUnaryReactor* DelaydService::Nack(grpc::CallbackServerContext* ctx,
   auto* reactor = call->reactor();
   scheduler_.dispatcher(ns).Nack(
       {req->event_ids().begin(), req->event_ids().end()}, retry_after,
-      [this, ns, call, resp](LeaseResult r) {
+      req->error(), [this, ns, call, resp](LeaseResult r) {
         resp->set_nacked(r.done);
         for (auto id : r.unknown) resp->add_unknown_ids(id);
         call->Reply(Status::Ok(), resp);

@@ -123,6 +123,15 @@ struct StoredEvent {
   std::uint64_t payload_id;
 };
 
+// What became of an event's deliveries: how many were made (a delivery that
+// succeeds is acknowledged and leaves no record, so only failures are
+// written), whether it is a dead letter, the last error a worker gave.
+struct StoredFate {
+  std::uint32_t attempts = 0;
+  bool dead = false;
+  std::string_view error;
+};
+
 // With a store, a timer's or event's in-memory Blob holds its key and, as its
 // payload, the 8-byte id under which the real payload is stored.
 inline Blob KeyBlob(std::string_view key, std::uint64_t payload_id) {
@@ -150,6 +159,10 @@ class Store {
     void DeletePayload(std::uint64_t payload_id);
     void PutEvent(const StoredEvent& event);
     void DeleteEvent(std::uint64_t event_id);
+    // An event's failed deliveries and whether it is a dead letter
+    // (store_fate.cc); only events that failed have one.
+    void PutFate(std::uint64_t event_id, const StoredFate& fate);
+    void DeleteFate(std::uint64_t event_id);
     bool empty() const { return batch_.Count() == 0; }
 
    private:
@@ -180,6 +193,9 @@ class Store {
   // (in event-id order).
   Status ForEachTimer(const std::function<void(const StoredTimer&)>& visit);
   Status ForEachEvent(const std::function<void(const StoredEvent&)>& visit);
+  // Every event's fate, in event-id order (store_fate.cc).
+  Status ForEachFate(
+      const std::function<void(std::uint64_t, const StoredFate&)>& visit);
   // Namespace policies by name, as PutPolicy stored them (store_policy.cc).
   Status LoadPolicies(
       std::vector<std::pair<std::string, std::string>>* policies);

@@ -25,6 +25,21 @@ namespace delayd {
 
 grpc::Status ToGrpc(const Status& status);  // unary_call.h
 
+// An event as the API shows it (its blob holding the real payload).
+inline void ToProto(std::string_view ns, const Event& e, v1::Event* out) {
+  out->set_id(e.id);
+  out->set_namespace_(std::string(ns));
+  out->set_key(std::string(e.blob.key()));
+  out->set_payload(std::string(e.blob.payload()));
+  out->set_version(e.version);
+  SetTimestamp(e.fire_time, out->mutable_fire_time());
+  SetTimestamp(e.fired_at, out->mutable_fired_at());
+  out->set_attempt(e.attempt);
+  out->set_reason(e.reason == Reason::kDrained        ? v1::REASON_DRAINED
+                  : e.reason == Reason::kDeadLettered ? v1::REASON_DEAD_LETTERED
+                                                      : v1::REASON_EXPIRED);
+}
+
 // The write side of one Subscribe stream, shared between the reactor (gRPC
 // threads) and a dispatcher (its strand). One write in flight at a time;
 // events that arrive meanwhile are gathered into the next messages. A write
@@ -55,17 +70,7 @@ class StreamSink : public Subscriber {
         queue_.emplace_back();
       }
       Message& m = queue_.back();
-      v1::Event* out = m.msg.add_events();
-      out->set_id(e->id);
-      out->set_namespace_(std::string(ns));
-      out->set_key(std::string(e->blob.key()));
-      out->set_payload(std::string(e->blob.payload()));
-      out->set_version(e->version);
-      SetTimestamp(e->fire_time, out->mutable_fire_time());
-      SetTimestamp(e->fired_at, out->mutable_fired_at());
-      out->set_attempt(e->attempt);
-      out->set_reason(e->reason == Reason::kDrained ? v1::REASON_DRAINED
-                                                    : v1::REASON_EXPIRED);
+      ToProto(ns, *e, m.msg.add_events());
       m.bytes += b;
       bytes += b;
     }

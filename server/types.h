@@ -166,7 +166,9 @@ inline std::size_t ListCost(const TimerInfo& t) {
   return t.key.size() + t.payload.size() + 64;
 }
 
-enum class Reason { kExpired = 1, kDrained = 2 };
+// Why a subscriber gets an event: kDeadLettered is for watchers only (the
+// event failed its last attempt and became a dead letter).
+enum class Reason { kExpired = 1, kDrained = 2, kDeadLettered = 3 };
 
 // A fired timer on its way to subscribers.
 struct Event {

@@ -193,6 +193,9 @@ Status Validator::Nack(
     std::optional<std::chrono::nanoseconds>* retry_after) const {
   if (Status s = NamespaceName(req.namespace_()); !s.ok()) return s;
   if (Status s = EventIds(req.event_ids()); !s.ok()) return s;
+  if (req.error().size() > 1024) {
+    return Status::InvalidArgument("error: longer than 1024 bytes");
+  }
   retry_after->reset();
   if (!req.has_retry_after()) return Status::Ok();
   std::chrono::nanoseconds t;
@@ -213,8 +216,44 @@ Status Validator::ExtendLease(const v1::ExtendLeaseRequest& req,
                     /*zero_ok=*/false, "between 100ms and 1h", extension);
 }
 
+Status Validator::DeadLetterPage(const v1::ListDeadLettersRequest& req,
+                                 std::size_t* limit,
+                                 std::uint64_t* from) const {
+  if (Status s = NamespaceName(req.namespace_()); !s.ok()) return s;
+  if (req.page_size() > 1000) {
+    return Status::InvalidArgument("page_size: at most 1000");
+  }
+  *limit = req.page_size() == 0 ? 100 : req.page_size();
+  *from = 0;
+  const std::string& t = req.page_token();
+  if (t.empty()) return Status::Ok();
+  auto r = std::from_chars(t.data(), t.data() + t.size(), *from);
+  if (r.ec != std::errc() || r.ptr != t.data() + t.size()) {
+    return Status::InvalidArgument("page_token: malformed");
+  }
+  return Status::Ok();
+}
+
+Status Validator::DeadLetterIds(const v1::DeadLettersRequest& req,
+                                std::vector<std::uint64_t>* ids) const {
+  if (Status s = NamespaceName(req.namespace_()); !s.ok()) return s;
+  if (req.all() == (req.event_ids_size() > 0)) {
+    return Status::InvalidArgument("give event_ids or all, not both");
+  }
+  if (req.event_ids_size() > kMaxAckIds) {
+    return Status::InvalidArgument("event_ids: more than " +
+                                   std::to_string(kMaxAckIds));
+  }
+  ids->assign(req.event_ids().begin(), req.event_ids().end());
+  return Status::Ok();
+}
+
 Status Validator::PolicyFields(const v1::Policy& in, Policy* out) const {
   *out = Policy();
+  if (in.max_attempts() > 10'000) {
+    return Status::InvalidArgument("max_attempts: at most 10000");
+  }
+  out->max_attempts = in.max_attempts();
   std::chrono::nanoseconds d;
   if (in.has_initial_backoff()) {
     if (Status s = DurationIn(in.initial_backoff(), "initial_backoff", 0,

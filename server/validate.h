@@ -45,6 +45,12 @@ class Validator {
               std::optional<std::chrono::nanoseconds>* retry_after) const;
   Status ExtendLease(const v1::ExtendLeaseRequest& req,
                      std::chrono::nanoseconds* extension) const;
+  // A ListDeadLetters page: its size and the id it starts from.
+  Status DeadLetterPage(const v1::ListDeadLettersRequest& req,
+                        std::size_t* limit, std::uint64_t* from) const;
+  // Requeue or Purge: ids, or all (then `ids` is left empty).
+  Status DeadLetterIds(const v1::DeadLettersRequest& req,
+                       std::vector<std::uint64_t>* ids) const;
   // A policy, unset fields taking their defaults.
   Status PolicyFields(const v1::Policy& in, Policy* out) const;
 

@@ -36,7 +36,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data,
   if (size == 0) return 0;
   static const delayd::Limits limits;
   static const delayd::Validator v(limits, 4);
-  const std::uint8_t kind = data[0] % 10;
+  const std::uint8_t kind = data[0] % 12;
   const void* body = data + 1;
   const int n = static_cast<int>(size - 1);
   using namespace delayd;
@@ -122,6 +122,26 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data,
         Check(p.max_dispatch_rate >= 0 && p.max_dispatch_rate <= 1e6);
         // Its stored form reads back as itself.
         Check(DecodePolicy(EncodePolicy(p)) == p);
+      }
+      break;
+    }
+    case 10: {
+      v1::ListDeadLettersRequest r;
+      std::size_t limit = 0;
+      std::uint64_t from = 0;
+      if (r.ParseFromArray(body, n) &&
+          v.DeadLetterPage(r, &limit, &from).ok()) {
+        Check(limit >= 1 && limit <= 1000);
+      }
+      break;
+    }
+    case 11: {
+      v1::DeadLettersRequest r;
+      std::vector<std::uint64_t> ids;
+      if (r.ParseFromArray(body, n) && v.DeadLetterIds(r, &ids).ok()) {
+        // Ids or all, never both, never neither.
+        Check(r.all() == ids.empty());
+        Check(ids.size() <= static_cast<std::size_t>(Validator::kMaxAckIds));
       }
       break;
     }

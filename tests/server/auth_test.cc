@@ -189,6 +189,19 @@ class AuthMatrix : public ::testing::Test {
       *r.mutable_extension() = Millis(1000);
       v1::ExtendLeaseResponse resp;
       s = stub.ExtendLease(ctx.get(), r, &resp);
+    } else if (method == "ListDeadLetters") {
+      v1::ListDeadLettersRequest r;
+      r.set_namespace_(ns);
+      v1::ListDeadLettersResponse resp;
+      s = stub.ListDeadLetters(ctx.get(), r, &resp);
+    } else if (method == "RequeueDeadLetters" || method == "PurgeDeadLetters") {
+      v1::DeadLettersRequest r;
+      r.set_namespace_(ns);
+      r.set_all(true);
+      v1::DeadLettersResponse resp;
+      s = method == "PurgeDeadLetters"
+              ? stub.PurgeDeadLetters(ctx.get(), r, &resp)
+              : stub.RequeueDeadLetters(ctx.get(), r, &resp);
     } else if (method == "GetPolicy") {
       v1::GetPolicyRequest r;
       r.set_namespace_(ns);
@@ -244,12 +257,26 @@ class AuthMatrix : public ::testing::Test {
 TEST_F(AuthMatrix, EveryRpcNeedsItsPermissionOnItsNamespace) {
   // What each method needs.
   const std::map<std::string, std::uint8_t> needs = {
-      {"SetTimer", kWrite}, {"MoveTimer", kWrite}, {"RemoveTimer", kWrite},
-      {"Batch", kWrite},    {"GetTimer", kRead},   {"ListTimers", kRead},
-      {"Watch", kRead},     {"Work", kWork},       {"Ack", kWork},
-      {"Drain", kAdmin},    {"Stats", kAdmin},     {"Backup", kAdmin},
-      {"StatsOf", kRead},   {"Nack", kWork},       {"ExtendLease", kWork},
-      {"GetPolicy", kRead}, {"SetPolicy", kAdmin},
+      {"SetTimer", kWrite},
+      {"MoveTimer", kWrite},
+      {"RemoveTimer", kWrite},
+      {"Batch", kWrite},
+      {"GetTimer", kRead},
+      {"ListTimers", kRead},
+      {"Watch", kRead},
+      {"Work", kWork},
+      {"Ack", kWork},
+      {"Drain", kAdmin},
+      {"Stats", kAdmin},
+      {"Backup", kAdmin},
+      {"StatsOf", kRead},
+      {"Nack", kWork},
+      {"ExtendLease", kWork},
+      {"GetPolicy", kRead},
+      {"SetPolicy", kAdmin},
+      {"ListDeadLetters", kRead},
+      {"RequeueDeadLetters", kWrite},
+      {"PurgeDeadLetters", kWrite},
   };
   const std::map<std::string, std::uint8_t> tokens = {
       {"reader", kRead},
@@ -285,7 +312,7 @@ TEST_F(AuthMatrix, EveryRpcNeedsItsPermissionOnItsNamespace) {
       }
     }
   }
-  EXPECT_EQ(checked, 17 * 3 * 5);
+  EXPECT_EQ(checked, 20 * 3 * 5);
 }
 
 TEST_F(AuthMatrix, ATenantSeesItsNamespaceFiguresAndNothingElse) {

@@ -51,11 +51,21 @@ TEST(Bounds, EachMethodHoldsItsRequestToItsOwnSizeLimit) {
   // Every other method takes a namespace, a key and small fields: 20 kB is
   // over its limit (Ack's ids aside).
   const std::pair<const char*, std::size_t> methods[] = {
-      {"MoveTimer", 20'000},   {"RemoveTimer", 20'000}, {"Drain", 20'000},
-      {"GetTimer", 20'000},    {"ListTimers", 20'000},  {"Stats", 20'000},
-      {"Backup", 20'000},      {"Ack", 200'000},        {"Nack", 200'000},
-      {"ExtendLease", 200'000}, {"GetPolicy", 20'000},
-      {"SetPolicy", 20'000}};
+      {"MoveTimer", 20'000},
+      {"RemoveTimer", 20'000},
+      {"Drain", 20'000},
+      {"GetTimer", 20'000},
+      {"ListTimers", 20'000},
+      {"Stats", 20'000},
+      {"Backup", 20'000},
+      {"Ack", 200'000},
+      {"Nack", 200'000},
+      {"ExtendLease", 200'000},
+      {"GetPolicy", 20'000},
+      {"SetPolicy", 20'000},
+      {"ListDeadLetters", 20'000},
+      {"RequeueDeadLetters", 200'000},
+      {"PurgeDeadLetters", 200'000}};
   for (const auto& [method, bytes] : methods) {
     s = RawUnaryCall(d.channel(), std::string("/delayd.v1.Delayd/") + method,
                      std::string(bytes, '\0'), &out);
