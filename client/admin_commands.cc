@@ -42,6 +42,7 @@ void PrintDaemonFigures(const v1::StatsResponse& s,
               {"ready_events", N(s.ready_events())},
               {"in_flight_events", N(s.in_flight_events())},
               {"retrying_events", N(s.retrying_events())},
+              {"dead_letters", N(s.dead_letters())},
               {"workers", N(s.workers())},
               {"watchers", N(s.watchers())},
               {"partitions", N(s.partitions())},
@@ -56,17 +57,17 @@ void PrintDaemonFigures(const v1::StatsResponse& s,
 
 void PrintNamespaces(const v1::StatsResponse& s) {
   std::vector<std::vector<std::string>> rows = {
-      {"NAMESPACE", "PENDING", "READY", "IN_FLIGHT", "RETRYING", "WORKERS",
-       "WATCHERS", "SET", "MOVED", "REMOVED", "EXPIRED", "DRAINED", "DELIVERED",
-       "REDELIVERED", "ACKED"}};
+      {"NAMESPACE", "PENDING", "READY", "IN_FLIGHT", "RETRYING", "DEAD",
+       "WORKERS", "WATCHERS", "SET", "MOVED", "REMOVED", "EXPIRED", "DRAINED",
+       "DELIVERED", "REDELIVERED", "ACKED"}};
   for (const auto& n : s.namespaces()) {
     rows.push_back({n.namespace_(), N(n.pending_timers()), N(n.ready_events()),
                     N(n.in_flight_events()), N(n.retrying_events()),
-                    N(n.workers()), N(n.watchers()), N(n.timers_set()),
-                    N(n.timers_moved()), N(n.timers_removed()),
-                    N(n.timers_expired()), N(n.timers_drained()),
-                    N(n.events_delivered()), N(n.events_redelivered()),
-                    N(n.events_acked())});
+                    N(n.dead_letters()), N(n.workers()), N(n.watchers()),
+                    N(n.timers_set()), N(n.timers_moved()),
+                    N(n.timers_removed()), N(n.timers_expired()),
+                    N(n.timers_drained()), N(n.events_delivered()),
+                    N(n.events_redelivered()), N(n.events_acked())});
   }
   PrintTable(rows);
 }

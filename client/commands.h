@@ -1,5 +1,6 @@
 // delayctl's subcommands, one file per group (timer_commands.cc,
-// worker_commands.cc, policy_commands.cc, admin_commands.cc). A group adds its
+// worker_commands.cc, dead_letter_commands.cc, policy_commands.cc,
+// admin_commands.cc). A group adds its
 // subcommands to the app and says, for each, how to run it once the flags are
 // parsed.
 #ifndef DELAYD_CLIENT_COMMANDS_H_
@@ -32,6 +33,8 @@ using Commands = std::vector<Command>;
 void AddTimerCommands(CLI::App& app, const Global& g, Commands& out);
 // watch, work, ack, nack, extend.
 void AddWorkerCommands(CLI::App& app, const Global& g, Commands& out);
+// dlq ls|requeue|purge.
+void AddDeadLetterCommands(CLI::App& app, const Global& g, Commands& out);
 // policy get|set, pause, resume.
 void AddPolicyCommands(CLI::App& app, const Global& g, Commands& out);
 // stats, backup, health.

@@ -20,7 +20,7 @@ struct PolicyArgs {
   bool reset = false;
   std::optional<std::string> initial_backoff, max_backoff, ack_timeout;
   std::optional<double> multiplier, jitter, rate;
-  std::optional<std::uint32_t> burst, max_in_flight;
+  std::optional<std::uint32_t> burst, max_in_flight, max_attempts;
   std::optional<bool> paused;
 };
 
@@ -51,20 +51,23 @@ void PrintPolicy(bool json, const std::string& ns, const v1::Policy& p) {
     std::snprintf(buf, sizeof buf, "%g", v);
     return std::string(buf);
   };
-  PrintTable({{"namespace", ns.empty() ? "default" : ns},
-              {"paused", p.paused() ? "yes" : "no"},
-              {"initial_backoff", Seconds(p.initial_backoff())},
-              {"backoff_multiplier", number(p.backoff_multiplier())},
-              {"max_backoff", Seconds(p.max_backoff())},
-              {"backoff_jitter", number(p.backoff_jitter())},
-              {"ack_timeout", Seconds(p.ack_timeout())},
-              {"max_dispatch_rate", p.max_dispatch_rate() == 0
-                                        ? "unlimited"
-                                        : number(p.max_dispatch_rate()) + "/s"},
-              {"dispatch_burst", std::to_string(p.dispatch_burst())},
-              {"max_in_flight", p.max_in_flight() == 0
-                                    ? "unlimited"
-                                    : std::to_string(p.max_in_flight())}});
+  PrintTable(
+      {{"namespace", ns.empty() ? "default" : ns},
+       {"paused", p.paused() ? "yes" : "no"},
+       {"max_attempts",
+        p.max_attempts() == 0 ? "unlimited" : std::to_string(p.max_attempts())},
+       {"initial_backoff", Seconds(p.initial_backoff())},
+       {"backoff_multiplier", number(p.backoff_multiplier())},
+       {"max_backoff", Seconds(p.max_backoff())},
+       {"backoff_jitter", number(p.backoff_jitter())},
+       {"ack_timeout", Seconds(p.ack_timeout())},
+       {"max_dispatch_rate", p.max_dispatch_rate() == 0
+                                 ? "unlimited"
+                                 : number(p.max_dispatch_rate()) + "/s"},
+       {"dispatch_burst", std::to_string(p.dispatch_burst())},
+       {"max_in_flight", p.max_in_flight() == 0
+                             ? "unlimited"
+                             : std::to_string(p.max_in_flight())}});
 }
 
 v1::Policy Get(Client& c, const Global& g) {
@@ -94,6 +97,7 @@ int Set(Client& c, const Global& g, const PolicyArgs& a) {
   if (a.burst) p.set_dispatch_burst(*a.burst);
   if (a.max_in_flight) p.set_max_in_flight(*a.max_in_flight);
   if (a.paused) p.set_paused(*a.paused);
+  if (a.max_attempts) p.set_max_attempts(*a.max_attempts);
   v1::SetPolicyRequest req;
   req.set_namespace_(g.ns);
   *req.mutable_policy() = p;
@@ -119,6 +123,9 @@ void AddPolicyCommands(CLI::App& app, const Global& g, Commands& out) {
   auto* set = policy->add_subcommand(
       "set", "Change the fields given (the others stay as they are)");
   set->add_flag("--reset", a->reset, "Start from the defaults");
+  set->add_option("--max-attempts", a->max_attempts,
+                  "Deliveries before an event becomes a dead letter (0: no "
+                  "limit)");
   set->add_option("--initial-backoff", a->initial_backoff,
                   "Wait after a first failed delivery (default 1s)");
   set->add_option("--backoff-multiplier", a->multiplier,

@@ -117,6 +117,7 @@ void Finish(Client& c, const v1::Event& e, int code) {
     v1::NackRequest nack;
     nack.set_namespace_(e.namespace_());
     nack.add_event_ids(e.id());
+    nack.set_error("command exited " + std::to_string(code));
     v1::NackResponse resp;
     s = c.stub().Nack(c.Context().get(), nack, &resp);
     std::fprintf(stderr,
@@ -256,6 +257,7 @@ int Work(Client& c, const Global& g, const WorkArgs& a) {
 struct LeaseArgs {
   std::vector<std::uint64_t> ids;
   std::string duration;  // Nack: the retry time (empty: backoff).
+  std::string error;     // Nack: what went wrong.
 };
 
 // The request's Duration from a duration flag.
@@ -288,6 +290,7 @@ int Nack(Client& c, const Global& g, const LeaseArgs& a) {
   if (!a.duration.empty()) {
     *req.mutable_retry_after() = DurationArg(a.duration, "--retry-after");
   }
+  req.set_error(a.error);
   v1::NackResponse resp;
   Check(c.stub().Nack(c.Context().get(), req, &resp));
   return PrintIdsResult(c, resp, "nacked", resp.nacked());
@@ -364,6 +367,8 @@ void AddWorkerCommands(CLI::App& app, const Global& g, Commands& out) {
   nack->add_option("ids", n->ids)->required();
   nack->add_option("--retry-after", n->duration,
                    "Deliver again after this long (0s: at once)");
+  nack->add_option("--error", n->error,
+                   "What went wrong (kept should it become a dead letter)");
   out.push_back({nack,
                  [n] {
                    if (!n->duration.empty()) {

@@ -84,14 +84,14 @@ expect_out '"key":"order-3"'
 # stats per namespace: every namespace in use (sorted) after the daemon's
 # figures, or one namespace alone with -n
 expect_code 0 "$C" stats
-expect_out '^NAMESPACE +PENDING +READY +IN_FLIGHT +RETRYING'
-expect_out '^default +1 +0 +0 +0 +0 +0 +1 '
-expect_out '^shop +2 +0 +0 +0 +0 +0 +2 '
+expect_out '^NAMESPACE +PENDING +READY +IN_FLIGHT +RETRYING +DEAD'
+expect_out '^default +1 +0 +0 +0 +0 +0 +0 +1 '
+expect_out '^shop +2 +0 +0 +0 +0 +0 +0 +2 '
 expect_code 0 "$C" stats -n shop -o json
 expect_out '"namespaces":\[\{"namespace":"shop","pending_timers":"2",.*"timers_set":"2"'
 grep -q '"partitions"' "$work/out" && fail "stats -n: daemon-wide figures shown" || pass
 expect_code 0 "$C" stats -n nobody-here
-expect_out '^nobody-here +0 +0 +0 +0 '
+expect_out '^nobody-here +0 +0 +0 +0 +0 '
 expect_code 3 "$C" stats -n 'bad name!'
 expect_err 'INVALID_ARGUMENT'
 # --watch: refreshes until --count (or a signal), each with a header line
@@ -262,6 +262,40 @@ expect_code 3 "$C" policy set -n pol --backoff-multiplier 0.5
 expect_err 'INVALID_ARGUMENT: backoff_multiplier'
 expect_code 1 "$C" policy set -n pol --max-backoff forever
 expect_code 1 "$C" policy
+
+# dead letters: with max attempts 2 and no backoff, a command that always
+# fails leaves its event a dead letter (with the exit in its error); requeue
+# delivers it again, from attempt 1; purge deletes
+expect_code 0 "$C" policy set -n dlq --max-attempts 2 --initial-backoff 0s --max-backoff 0s
+expect_out '^max_attempts +2'
+expect_code 0 "$C" set poison 'p' --in 0s -n dlq
+expect_code 0 "$C" work -n dlq --count 2 --exec 'exit 9'
+expect_out 'poison attempt=2 exit=9'
+deadline=$((SECONDS + 10))
+until "$C" stats -n dlq -o json | grep -q '"dead_letters":"1"'; do
+  [ $SECONDS -ge $deadline ] && { fail "dlq: no dead letter"; break; }
+  sleep 0.05
+done
+expect_code 0 "$C" dlq ls -n dlq
+expect_out '^[0-9]+ +poison +2 .*command exited 9 +p$'
+dead_id=$(grep -oE '^[0-9]+ +poison' "$work/out" | grep -oE '^[0-9]+')
+expect_code 0 "$C" dlq requeue "$dead_id" -n dlq
+expect_out '^requeued 1$'
+expect_code 0 "$C" work -n dlq --count 2 --exec 'exit 9'
+expect_out 'poison attempt=1 exit=9'
+expect_out 'poison attempt=2 exit=9'
+deadline=$((SECONDS + 10))
+until "$C" stats -n dlq -o json | grep -q '"dead_letters":"1"'; do
+  [ $SECONDS -ge $deadline ] && { fail "dlq: no dead letter again"; break; }
+  sleep 0.05
+done
+expect_code 0 "$C" dlq purge --all -n dlq
+expect_out '^purged 1$'
+expect_code 0 "$C" dlq ls -n dlq -o json
+[ -s "$work/out" ] && fail "dlq: left after purge: $(cat "$work/out")" || pass
+expect_code 4 "$C" dlq requeue 12345 -n dlq
+expect_code 1 "$C" dlq purge 1 --all -n dlq
+expect_code 1 "$C" dlq purge -n dlq
 
 # backup: a copy of the store under the daemon's --backup-dir
 expect_code 0 "$C" backup first

@@ -128,7 +128,33 @@ async function main() {
   assert.ok(Date.now() - nackedAt >= 200, 'retried early');
   assert.equal(retried.id, failed.id);
   assert.equal(retried.attempt, 2);
-  const acked = await call('Ack', {namespace: ns, event_ids: [retried.id]});
+
+  // At most 2 attempts: the second failure makes it a dead letter, listed
+  // with the worker's error; requeued, it comes back from attempt 1.
+  await call('SetPolicy', {namespace: ns, policy: {max_attempts: 2}});
+  await call('Nack', {
+    namespace: ns,
+    event_ids: [retried.id],
+    error: 'card declined',
+  });
+  const until = Date.now() + 10000;
+  while ((await call('Stats', {namespace: ns})).namespaces[0].dead_letters !==
+         '1') {
+    assert.ok(Date.now() < until, 'no dead letter');
+    await new Promise((resolve) => setTimeout(resolve, 10));  // Bounded poll.
+  }
+  const dead = (await call('ListDeadLetters', {namespace: ns})).dead_letters;
+  assert.equal(dead.length, 1);
+  assert.equal(dead[0].event.id, failed.id);
+  assert.equal(dead[0].error, 'card declined');
+  assert.equal(dead[0].event.attempt, 2);
+  const requeued =
+      await call('RequeueDeadLetters', {namespace: ns, event_ids: [failed.id]});
+  assert.equal(requeued.count, 1);
+  const again = await nextEvent(keys.length + 3);
+  assert.equal(again.id, failed.id);
+  assert.equal(again.attempt, 1);
+  const acked = await call('Ack', {namespace: ns, event_ids: [again.id]});
   assert.equal(acked.acked, 1);
 
   // TLS without the token: refused.
@@ -143,7 +169,8 @@ async function main() {
   stream.cancel();
   client.close();
   console.log(`node client: ${received.size} events received and ` +
-              'acknowledged, one nacked and retried; INVALID_ARGUMENT, NOT_FOUND and UNAUTHENTICATED ' +
+              'acknowledged, one nacked, retried, dead-lettered and requeued; ' +
+              'INVALID_ARGUMENT, NOT_FOUND and UNAUTHENTICATED ' +
               'seen (TLS, token)');
 }
 

@@ -125,7 +125,31 @@ try:
             retried = e
     assert time.monotonic() - nacked_at >= 0.2, "retried early"
     assert retried.id == failed.id and retried.attempt == 2, retried
-    assert stub.Ack(pb.AckRequest(namespace=ns, event_ids=[retried.id]),
+
+    # At most 2 attempts: the second failure makes it a dead letter, listed
+    # with the worker's error; requeued, it comes back from attempt 1.
+    stub.SetPolicy(pb.SetPolicyRequest(
+        namespace=ns, policy=pb.Policy(max_attempts=2)), timeout=5)
+    stub.Nack(pb.NackRequest(namespace=ns, event_ids=[retried.id],
+                             error="card declined"), timeout=5)
+    deadline = time.monotonic() + 10
+    while stub.Stats(pb.StatsRequest(namespace=ns),
+                     timeout=5).namespaces[0].dead_letters != 1:
+        assert time.monotonic() < deadline, "no dead letter"
+        time.sleep(0.01)  # The pause of a bounded poll.
+    dead = stub.ListDeadLetters(pb.ListDeadLettersRequest(namespace=ns),
+                                timeout=5).dead_letters
+    assert len(dead) == 1 and dead[0].event.id == failed.id, dead
+    assert dead[0].error == "card declined" and dead[0].event.attempt == 2
+    requeued = stub.RequeueDeadLetters(pb.DeadLettersRequest(
+        namespace=ns, event_ids=[failed.id]), timeout=5)
+    assert requeued.count == 1, requeued
+    again = None
+    while again is None:
+        for e in next(stream).events:
+            again = e
+    assert again.id == failed.id and again.attempt == 1, again
+    assert stub.Ack(pb.AckRequest(namespace=ns, event_ids=[again.id]),
                     timeout=5).acked == 1
 
     # Nothing is left in flight once acknowledged (the Ack answered after
@@ -135,7 +159,7 @@ try:
     stream.cancel()
     channel.close()
     print(f"python client: {len(got)} events received and acknowledged, "
-          "one nacked and retried; "
+          "one nacked, retried, dead-lettered and requeued; "
           "INVALID_ARGUMENT, NOT_FOUND and UNAUTHENTICATED seen (TLS, token)")
 finally:
     shutil.rmtree(out)
