@@ -101,7 +101,8 @@ enum class Field {
   kDelay,
   kFireTime,
   kIfAbsent,
-  kExpectedVersion
+  kExpectedVersion,
+  kJitter
 };
 
 Field FieldOf(OpFields::Kind kind, int number) {
@@ -119,6 +120,8 @@ Field FieldOf(OpFields::Kind kind, int number) {
           return Field::kFireTime;
         case 6:
           return Field::kIfAbsent;
+        case 7:
+          return Field::kJitter;
       }
       break;
     case K::kMove:  // MoveTimerRequest
@@ -176,6 +179,9 @@ bool ReadTimerRequest(std::string_view bytes, OpFields::Kind kind,
         break;
       case Field::kFireTime:
         if (!ReadTime(s, &f->fire_time)) return false;
+        break;
+      case Field::kJitter:
+        if (!ReadTime(s, &f->jitter)) return false;
         break;
       case Field::kIfAbsent:
         f->if_absent = v != 0;
@@ -405,6 +411,7 @@ OpFields FieldsOf(const v1::SetTimerRequest& req) {
   f.delay = TimeOf(req.has_delay(), req.delay());
   f.fire_time = TimeOf(req.has_fire_time(), req.fire_time());
   f.if_absent = req.if_absent();
+  f.jitter = TimeOf(req.has_jitter(), req.jitter());
   return f;
 }
 

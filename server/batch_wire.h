@@ -34,6 +34,7 @@ struct OpFields {
   Kind kind = Kind::kNone;
   std::string_view ns, key, payload;
   WireTime delay, fire_time;
+  WireTime jitter;  // Set only.
   bool if_absent = false;
   std::uint64_t expected_version = 0;
   bool operator==(const OpFields&) const = default;

@@ -10,10 +10,10 @@
 // then is ready again (front of the queue). An event whose worker goes away
 // is ready again at once. Each delivery has attempt + 1; once the policy's
 // max_attempts have been made, the next failure (or the worker's leaving)
-// makes it a dead letter, kept apart (dispatcher_dead.cc). A worker's room counts
-// what it has not yet been written too (events and bytes), so a worker that
-// stops reading holds at most max_in_flight events, however often they time
-// out and go to others. With a store, payloads are read back when events
+// makes it a dead letter, kept apart (dispatcher_dead.cc). A worker's room
+// counts what it has not yet been written too (events and bytes), so a worker
+// that stops reading holds at most max_in_flight events, however often they
+// time out and go to others. With a store, payloads are read back when events
 // are sent; an event whose payload cannot be read is held and tried again,
 // never sent without it. Watchers get a copy of each event when it is
 // published; a watcher whose unwritten backlog passes the limit (events or

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <climits>
+#include <random>
 
 #include "server/limit_log.h"
 #include "server/proto_time.h"
@@ -113,6 +114,11 @@ Status DelaydService::ToOp(const OpFields& f, WallNanos now, Op* op,
   // set creates one: a refused call changes nothing.
   WallNanos fire_time = 0;
   if (Status s = validator_.Operation(f, now, &fire_time); !s.ok()) return s;
+  if (const std::int64_t jitter = JitterNanos(f); jitter > 0) {
+    // Each gRPC thread draws from its own generator.
+    thread_local std::minstd_rand random(std::random_device{}());
+    fire_time += std::uniform_int_distribution<std::int64_t>(0, jitter)(random);
+  }
   NamespaceId ns;
   if (Status s = Namespace(f.ns, &ns, cache, f.kind == Kind::kSet); !s.ok()) {
     if (s.code() != Code::kNotFound) return s;

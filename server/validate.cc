@@ -129,7 +129,30 @@ Status Validator::Operation(const OpFields& f, WallNanos now,
   }
   *fire_time = 0;
   if (f.kind == Kind::kRemove) return Status::Ok();
-  return FireTime(f.delay, f.fire_time, now, fire_time);
+  if (Status s = FireTime(f.delay, f.fire_time, now, fire_time); !s.ok()) {
+    return s;
+  }
+  if (!f.jitter.present) return Status::Ok();
+  const WireTime& j = f.jitter;
+  if (j.seconds < 0 || j.nanos < 0 || j.nanos >= kNanosPerSecond ||
+      j.seconds > 24 * 3600) {
+    return Status::InvalidArgument("jitter: must be between 0 and 24h");
+  }
+  const std::int64_t jitter = j.seconds * kNanosPerSecond + j.nanos;
+  if (jitter > 24 * kHour) {
+    return Status::InvalidArgument("jitter: must be between 0 and 24h");
+  }
+  // The latest it may fire must be within max-delay too.
+  if (*fire_time > now + limits_.max_delay.count() - jitter) {
+    return Status::InvalidArgument(
+        "jitter: the fire time plus jitter is beyond the max-delay limit");
+  }
+  return Status::Ok();
+}
+
+std::int64_t JitterNanos(const OpFields& f) {
+  if (!f.jitter.present) return 0;
+  return f.jitter.seconds * 1'000'000'000 + f.jitter.nanos;
 }
 
 Status Validator::Subscribe(const v1::SubscribeRequest& req,

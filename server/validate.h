@@ -19,6 +19,10 @@
 
 namespace delayd {
 
+// The jitter of an operation Validator::Operation accepted, in nanoseconds
+// (0 if none).
+std::int64_t JitterNanos(const OpFields& f);
+
 class Validator {
  public:
   Validator(const Limits& limits, std::uint32_t partitions)

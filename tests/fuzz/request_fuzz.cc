@@ -23,7 +23,11 @@ void CheckOperation(const delayd::Validator& v, const delayd::Limits& limits,
   if (!v.Operation(f, kNow, &fire_time).ok()) return;
   Check(!f.key.empty() && f.key.size() <= limits.max_key_bytes);
   if (f.kind != delayd::OpFields::Kind::kRemove) {
-    Check(fire_time >= 0 && fire_time <= kNow + limits.max_delay.count());
+    // The latest a jitter may move it to is within max-delay too.
+    const std::int64_t jitter = delayd::JitterNanos(f);
+    Check(jitter >= 0 && jitter <= 24 * 3600 * 1'000'000'000LL);
+    Check(fire_time >= 0 &&
+          fire_time + jitter <= kNow + limits.max_delay.count());
   }
 }
 
