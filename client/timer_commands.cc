@@ -19,7 +19,7 @@ namespace {
 using google::protobuf::util::TimeUtil;
 
 struct TimerArgs {
-  std::string key, payload, in, at;
+  std::string key, payload, in, at, jitter;
   bool if_absent = false;
   std::uint64_t version = 0;
 };
@@ -70,6 +70,10 @@ int Set(Client& c, const Global& g, const TimerArgs& a) {
   req.set_payload(ReadPayload(a.payload));
   req.set_if_absent(a.if_absent);
   SetWhen(a.in, a.at, &req);
+  if (!a.jitter.empty()) {
+    *req.mutable_jitter() = TimeUtil::NanosecondsToDuration(
+        delayd::ParseDuration(a.jitter)->count());
+  }
   v1::SetTimerResponse resp;
   Check(c.stub().SetTimer(c.Context().get(), req, &resp));
   if (c.json()) {
@@ -291,8 +295,18 @@ void AddTimerCommands(CLI::App& app, const Global& g, Commands& out) {
                   "Payload: text, @file, or - for stdin");
   when(set);
   set->add_flag("--if-absent", a->if_absent, "Fail if the key is pending");
+  set->add_option("--jitter", a->jitter,
+                  "Fire at a random instant up to this much later");
   out.push_back(
-      {set, check_when, {}, [&g, a](Client& c) { return Set(c, g, *a); }});
+      {set,
+       [a, check_when] {
+         check_when();
+         if (!a->jitter.empty() && !delayd::ParseDuration(a->jitter)) {
+           throw Exit{kUsage, "--jitter: not a duration: " + a->jitter};
+         }
+       },
+       {},
+       [&g, a](Client& c) { return Set(c, g, *a); }});
 
   auto* move = app.add_subcommand("move", "Change a pending timer's fire time");
   move->add_option("key", a->key)->required();

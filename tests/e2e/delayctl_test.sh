@@ -109,6 +109,9 @@ kill -TERM $watching_pid
 wait $watching_pid
 [ $? -eq 0 ] && pass || fail "stats --watch interrupted: want exit 0"
 grep -q payload "$work/out" && fail "ls --no-payloads printed a payload" || pass
+expect_code 0 "$C" set spread 'x' --in 1h --jitter 10m -n jit
+expect_out '^spread +[0-9]+ '
+expect_code 1 "$C" set spread 'x' --in 1h --jitter soon -n jit
 expect_code 3 "$C" set order-1 'again' --in 1h --if-absent
 expect_err 'ALREADY_EXISTS'
 expect_code 0 "$C" move order-1 --at 2030-01-02T03:04:05Z
