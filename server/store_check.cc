@@ -31,6 +31,10 @@ void Store::Check(CheckReport* report) {
       problem("the policy of namespace '" + name + "' is malformed");
     }
   }
+  if (Status s = ForEachFate([](std::uint64_t, const StoredFate&) {});
+      !s.ok()) {
+    problem(s.message());
+  }
   auto name_of = [&](NamespaceId ns) {
     return ns < names.size() && !names[ns].empty()
                ? "namespace '" + names[ns] + "'"

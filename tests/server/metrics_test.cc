@@ -222,6 +222,53 @@ TEST(Metrics, StatsGivesEachNamespaceFigures) {
   EXPECT_EQ(r.timers_fired(), 3u);
 }
 
+// Retrying events and dead letters, per namespace: one event nacked to
+// retry in an hour, one nacked on its last attempt.
+TEST(Metrics, RetryingAndDeadLettersAreGauges) {
+  TestDaemon d(WithMetrics());
+  ASSERT_TRUE(d.started());
+  {
+    v1::SetPolicyRequest req;
+    req.set_namespace_("a");
+    req.mutable_policy()->set_max_attempts(1);
+    v1::Policy resp;
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(d.stub().SetPolicy(&ctx, req, &resp).ok());
+  }
+  TestStream worker(d.stub(), TestStream::Worker("a"));
+  TestStream other(d.stub(), TestStream::Worker("b"));
+  ASSERT_TRUE(worker.WaitRegistered());
+  ASSERT_TRUE(other.WaitRegistered());
+  ASSERT_TRUE(Set(d, "a", "dead", 0).ok());
+  ASSERT_TRUE(Set(d, "b", "later", 0).ok());
+  auto nack = [&](const std::string& ns, std::uint64_t id) {
+    v1::NackRequest req;
+    req.set_namespace_(ns);
+    req.add_event_ids(id);
+    *req.mutable_retry_after() = Millis(3'600'000);
+    v1::NackResponse resp;
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(d.stub().Nack(&ctx, req, &resp).ok());
+  };
+  auto a = worker.WaitFor(1);
+  auto b = other.WaitFor(1);
+  ASSERT_EQ(a.size(), 1u);
+  ASSERT_EQ(b.size(), 1u);
+  nack("a", a[0].id());
+  nack("b", b[0].id());
+  const Scrape s = ScrapeUntil(d, [](const Scrape& s) {
+    return s.Get("delayd_dead_letters", {{"namespace", "a"}}) == 1.0;
+  });
+  EXPECT_EQ(s.Get("delayd_dead_letters", {{"namespace", "a"}}), 1.0);
+  EXPECT_EQ(s.Get("delayd_retrying_events", {{"namespace", "a"}}), 0.0);
+  EXPECT_EQ(s.Get("delayd_dead_letters", {{"namespace", "b"}}), 0.0);
+  EXPECT_EQ(s.Get("delayd_retrying_events", {{"namespace", "b"}}), 1.0);
+  EXPECT_EQ(s.Get("delayd_in_flight_events", {{"namespace", "b"}}), 0.0);
+  EXPECT_EQ(s.Get("delayd_grpc_requests_total",
+                  {{"method", "Nack"}, {"code", "OK"}}),
+            2.0);
+}
+
 TEST(Metrics, WithoutNamespaceLabelsEachFamilyIsTheSum) {
   TestDaemon d(WithMetrics(/*namespace_labels=*/false));
   ASSERT_TRUE(d.started());
