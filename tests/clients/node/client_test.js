@@ -112,7 +112,15 @@ async function main() {
   const stats = await call('Stats', {});
   assert.equal(stats.in_flight_events, '0');
 
-  // A failed job: nacked, it comes back (attempt 2) after retry_after.
+  // A failed job, in a namespace allowing 3 attempts with a backoff of
+  // 300 ms doubling: nacked with retry_after, it comes back (attempt 2)
+  // after that; nacked without, after the backoff of attempt 2 (600 ms);
+  // nacked a third time, it becomes a dead letter, listed with the worker's
+  // error; requeued, it comes back from attempt 1.
+  await call('SetPolicy', {
+    namespace: ns,
+    policy: {max_attempts: 3, initial_backoff: {seconds: 0, nanos: 300000000}},
+  });
   await call('SetTimer', {namespace: ns, key: 'flaky', delay: {seconds: 0}});
   const failed = await nextEvent(keys.length + 1);
   assert.equal(failed.key, 'flaky');
@@ -128,10 +136,12 @@ async function main() {
   assert.ok(Date.now() - nackedAt >= 200, 'retried early');
   assert.equal(retried.id, failed.id);
   assert.equal(retried.attempt, 2);
-
-  // At most 2 attempts: the second failure makes it a dead letter, listed
-  // with the worker's error; requeued, it comes back from attempt 1.
-  await call('SetPolicy', {namespace: ns, policy: {max_attempts: 2}});
+  const backedOffFrom = Date.now();
+  await call('Nack', {namespace: ns, event_ids: [retried.id]});
+  const third = await nextEvent(keys.length + 3);
+  assert.ok(Date.now() - backedOffFrom >= 600, 'backed off too little');
+  assert.equal(third.id, failed.id);
+  assert.equal(third.attempt, 3);
   await call('Nack', {
     namespace: ns,
     event_ids: [retried.id],
@@ -147,11 +157,11 @@ async function main() {
   assert.equal(dead.length, 1);
   assert.equal(dead[0].event.id, failed.id);
   assert.equal(dead[0].error, 'card declined');
-  assert.equal(dead[0].event.attempt, 2);
+  assert.equal(dead[0].event.attempt, 3);
   const requeued =
       await call('RequeueDeadLetters', {namespace: ns, event_ids: [failed.id]});
   assert.equal(requeued.count, 1);
-  const again = await nextEvent(keys.length + 3);
+  const again = await nextEvent(keys.length + 4);
   assert.equal(again.id, failed.id);
   assert.equal(again.attempt, 1);
   const acked = await call('Ack', {namespace: ns, event_ids: [again.id]});
@@ -169,7 +179,8 @@ async function main() {
   stream.cancel();
   client.close();
   console.log(`node client: ${received.size} events received and ` +
-              'acknowledged, one nacked, retried, dead-lettered and requeued; ' +
+              'acknowledged, one nacked, backed off, dead-lettered and ' +
+              'requeued; ' +
               'INVALID_ARGUMENT, NOT_FOUND and UNAUTHENTICATED ' +
               'seen (TLS, token)');
 }

@@ -104,7 +104,15 @@ try:
     except grpc.RpcError as err:
         assert err.code() == grpc.StatusCode.NOT_FOUND, err
 
-    # A failed job: nacked, it comes back (attempt 2) after retry_after.
+    # A failed job, in a namespace allowing 3 attempts with a backoff of
+    # 300 ms doubling: nacked with retry_after, it comes back (attempt 2)
+    # after that; nacked without, after the backoff of attempt 2 (600 ms);
+    # nacked a third time, it becomes a dead letter, listed with the
+    # worker's error; requeued, it comes back from attempt 1.
+    stub.SetPolicy(pb.SetPolicyRequest(namespace=ns, policy=pb.Policy(
+        max_attempts=3,
+        initial_backoff=duration_pb2.Duration(nanos=300_000_000))),
+                   timeout=5)
     stub.SetTimer(pb.SetTimerRequest(namespace=ns, key="flaky",
                                      delay=duration_pb2.Duration()),
                   timeout=5)
@@ -125,11 +133,14 @@ try:
             retried = e
     assert time.monotonic() - nacked_at >= 0.2, "retried early"
     assert retried.id == failed.id and retried.attempt == 2, retried
-
-    # At most 2 attempts: the second failure makes it a dead letter, listed
-    # with the worker's error; requeued, it comes back from attempt 1.
-    stub.SetPolicy(pb.SetPolicyRequest(
-        namespace=ns, policy=pb.Policy(max_attempts=2)), timeout=5)
+    nacked_at = time.monotonic()
+    stub.Nack(pb.NackRequest(namespace=ns, event_ids=[failed.id]), timeout=5)
+    retried = None
+    while retried is None:
+        for e in next(stream).events:
+            retried = e
+    assert time.monotonic() - nacked_at >= 0.6, "backed off too little"
+    assert retried.id == failed.id and retried.attempt == 3, retried
     stub.Nack(pb.NackRequest(namespace=ns, event_ids=[retried.id],
                              error="card declined"), timeout=5)
     deadline = time.monotonic() + 10
@@ -140,7 +151,7 @@ try:
     dead = stub.ListDeadLetters(pb.ListDeadLettersRequest(namespace=ns),
                                 timeout=5).dead_letters
     assert len(dead) == 1 and dead[0].event.id == failed.id, dead
-    assert dead[0].error == "card declined" and dead[0].event.attempt == 2
+    assert dead[0].error == "card declined" and dead[0].event.attempt == 3
     requeued = stub.RequeueDeadLetters(pb.DeadLettersRequest(
         namespace=ns, event_ids=[failed.id]), timeout=5)
     assert requeued.count == 1, requeued
@@ -159,7 +170,7 @@ try:
     stream.cancel()
     channel.close()
     print(f"python client: {len(got)} events received and acknowledged, "
-          "one nacked, retried, dead-lettered and requeued; "
+          "one nacked, backed off, dead-lettered and requeued; "
           "INVALID_ARGUMENT, NOT_FOUND and UNAUTHENTICATED seen (TLS, token)")
 finally:
     shutil.rmtree(out)
