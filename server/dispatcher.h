@@ -163,9 +163,10 @@ class Dispatcher {
   void ListDeadLetters(std::uint64_t from, std::size_t limit,
                        std::size_t max_bytes,
                        std::function<void(DeadLetterPage)> done);
-  // Makes dead letters ready again, attempts from zero (`ids` empty: all).
+  // Makes dead letters ready again, attempts from zero (`ids` empty: all);
+  // `done` once that is durable.
   void RequeueDeadLetters(std::vector<std::uint64_t> ids,
-                          std::function<void(LeaseResult)> done);
+                          std::function<void(Status, LeaseResult)> done);
   // Deletes dead letters (`ids` empty: all); `done` once that is durable.
   void PurgeDeadLetters(std::vector<std::uint64_t> ids,
                         std::function<void(Status, LeaseResult)> done);

@@ -103,8 +103,9 @@ void Dispatcher::ListDeadLetters(std::uint64_t from, std::size_t limit,
   });
 }
 
-void Dispatcher::RequeueDeadLetters(std::vector<std::uint64_t> ids,
-                                    std::function<void(LeaseResult)> done) {
+void Dispatcher::RequeueDeadLetters(
+    std::vector<std::uint64_t> ids,
+    std::function<void(Status, LeaseResult)> done) {
   asio::post(strand_, [this, ids = std::move(ids), done = std::move(done)] {
     LeaseResult result;
     const std::vector<std::uint64_t> targets =
@@ -133,9 +134,18 @@ void Dispatcher::RequeueDeadLetters(std::vector<std::uint64_t> ids,
     counters_.ready.fetch_add(result.done);
     mine_.dead_letters.fetch_sub(result.done, std::memory_order_relaxed);
     mine_.ready.fetch_add(result.done, std::memory_order_relaxed);
-    WriteFates();
     Pump();
-    done(std::move(result));
+    if (!fates_) {
+      done(Status::Ok(), std::move(result));
+      return;
+    }
+    // Answered once durable: a requeue acknowledged survives a crash (they
+    // may be delivered meanwhile; a failed write leaves them dead letters
+    // after a restart, and says so).
+    store_->Commit(*fates_,
+                   [done = std::move(done), result = std::move(result)](
+                       Status s) mutable { done(s, std::move(result)); });
+    fates_.reset();
   });
 }
 

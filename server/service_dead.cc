@@ -72,10 +72,12 @@ grpc::ServerUnaryReactor* DelaydService::RequeueDeadLetters(
   }
   auto* reactor = call->reactor();
   scheduler_.dispatcher(ns).RequeueDeadLetters(
-      std::move(ids), [this, ns, call, resp](LeaseResult r) {
-        resp->set_count(r.done);
-        for (auto id : r.unknown) resp->add_unknown_ids(id);
-        call->Reply(Status::Ok(), resp);
+      std::move(ids), [this, ns, call, resp](Status s, LeaseResult r) {
+        if (s.ok()) {
+          resp->set_count(r.done);
+          for (auto id : r.unknown) resp->add_unknown_ids(id);
+        }
+        call->Reply(s, resp);
         scheduler_.Unpin(ns);
       });
   return reactor;
