@@ -154,21 +154,23 @@ TEST_F(LeaseTest, AckTimeoutIsAFailureThatWaitsTheBackoff) {
 }
 
 TEST_F(LeaseTest, ExtendLeasePostponesTheAckDeadline) {
-  TestStream worker(d_.stub(), TestStream::Worker("jobs", 100, 100));
+  // A 2 s deadline, so that the ExtendLease surely arrives before it even
+  // on a slow (sanitizer) build.
+  TestStream worker(d_.stub(), TestStream::Worker("jobs", 100, 2000));
   ASSERT_TRUE(worker.WaitRegistered());
   Set("k");
   auto first = worker.WaitFor(1);
   ASSERT_EQ(first.size(), 1u);
   const WallNanos extended_at = WallNow();
-  auto r = Extend({first[0].id(), 999'999}, 700);
+  auto r = Extend({first[0].id(), 999'999}, 3000);
   EXPECT_EQ(r.extended(), 1u);
   ASSERT_EQ(r.unknown_ids_size(), 1);
   EXPECT_EQ(r.unknown_ids(0), 999'999u);
-  // The new deadline (700 ms from the call), then the backoff (1 s): the
-  // 100 ms deadline alone would have brought it back after 1.1 s.
+  // The new deadline (3 s from the call), then the backoff (1 s): the 2 s
+  // deadline alone would have brought it back within 3 s of the call.
   auto both = worker.WaitFor(2, 10'000ms);
   ASSERT_EQ(both.size(), 2u);
-  EXPECT_GE(worker.ReceivedAt()[1] - extended_at, 1'700'000'000);
+  EXPECT_GE(worker.ReceivedAt()[1] - extended_at, 4'000'000'000);
 }
 
 TEST_F(LeaseTest, BadRequestsAreRefusedAndChangeNothing) {
