@@ -199,10 +199,10 @@ expect_code 0 "$C" stats -o json
 expect_out '"events_redelivered":"1","durable"'
 
 # work extends the lease of a command that runs past --ack-timeout: it is
-# not delivered again while it runs (without the extension the 200 ms
-# deadline would pass five times over).
+# not delivered again while it runs (without the extension the 500 ms
+# deadline would pass four times over).
 expect_code 0 "$C" set long-job 'slow' --in 0s -n long
-expect_code 0 "$C" work -n long --count 1 --ack-timeout 200ms --exec 'sleep 1'
+expect_code 0 "$C" work -n long --count 1 --ack-timeout 500ms --exec 'sleep 2'
 expect_out 'long-job attempt=1 exit=0'
 expect_code 0 "$C" stats -o json
 expect_out '"events_redelivered":"1","durable"'
