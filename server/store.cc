@@ -5,47 +5,25 @@
 #include <rocksdb/table.h>
 #include <rocksdb/utilities/checkpoint.h>
 
-#include <bit>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
 
 #include "server/duration.h"
+#include "server/record_codec.h"
 
 namespace delayd {
 namespace {
-
-static_assert(std::endian::native == std::endian::little,
-              "values are stored in host order, which must be little-endian");
 
 constexpr char kNamespacePrefix = 'n';
 constexpr char kCountersPrefix = 'c';
 constexpr std::size_t kTimerFixedSize = 4 + 8 + 8;
 constexpr std::size_t kEventFixedSize = 4 + 8 + 8 + 8 + 1 + 8;
 
-void AppendBE(std::string& out, std::uint64_t v, int bytes) {
-  for (int i = bytes - 1; i >= 0; --i) {
-    out.push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
-  }
-}
-std::uint64_t ReadBE(const char* p, int bytes) {
-  std::uint64_t v = 0;
-  for (int i = 0; i < bytes; ++i) {
-    v = (v << 8) | static_cast<unsigned char>(p[i]);
-  }
-  return v;
-}
-template <typename T>
-void AppendRaw(std::string& out, T v) {
-  out.append(reinterpret_cast<const char*>(&v), sizeof v);
-}
-template <typename T>
-T ReadRaw(const char*& p) {
-  T v;
-  std::memcpy(&v, p, sizeof v);
-  p += sizeof v;
-  return v;
-}
+using record::AppendBE;
+using record::AppendRaw;
+using record::ReadBE;
+using record::ReadRaw;
 
 std::string IdKey(std::uint64_t id) {
   std::string out;

@@ -4,8 +4,7 @@
 // dispatcher, beside the event's own records.
 #include <rocksdb/db.h>
 
-#include <cstring>
-
+#include "server/record_codec.h"
 #include "server/store.h"
 
 namespace delayd {
@@ -15,18 +14,16 @@ constexpr char kFatePrefix = 'f';
 
 std::string FateKey(std::uint64_t event_id) {
   std::string key(1, kFatePrefix);
-  for (int shift = 56; shift >= 0; shift -= 8) {
-    key.push_back(static_cast<char>(event_id >> shift));
-  }
+  record::AppendBE(key, event_id, 8);
   return key;
 }
 
 }  // namespace
 
 void Store::Batch::PutFate(std::uint64_t event_id, const StoredFate& fate) {
-  std::string value(5, '\0');
-  std::memcpy(value.data(), &fate.attempts, 4);
-  value[4] = fate.dead ? 1 : 0;
+  std::string value;
+  record::AppendRaw(value, fate.attempts);
+  record::AppendRaw<std::uint8_t>(value, fate.dead ? 1 : 0);
   value.append(fate.error);
   batch_.Put(store_->meta_, FateKey(event_id), value);
 }
@@ -48,15 +45,12 @@ Status Store::ForEachFate(
       return Status::Internal("store in " + options_.dir +
                               ": malformed event fate record");
     }
-    std::uint64_t id = 0;
-    for (int i = 1; i < 9; ++i) {
-      id = id << 8 | static_cast<std::uint8_t>(k[i]);
-    }
+    const char* p = v.data();
     StoredFate fate;
-    std::memcpy(&fate.attempts, v.data(), 4);
-    fate.dead = v[4] == 1;
-    fate.error = std::string_view(v.data() + 5, v.size() - 5);
-    visit(id, fate);
+    fate.attempts = record::ReadRaw<std::uint32_t>(p);
+    fate.dead = record::ReadRaw<std::uint8_t>(p) == 1;
+    fate.error = std::string_view(p, v.data() + v.size() - p);
+    visit(record::ReadBE(k.data() + 1, 8), fate);
   }
   if (!it->status().ok()) return Error("reading event fates", it->status());
   return Status::Ok();

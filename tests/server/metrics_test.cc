@@ -264,9 +264,9 @@ TEST(Metrics, RetryingAndDeadLettersAreGauges) {
   EXPECT_EQ(s.Get("delayd_dead_letters", {{"namespace", "b"}}), 0.0);
   EXPECT_EQ(s.Get("delayd_retrying_events", {{"namespace", "b"}}), 1.0);
   EXPECT_EQ(s.Get("delayd_in_flight_events", {{"namespace", "b"}}), 0.0);
-  EXPECT_EQ(s.Get("delayd_grpc_requests_total",
-                  {{"method", "Nack"}, {"code", "OK"}}),
-            2.0);
+  EXPECT_EQ(
+      s.Get("delayd_grpc_requests_total", {{"method", "Nack"}, {"code", "OK"}}),
+      2.0);
 }
 
 TEST(Metrics, WithoutNamespaceLabelsEachFamilyIsTheSum) {
