@@ -211,6 +211,9 @@ class Dispatcher {
   void Fail(std::uint64_t event_id, Outstanding& o,
             std::chrono::nanoseconds wait);
   void Bury(std::uint64_t event_id, Outstanding& o);
+  // `ids`, or every dead letter's when empty.
+  std::vector<std::uint64_t> DeadOrAll(
+      const std::vector<std::uint64_t>& ids) const;
   void WriteFates();
   // Sends copies of `events` to the watchers, their payloads read back;
   // ends those too far behind.

@@ -103,14 +103,18 @@ void Dispatcher::ListDeadLetters(std::uint64_t from, std::size_t limit,
   });
 }
 
+std::vector<std::uint64_t> Dispatcher::DeadOrAll(
+    const std::vector<std::uint64_t>& ids) const {
+  return ids.empty() ? std::vector<std::uint64_t>(dead_.begin(), dead_.end())
+                     : ids;
+}
+
 void Dispatcher::RequeueDeadLetters(
     std::vector<std::uint64_t> ids,
     std::function<void(Status, LeaseResult)> done) {
   asio::post(strand_, [this, ids = std::move(ids), done = std::move(done)] {
     LeaseResult result;
-    const std::vector<std::uint64_t> targets =
-        ids.empty() ? std::vector<std::uint64_t>(dead_.begin(), dead_.end())
-                    : ids;
+    const std::vector<std::uint64_t> targets = DeadOrAll(ids);
     for (std::uint64_t id : targets) {
       auto it = outstanding_.find(id);
       if (it == outstanding_.end() || !it->second.dead) {
@@ -154,9 +158,7 @@ void Dispatcher::PurgeDeadLetters(
     std::function<void(Status, LeaseResult)> done) {
   asio::post(strand_, [this, ids = std::move(ids), done = std::move(done)] {
     LeaseResult result;
-    const std::vector<std::uint64_t> targets =
-        ids.empty() ? std::vector<std::uint64_t>(dead_.begin(), dead_.end())
-                    : ids;
+    const std::vector<std::uint64_t> targets = DeadOrAll(ids);
     std::optional<Store::Batch> batch;
     if (store_ != nullptr) batch.emplace(store_->NewBatch());
     for (std::uint64_t id : targets) {

@@ -152,6 +152,17 @@ class DelaydService final : public RawDelayd {
                                    grpc::ByteBuffer* out) override;
 
  private:
+  // RequeueDeadLetters and PurgeDeadLetters: the same request and answer,
+  // a different change (service_dead.cc).
+  using DeadLetterChange = void (Dispatcher::*)(
+      std::vector<std::uint64_t>, std::function<void(Status, LeaseResult)>);
+  grpc::ServerUnaryReactor* ChangeDeadLetters(grpc::CallbackServerContext* ctx,
+                                              const grpc::ByteBuffer* in,
+                                              grpc::ByteBuffer* out,
+                                              RpcMetrics::Method method,
+                                              std::string_view name,
+                                              DeadLetterChange change);
+
   // The last namespace resolved within one request, so that a Batch of
   // operations on one namespace validates and looks it up once.
   // (The name is a view into the request, which outlives the cache.)

@@ -53,44 +53,26 @@ grpc::ServerUnaryReactor* DelaydService::ListDeadLetters(
 grpc::ServerUnaryReactor* DelaydService::RequeueDeadLetters(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
     grpc::ByteBuffer* out) {
-  auto* call = new UnaryCall(ctx, out, rpc_[RpcMetrics::kRequeueDeadLetters]);
-  auto* req = call->New<v1::DeadLettersRequest>();
-  Caller caller;
-  if (auto* r = Read(ctx, *in, request_limits_.ack, "RequeueDeadLetters", call,
-                     req, &caller)) {
-    return r;
-  }
-  std::vector<std::uint64_t> ids;
-  Status s = Authorize(caller, req->namespace_(), kWrite);
-  if (s.ok()) s = validator_.DeadLetterIds(*req, &ids);
-  if (!s.ok()) return call->Reply(s);
-  auto* resp = call->New<v1::DeadLettersResponse>();
-  NamespaceId ns;
-  if (!Namespace(req->namespace_(), &ns).ok()) {
-    for (auto id : ids) resp->add_unknown_ids(id);
-    return call->Reply(Status::Ok(), resp);
-  }
-  auto* reactor = call->reactor();
-  scheduler_.dispatcher(ns).RequeueDeadLetters(
-      std::move(ids), [this, ns, call, resp](Status s, LeaseResult r) {
-        if (s.ok()) {
-          resp->set_count(r.done);
-          for (auto id : r.unknown) resp->add_unknown_ids(id);
-        }
-        call->Reply(s, resp);
-        scheduler_.Unpin(ns);
-      });
-  return reactor;
+  return ChangeDeadLetters(ctx, in, out, RpcMetrics::kRequeueDeadLetters,
+                           "RequeueDeadLetters",
+                           &Dispatcher::RequeueDeadLetters);
 }
 
 grpc::ServerUnaryReactor* DelaydService::PurgeDeadLetters(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
     grpc::ByteBuffer* out) {
-  auto* call = new UnaryCall(ctx, out, rpc_[RpcMetrics::kPurgeDeadLetters]);
+  return ChangeDeadLetters(ctx, in, out, RpcMetrics::kPurgeDeadLetters,
+                           "PurgeDeadLetters", &Dispatcher::PurgeDeadLetters);
+}
+
+grpc::ServerUnaryReactor* DelaydService::ChangeDeadLetters(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+    grpc::ByteBuffer* out, RpcMetrics::Method method, std::string_view name,
+    DeadLetterChange change) {
+  auto* call = new UnaryCall(ctx, out, rpc_[method]);
   auto* req = call->New<v1::DeadLettersRequest>();
   Caller caller;
-  if (auto* r = Read(ctx, *in, request_limits_.ack, "PurgeDeadLetters", call,
-                     req, &caller)) {
+  if (auto* r = Read(ctx, *in, request_limits_.ack, name, call, req, &caller)) {
     return r;
   }
   std::vector<std::uint64_t> ids;
@@ -104,7 +86,7 @@ grpc::ServerUnaryReactor* DelaydService::PurgeDeadLetters(
     return call->Reply(Status::Ok(), resp);
   }
   auto* reactor = call->reactor();
-  scheduler_.dispatcher(ns).PurgeDeadLetters(
+  (scheduler_.dispatcher(ns).*change)(
       std::move(ids), [this, ns, call, resp](Status s, LeaseResult r) {
         if (s.ok()) {
           resp->set_count(r.done);
