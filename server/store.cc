@@ -214,17 +214,16 @@ Status Store::ForEachEvent(
   return Status::Ok();
 }
 
-Status Store::PutNamespace(NamespaceId id, std::string_view name) {
+Status Store::WriteSynced(rocksdb::WriteBatch& batch, const char* what) {
   if (Status failed = Failed(); !failed.ok()) return failed;
   std::shared_lock lock(close_mu_);
   if (closed_) return Status::Unavailable("the store is closed");
   rocksdb::WriteOptions wo;
   wo.sync = true;
   const std::uint64_t sequence = db_->GetLatestSequenceNumber();
-  auto s = db_->Put(wo, meta_, NamespaceKey(id),
-                    rocksdb::Slice(name.data(), name.size()));
+  auto s = db_->Write(wo, &batch);
   if (!s.ok()) {
-    Status error = Error("writing a namespace", s);
+    Status error = Error(what, s);
     NoteWriteError(error);
     return error;
   }
@@ -232,24 +231,17 @@ Status Store::PutNamespace(NamespaceId id, std::string_view name) {
   return Status::Ok();
 }
 
+Status Store::PutNamespace(NamespaceId id, std::string_view name) {
+  rocksdb::WriteBatch batch;
+  batch.Put(meta_, NamespaceKey(id), rocksdb::Slice(name.data(), name.size()));
+  return WriteSynced(batch, "writing a namespace");
+}
+
 Status Store::ReserveIds(std::uint32_t partition, std::uint64_t version_limit,
                          std::uint64_t event_seq_limit) {
-  if (Status failed = Failed(); !failed.ok()) return failed;
-  std::shared_lock lock(close_mu_);
-  if (closed_) return Status::Unavailable("the store is closed");
   Batch batch(*this);
   batch.PutCounters(partition, version_limit, event_seq_limit);
-  rocksdb::WriteOptions wo;
-  wo.sync = true;
-  const std::uint64_t sequence = db_->GetLatestSequenceNumber();
-  auto s = db_->Write(wo, &batch.batch_);
-  if (!s.ok()) {
-    Status error = Error("reserving ids", s);
-    NoteWriteError(error);
-    return error;
-  }
-  NoteDurable(sequence);
-  return Status::Ok();
+  return WriteSynced(batch.batch_, "reserving ids");
 }
 
 Status Store::GetPayloads(std::span<const std::uint64_t> ids,

@@ -274,6 +274,9 @@ class Store {
   // After a salvage: names the timers and events that the copied
   // directory's log, read past its damage, holds and this store does not.
   std::string NameDropped();
+  // Writes `batch` and syncs it before returning (rare writes that must be
+  // durable before they are used); `what` names it in an error.
+  Status WriteSynced(rocksdb::WriteBatch& batch, const char* what);
   // Writes up to `sequence` are durable.
   void NoteDurable(std::uint64_t sequence);
   // Marks the store failed (every later write is refused) and reports it,

@@ -19,24 +19,14 @@ std::string PolicyKey(std::string_view name) {
 }  // namespace
 
 Status Store::PutPolicy(std::string_view name, std::string_view policy) {
-  if (Status failed = Failed(); !failed.ok()) return failed;
-  std::shared_lock lock(close_mu_);
-  if (closed_) return Status::Unavailable("the store is closed");
-  rocksdb::WriteOptions wo;
-  wo.sync = true;
-  const std::uint64_t sequence = db_->GetLatestSequenceNumber();
-  const std::string key = PolicyKey(name);
-  auto s = policy.empty()
-               ? db_->Delete(wo, meta_, key)
-               : db_->Put(wo, meta_, key,
-                          rocksdb::Slice(policy.data(), policy.size()));
-  if (!s.ok()) {
-    Status error = Error("writing a namespace policy", s);
-    NoteWriteError(error);
-    return error;
+  rocksdb::WriteBatch batch;
+  if (policy.empty()) {
+    batch.Delete(meta_, PolicyKey(name));
+  } else {
+    batch.Put(meta_, PolicyKey(name),
+              rocksdb::Slice(policy.data(), policy.size()));
   }
-  NoteDurable(sequence);  // The synced write synced the log before it too.
-  return Status::Ok();
+  return WriteSynced(batch, "writing a namespace policy");
 }
 
 Status Store::LoadPolicies(
