@@ -183,10 +183,7 @@ void Dispatcher::Ack(std::vector<std::uint64_t> ids,
       Outstanding& o = it->second;
       if (o.worker != 0) {
         if (Worker* w = FindWorker(o.worker)) w->in_flight.erase(id);
-        CancelAckTimer(o);
-        counters_.in_flight.fetch_sub(1);
-        mine_.in_flight.fetch_sub(1, std::memory_order_relaxed);
-        --in_flight_;
+        LeaveFlight(o);
         observed_.Add(now - o.delivered_at);
       } else if (o.retrying) {
         CancelAckTimer(o);
@@ -252,16 +249,19 @@ Dispatcher::Worker* Dispatcher::FindWorker(std::uint64_t id) {
   return nullptr;
 }
 
-void Dispatcher::Requeue(std::uint64_t event_id, Outstanding& o) {
+void Dispatcher::LeaveFlight(Outstanding& o) {
   assert(o.worker != 0);
   CancelAckTimer(o);
   o.worker = 0;
-  ready_.push_front(event_id);
   counters_.in_flight.fetch_sub(1);
+  mine_.in_flight.fetch_sub(1, std::memory_order_relaxed);
+}
+
+void Dispatcher::Requeue(std::uint64_t event_id, Outstanding& o) {
+  LeaveFlight(o);
+  ready_.push_front(event_id);
   counters_.ready.fetch_add(1);
   counters_.redelivered.fetch_add(1);
-  mine_.in_flight.fetch_sub(1, std::memory_order_relaxed);
-  --in_flight_;
   mine_.ready.fetch_add(1, std::memory_order_relaxed);
   mine_.redelivered.fetch_add(1, std::memory_order_relaxed);
 }
@@ -378,10 +378,13 @@ void Dispatcher::Pump() {
         kMaxBatch);
     if (unwritten.bytes >= limits_.worker_backlog_bytes) room = 0;
     // The namespace's own limits, across its workers.
+    // (The namespace's in-flight gauge is written on this strand only.)
     if (policy_.max_in_flight != 0) {
       room = std::min<std::size_t>(
           room, policy_.max_in_flight -
-                    std::min<std::size_t>(policy_.max_in_flight, in_flight_));
+                    std::min<std::size_t>(
+                        policy_.max_in_flight,
+                        mine_.in_flight.load(std::memory_order_relaxed)));
       if (room == 0) break;
     }
     if (!bucket_.unlimited()) {
@@ -437,7 +440,6 @@ void Dispatcher::Pump() {
     counters_.in_flight.fetch_add(batch.size());
     mine_.ready.fetch_sub(batch.size(), std::memory_order_relaxed);
     mine_.in_flight.fetch_add(batch.size(), std::memory_order_relaxed);
-    in_flight_ += batch.size();
     if (!bucket_.unlimited()) bucket_.Take(batch.size());
     mine_.delivered.fetch_add(batch.size(), std::memory_order_relaxed);
     w.sink->Deliver(name_, batch);

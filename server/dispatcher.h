@@ -204,6 +204,9 @@ class Dispatcher {
   // Pumps again once the next token of the dispatch rate is there.
   void ArmRateTimer(SteadyTime at);
   std::chrono::nanoseconds BackoffFor(const Outstanding& o);
+  // Ends `o`'s time in flight: its ack timer cancelled, counted out (the
+  // caller says where it goes).
+  void LeaveFlight(Outstanding& o);
   void Requeue(std::uint64_t event_id, Outstanding& o);
   // Ends `o`'s delivery as failed: it retries after `wait` (at once if 0),
   // or becomes a dead letter after its last attempt. Its fate goes to
@@ -249,8 +252,6 @@ class Dispatcher {
   TokenBucket bucket_;
   asio::steady_timer rate_timer_;
   bool rate_armed_ = false;
-  // Events in flight to all workers (policy_.max_in_flight).
-  std::size_t in_flight_ = 0;
   std::minstd_rand random_;  // Backoff jitter.
   // Dead letters' ids, in id order (for paging).
   std::set<std::uint64_t> dead_;

@@ -17,15 +17,11 @@ Event CopyOf(const Event& e) {
 }  // namespace
 
 void Dispatcher::Bury(std::uint64_t event_id, Outstanding& o) {
-  CancelAckTimer(o);
-  o.worker = 0;
+  LeaveFlight(o);
   o.dead = true;
   dead_.insert(event_id);
-  counters_.in_flight.fetch_sub(1);
   counters_.dead_letters.fetch_add(1);
-  mine_.in_flight.fetch_sub(1, std::memory_order_relaxed);
   mine_.dead_letters.fetch_add(1, std::memory_order_relaxed);
-  --in_flight_;
   if (store_ != nullptr) {
     if (!fates_) fates_.emplace(store_->NewBatch());
     fates_->PutFate(event_id, {o.event.attempt, true, o.error});

@@ -98,15 +98,11 @@ void Dispatcher::Fail(std::uint64_t event_id, Outstanding& o,
     Requeue(event_id, o);
     return;
   }
-  CancelAckTimer(o);
-  o.worker = 0;
+  LeaveFlight(o);
   o.retrying = true;
   StartAckTimer(event_id, o, wait);
-  counters_.in_flight.fetch_sub(1);
   counters_.retrying.fetch_add(1);
   counters_.redelivered.fetch_add(1);
-  mine_.in_flight.fetch_sub(1, std::memory_order_relaxed);
-  --in_flight_;
   mine_.retrying.fetch_add(1, std::memory_order_relaxed);
   mine_.redelivered.fetch_add(1, std::memory_order_relaxed);
 }
