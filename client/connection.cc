@@ -1,5 +1,7 @@
 #include "client/connection.h"
 
+#include <google/protobuf/util/time_util.h>
+
 #include <fstream>
 #include <sstream>
 
@@ -64,6 +66,13 @@ std::string ReadWholeFile(const std::string& path, const char* flag) {
   std::stringstream s;
   s << in.rdbuf();
   return s.str();
+}
+
+google::protobuf::Duration DurationFlag(const std::string& text,
+                                        const char* flag) {
+  auto d = delayd::ParseDuration(text);
+  if (!d) throw Exit{kUsage, std::string(flag) + ": not a duration: " + text};
+  return google::protobuf::util::TimeUtil::NanosecondsToDuration(d->count());
 }
 
 const char* CodeName(grpc::StatusCode code) {

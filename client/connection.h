@@ -11,6 +11,7 @@
 #include <string>
 
 #include "delayd/v1/delayd.grpc.pb.h"
+#include "google/protobuf/duration.pb.h"
 
 namespace delayctl {
 
@@ -53,6 +54,11 @@ class Client {
 std::string ReadWholeFile(const std::string& path, const char* flag);
 
 const char* CodeName(grpc::StatusCode code);
+
+// A duration flag (90s, 1h30m, 500ms) as a request field; throws a usage
+// Exit naming `flag` if it is not one.
+google::protobuf::Duration DurationFlag(const std::string& text,
+                                        const char* flag);
 
 // Leaves with the right code for a failed call: kNotFound for NOT_FOUND,
 // kRpcFailed otherwise.

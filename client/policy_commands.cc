@@ -24,13 +24,6 @@ struct PolicyArgs {
   std::optional<bool> paused;
 };
 
-google::protobuf::Duration DurationFlag(const std::string& text,
-                                        const char* flag) {
-  auto d = delayd::ParseDuration(text);
-  if (!d) throw Exit{kUsage, std::string(flag) + ": not a duration: " + text};
-  return TimeUtil::NanosecondsToDuration(d->count());
-}
-
 void CheckFlags(const PolicyArgs& a) {
   if (a.initial_backoff) DurationFlag(*a.initial_backoff, "--initial-backoff");
   if (a.max_backoff) DurationFlag(*a.max_backoff, "--max-backoff");

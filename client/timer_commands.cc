@@ -71,8 +71,7 @@ int Set(Client& c, const Global& g, const TimerArgs& a) {
   req.set_if_absent(a.if_absent);
   SetWhen(a.in, a.at, &req);
   if (!a.jitter.empty()) {
-    *req.mutable_jitter() = TimeUtil::NanosecondsToDuration(
-        delayd::ParseDuration(a.jitter)->count());
+    *req.mutable_jitter() = DurationFlag(a.jitter, "--jitter");
   }
   v1::SetTimerResponse resp;
   Check(c.stub().SetTimer(c.Context().get(), req, &resp));
@@ -297,16 +296,13 @@ void AddTimerCommands(CLI::App& app, const Global& g, Commands& out) {
   set->add_flag("--if-absent", a->if_absent, "Fail if the key is pending");
   set->add_option("--jitter", a->jitter,
                   "Fire at a random instant up to this much later");
-  out.push_back(
-      {set,
-       [a, check_when] {
-         check_when();
-         if (!a->jitter.empty() && !delayd::ParseDuration(a->jitter)) {
-           throw Exit{kUsage, "--jitter: not a duration: " + a->jitter};
-         }
-       },
-       {},
-       [&g, a](Client& c) { return Set(c, g, *a); }});
+  out.push_back({set,
+                 [a, check_when] {
+                   check_when();
+                   if (!a->jitter.empty()) DurationFlag(a->jitter, "--jitter");
+                 },
+                 {},
+                 [&g, a](Client& c) { return Set(c, g, *a); }});
 
   auto* move = app.add_subcommand("move", "Change a pending timer's fire time");
   move->add_option("key", a->key)->required();

@@ -260,14 +260,6 @@ struct LeaseArgs {
   std::string error;     // Nack: what went wrong.
 };
 
-// The request's Duration from a duration flag.
-google::protobuf::Duration DurationArg(const std::string& text,
-                                       const char* flag) {
-  auto d = delayd::ParseDuration(text);
-  if (!d) throw Exit{kUsage, std::string(flag) + ": not a duration: " + text};
-  return google::protobuf::util::TimeUtil::NanosecondsToDuration(d->count());
-}
-
 // Prints "VERB N" and each unknown id; kNotFound if there were any.
 template <typename Resp>
 int PrintIdsResult(Client& c, const Resp& resp, const char* verb,
@@ -288,7 +280,7 @@ int Nack(Client& c, const Global& g, const LeaseArgs& a) {
   req.set_namespace_(g.ns);
   for (auto id : a.ids) req.add_event_ids(id);
   if (!a.duration.empty()) {
-    *req.mutable_retry_after() = DurationArg(a.duration, "--retry-after");
+    *req.mutable_retry_after() = DurationFlag(a.duration, "--retry-after");
   }
   req.set_error(a.error);
   v1::NackResponse resp;
@@ -300,7 +292,7 @@ int Extend(Client& c, const Global& g, const LeaseArgs& a) {
   v1::ExtendLeaseRequest req;
   req.set_namespace_(g.ns);
   for (auto id : a.ids) req.add_event_ids(id);
-  *req.mutable_extension() = DurationArg(a.duration, "--by");
+  *req.mutable_extension() = DurationFlag(a.duration, "--by");
   v1::ExtendLeaseResponse resp;
   Check(c.stub().ExtendLease(c.Context().get(), req, &resp));
   return PrintIdsResult(c, resp, "extended", resp.extended());
@@ -372,7 +364,7 @@ void AddWorkerCommands(CLI::App& app, const Global& g, Commands& out) {
   out.push_back({nack,
                  [n] {
                    if (!n->duration.empty()) {
-                     DurationArg(n->duration, "--retry-after");
+                     DurationFlag(n->duration, "--retry-after");
                    }
                  },
                  {},
@@ -385,7 +377,7 @@ void AddWorkerCommands(CLI::App& app, const Global& g, Commands& out) {
   extend->add_option("--by", x->duration, "New ack deadline, from now")
       ->required();
   out.push_back({extend,
-                 [x] { DurationArg(x->duration, "--by"); },
+                 [x] { DurationFlag(x->duration, "--by"); },
                  {},
                  [&g, x](Client& c) { return Extend(c, g, *x); }});
 
