@@ -71,26 +71,26 @@ class DeadLetterTest : public ::testing::Test {
     EXPECT_TRUE(d.stub().ListDeadLetters(&ctx, req, &resp).ok());
     return resp;
   }
-  v1::DeadLettersResponse Requeue(TestDaemon& d,
-                                  std::vector<std::uint64_t> ids) {
+  // Requeues (or purges) `ids`, or all when empty.
+  v1::DeadLettersResponse Change(TestDaemon& d, std::vector<std::uint64_t> ids,
+                                 bool purge) {
     v1::DeadLettersRequest req;
     req.set_namespace_("jobs");
     for (auto id : ids) req.add_event_ids(id);
     req.set_all(ids.empty());
     v1::DeadLettersResponse resp;
     grpc::ClientContext ctx;
-    EXPECT_TRUE(d.stub().RequeueDeadLetters(&ctx, req, &resp).ok());
+    EXPECT_TRUE((purge ? d.stub().PurgeDeadLetters(&ctx, req, &resp)
+                       : d.stub().RequeueDeadLetters(&ctx, req, &resp))
+                    .ok());
     return resp;
   }
+  v1::DeadLettersResponse Requeue(TestDaemon& d,
+                                  std::vector<std::uint64_t> ids) {
+    return Change(d, std::move(ids), false);
+  }
   v1::DeadLettersResponse Purge(TestDaemon& d, std::vector<std::uint64_t> ids) {
-    v1::DeadLettersRequest req;
-    req.set_namespace_("jobs");
-    for (auto id : ids) req.add_event_ids(id);
-    req.set_all(ids.empty());
-    v1::DeadLettersResponse resp;
-    grpc::ClientContext ctx;
-    EXPECT_TRUE(d.stub().PurgeDeadLetters(&ctx, req, &resp).ok());
-    return resp;
+    return Change(d, std::move(ids), true);
   }
   // Nacks each delivery of `w` until it has seen `n` events.
   std::vector<v1::Event> NackEach(TestDaemon& d, TestStream& w, std::size_t n) {
