@@ -1,6 +1,9 @@
 // A token bucket: at most `rate` takes per second on average, and at most
 // `burst` at once after a quiet spell. The time is passed in (no clock), so
-// that the arithmetic is tested with made-up times.
+// that the arithmetic is tested with made-up times. Written here: none of
+// the project's libraries (Asio, gRPC, Abseil as Debian ships it) has one,
+// and it is a few lines of arithmetic on the dispatcher's strand (held to
+// the set rate within 0.01 % at 100 to 10,000/s, tests/bench/README.md).
 #ifndef DELAYD_SERVER_TOKEN_BUCKET_H_
 #define DELAYD_SERVER_TOKEN_BUCKET_H_
 
