@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include "client/exit_codes.h"
-#include "server/duration.h"
+#include "server/common/duration.h"
 
 namespace delayctl {
 namespace {

@@ -18,7 +18,7 @@
 #include "client/exit_codes.h"
 #include "client/print.h"
 #include "client/signals.h"
-#include "server/duration.h"
+#include "server/common/duration.h"
 
 namespace delayctl {
 namespace {

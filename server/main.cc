@@ -14,11 +14,11 @@
 #include <functional>
 #include <thread>
 
-#include "server/check.h"
-#include "server/duration.h"
-#include "server/json_log.h"
-#include "server/limit_log.h"
-#include "server/server.h"
+#include "server/api/server.h"
+#include "server/common/duration.h"
+#include "server/common/json_log.h"
+#include "server/common/limit_log.h"
+#include "server/store/check.h"
 
 namespace {
 // Set when the store failed beyond recovery (the exit code says so).

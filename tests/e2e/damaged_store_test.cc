@@ -3,7 +3,7 @@
 // at the very end of the log (a crash mid-write, never made durable), where
 // it recovers everything before it. Damage that leaves a valid but older
 // store (a MANIFEST or a log cut short) is caught by the store's mark
-// (server/store_mark.h).
+// (server/store/store_mark.h).
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <signal.h>

@@ -235,7 +235,7 @@ TEST(Prometheus, ScrapesThePendingGaugeAndALatenessQuantile) {
       "histogram_quantile(0.5, delayd_delivery_lateness_seconds_bucket)");
   ASSERT_TRUE(median.has_value());
   EXPECT_GE(*median, 0.0);
-  // delayd's buckets (server/metrics.cc).
+  // delayd's buckets (server/common/metrics.cc).
   const std::vector<double> bounds = {
       0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
       0.25,   0.5,     1,      2.5,   5,      10,    30,   60,    300};

@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "server/batch_wire.h"
+#include "server/api/batch_wire.h"
 
 namespace {
 constexpr std::size_t kMaxOps = 64;

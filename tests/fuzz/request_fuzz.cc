@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <cstdlib>
 
-#include "server/validate.h"
+#include "server/api/validate.h"
 
 namespace {
 

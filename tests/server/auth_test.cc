@@ -1,4 +1,4 @@
-#include "server/auth.h"
+#include "server/api/auth.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "server/batch_wire.h"
+#include "server/api/batch_wire.h"
 
 #include <google/protobuf/stubs/logging.h>
 #include <google/protobuf/util/message_differencer.h>

@@ -3,7 +3,7 @@
 // for one instant spread over the window; bad jitter is refused.
 #include <gtest/gtest.h>
 
-#include "server/proto_time.h"
+#include "server/api/proto_time.h"
 #include "tests/server/test_client.h"
 
 namespace delayd::testing {

@@ -1,4 +1,4 @@
-#include "server/key_index.h"
+#include "server/core/key_index.h"
 
 #include <gtest/gtest.h>
 

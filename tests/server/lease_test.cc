@@ -4,7 +4,7 @@
 // does come back (within a bounded wait).
 #include <gtest/gtest.h>
 
-#include "server/retry.h"
+#include "server/common/retry.h"
 #include "tests/server/test_client.h"
 
 namespace delayd::testing {

@@ -3,11 +3,11 @@
 // bad values refused, pause and resume, the in-flight cap and the dispatch
 // rate across workers, the default ack timeout, the limit on policies, and
 // policies surviving a restart.
-#include "server/policy.h"
+#include "server/common/policy.h"
 
 #include <gtest/gtest.h>
 
-#include "server/token_bucket.h"
+#include "server/core/token_bucket.h"
 #include "tests/common/temp_dir.h"
 #include "tests/server/test_client.h"
 

@@ -1,7 +1,7 @@
 // The scheduler core without gRPC: many client threads against partitions
 // and dispatchers, so that ThreadSanitizer checks all of the core's
 // concurrency with no suppressions.
-#include "server/scheduler.h"
+#include "server/core/scheduler.h"
 
 #include <gtest/gtest.h>
 

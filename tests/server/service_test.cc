@@ -10,7 +10,7 @@
 #include <set>
 
 #include "grpc/health/v1/health.grpc.pb.h"
-#include "server/server.h"
+#include "server/api/server.h"
 #include "tests/server/test_client.h"
 
 namespace delayd::testing {

@@ -1,6 +1,6 @@
 // Durability through restarts: an in-process daemon over a store in a
 // temporary directory, stopped and started again on the same directory.
-#include "server/store.h"
+#include "server/store/store.h"
 
 #include <gtest/gtest.h>
 

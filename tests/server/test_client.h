@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "delayd/v1/delayd.grpc.pb.h"
-#include "server/server.h"
+#include "server/api/server.h"
 
 namespace delayd::testing {
 

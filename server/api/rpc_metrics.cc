@@ -1,0 +1,88 @@
+#include "server/api/rpc_metrics.h"
+
+#include "server/common/metrics.h"
+
+namespace delayd {
+
+const char* CodeName(grpc::StatusCode code) {
+  static constexpr const char* kNames[] = {"OK",
+                                           "CANCELLED",
+                                           "UNKNOWN",
+                                           "INVALID_ARGUMENT",
+                                           "DEADLINE_EXCEEDED",
+                                           "NOT_FOUND",
+                                           "ALREADY_EXISTS",
+                                           "PERMISSION_DENIED",
+                                           "RESOURCE_EXHAUSTED",
+                                           "FAILED_PRECONDITION",
+                                           "ABORTED",
+                                           "OUT_OF_RANGE",
+                                           "UNIMPLEMENTED",
+                                           "INTERNAL",
+                                           "UNAVAILABLE",
+                                           "DATA_LOSS",
+                                           "UNAUTHENTICATED"};
+  const auto i = static_cast<std::size_t>(code);
+  return i < std::size(kNames) ? kNames[i] : "UNKNOWN";
+}
+
+MethodMetrics::MethodMetrics(std::string method,
+                             prometheus::Family<prometheus::Counter>& requests,
+                             prometheus::Family<prometheus::Histogram>& latency)
+    : method_(std::move(method)),
+      requests_(requests),
+      latency_(latency.Add({{"method", method_}}, LatencyBuckets())) {}
+
+void MethodMetrics::Observe(grpc::StatusCode code,
+                            std::optional<std::chrono::nanoseconds> took) {
+  auto i = static_cast<std::size_t>(code);
+  if (i >= kCodes) i = static_cast<std::size_t>(grpc::StatusCode::UNKNOWN);
+  prometheus::Counter* c = by_code_[i].load(std::memory_order_acquire);
+  if (c == nullptr) {
+    // Family::Add returns the same series for the same labels, so two
+    // threads racing here store the same pointer.
+    c = &requests_.Add({{"method", method_},
+                        {"code", CodeName(static_cast<grpc::StatusCode>(i))}});
+    by_code_[i].store(c, std::memory_order_release);
+  }
+  c->Increment();
+  if (took) latency_.Observe(took->count() / 1e9);
+}
+
+RpcMetrics::RpcMetrics(prometheus::Registry& registry) {
+  auto& requests = prometheus::BuildCounter()
+                       .Name("delayd_grpc_requests_total")
+                       .Help(
+                           "Calls answered, by method and status code "
+                           "(a Subscribe stream counts when it ends).")
+                       .Register(registry);
+  auto& latency = prometheus::BuildHistogram()
+                      .Name("delayd_grpc_request_duration_seconds")
+                      .Help("From a unary call's arrival to its answer.")
+                      .Register(registry);
+  static constexpr const char* kNames[kMethods] = {"SetTimer",
+                                                   "MoveTimer",
+                                                   "RemoveTimer",
+                                                   "Drain",
+                                                   "GetTimer",
+                                                   "ListTimers",
+                                                   "Batch",
+                                                   "Subscribe",
+                                                   "Ack",
+                                                   "Nack",
+                                                   "ExtendLease",
+                                                   "GetPolicy",
+                                                   "SetPolicy",
+                                                   "ListDeadLetters",
+                                                   "RequeueDeadLetters",
+                                                   "PurgeDeadLetters",
+                                                   "Stats",
+                                                   "Backup"};
+  // (A name left out would leave the last ones null.)
+  static_assert(kNames[kMethods - 1] != nullptr);
+  for (int m = 0; m < kMethods; ++m) {
+    methods_[m] = std::make_unique<MethodMetrics>(kNames[m], requests, latency);
+  }
+}
+
+}  // namespace delayd

@@ -1,0 +1,250 @@
+#include "server/api/server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+namespace delayd {
+
+bool IsLoopback(std::string_view listen) {
+  const std::size_t colon = listen.rfind(':');
+  std::string_view host = listen.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  return host.starts_with("127.") || host == "localhost" || host == "::1";
+}
+
+DelaydServer::DelaydServer(Options options) : options_(std::move(options)) {}
+
+DelaydServer::~DelaydServer() { Shutdown(std::chrono::milliseconds(0)); }
+
+Status DelaydServer::Start() {
+  // Credentials first: a file that does not load stops the start before the
+  // store is opened.
+  if (!options_.auth_tokens.empty()) {
+    TokenTable table;
+    if (Status s = TokenTable::Load(options_.auth_tokens, &table); !s.ok()) {
+      return s;
+    }
+    auth_.Enable(std::move(table));
+  }
+  if (!options_.tls.cert.empty() || !options_.tls.key.empty()) {
+    if (options_.tls.cert.empty() || options_.tls.key.empty()) {
+      return Status::InvalidArgument("--tls-cert and --tls-key go together");
+    }
+    if (Status s = TlsCertificates::Create(options_.tls, &tls_); !s.ok()) {
+      return s;
+    }
+  } else if (!options_.tls.client_ca.empty()) {
+    return Status::InvalidArgument(
+        "--tls-client-ca needs --tls-cert and --tls-key");
+  }
+  if (options_.scheduler.store) {
+    StoreOptions& store = *options_.scheduler.store;
+    store.on_error = [this, also = std::move(store.on_error)](const Status& s) {
+      {
+        std::lock_guard lock(health_mu_);
+        if (store_whole_) {
+          store_whole_ = false;
+          spdlog::error(
+              "the store failed ({}): health of '{}' NOT_SERVING "
+              "until delayd restarts; run delayd check on it",
+              s.message(), kStoreHealthService);
+          SetHealth();
+        }
+      }
+      if (also) also(s);
+    };
+    store.on_write_failure =
+        [this, also = std::move(store.on_write_failure)](const Status& why) {
+          spdlog::error("the store cannot write ({}): health NOT_SERVING",
+                        why.message());
+          {
+            std::lock_guard lock(health_mu_);
+            store_writable_ = false;
+            SetHealth();
+          }
+          if (also) also(why);
+        };
+  }
+  scheduler_ = std::make_unique<Scheduler>(options_.scheduler);
+  if (Status s = scheduler_->Start(&recovery_); !s.ok()) {
+    scheduler_.reset();
+    return s;
+  }
+  service_ =
+      std::make_unique<DelaydService>(*scheduler_, auth_, options_.backup_dir);
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  std::shared_ptr<grpc::ServerCredentials> credentials =
+      grpc::InsecureServerCredentials();
+  if (tls_) credentials = tls_->credentials();
+  builder.AddListeningPort(options_.listen, credentials, &port_);
+  builder.RegisterService(service_.get());
+  // Keep idle streams alive behind proxies and notice dead peers.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS,
+                             static_cast<int>(options_.keepalive_time.count()));
+  builder.AddChannelArgument(
+      GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+      static_cast<int>(options_.keepalive_timeout.count()));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(
+      GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  // gRPC has one receive limit per server, not per method. It is what the
+  // largest request needs: a Batch up to --max-batch-bytes, or one
+  // full-size timer. Every method then holds its request to its own limit
+  // before parsing it (RequestLimits in service.h).
+  const Limits& l = options_.scheduler.limits;
+  const std::size_t unary_message =
+      l.max_payload_bytes + l.max_key_bytes + l.max_namespace_bytes + 4096;
+  builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<std::size_t>(
+      std::max(options_.max_batch_bytes, unary_message), 1u << 30)));
+  // All of gRPC's memory for connections and calls, bounded.
+  grpc::ResourceQuota quota("delayd");
+  quota.Resize(options_.grpc_memory_bytes);
+  builder.SetResourceQuota(quota);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                             options_.max_streams_per_connection);
+  server_ = builder.BuildAndStart();
+  if (!server_ || port_ == 0) {
+    server_.reset();
+    return Status::Unavailable("cannot listen on " + options_.listen);
+  }
+  // A plaintext port with only the health service: for probes that speak
+  // neither TLS nor tokens (Kubernetes' gRPC probe, the image's
+  // HEALTHCHECK). It tells the serving status and nothing else.
+  if (!options_.health_listen.empty()) {
+    grpc::ServerBuilder health;
+    health.AddListeningPort(options_.health_listen,
+                            grpc::InsecureServerCredentials(), &health_port_);
+    health_server_ = health.BuildAndStart();
+    if (!health_server_ || health_port_ == 0) {
+      server_->Shutdown();
+      server_.reset();
+      health_server_.reset();
+      return Status::Unavailable("cannot listen on " + options_.health_listen +
+                                 " (--health-listen)");
+    }
+  }
+  if (!options_.metrics_listen.empty()) {
+    if (Status s = MetricsEndpoint::Start(options_.metrics_listen,
+                                          options_.metrics_namespace_labels,
+                                          *scheduler_, &metrics_);
+        !s.ok()) {
+      server_->Shutdown();
+      server_.reset();
+      health_server_.reset();
+      return s;
+    }
+  }
+  report_timer_ =
+      std::make_unique<asio::steady_timer>(asio::make_strand(scheduler_->io()));
+  ReportRedeliveries(scheduler_->counters().redelivered.load());
+  std::lock_guard lock(health_mu_);
+  started_ = true;
+  SetHealth();
+  return Status::Ok();
+}
+
+Status DelaydServer::Reload() {
+  std::string errors;
+  if (auth_.enabled()) {
+    TokenTable table;
+    if (Status s = TokenTable::Load(options_.auth_tokens, &table); s.ok()) {
+      auth_.Reload(std::move(table));
+    } else {
+      errors += s.message();
+    }
+  }
+  if (tls_) {
+    if (Status s = tls_->Reload(); !s.ok()) {
+      errors += (errors.empty() ? "" : "; ") + s.message();
+    }
+  }
+  if (!errors.empty()) return Status::InvalidArgument(errors);
+  return Status::Ok();
+}
+
+void DelaydServer::SetHealth() {
+  if (!started_) return;
+  const bool serving = !stopped_ && store_writable_;
+  for (grpc::Server* server : {server_.get(), health_server_.get()}) {
+    if (server == nullptr) continue;
+    auto* health = server->GetHealthCheckService();
+    health->SetServingStatus(serving);  // The server as a whole ("").
+    health->SetServingStatus(v1::Delayd::service_full_name(), serving);
+    health->SetServingStatus(kStoreHealthService, serving && store_whole_);
+  }
+}
+
+void DelaydServer::ReportRedeliveries(std::uint64_t before) {
+  report_timer_->expires_after(kReportInterval);
+  report_timer_->async_wait([this, before](const asio::error_code& ec) {
+    if (ec) return;
+    const std::uint64_t now = scheduler_->counters().redelivered.load();
+    if (now > before) {
+      spdlog::info(
+          "{} events redelivered in the last {} s (their ack deadline passed "
+          "or their worker left)",
+          now - before, kReportInterval.count());
+    }
+    ReportRedeliveries(now);
+  });
+}
+
+void DelaydServer::Shutdown(std::chrono::milliseconds grace) {
+  if (stopped_ || !scheduler_) return;
+  if (report_timer_) {
+    asio::post(report_timer_->get_executor(),
+               [t = report_timer_.get()] { t->cancel(); });
+  }
+  // The metrics endpoint's HTTP server takes up to 2 s to stop (civetweb
+  // polls its listening socket in 2 s quanta): it stops meanwhile.
+  std::thread stop_metrics([metrics = std::move(metrics_)] {});
+  {
+    std::lock_guard lock(health_mu_);
+    stopped_ = true;
+    SetHealth();
+  }
+  // End every stream, then let in-flight unary calls finish.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool closed = false;
+  scheduler_->Shutdown([&] {
+    std::lock_guard lock(mu);
+    closed = true;
+    cv.notify_all();
+  });
+  {
+    std::unique_lock lock(mu);
+    cv.wait_for(lock, grace + std::chrono::seconds(1), [&] { return closed; });
+  }
+  spdlog::debug("shutdown: operations answered, streams ended");
+  // Every call has been answered; what remains is sending the answers. gRPC
+  // would wait out the whole deadline for idle client connections, so give
+  // it only a short one.
+  if (server_) {
+    server_->Shutdown(std::chrono::system_clock::now() +
+                      std::min<std::chrono::milliseconds>(
+                          grace, std::chrono::milliseconds(200)));
+  }
+  if (health_server_) {
+    health_server_->Shutdown(std::chrono::system_clock::now() +
+                             std::chrono::milliseconds(100));
+  }
+  spdlog::debug("shutdown: server stopped");
+  stop_metrics.join();
+  scheduler_->Stop();
+  server_.reset();
+  health_server_.reset();
+}
+
+}  // namespace delayd

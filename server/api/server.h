@@ -1,0 +1,113 @@
+// The daemon's gRPC server: the service, TLS and tokens, health checking,
+// reflection, and a graceful shutdown.
+#ifndef DELAYD_SERVER_API_SERVER_H_
+#define DELAYD_SERVER_API_SERVER_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "server/api/auth.h"
+#include "server/api/metrics_export.h"
+#include "server/api/service.h"
+#include "server/api/tls.h"
+#include "server/common/status.h"
+#include "server/core/scheduler.h"
+
+namespace delayd {
+
+// Whether a listen address ("host:port") is on the loopback interface.
+bool IsLoopback(std::string_view listen);
+
+// The health service name whose status is the store's: NOT_SERVING once it
+// failed a read or a write (see the README's section on damage).
+inline constexpr char kStoreHealthService[] = "delayd.store";
+
+// The daemon's gRPC server: the service, health checking and reflection.
+class DelaydServer {
+ public:
+  struct Options {
+    std::string listen = "127.0.0.1:7070";
+    // If set: a plaintext port with only grpc.health.v1 (for probes).
+    std::string health_listen;
+    Scheduler::Options scheduler;
+    std::chrono::milliseconds keepalive_time = std::chrono::seconds(30);
+    std::chrono::milliseconds keepalive_timeout = std::chrono::seconds(10);
+    // TLS (empty cert: plaintext); see tls.h.
+    TlsCertificates::Files tls;
+    // Token file (empty: no authentication); see auth.h.
+    std::string auth_tokens;
+    // Largest Batch request in bytes; every other request is far smaller.
+    std::size_t max_batch_bytes = 4 << 20;
+    // Memory gRPC may take for connections and calls in flight (its
+    // ResourceQuota); past it, new calls wait or are refused.
+    std::size_t grpc_memory_bytes = 1u << 30;
+    // Concurrent calls (streams) per client connection.
+    int max_streams_per_connection = 1000;
+    // Where Backup writes copies of the store (empty: Backup is refused).
+    std::string backup_dir;
+    // If set: the Prometheus metrics endpoint (metrics_export.h), plain
+    // HTTP, on this address; with a label per namespace unless turned off.
+    std::string metrics_listen;
+    bool metrics_namespace_labels = true;
+  };
+
+  explicit DelaydServer(Options options);
+  ~DelaydServer();
+
+  // Starts the scheduler (recovering the store, if any) and the server.
+  // Fails if the store cannot be opened or read, or the address bound.
+  Status Start();
+  const Scheduler::RecoveryReport& recovery() const { return recovery_; }
+  // The bound port (useful with port 0).
+  int port() const { return port_; }
+  int health_port() const { return health_port_; }
+  // The metrics endpoint's port (0: none).
+  int metrics_port() const { return metrics_ ? metrics_->port() : 0; }
+  // Graceful stop: health NOT_SERVING, new operations UNAVAILABLE, streams
+  // ended with UNAVAILABLE, in-flight calls given until `grace` to finish,
+  // then the scheduler stops. Idempotent.
+  void Shutdown(std::chrono::milliseconds grace);
+  Scheduler& scheduler() { return *scheduler_; }
+  // Reads the token file and the TLS certificates again (SIGHUP). What fails
+  // to load is not applied and is said in the result; the rest is.
+  Status Reload();
+  // Whether anything guards the port: TLS or tokens.
+  bool secured() const { return tls_ != nullptr || auth_.enabled(); }
+
+ private:
+  Options options_;
+  Authorizer auth_;
+  std::unique_ptr<TlsCertificates> tls_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<DelaydService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<grpc::Server> health_server_;
+  // Reads the scheduler: declared after it, so destroyed before it.
+  std::unique_ptr<MetricsEndpoint> metrics_;
+  // Logs, every kReportInterval, how many events were redelivered (one line
+  // per interval, not one per event). On a strand of the scheduler's pool.
+  void ReportRedeliveries(std::uint64_t before);
+  static constexpr std::chrono::seconds kReportInterval{10};
+  std::unique_ptr<asio::steady_timer> report_timer_;
+  int port_ = 0;
+  int health_port_ = 0;
+  // Health: SERVING once started, while not stopping and until a store
+  // write fails. The store's own entry (kStoreHealthService) also turns
+  // NOT_SERVING, until a restart, at the first failed read (damage): the
+  // rest still serves, so probes of the server stay SERVING. Under
+  // health_mu_ (the store reports from its own threads).
+  void SetHealth();
+  std::mutex health_mu_;
+  bool started_ = false;
+  bool stopped_ = false;
+  bool store_writable_ = true;
+  bool store_whole_ = true;
+  Scheduler::RecoveryReport recovery_;
+};
+
+}  // namespace delayd
+
+#endif  // DELAYD_SERVER_API_SERVER_H_

@@ -1,0 +1,482 @@
+#include "server/api/service.h"
+
+#include <google/protobuf/stubs/logging.h>
+#include <spdlog/spdlog.h>
+
+#include <climits>
+#include <random>
+
+#include "server/api/proto_time.h"
+#include "server/api/stream.h"
+#include "server/common/limit_log.h"
+
+namespace delayd {
+
+using google::protobuf::Timestamp;
+
+void RouteProtobufLogsToSpdlog() {
+  google::protobuf::SetLogHandler([](google::protobuf::LogLevel level,
+                                     const char* file, int line,
+                                     const std::string& message) {
+    spdlog::log(level == google::protobuf::LOGLEVEL_FATAL
+                    ? spdlog::level::critical
+                    : spdlog::level::debug,
+                "protobuf ({}:{}): {}", file, line, message);
+  });
+}
+
+namespace {
+void FillTimer(const TimerInfo& info, const std::string& ns, v1::Timer* t) {
+  t->set_namespace_(ns);
+  t->set_key(info.key);
+  t->set_payload(info.payload);
+  SetTimestamp(info.fire_time, t->mutable_fire_time());
+  t->set_version(info.version);
+}
+
+}  // namespace
+
+RequestLimits RequestLimits::Of(const Limits& l) {
+  // Room for every other field, their tags and lengths: a page token, a
+  // Backup directory (a path), timestamps and options.
+  constexpr std::size_t kSlack = 8192;
+  const std::size_t names = l.max_namespace_bytes + l.max_key_bytes + kSlack;
+  // An event id takes at most 10 bytes as a varint, 11 with its own tag.
+  return {
+      .set = {names + l.max_payload_bytes,
+              "--max-payload-bytes, --max-key-bytes and --max-namespace-bytes"},
+      .ack = {names + Validator::kMaxAckIds * 11,
+              "--max-namespace-bytes and the 10000 ids an Ack may take"},
+      .other = {names, "--max-key-bytes and --max-namespace-bytes"},
+  };
+}
+
+// ---- validation ----
+
+Status DelaydService::Namespace(std::string_view name, NamespaceId* id,
+                                NamespaceCache* cache, bool create) {
+  if (cache != nullptr && cache->valid && cache->name == name) {
+    *id = cache->id;
+    return Status::Ok();
+  }
+  if (Status s = validator_.NamespaceName(name); !s.ok()) return s;
+  const std::string_view ns = name.empty() ? "default" : name;
+  Status s;
+  if (create) {
+    s = scheduler_.Intern(ns, id);
+  } else if (!scheduler_.Find(ns, id)) {
+    s = Status::NotFound("no namespace '" + std::string(ns) + "'");
+  }
+  if (s.ok() && cache != nullptr) {
+    cache->name = name;
+    cache->valid = true;
+    cache->id = *id;
+    cache->pinned.push_back(*id);
+  }
+  return s;
+}
+
+namespace {
+
+// The `authorization` metadata of a call; empty if there is none.
+std::string_view AuthorizationOf(const grpc::CallbackServerContext* ctx) {
+  const auto& md = ctx->client_metadata();
+  const auto it = md.find("authorization");
+  if (it == md.end()) return {};
+  return {it->second.data(), it->second.size()};
+}
+
+}  // namespace
+
+Status DelaydService::Identify(const grpc::CallbackServerContext* ctx,
+                               Caller* caller) const {
+  return auth_.Identify(AuthorizationOf(ctx), caller);
+}
+
+Status DelaydService::Authorize(const Caller& caller, std::string_view name,
+                                std::uint8_t permission) {
+  return caller.May(name.empty() ? "default" : name, permission);
+}
+
+grpc::ServerUnaryReactor* DelaydService::Read(
+    const grpc::CallbackServerContext* ctx, const grpc::ByteBuffer& in,
+    const RequestLimit& limit, std::string_view method, UnaryCall* call,
+    google::protobuf::MessageLite* request, Caller* caller) {
+  Status s = Identify(ctx, caller);
+  if (s.ok()) s = ReadRequest(in, limit.bytes, method, limit.from, request);
+  return s.ok() ? nullptr : call->Reply(s);
+}
+
+Status DelaydService::ToOp(const OpFields& f, WallNanos now, Op* op,
+                           NamespaceCache* cache) {
+  using Kind = OpFields::Kind;
+  // Every field is checked before the namespace is looked up, and only a
+  // set creates one: a refused call changes nothing.
+  WallNanos fire_time = 0;
+  if (Status s = validator_.Operation(f, now, &fire_time); !s.ok()) return s;
+  if (const std::int64_t jitter = JitterNanos(f); jitter > 0) {
+    // Each gRPC thread draws from its own generator.
+    thread_local std::minstd_rand random(std::random_device{}());
+    fire_time += std::uniform_int_distribution<std::int64_t>(0, jitter)(random);
+  }
+  NamespaceId ns;
+  if (Status s = Namespace(f.ns, &ns, cache, f.kind == Kind::kSet); !s.ok()) {
+    if (s.code() != Code::kNotFound) return s;
+    return Status::NotFound("no pending timer '" + std::string(f.key) + "'");
+  }
+  switch (f.kind) {
+    case Kind::kRemove:
+      *op = RemoveOp{ns, std::string(f.key), f.expected_version};
+      break;
+    case Kind::kMove:
+      *op = MoveOp{ns, std::string(f.key), fire_time, f.expected_version};
+      break;
+    default:
+      *op = SetOp{ns, Blob(f.key, f.payload), fire_time, f.if_absent};
+  }
+  return Status::Ok();
+}
+
+// ---- handlers ----
+
+template <typename Fill>
+grpc::ServerUnaryReactor* DelaydService::SubmitOp(
+    UnaryCall* call, const Status& converted, Op op,
+    const google::protobuf::MessageLite* resp, Fill fill) {
+  if (!converted.ok()) {
+    return call->Reply(converted);
+  }
+  const NamespaceId ns = std::visit([](const auto& o) { return o.ns; }, op);
+  auto* reactor = call->reactor();
+  scheduler_.Submit(std::move(op), [this, ns, call, resp, fill](OpResult r) {
+    if (r.status.ok()) fill(r);
+    call->Reply(r.status, resp);
+    scheduler_.Unpin(ns);
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* DelaydService::SetTimer(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+    grpc::ByteBuffer* out) {
+  auto* call = new UnaryCall(ctx, out, rpc_[RpcMetrics::kSetTimer]);
+  auto* req = call->New<v1::SetTimerRequest>();
+  Caller caller;
+  if (auto* r =
+          Read(ctx, *in, request_limits_.set, "SetTimer", call, req, &caller)) {
+    return r;
+  }
+  if (Status s = Authorize(caller, req->namespace_(), kWrite); !s.ok()) {
+    return call->Reply(s);
+  }
+  Op op;
+  const Status s = ToOp(FieldsOf(*req), WallNow(), &op);
+  auto* resp = call->New<v1::SetTimerResponse>();
+  return SubmitOp(call, s, std::move(op), resp, [resp](const OpResult& r) {
+    resp->set_version(r.version);
+    SetTimestamp(r.fire_time, resp->mutable_fire_time());
+    resp->set_replaced(r.replaced);
+  });
+}
+
+grpc::ServerUnaryReactor* DelaydService::MoveTimer(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+    grpc::ByteBuffer* out) {
+  auto* call = new UnaryCall(ctx, out, rpc_[RpcMetrics::kMoveTimer]);
+  auto* req = call->New<v1::MoveTimerRequest>();
+  Caller caller;
+  if (auto* r = Read(ctx, *in, request_limits_.other, "MoveTimer", call, req,
+                     &caller)) {
+    return r;
+  }
+  if (Status s = Authorize(caller, req->namespace_(), kWrite); !s.ok()) {
+    return call->Reply(s);
+  }
+  Op op;
+  const Status s = ToOp(FieldsOf(*req), WallNow(), &op);
+  auto* resp = call->New<v1::MoveTimerResponse>();
+  return SubmitOp(call, s, std::move(op), resp, [resp](const OpResult& r) {
+    resp->set_version(r.version);
+    SetTimestamp(r.fire_time, resp->mutable_fire_time());
+  });
+}
+
+grpc::ServerUnaryReactor* DelaydService::RemoveTimer(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+    grpc::ByteBuffer* out) {
+  auto* call = new UnaryCall(ctx, out, rpc_[RpcMetrics::kRemoveTimer]);
+  auto* req = call->New<v1::RemoveTimerRequest>();
+  Caller caller;
+  if (auto* r = Read(ctx, *in, request_limits_.other, "RemoveTimer", call, req,
+                     &caller)) {
+    return r;
+  }
+  if (Status s = Authorize(caller, req->namespace_(), kWrite); !s.ok()) {
+    return call->Reply(s);
+  }
+  Op op;
+  const Status s = ToOp(FieldsOf(*req), WallNow(), &op);
+  auto* resp = call->New<v1::RemoveTimerResponse>();
+  return SubmitOp(call, s, std::move(op), resp,
+                  [resp](const OpResult& r) { resp->set_version(r.version); });
+}
+
+grpc::ServerUnaryReactor* DelaydService::Drain(grpc::CallbackServerContext* ctx,
+                                               const grpc::ByteBuffer* in,
+                                               grpc::ByteBuffer* out) {
+  auto* call = new UnaryCall(ctx, out, rpc_[RpcMetrics::kDrain]);
+  auto* req = call->New<v1::DrainRequest>();
+  Caller caller;
+  if (auto* r =
+          Read(ctx, *in, request_limits_.other, "Drain", call, req, &caller)) {
+    return r;
+  }
+  auto* resp = call->New<v1::DrainResponse>();
+  if (Status s = Authorize(caller, req->namespace_(), kAdmin); !s.ok()) {
+    return call->Reply(s);
+  }
+  NamespaceId ns;
+  if (Status s = Namespace(req->namespace_(), &ns); !s.ok()) {
+    // A namespace that does not exist has nothing to drain.
+    if (s.code() == Code::kNotFound) s = Status::Ok();
+    return call->Reply(s, resp);
+  }
+  auto* reactor = call->reactor();
+  scheduler_.Drain(ns, [this, ns, call, resp](Status s, std::uint64_t drained) {
+    resp->set_drained(drained);
+    call->Reply(s, resp);
+    scheduler_.Unpin(ns);
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* DelaydService::GetTimer(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+    grpc::ByteBuffer* out) {
+  auto* call = new UnaryCall(ctx, out, rpc_[RpcMetrics::kGetTimer]);
+  auto* req = call->New<v1::GetTimerRequest>();
+  Caller caller;
+  if (auto* r = Read(ctx, *in, request_limits_.other, "GetTimer", call, req,
+                     &caller)) {
+    return r;
+  }
+  Status s = Authorize(caller, req->namespace_(), kRead);
+  if (s.ok()) s = validator_.NamespaceName(req->namespace_());
+  if (s.ok()) s = validator_.Key(req->key());
+  NamespaceId ns;
+  if (s.ok() && !Namespace(req->namespace_(), &ns).ok()) {
+    s = Status::NotFound("no pending timer '" + req->key() + "'");
+  }
+  if (!s.ok()) {
+    return call->Reply(s);
+  }
+  auto* resp = call->New<v1::Timer>();
+  const std::string& name = scheduler_.dispatcher(ns).name();
+  // (The pin keeps the namespace, and so its name, until the answer.)
+  auto* reactor = call->reactor();
+  scheduler_.Get(
+      ns, req->key(),
+      [this, ns, call, resp, &name](Status s, std::optional<TimerInfo> t) {
+        if (t) FillTimer(*t, name, resp);
+        call->Reply(s, resp);
+        scheduler_.Unpin(ns);
+      });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* DelaydService::ListTimers(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+    grpc::ByteBuffer* out) {
+  auto* call = new UnaryCall(ctx, out, rpc_[RpcMetrics::kListTimers]);
+  auto* req = call->New<v1::ListTimersRequest>();
+  Caller caller;
+  if (auto* r = Read(ctx, *in, request_limits_.other, "ListTimers", call, req,
+                     &caller)) {
+    return r;
+  }
+  Scheduler::ListLimits limits;
+  Scheduler::ListCursor cursor;
+  Status s = Authorize(caller, req->namespace_(), kRead);
+  if (s.ok()) s = validator_.List(*req, &limits, &cursor);
+  if (!s.ok()) {
+    return call->Reply(s);
+  }
+  auto* resp = call->New<v1::ListTimersResponse>();
+  NamespaceId ns;
+  if (!Namespace(req->namespace_(), &ns).ok()) {
+    // No such namespace: no timers.
+    return call->Reply(Status::Ok(), resp);
+  }
+  const std::string& name = scheduler_.dispatcher(ns).name();
+  auto* reactor = call->reactor();
+  scheduler_.List(
+      ns, req->key_prefix(), limits, cursor,
+      [this, ns, call, resp, &name](Status s, std::vector<TimerInfo> timers,
+                                    std::optional<Scheduler::ListCursor> next) {
+        for (const auto& t : timers) FillTimer(t, name, resp->add_timers());
+        if (next) {
+          resp->set_next_page_token(std::to_string(next->partition) + "." +
+                                    std::to_string(next->record));
+        }
+        call->Reply(s, resp);
+        scheduler_.Unpin(ns);
+      });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* DelaydService::Batch(grpc::CallbackServerContext* ctx,
+                                               const grpc::ByteBuffer* in,
+                                               grpc::ByteBuffer* out) {
+  auto* call = new UnaryCall(ctx, out, rpc_[RpcMetrics::kBatch]);
+  // Only a known token gets its request read; namespaces are checked below.
+  Caller caller;
+  if (Status s = Identify(ctx, &caller); !s.ok()) return call->Reply(s);
+  // The request in one piece: gRPC's own slice when it arrived in one, else
+  // a copy. Operations below are views into it until converted.
+  grpc::Slice slice;
+  if (!in->TrySingleSlice(&slice).ok() && !in->DumpToSingleSlice(&slice).ok()) {
+    return call->Reply(Status::Internal("could not read the request"));
+  }
+  const std::string_view wire(reinterpret_cast<const char*>(slice.begin()),
+                              slice.size());
+  const std::size_t max_ops = scheduler_.limits().max_batch_ops;
+  const Status too_many = Status::InvalidArgument("operations: more than " +
+                                                  std::to_string(max_ops) +
+                                                  " (the max-batch-ops limit)");
+  // Per call, and never longer than max_ops + 1 entries: the reader stops
+  // there, and protobuf parses only requests counted within the limit.
+  std::vector<OpFields> fields;
+  fields.reserve(std::min(max_ops + 1, wire.size() / 8 + 1));
+  switch (ReadBatchRequest(wire, max_ops, &fields)) {
+    case WireRead::kOk:
+      break;
+    case WireRead::kTooMany:
+      LogLimitHit("max-batch-ops", too_many.message());
+      return call->Reply(too_many);
+    case WireRead::kNotPlain: {
+      // Not the plain encoding: protobuf decides what it means.
+      const auto count = CountBatchOperations(wire, max_ops);
+      if (count && *count > max_ops) {
+        LogLimitHit("max-batch-ops", too_many.message());
+        return call->Reply(too_many);
+      }
+      // Parsed without its unknown fields (see KnownFieldsOnly).
+      auto* parsed = call->New<v1::BatchRequest>();
+      const auto known =
+          count ? KnownFieldsOnly(wire, v1::BatchRequest::descriptor())
+                : std::nullopt;
+      if (!known || !parsed->ParseFromString(*known)) {
+        return call->Reply(Status::InvalidArgument(
+            "request: not a valid delayd.v1.BatchRequest"));
+      }
+      fields.clear();
+      for (const auto& o : parsed->operations()) fields.push_back(FieldsOf(o));
+      break;
+    }
+  }
+  const std::size_t n = fields.size();
+  if (n == 0) {
+    return call->Reply(Status::InvalidArgument("operations: empty"));
+  }
+  // A Batch touching a namespace the token may not write is refused whole.
+  if (auth_.enabled()) {
+    std::string_view checked;
+    bool any = false;
+    for (const OpFields& f : fields) {
+      if (any && f.ns == checked) continue;
+      if (Status s = Authorize(caller, f.ns, kWrite); !s.ok())
+        return call->Reply(s);
+      checked = f.ns;
+      any = true;
+    }
+  }
+  if (scheduler_.shutting_down()) {
+    return call->Reply(Status::Unavailable("delayd is shutting down"));
+  }
+  const WallNanos now = WallNow();
+  // Invalid operations get their error here; the rest go to the scheduler.
+  auto* resp = call->New<v1::BatchResponse>();
+  resp->mutable_results()->Reserve(static_cast<int>(n));
+  std::vector<Op> ops;
+  std::vector<std::uint32_t> positions;
+  NamespaceCache cache;
+  ops.reserve(n);
+  positions.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    resp->add_results();
+    Op op;
+    if (Status s = ToOp(fields[i], now, &op, &cache); !s.ok()) {
+      auto* r = resp->mutable_results(static_cast<int>(i));
+      r->set_code(ToGrpc(s).error_code());
+      r->set_message("operations[" + std::to_string(i) + "]." + s.message());
+      continue;
+    }
+    ops.push_back(std::move(op));
+    positions.push_back(static_cast<std::uint32_t>(i));
+  }
+  if (ops.empty()) {
+    for (NamespaceId ns : cache.pinned) scheduler_.Unpin(ns);
+    return call->Reply(Status::Ok(), resp);
+  }
+  auto* reactor = call->reactor();
+  scheduler_.SubmitBatch(
+      std::move(ops),
+      [this, call, resp, pinned = std::move(cache.pinned),
+       positions = std::move(positions)](std::vector<OpResult> results) {
+        for (std::size_t k = 0; k < results.size(); ++k) {
+          auto* r = resp->mutable_results(static_cast<int>(positions[k]));
+          const OpResult& res = results[k];
+          r->set_code(ToGrpc(res.status).error_code());
+          r->set_message(res.status.message());
+          if (res.status.ok()) {
+            r->set_version(res.version);
+            if (res.fire_time != 0) {
+              SetTimestamp(res.fire_time, r->mutable_fire_time());
+            }
+          }
+        }
+        call->Reply(Status::Ok(), resp);
+        for (NamespaceId ns : pinned) scheduler_.Unpin(ns);
+      });
+  return reactor;
+}
+
+grpc::ServerWriteReactor<grpc::ByteBuffer>* DelaydService::Subscribe(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in) {
+  // Read as a unary call's request is.
+  v1::SubscribeRequest req;
+  Caller caller;
+  Status read = Identify(ctx, &caller);
+  if (read.ok()) {
+    read = ReadRequest(*in, request_limits_.other.bytes, "Subscribe",
+                       request_limits_.other.from, &req);
+  }
+  if (!read.ok()) return new FailedStream(read, rpc_[RpcMetrics::kSubscribe]);
+  const bool watcher = req.mode() == v1::SubscribeRequest::WATCHER;
+  if (Status s = Authorize(caller, req.namespace_(), watcher ? kRead : kWork);
+      !s.ok()) {
+    return new FailedStream(s, rpc_[RpcMetrics::kSubscribe]);
+  }
+  if (scheduler_.shutting_down()) {
+    return new FailedStream(Status::Unavailable("delayd is shutting down"),
+                            rpc_[RpcMetrics::kSubscribe]);
+  }
+  SubscribeOptions options;
+  if (Status s = validator_.Subscribe(req, &options); !s.ok()) {
+    return new FailedStream(s, rpc_[RpcMetrics::kSubscribe]);
+  }
+  if (scheduler_.counters().subscribers.fetch_add(1) >=
+      scheduler_.limits().max_subscribers) {
+    scheduler_.counters().subscribers.fetch_sub(1);
+    return new FailedStream(
+        Status::ResourceExhausted(
+            "subscriber limit of " +
+            std::to_string(scheduler_.limits().max_subscribers) + " reached"),
+        rpc_[RpcMetrics::kSubscribe]);
+  }
+  return new SubscribeReactor(
+      scheduler_, ctx, req.namespace_().empty() ? "default" : req.namespace_(),
+      options, rpc_[RpcMetrics::kSubscribe]);
+}
+
+}  // namespace delayd

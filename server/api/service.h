@@ -1,0 +1,219 @@
+// The gRPC face of delayd: reads each request from its bytes within its
+// method's size limit, validates it and posts it to the scheduler; the
+// core's Status becomes a grpc::Status in exactly one function (ToGrpc).
+// Handlers never block; they use the callback API and finish from whichever
+// strand completes the operation.
+#ifndef DELAYD_SERVER_API_SERVICE_H_
+#define DELAYD_SERVER_API_SERVICE_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <mutex>
+#include <string>
+#include <string_view>
+
+#include "delayd/v1/delayd.grpc.pb.h"
+#include "server/api/auth.h"
+#include "server/api/batch_wire.h"
+#include "server/api/rpc_metrics.h"
+#include "server/api/unary_call.h"
+#include "server/api/validate.h"
+#include "server/common/status.h"
+#include "server/core/scheduler.h"
+
+namespace delayd {
+
+// Sends protobuf's own log lines to spdlog instead of stderr. In the daemon
+// they come from parsing what clients send (a `string` field that is not
+// UTF-8), and the call is refused; they go to the debug level so that a
+// client cannot flood the log. Fatal ones stay critical.
+// Call once, before serving (protobuf's handler is not thread-safe to set).
+void RouteProtobufLogsToSpdlog();
+
+// Every method of the service, taking its request as bytes (see
+// unary_call.h; Subscribe's stream writes bytes too, see stream.h).
+// (Each WithRawCallbackMethod_X wraps the next: Raw<Base, A, B>::type is
+// A<B<Base>>.)
+template <class Base, template <class> class... Wrappers>
+struct Raw {
+  using type = Base;
+};
+template <class Base, template <class> class First,
+          template <class> class... Rest>
+struct Raw<Base, First, Rest...> {
+  using type = First<typename Raw<Base, Rest...>::type>;
+};
+using RawDelayd =
+    Raw<v1::Delayd::Service, v1::Delayd::WithRawCallbackMethod_SetTimer,
+        v1::Delayd::WithRawCallbackMethod_MoveTimer,
+        v1::Delayd::WithRawCallbackMethod_RemoveTimer,
+        v1::Delayd::WithRawCallbackMethod_Drain,
+        v1::Delayd::WithRawCallbackMethod_GetTimer,
+        v1::Delayd::WithRawCallbackMethod_ListTimers,
+        v1::Delayd::WithRawCallbackMethod_Batch,
+        v1::Delayd::WithRawCallbackMethod_Subscribe,
+        v1::Delayd::WithRawCallbackMethod_Ack,
+        v1::Delayd::WithRawCallbackMethod_Nack,
+        v1::Delayd::WithRawCallbackMethod_ExtendLease,
+        v1::Delayd::WithRawCallbackMethod_GetPolicy,
+        v1::Delayd::WithRawCallbackMethod_SetPolicy,
+        v1::Delayd::WithRawCallbackMethod_ListDeadLetters,
+        v1::Delayd::WithRawCallbackMethod_RequeueDeadLetters,
+        v1::Delayd::WithRawCallbackMethod_PurgeDeadLetters,
+        v1::Delayd::WithRawCallbackMethod_Stats,
+        v1::Delayd::WithRawCallbackMethod_Backup>::type;
+
+// The most bytes a request may have, by method, and the flags that set it.
+struct RequestLimit {
+  std::size_t bytes;
+  std::string_view from;
+};
+struct RequestLimits {
+  // SetTimer: one full timer.
+  RequestLimit set;
+  // Ack, Nack, ExtendLease: the most event ids such a call takes.
+  RequestLimit ack;
+  // Every other method but Batch: a namespace, a key and small fields.
+  // (Batch is held to gRPC's receive limit, --max-batch-bytes, and counts
+  // its operations on the bytes.)
+  RequestLimit other;
+  static RequestLimits Of(const Limits& l);
+};
+
+// Ack, Nack and ExtendLease are in service_work.cc; GetPolicy and SetPolicy
+// in service_policy.cc; the dead-letter calls in service_dead.cc; Stats and
+// Backup in service_admin.cc.
+class DelaydService final : public RawDelayd {
+ public:
+  // `backup_dir`: where Backup writes (empty: Backup is refused).
+  DelaydService(Scheduler& scheduler, const Authorizer& auth,
+                std::string backup_dir = "")
+      : scheduler_(scheduler),
+        auth_(auth),
+        backup_dir_(std::move(backup_dir)),
+        validator_(scheduler.limits(), scheduler.partitions()),
+        request_limits_(RequestLimits::Of(scheduler.limits())),
+        rpc_(*scheduler.metrics().registry()) {}
+
+  // Each takes a serialized request and answers a serialized response.
+  grpc::ServerUnaryReactor* SetTimer(grpc::CallbackServerContext* ctx,
+                                     const grpc::ByteBuffer* in,
+                                     grpc::ByteBuffer* out) override;
+  grpc::ServerUnaryReactor* MoveTimer(grpc::CallbackServerContext* ctx,
+                                      const grpc::ByteBuffer* in,
+                                      grpc::ByteBuffer* out) override;
+  grpc::ServerUnaryReactor* RemoveTimer(grpc::CallbackServerContext* ctx,
+                                        const grpc::ByteBuffer* in,
+                                        grpc::ByteBuffer* out) override;
+  grpc::ServerUnaryReactor* Drain(grpc::CallbackServerContext* ctx,
+                                  const grpc::ByteBuffer* in,
+                                  grpc::ByteBuffer* out) override;
+  grpc::ServerUnaryReactor* GetTimer(grpc::CallbackServerContext* ctx,
+                                     const grpc::ByteBuffer* in,
+                                     grpc::ByteBuffer* out) override;
+  grpc::ServerUnaryReactor* ListTimers(grpc::CallbackServerContext* ctx,
+                                       const grpc::ByteBuffer* in,
+                                       grpc::ByteBuffer* out) override;
+  // Reads its request straight from the bytes (batch_wire.h).
+  grpc::ServerUnaryReactor* Batch(grpc::CallbackServerContext* ctx,
+                                  const grpc::ByteBuffer* in,
+                                  grpc::ByteBuffer* out) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Subscribe(
+      grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in) override;
+  grpc::ServerUnaryReactor* Ack(grpc::CallbackServerContext* ctx,
+                                const grpc::ByteBuffer* in,
+                                grpc::ByteBuffer* out) override;
+  grpc::ServerUnaryReactor* Nack(grpc::CallbackServerContext* ctx,
+                                 const grpc::ByteBuffer* in,
+                                 grpc::ByteBuffer* out) override;
+  grpc::ServerUnaryReactor* ExtendLease(grpc::CallbackServerContext* ctx,
+                                        const grpc::ByteBuffer* in,
+                                        grpc::ByteBuffer* out) override;
+  grpc::ServerUnaryReactor* GetPolicy(grpc::CallbackServerContext* ctx,
+                                      const grpc::ByteBuffer* in,
+                                      grpc::ByteBuffer* out) override;
+  grpc::ServerUnaryReactor* SetPolicy(grpc::CallbackServerContext* ctx,
+                                      const grpc::ByteBuffer* in,
+                                      grpc::ByteBuffer* out) override;
+  grpc::ServerUnaryReactor* ListDeadLetters(grpc::CallbackServerContext* ctx,
+                                            const grpc::ByteBuffer* in,
+                                            grpc::ByteBuffer* out) override;
+  grpc::ServerUnaryReactor* RequeueDeadLetters(grpc::CallbackServerContext* ctx,
+                                               const grpc::ByteBuffer* in,
+                                               grpc::ByteBuffer* out) override;
+  grpc::ServerUnaryReactor* PurgeDeadLetters(grpc::CallbackServerContext* ctx,
+                                             const grpc::ByteBuffer* in,
+                                             grpc::ByteBuffer* out) override;
+  grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* ctx,
+                                  const grpc::ByteBuffer* in,
+                                  grpc::ByteBuffer* out) override;
+  grpc::ServerUnaryReactor* Backup(grpc::CallbackServerContext* ctx,
+                                   const grpc::ByteBuffer* in,
+                                   grpc::ByteBuffer* out) override;
+
+ private:
+  // RequeueDeadLetters and PurgeDeadLetters: the same request and answer,
+  // a different change (service_dead.cc).
+  using DeadLetterChange = void (Dispatcher::*)(
+      std::vector<std::uint64_t>, std::function<void(Status, LeaseResult)>);
+  grpc::ServerUnaryReactor* ChangeDeadLetters(grpc::CallbackServerContext* ctx,
+                                              const grpc::ByteBuffer* in,
+                                              grpc::ByteBuffer* out,
+                                              RpcMetrics::Method method,
+                                              std::string_view name,
+                                              DeadLetterChange change);
+
+  // The last namespace resolved within one request, so that a Batch of
+  // operations on one namespace validates and looks it up once.
+  // (The name is a view into the request, which outlives the cache.)
+  struct NamespaceCache {
+    std::string_view name;
+    bool valid = false;
+    NamespaceId id = 0;
+    // Every namespace resolved (and pinned) through the cache: the caller
+    // unpins them once the request is answered.
+    std::vector<NamespaceId> pinned;
+  };
+  // Resolves a namespace: creates it if `create` (a write), else NOT_FOUND
+  // if it does not exist.
+  Status Namespace(std::string_view name, NamespaceId* id,
+                   NamespaceCache* cache = nullptr, bool create = false);
+  // The caller of `ctx`, by the token it sent; see auth.h. Checked before
+  // a request is parsed, so an unknown caller costs nothing more.
+  Status Identify(const grpc::CallbackServerContext* ctx, Caller* caller) const;
+  // Whether `caller` may do `permission` on namespace `name` (empty: the
+  // default namespace). Checked before anything else is done with the
+  // request, so a refused call learns nothing and changes nothing.
+  static Status Authorize(const Caller& caller, std::string_view name,
+                          std::uint8_t permission);
+  // Identifies the caller and reads its request if it is within `limit`:
+  // returns null. Otherwise answers the call and returns its reactor.
+  grpc::ServerUnaryReactor* Read(const grpc::CallbackServerContext* ctx,
+                                 const grpc::ByteBuffer& in,
+                                 const RequestLimit& limit,
+                                 std::string_view method, UnaryCall* call,
+                                 google::protobuf::MessageLite* request,
+                                 Caller* caller);
+  // Validates a set, move or remove and converts it for the scheduler.
+  Status ToOp(const OpFields& f, WallNanos now, Op* op,
+              NamespaceCache* cache = nullptr);
+  // Answers a call whose request did not convert; otherwise submits `op`
+  // and answers with its result, filled into `resp` by `fill` on success.
+  template <typename Fill>
+  grpc::ServerUnaryReactor* SubmitOp(UnaryCall* call, const Status& converted,
+                                     Op op,
+                                     const google::protobuf::MessageLite* resp,
+                                     Fill fill);
+
+  Scheduler& scheduler_;
+  const Authorizer& auth_;
+  const std::string backup_dir_;
+  std::mutex backup_mu_;  // One backup at a time.
+  const Validator validator_;
+  const RequestLimits request_limits_;
+  RpcMetrics rpc_;
+};
+
+}  // namespace delayd
+
+#endif  // DELAYD_SERVER_API_SERVICE_H_

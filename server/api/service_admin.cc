@@ -1,0 +1,155 @@
+// The daemon-wide calls: Stats (admin on `*`, or read on the one namespace
+// asked for) and Backup (admin on `*`).
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "server/api/service.h"
+
+namespace delayd {
+namespace {
+
+void Fill(const NamespaceCounters& c, v1::NamespaceStats* out) {
+  out->set_pending_timers(c.pending.load(std::memory_order_relaxed));
+  out->set_ready_events(c.ready.load(std::memory_order_relaxed));
+  out->set_in_flight_events(c.in_flight.load(std::memory_order_relaxed));
+  out->set_retrying_events(c.retrying.load(std::memory_order_relaxed));
+  out->set_dead_letters(c.dead_letters.load(std::memory_order_relaxed));
+  out->set_workers(c.workers.load(std::memory_order_relaxed));
+  out->set_watchers(c.watchers.load(std::memory_order_relaxed));
+  out->set_timers_set(c.set.load(std::memory_order_relaxed));
+  out->set_timers_moved(c.moved.load(std::memory_order_relaxed));
+  out->set_timers_removed(c.removed.load(std::memory_order_relaxed));
+  out->set_timers_expired(c.expired.load(std::memory_order_relaxed));
+  out->set_timers_drained(c.drained.load(std::memory_order_relaxed));
+  out->set_events_delivered(c.delivered.load(std::memory_order_relaxed));
+  out->set_events_redelivered(c.redelivered.load(std::memory_order_relaxed));
+  out->set_events_acked(c.acked.load(std::memory_order_relaxed));
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* DelaydService::Backup(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+    grpc::ByteBuffer* out) {
+  namespace fs = std::filesystem;
+  auto* call = new UnaryCall(ctx, out, rpc_[RpcMetrics::kBackup]);
+  auto* req = call->New<v1::BackupRequest>();
+  auto* resp = call->New<v1::BackupResponse>();
+  auto reply = [call, resp](const Status& s) { return call->Reply(s, resp); };
+  Caller caller;
+  if (auto* r =
+          Read(ctx, *in, request_limits_.other, "Backup", call, req, &caller)) {
+    return r;
+  }
+  if (Status s = caller.May("", kAdmin); !s.ok()) return reply(s);
+  if (backup_dir_.empty()) {
+    return reply(
+        Status::FailedPrecondition("backups are off: start delayd with "
+                                   "--backup-dir"));
+  }
+  if (!scheduler_.durable()) {
+    return reply(Status::FailedPrecondition(
+        "--in-memory: there is no store to back up"));
+  }
+  if (req->dir().empty() || req->dir().find('\0') != std::string::npos) {
+    return reply(Status::InvalidArgument("dir: empty or not a path"));
+  }
+  std::error_code ec;
+  fs::create_directories(backup_dir_, ec);
+  const fs::path root = fs::weakly_canonical(backup_dir_, ec);
+  if (ec) {
+    return reply(
+        Status::Internal("--backup-dir " + backup_dir_ + ": " + ec.message()));
+  }
+  // A relative dir is taken under the root; an absolute one must be in it.
+  const fs::path target = fs::weakly_canonical(root / req->dir(), ec);
+  const fs::path rel = target.lexically_relative(root);
+  if (ec || rel.empty() || rel == "." || *rel.begin() == "..") {
+    return reply(
+        Status::InvalidArgument("dir: must name a new directory inside "
+                                "--backup-dir (" +
+                                root.string() + ")"));
+  }
+  if (fs::exists(target, ec)) {
+    return reply(Status::AlreadyExists(target.string() + " already exists"));
+  }
+  std::unique_lock lock(backup_mu_, std::try_to_lock);
+  if (!lock.owns_lock()) {
+    return reply(Status::FailedPrecondition("a backup is already running"));
+  }
+  fs::create_directories(target.parent_path(), ec);
+  // Runs in this gRPC thread: a checkpoint flushes the memtables and links
+  // (or copies) the files, without holding anything the scheduler needs.
+  const auto started = std::chrono::steady_clock::now();
+  Status s = scheduler_.Backup(target.string());
+  if (s.ok()) {
+    resp->set_dir(target.string());
+    spdlog::info("backup written to {} in {:.3f} s", target.string(),
+                 std::chrono::duration<double>(
+                     std::chrono::steady_clock::now() - started)
+                     .count());
+  }
+  return reply(s);
+}
+
+grpc::ServerUnaryReactor* DelaydService::Stats(grpc::CallbackServerContext* ctx,
+                                               const grpc::ByteBuffer* in,
+                                               grpc::ByteBuffer* out) {
+  auto* call = new UnaryCall(ctx, out, rpc_[RpcMetrics::kStats]);
+  auto* req = call->New<v1::StatsRequest>();
+  Caller caller;
+  if (auto* r =
+          Read(ctx, *in, request_limits_.other, "Stats", call, req, &caller)) {
+    return r;
+  }
+  auto* resp = call->New<v1::StatsResponse>();
+  if (!req->namespace_().empty()) {
+    // One namespace, for a caller who may read it: nothing daemon-wide,
+    // which would tell of the other tenants.
+    Status s = Authorize(caller, req->namespace_(), kRead);
+    if (s.ok()) s = validator_.NamespaceName(req->namespace_());
+    if (!s.ok()) return call->Reply(s);
+    auto* figures = resp->add_namespaces();
+    figures->set_namespace_(req->namespace_());
+    NamespaceId ns;
+    if (scheduler_.Find(req->namespace_(), &ns)) {
+      Fill(scheduler_.counters().of(ns), figures);
+      scheduler_.Unpin(ns);
+    }
+    return call->Reply(Status::Ok(), resp);
+  }
+  if (Status s = caller.May("", kAdmin); !s.ok()) {
+    return call->Reply(s);
+  }
+  Counters& c = scheduler_.counters();
+  resp->set_pending_timers(c.pending.load());
+  resp->set_ready_events(c.ready.load());
+  resp->set_in_flight_events(c.in_flight.load());
+  resp->set_retrying_events(c.retrying.load());
+  resp->set_dead_letters(c.dead_letters.load());
+  resp->set_workers(c.workers.load());
+  resp->set_watchers(c.watchers.load());
+  resp->set_partitions(scheduler_.partitions());
+  resp->set_timers_set(c.set.load());
+  resp->set_timers_fired(c.fired.load());
+  resp->set_events_acked(c.acked.load());
+  resp->set_events_redelivered(c.redelivered.load());
+  resp->set_durable(scheduler_.durable());
+  resp->set_store_errors(c.store_errors.load());
+  scheduler_.ForEachNamespace(
+      [resp](const std::string& name, const NamespaceCounters& figures) {
+        auto* out = resp->add_namespaces();
+        out->set_namespace_(name);
+        Fill(figures, out);
+      });
+  std::sort(resp->mutable_namespaces()->begin(),
+            resp->mutable_namespaces()->end(),
+            [](const auto& a, const auto& b) {
+              return a.namespace_() < b.namespace_();
+            });
+  return call->Reply(Status::Ok(), resp);
+}
+
+}  // namespace delayd

@@ -1,0 +1,86 @@
+// Namespace policies: GetPolicy (read on the namespace) and SetPolicy
+// (admin on it).
+#include <google/protobuf/util/time_util.h>
+#include <spdlog/spdlog.h>
+
+#include "server/api/service.h"
+
+namespace delayd {
+namespace {
+
+google::protobuf::Duration ToDuration(std::chrono::nanoseconds d) {
+  return google::protobuf::util::TimeUtil::NanosecondsToDuration(d.count());
+}
+
+// Every field, defaults included.
+void ToProto(const Policy& p, v1::Policy* out) {
+  out->set_max_attempts(p.max_attempts);
+  *out->mutable_initial_backoff() = ToDuration(p.retry.initial_backoff);
+  out->set_backoff_multiplier(p.retry.multiplier);
+  *out->mutable_max_backoff() = ToDuration(p.retry.max_backoff);
+  out->set_backoff_jitter(p.retry.jitter);
+  *out->mutable_ack_timeout() = ToDuration(p.ack_timeout);
+  out->set_max_dispatch_rate(p.max_dispatch_rate);
+  out->set_dispatch_burst(p.dispatch_burst);
+  out->set_max_in_flight(p.max_in_flight);
+  out->set_paused(p.paused);
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* DelaydService::GetPolicy(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+    grpc::ByteBuffer* out) {
+  auto* call = new UnaryCall(ctx, out, rpc_[RpcMetrics::kGetPolicy]);
+  auto* req = call->New<v1::GetPolicyRequest>();
+  Caller caller;
+  if (auto* r = Read(ctx, *in, request_limits_.other, "GetPolicy", call, req,
+                     &caller)) {
+    return r;
+  }
+  Status s = Authorize(caller, req->namespace_(), kRead);
+  if (s.ok()) s = validator_.NamespaceName(req->namespace_());
+  if (!s.ok()) return call->Reply(s);
+  auto* resp = call->New<v1::Policy>();
+  ToProto(scheduler_.PolicyOf(req->namespace_().empty() ? "default"
+                                                        : req->namespace_()),
+          resp);
+  return call->Reply(Status::Ok(), resp);
+}
+
+grpc::ServerUnaryReactor* DelaydService::SetPolicy(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+    grpc::ByteBuffer* out) {
+  auto* call = new UnaryCall(ctx, out, rpc_[RpcMetrics::kSetPolicy]);
+  auto* req = call->New<v1::SetPolicyRequest>();
+  Caller caller;
+  if (auto* r = Read(ctx, *in, request_limits_.other, "SetPolicy", call, req,
+                     &caller)) {
+    return r;
+  }
+  Policy policy;
+  Status s = Authorize(caller, req->namespace_(), kAdmin);
+  if (s.ok()) s = validator_.NamespaceName(req->namespace_());
+  if (s.ok()) s = validator_.PolicyFields(req->policy(), &policy);
+  if (!s.ok()) return call->Reply(s);
+  const std::string name =
+      req->namespace_().empty() ? "default" : req->namespace_();
+  // Runs in this gRPC thread: the store's synced write takes a few
+  // milliseconds, and policies change rarely.
+  s = scheduler_.SetPolicy(name, policy);
+  if (!s.ok()) return call->Reply(s);
+  spdlog::info(
+      "namespace '{}': policy set (paused {}, max_attempts {}, "
+      "max_dispatch_rate {}/s, "
+      "max_in_flight {}, backoff {} ms x{} up to {} ms, jitter {}, ack "
+      "timeout {} ms)",
+      name, policy.paused, policy.max_attempts, policy.max_dispatch_rate,
+      policy.max_in_flight, policy.retry.initial_backoff.count() / 1'000'000,
+      policy.retry.multiplier, policy.retry.max_backoff.count() / 1'000'000,
+      policy.retry.jitter, policy.ack_timeout.count() / 1'000'000);
+  auto* resp = call->New<v1::Policy>();
+  ToProto(policy, resp);
+  return call->Reply(Status::Ok(), resp);
+}
+
+}  // namespace delayd

@@ -1,0 +1,71 @@
+#include "server/common/metrics.h"
+
+#include <algorithm>
+
+namespace delayd {
+
+const prometheus::Histogram::BucketBoundaries& LatencyBuckets() {
+  static const prometheus::Histogram::BucketBoundaries kBuckets = {
+      0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+      0.25,   0.5,     1,      2.5,   5,      10,    30,   60,    300};
+  return kBuckets;
+}
+
+void Observations::Add(double value) {
+  // The first bound at or above the value, as prometheus::Histogram counts.
+  const auto bucket = std::lower_bound(bounds_.begin(), bounds_.end(), value);
+  counts_[static_cast<std::size_t>(bucket - bounds_.begin())] += 1;
+  sum_ += value;
+  any_ = true;
+}
+
+void Observations::AddTo(prometheus::Histogram& h) {
+  if (!any_) return;
+  h.ObserveMultiple(counts_, sum_);
+  std::fill(counts_.begin(), counts_.end(), 0.0);
+  sum_ = 0;
+  any_ = false;
+}
+
+namespace {
+prometheus::Histogram* NewHistogram(
+    prometheus::Registry& r, const char* name, const char* help,
+    const prometheus::Histogram::BucketBoundaries& buckets) {
+  return &prometheus::BuildHistogram().Name(name).Help(help).Register(r).Add(
+      {}, buckets);
+}
+}  // namespace
+
+Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
+  auto& r = *registry_;
+  firing_lateness_ = NewHistogram(
+      r, "delayd_firing_lateness_seconds",
+      "From a timer's fire time to its event's hand-over for delivery.",
+      LatencyBuckets());
+  delivery_lateness_ = NewHistogram(
+      r, "delayd_delivery_lateness_seconds",
+      "From a timer's fire time to its event's first hand-over to a "
+      "worker's stream.",
+      LatencyBuckets());
+  ack_latency_ = NewHistogram(r, "delayd_ack_latency_seconds",
+                              "From an event's delivery to a worker to its "
+                              "acknowledgement.",
+                              LatencyBuckets());
+  wal_sync_ = NewHistogram(r, "delayd_store_wal_sync_seconds",
+                           "One sync of the store's write-ahead log.",
+                           LatencyBuckets());
+  wal_sync_group_ = NewHistogram(
+      r, "delayd_store_wal_sync_group_writes",
+      "Writes made durable by one sync of the write-ahead log (group "
+      "commit).",
+      {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096});
+  write_stalls_ = &prometheus::BuildCounter()
+                       .Name("delayd_store_write_stalls_total")
+                       .Help(
+                           "Times the store slowed or stopped writes "
+                           "because compaction fell behind.")
+                       .Register(r)
+                       .Add({});
+}
+
+}  // namespace delayd

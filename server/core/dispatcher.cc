@@ -1,0 +1,452 @@
+#include "server/core/dispatcher.h"
+
+#include <algorithm>
+#include <cassert>
+#include <optional>
+
+#include "server/common/limit_log.h"
+
+namespace delayd {
+namespace {
+// Events per stream message to one worker at most.
+constexpr std::size_t kMaxBatch = 256;
+}  // namespace
+
+Dispatcher::Dispatcher(asio::io_context& io, std::string name, NamespaceId id,
+                       Counters& counters, Metrics& metrics,
+                       const Limits& limits, Store* store, NamespaceRefs* refs)
+    : name_(std::move(name)),
+      id_(id),
+      refs_(refs),
+      counters_(counters),
+      mine_(counters.of(id)),
+      metrics_(metrics),
+      limits_(limits),
+      store_(store),
+      strand_(asio::make_strand(io)),
+      rate_timer_(strand_),
+      random_(std::random_device()()),
+      ack_wheel_(strand_, nullptr, std::chrono::milliseconds(1),
+                 std::chrono::steady_clock::now(),
+                 [this](std::vector<StrandWheel::Expired>& due) {
+                   OnAckTimeouts(due);
+                 }),
+      retry_timer_(strand_),
+      observed_(LatencyBuckets()) {}
+
+void Dispatcher::Publish(std::vector<Event> events) {
+  asio::post(strand_, [this, events = std::move(events)]() mutable {
+    if (closed_) return;
+    const WallNanos now = WallNow();
+    for (const Event& e : events) {
+      observed_.Add(std::chrono::nanoseconds(now - e.fire_time));
+    }
+    observed_.AddTo(metrics_.firing_lateness());
+    // Watchers see each event once, when it is published.
+    if (!watchers_.empty()) {
+      std::vector<const Event*> view;
+      view.reserve(events.size());
+      for (const Event& e : events) view.push_back(&e);
+      ToWatchers(view);
+    }
+    counters_.ready.fetch_add(events.size());
+    mine_.ready.fetch_add(events.size(), std::memory_order_relaxed);
+    for (Event& e : events) {
+      const std::uint64_t id = e.id;
+      // (Only an event recovered after failed deliveries has attempts.)
+      const bool fate_stored = store_ != nullptr && e.attempt > 0;
+      auto& o =
+          outstanding_.emplace(id, Outstanding{std::move(e)}).first->second;
+      o.fate_stored = fate_stored;
+      ready_.push_back(id);
+    }
+    Pump();
+  });
+}
+
+void Dispatcher::ToWatchers(std::span<const Event* const> events) {
+  // One whose payload cannot be read is left out for them (workers get it
+  // once it can be read).
+  std::vector<const Event*> view(events.begin(), events.end());
+  std::vector<Event> full;
+  if (store_ != nullptr) {
+    std::vector<std::uint64_t> unreadable;
+    ReadPayloads(view, full, unreadable);
+    view.clear();
+    for (const Event& e : full) view.push_back(&e);
+  }
+  for (auto it = watchers_.begin(); it != watchers_.end();) {
+    const Subscriber::Backlog b = it->second->Deliver(name_, view);
+    if (b.events > limits_.watcher_backlog ||
+        b.bytes > limits_.watcher_backlog_bytes) {
+      const Status ended = Status::ResourceExhausted(
+          "watcher fell more than " + std::to_string(limits_.watcher_backlog) +
+          " events or " + std::to_string(limits_.watcher_backlog_bytes) +
+          " bytes behind (the watcher-backlog limits)");
+      LogLimitHit("watcher-backlog", ended.message());
+      it->second->End(ended);
+      it = watchers_.erase(it);
+      counters_.watchers.fetch_sub(1);
+      mine_.watchers.fetch_sub(1, std::memory_order_relaxed);
+      refs_->Release(id_);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void Dispatcher::Subscribe(std::uint64_t id,
+                           std::shared_ptr<Subscriber> subscriber,
+                           SubscribeOptions options,
+                           std::function<void()> done) {
+  asio::post(strand_, [this, id, subscriber = std::move(subscriber), options,
+                       done = std::move(done)]() mutable {
+    if (closed_) {
+      subscriber->End(Status::Unavailable("delayd is shutting down"));
+      return;
+    }
+    subscriber->on_drained = [this] {
+      asio::post(strand_, [this] { Pump(); });
+    };
+    if (options.watcher) {
+      watchers_.emplace_back(id, std::move(subscriber));
+      counters_.watchers.fetch_add(1);
+      mine_.watchers.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      workers_.push_back(Worker{id,
+                                std::move(subscriber),
+                                options.max_in_flight,
+                                options.ack_timeout,
+                                {}});
+      counters_.workers.fetch_add(1);
+      mine_.workers.fetch_add(1, std::memory_order_relaxed);
+    }
+    done();
+    Pump();
+  });
+}
+
+void Dispatcher::Unsubscribe(std::uint64_t id) {
+  asio::post(strand_, [this, id] {
+    auto watcher = std::find_if(watchers_.begin(), watchers_.end(),
+                                [id](const auto& w) { return w.first == id; });
+    if (watcher != watchers_.end()) {
+      watchers_.erase(watcher);
+      counters_.watchers.fetch_sub(1);
+      mine_.watchers.fetch_sub(1, std::memory_order_relaxed);
+      refs_->Release(id_);
+      return;
+    }
+    auto worker = std::find_if(workers_.begin(), workers_.end(),
+                               [id](const Worker& w) { return w.id == id; });
+    if (worker == workers_.end()) return;
+    // Its unacknowledged events go back to the front of the queue, oldest
+    // first.
+    std::vector<std::uint64_t> mine(worker->in_flight.begin(),
+                                    worker->in_flight.end());
+    std::sort(mine.rbegin(), mine.rend());
+    // One that has had its last attempt becomes a dead letter: a poison
+    // event that crashes every worker it reaches is never nacked.
+    for (std::uint64_t event_id : mine) {
+      Outstanding& o = outstanding_[event_id];
+      if (policy_.max_attempts != 0 &&
+          o.event.attempt >= policy_.max_attempts) {
+        Bury(event_id, o);
+      } else {
+        Requeue(event_id, o);
+      }
+    }
+    WriteFates();
+    workers_.erase(worker);
+    counters_.workers.fetch_sub(1);
+    mine_.workers.fetch_sub(1, std::memory_order_relaxed);
+    Pump();
+    refs_->Release(id_);
+  });
+}
+
+void Dispatcher::Ack(std::vector<std::uint64_t> ids,
+                     std::function<void(AckResult)> done) {
+  asio::post(strand_, [this, ids = std::move(ids),
+                       done = std::move(done)]() mutable {
+    AckResult result;
+    const SteadyTime now = std::chrono::steady_clock::now();
+    std::optional<Store::Batch> batch;
+    if (store_ != nullptr) batch.emplace(store_->NewBatch());
+    for (std::uint64_t id : ids) {
+      auto it = outstanding_.find(id);
+      // (A dead letter is requeued or purged, not acknowledged.)
+      if (it == outstanding_.end() || it->second.dead) {
+        result.unknown.push_back(id);
+        continue;
+      }
+      Outstanding& o = it->second;
+      if (o.worker != 0) {
+        if (Worker* w = FindWorker(o.worker)) w->in_flight.erase(id);
+        LeaveFlight(o);
+        observed_.Add(now - o.delivered_at);
+      } else if (o.retrying) {
+        CancelAckTimer(o);
+        counters_.retrying.fetch_sub(1);
+        mine_.retrying.fetch_sub(1, std::memory_order_relaxed);
+      } else {
+        counters_.ready.fetch_sub(1);  // Acked while waiting for redelivery.
+        mine_.ready.fetch_sub(1, std::memory_order_relaxed);
+      }
+      if (batch) {
+        batch->DeleteEvent(id);
+        batch->DeletePayload(PayloadIdOf(o.event.blob));
+        if (o.fate_stored) batch->DeleteFate(id);
+      }
+      outstanding_.erase(it);
+      ++result.acked;
+    }
+    counters_.acked.fetch_add(result.acked);
+    mine_.acked.fetch_add(result.acked, std::memory_order_relaxed);
+    observed_.AddTo(metrics_.ack_latency());
+    Pump();
+    if (!batch) {
+      refs_->Release(id_, result.acked);
+      done(std::move(result));
+      return;
+    }
+    store_->Commit(*batch, [this, done = std::move(done),
+                            result = std::move(result)](Status s) mutable {
+      // Not durable: the events come back after a restart (at least once),
+      // so the acknowledgement fails.
+      if (!s.ok()) {
+        result.error = s;
+      } else {
+        refs_->Release(id_, result.acked);
+      }
+      done(std::move(result));
+    });
+  });
+}
+
+void Dispatcher::Close(const Status& status, std::function<void()> done) {
+  asio::post(strand_, [this, status, done = std::move(done)] {
+    closed_ = true;
+    retry_timer_.cancel();
+    rate_timer_.cancel();
+    for (auto& w : workers_) w.sink->End(status);
+    for (auto& [id, sink] : watchers_) sink->End(status);
+    counters_.workers.fetch_sub(workers_.size());
+    counters_.watchers.fetch_sub(watchers_.size());
+    mine_.workers.fetch_sub(workers_.size(), std::memory_order_relaxed);
+    mine_.watchers.fetch_sub(watchers_.size(), std::memory_order_relaxed);
+    workers_.clear();
+    watchers_.clear();
+    ack_wheel_.Stop();
+    done();
+  });
+}
+
+Dispatcher::Worker* Dispatcher::FindWorker(std::uint64_t id) {
+  for (Worker& w : workers_) {
+    if (w.id == id) return &w;
+  }
+  return nullptr;
+}
+
+void Dispatcher::LeaveFlight(Outstanding& o) {
+  assert(o.worker != 0);
+  CancelAckTimer(o);
+  o.worker = 0;
+  counters_.in_flight.fetch_sub(1);
+  mine_.in_flight.fetch_sub(1, std::memory_order_relaxed);
+}
+
+void Dispatcher::Requeue(std::uint64_t event_id, Outstanding& o) {
+  LeaveFlight(o);
+  ready_.push_front(event_id);
+  counters_.ready.fetch_add(1);
+  counters_.redelivered.fetch_add(1);
+  mine_.ready.fetch_add(1, std::memory_order_relaxed);
+  mine_.redelivered.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Dispatcher::StartAckTimer(std::uint64_t event_id, Outstanding& o,
+                               std::chrono::nanoseconds timeout) {
+  if (free_cookies_.empty()) {
+    o.ack_cookie = static_cast<std::uint32_t>(cookie_ids_.size());
+    cookie_ids_.push_back(event_id);
+  } else {
+    o.ack_cookie = free_cookies_.back();
+    free_cookies_.pop_back();
+    cookie_ids_[o.ack_cookie] = event_id;
+  }
+  o.ack_timer =
+      ack_wheel_.wheel().Schedule(ack_wheel_.Now() + timeout, o.ack_cookie);
+  ack_wheel_.Scheduled(o.ack_timer);
+}
+
+void Dispatcher::CancelAckTimer(Outstanding& o) {
+  if (o.ack_timer == wheel::TimingWheel::kNoHandle) return;
+  ack_wheel_.wheel().Cancel(o.ack_timer);
+  free_cookies_.push_back(o.ack_cookie);
+  o.ack_timer = wheel::TimingWheel::kNoHandle;
+}
+
+void Dispatcher::OnAckTimeouts(std::vector<StrandWheel::Expired>& due) {
+  for (const auto& e : due) {
+    // A visited timer was never cancelled, so its event is still in flight,
+    // or still retrying.
+    const std::uint64_t event_id = cookie_ids_[e.cookie];
+    free_cookies_.push_back(e.cookie);
+    Outstanding& o = outstanding_.at(event_id);
+    o.ack_timer = wheel::TimingWheel::kNoHandle;
+    if (o.retrying) {
+      // Its retry time: ready again, ahead of events never delivered.
+      o.retrying = false;
+      ready_.push_front(event_id);
+      counters_.retrying.fetch_sub(1);
+      counters_.ready.fetch_add(1);
+      mine_.retrying.fetch_sub(1, std::memory_order_relaxed);
+      mine_.ready.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      // Its ack deadline: the delivery failed.
+      Fail(event_id, o, BackoffFor(o));
+    }
+  }
+  WriteFates();
+  Pump();
+}
+
+void Dispatcher::ReadPayloads(std::vector<const Event*>& events,
+                              std::vector<Event>& out,
+                              std::vector<std::uint64_t>& unreadable) {
+  std::vector<std::uint64_t> ids;
+  ids.reserve(events.size());
+  for (const Event* e : events) ids.push_back(PayloadIdOf(e->blob));
+  std::vector<std::string> payloads;
+  std::vector<bool> readable;
+  const Status s = store_->GetPayloads(ids, &payloads, &readable);
+  out.clear();
+  out.reserve(events.size());
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    const Event& e = *events[i];
+    if (!readable[i]) {
+      unreadable.push_back(e.id);
+      LogRepeated("unreadable-payload",
+                  "namespace '" + name_ + "', key '" +
+                      std::string(e.blob.key()) + "', event " +
+                      std::to_string(e.id) +
+                      ": its payload cannot be read; the event is held and "
+                      "tried again (" +
+                      s.message() + ")");
+      continue;
+    }
+    out.push_back(Event{e.id, e.ns, Blob(e.blob.key(), payloads[i]), e.version,
+                        e.fire_time, e.fired_at, e.attempt, e.reason});
+    events[kept++] = events[i];
+  }
+  events.resize(kept);
+}
+
+void Dispatcher::Hold(const std::vector<std::uint64_t>& ids) {
+  held_.insert(held_.end(), ids.begin(), ids.end());
+  if (retry_armed_ || closed_) return;
+  retry_armed_ = true;
+  retry_timer_.expires_after(kRetryRead);
+  retry_timer_.async_wait([this](const asio::error_code& ec) {
+    retry_armed_ = false;
+    if (ec || closed_) return;
+    ready_.insert(ready_.begin(), held_.begin(), held_.end());
+    held_.clear();
+    Pump();
+  });
+}
+
+void Dispatcher::Pump() {
+  assert(strand_.running_in_this_thread());
+  if (workers_.empty() || closed_ || policy_.paused) return;
+  std::vector<const Event*> batch;
+  std::size_t idle_turns = 0;
+  // (The clock is read only when a dispatch rate needs it.)
+  const SteadyTime pump_time =
+      bucket_.unlimited() ? SteadyTime{} : std::chrono::steady_clock::now();
+  // Round robin: each turn gives one worker a batch of up to its free room.
+  while (!ready_.empty() && idle_turns < workers_.size()) {
+    next_worker_ %= workers_.size();
+    Worker& w = workers_[next_worker_++];
+    // Events not yet written count too, those that timed out among them:
+    // a worker that stops reading never holds more than max_in_flight.
+    const Subscriber::Backlog unwritten = w.sink->Unwritten();
+    const std::size_t held = std::max(w.in_flight.size(), unwritten.events);
+    std::size_t room = std::min<std::size_t>(
+        w.max_in_flight - std::min<std::size_t>(w.max_in_flight, held),
+        kMaxBatch);
+    if (unwritten.bytes >= limits_.worker_backlog_bytes) room = 0;
+    // The namespace's own limits, across its workers.
+    // (The namespace's in-flight gauge is written on this strand only.)
+    if (policy_.max_in_flight != 0) {
+      room = std::min<std::size_t>(
+          room, policy_.max_in_flight -
+                    std::min<std::size_t>(
+                        policy_.max_in_flight,
+                        mine_.in_flight.load(std::memory_order_relaxed)));
+      if (room == 0) break;
+    }
+    if (!bucket_.unlimited()) {
+      room = std::min(room, bucket_.Available(pump_time));
+      if (room == 0) {
+        ArmRateTimer(bucket_.NextToken(pump_time));
+        break;
+      }
+    }
+    if (room == 0) {
+      ++idle_turns;
+      continue;
+    }
+    idle_turns = 0;
+    batch.clear();
+    while (batch.size() < room && !ready_.empty()) {
+      const std::uint64_t id = ready_.front();
+      ready_.pop_front();
+      auto it = outstanding_.find(id);
+      if (it == outstanding_.end() || it->second.worker != 0 ||
+          it->second.retrying) {
+        continue;
+      }
+      batch.push_back(&it->second.event);
+    }
+    if (batch.empty()) break;
+    std::vector<Event> full;
+    if (store_ != nullptr) {
+      std::vector<std::uint64_t> unreadable;
+      ReadPayloads(batch, full, unreadable);
+      if (!unreadable.empty()) Hold(unreadable);
+      if (batch.empty()) continue;
+    }
+    const SteadyTime steady_now = std::chrono::steady_clock::now();
+    const WallNanos wall_now = WallNow();
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      Outstanding& o = outstanding_.at(batch[i]->id);
+      o.worker = w.id;
+      o.delivered_at = steady_now;
+      w.in_flight.insert(batch[i]->id);
+      if (++o.event.attempt == 1) {
+        observed_.Add(std::chrono::nanoseconds(wall_now - o.event.fire_time));
+      }
+      StartAckTimer(
+          batch[i]->id, o,
+          w.ack_timeout.count() != 0 ? w.ack_timeout : policy_.ack_timeout);
+      if (store_ != nullptr) {
+        full[i].attempt = o.event.attempt;
+        batch[i] = &full[i];
+      }
+    }
+    counters_.ready.fetch_sub(batch.size());
+    counters_.in_flight.fetch_add(batch.size());
+    mine_.ready.fetch_sub(batch.size(), std::memory_order_relaxed);
+    mine_.in_flight.fetch_add(batch.size(), std::memory_order_relaxed);
+    if (!bucket_.unlimited()) bucket_.Take(batch.size());
+    mine_.delivered.fetch_add(batch.size(), std::memory_order_relaxed);
+    w.sink->Deliver(name_, batch);
+  }
+  observed_.AddTo(metrics_.delivery_lateness());
+}
+
+}  // namespace delayd

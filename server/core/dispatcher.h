@@ -1,0 +1,281 @@
+// Delivery of one namespace's events to its subscribers.
+//
+// Partitions publish fired events here. A dispatcher keeps every event that
+// is not yet acknowledged: ready (waiting for a worker) or in flight (sent to
+// a worker, with an ack deadline on a timing wheel) or retrying (failed,
+// waiting on the same wheel for its retry time). Each ready event goes to
+// one worker with room under its max_in_flight, round robin. A delivery
+// fails when its worker nacks it or its ack deadline passes: the event
+// retries after the given time or the backoff for its attempt (retry.h),
+// then is ready again (front of the queue). An event whose worker goes away
+// is ready again at once. Each delivery has attempt + 1; once the policy's
+// max_attempts have been made, the next failure (or the worker's leaving)
+// makes it a dead letter, kept apart (dispatcher_dead.cc). A worker's room
+// counts what it has not yet been written too (events and bytes), so a worker
+// that stops reading holds at most max_in_flight events, however often they
+// time out and go to others. With a store, payloads are read back when events
+// are sent; an event whose payload cannot be read is held and tried again,
+// never sent without it. Watchers get a copy of each event when it is
+// published; a watcher whose unwritten backlog passes the limit (events or
+// bytes) is ended with RESOURCE_EXHAUSTED so that it never slows anyone.
+//
+// Thread safety: public methods may be called from any thread; they post to
+// the dispatcher's strand, where all state lives.
+#ifndef DELAYD_SERVER_CORE_DISPATCHER_H_
+#define DELAYD_SERVER_CORE_DISPATCHER_H_
+
+#include <asio.hpp>
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <random>
+#include <set>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "server/common/metrics.h"
+#include "server/common/policy.h"
+#include "server/common/retry.h"
+#include "server/common/status.h"
+#include "server/common/types.h"
+#include "server/core/counters.h"
+#include "server/core/namespace_refs.h"
+#include "server/core/strand_wheel.h"
+#include "server/core/token_bucket.h"
+#include "server/store/store.h"
+
+namespace delayd {
+
+// The receiving end of a subscription, implemented by the gRPC stream.
+class Subscriber : public std::enable_shared_from_this<Subscriber> {
+ public:
+  // What a subscriber holds that its client has not yet taken: events
+  // queued or being written.
+  struct Backlog {
+    std::size_t events = 0;
+    std::size_t bytes = 0;
+  };
+  virtual ~Subscriber() = default;
+  // Called on a dispatcher strand. Queues `events` for writing, without
+  // blocking, and returns the backlog after queueing them.
+  virtual Backlog Deliver(std::string_view ns,
+                          std::span<const Event* const> events) = 0;
+  // The backlog now (any thread).
+  virtual Backlog Unwritten() const = 0;
+  // Ends the stream with `status` once queued writes are done.
+  virtual void End(const Status& status) = 0;
+
+  // Set by the dispatcher before anything is delivered; the subscriber
+  // calls it (from any thread) each time its backlog has been written out,
+  // so that a worker held back by its backlog gets more.
+  std::function<void()> on_drained;
+};
+
+struct SubscribeOptions {
+  bool watcher = false;
+  std::uint32_t max_in_flight = 100;
+  // 0: the namespace policy's.
+  std::chrono::nanoseconds ack_timeout{0};
+};
+
+// An event whose last attempt failed, kept until requeued or purged.
+struct DeadLetter {
+  Event event;        // With its payload when listed.
+  std::string error;  // The last error a worker gave (Nack), if any.
+};
+
+struct DeadLetterPage {
+  std::vector<DeadLetter> letters;
+  std::optional<std::uint64_t> next;  // The id to list from, if more.
+  Status error;                       // Not OK if payloads could not be read.
+};
+
+// Of Nack and ExtendLease.
+struct LeaseResult {
+  std::uint32_t done = 0;  // Ids that were in flight, now acted on.
+  std::vector<std::uint64_t> unknown;
+};
+
+struct AckResult {
+  std::uint32_t acked = 0;
+  std::vector<std::uint64_t> unknown;
+  Status error;  // Not OK if the store could not record the acks.
+};
+
+class Dispatcher {
+ public:
+  // `store` may be null (state in memory only). With a store, events carry
+  // payload ids; payloads are read when an event is sent. The namespace's
+  // count in `refs` is released for each acknowledged event (once durable)
+  // and each subscriber that leaves (the scheduler adds those).
+  Dispatcher(asio::io_context& io, std::string name, NamespaceId id,
+             Counters& counters, Metrics& metrics, const Limits& limits,
+             Store* store, NamespaceRefs* refs);
+  Dispatcher(const Dispatcher&) = delete;
+  Dispatcher& operator=(const Dispatcher&) = delete;
+
+  // The namespace's name; empty while its id is free. Changed only by the
+  // scheduler under its namespace lock, while nothing uses the namespace.
+  const std::string& name() const { return name_; }
+  void Rename(std::string name) { name_ = std::move(name); }
+
+  // Applies a new policy: to events ready or in flight now (pause, rate,
+  // in-flight cap) and to failures from now on (backoff); in-flight events
+  // keep their ack deadlines.
+  void SetPolicy(const Policy& policy);
+
+  // Takes fired events for delivery.
+  void Publish(std::vector<Event> events);
+
+  // Registers a subscriber under `id` (unique daemon-wide). `done` runs on
+  // the strand once it is registered, before anything is delivered to it.
+  void Subscribe(std::uint64_t id, std::shared_ptr<Subscriber> subscriber,
+                 SubscribeOptions options, std::function<void()> done);
+  // Forgets a subscriber (its stream ended); its unacknowledged events are
+  // ready again, or dead letters if that was their last attempt.
+  void Unsubscribe(std::uint64_t id);
+
+  // Retires acknowledged events; `done` runs once that is durable.
+  void Ack(std::vector<std::uint64_t> ids, std::function<void(AckResult)> done);
+  // Fails the deliveries of the events of `ids` in flight: each retries
+  // after `retry_after`, or when unset after the backoff for its attempt.
+  // `error`: the worker's word on it, kept with a dead letter.
+  void Nack(std::vector<std::uint64_t> ids,
+            std::optional<std::chrono::nanoseconds> retry_after,
+            std::string error, std::function<void(LeaseResult)> done);
+  // Moves the ack deadline of each event of `ids` in flight to now +
+  // `extension`.
+  void ExtendLease(std::vector<std::uint64_t> ids,
+                   std::chrono::nanoseconds extension,
+                   std::function<void(LeaseResult)> done);
+
+  // Dead letters (dispatcher_dead.cc). Recovery hands back those the store
+  // kept, before anything else reaches the dispatcher.
+  void RestoreDeadLetters(std::vector<DeadLetter> letters);
+  // Up to `limit` dead letters with ids from `from`, in id order, and about
+  // `max_bytes` of keys, payloads and errors at most (at least one).
+  void ListDeadLetters(std::uint64_t from, std::size_t limit,
+                       std::size_t max_bytes,
+                       std::function<void(DeadLetterPage)> done);
+  // Makes dead letters ready again, attempts from zero (`ids` empty: all);
+  // `done` once that is durable.
+  void RequeueDeadLetters(std::vector<std::uint64_t> ids,
+                          std::function<void(Status, LeaseResult)> done);
+  // Deletes dead letters (`ids` empty: all); `done` once that is durable.
+  void PurgeDeadLetters(std::vector<std::uint64_t> ids,
+                        std::function<void(Status, LeaseResult)> done);
+
+  // Ends every stream with `status` and stops the ack timer. `done` runs on
+  // the strand afterwards.
+  void Close(const Status& status, std::function<void()> done);
+
+ private:
+  struct Worker {
+    std::uint64_t id;
+    std::shared_ptr<Subscriber> sink;
+    std::uint32_t max_in_flight;
+    std::chrono::nanoseconds ack_timeout;
+    // Its events in flight (at most max_in_flight): what goes back to the
+    // queue when it leaves, without a scan of every outstanding event.
+    std::unordered_set<std::uint64_t> in_flight;
+  };
+  struct Outstanding {
+    Event event;
+    std::uint64_t worker = 0;  // 0: ready or retrying, not in flight.
+    bool retrying = false;
+    bool dead = false;
+    // The store holds its fate (see StoredFate): deleted with the event.
+    bool fate_stored = false;
+    std::string error{};  // The last Nack's, if any.
+    // The ack deadline (in flight) or the retry time (retrying).
+    wheel::TimingWheel::Handle ack_timer = wheel::TimingWheel::kNoHandle;
+    std::uint32_t ack_cookie = 0;
+    SteadyTime delivered_at{};  // The last delivery.
+  };
+
+  // All below run on the strand.
+  void Pump();
+  // Pumps again once the next token of the dispatch rate is there.
+  void ArmRateTimer(SteadyTime at);
+  std::chrono::nanoseconds BackoffFor(const Outstanding& o);
+  // Ends `o`'s time in flight: its ack timer cancelled, counted out (the
+  // caller says where it goes).
+  void LeaveFlight(Outstanding& o);
+  void Requeue(std::uint64_t event_id, Outstanding& o);
+  // Ends `o`'s delivery as failed: it retries after `wait` (at once if 0),
+  // or becomes a dead letter after its last attempt. Its fate goes to
+  // fates_ (written by WriteFates).
+  void Fail(std::uint64_t event_id, Outstanding& o,
+            std::chrono::nanoseconds wait);
+  void Bury(std::uint64_t event_id, Outstanding& o);
+  // `ids`, or every dead letter's when empty.
+  std::vector<std::uint64_t> DeadOrAll(
+      const std::vector<std::uint64_t>& ids) const;
+  void WriteFates();
+  // Sends copies of `events` to the watchers, their payloads read back;
+  // ends those too far behind.
+  void ToWatchers(std::span<const Event* const> events);
+  Worker* FindWorker(std::uint64_t id);
+  void OnAckTimeouts(std::vector<StrandWheel::Expired>& due);
+  void StartAckTimer(std::uint64_t event_id, Outstanding& o,
+                     std::chrono::nanoseconds timeout);
+  void CancelAckTimer(Outstanding& o);
+  // With a store: copies `events` into `out` with their payloads read back
+  // and `events` keeps only those (in order). An event whose payload cannot
+  // be read is never sent without it: its id goes to `unreadable` and the
+  // error, naming its namespace and key, to the log.
+  void ReadPayloads(std::vector<const Event*>& events, std::vector<Event>& out,
+                    std::vector<std::uint64_t>& unreadable);
+  // Ready events whose payloads could not be read wait in held_ and are
+  // ready again after kRetryRead.
+  void Hold(const std::vector<std::uint64_t>& ids);
+  static constexpr std::chrono::seconds kRetryRead{1};
+
+  std::string name_;
+  const NamespaceId id_;
+  NamespaceRefs* const refs_;
+  Counters& counters_;
+  NamespaceCounters& mine_;  // counters_.of(id_)
+  Metrics& metrics_;
+  const Limits& limits_;
+  Store* const store_;
+  Strand strand_;
+  Policy policy_;
+  // The namespace's dispatch rate (policy_), and the timer that pumps again
+  // when the next token is there.
+  TokenBucket bucket_;
+  asio::steady_timer rate_timer_;
+  bool rate_armed_ = false;
+  std::minstd_rand random_;  // Backoff jitter.
+  // Dead letters' ids, in id order (for paging).
+  std::set<std::uint64_t> dead_;
+  // Fates of failed deliveries not yet written (one batch per handler).
+  std::optional<Store::Batch> fates_;
+  // Ack deadlines and retry times.
+  StrandWheel ack_wheel_;
+  bool closed_ = false;
+  std::deque<std::uint64_t> held_;
+  asio::steady_timer retry_timer_;
+  bool retry_armed_ = false;
+  std::unordered_map<std::uint64_t, Outstanding> outstanding_;
+  std::deque<std::uint64_t> ready_;  // Ids; stale (acked) ids are skipped.
+  std::vector<Worker> workers_;
+  std::size_t next_worker_ = 0;  // Round robin.
+  std::vector<std::pair<std::uint64_t, std::shared_ptr<Subscriber>>> watchers_;
+  // Ack-timer cookies -> event ids (the wheel carries 32-bit cookies).
+  std::vector<std::uint64_t> cookie_ids_;
+  std::vector<std::uint32_t> free_cookies_;
+  // Latencies gathered for one histogram at a time, then added to it (each
+  // use leaves it empty).
+  Observations observed_;
+};
+
+}  // namespace delayd
+
+#endif  // DELAYD_SERVER_CORE_DISPATCHER_H_

@@ -1,0 +1,118 @@
+// Dispatcher: the namespace policy, and deliveries that fail. A failure
+// (Nack, an ack deadline passed) either schedules the event's retry on the
+// ack wheel, after the Nack's time or the policy's backoff, or, after its
+// last attempt, makes it a dead letter (dispatcher_dead.cc). The attempts
+// of failing events are written to the store (their fate records).
+#include "server/core/dispatcher.h"
+
+namespace delayd {
+
+void Dispatcher::SetPolicy(const Policy& policy) {
+  asio::post(strand_, [this, policy] {
+    const bool rate_changed =
+        policy.max_dispatch_rate != policy_.max_dispatch_rate ||
+        policy.dispatch_burst != policy_.dispatch_burst;
+    policy_ = policy;
+    if (rate_changed) {
+      bucket_.Configure(policy.max_dispatch_rate, policy.dispatch_burst,
+                        std::chrono::steady_clock::now());
+    }
+    Pump();
+  });
+}
+
+std::chrono::nanoseconds Dispatcher::BackoffFor(const Outstanding& o) {
+  return Backoff(policy_.retry, o.event.attempt,
+                 std::uniform_real_distribution<double>(0, 1)(random_));
+}
+
+void Dispatcher::ArmRateTimer(SteadyTime at) {
+  if (rate_armed_ || closed_) return;
+  rate_armed_ = true;
+  rate_timer_.expires_at(at);
+  rate_timer_.async_wait([this](const asio::error_code& ec) {
+    rate_armed_ = false;
+    if (!ec && !closed_) Pump();
+  });
+}
+
+void Dispatcher::Nack(std::vector<std::uint64_t> ids,
+                      std::optional<std::chrono::nanoseconds> retry_after,
+                      std::string error,
+                      std::function<void(LeaseResult)> done) {
+  asio::post(strand_, [this, ids = std::move(ids), retry_after,
+                       error = std::move(error), done = std::move(done)] {
+    LeaseResult result;
+    for (std::uint64_t id : ids) {
+      auto it = outstanding_.find(id);
+      if (it == outstanding_.end() || it->second.worker == 0) {
+        result.unknown.push_back(id);
+        continue;
+      }
+      Outstanding& o = it->second;
+      o.error = error;
+      Fail(id, o, retry_after.value_or(BackoffFor(o)));
+      ++result.done;
+    }
+    WriteFates();
+    Pump();
+    done(std::move(result));
+  });
+}
+
+void Dispatcher::ExtendLease(std::vector<std::uint64_t> ids,
+                             std::chrono::nanoseconds extension,
+                             std::function<void(LeaseResult)> done) {
+  asio::post(strand_,
+             [this, ids = std::move(ids), extension, done = std::move(done)] {
+               LeaseResult result;
+               for (std::uint64_t id : ids) {
+                 auto it = outstanding_.find(id);
+                 if (it == outstanding_.end() || it->second.worker == 0) {
+                   result.unknown.push_back(id);
+                   continue;
+                 }
+                 CancelAckTimer(it->second);
+                 StartAckTimer(id, it->second, extension);
+                 ++result.done;
+               }
+               done(std::move(result));
+             });
+}
+
+void Dispatcher::Fail(std::uint64_t event_id, Outstanding& o,
+                      std::chrono::nanoseconds wait) {
+  if (Worker* w = FindWorker(o.worker)) w->in_flight.erase(event_id);
+  if (policy_.max_attempts != 0 && o.event.attempt >= policy_.max_attempts) {
+    Bury(event_id, o);
+    return;
+  }
+  // The attempts so far survive a restart (written after this handler,
+  // without waiting: a crash before may lose the count of this one).
+  if (store_ != nullptr) {
+    if (!fates_) fates_.emplace(store_->NewBatch());
+    fates_->PutFate(event_id, {o.event.attempt, false, o.error});
+    o.fate_stored = true;
+  }
+  if (wait.count() <= 0) {
+    Requeue(event_id, o);
+    return;
+  }
+  LeaveFlight(o);
+  o.retrying = true;
+  StartAckTimer(event_id, o, wait);
+  counters_.retrying.fetch_add(1);
+  counters_.redelivered.fetch_add(1);
+  mine_.retrying.fetch_add(1, std::memory_order_relaxed);
+  mine_.redelivered.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Dispatcher::WriteFates() {
+  if (!fates_) return;
+  // Failures are recorded when they can be; a store error is counted and
+  // logged by the store, and costs only the count of these attempts.
+  store_->Commit(*fates_, [](Status) {});
+  fates_.reset();
+}
+
+}  // namespace delayd

@@ -1,0 +1,495 @@
+#include "server/core/partition.h"
+
+#include <algorithm>
+#include <cassert>
+#include <unordered_map>
+
+#include "server/common/keyed_hash.h"
+
+namespace delayd {
+
+Partition::Partition(asio::io_context& io, std::uint32_t index,
+                     std::chrono::nanoseconds tick, SteadyTime epoch,
+                     const Limits& limits, Counters& counters, Store* store,
+                     NamespaceRefs* refs, Publish publish)
+    : partition_(index),
+      limits_(limits),
+      counters_(counters),
+      store_(store),
+      refs_(refs),
+      publish_(std::move(publish)),
+      strand_(asio::make_strand(io)),
+      wheel_(
+          strand_, &exclusive_, tick, epoch,
+          [this](std::vector<StrandWheel::Expired>& due) { OnExpired(due); }) {
+  assert(index < 1024);
+}
+
+std::uint32_t Partition::Hash(NamespaceId ns, std::string_view key) {
+  const std::uint64_t h = KeyedHash(ns, key);
+  return static_cast<std::uint32_t>(h ^ (h >> 32));
+}
+
+std::uint32_t Partition::Find(NamespaceId ns, std::string_view key,
+                              std::uint32_t hash) const {
+  return keys_.Find(hash, [&](std::uint32_t r) {
+    return records_[r].ns() == ns && records_[r].blob.key() == key;
+  });
+}
+
+wheel::TimingWheel::Time Partition::Deadline(WallNanos fire_time,
+                                             WallNanos wall_now,
+                                             SteadyTime steady_now) const {
+  return wheel_.ToWheel(steady_now) +
+         std::chrono::nanoseconds(std::max<WallNanos>(0, fire_time - wall_now));
+}
+
+OpResult Partition::Apply(Op& op, WallNanos wall_now, SteadyTime steady_now,
+                          Store::Batch* batch) {
+  assert(exclusive_.held());
+  assert((store_ != nullptr) == (batch != nullptr));
+  return std::visit(
+      [&](auto& o) -> OpResult {
+        using T = std::decay_t<decltype(o)>;
+        if constexpr (std::is_same_v<T, SetOp>) {
+          return Set(o, wall_now, steady_now, batch);
+        } else if constexpr (std::is_same_v<T, MoveOp>) {
+          return Move(o, wall_now, steady_now, batch);
+        } else {
+          return Remove(o, batch);
+        }
+      },
+      op);
+}
+
+Status Partition::ReserveIds(std::uint64_t versions, std::uint64_t events) {
+  if (store_ == nullptr) return Status::Ok();  // Nothing outlives the process.
+  if (next_version_ + versions <= version_limit_ &&
+      next_event_seq_ + events <= event_seq_limit_) {
+    return Status::Ok();
+  }
+  // At most one synced write per kIdBlock ids (a write stall here is paid
+  // that rarely), and a restart skips at most kIdBlock unused ones: 2^54
+  // sequence numbers last 570 years at a million a second.
+  const std::uint64_t version_limit =
+      std::max(version_limit_, next_version_ + versions + kIdBlock);
+  const std::uint64_t event_limit =
+      std::max(event_seq_limit_, next_event_seq_ + events + kIdBlock);
+  if (event_limit >= (std::uint64_t{1} << 54) ||
+      version_limit >= (std::uint64_t{1} << 54)) {
+    return Status::ResourceExhausted("version or event id space exhausted");
+  }
+  if (Status s = store_->ReserveIds(partition_, version_limit, event_limit);
+      !s.ok()) {
+    return s;
+  }
+  version_limit_ = version_limit;
+  event_seq_limit_ = event_limit;
+  return Status::Ok();
+}
+
+std::uint32_t Partition::NewRecord() {
+  if (free_records_.empty()) {
+    records_.emplace_back();
+    return static_cast<std::uint32_t>(records_.size() - 1);
+  }
+  const std::uint32_t r = free_records_.back();
+  free_records_.pop_back();
+  return r;
+}
+
+void Partition::StorePayload(Record& rec, NamespaceId ns, const Blob& blob,
+                             Store::Batch& batch) {
+  // Unique daemon-wide and never reused, as versions are.
+  const std::uint64_t payload_id = rec.version;
+  batch.PutPayload(payload_id, blob.payload());
+  batch.PutTimer(payload_id, ns, blob.key(), rec.fire_time, rec.version);
+  rec.blob = KeyBlob(blob.key(), payload_id);
+}
+
+std::optional<std::string> Partition::PayloadOf(const Record& rec,
+                                                Status* error) const {
+  if (store_ == nullptr) return std::string(rec.blob.payload());
+  const std::uint64_t id = PayloadIdOf(rec.blob);
+  std::vector<std::string> payloads;
+  std::vector<bool> readable;
+  const Status s = store_->GetPayloads({&id, 1}, &payloads, &readable);
+  if (!readable[0]) {
+    *error = Status::Internal("the payload of timer '" +
+                              std::string(rec.blob.key()) +
+                              "' cannot be read: " + s.message());
+    return std::nullopt;
+  }
+  return std::move(payloads[0]);
+}
+
+OpResult Partition::Set(SetOp& op, WallNanos wall_now, SteadyTime steady_now,
+                        Store::Batch* batch) {
+  const std::uint32_t hash = Hash(op.ns, op.key());
+  std::uint32_t r = Find(op.ns, op.key(), hash);
+  const auto deadline = Deadline(op.fire_time, wall_now, steady_now);
+  OpResult result;
+  if (result.status = ReserveIds(1, 0); !result.status.ok()) return result;
+  if (r != KeyIndex::kNone) {
+    if (op.if_absent) {
+      result.status = Status::AlreadyExists("timer '" + std::string(op.key()) +
+                                            "' is already pending");
+      return result;
+    }
+    Record& rec = records_[r];
+    rec.fire_time = op.fire_time;
+    rec.version = NewVersion();
+    if (batch != nullptr) {
+      batch->DeleteTimer(PayloadIdOf(rec.blob));
+      batch->DeletePayload(PayloadIdOf(rec.blob));
+      StorePayload(rec, op.ns, op.blob, *batch);
+    } else {
+      rec.blob = std::move(op.blob);
+    }
+    rec.blob.set_tag(static_cast<std::uint16_t>(op.ns));
+    wheel_.wheel().Reschedule(rec.handle, deadline);
+    wheel_.Scheduled(rec.handle);
+    result.replaced = true;
+  } else {
+    // Events not yet acknowledged count too, so that memory stays bounded
+    // while no worker drains them: producers get backpressure instead.
+    const std::uint64_t undelivered =
+        counters_.ready.load(std::memory_order_relaxed) +
+        counters_.in_flight.load(std::memory_order_relaxed);
+    if (counters_.pending.fetch_add(1) + undelivered >=
+        limits_.max_pending_timers) {
+      counters_.pending.fetch_sub(1);
+      result.status = Status::ResourceExhausted(
+          "pending-timer limit of " +
+          std::to_string(limits_.max_pending_timers) +
+          " reached (pending timers plus unacknowledged events)");
+      return result;
+    }
+    r = NewRecord();
+    Record& rec = records_[r];
+    rec.fire_time = op.fire_time;
+    rec.version = NewVersion();
+    if (batch != nullptr) {
+      StorePayload(rec, op.ns, op.blob, *batch);
+    } else {
+      rec.blob = std::move(op.blob);
+    }
+    rec.blob.set_tag(static_cast<std::uint16_t>(op.ns));
+    rec.handle = wheel_.wheel().Schedule(deadline, r);
+    wheel_.Scheduled(rec.handle);
+    keys_.Insert(hash, r);
+    refs_->Add(op.ns);  // (The caller's pin keeps it above zero.)
+    counters_.of(op.ns).pending.fetch_add(1, std::memory_order_relaxed);
+  }
+  counters_.set.fetch_add(1, std::memory_order_relaxed);
+  counters_.of(op.ns).set.fetch_add(1, std::memory_order_relaxed);
+  result.version = records_[r].version;
+  result.fire_time = op.fire_time;
+  return result;
+}
+
+std::uint32_t Partition::FindExpected(NamespaceId ns, const std::string& key,
+                                      std::uint64_t expected_version,
+                                      Status* error) const {
+  const std::uint32_t r = Find(ns, key, Hash(ns, key));
+  if (r == KeyIndex::kNone) {
+    *error = Status::NotFound("no pending timer '" + key + "'");
+  } else if (expected_version != 0 && expected_version != records_[r].version) {
+    *error = Status::Aborted("timer '" + key + "' has version " +
+                             std::to_string(records_[r].version) + ", not " +
+                             std::to_string(expected_version));
+    return KeyIndex::kNone;
+  }
+  return r;
+}
+
+OpResult Partition::Move(MoveOp& op, WallNanos wall_now, SteadyTime steady_now,
+                         Store::Batch* batch) {
+  OpResult result;
+  const std::uint32_t r =
+      FindExpected(op.ns, op.key, op.expected_version, &result.status);
+  if (r == KeyIndex::kNone) return result;
+  if (result.status = ReserveIds(1, 0); !result.status.ok()) return result;
+  Record& rec = records_[r];
+  rec.fire_time = op.fire_time;
+  rec.version = NewVersion();
+  if (batch != nullptr) {
+    batch->PutTimer(PayloadIdOf(rec.blob), op.ns, op.key, rec.fire_time,
+                    rec.version);
+  }
+  wheel_.wheel().Reschedule(rec.handle,
+                            Deadline(op.fire_time, wall_now, steady_now));
+  wheel_.Scheduled(rec.handle);
+  counters_.of(op.ns).moved.fetch_add(1, std::memory_order_relaxed);
+  result.version = rec.version;
+  result.fire_time = rec.fire_time;
+  return result;
+}
+
+OpResult Partition::Remove(RemoveOp& op, Store::Batch* batch) {
+  OpResult result;
+  const std::uint32_t r =
+      FindExpected(op.ns, op.key, op.expected_version, &result.status);
+  if (r == KeyIndex::kNone) return result;
+  Record& rec = records_[r];
+  result.version = rec.version;
+  result.fire_time = rec.fire_time;
+  if (batch != nullptr) {
+    batch->DeleteTimer(PayloadIdOf(rec.blob));
+    batch->DeletePayload(PayloadIdOf(rec.blob));
+  }
+  wheel_.wheel().Cancel(rec.handle);
+  Forget(r);
+  counters_.of(op.ns).removed.fetch_add(1, std::memory_order_relaxed);
+  result.removed = true;
+  return result;
+}
+
+void Partition::Forget(std::uint32_t r) {
+  Record& rec = records_[r];
+  keys_.Erase(Hash(rec.ns(), rec.blob.key()), r);
+  counters_.of(rec.ns()).pending.fetch_sub(1, std::memory_order_relaxed);
+  rec.blob = Blob();
+  free_records_.push_back(r);
+  counters_.pending.fetch_sub(1);
+}
+
+void Partition::OnExpired(std::vector<StrandWheel::Expired>& due) {
+  // Never early by the wall clock either: if it reads earlier than a fire
+  // time (it stepped back), wait out the difference.
+  const WallNanos wall_now = WallNow();
+  const SteadyTime steady_now = std::chrono::steady_clock::now();
+  std::vector<std::uint32_t> fire;
+  fire.reserve(due.size());
+  for (const auto& e : due) {
+    Record& rec = records_[e.cookie];
+    if (rec.fire_time > wall_now) {
+      rec.handle = wheel_.wheel().Schedule(
+          Deadline(rec.fire_time, wall_now, steady_now), e.cookie);
+    } else {
+      fire.push_back(e.cookie);
+    }
+  }
+  FireRecords(fire, Reason::kExpired);
+}
+
+std::vector<Event> Partition::TakeEvents(
+    const std::vector<std::uint32_t>& records, Reason reason,
+    Store::Batch* batch) {
+  const WallNanos fired_at = WallNow();
+  std::vector<Event> events;
+  events.reserve(records.size());
+  // Per-namespace counts, added once per run of one namespace's events.
+  NamespaceId run_ns = 0;
+  std::uint64_t run = 0;
+  auto count_run = [&] {
+    if (run == 0) return;
+    NamespaceCounters& c = counters_.of(run_ns);
+    c.pending.fetch_sub(run, std::memory_order_relaxed);
+    (reason == Reason::kDrained ? c.drained : c.expired)
+        .fetch_add(run, std::memory_order_relaxed);
+    run = 0;
+  };
+  for (std::uint32_t r : records) {
+    Record& rec = records_[r];
+    Event e{};
+    e.id = (next_event_seq_++ << 10) | partition_;  // Reserved by the caller.
+    e.ns = rec.ns();
+    e.blob = std::move(rec.blob);
+    e.version = rec.version;
+    e.fire_time = rec.fire_time;
+    e.fired_at = fired_at;
+    e.reason = reason;
+    if (e.ns != run_ns) count_run();
+    run_ns = e.ns;
+    ++run;
+    keys_.Erase(Hash(e.ns, e.blob.key()), r);
+    free_records_.push_back(r);
+    if (batch) {
+      batch->DeleteTimer(PayloadIdOf(e.blob));
+      batch->PutEvent(StoredEvent{e.id, e.ns, e.blob.key(), e.version,
+                                  e.fire_time, e.fired_at, e.reason,
+                                  PayloadIdOf(e.blob)});
+    }
+    events.push_back(std::move(e));
+  }
+  count_run();
+  counters_.pending.fetch_sub(records.size());
+  counters_.fired.fetch_add(records.size());
+  return events;
+}
+
+struct Partition::UnwrittenFiring {
+  UnwrittenFiring(Store::Batch b, asio::any_io_executor ex)
+      : batch(std::move(b)), timer(std::move(ex)) {}
+  Store::Batch batch;
+  std::unordered_map<NamespaceId, std::vector<Event>> by_ns;
+  asio::steady_timer timer;
+};
+
+void Partition::FireRecords(const std::vector<std::uint32_t>& records,
+                            Reason reason, std::function<void(Status)> done) {
+  if (records.empty()) {
+    if (done) done(Status::Ok());
+    return;
+  }
+  if (Status s = ReserveIds(0, records.size()); !s.ok()) {
+    // Nothing changed: the timers fire again after kRetryWrite.
+    const SteadyTime at = std::chrono::steady_clock::now() + kRetryWrite;
+    for (std::uint32_t r : records) {
+      Record& rec = records_[r];
+      if (!wheel_.wheel().Reschedule(rec.handle, wheel_.ToWheel(at))) {
+        rec.handle = wheel_.wheel().Schedule(wheel_.ToWheel(at), r);
+      }
+      wheel_.Scheduled(rec.handle);
+    }
+    if (done) done(s);
+    return;
+  }
+  std::optional<Store::Batch> batch;
+  if (store_ != nullptr) batch.emplace(store_->NewBatch());
+  // Events go to their namespace's dispatcher in firing order.
+  std::unordered_map<NamespaceId, std::vector<Event>> by_ns;
+  for (Event& e : TakeEvents(records, reason, batch ? &*batch : nullptr)) {
+    by_ns[e.ns].push_back(std::move(e));
+  }
+  if (batch) {
+    // Write() writes the batch before it returns; the events are published
+    // then, without waiting for the sync. That is safe: until the firing is
+    // durable, so is nothing written after it (acks included), so a power
+    // loss leaves the timers pending, to fire again after the restart: at
+    // least once, never lost (with ids that do not repeat: ReserveIds).
+    // Only `done` (a Drain's answer) waits for durability.
+    Status s = store_->Write(*batch, [done](Status s) {
+      if (done) done(std::move(s));
+    });
+    if (!s.ok()) {
+      auto firing =
+          std::make_shared<UnwrittenFiring>(std::move(*batch), strand_);
+      firing->by_ns = std::move(by_ns);
+      RetryFiring(std::move(firing));
+      if (done) done(std::move(s));
+      return;
+    }
+  }
+  for (auto& [ns, events] : by_ns) publish_(ns, std::move(events));
+  if (!batch && done) done(Status::Ok());
+}
+
+void Partition::RetryFiring(std::shared_ptr<UnwrittenFiring> firing) {
+  firing->timer.expires_after(kRetryWrite);
+  firing->timer.async_wait([this, firing](const asio::error_code& ec) {
+    if (ec || stopped()) return;  // Shutdown: the store keeps the timers.
+    std::lock_guard lock(exclusive_);
+    if (!store_->Write(firing->batch, [](Status) {}).ok()) {
+      RetryFiring(firing);
+      return;
+    }
+    for (auto& [ns, events] : firing->by_ns) publish_(ns, std::move(events));
+  });
+}
+
+void Partition::Drain(NamespaceId ns,
+                      std::function<void(Status, std::uint64_t)> done) {
+  assert(exclusive_.held());
+  std::vector<std::uint32_t> fire;
+  for (std::uint32_t r = 0; r < records_.size(); ++r) {
+    if (records_[r].blob && records_[r].ns() == ns) fire.push_back(r);
+  }
+  std::sort(fire.begin(), fire.end(), [this](std::uint32_t a, std::uint32_t b) {
+    return records_[a].fire_time != records_[b].fire_time
+               ? records_[a].fire_time < records_[b].fire_time
+               : records_[a].version < records_[b].version;
+  });
+  for (std::uint32_t r : fire) wheel_.wheel().Cancel(records_[r].handle);
+  const std::uint64_t count = fire.size();
+  FireRecords(fire, Reason::kDrained,
+              [done = std::move(done), count](Status s) {
+                done(s, s.ok() ? count : 0);
+              });
+}
+
+Status Partition::RestoreCounters(std::uint64_t next_version,
+                                  std::uint64_t next_event_seq) {
+  next_version_ = std::max(next_version_, next_version);
+  next_event_seq_ = std::max(next_event_seq_, next_event_seq);
+  // Reserves the first block now, synced before anything is served.
+  return ReserveIds(1, 1);
+}
+
+void Partition::Restore(const StoredTimer& t, WallNanos wall_now,
+                        SteadyTime steady_now) {
+  const std::uint32_t r = NewRecord();
+  Record& rec = records_[r];
+  rec.fire_time = t.fire_time;
+  rec.version = t.version;
+  rec.blob = KeyBlob(t.key, t.payload_id);
+  rec.blob.set_tag(static_cast<std::uint16_t>(t.ns));
+  keys_.Insert(Hash(t.ns, t.key), r);
+  counters_.pending.fetch_add(1, std::memory_order_relaxed);
+  counters_.of(t.ns).pending.fetch_add(1, std::memory_order_relaxed);
+  refs_->Add(t.ns);
+  if (t.fire_time <= wall_now) {
+    overdue_.push_back(r);
+  } else {
+    rec.handle =
+        wheel_.wheel().Schedule(Deadline(t.fire_time, wall_now, steady_now), r);
+  }
+}
+
+std::vector<Event> Partition::FireOverdue(std::function<void(Status)> durable) {
+  std::sort(overdue_.begin(), overdue_.end(),
+            [this](std::uint32_t a, std::uint32_t b) {
+              return records_[a].fire_time != records_[b].fire_time
+                         ? records_[a].fire_time < records_[b].fire_time
+                         : records_[a].version < records_[b].version;
+            });
+  if (Status s = ReserveIds(0, overdue_.size()); !s.ok()) {
+    durable(s);
+    return {};
+  }
+  Store::Batch batch = store_->NewBatch();
+  std::vector<Event> events = TakeEvents(overdue_, Reason::kExpired, &batch);
+  overdue_ = {};
+  store_->Commit(batch, std::move(durable));
+  // Arms the wake-up for the timers still pending.
+  Post([this] { wheel_.Fire(); });
+  return events;
+}
+
+std::optional<TimerInfo> Partition::Get(NamespaceId ns, std::string_view key,
+                                        Status* error) const {
+  const std::uint32_t r = Find(ns, key, Hash(ns, key));
+  if (r == KeyIndex::kNone) return std::nullopt;
+  const Record& rec = records_[r];
+  std::optional<std::string> payload = PayloadOf(rec, error);
+  if (!payload) return std::nullopt;
+  return TimerInfo{ns, std::string(rec.blob.key()), std::move(*payload),
+                   rec.fire_time, rec.version};
+}
+
+std::optional<std::uint32_t> Partition::List(
+    NamespaceId ns, std::string_view prefix, std::uint32_t cursor,
+    std::size_t max_timers, std::size_t max_bytes, bool payloads,
+    std::vector<TimerInfo>& out, Status* error) const {
+  // What `out` holds already (from earlier partitions of the same page).
+  std::size_t bytes = 0;
+  for (const TimerInfo& t : out) bytes += ListCost(t);
+  for (std::uint32_t r = cursor; r < records_.size(); ++r) {
+    const Record& rec = records_[r];
+    if (!rec.blob || rec.ns() != ns || !rec.blob.key().starts_with(prefix)) {
+      continue;
+    }
+    if (out.size() >= max_timers) return r;
+    std::optional<std::string> payload = std::string();
+    if (payloads && !(payload = PayloadOf(rec, error))) return std::nullopt;
+    TimerInfo info{ns, std::string(rec.blob.key()), std::move(*payload),
+                   rec.fire_time, rec.version};
+    bytes += ListCost(info);
+    if (!out.empty() && bytes > max_bytes) return r;
+    out.push_back(std::move(info));
+  }
+  return std::nullopt;
+}
+
+}  // namespace delayd

@@ -1,0 +1,215 @@
+// One partition of the scheduler: the timers whose (namespace, key) hash to
+// it, a key index, and a timing wheel armed on the partition's strand.
+//
+// Every state change of a timer goes through Apply() (set, move, remove) or
+// FireRecords() (expiry, drain) here. With a store, each adds its changes to
+// a store batch; a fired event is published once its batch is written (see
+// FireRecords), and payloads live in the store, not in memory (see store.h).
+//
+// A timer's fire time is a wall-clock instant (what clients see); the wheel
+// runs on the steady clock, so each operation maps the fire time to a steady
+// deadline at the moment it is applied. Before firing, the wall clock is
+// checked too: a timer is never delivered before its fire time, even if the
+// wall clock stepped back meanwhile.
+//
+// Thread safety: the partition is owned by whoever holds its Exclusive. Post()
+// runs work on the partition's strand, holding it; Run() runs work at once on
+// the calling thread when the partition is free (a unary call then needs no
+// hop to another thread and back), else as Post() does. Every other method
+// runs from such work, except the recovery methods, which run before any.
+#ifndef DELAYD_SERVER_CORE_PARTITION_H_
+#define DELAYD_SERVER_CORE_PARTITION_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "server/common/types.h"
+#include "server/core/dispatcher.h"
+#include "server/core/key_index.h"
+#include "server/core/namespace_refs.h"
+#include "server/core/strand_wheel.h"
+#include "server/store/store.h"
+
+namespace delayd {
+
+class Partition {
+ public:
+  // Hands fired events of namespace `ns` to its dispatcher.
+  using Publish = std::function<void(NamespaceId ns, std::vector<Event>)>;
+
+  // `index` < 1024 becomes the low bits of every version and event id: the
+  // high 54 bits count per partition, so both are unique daemon-wide, and a
+  // key's versions (always in the same partition) increase. `store` may be
+  // null (state in memory only). A new timer counts in `refs` for its
+  // namespace (and stays counted as an event once fired); a removed one
+  // is released by the caller once durable (OpResult::removed).
+  Partition(asio::io_context& io, std::uint32_t index,
+            std::chrono::nanoseconds tick, SteadyTime epoch,
+            const Limits& limits, Counters& counters, Store* store,
+            NamespaceRefs* refs, Publish publish);
+
+  // Runs `f()` on the partition's strand, holding the partition.
+  template <typename F>
+  void Post(F f) {
+    asio::post(strand_, [this, f = std::move(f)]() mutable {
+      std::lock_guard lock(exclusive_);
+      f();
+    });
+  }
+  // Runs `f()` on the calling thread if nothing holds the partition, else as
+  // Post() does. Never waits. Work may then overtake work posted earlier that
+  // has not run yet: only calls in flight together are reordered, and those
+  // have no order.
+  template <typename F>
+  void Run(F f) {
+    if (exclusive_.try_lock()) {
+      std::lock_guard lock(exclusive_, std::adopt_lock);
+      f();
+      return;
+    }
+    Post(std::move(f));
+  }
+
+  // Whether StopTimers() has run: shutdown has passed this partition, so work
+  // that arrives now must not change it.
+  bool stopped() const { return wheel_.stopped(); }
+
+  // Applies one operation at the given instant, adding its changes to
+  // `batch` (null without a store).
+  OpResult Apply(Op& op, WallNanos wall_now, SteadyTime steady_now,
+                 Store::Batch* batch);
+  // Starts loading what an operation on (ns, key) looks up first: the key's
+  // index slot. Changes nothing.
+  void Prefetch(NamespaceId ns, std::string_view key) const {
+    keys_.Prefetch(Hash(ns, key));
+  }
+  // Fires every pending timer of `ns` now (reason DRAINED), in fire-time
+  // order. `done` gets how many, once that is durable, or the store's error
+  // (the firing is then retried: see FireRecords).
+  void Drain(NamespaceId ns, std::function<void(Status, std::uint64_t)> done);
+
+  // Stops firing (shutdown): timers stay pending.
+  void StopTimers() { wheel_.Stop(); }
+
+  // Recovery, before the strand runs: each stored timer, then the counters
+  // (past every version and event id stored in any partition), then
+  // FireOverdue(), which fires those whose time passed while the daemon was
+  // down and returns their events in fire-time order (unpublished);
+  // `durable` runs once that firing is on disk.
+  // RestoreCounters() reserves the first ids (a synced write).
+  Status RestoreCounters(std::uint64_t next_version,
+                         std::uint64_t next_event_seq);
+  void Restore(const StoredTimer& timer, WallNanos wall_now,
+               SteadyTime steady_now);
+  std::vector<Event> FireOverdue(std::function<void(Status)> durable);
+
+  // The pending timer `key`, or nullopt: none, or (with `error` set) its
+  // payload cannot be read from the store.
+  std::optional<TimerInfo> Get(NamespaceId ns, std::string_view key,
+                               Status* error) const;
+
+  // Appends timers of `ns` whose key starts with `prefix` to `out`, scanning
+  // records from `cursor`, while `out` holds fewer than `max_timers` and
+  // (after its first) their keys and payloads fit in `max_bytes`; payloads
+  // are left empty unless `payloads`. Returns the cursor to continue from,
+  // or nullopt when the partition is exhausted or (with `error` set) a
+  // payload cannot be read from the store: a timer is never listed without
+  // its payload.
+  std::optional<std::uint32_t> List(NamespaceId ns, std::string_view prefix,
+                                    std::uint32_t cursor,
+                                    std::size_t max_timers,
+                                    std::size_t max_bytes, bool payloads,
+                                    std::vector<TimerInfo>& out,
+                                    Status* error) const;
+
+ private:
+  // 64 bytes, with a short key and payload inline in `blob` and the
+  // namespace id in its tag.
+  struct Record {
+    WallNanos fire_time;
+    std::uint64_t version;
+    wheel::TimingWheel::Handle handle;
+    Blob blob;  // Empty when the record is free.
+    NamespaceId ns() const { return blob.tag(); }
+  };
+  static_assert(sizeof(Record) == 64);
+
+  static std::uint32_t Hash(NamespaceId ns, std::string_view key);
+  std::uint32_t Find(NamespaceId ns, std::string_view key,
+                     std::uint32_t hash) const;
+  // The pending timer `key`, if its version is `expected_version` (0: any);
+  // else kNone, with NOT_FOUND or ABORTED in `error`.
+  std::uint32_t FindExpected(NamespaceId ns, const std::string& key,
+                             std::uint64_t expected_version,
+                             Status* error) const;
+  wheel::TimingWheel::Time Deadline(WallNanos fire_time, WallNanos wall_now,
+                                    SteadyTime steady_now) const;
+  OpResult Set(SetOp& op, WallNanos wall_now, SteadyTime steady_now,
+               Store::Batch* batch);
+  OpResult Move(MoveOp& op, WallNanos wall_now, SteadyTime steady_now,
+                Store::Batch* batch);
+  OpResult Remove(RemoveOp& op, Store::Batch* batch);
+  // Stores a new payload for `rec` (version already assigned) and keeps
+  // only the key and the payload's id in memory.
+  void StorePayload(Record& rec, NamespaceId ns, const Blob& blob,
+                    Store::Batch& batch);
+  // The payload of a record: in memory, or read from the store (nullopt,
+  // with `error` set, if it cannot be).
+  std::optional<std::string> PayloadOf(const Record& rec, Status* error) const;
+  std::uint32_t NewRecord();
+  // Removes record `r` from the index and frees it.
+  void Forget(std::uint32_t r);
+  void OnExpired(std::vector<StrandWheel::Expired>& due);
+  // Turns records into events, removing them and recording that in `batch`
+  // (if any).
+  std::vector<Event> TakeEvents(const std::vector<std::uint32_t>& records,
+                                Reason reason, Store::Batch* batch);
+  // Turns records into events (removing them) and publishes them once
+  // their firing is written; `done` (if any) gets the outcome once durable.
+  void FireRecords(const std::vector<std::uint32_t>& records, Reason reason,
+                   std::function<void(Status)> done = nullptr);
+  // A firing whose write failed: its events are not published until the
+  // write succeeds (retried every kRetryWrite); until then the store still
+  // holds the timers, so a crash meanwhile fires them after the restart.
+  struct UnwrittenFiring;
+  void RetryFiring(std::shared_ptr<UnwrittenFiring> firing);
+  static constexpr std::chrono::seconds kRetryWrite{1};
+
+  // Makes sure `versions` versions and `events` event ids can be handed out
+  // without reuse after any crash: reserves a new block with a synced store
+  // write when the current one runs out. Fails (changing nothing) if the
+  // store cannot write.
+  Status ReserveIds(std::uint64_t versions, std::uint64_t events);
+  std::uint64_t NewVersion() { return (next_version_++ << 10) | partition_; }
+  static constexpr std::uint64_t kIdBlock = 1 << 20;
+
+  const std::uint32_t partition_;
+  const Limits& limits_;
+  Counters& counters_;
+  Store* const store_;
+  NamespaceRefs* const refs_;
+  Publish publish_;
+  Strand strand_;
+  Exclusive exclusive_;
+  // A deque: growing never copies records or leaves a freed array behind.
+  std::deque<Record> records_;
+  std::vector<std::uint32_t> free_records_;
+  KeyIndex keys_;
+  StrandWheel wheel_;
+  // Sequence numbers (the high bits of versions and event ids): the next to
+  // use, and the limit reserved in the store (ReserveIds).
+  std::uint64_t next_version_ = 1;
+  std::uint64_t next_event_seq_ = 1;
+  std::uint64_t version_limit_ = 0;
+  std::uint64_t event_seq_limit_ = 0;
+  std::vector<std::uint32_t> overdue_;  // During recovery.
+};
+
+}  // namespace delayd
+
+#endif  // DELAYD_SERVER_CORE_PARTITION_H_

@@ -1,0 +1,513 @@
+#include "server/core/scheduler.h"
+
+#include <cassert>
+#include <mutex>
+
+#include "server/common/keyed_hash.h"
+
+namespace delayd {
+namespace {
+Status ShuttingDown() { return Status::Unavailable("delayd is shutting down"); }
+}  // namespace
+
+Scheduler::Scheduler(Options options)
+    : options_(std::move(options)),
+      epoch_(std::chrono::steady_clock::now()),
+      work_(asio::make_work_guard(io_)),
+      counters_(options_.limits.max_namespaces),
+      dispatchers_(new Dispatcher*[options_.limits.max_namespaces]()),
+      refs_(std::make_unique<NamespaceRefs>(
+          options_.limits.max_namespaces, [this](NamespaceId id) {
+            asio::post(io_, [this, id] { Free(id); });
+          })) {
+  assert(options_.partitions >= 1 && options_.partitions <= 1024);
+}
+
+Scheduler::~Scheduler() { Stop(); }
+
+Status Scheduler::Start(RecoveryReport* report) {
+  assert(partitions_.empty());
+  if (options_.store) {
+    // Every failed store read or write is reported once, by the store.
+    StoreOptions store = *options_.store;
+    store.metrics = &metrics_;
+    store.on_error = [this, also = std::move(store.on_error)](const Status& s) {
+      counters_.store_errors.fetch_add(1);
+      if (also) also(s);
+    };
+    if (Status s = Store::Open(store, &store_); !s.ok()) return s;
+  }
+  for (std::uint32_t p = 0; p < options_.partitions; ++p) {
+    partitions_.push_back(std::make_unique<Partition>(
+        io_, p, options_.tick, epoch_, options_.limits, counters_, store_.get(),
+        refs_.get(), [this](NamespaceId ns, std::vector<Event> events) {
+          dispatchers_[ns]->Publish(std::move(events));
+        }));
+  }
+  if (store_) {
+    RecoveryReport local;
+    if (Status s = Recover(report ? report : &local); !s.ok()) {
+      partitions_.clear();
+      store_.reset();
+      return s;
+    }
+  }
+  for (std::uint32_t t = 0; t < std::max<std::uint32_t>(1, options_.threads);
+       ++t) {
+    threads_.emplace_back([this] { io_.run(); });
+  }
+  return Status::Ok();
+}
+
+void Scheduler::Stop() {
+  work_.reset();
+  io_.stop();
+  for (auto& t : threads_) {
+    if (t.joinable()) t.join();
+  }
+  threads_.clear();
+  if (store_) store_->Close();
+}
+
+NamespaceId Scheduler::AddNamespace(std::string name) {
+  if (!name.empty() && !free_ids_.empty()) {
+    const NamespaceId id = free_ids_.back();
+    free_ids_.pop_back();
+    dispatchers_[id]->Rename(name);
+    dispatchers_[id]->SetPolicy(PolicyLocked(name));
+    counters_.of(id).ResetTotals();
+    ns_ids_.emplace(std::move(name), id);
+    return id;
+  }
+  const auto id = static_cast<NamespaceId>(owned_dispatchers_.size());
+  owned_dispatchers_.push_back(
+      std::make_unique<Dispatcher>(io_, name, id, counters_, metrics_,
+                                   options_.limits, store_.get(), refs_.get()));
+  dispatchers_[id] = owned_dispatchers_.back().get();
+  if (!name.empty()) dispatchers_[id]->SetPolicy(PolicyLocked(name));
+  if (name.empty()) {
+    free_ids_.push_back(id);  // Recovery: an id freed before the restart.
+  } else {
+    ns_ids_.emplace(std::move(name), id);
+  }
+  return id;
+}
+
+void Scheduler::Free(NamespaceId id) {
+  if (shutting_down_) return;  // The store may be closing.
+  std::unique_lock lock(ns_mutex_);
+  // Revived since (a pin or subscriber taken under this lock), or freed.
+  if (refs_->Get(id) != 0 || dispatchers_[id]->name().empty()) return;
+  if (store_) {
+    if (Status s = store_->PutNamespace(id, ""); !s.ok()) {
+      // Kept: it is freed again when next used and left.
+      return;
+    }
+  }
+  ns_ids_.erase(dispatchers_[id]->name());
+  dispatchers_[id]->Rename("");
+  free_ids_.push_back(id);
+}
+
+void Scheduler::ForEachNamespace(
+    const std::function<void(const std::string&, const NamespaceCounters&)>&
+        visit) {
+  std::shared_lock lock(ns_mutex_);
+  for (const auto& [name, id] : ns_ids_) visit(name, counters_.of(id));
+}
+
+std::size_t Scheduler::namespaces() {
+  std::shared_lock lock(ns_mutex_);
+  return ns_ids_.size();
+}
+
+Status Scheduler::Intern(std::string_view name, NamespaceId* id) {
+  if (Find(name, id)) return Status::Ok();
+  const std::string key(name);
+  std::unique_lock lock(ns_mutex_);
+  auto it = ns_ids_.find(key);
+  if (it != ns_ids_.end()) {
+    *id = it->second;
+    refs_->Add(*id);
+    return Status::Ok();
+  }
+  if (ns_ids_.size() >= options_.limits.max_namespaces) {
+    return Status::ResourceExhausted(
+        "namespace limit of " + std::to_string(options_.limits.max_namespaces) +
+        " reached");
+  }
+  // A new namespace's name is on disk before any timer refers to it.
+  if (store_) {
+    const auto next = free_ids_.empty()
+                          ? static_cast<NamespaceId>(owned_dispatchers_.size())
+                          : free_ids_.back();
+    if (Status s = store_->PutNamespace(next, key); !s.ok()) return s;
+  }
+  *id = AddNamespace(key);
+  refs_->Add(*id);  // The caller's pin.
+  // Subscribers that waited for the namespace move in.
+  if (auto w = waiting_.find(key); w != waiting_.end()) {
+    for (Waiting& sub : w->second) {
+      CountWaiting(sub, -1);  // The dispatcher counts it from now on.
+      refs_->Add(*id);        // Released when it unsubscribes.
+      dispatchers_[*id]->Subscribe(sub.id, std::move(sub.subscriber),
+                                   sub.options, [] {});
+    }
+    waiting_.erase(w);
+  }
+  return Status::Ok();
+}
+
+void Scheduler::CountWaiting(const Waiting& w, int delta) {
+  auto& counter = w.options.watcher ? counters_.watchers : counters_.workers;
+  if (delta > 0) {
+    counter.fetch_add(1);
+  } else {
+    counter.fetch_sub(1);
+  }
+}
+
+bool Scheduler::Find(std::string_view name, NamespaceId* id) {
+  std::shared_lock lock(ns_mutex_);
+  auto it = ns_ids_.find(name);
+  if (it == ns_ids_.end()) return false;
+  *id = it->second;
+  refs_->Add(*id);  // The caller's pin.
+  return true;
+}
+
+void Scheduler::Subscribe(std::string_view name, std::uint64_t id,
+                          std::shared_ptr<Subscriber> subscriber,
+                          SubscribeOptions options,
+                          std::function<void()> done) {
+  {
+    std::unique_lock lock(ns_mutex_);
+    auto it = ns_ids_.find(name);
+    if (it == ns_ids_.end() && !shutting_down_) {
+      auto w = waiting_.find(name);
+      if (w == waiting_.end()) {
+        w = waiting_.emplace(std::string(name), std::vector<Waiting>()).first;
+      }
+      w->second.push_back(Waiting{id, std::move(subscriber), options});
+      CountWaiting(w->second.back(), +1);
+      lock.unlock();
+      done();
+      return;
+    }
+    if (it != ns_ids_.end()) {
+      refs_->Add(it->second);  // Released when it unsubscribes.
+      dispatchers_[it->second]->Subscribe(id, std::move(subscriber), options,
+                                          std::move(done));
+      return;
+    }
+  }
+  subscriber->End(ShuttingDown());
+}
+
+void Scheduler::Unsubscribe(std::string_view name, std::uint64_t id) {
+  std::unique_lock lock(ns_mutex_);
+  if (auto it = ns_ids_.find(name); it != ns_ids_.end()) {
+    dispatchers_[it->second]->Unsubscribe(id);
+    return;
+  }
+  auto w = waiting_.find(name);
+  if (w == waiting_.end()) return;
+  std::erase_if(w->second, [this, id](const Waiting& s) {
+    if (s.id != id) return false;
+    CountWaiting(s, -1);
+    return true;
+  });
+  if (w->second.empty()) waiting_.erase(w);
+}
+
+std::uint32_t Scheduler::PartitionOf(NamespaceId ns,
+                                     std::string_view key) const {
+  // (The high half: the partition's key index takes its slot from the low.)
+  const std::uint64_t h = KeyedHash(ns, key);
+  return static_cast<std::uint32_t>((h >> 32) % options_.partitions);
+}
+
+std::string_view Scheduler::KeyOf(const Op& op) {
+  return std::visit(
+      [](const auto& o) -> std::string_view {
+        if constexpr (std::is_same_v<std::decay_t<decltype(o)>, SetOp>) {
+          return o.key();
+        } else {
+          return o.key;
+        }
+      },
+      op);
+}
+
+NamespaceId Scheduler::NamespaceOf(const Op& op) {
+  return std::visit([](const auto& o) { return o.ns; }, op);
+}
+
+void Scheduler::Submit(Op op, std::function<void(OpResult)> done) {
+  if (shutting_down_) {
+    done(OpResult{ShuttingDown()});
+    return;
+  }
+  Partition& p = *partitions_[PartitionOf(NamespaceOf(op), KeyOf(op))];
+  p.Run([this, &p, op = std::move(op), done = std::move(done)]() mutable {
+    if (p.stopped()) {
+      done(OpResult{ShuttingDown()});
+      return;
+    }
+    const NamespaceId ns = NamespaceOf(op);
+    if (!store_) {
+      OpResult r =
+          p.Apply(op, WallNow(), std::chrono::steady_clock::now(), nullptr);
+      if (r.removed) refs_->Release(ns);
+      done(std::move(r));
+      return;
+    }
+    Store::Batch batch = store_->NewBatch();
+    OpResult r =
+        p.Apply(op, WallNow(), std::chrono::steady_clock::now(), &batch);
+    store_->Commit(batch, [this, ns, done = std::move(done),
+                           r = std::move(r)](Status s) mutable {
+      if (!s.ok()) r.status = s;
+      // A removed timer stops counting for its namespace once that is
+      // durable (namespace_refs.h).
+      if (r.removed && s.ok()) refs_->Release(ns);
+      done(std::move(r));
+    });
+  });
+}
+
+void Scheduler::SubmitBatch(std::vector<Op> ops,
+                            std::function<void(std::vector<OpResult>)> done) {
+  if (shutting_down_) {
+    std::vector<OpResult> results(ops.size(), OpResult{ShuttingDown()});
+    done(std::move(results));
+    return;
+  }
+  struct State {
+    std::vector<Op> ops;
+    std::vector<OpResult> results;
+    std::atomic<std::size_t> remaining;
+    std::function<void(std::vector<OpResult>)> done;
+  };
+  auto state = std::make_shared<State>();
+  state->results.resize(ops.size());
+  state->done = std::move(done);
+  // Indices of the operations of each partition, in request order.
+  // (Sized first: growing them would cost a dozen allocations per call.)
+  std::vector<std::vector<std::uint32_t>> groups(partitions_.size());
+  std::vector<std::uint32_t> partition_of(ops.size());
+  std::vector<std::uint32_t> sizes(partitions_.size());
+  for (std::uint32_t i = 0; i < ops.size(); ++i) {
+    partition_of[i] = PartitionOf(NamespaceOf(ops[i]), KeyOf(ops[i]));
+    ++sizes[partition_of[i]];
+  }
+  for (std::size_t p = 0; p < groups.size(); ++p) groups[p].reserve(sizes[p]);
+  for (std::uint32_t i = 0; i < ops.size(); ++i) {
+    groups[partition_of[i]].push_back(i);
+  }
+  state->ops = std::move(ops);
+  std::size_t used = 0;
+  for (const auto& g : groups) used += g.empty() ? 0 : 1;
+  if (used == 0) {
+    state->done({});
+    return;
+  }
+  state->remaining = used;
+  for (std::size_t p = 0; p < groups.size(); ++p) {
+    if (groups[p].empty()) continue;
+    Partition& part = *partitions_[p];
+    part.Run([this, &part, state, group = std::move(groups[p])] {
+      const WallNanos wall = WallNow();
+      const SteadyTime steady = std::chrono::steady_clock::now();
+      auto finish = [this, state](std::size_t) {
+        if (state->remaining.fetch_sub(1) != 1) return;
+        // Removed timers stop counting for their namespaces, now durable.
+        for (std::size_t i = 0; i < state->results.size(); ++i) {
+          const OpResult& r = state->results[i];
+          if (r.removed && r.status.ok()) {
+            refs_->Release(NamespaceOf(state->ops[i]));
+          }
+        }
+        state->done(std::move(state->results));
+      };
+      if (part.stopped()) {
+        for (std::uint32_t i : group) state->results[i] = {ShuttingDown()};
+        finish(0);
+        return;
+      }
+      // In request order. Each key's slot in a large index is a cache miss:
+      // fetch it a few operations ahead so that the misses overlap.
+      auto apply_all = [&](Store::Batch* batch) {
+        constexpr std::size_t kAhead = 8;
+        auto prefetch = [&](std::size_t k) {
+          const Op& op = state->ops[group[k]];
+          part.Prefetch(NamespaceOf(op), KeyOf(op));
+        };
+        for (std::size_t k = 0; k < std::min(kAhead, group.size()); ++k) {
+          prefetch(k);
+        }
+        for (std::size_t k = 0; k < group.size(); ++k) {
+          if (k + kAhead < group.size()) prefetch(k + kAhead);
+          const std::uint32_t i = group[k];
+          state->results[i] = part.Apply(state->ops[i], wall, steady, batch);
+        }
+      };
+      if (!store_) {
+        apply_all(nullptr);
+        finish(0);
+        return;
+      }
+      Store::Batch batch = store_->NewBatch();
+      apply_all(&batch);
+      store_->Commit(batch, [state, group, finish](Status s) {
+        if (!s.ok()) {
+          for (std::uint32_t i : group) {
+            if (state->results[i].status.ok()) state->results[i].status = s;
+          }
+        }
+        finish(0);
+      });
+    });
+  }
+}
+
+void Scheduler::Drain(NamespaceId ns,
+                      std::function<void(Status, std::uint64_t)> done) {
+  if (shutting_down_) {
+    done(ShuttingDown(), 0);
+    return;
+  }
+  struct State {
+    std::atomic<std::uint64_t> drained{0};
+    std::atomic<std::size_t> remaining;
+    std::function<void(Status, std::uint64_t)> done;
+    std::mutex mu;
+    Status error;  // The first partition's failure, under mu.
+  };
+  auto state = std::make_shared<State>();
+  state->remaining = partitions_.size();
+  state->done = std::move(done);
+  for (auto& part : partitions_) {
+    Partition* p = part.get();
+    p->Post([p, ns, state] {
+      p->Drain(ns, [state](Status s, std::uint64_t drained) {
+        state->drained.fetch_add(drained);
+        if (!s.ok()) {
+          std::lock_guard lock(state->mu);
+          if (state->error.ok()) state->error = std::move(s);
+        }
+        if (state->remaining.fetch_sub(1) == 1) {
+          Status error;
+          {
+            std::lock_guard lock(state->mu);
+            error = state->error;
+          }
+          state->done(std::move(error), state->drained.load());
+        }
+      });
+    });
+  }
+}
+
+void Scheduler::Get(
+    NamespaceId ns, std::string key,
+    std::function<void(Status, std::optional<TimerInfo>)> done) {
+  if (shutting_down_) {
+    done(ShuttingDown(), std::nullopt);
+    return;
+  }
+  Partition& p = *partitions_[PartitionOf(ns, key)];
+  p.Post([&p, ns, key = std::move(key), done = std::move(done)] {
+    Status error;
+    auto info = p.Get(ns, key, &error);
+    if (!error.ok()) {
+      done(std::move(error), std::nullopt);
+    } else if (!info) {
+      done(Status::NotFound("no pending timer '" + key + "'"), std::nullopt);
+    } else {
+      done(Status::Ok(), std::move(info));
+    }
+  });
+}
+
+void Scheduler::List(NamespaceId ns, std::string prefix, ListLimits limit,
+                     ListCursor from,
+                     std::function<void(Status, std::vector<TimerInfo>,
+                                        std::optional<ListCursor>)>
+                         done) {
+  if (shutting_down_) {
+    done(ShuttingDown(), {}, std::nullopt);
+    return;
+  }
+  if (from.partition >= partitions_.size()) {
+    done(Status::InvalidArgument("page_token does not fit this daemon"), {},
+         std::nullopt);
+    return;
+  }
+  ListFrom(ns, std::move(prefix), limit, from, {}, std::move(done));
+}
+
+void Scheduler::ListFrom(NamespaceId ns, std::string prefix, ListLimits limit,
+                         ListCursor from, std::vector<TimerInfo> acc,
+                         std::function<void(Status, std::vector<TimerInfo>,
+                                            std::optional<ListCursor>)>
+                             done) {
+  Partition& p = *partitions_[from.partition];
+  p.Post([this, &p, ns, prefix = std::move(prefix), limit, from,
+          acc = std::move(acc), done = std::move(done)]() mutable {
+    Status error;
+    auto next = p.List(ns, prefix, from.record, limit.timers, limit.bytes,
+                       limit.payloads, acc, &error);
+    if (!error.ok()) {
+      done(std::move(error), {}, std::nullopt);
+      return;
+    }
+    if (next) {
+      done(Status::Ok(), std::move(acc), ListCursor{from.partition, *next});
+      return;
+    }
+    if (from.partition + 1 == partitions_.size()) {
+      done(Status::Ok(), std::move(acc), std::nullopt);
+      return;
+    }
+    ListFrom(ns, std::move(prefix), limit, ListCursor{from.partition + 1, 0},
+             std::move(acc), std::move(done));
+  });
+}
+
+void Scheduler::Shutdown(std::function<void()> done) {
+  shutting_down_ = true;
+  std::vector<Dispatcher*> all;
+  decltype(waiting_) waiting;
+  {
+    std::unique_lock lock(ns_mutex_);
+    for (auto& d : owned_dispatchers_) all.push_back(d.get());
+    waiting.swap(waiting_);
+  }
+  for (auto& [name, subs] : waiting) {
+    for (Waiting& sub : subs) {
+      CountWaiting(sub, -1);
+      sub.subscriber->End(ShuttingDown());
+    }
+  }
+  // A barrier through every partition (so every operation accepted before
+  // now has answered) and every dispatcher (closing its streams).
+  auto remaining = std::make_shared<std::atomic<std::size_t>>(
+      all.size() + partitions_.size());
+  auto shared_done = std::make_shared<std::function<void()>>(std::move(done));
+  auto arrive = [this, remaining, shared_done] {
+    if (remaining->fetch_sub(1) != 1) return;
+    // Every accepted change is written; wait until it is durable too.
+    if (store_) store_->Sync();
+    (*shared_done)();
+  };
+  for (auto& p : partitions_) {
+    p->Post([p = p.get(), arrive] {
+      p->StopTimers();
+      arrive();
+    });
+  }
+  for (Dispatcher* d : all) d->Close(ShuttingDown(), arrive);
+}
+
+}  // namespace delayd

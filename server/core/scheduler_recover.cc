@@ -1,0 +1,133 @@
+// Scheduler: recovery from the store at start. Policies first, then
+// namespaces, counters, timers, event fates and events; overdue timers are
+// fired, and namespaces left empty freed.
+#include <algorithm>
+
+#include "server/core/scheduler.h"
+
+namespace delayd {
+
+Status Scheduler::Recover(RecoveryReport* report) {
+  const auto started = std::chrono::steady_clock::now();
+  if (Status s = RecoverPolicies(); !s.ok()) return s;
+  std::vector<std::string> names;  // By id; empty: a freed id.
+  if (Status s = store_->LoadNamespaces(&names); !s.ok()) return s;
+  if (names.size() > options_.limits.max_namespaces) {
+    return Status::ResourceExhausted("the store holds " +
+                                     std::to_string(names.size()) +
+                                     " namespace ids, over --max-namespaces");
+  }
+  for (auto& name : names) AddNamespace(std::move(name));
+  std::uint64_t next_version = 1;
+  std::uint64_t next_event_seq = 1;
+  if (Status s = store_->LoadCounters(&next_version, &next_event_seq);
+      !s.ok()) {
+    return s;
+  }
+  const WallNanos wall_now = WallNow();
+  const SteadyTime steady_now = std::chrono::steady_clock::now();
+  bool bad_namespace = false;
+  Status s = store_->ForEachTimer([&](const StoredTimer& t) {
+    if (t.ns >= owned_dispatchers_.size()) {
+      bad_namespace = true;
+      return;
+    }
+    if (dispatchers_[t.ns]->name().empty()) {
+      bad_namespace = true;
+      return;
+    }
+    partitions_[PartitionOf(t.ns, t.key)]->Restore(t, wall_now, steady_now);
+    next_version = std::max(next_version, (t.version >> 10) + 1);
+    ++report->timers;
+    if (t.fire_time <= wall_now) ++report->overdue;
+  });
+  if (!s.ok()) return s;
+  // Events that failed deliveries: their attempts, and the dead letters.
+  struct Fate {
+    std::uint32_t attempts;
+    bool dead;
+    std::string error;
+  };
+  std::unordered_map<std::uint64_t, Fate> fates;
+  s = store_->ForEachFate([&](std::uint64_t id, const StoredFate& f) {
+    fates.emplace(id, Fate{f.attempts, f.dead, std::string(f.error)});
+  });
+  if (!s.ok()) return s;
+  std::vector<std::vector<Event>> events(owned_dispatchers_.size());
+  std::vector<std::vector<DeadLetter>> dead(owned_dispatchers_.size());
+  s = store_->ForEachEvent([&](const StoredEvent& e) {
+    if (e.ns >= owned_dispatchers_.size()) {
+      bad_namespace = true;
+      return;
+    }
+    if (dispatchers_[e.ns]->name().empty()) {
+      bad_namespace = true;
+      return;
+    }
+    refs_->Add(e.ns);
+    Event event{e.id,      e.ns,        KeyBlob(e.key, e.payload_id),
+                e.version, e.fire_time, e.fired_at,
+                0,         e.reason};
+    if (auto f = fates.find(e.id); f != fates.end()) {
+      event.attempt = f->second.attempts;
+      if (f->second.dead) {
+        dead[e.ns].push_back({std::move(event), std::move(f->second.error)});
+        return;
+      }
+    }
+    events[e.ns].push_back(std::move(event));
+    next_version = std::max(next_version, (e.version >> 10) + 1);
+    next_event_seq = std::max(next_event_seq, (e.id >> 10) + 1);
+    ++report->events;
+  });
+  if (!s.ok()) return s;
+  if (bad_namespace) {
+    return Status::Internal("store in " + store_->options().dir +
+                            ": a record names an unknown namespace");
+  }
+  // Versions and event ids continue past anything stored or reserved,
+  // whatever the number of partitions now.
+  for (auto& p : partitions_) {
+    if (Status s = p->RestoreCounters(next_version, next_event_seq); !s.ok()) {
+      return s;
+    }
+  }
+  // Events not acknowledged before the stop go first, in firing order; then
+  // the timers that came due while the daemon was down, fired now in
+  // fire-time order across all partitions.
+  std::vector<Event> overdue;
+  auto fired = std::make_shared<std::atomic<std::size_t>>(0);
+  for (auto& p : partitions_) {
+    std::vector<Event> some = p->FireOverdue([fired](Status s) {
+      if (s.ok()) fired->fetch_add(1);
+    });
+    overdue.insert(overdue.end(), std::make_move_iterator(some.begin()),
+                   std::make_move_iterator(some.end()));
+  }
+  std::stable_sort(
+      overdue.begin(), overdue.end(),
+      [](const Event& a, const Event& b) { return a.fire_time < b.fire_time; });
+  for (Event& e : overdue) events[e.ns].push_back(std::move(e));
+  store_->Sync();
+  if (fired->load() != partitions_.size()) {
+    return Status::Internal("store in " + store_->options().dir +
+                            ": could not record the overdue timers");
+  }
+  for (NamespaceId ns = 0; ns < events.size(); ++ns) {
+    if (!dead[ns].empty()) {
+      dispatchers_[ns]->RestoreDeadLetters(std::move(dead[ns]));
+    }
+    if (!events[ns].empty()) dispatchers_[ns]->Publish(std::move(events[ns]));
+  }
+  // Namespaces left with nothing in them are freed now.
+  for (NamespaceId id = 0; id < owned_dispatchers_.size(); ++id) {
+    if (!dispatchers_[id]->name().empty() && refs_->Get(id) == 0) Free(id);
+  }
+  report->namespaces = namespaces();
+  report->took = std::chrono::steady_clock::now() - started;
+  report->salvage_copy = store_->salvage_copy();
+  report->salvage_dropped = store_->salvage_dropped();
+  return Status::Ok();
+}
+
+}  // namespace delayd

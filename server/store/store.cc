@@ -1,0 +1,492 @@
+#include "server/store/store.h"
+
+#include <rocksdb/options.h>
+#include <rocksdb/slice_transform.h>
+#include <rocksdb/table.h>
+#include <rocksdb/utilities/checkpoint.h>
+
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+
+#include "server/common/duration.h"
+#include "server/common/record_codec.h"
+
+namespace delayd {
+namespace {
+
+constexpr char kNamespacePrefix = 'n';
+constexpr char kCountersPrefix = 'c';
+constexpr std::size_t kTimerFixedSize = 4 + 8 + 8;
+constexpr std::size_t kEventFixedSize = 4 + 8 + 8 + 8 + 1 + 8;
+
+using record::AppendBE;
+using record::AppendRaw;
+using record::ReadBE;
+using record::ReadRaw;
+
+std::string IdKey(std::uint64_t id) {
+  std::string out;
+  AppendBE(out, id, 8);
+  return out;
+}
+std::string NamespaceKey(NamespaceId id) {
+  std::string out(1, kNamespacePrefix);
+  AppendBE(out, id, 4);
+  return out;
+}
+
+}  // namespace
+
+Status ParseFsyncPolicy(std::string_view text, StoreOptions* options) {
+  if (text == "always") {
+    options->fsync = FsyncPolicy::kAlways;
+  } else if (text == "never") {
+    options->fsync = FsyncPolicy::kNever;
+  } else if (auto d = ParseDuration(text); d && d->count() > 0) {
+    options->fsync = FsyncPolicy::kInterval;
+    options->fsync_interval = *d;
+  } else {
+    return Status::InvalidArgument(
+        "--fsync: expected always, never or a positive interval such as "
+        "100ms, not '" +
+        std::string(text) + "'");
+  }
+  return Status::Ok();
+}
+
+void Store::Batch::PutTimer(std::uint64_t payload_id, NamespaceId ns,
+                            std::string_view key, WallNanos fire_time,
+                            std::uint64_t version) {
+  std::string value;
+  value.reserve(kTimerFixedSize + key.size());
+  AppendRaw(value, ns);
+  AppendRaw(value, fire_time);
+  AppendRaw(value, version);
+  value.append(key);
+  batch_.Put(store_->timers_, IdKey(payload_id), value);
+}
+
+void Store::Batch::DeleteTimer(std::uint64_t payload_id) {
+  batch_.Delete(store_->timers_, IdKey(payload_id));
+}
+
+void Store::Batch::PutPayload(std::uint64_t payload_id,
+                              std::string_view payload) {
+  batch_.Put(store_->payloads_, IdKey(payload_id),
+             rocksdb::Slice(payload.data(), payload.size()));
+}
+
+void Store::Batch::DeletePayload(std::uint64_t payload_id) {
+  batch_.Delete(store_->payloads_, IdKey(payload_id));
+}
+
+void Store::Batch::PutEvent(const StoredEvent& e) {
+  std::string value;
+  value.reserve(kEventFixedSize + e.key.size());
+  AppendRaw(value, e.ns);
+  AppendRaw(value, e.version);
+  AppendRaw(value, e.fire_time);
+  AppendRaw(value, e.fired_at);
+  AppendRaw(value, static_cast<std::uint8_t>(e.reason));
+  AppendRaw(value, e.payload_id);
+  value.append(e.key);
+  batch_.Put(store_->events_, IdKey(e.id), value);
+}
+
+void Store::Batch::DeleteEvent(std::uint64_t event_id) {
+  batch_.Delete(store_->events_, IdKey(event_id));
+}
+
+void Store::Batch::PutCounters(std::uint32_t partition,
+                               std::uint64_t next_version,
+                               std::uint64_t next_event_seq) {
+  std::string key(1, kCountersPrefix);
+  AppendBE(key, partition, 2);
+  std::string value;
+  AppendRaw(value, next_version);
+  AppendRaw(value, next_event_seq);
+  batch_.Put(store_->meta_, key, value);
+}
+
+Status Store::Error(const char* what, const rocksdb::Status& s) const {
+  Status status = Status::Internal("store in " + options_.dir + ": " + what +
+                                   ": " + s.ToString());
+  if (options_.on_error) options_.on_error(status);
+  return status;
+}
+
+Store::~Store() { Close(); }
+
+Status Store::LoadNamespaces(std::vector<std::string>* names) {
+  std::unique_ptr<rocksdb::Iterator> it(
+      db_->NewIterator(rocksdb::ReadOptions(), meta_));
+  const std::string prefix(1, kNamespacePrefix);
+  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix);
+       it->Next()) {
+    // (An empty name marks a freed id.)
+    if (it->key().size() != 5) {
+      return Status::Internal("store in " + options_.dir +
+                              ": malformed namespace record");
+    }
+    const auto id = ReadBE(it->key().data() + 1, 4);
+    if (id != names->size()) {
+      return Status::Internal("store in " + options_.dir +
+                              ": namespace table has a gap at id " +
+                              std::to_string(names->size()));
+    }
+    names->push_back(it->value().ToString());
+  }
+  if (!it->status().ok()) return Error("reading namespaces", it->status());
+  return Status::Ok();
+}
+
+Status Store::LoadCounters(std::uint64_t* next_version,
+                           std::uint64_t* next_event_seq) {
+  std::unique_ptr<rocksdb::Iterator> it(
+      db_->NewIterator(rocksdb::ReadOptions(), meta_));
+  const std::string prefix(1, kCountersPrefix);
+  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix);
+       it->Next()) {
+    if (it->value().size() != 16) {
+      return Status::Internal("store in " + options_.dir +
+                              ": malformed counter record");
+    }
+    const char* p = it->value().data();
+    *next_version = std::max(*next_version, ReadRaw<std::uint64_t>(p));
+    *next_event_seq = std::max(*next_event_seq, ReadRaw<std::uint64_t>(p));
+  }
+  if (!it->status().ok()) return Error("reading counters", it->status());
+  return Status::Ok();
+}
+
+Status Store::ForEachTimer(
+    const std::function<void(const StoredTimer&)>& visit) {
+  rocksdb::ReadOptions ro;
+  ro.fill_cache = false;
+  ro.readahead_size = 4 << 20;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, timers_));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    const rocksdb::Slice k = it->key();
+    const rocksdb::Slice v = it->value();
+    if (k.size() != 8 || v.size() <= kTimerFixedSize) {
+      return Status::Internal("store in " + options_.dir +
+                              ": malformed timer record");
+    }
+    const char* p = v.data();
+    StoredTimer t;
+    t.payload_id = ReadBE(k.data(), 8);
+    t.ns = ReadRaw<NamespaceId>(p);
+    t.fire_time = ReadRaw<WallNanos>(p);
+    t.version = ReadRaw<std::uint64_t>(p);
+    t.key = std::string_view(p, v.data() + v.size() - p);
+    visit(t);
+  }
+  if (!it->status().ok()) return Error("reading timers", it->status());
+  return Status::Ok();
+}
+
+Status Store::ForEachEvent(
+    const std::function<void(const StoredEvent&)>& visit) {
+  rocksdb::ReadOptions ro;
+  ro.fill_cache = false;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, events_));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    const rocksdb::Slice k = it->key();
+    const rocksdb::Slice v = it->value();
+    if (k.size() != 8 || v.size() <= kEventFixedSize) {
+      return Status::Internal("store in " + options_.dir +
+                              ": malformed event record");
+    }
+    const char* p = v.data();
+    StoredEvent e;
+    e.id = ReadBE(k.data(), 8);
+    e.ns = ReadRaw<NamespaceId>(p);
+    e.version = ReadRaw<std::uint64_t>(p);
+    e.fire_time = ReadRaw<WallNanos>(p);
+    e.fired_at = ReadRaw<WallNanos>(p);
+    e.reason = static_cast<Reason>(ReadRaw<std::uint8_t>(p));
+    e.payload_id = ReadRaw<std::uint64_t>(p);
+    e.key = std::string_view(p, v.data() + v.size() - p);
+    visit(e);
+  }
+  if (!it->status().ok()) return Error("reading events", it->status());
+  return Status::Ok();
+}
+
+Status Store::WriteSynced(rocksdb::WriteBatch& batch, const char* what) {
+  if (Status failed = Failed(); !failed.ok()) return failed;
+  std::shared_lock lock(close_mu_);
+  if (closed_) return Status::Unavailable("the store is closed");
+  rocksdb::WriteOptions wo;
+  wo.sync = true;
+  const std::uint64_t sequence = db_->GetLatestSequenceNumber();
+  auto s = db_->Write(wo, &batch);
+  if (!s.ok()) {
+    Status error = Error(what, s);
+    NoteWriteError(error);
+    return error;
+  }
+  NoteDurable(sequence);  // The synced write synced the log before it too.
+  return Status::Ok();
+}
+
+Status Store::PutNamespace(NamespaceId id, std::string_view name) {
+  rocksdb::WriteBatch batch;
+  batch.Put(meta_, NamespaceKey(id), rocksdb::Slice(name.data(), name.size()));
+  return WriteSynced(batch, "writing a namespace");
+}
+
+Status Store::ReserveIds(std::uint32_t partition, std::uint64_t version_limit,
+                         std::uint64_t event_seq_limit) {
+  Batch batch(*this);
+  batch.PutCounters(partition, version_limit, event_seq_limit);
+  return WriteSynced(batch.batch_, "reserving ids");
+}
+
+Status Store::GetPayloads(std::span<const std::uint64_t> ids,
+                          std::vector<std::string>* payloads,
+                          std::vector<bool>* readable) {
+  payloads->clear();
+  readable->assign(ids.size(), false);
+  if (ids.empty()) return Status::Ok();
+  std::vector<std::string> keys;
+  keys.reserve(ids.size());
+  for (std::uint64_t id : ids) keys.push_back(IdKey(id));
+  std::vector<rocksdb::Slice> slices(keys.begin(), keys.end());
+  std::vector<rocksdb::ColumnFamilyHandle*> families(ids.size(), payloads_);
+  std::shared_lock lock(close_mu_);
+  if (closed_) return Status::Unavailable("the store is closed");
+  const std::vector<rocksdb::Status> statuses =
+      db_->MultiGet(rocksdb::ReadOptions(), families, slices, payloads);
+  Status first;
+  for (std::size_t i = 0; i < statuses.size(); ++i) {
+    if (statuses[i].ok()) {
+      (*readable)[i] = true;
+    } else if (first.ok()) {
+      first = Error(("reading payload " + std::to_string(ids[i])).c_str(),
+                    statuses[i]);
+    }
+  }
+  return first;
+}
+
+void Store::Commit(Batch& batch, std::function<void(Status)> done) {
+  auto shared = std::make_shared<std::function<void(Status)>>(std::move(done));
+  if (Status s = Write(batch, [shared](Status s) { (*shared)(std::move(s)); });
+      !s.ok()) {
+    (*shared)(std::move(s));
+  }
+}
+
+Status Store::Write(Batch& batch, std::function<void(Status)> durable) {
+  if (batch.empty()) {
+    durable(Status::Ok());
+    return Status::Ok();
+  }
+  if (Status failed = Failed(); !failed.ok()) return failed;
+  {
+    std::shared_lock lock(close_mu_);
+    if (closed_) return Status::Unavailable("the store is closed");
+    const rocksdb::Status s =
+        db_->Write(rocksdb::WriteOptions(), &batch.batch_);
+    if (!s.ok()) {
+      Status error = Error("write", s);
+      NoteWriteError(error);
+      return error;
+    }
+  }
+  if (options_.fsync != FsyncPolicy::kAlways) {
+    if (options_.fsync == FsyncPolicy::kInterval) {
+      std::lock_guard lock(mu_);
+      unsynced_ = true;
+    }
+    durable(Status::Ok());
+    return Status::Ok();
+  }
+  {
+    std::lock_guard lock(mu_);
+    waiting_.push_back(std::move(durable));
+  }
+  cv_.notify_one();
+  return Status::Ok();
+}
+
+void Store::SyncLoop() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    switch (options_.fsync) {
+      case FsyncPolicy::kAlways:
+        cv_.wait(lock, [&] { return !waiting_.empty() || closing_; });
+        break;
+      case FsyncPolicy::kInterval:
+        cv_.wait_for(lock, options_.fsync_interval, [&] { return closing_; });
+        break;
+      case FsyncPolicy::kNever:
+        cv_.wait(lock, [&] { return closing_; });
+        break;
+    }
+    if (closing_ && waiting_.empty()) break;
+    // Every batch whose callback is queued was written before it was queued,
+    // so one sync now covers them all.
+    std::vector<std::function<void(Status)>> group;
+    group.swap(waiting_);
+    const bool needed = !group.empty() || unsynced_;
+    unsynced_ = false;
+    syncing_ = true;
+    lock.unlock();
+    Status status;
+    if (needed) status = Failed();
+    if (needed && status.ok()) {
+      // Everything written so far is in the log: the sync covers it.
+      const std::uint64_t sequence = db_->GetLatestSequenceNumber();
+      const auto started = std::chrono::steady_clock::now();
+      const rocksdb::Status s = db_->SyncWAL();
+      if (options_.metrics != nullptr) {
+        options_.metrics->wal_sync().Observe(
+            std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                          started)
+                .count());
+        if (!group.empty()) {
+          options_.metrics->wal_sync_group().Observe(
+              static_cast<double>(group.size()));
+        }
+      }
+      if (!s.ok()) {
+        status = Error("WAL sync", s);
+        NoteWriteError(status);
+      } else {
+        NoteDurable(sequence);
+      }
+    }
+    for (auto& done : group) done(status);
+    lock.lock();
+    syncing_ = false;
+    idle_cv_.notify_all();
+  }
+  syncing_ = false;
+  idle_cv_.notify_all();
+}
+
+std::optional<std::uint64_t> Store::Property(const std::string& name) {
+  std::shared_lock lock(close_mu_);
+  std::uint64_t value = 0;
+  if (closed_ || !db_ || !db_->GetAggregatedIntProperty(name, &value)) {
+    return std::nullopt;
+  }
+  return value;
+}
+
+void Store::Sync() {
+  {
+    std::unique_lock lock(mu_);
+    idle_cv_.wait(lock, [&] { return waiting_.empty() && !syncing_; });
+  }
+  std::shared_lock lock(close_mu_);
+  if (closed_ || failed_) return;
+  const std::uint64_t sequence = db_->GetLatestSequenceNumber();
+  if (db_->SyncWAL().ok()) NoteDurable(sequence);
+}
+
+void Store::NoteDurable(std::uint64_t sequence) {
+  std::uint64_t seen = durable_seq_.load();
+  while (seen < sequence &&
+         !durable_seq_.compare_exchange_weak(seen, sequence)) {
+  }
+}
+
+Status Store::UpdateMark() {
+  StoreMark next;
+  next.sequence = durable_seq_.load();
+  std::vector<std::string> files;
+  if (rocksdb::Status s =
+          db_->GetLiveFiles(files, &next.manifest_size, /*flush=*/false);
+      !s.ok()) {
+    return Error("listing the store's files", s);
+  }
+  for (const auto& f : files) {
+    if (f.starts_with("/MANIFEST-")) next.manifest = f.substr(1);
+  }
+  if (next == mark_) return Status::Ok();
+  rocksdb::Env* env = options_.EnvOrDefault();
+  if (Status s = WriteMark(env, options_.dir, next); !s.ok()) {
+    if (options_.on_error) options_.on_error(s);
+    return s;
+  }
+  mark_ = std::move(next);
+  return Status::Ok();
+}
+
+void Store::MarkLoop() {
+  // Often enough that a store damaged after a few seconds of writes is
+  // caught; rarely enough to cost nothing (three small syncs).
+  constexpr auto kMarkInterval = std::chrono::seconds(1);
+  std::unique_lock lock(mu_);
+  while (!mark_cv_.wait_for(lock, kMarkInterval, [&] { return closing_; })) {
+    lock.unlock();
+    {
+      std::shared_lock open(close_mu_);
+      if (!closed_ && !failed_) UpdateMark();
+    }
+    lock.lock();
+  }
+}
+
+Status Store::Checkpoint(const std::string& dir) {
+  if (Status failed = Failed(); !failed.ok()) return failed;
+  std::shared_lock lock(close_mu_);
+  if (closed_) return Status::Unavailable("the store is closed");
+  rocksdb::Checkpoint* raw = nullptr;
+  rocksdb::Status s = rocksdb::Checkpoint::Create(db_.get(), &raw);
+  std::unique_ptr<rocksdb::Checkpoint> checkpoint(raw);
+  if (s.ok()) s = checkpoint->CreateCheckpoint(dir);
+  if (!s.ok()) {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+    return Error(("backup to " + dir).c_str(), s);
+  }
+  return Status::Ok();
+}
+
+void Store::NoteWriteError(const Status& error) {
+  if (failed_.exchange(true)) return;
+  if (options_.on_write_failure) options_.on_write_failure(error);
+}
+
+Status Store::Failed() const {
+  if (!failed_) return Status::Ok();
+  return Status::Unavailable("store in " + options_.dir +
+                             ": a write failed before; no more are taken "
+                             "until delayd restarts");
+}
+
+void Store::Close() {
+  {
+    std::lock_guard lock(mu_);
+    if (closing_) return;
+    closing_ = true;
+  }
+  cv_.notify_all();
+  mark_cv_.notify_all();
+  if (syncer_.joinable()) syncer_.join();
+  if (marker_.joinable()) marker_.join();
+  std::unique_lock lock(close_mu_);
+  closed_ = true;
+  if (!db_) return;
+  if (!failed_ && !options_.read_only) {
+    db_->SyncWAL();
+    // Flushing the memtables makes the next start read tables, not replay
+    // logs.
+    rocksdb::FlushOptions flush;
+    if (db_->Flush(flush, handles_).ok()) {
+      NoteDurable(db_->GetLatestSequenceNumber());
+    }
+    UpdateMark();
+  }
+  for (auto* h : handles_) db_->DestroyColumnFamilyHandle(h);
+  handles_.clear();
+  db_->Close();
+  db_.reset();
+}
+
+}  // namespace delayd

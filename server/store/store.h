@@ -1,0 +1,322 @@
+// The durable store under the scheduler: RocksDB holding every pending timer,
+// every fired event not yet acknowledged, each timer's payload, the namespace
+// table and the sequence counters.
+//
+// Layout (column families; integers in keys are big-endian so keys sort by
+// them, integers in values little-endian):
+//   timers    payload id (8)        -> ns id, fire time, version, key
+//   payloads  payload id (8)        -> payload bytes
+//   events    event id (8)          -> ns id, version, fire time, fired-at,
+//                                      reason, payload id, key
+//   default   'n' + ns id (4)       -> namespace name
+//             'c' + partition (2)   -> version and event sequence limits
+// A payload id is unique daemon-wide and given when a timer is set; ids grow
+// over time, so nearly every write lands at the end of RocksDB's sorted
+// memtable rather than at a random place in it (keying timers by namespace
+// and key cost a search through the whole memtable per write). A payload is
+// written once, when its timer is set, and deleted when the timer is replaced
+// or removed or its event is acknowledged; moves and firing only rewrite the
+// small timer and event records. So payloads need not be in RAM: they are
+// read back when an event is delivered.
+//
+// Durability: writers call Commit() with a batch of changes from the thread
+// that made them. The batch is written to the write-ahead log at once, in the
+// caller's thread (so later reads see it, and batches land in the order their
+// changes were made); `done` runs once the batch is durable under the fsync
+// policy. With `always`, a syncer thread runs one WAL sync for every batch
+// written since the previous one (group commit) and then their callbacks.
+//
+// Damage: besides RocksDB's checksums, a mark file records how much the store
+// had made durable (store_mark.h), and a store that comes back with less is
+// refused on open (or, under --salvage, opened with the loss logged).
+//
+// Thread safety: every method may be called from any thread.
+#ifndef DELAYD_SERVER_STORE_STORE_H_
+#define DELAYD_SERVER_STORE_STORE_H_
+
+#include <rocksdb/db.h>
+#include <rocksdb/write_batch.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <shared_mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "server/common/metrics.h"
+#include "server/common/status.h"
+#include "server/common/types.h"
+#include "server/store/store_mark.h"
+
+namespace delayd {
+
+enum class FsyncPolicy {
+  kAlways,    // Each write is acknowledged after a WAL sync: nothing is lost.
+  kInterval,  // WAL synced every `fsync_interval`: a power loss or OS crash
+              // loses at most that much; a crash of delayd alone loses
+              // nothing.
+  kNever,     // Left to the OS: a power loss loses what it had not written
+              // back; a crash of delayd alone loses nothing.
+};
+
+struct StoreOptions {
+  std::string dir;
+  FsyncPolicy fsync = FsyncPolicy::kAlways;
+  std::chrono::nanoseconds fsync_interval = std::chrono::milliseconds(100);
+  // Recover to the last consistent point of a log damaged in the middle
+  // (dropping everything after the damage) instead of refusing to open.
+  bool salvage = false;
+  // Told of every failed read or write after opening (for the daemon's log).
+  std::function<void(const Status&)> on_error;
+  // Told once (from the failing thread) when a write or sync fails. The
+  // store then refuses every later write without touching RocksDB: the
+  // RocksDB of Debian 12 (7.8) cannot go on writing after a failed log write
+  // (it asserts), and recovers on the next open by replaying the log. The
+  // daemon reports NOT_SERVING and stops (exit code 3) for its supervisor to
+  // restart it once the disk is writable again.
+  std::function<void(const Status& why)> on_write_failure;
+  // Opened to be checked (delayd check): read-only, nothing created or
+  // written.
+  bool read_only = false;
+  // Read-only: replay every log record that can be read, skipping damaged
+  // ones (a view that may be inconsistent, never served: it names what a
+  // salvage dropped).
+  bool skip_damaged_records = false;
+  // The environment RocksDB uses, if not the default: tests give one whose
+  // file system simulates a power loss (tests/common/power_loss_fs.h).
+  rocksdb::Env* env = nullptr;
+  rocksdb::Env* EnvOrDefault() const {
+    return env ? env : rocksdb::Env::Default();
+  }
+  // Where WAL syncs and write stalls are measured (none: not measured).
+  Metrics* metrics = nullptr;
+};
+
+// Parses "always", "never" or a duration such as "100ms" (an interval).
+Status ParseFsyncPolicy(std::string_view text, StoreOptions* options);
+
+struct StoredTimer {
+  NamespaceId ns;
+  std::string_view key;
+  WallNanos fire_time;
+  std::uint64_t version;
+  std::uint64_t payload_id;
+};
+
+struct StoredEvent {
+  std::uint64_t id;
+  NamespaceId ns;
+  std::string_view key;
+  std::uint64_t version;
+  WallNanos fire_time;
+  WallNanos fired_at;
+  Reason reason;
+  std::uint64_t payload_id;
+};
+
+// What became of an event's deliveries: how many were made (a delivery that
+// succeeds is acknowledged and leaves no record, so only failures are
+// written), whether it is a dead letter, the last error a worker gave.
+struct StoredFate {
+  std::uint32_t attempts = 0;
+  bool dead = false;
+  std::string_view error;
+};
+
+// With a store, a timer's or event's in-memory Blob holds its key and, as its
+// payload, the 8-byte id under which the real payload is stored.
+inline Blob KeyBlob(std::string_view key, std::uint64_t payload_id) {
+  return Blob(key, std::string_view(reinterpret_cast<const char*>(&payload_id),
+                                    sizeof payload_id));
+}
+inline std::uint64_t PayloadIdOf(const Blob& blob) {
+  std::uint64_t id = 0;
+  if (blob.payload().size() == sizeof id) {
+    std::memcpy(&id, blob.payload().data(), sizeof id);
+  }
+  return id;
+}
+
+class Store {
+ public:
+  // A set of changes committed together.
+  class Batch {
+   public:
+    void PutTimer(std::uint64_t payload_id, NamespaceId ns,
+                  std::string_view key, WallNanos fire_time,
+                  std::uint64_t version);
+    void DeleteTimer(std::uint64_t payload_id);
+    void PutPayload(std::uint64_t payload_id, std::string_view payload);
+    void DeletePayload(std::uint64_t payload_id);
+    void PutEvent(const StoredEvent& event);
+    void DeleteEvent(std::uint64_t event_id);
+    // An event's failed deliveries and whether it is a dead letter
+    // (store_fate.cc); only events that failed have one.
+    void PutFate(std::uint64_t event_id, const StoredFate& fate);
+    void DeleteFate(std::uint64_t event_id);
+    bool empty() const { return batch_.Count() == 0; }
+
+   private:
+    friend class Store;
+    explicit Batch(const Store& store) : store_(&store) {}
+    void PutCounters(std::uint32_t partition, std::uint64_t version_limit,
+                     std::uint64_t event_seq_limit);
+    const Store* store_;
+    rocksdb::WriteBatch batch_;
+  };
+
+  // Opens (creating if missing) the store in `options.dir`. A damaged store
+  // fails with a message naming the directory and the problem, and so does
+  // one holding less than its mark says it had made durable. (Defined in
+  // store_open.cc.)
+  static Status Open(const StoreOptions& options, std::unique_ptr<Store>* out);
+  ~Store();  // Close().
+
+  // --- Recovery, before any write. ---
+  // Namespace names by id (ids are dense from 0; an empty name is a freed
+  // id).
+  Status LoadNamespaces(std::vector<std::string>* names);
+  // The highest version and event-sequence limits of any partition (the
+  // next numbers to use after a restart).
+  Status LoadCounters(std::uint64_t* next_version,
+                      std::uint64_t* next_event_seq);
+  // Visits every pending timer (in payload-id order) / unacknowledged event
+  // (in event-id order).
+  Status ForEachTimer(const std::function<void(const StoredTimer&)>& visit);
+  Status ForEachEvent(const std::function<void(const StoredEvent&)>& visit);
+  // Every event's fate, in event-id order (store_fate.cc).
+  Status ForEachFate(
+      const std::function<void(std::uint64_t, const StoredFate&)>& visit);
+  // Namespace policies by name, as PutPolicy stored them (store_policy.cc).
+  Status LoadPolicies(
+      std::vector<std::pair<std::string, std::string>>* policies);
+
+  // --- Offline check (delayd check), on a store opened read-only. ---
+  struct CheckReport {
+    std::uint64_t namespaces = 0;
+    std::uint64_t timers = 0;
+    std::uint64_t events = 0;
+    // What is wrong, each naming what it found (the namespace and key where
+    // known). Empty: every check passed.
+    std::vector<std::string> problems;
+  };
+  // Verifies every table file's checksums, decodes every record and reads
+  // every timer's and event's payload.
+  void Check(CheckReport* report);
+
+  // --- Writes. ---
+  Batch NewBatch() const { return Batch(*this); }
+  // Writes `batch` now; `done` runs (in this thread, or on the syncer thread
+  // under `always`) once it is durable, or with the error if it failed.
+  // An empty batch completes at once.
+  void Commit(Batch& batch, std::function<void(Status)> done);
+  // As Commit(), but a failed write is returned (and `durable` not run), so
+  // that the caller can keep the batch and try again.
+  Status Write(Batch& batch, std::function<void(Status)> durable);
+  // Writes and syncs a partition's id limits: every version and event
+  // sequence number it hands out stays below them, and after a restart
+  // (a power loss included) numbering resumes at them, so none repeats.
+  Status ReserveIds(std::uint32_t partition, std::uint64_t version_limit,
+                    std::uint64_t event_seq_limit);
+  // Writes and syncs the name of a new namespace before it is used (empty:
+  // the id is freed).
+  Status PutNamespace(NamespaceId id, std::string_view name);
+  // Writes and syncs the encoded policy of namespace `name`; an empty
+  // `policy` deletes it (store_policy.cc).
+  Status PutPolicy(std::string_view name, std::string_view policy);
+
+  // Payloads by id, in order. One that cannot be read (a damaged store; a
+  // missing one counts as damage) is marked false in `readable` and the
+  // others are still read; the first such error is returned (and reported
+  // to on_error).
+  Status GetPayloads(std::span<const std::uint64_t> ids,
+                     std::vector<std::string>* payloads,
+                     std::vector<bool>* readable);
+
+  // Writes a consistent copy of the store (a RocksDB checkpoint: memtables
+  // flushed, files hard-linked where possible) into `dir`, which must not
+  // exist. On failure nothing is left in `dir`.
+  Status Checkpoint(const std::string& dir);
+
+  // Waits for every queued callback, syncs the WAL. Commits after this still
+  // work; Close() ends them.
+  void Sync();
+  // Syncs, flushes memtables and closes. Commits after Close() fail.
+  void Close();
+
+  const StoreOptions& options() const { return options_; }
+  // A RocksDB integer property summed over the column families (e.g.
+  // "rocksdb.estimate-live-data-size"); nullopt once closed or unknown.
+  std::optional<std::uint64_t> Property(const std::string& name);
+  // With --salvage: where the directory was copied, as it was, before
+  // opening (empty if it was empty).
+  const std::string& salvage_copy() const { return salvage_copy_; }
+  // With --salvage: what was dropped, in words: what the mark
+  // (store_mark.h) shows is missing, and what the copy still holds.
+  const std::string& salvage_dropped() const { return salvage_dropped_; }
+
+ private:
+  explicit Store(StoreOptions options) : options_(std::move(options)) {}
+  void SyncLoop();
+  // Every kMarkInterval, records in the mark how much is durable, if that
+  // changed (store_mark.h).
+  void MarkLoop();
+  Status UpdateMark();
+  // After a salvage: names the timers and events that the copied
+  // directory's log, read past its damage, holds and this store does not.
+  std::string NameDropped();
+  // Writes `batch` and syncs it before returning (rare writes that must be
+  // durable before they are used); `what` names it in an error.
+  Status WriteSynced(rocksdb::WriteBatch& batch, const char* what);
+  // Writes up to `sequence` are durable.
+  void NoteDurable(std::uint64_t sequence);
+  // Marks the store failed (every later write is refused) and reports it,
+  // once.
+  void NoteWriteError(const Status& error);
+  // The error later writes get, if the store failed (else OK).
+  Status Failed() const;
+  Status Error(const char* what, const rocksdb::Status& s) const;
+
+  const StoreOptions options_;
+  std::string salvage_copy_;
+  std::string salvage_dropped_;
+  // Read-only: what the mark says the store lost (reported by Check()).
+  std::vector<std::string> mark_problems_;
+  std::unique_ptr<rocksdb::DB> db_;
+  std::vector<rocksdb::ColumnFamilyHandle*> handles_;
+  rocksdb::ColumnFamilyHandle* meta_ = nullptr;
+  rocksdb::ColumnFamilyHandle* timers_ = nullptr;
+  rocksdb::ColumnFamilyHandle* payloads_ = nullptr;
+  rocksdb::ColumnFamilyHandle* events_ = nullptr;
+
+  // Shared by writers, exclusive for closing.
+  std::shared_mutex close_mu_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::condition_variable idle_cv_;
+  std::vector<std::function<void(Status)>> waiting_;  // For the next sync.
+  bool syncing_ = false;
+  bool unsynced_ = false;  // Written since the last sync (interval policy).
+  bool closing_ = false;
+  bool closed_ = false;
+  std::thread syncer_;
+  std::thread marker_;
+  std::condition_variable mark_cv_;
+  std::atomic<std::uint64_t> durable_seq_{0};
+  // The mark last written: by Open, then the marker thread, then Close.
+  StoreMark mark_;
+  std::atomic<bool> failed_{false};
+};
+
+}  // namespace delayd
+
+#endif  // DELAYD_SERVER_STORE_STORE_H_
