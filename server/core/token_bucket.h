@@ -28,17 +28,18 @@ class TokenBucket {
   }
   bool unlimited() const { return rate_ <= 0; }
 
-  // Whole tokens there are at `now`.
+  // Whole tokens there are at `now`. (Within kSlack: refills summed in
+  // floating point, ten of 0.1 say, fall short of 1 by a rounding error.)
   std::size_t Available(Time now) {
     Refill(now);
-    return static_cast<std::size_t>(tokens_);
+    return static_cast<std::size_t>(tokens_ + kSlack);
   }
   // Takes `n` (at most Available()).
   void Take(std::size_t n) { tokens_ -= static_cast<double>(n); }
   // When the next whole token will be there (now if one is).
   Time NextToken(Time now) {
     Refill(now);
-    if (tokens_ >= 1) return now;
+    if (tokens_ + kSlack >= 1) return now;
     const double seconds = (1 - tokens_) / rate_;
     return now + std::chrono::ceil<std::chrono::nanoseconds>(
                      std::chrono::duration<double>(seconds));
@@ -51,6 +52,8 @@ class TokenBucket {
     tokens_ = std::min(burst_, tokens_ + elapsed * rate_);
     last_ = now;
   }
+
+  static constexpr double kSlack = 1e-9;
 
   double rate_ = 0;
   double burst_ = 1;
