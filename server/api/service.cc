@@ -170,7 +170,7 @@ grpc::ServerUnaryReactor* DelaydService::SetTimer(
     return call->Reply(s);
   }
   Op op;
-  const Status s = ToOp(FieldsOf(*req), WallNow(), &op);
+  const Status s = ToOp(FieldsOf(*req), scheduler_.clock().Wall(), &op);
   auto* resp = call->New<v1::SetTimerResponse>();
   return SubmitOp(call, s, std::move(op), resp, [resp](const OpResult& r) {
     resp->set_version(r.version);
@@ -193,7 +193,7 @@ grpc::ServerUnaryReactor* DelaydService::MoveTimer(
     return call->Reply(s);
   }
   Op op;
-  const Status s = ToOp(FieldsOf(*req), WallNow(), &op);
+  const Status s = ToOp(FieldsOf(*req), scheduler_.clock().Wall(), &op);
   auto* resp = call->New<v1::MoveTimerResponse>();
   return SubmitOp(call, s, std::move(op), resp, [resp](const OpResult& r) {
     resp->set_version(r.version);
@@ -215,7 +215,7 @@ grpc::ServerUnaryReactor* DelaydService::RemoveTimer(
     return call->Reply(s);
   }
   Op op;
-  const Status s = ToOp(FieldsOf(*req), WallNow(), &op);
+  const Status s = ToOp(FieldsOf(*req), scheduler_.clock().Wall(), &op);
   auto* resp = call->New<v1::RemoveTimerResponse>();
   return SubmitOp(call, s, std::move(op), resp,
                   [resp](const OpResult& r) { resp->set_version(r.version); });
@@ -393,7 +393,7 @@ grpc::ServerUnaryReactor* DelaydService::Batch(grpc::CallbackServerContext* ctx,
   if (scheduler_.shutting_down()) {
     return call->Reply(Status::Unavailable("delayd is shutting down"));
   }
-  const WallNanos now = WallNow();
+  const WallNanos now = scheduler_.clock().Wall();
   // Invalid operations get their error here; the rest go to the scheduler.
   auto* resp = call->New<v1::BatchResponse>();
   resp->mutable_results()->Reserve(static_cast<int>(n));

@@ -12,9 +12,10 @@ namespace {
 constexpr std::size_t kMaxBatch = 256;
 }  // namespace
 
-Dispatcher::Dispatcher(asio::io_context& io, std::string name, NamespaceId id,
-                       Counters& counters, Metrics& metrics,
-                       const Limits& limits, Store* store, NamespaceRefs* refs)
+Dispatcher::Dispatcher(asio::io_context& io, const Clock& clock,
+                       std::string name, NamespaceId id, Counters& counters,
+                       Metrics& metrics, const Limits& limits, Store* store,
+                       NamespaceRefs* refs)
     : name_(std::move(name)),
       id_(id),
       refs_(refs),
@@ -22,12 +23,13 @@ Dispatcher::Dispatcher(asio::io_context& io, std::string name, NamespaceId id,
       mine_(counters.of(id)),
       metrics_(metrics),
       limits_(limits),
+      clock_(clock),
       store_(store),
       strand_(asio::make_strand(io)),
       rate_timer_(strand_),
       random_(std::random_device()()),
-      ack_wheel_(strand_, nullptr, std::chrono::milliseconds(1),
-                 std::chrono::steady_clock::now(),
+      ack_wheel_(strand_, nullptr, clock, std::chrono::milliseconds(1),
+                 clock.Steady(),
                  [this](std::vector<StrandWheel::Expired>& due) {
                    OnAckTimeouts(due);
                  }),
@@ -37,7 +39,7 @@ Dispatcher::Dispatcher(asio::io_context& io, std::string name, NamespaceId id,
 void Dispatcher::Publish(std::vector<Event> events) {
   asio::post(strand_, [this, events = std::move(events)]() mutable {
     if (closed_) return;
-    const WallNanos now = WallNow();
+    const WallNanos now = clock_.Wall();
     for (const Event& e : events) {
       observed_.Add(std::chrono::nanoseconds(now - e.fire_time));
     }
@@ -170,7 +172,7 @@ void Dispatcher::Ack(std::vector<std::uint64_t> ids,
   asio::post(strand_, [this, ids = std::move(ids),
                        done = std::move(done)]() mutable {
     AckResult result;
-    const SteadyTime now = std::chrono::steady_clock::now();
+    const SteadyTime now = clock_.Steady();
     std::optional<Store::Batch> batch;
     if (store_ != nullptr) batch.emplace(store_->NewBatch());
     for (std::uint64_t id : ids) {
@@ -366,7 +368,7 @@ void Dispatcher::Pump() {
   std::size_t idle_turns = 0;
   // (The clock is read only when a dispatch rate needs it.)
   const SteadyTime pump_time =
-      bucket_.unlimited() ? SteadyTime{} : std::chrono::steady_clock::now();
+      bucket_.unlimited() ? SteadyTime{} : clock_.Steady();
   // Round robin: each turn gives one worker a batch of up to its free room.
   while (!ready_.empty() && idle_turns < workers_.size()) {
     next_worker_ %= workers_.size();
@@ -420,8 +422,8 @@ void Dispatcher::Pump() {
       if (!unreadable.empty()) Hold(unreadable);
       if (batch.empty()) continue;
     }
-    const SteadyTime steady_now = std::chrono::steady_clock::now();
-    const WallNanos wall_now = WallNow();
+    const SteadyTime steady_now = clock_.Steady();
+    const WallNanos wall_now = clock_.Wall();
     for (std::size_t i = 0; i < batch.size(); ++i) {
       Outstanding& o = outstanding_.at(batch[i]->id);
       o.worker = w.id;

@@ -114,9 +114,9 @@ class Dispatcher {
   // payload ids; payloads are read when an event is sent. The namespace's
   // count in `refs` is released for each acknowledged event (once durable)
   // and each subscriber that leaves (the scheduler adds those).
-  Dispatcher(asio::io_context& io, std::string name, NamespaceId id,
-             Counters& counters, Metrics& metrics, const Limits& limits,
-             Store* store, NamespaceRefs* refs);
+  Dispatcher(asio::io_context& io, const Clock& clock, std::string name,
+             NamespaceId id, Counters& counters, Metrics& metrics,
+             const Limits& limits, Store* store, NamespaceRefs* refs);
   Dispatcher(const Dispatcher&) = delete;
   Dispatcher& operator=(const Dispatcher&) = delete;
 
@@ -129,6 +129,10 @@ class Dispatcher {
   // in-flight cap) and to failures from now on (backoff); in-flight events
   // keep their ack deadlines.
   void SetPolicy(const Policy& policy);
+  // Acts on a change of the clock other than time passing: ack deadlines,
+  // retry times and the dispatch rate are checked against the clock now.
+  // `done` runs after, on the dispatcher's strand.
+  void Wake(std::function<void()> done);
 
   // Takes fired events for delivery.
   void Publish(std::vector<Event> events);
@@ -244,6 +248,7 @@ class Dispatcher {
   NamespaceCounters& mine_;  // counters_.of(id_)
   Metrics& metrics_;
   const Limits& limits_;
+  const Clock& clock_;
   Store* const store_;
   Strand strand_;
   Policy policy_;

@@ -15,9 +15,19 @@ void Dispatcher::SetPolicy(const Policy& policy) {
     policy_ = policy;
     if (rate_changed) {
       bucket_.Configure(policy.max_dispatch_rate, policy.dispatch_burst,
-                        std::chrono::steady_clock::now());
+                        clock_.Steady());
     }
     Pump();
+  });
+}
+
+void Dispatcher::Wake(std::function<void()> done) {
+  asio::post(strand_, [this, done = std::move(done)] {
+    if (!closed_) {
+      ack_wheel_.Fire();
+      Pump();
+    }
+    done();
   });
 }
 
@@ -29,7 +39,7 @@ std::chrono::nanoseconds Dispatcher::BackoffFor(const Outstanding& o) {
 void Dispatcher::ArmRateTimer(SteadyTime at) {
   if (rate_armed_ || closed_) return;
   rate_armed_ = true;
-  rate_timer_.expires_at(at);
+  rate_timer_.expires_after(at - clock_.Steady());
   rate_timer_.async_wait([this](const asio::error_code& ec) {
     rate_armed_ = false;
     if (!ec && !closed_) Pump();

@@ -9,10 +9,11 @@
 namespace delayd {
 
 Partition::Partition(asio::io_context& io, std::uint32_t index,
-                     std::chrono::nanoseconds tick, SteadyTime epoch,
-                     const Limits& limits, Counters& counters, Store* store,
-                     NamespaceRefs* refs, Publish publish)
+                     const Clock& clock, std::chrono::nanoseconds tick,
+                     SteadyTime epoch, const Limits& limits, Counters& counters,
+                     Store* store, NamespaceRefs* refs, Publish publish)
     : partition_(index),
+      clock_(clock),
       limits_(limits),
       counters_(counters),
       store_(store),
@@ -20,7 +21,7 @@ Partition::Partition(asio::io_context& io, std::uint32_t index,
       publish_(std::move(publish)),
       strand_(asio::make_strand(io)),
       wheel_(
-          strand_, &exclusive_, tick, epoch,
+          strand_, &exclusive_, clock, tick, epoch,
           [this](std::vector<StrandWheel::Expired>& due) { OnExpired(due); }) {
   assert(index < 1024);
 }
@@ -245,6 +246,18 @@ OpResult Partition::Remove(RemoveOp& op, Store::Batch* batch) {
   return result;
 }
 
+void Partition::Rederive() {
+  assert(exclusive_.held());
+  if (stopped()) return;
+  const WallNanos wall_now = clock_.Wall();
+  const SteadyTime steady_now = clock_.Steady();
+  for (Record& rec : records_) {
+    if (!rec.blob) continue;  // A free record.
+    wheel_.wheel().Reschedule(rec.handle,
+                              Deadline(rec.fire_time, wall_now, steady_now));
+  }
+}
+
 void Partition::Forget(std::uint32_t r) {
   Record& rec = records_[r];
   keys_.Erase(Hash(rec.ns(), rec.blob.key()), r);
@@ -257,8 +270,8 @@ void Partition::Forget(std::uint32_t r) {
 void Partition::OnExpired(std::vector<StrandWheel::Expired>& due) {
   // Never early by the wall clock either: if it reads earlier than a fire
   // time (it stepped back), wait out the difference.
-  const WallNanos wall_now = WallNow();
-  const SteadyTime steady_now = std::chrono::steady_clock::now();
+  const WallNanos wall_now = clock_.Wall();
+  const SteadyTime steady_now = clock_.Steady();
   std::vector<std::uint32_t> fire;
   fire.reserve(due.size());
   for (const auto& e : due) {
@@ -276,7 +289,7 @@ void Partition::OnExpired(std::vector<StrandWheel::Expired>& due) {
 std::vector<Event> Partition::TakeEvents(
     const std::vector<std::uint32_t>& records, Reason reason,
     Store::Batch* batch) {
-  const WallNanos fired_at = WallNow();
+  const WallNanos fired_at = clock_.Wall();
   std::vector<Event> events;
   events.reserve(records.size());
   // Per-namespace counts, added once per run of one namespace's events.
@@ -335,7 +348,7 @@ void Partition::FireRecords(const std::vector<std::uint32_t>& records,
   }
   if (Status s = ReserveIds(0, records.size()); !s.ok()) {
     // Nothing changed: the timers fire again after kRetryWrite.
-    const SteadyTime at = std::chrono::steady_clock::now() + kRetryWrite;
+    const SteadyTime at = clock_.Steady() + kRetryWrite;
     for (std::uint32_t r : records) {
       Record& rec = records_[r];
       if (!wheel_.wheel().Reschedule(rec.handle, wheel_.ToWheel(at))) {

@@ -7,10 +7,11 @@
 // FireRecords), and payloads live in the store, not in memory (see store.h).
 //
 // A timer's fire time is a wall-clock instant (what clients see); the wheel
-// runs on the steady clock, so each operation maps the fire time to a steady
-// deadline at the moment it is applied. Before firing, the wall clock is
+// runs on steady time, so each operation maps the fire time to a steady
+// deadline at the moment it is applied, and Rederive() maps them all anew
+// when the clock's offset moves (clock.h). Before firing, the wall clock is
 // checked too: a timer is never delivered before its fire time, even if the
-// wall clock stepped back meanwhile.
+// wall clock stepped back and nothing re-derived yet.
 //
 // Thread safety: the partition is owned by whoever holds its Exclusive. Post()
 // runs work on the partition's strand, holding it; Run() runs work at once on
@@ -29,6 +30,7 @@
 #include <vector>
 
 #include "server/common/types.h"
+#include "server/core/clock.h"
 #include "server/core/dispatcher.h"
 #include "server/core/key_index.h"
 #include "server/core/namespace_refs.h"
@@ -48,7 +50,7 @@ class Partition {
   // null (state in memory only). A new timer counts in `refs` for its
   // namespace (and stays counted as an event once fired); a removed one
   // is released by the caller once durable (OpResult::removed).
-  Partition(asio::io_context& io, std::uint32_t index,
+  Partition(asio::io_context& io, std::uint32_t index, const Clock& clock,
             std::chrono::nanoseconds tick, SteadyTime epoch,
             const Limits& limits, Counters& counters, Store* store,
             NamespaceRefs* refs, Publish publish);
@@ -95,6 +97,12 @@ class Partition {
 
   // Stops firing (shutdown): timers stay pending.
   void StopTimers() { wheel_.Stop(); }
+
+  // After the clock's offset moved (clock.h): derives every pending timer's
+  // deadline anew from its fire time. Call Wake() after.
+  void Rederive();
+  // Fires what is due now and re-arms (after a change of the clock).
+  void Wake() { wheel_.Fire(); }
 
   // Recovery, before the strand runs: each stored timer, then the counters
   // (past every version and event id stored in any partition), then
@@ -189,6 +197,7 @@ class Partition {
   static constexpr std::uint64_t kIdBlock = 1 << 20;
 
   const std::uint32_t partition_;
+  const Clock& clock_;
   const Limits& limits_;
   Counters& counters_;
   Store* const store_;

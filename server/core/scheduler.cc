@@ -1,6 +1,7 @@
 #include "server/core/scheduler.h"
 
 #include <cassert>
+#include <future>
 #include <mutex>
 
 #include "server/common/keyed_hash.h"
@@ -12,14 +13,18 @@ Status ShuttingDown() { return Status::Unavailable("delayd is shutting down"); }
 
 Scheduler::Scheduler(Options options)
     : options_(std::move(options)),
-      epoch_(std::chrono::steady_clock::now()),
+      clock_(options_.clock ? *options_.clock : Clock::System()),
+      epoch_(clock_.Steady()),
       work_(asio::make_work_guard(io_)),
       counters_(options_.limits.max_namespaces),
       dispatchers_(new Dispatcher*[options_.limits.max_namespaces]()),
-      refs_(std::make_unique<NamespaceRefs>(
-          options_.limits.max_namespaces, [this](NamespaceId id) {
-            asio::post(io_, [this, id] { Free(id); });
-          })) {
+      refs_(std::make_unique<NamespaceRefs>(options_.limits.max_namespaces,
+                                            [this](NamespaceId id) {
+                                              asio::post(io_, [this, id] {
+                                                Free(id);
+                                              });
+                                            })),
+      derived_offset_(clock_.Offset()) {
   assert(options_.partitions >= 1 && options_.partitions <= 1024);
 }
 
@@ -39,8 +44,9 @@ Status Scheduler::Start(RecoveryReport* report) {
   }
   for (std::uint32_t p = 0; p < options_.partitions; ++p) {
     partitions_.push_back(std::make_unique<Partition>(
-        io_, p, options_.tick, epoch_, options_.limits, counters_, store_.get(),
-        refs_.get(), [this](NamespaceId ns, std::vector<Event> events) {
+        io_, p, clock_, options_.tick, epoch_, options_.limits, counters_,
+        store_.get(), refs_.get(),
+        [this](NamespaceId ns, std::vector<Event> events) {
           dispatchers_[ns]->Publish(std::move(events));
         }));
   }
@@ -56,10 +62,21 @@ Status Scheduler::Start(RecoveryReport* report) {
        ++t) {
     threads_.emplace_back([this] { io_.run(); });
   }
+  if (options_.clock_poll.count() > 0) {
+    clock_timer_.emplace(asio::make_strand(io_));
+    PollClock();
+  }
+  clock_.Listen(this, [this] {
+    std::promise<void> acted;
+    ClockChanged([&acted] { acted.set_value(); });
+    acted.get_future().wait();
+  });
   return Status::Ok();
 }
 
 void Scheduler::Stop() {
+  // (Before the threads stop: a listener call under way waits for them.)
+  clock_.Listen(this, nullptr);
   work_.reset();
   io_.stop();
   for (auto& t : threads_) {
@@ -81,7 +98,7 @@ NamespaceId Scheduler::AddNamespace(std::string name) {
   }
   const auto id = static_cast<NamespaceId>(owned_dispatchers_.size());
   owned_dispatchers_.push_back(
-      std::make_unique<Dispatcher>(io_, name, id, counters_, metrics_,
+      std::make_unique<Dispatcher>(io_, clock_, name, id, counters_, metrics_,
                                    options_.limits, store_.get(), refs_.get()));
   dispatchers_[id] = owned_dispatchers_.back().get();
   if (!name.empty()) dispatchers_[id]->SetPolicy(PolicyLocked(name));
@@ -256,15 +273,13 @@ void Scheduler::Submit(Op op, std::function<void(OpResult)> done) {
     }
     const NamespaceId ns = NamespaceOf(op);
     if (!store_) {
-      OpResult r =
-          p.Apply(op, WallNow(), std::chrono::steady_clock::now(), nullptr);
+      OpResult r = p.Apply(op, clock_.Wall(), clock_.Steady(), nullptr);
       if (r.removed) refs_->Release(ns);
       done(std::move(r));
       return;
     }
     Store::Batch batch = store_->NewBatch();
-    OpResult r =
-        p.Apply(op, WallNow(), std::chrono::steady_clock::now(), &batch);
+    OpResult r = p.Apply(op, clock_.Wall(), clock_.Steady(), &batch);
     store_->Commit(batch, [this, ns, done = std::move(done),
                            r = std::move(r)](Status s) mutable {
       if (!s.ok()) r.status = s;
@@ -317,8 +332,8 @@ void Scheduler::SubmitBatch(std::vector<Op> ops,
     if (groups[p].empty()) continue;
     Partition& part = *partitions_[p];
     part.Run([this, &part, state, group = std::move(groups[p])] {
-      const WallNanos wall = WallNow();
-      const SteadyTime steady = std::chrono::steady_clock::now();
+      const WallNanos wall = clock_.Wall();
+      const SteadyTime steady = clock_.Steady();
       auto finish = [this, state](std::size_t) {
         if (state->remaining.fetch_sub(1) != 1) return;
         // Removed timers stop counting for their namespaces, now durable.

@@ -21,6 +21,7 @@
 
 #include "server/common/keyed_hash.h"
 #include "server/common/types.h"
+#include "server/core/clock.h"
 #include "server/core/dispatcher.h"
 #include "server/core/namespace_refs.h"
 #include "server/core/partition.h"
@@ -37,6 +38,12 @@ class Scheduler {
     Limits limits;
     // The durable store; none keeps all state in memory only.
     std::optional<StoreOptions> store;
+    // The clock (clock.h); null: the system's. Not owned; outlives the
+    // scheduler.
+    Clock* clock = nullptr;
+    // How often the clock's offset is checked for a step or pause; 0: never
+    // (a fake clock tells of its changes).
+    std::chrono::milliseconds clock_poll{100};
   };
   // What Start() found in the store.
   struct RecoveryReport {
@@ -128,6 +135,13 @@ class Scheduler {
                 done);
 
   std::uint64_t NewSubscriberId() { return next_subscriber_id_.fetch_add(1); }
+  Clock& clock() const { return clock_; }
+  // Acts on a change of the clock other than time passing
+  // (scheduler_clock.cc): if its offset moved by kClockSlack or more, every
+  // partition re-derives its deadlines; then every partition and dispatcher
+  // fires what is due now. `done` (if any) runs once all of that has run.
+  void ClockChanged(std::function<void()> done);
+  static constexpr std::chrono::milliseconds kClockSlack{1};
   Counters& counters() { return counters_; }
   Metrics& metrics() { return metrics_; }
   // The pool's io_context (for timers of the layers above).
@@ -177,7 +191,11 @@ class Scheduler {
                                    std::optional<ListCursor>)>
                     done);
 
+  // Checks the clock's offset every clock_poll, on clock_timer_.
+  void PollClock();
+
   const Options options_;
+  Clock& clock_;
   const SteadyTime epoch_;
   asio::io_context io_;
   asio::executor_work_guard<asio::io_context::executor_type> work_;
@@ -217,6 +235,10 @@ class Scheduler {
   std::atomic<bool> shutting_down_{false};
   std::atomic<std::uint64_t> next_subscriber_id_{1};
   std::vector<std::thread> threads_;
+  // The clock's offset when deadlines were last derived (under clock_mu_).
+  std::mutex clock_mu_;
+  std::chrono::nanoseconds derived_offset_;
+  std::optional<asio::steady_timer> clock_timer_;
 };
 
 }  // namespace delayd

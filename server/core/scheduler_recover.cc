@@ -24,8 +24,8 @@ Status Scheduler::Recover(RecoveryReport* report) {
       !s.ok()) {
     return s;
   }
-  const WallNanos wall_now = WallNow();
-  const SteadyTime steady_now = std::chrono::steady_clock::now();
+  const WallNanos wall_now = clock_.Wall();
+  const SteadyTime steady_now = clock_.Steady();
   bool bad_namespace = false;
   Status s = store_->ForEachTimer([&](const StoredTimer& t) {
     if (t.ns >= owned_dispatchers_.size()) {

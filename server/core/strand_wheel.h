@@ -1,4 +1,5 @@
-// A TimingWheel driven by an Asio steady_timer on a strand.
+// A TimingWheel driven by an Asio steady_timer on a strand, on the time of
+// a Clock (clock.h).
 //
 // One owner, one wake-up: the steady_timer is armed for the earliest due
 // time only (never a fixed ticker), so an idle owner with millions of
@@ -8,7 +9,8 @@
 //
 // Thread safety: every method runs on the strand given at construction or,
 // if an Exclusive is given too, holding it (the timer's completion then takes
-// it before it fires).
+// it before it fires). After a change of the clock other than time passing,
+// the owner calls Fire(): the armed wake-up may then be early or late.
 #ifndef DELAYD_SERVER_CORE_STRAND_WHEEL_H_
 #define DELAYD_SERVER_CORE_STRAND_WHEEL_H_
 
@@ -22,12 +24,12 @@
 #include <thread>
 #include <vector>
 
+#include "server/core/clock.h"
 #include "wheel/timing_wheel.h"
 
 namespace delayd {
 
 using Strand = asio::strand<asio::io_context::executor_type>;
-using SteadyTime = std::chrono::steady_clock::time_point;
 
 // Mutual exclusion for state that lives on a strand but that other threads
 // may also enter directly when it is free (see Partition::Run): whoever holds
@@ -80,11 +82,12 @@ class StrandWheel {
   using OnExpired = std::function<void(std::vector<Expired>& due)>;
 
   // `epoch` is the steady instant that wheel time 0 stands for.
-  StrandWheel(Strand& strand, Exclusive* exclusive,
+  StrandWheel(Strand& strand, Exclusive* exclusive, const Clock& clock,
               std::chrono::nanoseconds tick, SteadyTime epoch,
               OnExpired on_expired)
       : strand_(strand),
         exclusive_(exclusive),
+        clock_(clock),
         timer_(strand),
         epoch_(epoch),
         wheel_(tick),
@@ -95,9 +98,7 @@ class StrandWheel {
 
   // The wheel time of a steady instant.
   wheel::TimingWheel::Time ToWheel(SteadyTime t) const { return t - epoch_; }
-  wheel::TimingWheel::Time Now() const {
-    return ToWheel(std::chrono::steady_clock::now());
-  }
+  wheel::TimingWheel::Time Now() const { return ToWheel(clock_.Steady()); }
 
   // Call after scheduling or rescheduling `handle`: arms the timer for it if
   // it is due before the armed wake-up. Removing timers needs no call: the
@@ -116,7 +117,11 @@ class StrandWheel {
     assert(Owned());
     if (stopped_) return;
     due_.clear();
-    wheel_.Advance(Now(), [this](const Expired& e) { due_.push_back(e); });
+    const wheel::TimingWheel::Time now = Now();
+    // An armed wake-up already passed (the clock jumped past it): its timer
+    // will find itself superseded.
+    if (armed_ && *armed_ <= now) armed_.reset();
+    wheel_.Advance(now, [this](const Expired& e) { due_.push_back(e); });
     if (!due_.empty()) on_expired_(due_);
     if (const auto next = wheel_.NextDeadline()) {
       if (!armed_ || *next < *armed_) ArmAt(*next);
@@ -136,7 +141,9 @@ class StrandWheel {
  private:
   void ArmAt(wheel::TimingWheel::Time at) {
     armed_ = at;
-    timer_.expires_at(epoch_ + at);
+    // (Waits out the difference on the clock: exact for the system clock;
+    // a fake clock's changes come through the owner's Fire.)
+    timer_.expires_after(epoch_ + at - clock_.Steady());
     timer_.async_wait([this, at](const asio::error_code& ec) {
       if (ec) return;
       std::unique_lock<Exclusive> lock;
@@ -153,6 +160,7 @@ class StrandWheel {
 
   Strand& strand_;
   Exclusive* const exclusive_;
+  const Clock& clock_;
   asio::steady_timer timer_;
   const SteadyTime epoch_;
   wheel::TimingWheel wheel_;

@@ -1,0 +1,78 @@
+// Scheduler: acting on changes of the clock (clock.h).
+#include <cstdlib>
+
+#include "server/core/scheduler.h"
+#include "spdlog/spdlog.h"
+
+namespace delayd {
+
+void Scheduler::ClockChanged(std::function<void()> done) {
+  bool rederive = false;
+  {
+    std::lock_guard lock(clock_mu_);
+    const std::chrono::nanoseconds offset = clock_.Offset();
+    const std::chrono::nanoseconds moved = offset - derived_offset_;
+    if (std::chrono::abs(moved) >= kClockSlack) {
+      rederive = true;
+      derived_offset_ = offset;
+      spdlog::debug("clock offset moved by {} us: deadlines re-derived",
+                    moved.count() / 1000);
+    }
+  }
+  std::vector<Dispatcher*> dispatchers;
+  {
+    std::shared_lock lock(ns_mutex_);
+    for (auto& d : owned_dispatchers_) dispatchers.push_back(d.get());
+  }
+  // Partitions first, then dispatchers: events a partition fires here are
+  // posted to their dispatcher before its Wake() is (in memory; with a store
+  // they are published once written).
+  auto dispatch = [dispatchers = std::move(dispatchers),
+                   done = std::move(done)]() mutable {
+    auto left = std::make_shared<std::atomic<std::size_t>>(dispatchers.size());
+    auto arrive = [left, done = std::move(done)] {
+      if (left->fetch_sub(1) == 1 && done) done();
+    };
+    if (dispatchers.empty()) {
+      ++*left;
+      arrive();
+    }
+    for (Dispatcher* d : dispatchers) d->Wake(arrive);
+  };
+  auto left = std::make_shared<std::atomic<std::size_t>>(partitions_.size());
+  auto arrive = std::make_shared<std::function<void()>>(
+      [left, dispatch = std::move(dispatch)]() mutable {
+        if (left->fetch_sub(1) == 1) dispatch();
+      });
+  for (auto& p : partitions_) {
+    p->Post([p = p.get(), rederive, arrive] {
+      if (rederive) p->Rederive();
+      p->Wake();
+      (*arrive)();
+    });
+  }
+}
+
+void Scheduler::PollClock() {
+  if (shutting_down_) return;
+  bool moved;
+  {
+    std::lock_guard lock(clock_mu_);
+    moved = std::chrono::abs(clock_.Offset() - derived_offset_) >= kClockSlack;
+  }
+  auto again = [this] {
+    asio::post(clock_timer_->get_executor(), [this] {
+      clock_timer_->expires_after(options_.clock_poll);
+      clock_timer_->async_wait([this](const asio::error_code& ec) {
+        if (!ec) PollClock();
+      });
+    });
+  };
+  if (moved) {
+    ClockChanged(std::move(again));
+  } else {
+    again();
+  }
+}
+
+}  // namespace delayd
