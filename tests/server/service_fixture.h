@@ -1,0 +1,118 @@
+// The fixture of the service tests (service_test, delivery_test,
+// batch_test): a daemon on loopback and helpers for its calls.
+#ifndef DELAYD_TESTS_SERVER_SERVICE_FIXTURE_H_
+#define DELAYD_TESTS_SERVER_SERVICE_FIXTURE_H_
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <random>
+#include <set>
+
+#include "tests/server/test_client.h"
+
+namespace delayd::testing {
+
+using grpc::StatusCode;
+
+class DelaydTest : public ::testing::Test {
+ protected:
+  grpc::Status Set(const std::string& key, std::int64_t delay_ms,
+                   const std::string& payload = "p", const std::string& ns = "",
+                   bool if_absent = false,
+                   v1::SetTimerResponse* out = nullptr) {
+    v1::SetTimerRequest req;
+    req.set_namespace_(ns);
+    req.set_key(key);
+    req.set_payload(payload);
+    *req.mutable_delay() = Millis(delay_ms);
+    req.set_if_absent(if_absent);
+    v1::SetTimerResponse resp;
+    grpc::ClientContext ctx;
+    grpc::Status s = d_.stub().SetTimer(&ctx, req, &resp);
+    if (out) *out = resp;
+    return s;
+  }
+  grpc::Status Move(const std::string& key, std::int64_t delay_ms,
+                    std::uint64_t expected_version = 0,
+                    v1::MoveTimerResponse* out = nullptr) {
+    v1::MoveTimerRequest req;
+    req.set_key(key);
+    *req.mutable_delay() = Millis(delay_ms);
+    req.set_expected_version(expected_version);
+    v1::MoveTimerResponse resp;
+    grpc::ClientContext ctx;
+    grpc::Status s = d_.stub().MoveTimer(&ctx, req, &resp);
+    if (out) *out = resp;
+    return s;
+  }
+  grpc::Status Remove(const std::string& key, std::uint64_t expected = 0) {
+    v1::RemoveTimerRequest req;
+    req.set_key(key);
+    req.set_expected_version(expected);
+    v1::RemoveTimerResponse resp;
+    grpc::ClientContext ctx;
+    return d_.stub().RemoveTimer(&ctx, req, &resp);
+  }
+  grpc::Status Get(const std::string& key, v1::Timer* out = nullptr,
+                   const std::string& ns = "") {
+    v1::GetTimerRequest req;
+    req.set_namespace_(ns);
+    req.set_key(key);
+    v1::Timer t;
+    grpc::ClientContext ctx;
+    grpc::Status s = d_.stub().GetTimer(&ctx, req, &t);
+    if (out) *out = t;
+    return s;
+  }
+  grpc::Status Ack(const std::vector<std::uint64_t>& ids,
+                   v1::AckResponse* out = nullptr, const std::string& ns = "") {
+    v1::AckRequest req;
+    req.set_namespace_(ns);
+    for (auto id : ids) req.add_event_ids(id);
+    v1::AckResponse resp;
+    grpc::ClientContext ctx;
+    grpc::Status s = d_.stub().Ack(&ctx, req, &resp);
+    if (out) *out = resp;
+    return s;
+  }
+  v1::StatsResponse Stats() {
+    v1::StatsResponse resp;
+    grpc::ClientContext ctx;
+    EXPECT_TRUE(d_.stub().Stats(&ctx, v1::StatsRequest(), &resp).ok());
+    return resp;
+  }
+  // Waits (up to 10 s) until `w` has received `n` events whose key is one of
+  // `keys`, and returns those, in arrival order.
+  std::vector<v1::Event> WaitForKeys(TestStream& w,
+                                     const std::set<std::string>& keys,
+                                     std::size_t n) {
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    std::vector<v1::Event> mine;
+    std::size_t seen = 0;
+    while (std::chrono::steady_clock::now() < deadline) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      const auto events = w.WaitFor(seen + 1, left);
+      mine.clear();
+      for (const auto& e : events) {
+        if (keys.count(e.key())) mine.push_back(e);
+      }
+      if (mine.size() >= n || events.size() == seen) break;
+      seen = events.size();
+    }
+    return mine;
+  }
+  std::vector<std::uint64_t> Ids(const std::vector<v1::Event>& events) {
+    std::vector<std::uint64_t> ids;
+    for (const auto& e : events) ids.push_back(e.id());
+    return ids;
+  }
+
+  TestDaemon d_;
+};
+
+}  // namespace delayd::testing
+
+#endif  // DELAYD_TESTS_SERVER_SERVICE_FIXTURE_H_
