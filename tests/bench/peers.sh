@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
-# A peer side by side, in one run on this machine: Redis taking pipelined
-# ZADDs (a sorted set is the usual home-made delay queue) with its
-# append-only file under `appendfsync everysec` and `always`, and delayd
-# taking sets through Batch under `--fsync always` and `never`. Prints each
-# rate and delayd's as a ratio of Redis's. Everything listens on 127.0.0.1
+# Peers side by side, in one run on this machine, in alternating rounds
+# (medians of ROUNDS, default 3): Redis taking ZADDs (a sorted set is the
+# usual home-made delay queue) with its append-only file, and delayd:
+#   - one call at a time per connection: Redis `appendfsync always`, 16
+#     connections, no pipelining; delayd unary SetTimer, 64 in flight, under
+#     `--fsync always`, and in memory;
+#   - pipelined: Redis `appendfsync everysec`, 16 connections of 100; delayd
+#     Batch (100 sets per call, 16 in flight) under `--fsync always`;
+#   - delayd's lateness (delivery to the worker minus fire time): steady 2k
+#     timers/s, and 100k timers due within one second, in memory and durable.
+# Prints each figure and delayd's ratios. Everything listens on 127.0.0.1
 # only and is stopped by PID.
 #
 # Usage: tests/bench/peers.sh [LOAD_GEN]   (default build-bench/tests/bench/load_gen)
@@ -31,7 +37,7 @@ free_port() {
   /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
-# ZADD/s with the given appendfsync policy: 16 connections, 100 pipelined.
+# ZADD/s: $1 the appendfsync policy, $2 the pipeline depth; 16 connections.
 redis_rate() {
   local port
   port=$(free_port)
@@ -44,7 +50,9 @@ redis_rate() {
     [ $SECONDS -lt $deadline ] || { cat "$work/redis.log" >&2; exit 1; }
     sleep 0.1  # Polls for readiness, bounded by the deadline.
   done
-  redis-benchmark -h 127.0.0.1 -p "$port" -c 16 -P 100 -n 2000000 -r 1000000 \
+  local n=2000000
+  [ "$2" -gt 1 ] || n=200000
+  redis-benchmark -h 127.0.0.1 -p "$port" -c 16 -P "$2" -n "$n" -r 1000000 \
     -q ZADD delayed __rand_int__ member:__rand_int__ |
     grep -oE '[0-9.]+ requests per second' | grep -oE '^[0-9.]+'
   kill "$redis_pid"
@@ -52,21 +60,52 @@ redis_rate() {
   redis_pid=
 }
 
-delayd_rate() {
+# load_gen against a fresh daemon: $1 the section, then the daemon's flags.
+delayd_run() {
+  local only=$1
+  shift
   rm -rf "$work/delayd"
-  "$load_gen" --only batch --seconds 3 -- --fsync "$1" --data-dir "$work/delayd" |
-    grep -oE 'batch: [0-9]+' | grep -oE '[0-9]+'
+  "$load_gen" --only "$only" --seconds 5 -- "$@"
 }
+durable=(--fsync always --data-dir "$work/delayd")
 
-redis_everysec=$(redis_rate everysec)
-redis_always=$(redis_rate always)
-delayd_always=$(delayd_rate always)
-delayd_never=$(delayd_rate never)
-ratio() { /usr/bin/python3 -c "print(f'{$1 / $2:.2f}')"; }
-printf 'redis ZADD, appendfsync everysec:  %10.0f/s\n' "$redis_everysec"
-printf 'redis ZADD, appendfsync always:    %10.0f/s\n' "$redis_always"
-printf 'delayd Batch sets, --fsync always: %10.0f/s  (%sx redis everysec, %sx redis always)\n' \
-  "$delayd_always" "$(ratio "$delayd_always" "$redis_everysec")" \
-  "$(ratio "$delayd_always" "$redis_always")"
-printf 'delayd Batch sets, --fsync never:  %10.0f/s  (%sx redis everysec)\n' \
-  "$delayd_never" "$(ratio "$delayd_never" "$redis_everysec")"
+rounds=${ROUNDS:-3}
+declare -A fig
+add() { fig[$1]+="$2 "; }
+for ((round = 1; round <= rounds; round++)); do
+  add redis_always "$(redis_rate always 1)"
+  add unary_always "$(delayd_run unary "${durable[@]}" | grep -oE 'SetTimer [0-9]+' | grep -oE '[0-9]+')"
+  add unary_memory "$(delayd_run unary --in-memory | grep -oE 'SetTimer [0-9]+' | grep -oE '[0-9]+')"
+  add redis_everysec "$(redis_rate everysec 100)"
+  add batch_always "$(delayd_run batch "${durable[@]}" | grep -oE '^batch: [0-9]+ items/s \(100 per call, 16' | grep -oE '[0-9]+' | head -1)"
+  for mode in memory always; do
+    if [ $mode = memory ]; then args=(--in-memory); else args=("${durable[@]}"); fi
+    out=$(delayd_run lateness "${args[@]}")
+    add "steady_p50_$mode" "$(grep -oE 'steady 2k/s: .* p50 [0-9.]+' <<<"$out" | grep -oE '[0-9.]+$')"
+    add "steady_p99_$mode" "$(grep -oE 'steady 2k/s: .* p99 [0-9.]+' <<<"$out" | grep -oE '[0-9.]+$')"
+    add "burst_p99_$mode" "$(grep -oE 'burst 100k in 1 s: .* p99 [0-9.]+' <<<"$out" | grep -oE '[0-9.]+$')"
+  done
+  echo "round $round: ${fig[*]}" >&2
+done
+
+# Median and range of each figure, and the ratios of the medians.
+{
+  for k in "${!fig[@]}"; do echo "$k ${fig[$k]}"; done
+} | /usr/bin/python3 -c '
+import statistics, sys
+f = {}
+for line in sys.stdin:
+    k, *v = line.split()
+    f[k] = [float(x) for x in v]
+m = {k: statistics.median(v) for k, v in f.items()}
+def show(k, unit):
+    print(f"  {k:18s} median {m[k]:12.3f} {unit}  (range {min(f[k]):.3f} .. {max(f[k]):.3f})")
+print(f"medians of {len(f[\"redis_always\"])} alternating rounds:")
+for k in ("redis_always", "unary_always", "unary_memory", "redis_everysec", "batch_always"):
+    show(k, "/s")
+for k in sorted(k for k in f if "_p" in k):
+    show(k, "ms")
+print(f"unary --fsync always / Redis always:        {m[\"unary_always\"] / m[\"redis_always\"]:.2f}x")
+print(f"unary --fsync always / delayd in memory:    {m[\"unary_always\"] / m[\"unary_memory\"]:.2f}x")
+print(f"Batch --fsync always / Redis everysec:      {m[\"batch_always\"] / m[\"redis_everysec\"]:.2f}x")
+'
