@@ -20,12 +20,15 @@
 //
 //   security    SetTimer/s and Batch items/s with TLS and tokens, as ratios
 //               of plaintext (alternating rounds);
-//   ab          with --daemon-b: two builds side by side (alternating), with
-//               the daemon args (default --in-memory; without it, each
-//               round on a fresh data directory).
+//   ab          with --daemon-b: two builds side by side (alternating, 5
+//               rounds or --rounds N), with the daemon args (default
+//               --in-memory; without it, each round on a fresh data
+//               directory);
+//   ab-firing   as ab, firing only (not run unless named).
 //
 // Usage: load_gen [--daemon PATH] [--daemon-b PATH] [--seconds N]
-//                 [--only NAME] [--scratch DIR] [-- daemon args]
+//                 [--rounds N] [--only NAME] [--scratch DIR]
+//                 [-- daemon args]
 #include <absl/synchronization/mutex.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
@@ -559,14 +562,15 @@ void Security(const std::string& binary, const std::string& scratch,
 // plaintext, in memory, alternating rounds.
 // Daemons run with `args` (after `--`); without --in-memory each round
 // gets a fresh data directory under `scratch`.
+// `firing_only`: no unary or Batch rounds (ab-firing).
 void AB(const std::string& a, const std::string& b,
         std::chrono::milliseconds dur, const std::string& scratch,
         const std::vector<std::string>& args,
-        const std::vector<std::string>& b_args) {
+        const std::vector<std::string>& b_args, int rounds, bool firing_only) {
   const bool in_memory =
       std::find(args.begin(), args.end(), "--in-memory") != args.end();
   std::vector<double> unary[2], batch[2], firing[2];
-  for (int round = 0; round < 5; ++round) {
+  for (int round = 0; round < rounds; ++round) {
     for (int m = 0; m < 2; ++m) {
       std::unique_ptr<ScratchDaemon> sd;
       std::unique_ptr<delayd::testing::DaemonProcess> plain;
@@ -586,8 +590,10 @@ void AB(const std::string& a, const std::string& b,
       }
       Bench bench(d.address(), 4);
       bench.SetRate(64, 300ms);  // Warm-up.
-      unary[m].push_back(bench.SetRate(64, dur / 2));
-      batch[m].push_back(bench.BatchRate(16, 100, dur / 2, "batch"));
+      if (!firing_only) {
+        unary[m].push_back(bench.SetRate(64, dur / 2));
+        batch[m].push_back(bench.BatchRate(16, 100, dur / 2, "batch"));
+      }
       // Firing: 200k timers due at one instant, set beforehand, taken by one
       // worker; events per second from the fire time to the last delivery.
       // (50k took about 0.1 s, too short to be read within a few percent.)
@@ -603,12 +609,20 @@ void AB(const std::string& a, const std::string& b,
           late.size() == kFire && last_ms > 0 ? kFire / (last_ms / 1000) : 0);
     }
   }
+  if (firing_only) {
+    std::printf(
+        "a/b firing (medians of %d alternating rounds): a %.0f/s, b %.0f/s "
+        "(%.3fx)\n",
+        rounds, Median(firing[0]), Median(firing[1]),
+        Median(firing[1]) / Median(firing[0]));
+    return;
+  }
   std::printf(
-      "a/b (medians of 5 alternating rounds; b as a ratio of a):\n"
+      "a/b (medians of %d alternating rounds; b as a ratio of a):\n"
       "  a %s: SetTimer %8.0f/s   Batch %9.0f items/s   firing %9.0f/s\n"
       "  b %s: SetTimer %8.0f/s (%.3fx)   Batch %9.0f items/s (%.3fx)   "
       "firing %9.0f/s (%.3fx)\n",
-      a.c_str(), Median(unary[0]), Median(batch[0]), Median(firing[0]),
+      rounds, a.c_str(), Median(unary[0]), Median(batch[0]), Median(firing[0]),
       b.c_str(), Median(unary[1]), Median(unary[1]) / Median(unary[0]),
       Median(batch[1]), Median(batch[1]) / Median(batch[0]), Median(firing[1]),
       Median(firing[1]) / Median(firing[0]));
@@ -750,6 +764,7 @@ int main(int argc, char** argv) {
   std::string only;
   std::string scratch = std::filesystem::temp_directory_path() / "delayd-bench";
   int seconds = 3;
+  int rounds = 5;  // Of ab.
   std::vector<std::string> daemon_args = {"--in-memory"};
   std::vector<std::string> b_args;  // Given to --daemon-b only.
   for (int i = 1; i < argc; ++i) {
@@ -758,6 +773,8 @@ int main(int argc, char** argv) {
       daemon = argv[++i];
     } else if (a == "--seconds" && i + 1 < argc) {
       seconds = std::stoi(argv[++i]);
+    } else if (a == "--rounds" && i + 1 < argc) {
+      rounds = std::max(1, std::stoi(argv[++i]));
     } else if (a == "--only" && i + 1 < argc) {
       only = argv[++i];
     } else if (a == "--daemon-b" && i + 1 < argc) {
@@ -886,7 +903,10 @@ int main(int argc, char** argv) {
   if (want("recovery")) Recovery(daemon, scratch);
   if (want("security")) Security(daemon, scratch, dur);
   if (!daemon_b.empty() && want("ab")) {
-    AB(daemon, daemon_b, dur, scratch, daemon_args, b_args);
+    AB(daemon, daemon_b, dur, scratch, daemon_args, b_args, rounds, false);
+  }
+  if (!daemon_b.empty() && only == "ab-firing") {
+    AB(daemon, daemon_b, dur, scratch, daemon_args, b_args, rounds, true);
   }
   return 0;
 }

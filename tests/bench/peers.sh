@@ -98,14 +98,17 @@ for line in sys.stdin:
     k, *v = line.split()
     f[k] = [float(x) for x in v]
 m = {k: statistics.median(v) for k, v in f.items()}
-def show(k, unit):
-    print(f"  {k:18s} median {m[k]:12.3f} {unit}  (range {min(f[k]):.3f} .. {max(f[k]):.3f})")
-print(f"medians of {len(f[\"redis_always\"])} alternating rounds:")
-for k in ("redis_always", "unary_always", "unary_memory", "redis_everysec", "batch_always"):
-    show(k, "/s")
-for k in sorted(k for k in f if "_p" in k):
-    show(k, "ms")
-print(f"unary --fsync always / Redis always:        {m[\"unary_always\"] / m[\"redis_always\"]:.2f}x")
-print(f"unary --fsync always / delayd in memory:    {m[\"unary_always\"] / m[\"unary_memory\"]:.2f}x")
-print(f"Batch --fsync always / Redis everysec:      {m[\"batch_always\"] / m[\"redis_everysec\"]:.2f}x")
+n = len(next(iter(f.values())))
+print("medians of %d alternating rounds (range in brackets):" % n)
+rates = ["redis_always", "unary_always", "unary_memory", "redis_everysec",
+         "batch_always"]
+for k in rates + sorted(k for k in f if "_p" in k):
+    unit = "/s" if k in rates else "ms"
+    print("  %-18s %12.3f %s  [%.3f .. %.3f]" % (k, m[k], unit, min(f[k]), max(f[k])))
+def ratio(what, a, b):
+    r = [x / y for x, y in zip(f[a], f[b])]
+    print("%-40s %.2fx  [%.2f .. %.2f per round]" % (what, m[a] / m[b], min(r), max(r)))
+ratio("unary --fsync always / Redis always", "unary_always", "redis_always")
+ratio("unary --fsync always / delayd in memory", "unary_always", "unary_memory")
+ratio("Batch --fsync always / Redis everysec", "batch_always", "redis_everysec")
 '
