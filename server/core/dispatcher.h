@@ -218,9 +218,18 @@ class Dispatcher {
   void Fail(std::uint64_t event_id, Outstanding& o,
             std::chrono::nanoseconds wait);
   void Bury(std::uint64_t event_id, Outstanding& o);
-  // `ids`, or every dead letter's when empty.
-  std::vector<std::uint64_t> DeadOrAll(
-      const std::vector<std::uint64_t>& ids) const;
+  // A RequeueDeadLetters or PurgeDeadLetters call (dispatcher_dead.cc).
+  // "All" goes through the dead letters in id order, kDeadChunk at a time,
+  // each chunk one strand handler and one store batch, the next posted once
+  // the last is durable: a namespace with millions of them holds the strand
+  // for milliseconds at a time, and no batch grows past a chunk.
+  struct DeadLetterCall;
+  static constexpr std::size_t kDeadChunk = 4096;
+  void NextDeadLetters(std::shared_ptr<DeadLetterCall> call);
+  // Requeues or purges the dead letters among `ids` (in memory), counting
+  // into `result`; `then` gets the store's answer once that is durable.
+  void RequeueOrPurge(bool purge, const std::vector<std::uint64_t>& ids,
+                      LeaseResult& result, std::function<void(Status)> then);
   void WriteFates();
   // Sends copies of `events` to the watchers, their payloads read back;
   // ends those too far behind.

@@ -99,92 +99,122 @@ void Dispatcher::ListDeadLetters(std::uint64_t from, std::size_t limit,
   });
 }
 
-std::vector<std::uint64_t> Dispatcher::DeadOrAll(
-    const std::vector<std::uint64_t>& ids) const {
-  return ids.empty() ? std::vector<std::uint64_t>(dead_.begin(), dead_.end())
-                     : ids;
-}
+struct Dispatcher::DeadLetterCall {
+  bool purge = false;
+  bool all = false;
+  std::vector<std::uint64_t> ids;  // When not all.
+  std::uint64_t next = 0;          // All: the lowest id not yet visited,
+  std::uint64_t last = 0;          // up to the highest dead at the call.
+  LeaseResult result;
+  std::function<void(Status, LeaseResult)> done;
+};
 
 void Dispatcher::RequeueDeadLetters(
     std::vector<std::uint64_t> ids,
     std::function<void(Status, LeaseResult)> done) {
-  asio::post(strand_, [this, ids = std::move(ids), done = std::move(done)] {
-    LeaseResult result;
-    const std::vector<std::uint64_t> targets = DeadOrAll(ids);
-    for (std::uint64_t id : targets) {
-      auto it = outstanding_.find(id);
-      if (it == outstanding_.end() || !it->second.dead) {
-        result.unknown.push_back(id);
-        continue;
-      }
-      Outstanding& o = it->second;
-      o.dead = false;
-      o.event.attempt = 0;
-      o.error.clear();
-      dead_.erase(id);
-      ready_.push_back(id);
-      if (o.fate_stored) {
-        if (!fates_) fates_.emplace(store_->NewBatch());
-        fates_->DeleteFate(id);
-        o.fate_stored = false;
-      }
-      ++result.done;
-    }
-    counters_.dead_letters.fetch_sub(result.done);
-    counters_.ready.fetch_add(result.done);
-    mine_.dead_letters.fetch_sub(result.done, std::memory_order_relaxed);
-    mine_.ready.fetch_add(result.done, std::memory_order_relaxed);
-    Pump();
-    if (!fates_) {
-      done(Status::Ok(), std::move(result));
-      return;
-    }
-    // Answered once durable: a requeue acknowledged survives a crash (they
-    // may be delivered meanwhile; a failed write leaves them dead letters
-    // after a restart, and says so).
-    store_->Commit(*fates_,
-                   [done = std::move(done), result = std::move(result)](
-                       Status s) mutable { done(s, std::move(result)); });
-    fates_.reset();
+  auto call = std::make_shared<DeadLetterCall>();
+  call->all = ids.empty();
+  call->ids = std::move(ids);
+  call->done = std::move(done);
+  asio::post(strand_, [this, call] {
+    if (call->all && !dead_.empty()) call->last = *dead_.rbegin();
+    NextDeadLetters(call);
   });
 }
 
 void Dispatcher::PurgeDeadLetters(
     std::vector<std::uint64_t> ids,
     std::function<void(Status, LeaseResult)> done) {
-  asio::post(strand_, [this, ids = std::move(ids), done = std::move(done)] {
-    LeaseResult result;
-    const std::vector<std::uint64_t> targets = DeadOrAll(ids);
-    std::optional<Store::Batch> batch;
-    if (store_ != nullptr) batch.emplace(store_->NewBatch());
-    for (std::uint64_t id : targets) {
-      auto it = outstanding_.find(id);
-      if (it == outstanding_.end() || !it->second.dead) {
-        result.unknown.push_back(id);
-        continue;
-      }
-      if (batch) {
-        batch->DeleteEvent(id);
-        batch->DeletePayload(PayloadIdOf(it->second.event.blob));
-        batch->DeleteFate(id);
-      }
-      dead_.erase(id);
-      outstanding_.erase(it);
-      ++result.done;
+  auto call = std::make_shared<DeadLetterCall>();
+  call->purge = true;
+  call->all = ids.empty();
+  call->ids = std::move(ids);
+  call->done = std::move(done);
+  asio::post(strand_, [this, call] {
+    if (call->all && !dead_.empty()) call->last = *dead_.rbegin();
+    NextDeadLetters(call);
+  });
+}
+
+void Dispatcher::NextDeadLetters(std::shared_ptr<DeadLetterCall> call) {
+  std::vector<std::uint64_t> chunk;
+  if (!call->all) {
+    chunk.swap(call->ids);
+  } else {
+    for (auto it = dead_.lower_bound(call->next);
+         it != dead_.end() && *it <= call->last && chunk.size() < kDeadChunk;
+         ++it) {
+      chunk.push_back(*it);
     }
-    counters_.dead_letters.fetch_sub(result.done);
-    mine_.dead_letters.fetch_sub(result.done, std::memory_order_relaxed);
-    if (!batch) {
-      refs_->Release(id_, result.done);
-      done(Status::Ok(), std::move(result));
+    if (chunk.empty()) {
+      call->done(Status::Ok(), std::move(call->result));
       return;
     }
-    store_->Commit(*batch, [this, done = std::move(done),
-                            result = std::move(result)](Status s) mutable {
-      // Not durable: they come back after a restart, still dead letters.
-      if (s.ok()) refs_->Release(id_, result.done);
-      done(s, std::move(result));
-    });
+    call->next = chunk.back() + 1;
+  }
+  RequeueOrPurge(call->purge, chunk, call->result, [this, call](Status s) {
+    if (!s.ok() || !call->all) {
+      call->done(s, std::move(call->result));
+      return;
+    }
+    asio::post(strand_, [this, call] { NextDeadLetters(call); });
+  });
+}
+
+void Dispatcher::RequeueOrPurge(bool purge,
+                                const std::vector<std::uint64_t>& ids,
+                                LeaseResult& result,
+                                std::function<void(Status)> then) {
+  std::optional<Store::Batch> batch;
+  if (store_ != nullptr) batch.emplace(store_->NewBatch());
+  std::uint32_t n = 0;
+  for (std::uint64_t id : ids) {
+    auto it = outstanding_.find(id);
+    if (it == outstanding_.end() || !it->second.dead) {
+      result.unknown.push_back(id);
+      continue;
+    }
+    Outstanding& o = it->second;
+    dead_.erase(id);
+    ++n;
+    if (purge) {
+      if (batch) {
+        batch->DeleteEvent(id);
+        batch->DeletePayload(PayloadIdOf(o.event.blob));
+        batch->DeleteFate(id);
+      }
+      outstanding_.erase(it);
+      continue;
+    }
+    o.dead = false;
+    o.event.attempt = 0;
+    o.error.clear();
+    ready_.push_back(id);
+    if (batch && o.fate_stored) {
+      batch->DeleteFate(id);
+      o.fate_stored = false;
+    }
+  }
+  result.done += n;
+  counters_.dead_letters.fetch_sub(n);
+  mine_.dead_letters.fetch_sub(n, std::memory_order_relaxed);
+  if (!purge) {
+    counters_.ready.fetch_add(n);
+    mine_.ready.fetch_add(n, std::memory_order_relaxed);
+    Pump();
+  }
+  if (!batch || batch->empty()) {
+    if (purge && n != 0) refs_->Release(id_, n);
+    then(Status::Ok());
+    return;
+  }
+  // Answered once durable. A requeue acknowledged survives a crash (its
+  // events may be delivered meanwhile; if the write fails they are dead
+  // letters again after a restart, and the answer says so). A purge that
+  // is not durable comes back after a restart, still dead letters.
+  store_->Commit(*batch, [this, purge, n, then = std::move(then)](Status s) {
+    if (purge && s.ok()) refs_->Release(id_, n);
+    then(s);
   });
 }
 

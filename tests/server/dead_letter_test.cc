@@ -4,6 +4,8 @@
 // attempts of failing events survive a restart.
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "tests/common/temp_dir.h"
 #include "tests/server/test_client.h"
 
@@ -206,6 +208,55 @@ TEST_F(DeadLetterTest, RequeueDeliversAgainFromAttemptOneAndPurgeDeletes) {
   EXPECT_EQ(again[2].id(), got[0].id());
   EXPECT_EQ(again[2].attempt(), 1u);
   EXPECT_EQ(Purge(d, {}).count(), 1u);  // All: the other one.
+  EXPECT_EQ(Stats(d).dead_letters(), 0u);
+  EXPECT_EQ(List(d).dead_letters_size(), 0);
+}
+
+TEST_F(DeadLetterTest, AllGoesThroughMoreThanOneChunk) {
+  // Over two chunks of Dispatcher::kDeadChunk (4096), and a part.
+  constexpr std::size_t kDead = 9000;
+  TestDaemon d(Options());
+  ASSERT_TRUE(d.started());
+  Limit(d, 1);
+  TestStream worker(d.stub(), TestStream::Worker("jobs", 10000));
+  ASSERT_TRUE(worker.WaitRegistered());
+  for (std::size_t i = 0; i < kDead; i += 1000) {
+    v1::BatchRequest req;
+    for (std::size_t k = i; k < i + 1000; ++k) {
+      auto* set = req.add_operations()->mutable_set();
+      set->set_namespace_("jobs");
+      set->set_key("k" + std::to_string(k));
+      *set->mutable_delay() = Millis(0);
+    }
+    v1::BatchResponse resp;
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(d.stub().Batch(&ctx, req, &resp).ok());
+  }
+  // Nacks deliveries [from, from + kDead): each is then a dead letter.
+  auto nack_all = [&](std::size_t from) {
+    const auto got = worker.WaitFor(from + kDead, 20'000ms);
+    ASSERT_EQ(got.size(), from + kDead);
+    for (std::size_t i = from; i < from + kDead; i += 1000) {
+      v1::NackRequest req;
+      req.set_namespace_("jobs");
+      for (std::size_t k = i; k < i + 1000; ++k) {
+        req.add_event_ids(got[k].id());
+      }
+      v1::NackResponse resp;
+      grpc::ClientContext ctx;
+      ASSERT_TRUE(d.stub().Nack(&ctx, req, &resp).ok());
+      ASSERT_EQ(resp.nacked(), 1000u);
+    }
+    ASSERT_TRUE(WaitDead(d, kDead));
+  };
+  nack_all(0);
+  EXPECT_EQ(Requeue(d, {}).count(), kDead);
+  EXPECT_EQ(Stats(d).dead_letters(), 0u);
+  nack_all(kDead);  // Each delivered once more, and dead again.
+  std::set<std::uint64_t> twice;
+  for (const auto& e : worker.Events()) twice.insert(e.id());
+  EXPECT_EQ(twice.size(), kDead);
+  EXPECT_EQ(Purge(d, {}).count(), kDead);
   EXPECT_EQ(Stats(d).dead_letters(), 0u);
   EXPECT_EQ(List(d).dead_letters_size(), 0);
 }
