@@ -171,6 +171,9 @@ class Scheduler {
   void Stop();
 
  private:
+  static Status ShuttingDown() {
+    return Status::Unavailable("delayd is shutting down");
+  }
   std::uint32_t PartitionOf(NamespaceId ns, std::string_view key) const;
   Status Recover(RecoveryReport* report);
   // Loads the stored policies into policies_ (before any namespace).
