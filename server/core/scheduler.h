@@ -2,8 +2,13 @@
 // dispatcher per namespace (delivery), all on strands of one io_context run
 // by a pool of threads.
 //
-// Callers never block: every operation is posted to the strand that owns the
-// state, and its `done` callback runs there when the operation completes.
+// Concurrency: a partition's state belongs to whoever holds its mutex (the
+// calling thread when the partition is free, else the partition's strand;
+// Partition::Run), and a dispatcher's state to its strand alone. An
+// operation's store batch is appended to the log while the partition is
+// held, so a stalled append holds that partition; syncs happen outside it
+// (store.h). `done` runs where the operation completed: the calling thread,
+// a strand, or the store's syncer thread.
 // Thread safety: every public method may be called from any thread.
 #ifndef DELAYD_SERVER_CORE_SCHEDULER_H_
 #define DELAYD_SERVER_CORE_SCHEDULER_H_
