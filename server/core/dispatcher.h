@@ -221,8 +221,8 @@ class Dispatcher {
   // A RequeueDeadLetters or PurgeDeadLetters call (dispatcher_dead.cc).
   // "All" goes through the dead letters in id order, kDeadChunk at a time,
   // each chunk one strand handler and one store batch, the next posted once
-  // the last is durable: a namespace with millions of them holds the strand
-  // for milliseconds at a time, and no batch grows past a chunk.
+  // the last is durable: with millions of them, the strand is held for one
+  // chunk at a time, and no batch grows past a chunk.
   struct DeadLetterCall;
   static constexpr std::size_t kDeadChunk = 4096;
   void NextDeadLetters(std::shared_ptr<DeadLetterCall> call);
