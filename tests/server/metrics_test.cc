@@ -106,10 +106,15 @@ TEST(Metrics, EachFamilyHoldsWhatAKnownSequenceDid) {
   ASSERT_TRUE(d.started());
   ASSERT_NE(d.server().metrics_port(), 0);
   RunKnownSequence(d);
+  // (A stream's call is counted once its end is written, after the
+  // subscriber has left: wait for both.)
   const Scrape s = ScrapeUntil(d, [](const Scrape& s) {
     return s.Get("delayd_ready_events", {{"namespace", "b"}}) == 2.0 &&
            s.Get("delayd_subscribers",
-                 {{"namespace", "a"}, {"mode", "worker"}}) == 0.0;
+                 {{"namespace", "a"}, {"mode", "worker"}}) == 0.0 &&
+           s.Get("delayd_grpc_requests_total",
+                 {{"method", "Subscribe"}, {"code", "UNAVAILABLE"}})
+               .has_value();
   });
   auto a = [](Scrape::Labels l = {}) {
     l["namespace"] = "a";
