@@ -225,6 +225,8 @@ class Dispatcher {
   // chunk at a time, and no batch grows past a chunk.
   struct DeadLetterCall;
   static constexpr std::size_t kDeadChunk = 4096;
+  void StartDeadLetters(bool purge, std::vector<std::uint64_t> ids,
+                        std::function<void(Status, LeaseResult)> done);
   void NextDeadLetters(std::shared_ptr<DeadLetterCall> call);
   // Requeues or purges the dead letters among `ids` (in memory), counting
   // into `result`; `then` gets the store's answer once that is durable.

@@ -112,21 +112,20 @@ struct Dispatcher::DeadLetterCall {
 void Dispatcher::RequeueDeadLetters(
     std::vector<std::uint64_t> ids,
     std::function<void(Status, LeaseResult)> done) {
-  auto call = std::make_shared<DeadLetterCall>();
-  call->all = ids.empty();
-  call->ids = std::move(ids);
-  call->done = std::move(done);
-  asio::post(strand_, [this, call] {
-    if (call->all && !dead_.empty()) call->last = *dead_.rbegin();
-    NextDeadLetters(call);
-  });
+  StartDeadLetters(false, std::move(ids), std::move(done));
 }
 
 void Dispatcher::PurgeDeadLetters(
     std::vector<std::uint64_t> ids,
     std::function<void(Status, LeaseResult)> done) {
+  StartDeadLetters(true, std::move(ids), std::move(done));
+}
+
+void Dispatcher::StartDeadLetters(
+    bool purge, std::vector<std::uint64_t> ids,
+    std::function<void(Status, LeaseResult)> done) {
   auto call = std::make_shared<DeadLetterCall>();
-  call->purge = true;
+  call->purge = purge;
   call->all = ids.empty();
   call->ids = std::move(ids);
   call->done = std::move(done);
