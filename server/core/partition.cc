@@ -19,6 +19,7 @@ Partition::Partition(asio::io_context& io, std::uint32_t index,
       store_(store),
       refs_(refs),
       publish_(std::move(publish)),
+      io_(io),
       strand_(asio::make_strand(io)),
       wheel_(
           strand_, &exclusive_, clock, tick, epoch,
@@ -65,28 +66,45 @@ OpResult Partition::Apply(Op& op, WallNanos wall_now, SteadyTime steady_now,
 
 Status Partition::ReserveIds(std::uint64_t versions, std::uint64_t events) {
   if (store_ == nullptr) return Status::Ok();  // Nothing outlives the process.
-  if (next_version_ + versions <= version_limit_ &&
-      next_event_seq_ + events <= event_seq_limit_) {
-    return Status::Ok();
+  // (Limits are never below the next numbers: nothing beyond is handed out.)
+  const std::uint64_t versions_left = version_limit_ - next_version_;
+  const std::uint64_t events_left = event_seq_limit_ - next_event_seq_;
+  if (!reserving_ && (versions_left < versions + kIdBlock / 2 ||
+                      events_left < events + kIdBlock / 2)) {
+    ReserveAhead(versions, events);
   }
-  // At most one synced write per kIdBlock ids (a write stall here is paid
-  // that rarely), and a restart skips at most kIdBlock unused ones: 2^54
-  // sequence numbers last 570 years at a million a second.
+  if (versions <= versions_left && events <= events_left) return Status::Ok();
+  if (next_version_ + versions + kIdBlock >= (std::uint64_t{1} << 54) ||
+      next_event_seq_ + events + kIdBlock >= (std::uint64_t{1} << 54)) {
+    return Status::ResourceExhausted("version or event id space exhausted");
+  }
+  return Status::Unavailable("partition " + std::to_string(partition_) +
+                             " is reserving ids (a synced write); try again");
+}
+
+void Partition::ReserveAhead(std::uint64_t versions, std::uint64_t events) {
+  // One synced write per kIdBlock ids, off the partition; a restart skips at
+  // most 1.5 blocks of unused ones: 2^54 sequence numbers last 570 years at
+  // a million a second.
   const std::uint64_t version_limit =
       std::max(version_limit_, next_version_ + versions + kIdBlock);
   const std::uint64_t event_limit =
       std::max(event_seq_limit_, next_event_seq_ + events + kIdBlock);
   if (event_limit >= (std::uint64_t{1} << 54) ||
       version_limit >= (std::uint64_t{1} << 54)) {
-    return Status::ResourceExhausted("version or event id space exhausted");
+    return;
   }
-  if (Status s = store_->ReserveIds(partition_, version_limit, event_limit);
-      !s.ok()) {
-    return s;
-  }
-  version_limit_ = version_limit;
-  event_seq_limit_ = event_limit;
-  return Status::Ok();
+  reserving_ = true;
+  store_->ReserveIdsLater(
+      partition_, version_limit, event_limit,
+      [this, version_limit, event_limit](Status s) {
+        Post([this, s, version_limit, event_limit] {
+          reserving_ = false;
+          if (!s.ok()) return;  // (The store failed: nothing more is written.)
+          version_limit_ = std::max(version_limit_, version_limit);
+          event_seq_limit_ = std::max(event_seq_limit_, event_limit);
+        });
+      });
 }
 
 std::uint32_t Partition::NewRecord() {
@@ -106,22 +124,6 @@ void Partition::StorePayload(Record& rec, NamespaceId ns, const Blob& blob,
   batch.PutPayload(payload_id, blob.payload());
   batch.PutTimer(payload_id, ns, blob.key(), rec.fire_time, rec.version);
   rec.blob = KeyBlob(blob.key(), payload_id);
-}
-
-std::optional<std::string> Partition::PayloadOf(const Record& rec,
-                                                Status* error) const {
-  if (store_ == nullptr) return std::string(rec.blob.payload());
-  const std::uint64_t id = PayloadIdOf(rec.blob);
-  std::vector<std::string> payloads;
-  std::vector<bool> readable;
-  const Status s = store_->GetPayloads({&id, 1}, &payloads, &readable);
-  if (!readable[0]) {
-    *error = Status::Internal("the payload of timer '" +
-                              std::string(rec.blob.key()) +
-                              "' cannot be read: " + s.message());
-    return std::nullopt;
-  }
-  return std::move(payloads[0]);
 }
 
 OpResult Partition::Set(SetOp& op, WallNanos wall_now, SteadyTime steady_now,
@@ -332,27 +334,26 @@ std::vector<Event> Partition::TakeEvents(
   return events;
 }
 
-struct Partition::UnwrittenFiring {
-  UnwrittenFiring(Store::Batch b, asio::any_io_executor ex)
-      : batch(std::move(b)), timer(std::move(ex)) {}
-  Store::Batch batch;
-  std::unordered_map<NamespaceId, std::vector<Event>> by_ns;
-  asio::steady_timer timer;
-};
-
 void Partition::FireRecords(const std::vector<std::uint32_t>& records,
                             Reason reason, std::function<void(Status)> done) {
   if (records.empty()) {
     if (done) done(Status::Ok());
     return;
   }
-  if (Status s = ReserveIds(0, records.size()); !s.ok()) {
-    // Nothing changed: the timers fire again after kRetryWrite.
-    const SteadyTime at = clock_.Steady() + kRetryWrite;
+  Status s = ReserveIds(0, records.size());
+  if (s.ok() && store_ != nullptr) s = store_->Failed();
+  if (!s.ok()) {
+    // Nothing changed: each timer fires again after kRetryIds, or at its
+    // time if that is later (a drain's timers).
+    const WallNanos wall_now = clock_.Wall();
+    const SteadyTime steady_now = clock_.Steady();
+    const auto retry = wheel_.ToWheel(steady_now + kRetryIds);
     for (std::uint32_t r : records) {
       Record& rec = records_[r];
-      if (!wheel_.wheel().Reschedule(rec.handle, wheel_.ToWheel(at))) {
-        rec.handle = wheel_.wheel().Schedule(wheel_.ToWheel(at), r);
+      const auto at =
+          std::max(retry, Deadline(rec.fire_time, wall_now, steady_now));
+      if (!wheel_.wheel().Reschedule(rec.handle, at)) {
+        rec.handle = wheel_.wheel().Schedule(at, r);
       }
       wheel_.Scheduled(rec.handle);
     }
@@ -362,44 +363,33 @@ void Partition::FireRecords(const std::vector<std::uint32_t>& records,
   std::optional<Store::Batch> batch;
   if (store_ != nullptr) batch.emplace(store_->NewBatch());
   // Events go to their namespace's dispatcher in firing order.
-  std::unordered_map<NamespaceId, std::vector<Event>> by_ns;
+  auto by_ns =
+      std::make_shared<std::unordered_map<NamespaceId, std::vector<Event>>>();
   for (Event& e : TakeEvents(records, reason, batch ? &*batch : nullptr)) {
-    by_ns[e.ns].push_back(std::move(e));
+    (*by_ns)[e.ns].push_back(std::move(e));
   }
-  if (batch) {
-    // Write() writes the batch before it returns; the events are published
-    // then, without waiting for the sync. That is safe: until the firing is
-    // durable, so is nothing written after it (acks included), so a power
-    // loss leaves the timers pending, to fire again after the restart: at
-    // least once, never lost (with ids that do not repeat: ReserveIds).
-    // Only `done` (a Drain's answer) waits for durability.
-    Status s = store_->Write(*batch, [done](Status s) {
-      if (done) done(std::move(s));
-    });
-    if (!s.ok()) {
-      auto firing =
-          std::make_shared<UnwrittenFiring>(std::move(*batch), strand_);
-      firing->by_ns = std::move(by_ns);
-      RetryFiring(std::move(firing));
-      if (done) done(std::move(s));
-      return;
-    }
+  if (!batch) {
+    for (auto& [ns, events] : *by_ns) publish_(ns, std::move(events));
+    if (done) done(Status::Ok());
+    return;
   }
-  for (auto& [ns, events] : by_ns) publish_(ns, std::move(events));
-  if (!batch && done) done(Status::Ok());
-}
-
-void Partition::RetryFiring(std::shared_ptr<UnwrittenFiring> firing) {
-  firing->timer.expires_after(kRetryWrite);
-  firing->timer.async_wait([this, firing](const asio::error_code& ec) {
-    if (ec || stopped()) return;  // Shutdown: the store keeps the timers.
-    std::lock_guard lock(exclusive_);
-    if (!store_->Write(firing->batch, [](Status) {}).ok()) {
-      RetryFiring(firing);
-      return;
-    }
-    for (auto& [ns, events] : firing->by_ns) publish_(ns, std::move(events));
-  });
+  // The events are published once the firing is written, without waiting
+  // for the sync. That is safe: until the firing is durable, so is nothing
+  // written after it (acks included), so a power loss leaves the timers
+  // pending, to fire again after the restart: at least once, never lost
+  // (with ids that do not repeat: ReserveIds). Only `done` (a Drain's
+  // answer) waits for durability. If the write fails, the store refuses
+  // every later write and the daemon stops (store.h): the timers, still
+  // stored, fire after the restart, and nothing is published.
+  s = store_->Write(
+      *batch,
+      [this, by_ns] {
+        for (auto& [ns, events] : *by_ns) publish_(ns, std::move(events));
+      },
+      [done](Status s) {
+        if (done) done(std::move(s));
+      });
+  if (!s.ok() && done) done(std::move(s));
 }
 
 void Partition::Drain(NamespaceId ns,
@@ -426,8 +416,11 @@ Status Partition::RestoreCounters(std::uint64_t next_version,
                                   std::uint64_t next_event_seq) {
   next_version_ = std::max(next_version_, next_version);
   next_event_seq_ = std::max(next_event_seq_, next_event_seq);
-  // Reserves the first block now, synced before anything is served.
-  return ReserveIds(1, 1);
+  // The first block, synced before anything is served, with room for
+  // firing the overdue timers too.
+  version_limit_ = next_version_ + kIdBlock;
+  event_seq_limit_ = next_event_seq_ + overdue_.size() + kIdBlock;
+  return store_->ReserveIds(partition_, version_limit_, event_seq_limit_);
 }
 
 void Partition::Restore(const StoredTimer& t, WallNanos wall_now,
@@ -463,46 +456,14 @@ std::vector<Event> Partition::FireOverdue(std::function<void(Status)> durable) {
   }
   Store::Batch batch = store_->NewBatch();
   std::vector<Event> events = TakeEvents(overdue_, Reason::kExpired, &batch);
+  // (Published by the caller at once: their payloads are stored already,
+  // and until this firing is written the timers are, so a crash fires
+  // them again.)
   overdue_ = {};
   store_->Commit(batch, std::move(durable));
   // Arms the wake-up for the timers still pending.
   Post([this] { wheel_.Fire(); });
   return events;
-}
-
-std::optional<TimerInfo> Partition::Get(NamespaceId ns, std::string_view key,
-                                        Status* error) const {
-  const std::uint32_t r = Find(ns, key, Hash(ns, key));
-  if (r == KeyIndex::kNone) return std::nullopt;
-  const Record& rec = records_[r];
-  std::optional<std::string> payload = PayloadOf(rec, error);
-  if (!payload) return std::nullopt;
-  return TimerInfo{ns, std::string(rec.blob.key()), std::move(*payload),
-                   rec.fire_time, rec.version};
-}
-
-std::optional<std::uint32_t> Partition::List(
-    NamespaceId ns, std::string_view prefix, std::uint32_t cursor,
-    std::size_t max_timers, std::size_t max_bytes, bool payloads,
-    std::vector<TimerInfo>& out, Status* error) const {
-  // What `out` holds already (from earlier partitions of the same page).
-  std::size_t bytes = 0;
-  for (const TimerInfo& t : out) bytes += ListCost(t);
-  for (std::uint32_t r = cursor; r < records_.size(); ++r) {
-    const Record& rec = records_[r];
-    if (!rec.blob || rec.ns() != ns || !rec.blob.key().starts_with(prefix)) {
-      continue;
-    }
-    if (out.size() >= max_timers) return r;
-    std::optional<std::string> payload = std::string();
-    if (payloads && !(payload = PayloadOf(rec, error))) return std::nullopt;
-    TimerInfo info{ns, std::string(rec.blob.key()), std::move(*payload),
-                   rec.fire_time, rec.version};
-    bytes += ListCost(info);
-    if (!out.empty() && bytes > max_bytes) return r;
-    out.push_back(std::move(info));
-  }
-  return std::nullopt;
 }
 
 }  // namespace delayd

@@ -3,8 +3,9 @@
 //
 // Every state change of a timer goes through Apply() (set, move, remove) or
 // FireRecords() (expiry, drain) here. With a store, each adds its changes to
-// a store batch; a fired event is published once its batch is written (see
-// FireRecords), and payloads live in the store, not in memory (see store.h).
+// a store batch that the caller queues for the store's writer (store.h); a
+// fired event is published once its batch is written (see FireRecords), and
+// payloads live in the store, not in memory.
 //
 // A timer's fire time is a wall-clock instant (what clients see); the wheel
 // runs on steady time, so each operation maps the fire time to a steady
@@ -13,11 +14,12 @@
 // checked too: a timer is never delivered before its fire time, even if the
 // wall clock stepped back and nothing re-derived yet.
 //
-// Thread safety: the partition is owned by whoever holds its Exclusive. Post()
-// runs work on the partition's strand, holding it; Run() runs work at once on
-// the calling thread when the partition is free (a unary call then needs no
-// hop to another thread and back), else as Post() does. Every other method
-// runs from such work, except the recovery methods, which run before any.
+// Thread safety: as scheduler.h states. Post() runs work on the partition's
+// strand, holding it; Run() runs work at once on the calling thread when the
+// partition is free, else as Post() does; Read() runs work holding it and
+// then its continuation, without it, on the pool. Every other method runs
+// from such work, except the recovery methods (before any) and
+// ReadPayloads() (from a continuation).
 #ifndef DELAYD_SERVER_CORE_PARTITION_H_
 #define DELAYD_SERVER_CORE_PARTITION_H_
 
@@ -77,6 +79,14 @@ class Partition {
     Post(std::move(f));
   }
 
+  // Runs `f()` on the partition's strand, holding the partition; then the
+  // continuation it returns on the pool, without the partition (reads from
+  // the store go there).
+  template <typename F>
+  void Read(F f) {
+    Post([this, f = std::move(f)]() mutable { asio::post(io_, f()); });
+  }
+
   // Whether StopTimers() has run: shutdown has passed this partition, so work
   // that arrives now must not change it.
   bool stopped() const { return wheel_.stopped(); }
@@ -116,24 +126,29 @@ class Partition {
                SteadyTime steady_now);
   std::vector<Event> FireOverdue(std::function<void(Status)> durable);
 
-  // The pending timer `key`, or nullopt: none, or (with `error` set) its
-  // payload cannot be read from the store.
-  std::optional<TimerInfo> Get(NamespaceId ns, std::string_view key,
-                               Status* error) const;
-
-  // Appends timers of `ns` whose key starts with `prefix` to `out`, scanning
-  // records from `cursor`, while `out` holds fewer than `max_timers` and
-  // (after its first) their keys and payloads fit in `max_bytes`; payloads
-  // are left empty unless `payloads`. Returns the cursor to continue from,
-  // or nullopt when the partition is exhausted or (with `error` set) a
-  // payload cannot be read from the store: a timer is never listed without
-  // its payload.
+  // Timers found holding the partition, their payloads read after, without
+  // it (ReadPayloads).
+  struct Found {
+    std::vector<TimerInfo> timers;
+    // With a store and payloads wanted: each timer's payload id.
+    std::vector<std::uint64_t> payload_ids;
+    std::vector<std::uint32_t> records;  // Each timer's record (a cursor).
+    std::optional<Store::View> view;     // What the store held then.
+  };
+  // The pending timer `key`, if any, added to `out`.
+  void Get(NamespaceId ns, std::string_view key, Found& out) const;
+  // Adds timers of `ns` whose key starts with `prefix` to `out`, scanning
+  // records from `cursor`, while `out` holds fewer than `max_timers`;
+  // payloads are left empty unless `payloads`. Returns the cursor to
+  // continue from, or nullopt when the partition is exhausted.
   std::optional<std::uint32_t> List(NamespaceId ns, std::string_view prefix,
                                     std::uint32_t cursor,
-                                    std::size_t max_timers,
-                                    std::size_t max_bytes, bool payloads,
-                                    std::vector<TimerInfo>& out,
-                                    Status* error) const;
+                                    std::size_t max_timers, bool payloads,
+                                    Found& out) const;
+  // Fills in the payloads of `found` from the store, as its view saw them.
+  // False (with `error` set) if one cannot be read: a timer is never shown
+  // without its payload.
+  bool ReadPayloads(Found& found, Status* error) const;
 
  private:
   // 64 bytes, with a short key and payload inline in `blob` and the
@@ -166,9 +181,8 @@ class Partition {
   // only the key and the payload's id in memory.
   void StorePayload(Record& rec, NamespaceId ns, const Blob& blob,
                     Store::Batch& batch);
-  // The payload of a record: in memory, or read from the store (nullopt,
-  // with `error` set, if it cannot be).
-  std::optional<std::string> PayloadOf(const Record& rec, Status* error) const;
+  // Adds record `r` to `out` (its payload too if in memory).
+  void AddFound(std::uint32_t r, bool payload, Found& out) const;
   std::uint32_t NewRecord();
   // Removes record `r` from the index and frees it.
   void Forget(std::uint32_t r);
@@ -179,20 +193,20 @@ class Partition {
                                 Reason reason, Store::Batch* batch);
   // Turns records into events (removing them) and publishes them once
   // their firing is written; `done` (if any) gets the outcome once durable.
+  // If ids cannot be had yet (ReserveIds), nothing changes and the records
+  // are tried again after kRetryIds (never before their fire time).
   void FireRecords(const std::vector<std::uint32_t>& records, Reason reason,
                    std::function<void(Status)> done = nullptr);
-  // A firing whose write failed: its events are not published until the
-  // write succeeds (retried every kRetryWrite); until then the store still
-  // holds the timers, so a crash meanwhile fires them after the restart.
-  struct UnwrittenFiring;
-  void RetryFiring(std::shared_ptr<UnwrittenFiring> firing);
-  static constexpr std::chrono::seconds kRetryWrite{1};
+  static constexpr std::chrono::milliseconds kRetryIds{10};
 
-  // Makes sure `versions` versions and `events` event ids can be handed out
-  // without reuse after any crash: reserves a new block with a synced store
-  // write when the current one runs out. Fails (changing nothing) if the
-  // store cannot write.
+  // Whether `versions` versions and `events` event ids can be handed out
+  // under limits that are durable, so that none repeats after any crash.
+  // A new block is reserved (a synced store write, through the writer) once
+  // half the current one is used, so it is durable before it is needed;
+  // until then a request beyond the current block gets UNAVAILABLE (or
+  // RESOURCE_EXHAUSTED once 2^54 ran out). Never waits.
   Status ReserveIds(std::uint64_t versions, std::uint64_t events);
+  void ReserveAhead(std::uint64_t versions, std::uint64_t events);
   std::uint64_t NewVersion() { return (next_version_++ << 10) | partition_; }
   static constexpr std::uint64_t kIdBlock = 1 << 20;
 
@@ -203,6 +217,7 @@ class Partition {
   Store* const store_;
   NamespaceRefs* const refs_;
   Publish publish_;
+  asio::io_context& io_;
   Strand strand_;
   Exclusive exclusive_;
   // A deque: growing never copies records or leaves a freed array behind.
@@ -211,11 +226,12 @@ class Partition {
   KeyIndex keys_;
   StrandWheel wheel_;
   // Sequence numbers (the high bits of versions and event ids): the next to
-  // use, and the limit reserved in the store (ReserveIds).
+  // use, and the limits durable in the store (ReserveIds).
   std::uint64_t next_version_ = 1;
   std::uint64_t next_event_seq_ = 1;
   std::uint64_t version_limit_ = 0;
   std::uint64_t event_seq_limit_ = 0;
+  bool reserving_ = false;              // A block is being written.
   std::vector<std::uint32_t> overdue_;  // During recovery.
 };
 

@@ -54,6 +54,14 @@ Status Scheduler::Start(RecoveryReport* report) {
       return s;
     }
   }
+  if (store_) {
+    // Replies leave from the pool, in the order the writer finished them,
+    // while the writer goes on to the next group. (Not during recovery,
+    // which waits for its writes before the pool runs.)
+    store_->SetExecutor([this](std::function<void()> run) {
+      asio::post(replies_, std::move(run));
+    });
+  }
   for (std::uint32_t t = 0; t < std::max<std::uint32_t>(1, options_.threads);
        ++t) {
     threads_.emplace_back([this] { io_.run(); });
@@ -105,9 +113,20 @@ NamespaceId Scheduler::NamespaceOf(const Op& op) {
   return std::visit([](const auto& o) { return o.ns; }, op);
 }
 
+Status Scheduler::Admit() const {
+  if (shutting_down_) return ShuttingDown();
+  if (store_ && store_->backlogged()) {
+    return Status::Unavailable(
+        "the store is behind (more than " +
+        std::to_string(store_->options().max_backlog_bytes >> 20) +
+        " MiB wait to be written); try again");
+  }
+  return Status::Ok();
+}
+
 void Scheduler::Submit(Op op, std::function<void(OpResult)> done) {
-  if (shutting_down_) {
-    done(OpResult{ShuttingDown()});
+  if (Status s = Admit(); !s.ok()) {
+    done(OpResult{std::move(s)});
     return;
   }
   Partition& p = *partitions_[PartitionOf(NamespaceOf(op), KeyOf(op))];
@@ -138,8 +157,8 @@ void Scheduler::Submit(Op op, std::function<void(OpResult)> done) {
 
 void Scheduler::SubmitBatch(std::vector<Op> ops,
                             std::function<void(std::vector<OpResult>)> done) {
-  if (shutting_down_) {
-    std::vector<OpResult> results(ops.size(), OpResult{ShuttingDown()});
+  if (Status s = Admit(); !s.ok()) {
+    std::vector<OpResult> results(ops.size(), OpResult{std::move(s)});
     done(std::move(results));
     return;
   }
@@ -233,8 +252,8 @@ void Scheduler::SubmitBatch(std::vector<Op> ops,
 
 void Scheduler::Drain(NamespaceId ns,
                       std::function<void(Status, std::uint64_t)> done) {
-  if (shutting_down_) {
-    done(ShuttingDown(), 0);
+  if (Status s = Admit(); !s.ok()) {
+    done(std::move(s), 0);
     return;
   }
   struct State {
@@ -277,16 +296,19 @@ void Scheduler::Get(
     return;
   }
   Partition& p = *partitions_[PartitionOf(ns, key)];
-  p.Post([&p, ns, key = std::move(key), done = std::move(done)] {
-    Status error;
-    auto info = p.Get(ns, key, &error);
-    if (!error.ok()) {
-      done(std::move(error), std::nullopt);
-    } else if (!info) {
-      done(Status::NotFound("no pending timer '" + key + "'"), std::nullopt);
-    } else {
-      done(Status::Ok(), std::move(info));
-    }
+  p.Read([&p, ns, key = std::move(key), done = std::move(done)]() mutable {
+    auto found = std::make_shared<Partition::Found>();
+    p.Get(ns, key, *found);
+    return [&p, found, key = std::move(key), done = std::move(done)] {
+      Status error;
+      if (!p.ReadPayloads(*found, &error)) {
+        done(std::move(error), std::nullopt);
+      } else if (found->timers.empty()) {
+        done(Status::NotFound("no pending timer '" + key + "'"), std::nullopt);
+      } else {
+        done(Status::Ok(), std::move(found->timers[0]));
+      }
+    };
   });
 }
 
@@ -313,25 +335,42 @@ void Scheduler::ListFrom(NamespaceId ns, std::string prefix, ListLimits limit,
                                             std::optional<ListCursor>)>
                              done) {
   Partition& p = *partitions_[from.partition];
-  p.Post([this, &p, ns, prefix = std::move(prefix), limit, from,
+  p.Read([this, &p, ns, prefix = std::move(prefix), limit, from,
           acc = std::move(acc), done = std::move(done)]() mutable {
-    Status error;
-    auto next = p.List(ns, prefix, from.record, limit.timers, limit.bytes,
-                       limit.payloads, acc, &error);
-    if (!error.ok()) {
-      done(std::move(error), {}, std::nullopt);
-      return;
-    }
-    if (next) {
-      done(Status::Ok(), std::move(acc), ListCursor{from.partition, *next});
-      return;
-    }
-    if (from.partition + 1 == partitions_.size()) {
-      done(Status::Ok(), std::move(acc), std::nullopt);
-      return;
-    }
-    ListFrom(ns, std::move(prefix), limit, ListCursor{from.partition + 1, 0},
-             std::move(acc), std::move(done));
+    auto found = std::make_shared<Partition::Found>();
+    const std::optional<std::uint32_t> next =
+        p.List(ns, prefix, from.record, limit.timers - acc.size(),
+               limit.payloads, *found);
+    return [this, &p, ns, prefix = std::move(prefix), limit, from, found, next,
+            acc = std::move(acc), done = std::move(done)]() mutable {
+      Status error;
+      if (!p.ReadPayloads(*found, &error)) {
+        done(std::move(error), {}, std::nullopt);
+        return;
+      }
+      // Keys and payloads within limit.bytes; a page holds at least one.
+      std::size_t bytes = 0;
+      for (const TimerInfo& t : acc) bytes += ListCost(t);
+      for (std::size_t i = 0; i < found->timers.size(); ++i) {
+        bytes += ListCost(found->timers[i]);
+        if (!acc.empty() && bytes > limit.bytes) {
+          done(Status::Ok(), std::move(acc),
+               ListCursor{from.partition, found->records[i]});
+          return;
+        }
+        acc.push_back(std::move(found->timers[i]));
+      }
+      if (next) {
+        done(Status::Ok(), std::move(acc), ListCursor{from.partition, *next});
+        return;
+      }
+      if (from.partition + 1 == partitions_.size()) {
+        done(Status::Ok(), std::move(acc), std::nullopt);
+        return;
+      }
+      ListFrom(ns, std::move(prefix), limit, ListCursor{from.partition + 1, 0},
+               std::move(acc), std::move(done));
+    };
   });
 }
 
@@ -357,9 +396,13 @@ void Scheduler::Shutdown(std::function<void()> done) {
   auto shared_done = std::make_shared<std::function<void()>>(std::move(done));
   auto arrive = [this, remaining, shared_done] {
     if (remaining->fetch_sub(1) != 1) return;
-    // Every accepted change is written; wait until it is durable too.
-    if (store_) store_->Sync();
-    (*shared_done)();
+    if (!store_) {
+      (*shared_done)();
+      return;
+    }
+    // Every accepted change is queued: `done` once all of it is durable, on
+    // the replies' strand after every earlier reply.
+    store_->Flush([shared_done] { (*shared_done)(); });
   };
   for (auto& p : partitions_) {
     p->Post([p = p.get(), arrive] {

@@ -2,13 +2,17 @@
 // dispatcher per namespace (delivery), all on strands of one io_context run
 // by a pool of threads.
 //
-// Concurrency: a partition's state belongs to whoever holds its mutex (the
-// calling thread when the partition is free, else the partition's strand;
-// Partition::Run), and a dispatcher's state to its strand alone. An
-// operation's store batch is appended to the log while the partition is
-// held, so a stalled append holds that partition; syncs happen outside it
-// (store.h). `done` runs where the operation completed: the calling thread,
-// a strand, or the store's syncer thread.
+// Concurrency, in one rule: state is changed only in memory, by whoever
+// holds it (a partition: its mutex; a dispatcher: its strand), and every
+// change to be stored is queued, in order, for the store's one writer
+// thread (store.h), so no one holds a partition or a dispatcher across disk
+// I/O or a wait. The writer writes and syncs a group while the previous
+// group's completions (replies, the publishing of fired events) run on the
+// pool; reads of payloads run on the pool too, from a view taken under the
+// partition (Partition::Read). A stalled disk therefore stops only what
+// waits for durability: delivery and acks of events in memory go on, and
+// new changes are refused (UNAVAILABLE) once the writer's backlog passes
+// its bound (Admit).
 // Thread safety: every public method may be called from any thread.
 #ifndef DELAYD_SERVER_CORE_SCHEDULER_H_
 #define DELAYD_SERVER_CORE_SCHEDULER_H_
@@ -179,6 +183,9 @@ class Scheduler {
   static Status ShuttingDown() {
     return Status::Unavailable("delayd is shutting down");
   }
+  // Whether a change may be taken now: not while shutting down, nor while
+  // the store's writer is behind by more than its backlog bound.
+  Status Admit() const;
   std::uint32_t PartitionOf(NamespaceId ns, std::string_view key) const;
   Status Recover(RecoveryReport* report);
   // Loads the stored policies into policies_ (before any namespace).
@@ -207,6 +214,8 @@ class Scheduler {
   const SteadyTime epoch_;
   asio::io_context io_;
   asio::executor_work_guard<asio::io_context::executor_type> work_;
+  // Where the store's completions (replies) run, in the writer's order.
+  Strand replies_{asio::make_strand(io_)};
   Counters counters_;
   Metrics metrics_;
   std::unique_ptr<Store> store_;

@@ -234,7 +234,7 @@ Status Store::WriteSynced(rocksdb::WriteBatch& batch, const char* what) {
 Status Store::PutNamespace(NamespaceId id, std::string_view name) {
   rocksdb::WriteBatch batch;
   batch.Put(meta_, NamespaceKey(id), rocksdb::Slice(name.data(), name.size()));
-  return WriteSynced(batch, "writing a namespace");
+  return Enqueue(std::move(batch), nullptr, nullptr, false);
 }
 
 Status Store::ReserveIds(std::uint32_t partition, std::uint64_t version_limit,
@@ -244,130 +244,6 @@ Status Store::ReserveIds(std::uint32_t partition, std::uint64_t version_limit,
   return WriteSynced(batch.batch_, "reserving ids");
 }
 
-Status Store::GetPayloads(std::span<const std::uint64_t> ids,
-                          std::vector<std::string>* payloads,
-                          std::vector<bool>* readable) {
-  payloads->clear();
-  readable->assign(ids.size(), false);
-  if (ids.empty()) return Status::Ok();
-  std::vector<std::string> keys;
-  keys.reserve(ids.size());
-  for (std::uint64_t id : ids) keys.push_back(IdKey(id));
-  std::vector<rocksdb::Slice> slices(keys.begin(), keys.end());
-  std::vector<rocksdb::ColumnFamilyHandle*> families(ids.size(), payloads_);
-  std::shared_lock lock(close_mu_);
-  if (closed_) return Status::Unavailable("the store is closed");
-  const std::vector<rocksdb::Status> statuses =
-      db_->MultiGet(rocksdb::ReadOptions(), families, slices, payloads);
-  Status first;
-  for (std::size_t i = 0; i < statuses.size(); ++i) {
-    if (statuses[i].ok()) {
-      (*readable)[i] = true;
-    } else if (first.ok()) {
-      first = Error(("reading payload " + std::to_string(ids[i])).c_str(),
-                    statuses[i]);
-    }
-  }
-  return first;
-}
-
-void Store::Commit(Batch& batch, std::function<void(Status)> done) {
-  auto shared = std::make_shared<std::function<void(Status)>>(std::move(done));
-  if (Status s = Write(batch, [shared](Status s) { (*shared)(std::move(s)); });
-      !s.ok()) {
-    (*shared)(std::move(s));
-  }
-}
-
-Status Store::Write(Batch& batch, std::function<void(Status)> durable) {
-  if (batch.empty()) {
-    durable(Status::Ok());
-    return Status::Ok();
-  }
-  if (Status failed = Failed(); !failed.ok()) return failed;
-  {
-    std::shared_lock lock(close_mu_);
-    if (closed_) return Status::Unavailable("the store is closed");
-    const rocksdb::Status s =
-        db_->Write(rocksdb::WriteOptions(), &batch.batch_);
-    if (!s.ok()) {
-      Status error = Error("write", s);
-      NoteWriteError(error);
-      return error;
-    }
-  }
-  if (options_.fsync != FsyncPolicy::kAlways) {
-    if (options_.fsync == FsyncPolicy::kInterval) {
-      std::lock_guard lock(mu_);
-      unsynced_ = true;
-    }
-    durable(Status::Ok());
-    return Status::Ok();
-  }
-  {
-    std::lock_guard lock(mu_);
-    waiting_.push_back(std::move(durable));
-  }
-  cv_.notify_one();
-  return Status::Ok();
-}
-
-void Store::SyncLoop() {
-  std::unique_lock lock(mu_);
-  for (;;) {
-    switch (options_.fsync) {
-      case FsyncPolicy::kAlways:
-        cv_.wait(lock, [&] { return !waiting_.empty() || closing_; });
-        break;
-      case FsyncPolicy::kInterval:
-        cv_.wait_for(lock, options_.fsync_interval, [&] { return closing_; });
-        break;
-      case FsyncPolicy::kNever:
-        cv_.wait(lock, [&] { return closing_; });
-        break;
-    }
-    if (closing_ && waiting_.empty()) break;
-    // Every batch whose callback is queued was written before it was queued,
-    // so one sync now covers them all.
-    std::vector<std::function<void(Status)>> group;
-    group.swap(waiting_);
-    const bool needed = !group.empty() || unsynced_;
-    unsynced_ = false;
-    syncing_ = true;
-    lock.unlock();
-    Status status;
-    if (needed) status = Failed();
-    if (needed && status.ok()) {
-      // Everything written so far is in the log: the sync covers it.
-      const std::uint64_t sequence = db_->GetLatestSequenceNumber();
-      const auto started = std::chrono::steady_clock::now();
-      const rocksdb::Status s = db_->SyncWAL();
-      if (options_.metrics != nullptr) {
-        options_.metrics->wal_sync().Observe(
-            std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                          started)
-                .count());
-        if (!group.empty()) {
-          options_.metrics->wal_sync_group().Observe(
-              static_cast<double>(group.size()));
-        }
-      }
-      if (!s.ok()) {
-        status = Error("WAL sync", s);
-        NoteWriteError(status);
-      } else {
-        NoteDurable(sequence);
-      }
-    }
-    for (auto& done : group) done(status);
-    lock.lock();
-    syncing_ = false;
-    idle_cv_.notify_all();
-  }
-  syncing_ = false;
-  idle_cv_.notify_all();
-}
-
 std::optional<std::uint64_t> Store::Property(const std::string& name) {
   std::shared_lock lock(close_mu_);
   std::uint64_t value = 0;
@@ -375,17 +251,6 @@ std::optional<std::uint64_t> Store::Property(const std::string& name) {
     return std::nullopt;
   }
   return value;
-}
-
-void Store::Sync() {
-  {
-    std::unique_lock lock(mu_);
-    idle_cv_.wait(lock, [&] { return waiting_.empty() && !syncing_; });
-  }
-  std::shared_lock lock(close_mu_);
-  if (closed_ || failed_) return;
-  const std::uint64_t sequence = db_->GetLatestSequenceNumber();
-  if (db_->SyncWAL().ok()) NoteDurable(sequence);
 }
 
 void Store::NoteDurable(std::uint64_t sequence) {
@@ -468,7 +333,8 @@ void Store::Close() {
   }
   cv_.notify_all();
   mark_cv_.notify_all();
-  if (syncer_.joinable()) syncer_.join();
+  if (writer_.joinable()) writer_.join();  // Once the queue is written.
+  if (syncer_.joinable()) syncer_.join();  // Once that is synced.
   if (marker_.joinable()) marker_.join();
   std::unique_lock lock(close_mu_);
   closed_ = true;

@@ -19,12 +19,15 @@
 // small timer and event records. So payloads need not be in RAM: they are
 // read back when an event is delivered.
 //
-// Durability: writers call Commit() with a batch of changes from the thread
-// that made them. The batch is written to the write-ahead log at once, in the
-// caller's thread (so later reads see it, and batches land in the order their
-// changes were made); `done` runs once the batch is durable under the fsync
-// policy. With `always`, a syncer thread runs one WAL sync for every batch
-// written since the previous one (group commit) and then their callbacks.
+// Writes (store_writer.cc): Commit() only queues a batch, in the caller's
+// order, and returns; one writer thread writes the queued batches to the
+// write-ahead log, a group at a time, syncs the group as the fsync policy
+// says, and hands the group's callbacks to the executor (a thread that is not
+// the writer's), so the next group is written and synced while they run. No
+// caller ever waits for the disk. Reads see every queued batch: a View taken
+// after a Commit() holds the payloads the writer has not written yet. A
+// stalled disk stops only the writer; the queue is bounded by backlog()
+// checks of the callers.
 //
 // Damage: besides RocksDB's checksums, a mark file records how much the store
 // had made durable (store_mark.h), and a store that comes back with less is
@@ -42,6 +45,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -50,6 +54,7 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "server/common/metrics.h"
@@ -99,6 +104,9 @@ struct StoreOptions {
   }
   // Where WAL syncs and write stalls are measured (none: not measured).
   Metrics* metrics = nullptr;
+  // Queued bytes beyond which backlogged() is true: callers refuse new
+  // changes instead of queueing them while the disk lags.
+  std::size_t max_backlog_bytes = 64 << 20;
 };
 
 // Parses "always", "never" or a duration such as "100ms" (an interval).
@@ -213,42 +221,101 @@ class Store {
   // every timer's and event's payload.
   void Check(CheckReport* report);
 
-  // --- Writes. ---
+  // --- Writes (store_writer.cc). ---
   Batch NewBatch() const { return Batch(*this); }
-  // Writes `batch` now; `done` runs (in this thread, or on the syncer thread
-  // under `always`) once it is durable, or with the error if it failed.
-  // An empty batch completes at once.
+  // Queues `batch` (taking its contents) for the writer; `done` runs once it
+  // is durable under the fsync policy, or with the error if the store failed
+  // or is closed (then at once, on this thread). An empty batch completes at
+  // once.
   void Commit(Batch& batch, std::function<void(Status)> done);
-  // As Commit(), but a failed write is returned (and `durable` not run), so
-  // that the caller can keep the batch and try again.
-  Status Write(Batch& batch, std::function<void(Status)> durable);
-  // Writes and syncs a partition's id limits: every version and event
-  // sequence number it hands out stays below them, and after a restart
-  // (a power loss included) numbering resumes at them, so none repeats.
+  // As Commit(), but if the store failed or is closed nothing is queued and
+  // the error is returned (the batch is kept, to be tried again). Otherwise
+  // `written` runs on the writer thread once the batch is in the log (before
+  // its sync; it must not block), and `durable` as Commit's `done`.
+  Status Write(Batch& batch, std::function<void()> written,
+               std::function<void(Status)> durable);
+  // As Commit(), synced whatever the fsync policy: the partition's id
+  // limits. Every version and event sequence number a partition hands out
+  // stays below limits that are durable, and after a restart (a power loss
+  // included) numbering resumes at them, so none repeats.
+  void ReserveIdsLater(std::uint32_t partition, std::uint64_t version_limit,
+                       std::uint64_t event_seq_limit,
+                       std::function<void(Status)> done);
+  // As ReserveIdsLater, but written and synced before it returns (recovery,
+  // before anything is served).
   Status ReserveIds(std::uint32_t partition, std::uint64_t version_limit,
                     std::uint64_t event_seq_limit);
-  // Writes and syncs the name of a new namespace before it is used (empty:
-  // the id is freed).
+  // The error later writes get, if the store failed (else OK).
+  Status Failed() const;
+  // From now on, a group's completions (`done` of Commit) are handed to
+  // `executor`, off the writer thread; until then (and without one) the
+  // writer runs them itself.
+  void SetExecutor(std::function<void(std::function<void()>)> executor) {
+    std::lock_guard lock(mu_);
+    executor_ = std::move(executor);
+  }
+  // Whether more than max_backlog_bytes wait for the writer.
+  bool backlogged() const {
+    return queued_bytes_.load(std::memory_order_relaxed) >
+           options_.max_backlog_bytes;
+  }
+  // Queues the name of a new namespace (empty: the id is freed). The log
+  // keeps the writer's order, so it is on disk before any timer queued after
+  // it that refers to it.
   Status PutNamespace(NamespaceId id, std::string_view name);
   // Writes and syncs the encoded policy of namespace `name`; an empty
   // `policy` deletes it (store_policy.cc).
   Status PutPolicy(std::string_view name, std::string_view policy);
 
+  // --- Reads. ---
+  // What the store holds at one instant, queued batches included. Taken
+  // without I/O (so under a caller's lock), read after (without it): a
+  // payload deleted meanwhile reads as deleted, not as damage.
+  class View {
+   public:
+    View(View&& other) noexcept
+        : store_(other.store_), state_(std::move(other.state_)) {}
+    View& operator=(View&&) = delete;
+    ~View();
+
+   private:
+    friend class Store;
+    struct State {
+      // Batches queued when the view was taken, and (under the store's mu_)
+      // those written since.
+      std::vector<std::shared_ptr<const rocksdb::WriteBatch>> queued;
+      std::vector<std::shared_ptr<const rocksdb::WriteBatch>> later;
+    };
+    View() = default;
+    Store* store_ = nullptr;
+    std::shared_ptr<State> state_;
+  };
+  View NewView();
   // Payloads by id, in order. One that cannot be read (a damaged store; a
   // missing one counts as damage) is marked false in `readable` and the
   // others are still read; the first such error is returned (and reported
-  // to on_error).
+  // to on_error). Without a view, only what the writer has written is read.
   Status GetPayloads(std::span<const std::uint64_t> ids,
                      std::vector<std::string>* payloads,
                      std::vector<bool>* readable);
+  // As above, as `view` saw them: queued ones included, and one deleted
+  // since (its timer is gone) marked true in `gone`, not as damage.
+  Status GetPayloads(std::span<const std::uint64_t> ids, const View& view,
+                     std::vector<std::string>* payloads,
+                     std::vector<bool>* readable, std::vector<bool>* gone);
 
   // Writes a consistent copy of the store (a RocksDB checkpoint: memtables
   // flushed, files hard-linked where possible) into `dir`, which must not
   // exist. On failure nothing is left in `dir`.
   Status Checkpoint(const std::string& dir);
 
-  // Waits for every queued callback, syncs the WAL. Commits after this still
-  // work; Close() ends them.
+  // Runs `done` (through the executor) once every batch queued before is
+  // written and synced, and after the callbacks of those batches were handed
+  // to the executor. Never waits.
+  void Flush(std::function<void()> done);
+  // Waits until every queued batch is written and its callbacks were run or
+  // handed to the executor, then syncs the WAL. Commits after this still work;
+  // Close() ends them.
   void Sync();
   // Syncs, flushes memtables and closes. Commits after Close() fail.
   void Close();
@@ -266,7 +333,33 @@ class Store {
 
  private:
   explicit Store(StoreOptions options) : options_(std::move(options)) {}
+  struct Queued {
+    std::shared_ptr<const rocksdb::WriteBatch> batch;
+    std::function<void()> written;
+    std::function<void(Status)> done;
+    bool sync = false;  // Synced whatever the policy.
+  };
+  // Queues a batch (taking its contents); fails if the store failed or is
+  // closing.
+  Status Enqueue(rocksdb::WriteBatch&& batch, std::function<void()> written,
+                 std::function<void(Status)> done, bool sync);
+  // The writer thread: writes queued batches in order, a group at a time,
+  // and hands those to be synced to the syncer thread (SyncLoop), which
+  // syncs everything written so far in one go.
+  void WriterLoop();
   void SyncLoop();
+  // Runs (or hands to the executor) the completions of a group, without
+  // mu_ (held by the caller on entry and on return).
+  void RunDone(std::unique_lock<std::mutex>& lock, std::vector<Queued>& group,
+               const Status& status);
+  void RunDone(std::unique_lock<std::mutex>& lock,
+               std::vector<std::function<void(Status)>> done,
+               const Status& status);
+  Status Read(std::span<const std::uint64_t> ids, const View* view,
+              std::vector<std::string>* payloads, std::vector<bool>* readable,
+              std::vector<bool>* gone);
+  // Writes one group as one RocksDB write.
+  rocksdb::Status WriteGroup(const std::vector<Queued>& group);
   // Every kMarkInterval, records in the mark how much is durable, if that
   // changed (store_mark.h).
   void MarkLoop();
@@ -282,8 +375,6 @@ class Store {
   // Marks the store failed (every later write is refused) and reports it,
   // once.
   void NoteWriteError(const Status& error);
-  // The error later writes get, if the store failed (else OK).
-  Status Failed() const;
   Status Error(const char* what, const rocksdb::Status& s) const;
 
   const StoreOptions options_;
@@ -303,11 +394,25 @@ class Store {
   std::mutex mu_;
   std::condition_variable cv_;
   std::condition_variable idle_cv_;
-  std::vector<std::function<void(Status)>> waiting_;  // For the next sync.
+  // Under mu_: batches not yet written, in order; the first `taking_` are
+  // being written by the writer (kept for views until written).
+  std::deque<Queued> queue_;
+  std::size_t taking_ = 0;
+  // Views alive (each told of every batch written while it lives).
+  std::vector<View::State*> views_;
+  std::function<void(std::function<void()>)> executor_;
+  std::atomic<std::size_t> queued_bytes_{0};
+  bool writing_ = false;  // The writer holds a group.
+  bool writer_done_ = false;
+  // Completions of written groups, for the syncer's next sync.
+  std::vector<std::function<void(Status)>> waiting_;
+  std::condition_variable sync_cv_;
   bool syncing_ = false;
+  int running_ = 0;        // Completions being run or handed over.
   bool unsynced_ = false;  // Written since the last sync (interval policy).
   bool closing_ = false;
   bool closed_ = false;
+  std::thread writer_;
   std::thread syncer_;
   std::thread marker_;
   std::condition_variable mark_cv_;

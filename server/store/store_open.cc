@@ -208,6 +208,7 @@ Status Store::Open(const StoreOptions& options, std::unique_ptr<Store>* out) {
           (store->salvage_dropped_.empty() ? "" : "; ") + m;
     }
   }
+  store->writer_ = std::thread([s = store.get()] { s->WriterLoop(); });
   store->syncer_ = std::thread([s = store.get()] { s->SyncLoop(); });
   if (!options.read_only) {
     store->marker_ = std::thread([s = store.get()] { s->MarkLoop(); });

@@ -8,7 +8,8 @@
 // an I/O error) until it is called with nullopt.
 //
 // HoldSyncs() stalls every sync until released (a disk that stops
-// answering).
+// answering); HoldLogWrites() stalls every append to a write-ahead log file
+// (a write stall: the log takes nothing more).
 //
 // What it does not model: directory entries (a created, renamed or deleted
 // file is taken as durable at once) and damage inside a synced range.
@@ -86,6 +87,15 @@ class PowerLossFs : public rocksdb::FileSystemWrapper {
   int held_syncs() const {
     std::lock_guard lock(mu_);
     return held_;
+  }
+  void HoldLogWrites(bool hold) {
+    std::lock_guard lock(mu_);
+    hold_writes_ = hold;
+    hold_cv_.notify_all();
+  }
+  int held_log_writes() const {
+    std::lock_guard lock(mu_);
+    return held_writes_;
   }
 
   // Syncs that reached this file system (each one a WAL or file sync).
@@ -170,10 +180,12 @@ class PowerLossFs : public rocksdb::FileSystemWrapper {
          std::string name)
         : FSWritableFileOwnerWrapper(std::move(file)),
           fs_(fs),
-          name_(std::move(name)) {}
+          name_(std::move(name)),
+          log_(name_.ends_with(".log")) {}
     rocksdb::IOStatus Append(const rocksdb::Slice& data,
                              const rocksdb::IOOptions& options,
                              rocksdb::IODebugContext* dbg) override {
+      if (log_) fs_->WaitWhileWritesHeld();
       if (fs_->Dead()) return rocksdb::IOStatus::OK();  // Lost.
       if (auto e = fs_->Failure()) return *e;
       return target()->Append(data, options, dbg);
@@ -182,6 +194,7 @@ class PowerLossFs : public rocksdb::FileSystemWrapper {
                              const rocksdb::IOOptions& options,
                              const rocksdb::DataVerificationInfo& info,
                              rocksdb::IODebugContext* dbg) override {
+      if (log_) fs_->WaitWhileWritesHeld();
       if (fs_->Dead()) return rocksdb::IOStatus::OK();
       if (auto e = fs_->Failure()) return *e;
       return target()->Append(data, options, info, dbg);
@@ -190,6 +203,7 @@ class PowerLossFs : public rocksdb::FileSystemWrapper {
                                        uint64_t offset,
                                        const rocksdb::IOOptions& options,
                                        rocksdb::IODebugContext* dbg) override {
+      if (log_) fs_->WaitWhileWritesHeld();
       if (fs_->Dead()) return rocksdb::IOStatus::OK();
       if (auto e = fs_->Failure()) return *e;
       return target()->PositionedAppend(data, offset, options, dbg);
@@ -246,6 +260,7 @@ class PowerLossFs : public rocksdb::FileSystemWrapper {
     }
     PowerLossFs* const fs_;
     const std::string name_;
+    const bool log_;  // A write-ahead log file.
   };
 
   bool Dead() const {
@@ -257,6 +272,12 @@ class PowerLossFs : public rocksdb::FileSystemWrapper {
     ++held_;
     hold_cv_.wait(lock, [&] { return !hold_; });
     --held_;
+  }
+  void WaitWhileWritesHeld() {
+    std::unique_lock lock(mu_);
+    ++held_writes_;
+    hold_cv_.wait(lock, [&] { return !hold_writes_; });
+    --held_writes_;
   }
   // A file closed after the crash: closing sets its length to what was
   // written through it (dropping preallocated space), which would undo the
@@ -277,6 +298,8 @@ class PowerLossFs : public rocksdb::FileSystemWrapper {
   std::condition_variable hold_cv_;
   bool hold_ = false;
   int held_ = 0;
+  bool hold_writes_ = false;
+  int held_writes_ = 0;
   bool dead_ = false;
   std::optional<rocksdb::IOStatus> fail_;
   std::uint64_t syncs_ = 0;

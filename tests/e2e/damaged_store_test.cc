@@ -305,7 +305,8 @@ TEST_F(DamagedStore, UnreadablePayloadIsNeverServedEmpty) {
     v1::DrainRequest req;
     v1::DrainResponse resp;
     grpc::ClientContext ctx;
-    ASSERT_TRUE(stub->Drain(&ctx, req, &resp).ok());
+    const grpc::Status s = stub->Drain(&ctx, req, &resp);
+    ASSERT_TRUE(s.ok()) << s.error_message();
     EXPECT_EQ(resp.drained(), static_cast<std::uint64_t>(kTimers));
   }
   v1::StatsResponse stats;

@@ -148,10 +148,14 @@ TEST_F(SchedulerTest, OperationOnABusyPartitionIsQueuedNotWaitedFor) {
                   .status.ok());
   std::promise<void> holding, release;
   std::shared_future<void> released = release.get_future().share();
-  // Get's callback runs holding the key's partition: keep it there.
-  scheduler_.Get(ns_, "k", [&](Status, std::optional<TimerInfo>) {
-    holding.set_value();
-    released.wait();
+  // In memory, an operation's callback runs holding the key's partition:
+  // keep a move's callback there (on a thread of its own).
+  std::future<void> holder = std::async(std::launch::async, [&] {
+    scheduler_.Submit(MoveOp{ns_, "k", WallNow() + 3'600'000'000'000},
+                      [&](OpResult) {
+                        holding.set_value();
+                        released.wait();
+                      });
   });
   holding.get_future().wait();
   std::promise<OpResult> answered;
@@ -168,6 +172,7 @@ TEST_F(SchedulerTest, OperationOnABusyPartitionIsQueuedNotWaitedFor) {
   EXPECT_EQ(result.wait_for(0s), std::future_status::timeout);
   release.set_value();
   submitted.wait();
+  holder.wait();
   ASSERT_EQ(result.wait_for(10s), std::future_status::ready);
   EXPECT_TRUE(result.get().status.ok());
 }

@@ -1,0 +1,73 @@
+// Reads of a partition: found holding it, payloads read after, without it
+// (partition.h, Found).
+#include "server/core/partition.h"
+
+namespace delayd {
+
+void Partition::AddFound(std::uint32_t r, bool payload, Found& out) const {
+  const Record& rec = records_[r];
+  const NamespaceId ns = rec.ns();
+  if (store_ != nullptr) {
+    out.timers.push_back(TimerInfo{
+        ns, std::string(rec.blob.key()), {}, rec.fire_time, rec.version});
+    if (payload) out.payload_ids.push_back(PayloadIdOf(rec.blob));
+  } else {
+    out.timers.push_back(
+        TimerInfo{ns, std::string(rec.blob.key()),
+                  payload ? std::string(rec.blob.payload()) : std::string(),
+                  rec.fire_time, rec.version});
+  }
+  out.records.push_back(r);
+  if (store_ != nullptr && !out.view && payload)
+    out.view.emplace(store_->NewView());
+}
+
+void Partition::Get(NamespaceId ns, std::string_view key, Found& out) const {
+  const std::uint32_t r = Find(ns, key, Hash(ns, key));
+  if (r != KeyIndex::kNone) AddFound(r, true, out);
+}
+
+std::optional<std::uint32_t> Partition::List(NamespaceId ns,
+                                             std::string_view prefix,
+                                             std::uint32_t cursor,
+                                             std::size_t max_timers,
+                                             bool payloads, Found& out) const {
+  for (std::uint32_t r = cursor; r < records_.size(); ++r) {
+    const Record& rec = records_[r];
+    if (!rec.blob || rec.ns() != ns || !rec.blob.key().starts_with(prefix)) {
+      continue;
+    }
+    if (out.timers.size() >= max_timers) return r;
+    AddFound(r, payloads, out);
+  }
+  return std::nullopt;
+}
+
+bool Partition::ReadPayloads(Found& found, Status* error) const {
+  if (found.payload_ids.empty()) return true;
+  std::vector<std::string> payloads;
+  std::vector<bool> readable;
+  std::vector<bool> gone;
+  const Status s = store_->GetPayloads(found.payload_ids, *found.view,
+                                       &payloads, &readable, &gone);
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < found.timers.size(); ++i) {
+    if (gone[i]) continue;  // Removed or fired since it was found.
+    if (!readable[i]) {
+      *error = Status::Internal("the payload of timer '" + found.timers[i].key +
+                                "' cannot be read: " + s.message());
+      return false;
+    }
+    found.timers[i].payload = std::move(payloads[i]);
+    if (kept != i) {
+      found.timers[kept] = std::move(found.timers[i]);
+      found.records[kept] = found.records[i];
+    }
+    ++kept;
+  }
+  found.timers.resize(kept);
+  found.records.resize(kept);
+  return true;
+}
+
+}  // namespace delayd

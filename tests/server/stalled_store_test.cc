@@ -1,0 +1,175 @@
+// A store whose log stops taking writes (tests/common/power_loss_fs.h,
+// HoldLogWrites): only what waits for durability waits. Events already in
+// memory are still delivered and acknowledged, reads answer, and once the
+// writer's backlog passes its bound new changes are refused, changing
+// nothing, instead of taking memory without bound.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include "tests/common/power_loss_fs.h"
+#include "tests/common/temp_dir.h"
+#include "tests/server/test_client.h"
+
+namespace delayd::testing {
+namespace {
+
+DelaydServer::Options OnFs(const std::string& dir, rocksdb::Env* env,
+                           std::size_t max_backlog_bytes = 64 << 20) {
+  DelaydServer::Options o = TestDaemon::DefaultOptions();
+  StoreOptions store;
+  store.dir = dir;
+  store.env = env;
+  store.max_backlog_bytes = max_backlog_bytes;
+  o.scheduler.store = store;
+  return o;
+}
+
+grpc::Status Set(v1::Delayd::Stub& stub, const std::string& key,
+                 std::int64_t delay_ms, const std::string& payload = "p") {
+  v1::SetTimerRequest req;
+  req.set_key(key);
+  req.set_payload(payload);
+  *req.mutable_delay() = Millis(delay_ms);
+  v1::SetTimerResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 30s);
+  return stub.SetTimer(&ctx, req, &resp);
+}
+
+grpc::Status Ack(v1::Delayd::Stub& stub, std::uint64_t id) {
+  v1::AckRequest req;
+  req.add_event_ids(id);
+  v1::AckResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 30s);
+  return stub.Ack(&ctx, req, &resp);
+}
+
+grpc::Status Get(v1::Delayd::Stub& stub, const std::string& key) {
+  v1::GetTimerRequest req;
+  req.set_key(key);
+  v1::Timer t;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 10s);
+  return stub.GetTimer(&ctx, req, &t);
+}
+
+v1::NamespaceStats Stats(v1::Delayd::Stub& stub) {
+  v1::StatsRequest req;
+  v1::StatsResponse resp;
+  grpc::ClientContext ctx;
+  EXPECT_TRUE(stub.Stats(&ctx, req, &resp).ok());
+  return resp.namespaces_size() == 1 ? resp.namespaces(0)
+                                     : v1::NamespaceStats();
+}
+
+// Polls `done` until it holds, for up to 10 s.
+template <typename F>
+bool Eventually(F done) {
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(5ms);
+  }
+  return true;
+}
+
+TEST(StalledStore, DeliveryAndAcksGoOnWhileTheLogHangs) {
+  TempDir dir;
+  std::unique_ptr<rocksdb::Env> env;
+  auto fs = PowerLossFs::Make(&env);
+  TestDaemon d(OnFs(dir / "data", env.get()));
+  ASSERT_TRUE(d.started());
+  ASSERT_TRUE(Set(d.stub(), "waiting", 3'600'000).ok());
+  // One event at a time: the other two wait in memory for room.
+  TestStream worker(d.stub(), TestStream::Worker("default", 1));
+  ASSERT_TRUE(worker.WaitRegistered());
+  for (const char* key : {"e0", "e1", "e2"}) {
+    ASSERT_TRUE(Set(d.stub(), key, 1).ok());
+  }
+  ASSERT_EQ(worker.WaitFor(1).size(), 1u);
+  ASSERT_TRUE(Eventually([&] { return Stats(d.stub()).ready_events() == 2; }));
+
+  fs->HoldLogWrites(true);
+  // Released however the test ends (the daemon's close writes).
+  const std::unique_ptr<PowerLossFs, void (*)(PowerLossFs*)> release(
+      fs.get(), [](PowerLossFs* f) { f->HoldLogWrites(false); });
+  std::atomic<bool> set_done{false};
+  std::thread setter([&] {
+    EXPECT_TRUE(Set(d.stub(), "late", 3'600'000).ok());
+    set_done = true;
+  });
+  ASSERT_TRUE(Eventually([&] { return fs->held_log_writes() > 0; }))
+      << "no write reached the log";
+
+  // Each ack's answer waits for the disk, but the ack itself frees room at
+  // once: the next event in memory is delivered.
+  std::vector<std::thread> acks;
+  for (std::size_t n = 1; n <= 3; ++n) {
+    const auto got = worker.WaitFor(n, 10s);
+    ASSERT_EQ(got.size(), n) << "delivery stopped while the log hangs";
+    acks.emplace_back(
+        [&d, id = got[n - 1].id()] { EXPECT_TRUE(Ack(d.stub(), id).ok()); });
+  }
+  // Reads answer too, the new timer's included (it is in memory).
+  EXPECT_TRUE(Get(d.stub(), "waiting").ok());
+  EXPECT_TRUE(Get(d.stub(), "late").ok());
+  EXPECT_FALSE(set_done) << "acknowledged before it was written";
+  EXPECT_GT(fs->held_log_writes(), 0);
+
+  fs->HoldLogWrites(false);
+  setter.join();
+  for (auto& t : acks) t.join();
+  EXPECT_TRUE(set_done);
+  EXPECT_TRUE(
+      Eventually([&] { return Stats(d.stub()).in_flight_events() == 0; }));
+}
+
+TEST(StalledStore, ChangesAreRefusedOnceTheBacklogIsFull) {
+  TempDir dir;
+  std::unique_ptr<rocksdb::Env> env;
+  auto fs = PowerLossFs::Make(&env);
+  constexpr std::size_t kPayload = 4096;
+  constexpr int kSetters = 10;
+  TestDaemon d(OnFs(dir / "data", env.get(), 4 * kPayload));
+  ASSERT_TRUE(d.started());
+  fs->HoldLogWrites(true);
+  const std::unique_ptr<PowerLossFs, void (*)(PowerLossFs*)> release(
+      fs.get(), [](PowerLossFs* f) { f->HoldLogWrites(false); });
+  std::vector<grpc::Status> results(kSetters);
+  std::atomic<int> answered{0};
+  std::vector<std::thread> setters;
+  for (int i = 0; i < kSetters; ++i) {
+    setters.emplace_back([&, i] {
+      results[i] = Set(d.stub(), "k" + std::to_string(i), 3'600'000,
+                       std::string(kPayload, 'x'));
+      ++answered;
+    });
+  }
+  // At most five fit (each over a quarter of the bound): the rest are
+  // answered at once, while the accepted ones wait for the disk.
+  ASSERT_TRUE(Eventually([&] { return answered.load() >= kSetters - 5; }));
+  fs->HoldLogWrites(false);
+  for (auto& t : setters) t.join();
+  int refused = 0;
+  for (int i = 0; i < kSetters; ++i) {
+    const std::string key = "k" + std::to_string(i);
+    if (results[i].ok()) {
+      EXPECT_TRUE(Get(d.stub(), key).ok()) << key;
+      continue;
+    }
+    ++refused;
+    EXPECT_EQ(results[i].error_code(), grpc::StatusCode::UNAVAILABLE);
+    EXPECT_NE(results[i].error_message().find("store is behind"),
+              std::string::npos)
+        << results[i].error_message();
+    EXPECT_EQ(Get(d.stub(), key).error_code(), grpc::StatusCode::NOT_FOUND)
+        << key << " was refused but changed";
+  }
+  EXPECT_GE(refused, kSetters - 5);
+}
+
+}  // namespace
+}  // namespace delayd::testing
