@@ -134,6 +134,7 @@ class Partition {
     std::vector<std::uint64_t> payload_ids;
     std::vector<std::uint32_t> records;  // Each timer's record (a cursor).
     std::optional<Store::View> view;     // What the store held then.
+    std::optional<std::uint32_t> next;   // Where ReadPayloads stopped.
   };
   // The pending timer `key`, if any, added to `out`.
   void Get(NamespaceId ns, std::string_view key, Found& out) const;
@@ -145,10 +146,14 @@ class Partition {
                                     std::uint32_t cursor,
                                     std::size_t max_timers, bool payloads,
                                     Found& out) const;
-  // Fills in the payloads of `found` from the store, as its view saw them.
-  // False (with `error` set) if one cannot be read: a timer is never shown
-  // without its payload.
-  bool ReadPayloads(Found& found, Status* error) const;
+  // Fills in the payloads of `found` from the store, as its view saw them,
+  // dropping timers gone since. Stops at the first timer that would take
+  // the page (`bytes_before` plus ListCost of each) past `max_bytes`, unless
+  // the page would be empty: `next` is then its record. False (with `error`
+  // set) if a payload cannot be read: a timer is never shown without it.
+  bool ReadPayloads(Found& found, Status* error,
+                    std::size_t max_bytes = SIZE_MAX,
+                    std::size_t bytes_before = 0) const;
 
  private:
   // 64 bytes, with a short key and payload inline in `blob` and the

@@ -43,27 +43,47 @@ std::optional<std::uint32_t> Partition::List(NamespaceId ns,
   return std::nullopt;
 }
 
-bool Partition::ReadPayloads(Found& found, Status* error) const {
-  if (found.payload_ids.empty()) return true;
-  std::vector<std::string> payloads;
-  std::vector<bool> readable;
-  std::vector<bool> gone;
-  const Status s = store_->GetPayloads(found.payload_ids, *found.view,
-                                       &payloads, &readable, &gone);
+bool Partition::ReadPayloads(Found& found, Status* error, std::size_t max_bytes,
+                             std::size_t bytes_before) const {
+  // A few at a time, so that a page stops reading once it is full: memory
+  // per call stays near max_bytes, whatever the page size.
+  constexpr std::size_t kChunk = 32;
+  const bool read = !found.payload_ids.empty();
+  std::size_t bytes = bytes_before;
   std::size_t kept = 0;
-  for (std::size_t i = 0; i < found.timers.size(); ++i) {
-    if (gone[i]) continue;  // Removed or fired since it was found.
-    if (!readable[i]) {
-      *error = Status::Internal("the payload of timer '" + found.timers[i].key +
-                                "' cannot be read: " + s.message());
-      return false;
+  for (std::size_t from = 0; from < found.timers.size(); from += kChunk) {
+    const std::size_t n = std::min(kChunk, found.timers.size() - from);
+    std::vector<std::string> payloads;
+    std::vector<bool> readable;
+    std::vector<bool> gone(n, false);
+    Status s;
+    if (read) {
+      s = store_->GetPayloads({found.payload_ids.data() + from, n}, *found.view,
+                              &payloads, &readable, &gone);
     }
-    found.timers[i].payload = std::move(payloads[i]);
-    if (kept != i) {
-      found.timers[kept] = std::move(found.timers[i]);
-      found.records[kept] = found.records[i];
+    for (std::size_t j = 0; j < n; ++j) {
+      const std::size_t i = from + j;
+      if (gone[j]) continue;  // Removed or fired since it was found.
+      if (read && !readable[j]) {
+        *error =
+            Status::Internal("the payload of timer '" + found.timers[i].key +
+                             "' cannot be read: " + s.message());
+        return false;
+      }
+      if (read) found.timers[i].payload = std::move(payloads[j]);
+      bytes += ListCost(found.timers[i]);
+      if (bytes > max_bytes && bytes_before + kept > 0) {
+        found.next = found.records[i];
+        found.timers.resize(kept);
+        found.records.resize(kept);
+        return true;
+      }
+      if (kept != i) {
+        found.timers[kept] = std::move(found.timers[i]);
+        found.records[kept] = found.records[i];
+      }
+      ++kept;
     }
-    ++kept;
   }
   found.timers.resize(kept);
   found.records.resize(kept);

@@ -343,22 +343,19 @@ void Scheduler::ListFrom(NamespaceId ns, std::string prefix, ListLimits limit,
                limit.payloads, *found);
     return [this, &p, ns, prefix = std::move(prefix), limit, from, found, next,
             acc = std::move(acc), done = std::move(done)]() mutable {
-      Status error;
-      if (!p.ReadPayloads(*found, &error)) {
-        done(std::move(error), {}, std::nullopt);
-        return;
-      }
       // Keys and payloads within limit.bytes; a page holds at least one.
       std::size_t bytes = 0;
       for (const TimerInfo& t : acc) bytes += ListCost(t);
-      for (std::size_t i = 0; i < found->timers.size(); ++i) {
-        bytes += ListCost(found->timers[i]);
-        if (!acc.empty() && bytes > limit.bytes) {
-          done(Status::Ok(), std::move(acc),
-               ListCursor{from.partition, found->records[i]});
-          return;
-        }
-        acc.push_back(std::move(found->timers[i]));
+      Status error;
+      if (!p.ReadPayloads(*found, &error, limit.bytes, bytes)) {
+        done(std::move(error), {}, std::nullopt);
+        return;
+      }
+      for (TimerInfo& t : found->timers) acc.push_back(std::move(t));
+      if (found->next) {
+        done(Status::Ok(), std::move(acc),
+             ListCursor{from.partition, *found->next});
+        return;
       }
       if (next) {
         done(Status::Ok(), std::move(acc), ListCursor{from.partition, *next});
