@@ -261,15 +261,25 @@ TEST_F(PolicyTest, InFlightCapHoldsAcrossWorkers) {
   TestStream b(d.stub(), TestStream::Worker("jobs", 10));
   ASSERT_TRUE(a.WaitRegistered());
   ASSERT_TRUE(b.WaitRegistered());
+  // What the workers have read, once at least `n` events (up to 5 s): the
+  // daemon counts an event in flight before the worker reads it.
+  auto received = [&](std::size_t n) {
+    const auto deadline = std::chrono::steady_clock::now() + 5s;
+    while (a.Events().size() + b.Events().size() < n &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(5ms);
+    }
+    return a.Events().size() + b.Events().size();
+  };
   SetTimers(d, "jobs", 5);
   WaitReady(d, "jobs", 3);
-  EXPECT_EQ(a.Events().size() + b.Events().size(), 2u);
+  EXPECT_EQ(received(2), 2u);
   EXPECT_EQ(Stats(d, "jobs").in_flight_events(), 2u);
   // One acknowledged: one more goes out.
   const auto first = a.Events().empty() ? b.Events()[0] : a.Events()[0];
   Ack(d, "jobs", first.id());
   WaitReady(d, "jobs", 2);
-  EXPECT_EQ(a.Events().size() + b.Events().size(), 3u);
+  EXPECT_EQ(received(3), 3u);
 }
 
 TEST_F(PolicyTest, DispatchRateHoldsAcrossWorkers) {
