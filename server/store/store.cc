@@ -234,7 +234,9 @@ Status Store::WriteSynced(rocksdb::WriteBatch& batch, const char* what) {
 Status Store::PutNamespace(NamespaceId id, std::string_view name) {
   rocksdb::WriteBatch batch;
   batch.Put(meta_, NamespaceKey(id), rocksdb::Slice(name.data(), name.size()));
-  return Enqueue(std::move(batch), nullptr, nullptr, false);
+  std::function<void()> written;
+  std::function<void(Status)> done;
+  return Enqueue(batch, written, done, false);
 }
 
 Status Store::ReserveIds(std::uint32_t partition, std::uint64_t version_limit,

@@ -339,10 +339,10 @@ class Store {
     std::function<void(Status)> done;
     bool sync = false;  // Synced whatever the policy.
   };
-  // Queues a batch (taking its contents); fails if the store failed or is
-  // closing.
-  Status Enqueue(rocksdb::WriteBatch&& batch, std::function<void()> written,
-                 std::function<void(Status)> done, bool sync);
+  // Queues a batch, taking its contents and callbacks; if the store failed
+  // or is closing, fails and takes nothing.
+  Status Enqueue(rocksdb::WriteBatch& batch, std::function<void()>& written,
+                 std::function<void(Status)>& done, bool sync);
   // The writer thread: writes queued batches in order, a group at a time,
   // and hands those to be synced to the syncer thread (SyncLoop), which
   // syncs everything written so far in one go.

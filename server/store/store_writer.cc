@@ -96,19 +96,17 @@ class FindDeletes : public rocksdb::WriteBatch::Handler {
 
 }  // namespace
 
-Status Store::Enqueue(rocksdb::WriteBatch&& batch,
-                      std::function<void()> written,
-                      std::function<void(Status)> done, bool sync) {
+Status Store::Enqueue(rocksdb::WriteBatch& batch,
+                      std::function<void()>& written,
+                      std::function<void(Status)>& done, bool sync) {
   if (Status failed = Failed(); !failed.ok()) return failed;
-  auto shared = std::make_shared<rocksdb::WriteBatch>(std::move(batch));
-  const std::size_t bytes = shared->GetDataSize();
-  {
-    std::lock_guard lock(mu_);
-    if (closing_) return Status::Unavailable("the store is closed");
-    queue_.push_back(
-        Queued{std::move(shared), std::move(written), std::move(done), sync});
-    queued_bytes_.fetch_add(bytes, std::memory_order_relaxed);
-  }
+  std::unique_lock lock(mu_);
+  if (closing_) return Status::Unavailable("the store is closed");
+  auto shared = std::make_shared<const rocksdb::WriteBatch>(std::move(batch));
+  queued_bytes_.fetch_add(shared->GetDataSize(), std::memory_order_relaxed);
+  queue_.push_back(
+      Queued{std::move(shared), std::move(written), std::move(done), sync});
+  lock.unlock();
   cv_.notify_one();
   return Status::Ok();
 }
@@ -118,12 +116,9 @@ void Store::Commit(Batch& batch, std::function<void(Status)> done) {
     done(Status::Ok());
     return;
   }
-  auto shared = std::make_shared<std::function<void(Status)>>(std::move(done));
-  if (Status s = Enqueue(
-          std::move(batch.batch_), nullptr,
-          [shared](Status s) { (*shared)(std::move(s)); }, false);
-      !s.ok()) {
-    (*shared)(std::move(s));
+  std::function<void()> written;
+  if (Status s = Enqueue(batch.batch_, written, done, false); !s.ok()) {
+    done(std::move(s));
   }
 }
 
@@ -134,10 +129,7 @@ Status Store::Write(Batch& batch, std::function<void()> written,
     durable(Status::Ok());
     return Status::Ok();
   }
-  // (Enqueue takes the contents only once it succeeds.)
-  if (Status failed = Failed(); !failed.ok()) return failed;
-  return Enqueue(std::move(batch.batch_), std::move(written),
-                 std::move(durable), false);
+  return Enqueue(batch.batch_, written, durable, false);
 }
 
 void Store::ReserveIdsLater(std::uint32_t partition,
@@ -146,12 +138,9 @@ void Store::ReserveIdsLater(std::uint32_t partition,
                             std::function<void(Status)> done) {
   Batch batch(*this);
   batch.PutCounters(partition, version_limit, event_seq_limit);
-  auto shared = std::make_shared<std::function<void(Status)>>(std::move(done));
-  if (Status s = Enqueue(
-          std::move(batch.batch_), nullptr,
-          [shared](Status s) { (*shared)(std::move(s)); }, true);
-      !s.ok()) {
-    (*shared)(std::move(s));
+  std::function<void()> written;
+  if (Status s = Enqueue(batch.batch_, written, done, true); !s.ok()) {
+    done(std::move(s));
   }
 }
 
