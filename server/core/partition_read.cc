@@ -72,7 +72,8 @@ bool Partition::ReadPayloads(Found& found, Status* error, std::size_t max_bytes,
       }
       if (read) found.timers[i].payload = std::move(payloads[j]);
       bytes += ListCost(found.timers[i]);
-      if (bytes > max_bytes && bytes_before + kept > 0) {
+      const bool page_empty = bytes_before == 0 && kept == 0;
+      if (bytes > max_bytes && !page_empty) {
         found.next = found.records[i];
         found.timers.resize(kept);
         found.records.resize(kept);

@@ -25,11 +25,6 @@ using record::AppendRaw;
 using record::ReadBE;
 using record::ReadRaw;
 
-std::string IdKey(std::uint64_t id) {
-  std::string out;
-  AppendBE(out, id, 8);
-  return out;
-}
 std::string NamespaceKey(NamespaceId id) {
   std::string out(1, kNamespacePrefix);
   AppendBE(out, id, 4);
@@ -37,6 +32,12 @@ std::string NamespaceKey(NamespaceId id) {
 }
 
 }  // namespace
+
+std::string Store::IdKey(std::uint64_t id) {
+  std::string out;
+  AppendBE(out, id, 8);
+  return out;
+}
 
 Status ParseFsyncPolicy(std::string_view text, StoreOptions* options) {
   if (text == "always") {

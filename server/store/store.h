@@ -350,14 +350,14 @@ class Store {
   void SyncLoop();
   // Runs (or hands to the executor) the completions of a group, without
   // mu_ (held by the caller on entry and on return).
-  void RunDone(std::unique_lock<std::mutex>& lock, std::vector<Queued>& group,
-               const Status& status);
   void RunDone(std::unique_lock<std::mutex>& lock,
                std::vector<std::function<void(Status)>> done,
                const Status& status);
   Status Read(std::span<const std::uint64_t> ids, const View* view,
               std::vector<std::string>* payloads, std::vector<bool>* readable,
               std::vector<bool>* gone);
+  // The key of a timer, payload or event record (store.cc).
+  static std::string IdKey(std::uint64_t id);
   // Writes one group as one RocksDB write.
   rocksdb::Status WriteGroup(const std::vector<Queued>& group);
   // Every kMarkInterval, records in the mark how much is durable, if that
@@ -394,10 +394,9 @@ class Store {
   std::mutex mu_;
   std::condition_variable cv_;
   std::condition_variable idle_cv_;
-  // Under mu_: batches not yet written, in order; the first `taking_` are
-  // being written by the writer (kept for views until written).
+  // Under mu_: batches not yet written, in order (the writer's group is
+  // kept at the front, for views, until it is written).
   std::deque<Queued> queue_;
-  std::size_t taking_ = 0;
   // Views alive (each told of every batch written while it lives).
   std::vector<View::State*> views_;
   std::function<void(std::function<void()>)> executor_;

@@ -1,19 +1,13 @@
 // The store's write queue and its writer thread, and reads that see the
 // queue (store.h, "Writes").
 #include <algorithm>
+#include <optional>
 #include <unordered_map>
 
-#include "server/common/record_codec.h"
 #include "server/store/store.h"
 
 namespace delayd {
 namespace {
-
-std::string IdKey(std::uint64_t id) {
-  std::string out;
-  record::AppendBE(out, id, 8);
-  return out;
-}
 
 // Copies the records of several batches into one, so that a group costs one
 // RocksDB write (one log append) instead of one per batch. (RocksDB merges
@@ -40,58 +34,42 @@ class Merge : public rocksdb::WriteBatch::Handler {
       families_;
 };
 
-// Finds the Puts of given payload keys (by index) in batches: the last one
-// seen wins.
+// Finds, in batches, the Puts (their values; the last one seen wins) or the
+// Deletes of given payload keys, by index.
 class FindPayloads : public rocksdb::WriteBatch::Handler {
  public:
   FindPayloads(std::uint32_t family,
                const std::unordered_map<std::string, std::size_t>& wanted,
-               std::vector<std::string>& values, std::vector<bool>& found)
-      : family_(family), wanted_(wanted), values_(values), found_(found) {}
+               std::vector<std::string>* values, std::vector<bool>& seen)
+      : family_(family), wanted_(wanted), values_(values), seen_(seen) {}
   rocksdb::Status PutCF(std::uint32_t cf, const rocksdb::Slice& key,
                         const rocksdb::Slice& value) override {
-    if (cf != family_) return rocksdb::Status::OK();
-    if (auto it = wanted_.find(key.ToString()); it != wanted_.end()) {
-      values_[it->second].assign(value.data(), value.size());
-      found_[it->second] = true;
+    if (values_ == nullptr) return rocksdb::Status::OK();
+    if (auto i = Index(cf, key)) {
+      (*values_)[*i].assign(value.data(), value.size());
+      seen_[*i] = true;
     }
-    return rocksdb::Status::OK();
-  }
-  rocksdb::Status DeleteCF(std::uint32_t, const rocksdb::Slice&) override {
-    return rocksdb::Status::OK();
-  }
-
- private:
-  const std::uint32_t family_;
-  const std::unordered_map<std::string, std::size_t>& wanted_;
-  std::vector<std::string>& values_;
-  std::vector<bool>& found_;
-};
-
-// Finds Deletes of given payload keys (by index) in batches.
-class FindDeletes : public rocksdb::WriteBatch::Handler {
- public:
-  FindDeletes(std::uint32_t family,
-              const std::unordered_map<std::string, std::size_t>& wanted,
-              std::vector<bool>& deleted)
-      : family_(family), wanted_(wanted), deleted_(deleted) {}
-  rocksdb::Status PutCF(std::uint32_t, const rocksdb::Slice&,
-                        const rocksdb::Slice&) override {
     return rocksdb::Status::OK();
   }
   rocksdb::Status DeleteCF(std::uint32_t cf,
                            const rocksdb::Slice& key) override {
-    if (cf != family_) return rocksdb::Status::OK();
-    if (auto it = wanted_.find(key.ToString()); it != wanted_.end()) {
-      deleted_[it->second] = true;
-    }
+    if (values_ != nullptr) return rocksdb::Status::OK();
+    if (auto i = Index(cf, key)) seen_[*i] = true;
     return rocksdb::Status::OK();
   }
 
  private:
+  std::optional<std::size_t> Index(std::uint32_t cf,
+                                   const rocksdb::Slice& key) const {
+    if (cf != family_) return std::nullopt;
+    auto it = wanted_.find(key.ToString());
+    if (it == wanted_.end()) return std::nullopt;
+    return it->second;
+  }
   const std::uint32_t family_;
   const std::unordered_map<std::string, std::size_t>& wanted_;
-  std::vector<bool>& deleted_;
+  std::vector<std::string>* values_;  // Null: look for Deletes.
+  std::vector<bool>& seen_;
 };
 
 }  // namespace
@@ -194,7 +172,7 @@ Status Store::Read(std::span<const std::uint64_t> ids, const View* view,
   if (view != nullptr && !view->state_->queued.empty()) {
     std::unordered_map<std::string, std::size_t> wanted;
     for (std::size_t i = 0; i < ids.size(); ++i) wanted[keys[i]] = i;
-    FindPayloads finder(payloads_->GetID(), wanted, queued, found);
+    FindPayloads finder(payloads_->GetID(), wanted, &queued, found);
     for (const auto& batch : view->state_->queued) batch->Iterate(&finder);
   }
   std::vector<rocksdb::Slice> slices;
@@ -231,7 +209,7 @@ Status Store::Read(std::span<const std::uint64_t> ids, const View* view,
         std::lock_guard queue_lock(mu_);
         later = view->state_->later;
       }
-      FindDeletes finder(payloads_->GetID(), missing, deleted);
+      FindPayloads finder(payloads_->GetID(), missing, nullptr, deleted);
       for (const auto& batch : later) batch->Iterate(&finder);
     }
   }
@@ -287,7 +265,6 @@ void Store::WriterLoop() {
       sync = sync || q.sync ||
              (options_.fsync == FsyncPolicy::kAlways && q.batch != nullptr);
     }
-    taking_ = queue_.size();
     writing_ = true;
     // Views learn of the group before it is written (see Read).
     for (View::State* view : views_) {
@@ -312,38 +289,30 @@ void Store::WriterLoop() {
 
     lock.lock();
     std::size_t bytes = 0;
-    for (std::size_t i = 0; i < taking_; ++i) {
+    for (std::size_t i = 0; i < group.size(); ++i) {
       if (queue_.front().batch) bytes += queue_.front().batch->GetDataSize();
       queue_.pop_front();
     }
     queued_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
-    taking_ = 0;
     writing_ = false;
+    std::vector<std::function<void(Status)>> done;
+    for (Queued& q : group) {
+      if (q.done) done.push_back(std::move(q.done));
+    }
     if (status.ok() && sync) {
       // The syncer syncs it (with whatever else is written by then) while
       // this thread writes the next group.
-      for (Queued& q : group) {
-        if (q.done) waiting_.push_back(std::move(q.done));
-      }
+      waiting_.insert(waiting_.end(), std::make_move_iterator(done.begin()),
+                      std::make_move_iterator(done.end()));
       sync_cv_.notify_one();
     } else {
       if (status.ok()) unsynced_ = true;
-      RunDone(lock, group, status);
+      RunDone(lock, std::move(done), status);
     }
     idle_cv_.notify_all();
   }
   writer_done_ = true;
   sync_cv_.notify_one();
-}
-
-void Store::RunDone(std::unique_lock<std::mutex>& lock,
-                    std::vector<Queued>& group, const Status& status) {
-  std::vector<std::function<void(Status)>> done;
-  done.reserve(group.size());
-  for (Queued& q : group) {
-    if (q.done) done.push_back(std::move(q.done));
-  }
-  RunDone(lock, std::move(done), status);
 }
 
 void Store::RunDone(std::unique_lock<std::mutex>& lock,
@@ -416,22 +385,17 @@ void Store::SyncLoop() {
 }
 
 void Store::Flush(std::function<void()> done) {
-  auto shared = std::make_shared<std::function<void()>>(std::move(done));
-  Status s;
   {
     std::lock_guard lock(mu_);
-    if (closing_) {
-      s = Status::Unavailable("closed");
-    } else {
-      queue_.push_back(
-          Queued{nullptr, nullptr, [shared](Status) { (*shared)(); }, true});
+    if (!closing_) {
+      queue_.push_back(Queued{nullptr, nullptr,
+                              [done = std::move(done)](Status) { done(); },
+                              true});
+      cv_.notify_one();
+      return;
     }
   }
-  if (!s.ok()) {
-    (*shared)();
-    return;
-  }
-  cv_.notify_one();
+  done();  // Closed: everything queued before is written and synced.
 }
 
 void Store::Sync() {
