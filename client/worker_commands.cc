@@ -211,8 +211,11 @@ int Work(Client& c, const Global& g, const WorkArgs& a) {
   v1::SubscribeRequest req;
   req.set_namespace_(g.ns);
   req.set_mode(v1::SubscribeRequest::WORKER);
-  // The daemon never hands over more than can run at once.
+  // The daemon never hands over more than can run at once, nor more than
+  // --count in all: an event handed to a stream that then ends counts as
+  // an attempt (and may be its last).
   req.set_max_in_flight(a.concurrency);
+  req.set_max_events(a.count);
   *req.mutable_ack_timeout() =
       google::protobuf::util::TimeUtil::NanosecondsToDuration(timeout->count());
   auto reader = c.stub().Subscribe(&ctx, req);

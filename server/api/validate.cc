@@ -165,6 +165,7 @@ Status Validator::Subscribe(const v1::SubscribeRequest& req,
     return Status::InvalidArgument("max_in_flight: at most 10000");
   }
   if (req.max_in_flight() != 0) options->max_in_flight = req.max_in_flight();
+  options->max_events = req.max_events();
   if (req.has_ack_timeout()) {
     std::chrono::nanoseconds t;
     if (Status s =

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <limits>
 #include <optional>
 
 #include "server/common/limit_log.h"
@@ -119,6 +120,9 @@ void Dispatcher::Subscribe(std::uint64_t id,
                                 std::move(subscriber),
                                 options.max_in_flight,
                                 options.ack_timeout,
+                                options.max_events != 0
+                                    ? options.max_events
+                                    : std::numeric_limits<std::uint64_t>::max(),
                                 {}});
       counters_.workers.fetch_add(1);
       mine_.workers.fetch_add(1, std::memory_order_relaxed);
@@ -381,6 +385,7 @@ void Dispatcher::Pump() {
         w.max_in_flight - std::min<std::size_t>(w.max_in_flight, held),
         kMaxBatch);
     if (unwritten.bytes >= limits_.worker_backlog_bytes) room = 0;
+    room = std::min<std::uint64_t>(room, w.events_left);
     // The namespace's own limits, across its workers.
     // (The namespace's in-flight gauge is written on this strand only.)
     if (policy_.max_in_flight != 0) {
@@ -446,6 +451,7 @@ void Dispatcher::Pump() {
     mine_.in_flight.fetch_add(batch.size(), std::memory_order_relaxed);
     if (!bucket_.unlimited()) bucket_.Take(batch.size());
     mine_.delivered.fetch_add(batch.size(), std::memory_order_relaxed);
+    w.events_left -= batch.size();
     w.sink->Deliver(name_, batch);
   }
   observed_.AddTo(metrics_.delivery_lateness());

@@ -80,6 +80,8 @@ class Subscriber : public std::enable_shared_from_this<Subscriber> {
 struct SubscribeOptions {
   bool watcher = false;
   std::uint32_t max_in_flight = 100;
+  // Events over the subscription's life; 0: no limit.
+  std::uint64_t max_events = 0;
   // 0: the namespace policy's.
   std::chrono::nanoseconds ack_timeout{0};
 };
@@ -185,6 +187,8 @@ class Dispatcher {
     std::shared_ptr<Subscriber> sink;
     std::uint32_t max_in_flight;
     std::chrono::nanoseconds ack_timeout;
+    // Events it may still be given (SubscribeOptions::max_events).
+    std::uint64_t events_left;
     // Its events in flight (at most max_in_flight): what goes back to the
     // queue when it leaves, without a scan of every outstanding event.
     std::unordered_set<std::uint64_t> in_flight;

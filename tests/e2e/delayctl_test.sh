@@ -234,6 +234,24 @@ vm_growth_kb=$(grep -oE "[0-9]+" "$work/vm" | sort -n | sed -n '1p;$p' | tr '\n'
 [ "$vm_growth_kb" -lt $((512 * 1024)) ] && pass || fail "work: virtual memory grew ${vm_growth_kb} kB over 300 events"
 [ "$(grep -c 'exit=0' "$work/out")" -eq 300 ] && pass || fail "work: not 300 runs: $(tail -3 "$work/out")"
 
+# work --count N takes N events, not more: with three ready, one attempt
+# allowed and room for four, the two it does not run stay ready, unattempted
+# (handed over and abandoned, they would have become dead letters).
+expect_code 0 "$C" policy set -n few --max-attempts 1
+for k in a b c; do expect_code 0 "$C" set "few-$k" x --in 0s -n few; done
+deadline=$((SECONDS + 10))
+until "$C" stats -n few -o json | grep -q '"ready_events":"3"'; do
+  [ $SECONDS -ge $deadline ] && { fail "few: the events never became ready"; break; }
+  sleep 0.05
+done
+expect_code 0 "$C" work -n few --count 1 --concurrency 4 --exec 'cat >/dev/null'
+expect_code 0 "$C" stats -n few -o json
+expect_out '"ready_events":"2"'
+expect_out '"events_delivered":"1",'
+grep -q dead_letters "$work/out" && fail "few: dead letters: $(cat "$work/out")" || pass
+expect_code 0 "$C" work -n few --count 2 --exec 'cat >/dev/null'
+[ "$(grep -c 'attempt=1 exit=0' "$work/out")" -eq 2 ] && pass || fail "few: $(cat "$work/out")"
+
 # policy: defaults shown; set changes only the fields given; pause holds
 # delivery (timers still fire), resume delivers; bad values refused
 expect_code 0 "$C" policy get -n pol

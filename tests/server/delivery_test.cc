@@ -118,5 +118,32 @@ TEST_F(DelaydTest, FlowControlHoldsEventsBeyondMaxInFlight) {
   EXPECT_EQ(w.WaitFor(5).size(), 5u);
 }
 
+TEST_F(DelaydTest, MaxEventsBoundsWhatAStreamIsGiven) {
+  auto request = TestStream::Worker("default", 10);
+  request.set_max_events(3);
+  TestStream w(d_.stub(), request);
+  ASSERT_TRUE(w.WaitRegistered());
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(Set("k" + std::to_string(i), 0).ok());
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  auto s = Stats();
+  while (s.in_flight_events() + s.ready_events() < 5 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::yield();
+    s = Stats();
+  }
+  auto first = w.WaitFor(3);
+  ASSERT_EQ(first.size(), 3u);
+  EXPECT_EQ(Stats().in_flight_events(), 3u);
+  EXPECT_EQ(Stats().ready_events(), 2u);
+  // Acknowledging frees room under max_in_flight, but the stream has had
+  // its three: the other two wait for another worker, not yet attempted.
+  ASSERT_TRUE(Ack(Ids(first)).ok());
+  TestStream other(d_.stub(), TestStream::Worker("default", 10));
+  auto rest = other.WaitFor(2);
+  ASSERT_EQ(rest.size(), 2u);
+  for (const auto& e : rest) EXPECT_EQ(e.attempt(), 1u);
+  EXPECT_EQ(w.Events().size(), 3u);
+}
+
 }  // namespace
 }  // namespace delayd::testing
