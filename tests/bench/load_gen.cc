@@ -853,6 +853,11 @@ int main(int argc, char** argv) {
           "lateness steady 2k/s: n=%zu p50 %.3f ms p99 %.3f ms p99.9 %.3f ms "
           "max %.3f ms\n",
           p.n, p.p50, p.p99, p.p999, p.max);
+      p = Summarize(bench.fired_late());
+      std::printf(
+          "  of which firing (fired_at - fire time): p50 %.3f ms p99 "
+          "%.3f ms max %.3f ms\n",
+          p.p50, p.p99, p.max);
       // Burst: 100k due within one second, set beforehand.
       constexpr std::uint64_t kBurst = 100'000;
       const std::int64_t t0 = WallNanos() + 4'000'000'000;
