@@ -123,7 +123,8 @@ void Dispatcher::Subscribe(std::uint64_t id,
                                 options.max_events != 0
                                     ? options.max_events
                                     : std::numeric_limits<std::uint64_t>::max(),
-                                {}});
+                                {},
+                                0});
       counters_.workers.fetch_add(1);
       mine_.workers.fetch_add(1, std::memory_order_relaxed);
     }
@@ -319,56 +320,14 @@ void Dispatcher::OnAckTimeouts(std::vector<StrandWheel::Expired>& due) {
   Pump();
 }
 
-void Dispatcher::ReadPayloads(std::vector<const Event*>& events,
-                              std::vector<Event>& out,
-                              std::vector<std::uint64_t>& unreadable) {
-  std::vector<std::uint64_t> ids;
-  ids.reserve(events.size());
-  for (const Event* e : events) ids.push_back(PayloadIdOf(e->blob));
-  std::vector<std::string> payloads;
-  std::vector<bool> readable;
-  const Status s = store_->GetPayloads(ids, &payloads, &readable);
-  out.clear();
-  out.reserve(events.size());
-  std::size_t kept = 0;
-  for (std::size_t i = 0; i < events.size(); ++i) {
-    const Event& e = *events[i];
-    if (!readable[i]) {
-      unreadable.push_back(e.id);
-      LogRepeated("unreadable-payload",
-                  "namespace '" + name_ + "', key '" +
-                      std::string(e.blob.key()) + "', event " +
-                      std::to_string(e.id) +
-                      ": its payload cannot be read; the event is held and "
-                      "tried again (" +
-                      s.message() + ")");
-      continue;
-    }
-    out.push_back(Event{e.id, e.ns, Blob(e.blob.key(), payloads[i]), e.version,
-                        e.fire_time, e.fired_at, e.attempt, e.reason});
-    events[kept++] = events[i];
-  }
-  events.resize(kept);
-}
-
-void Dispatcher::Hold(const std::vector<std::uint64_t>& ids) {
-  held_.insert(held_.end(), ids.begin(), ids.end());
-  if (retry_armed_ || closed_) return;
-  retry_armed_ = true;
-  retry_timer_.expires_after(kRetryRead);
-  retry_timer_.async_wait([this](const asio::error_code& ec) {
-    retry_armed_ = false;
-    if (ec || closed_) return;
-    ready_.insert(ready_.begin(), held_.begin(), held_.end());
-    held_.clear();
-    Pump();
-  });
-}
-
 void Dispatcher::Pump() {
   assert(strand_.running_in_this_thread());
-  if (workers_.empty() || closed_ || policy_.paused) return;
+  if (workers_.empty() || closed_ || policy_.paused || reading_) return;
   std::vector<const Event*> batch;
+  // With a store, the events this pass gives out, by worker, to be sent once
+  // their payloads are read (off the strand: FinishRead).
+  auto read = store_ != nullptr ? std::make_shared<Read>() : nullptr;
+  std::size_t taken = 0;  // Events this pass gave out.
   std::size_t idle_turns = 0;
   // (The clock is read only when a dispatch rate needs it.)
   const SteadyTime pump_time =
@@ -380,20 +339,24 @@ void Dispatcher::Pump() {
     // Events not yet written count too, those that timed out among them:
     // a worker that stops reading never holds more than max_in_flight.
     const Subscriber::Backlog unwritten = w.sink->Unwritten();
-    const std::size_t held = std::max(w.in_flight.size(), unwritten.events);
+    const std::size_t held =
+        std::max(w.in_flight.size(), unwritten.events) + w.reading;
     std::size_t room = std::min<std::size_t>(
         w.max_in_flight - std::min<std::size_t>(w.max_in_flight, held),
         kMaxBatch);
     if (unwritten.bytes >= limits_.worker_backlog_bytes) room = 0;
-    room = std::min<std::uint64_t>(room, w.events_left);
+    room = std::min<std::uint64_t>(
+        room,
+        w.events_left - std::min<std::uint64_t>(w.events_left, w.reading));
     // The namespace's own limits, across its workers.
     // (The namespace's in-flight gauge is written on this strand only.)
     if (policy_.max_in_flight != 0) {
       room = std::min<std::size_t>(
-          room, policy_.max_in_flight -
-                    std::min<std::size_t>(
-                        policy_.max_in_flight,
-                        mine_.in_flight.load(std::memory_order_relaxed)));
+          room,
+          policy_.max_in_flight -
+              std::min<std::size_t>(
+                  policy_.max_in_flight,
+                  mine_.in_flight.load(std::memory_order_relaxed) + taken));
       if (room == 0) break;
     }
     if (!bucket_.unlimited()) {
@@ -414,47 +377,58 @@ void Dispatcher::Pump() {
       ready_.pop_front();
       auto it = outstanding_.find(id);
       if (it == outstanding_.end() || it->second.worker != 0 ||
-          it->second.retrying) {
+          it->second.retrying || it->second.reading) {
         continue;
       }
       batch.push_back(&it->second.event);
     }
     if (batch.empty()) break;
-    std::vector<Event> full;
-    if (store_ != nullptr) {
-      std::vector<std::uint64_t> unreadable;
-      ReadPayloads(batch, full, unreadable);
-      if (!unreadable.empty()) Hold(unreadable);
-      if (batch.empty()) continue;
-    }
-    const SteadyTime steady_now = clock_.Steady();
-    const WallNanos wall_now = clock_.Wall();
-    for (std::size_t i = 0; i < batch.size(); ++i) {
-      Outstanding& o = outstanding_.at(batch[i]->id);
-      o.worker = w.id;
-      o.delivered_at = steady_now;
-      w.in_flight.insert(batch[i]->id);
-      if (++o.event.attempt == 1) {
-        observed_.Add(std::chrono::nanoseconds(wall_now - o.event.fire_time));
-      }
-      StartAckTimer(
-          batch[i]->id, o,
-          w.ack_timeout.count() != 0 ? w.ack_timeout : policy_.ack_timeout);
-      if (store_ != nullptr) {
-        full[i].attempt = o.event.attempt;
-        batch[i] = &full[i];
-      }
-    }
-    counters_.ready.fetch_sub(batch.size());
-    counters_.in_flight.fetch_add(batch.size());
-    mine_.ready.fetch_sub(batch.size(), std::memory_order_relaxed);
-    mine_.in_flight.fetch_add(batch.size(), std::memory_order_relaxed);
+    taken += batch.size();
     if (!bucket_.unlimited()) bucket_.Take(batch.size());
-    mine_.delivered.fetch_add(batch.size(), std::memory_order_relaxed);
-    w.events_left -= batch.size();
-    w.sink->Deliver(name_, batch);
+    if (read) {
+      Read::Part& part = read->parts.emplace_back();
+      part.worker = w.id;
+      for (const Event* e : batch) {
+        outstanding_.at(e->id).reading = true;
+        part.events.push_back(e->id);
+        read->payload_ids.push_back(PayloadIdOf(e->blob));
+      }
+      w.reading += batch.size();
+      continue;
+    }
+    Deliver(w, batch, nullptr);
   }
+  if (read && !read->parts.empty()) StartRead(std::move(read));
   observed_.AddTo(metrics_.delivery_lateness());
+}
+
+void Dispatcher::Deliver(Worker& w, std::vector<const Event*>& batch,
+                         std::vector<Event>* full) {
+  const SteadyTime steady_now = clock_.Steady();
+  const WallNanos wall_now = clock_.Wall();
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    Outstanding& o = outstanding_.at(batch[i]->id);
+    o.worker = w.id;
+    o.delivered_at = steady_now;
+    w.in_flight.insert(batch[i]->id);
+    if (++o.event.attempt == 1) {
+      observed_.Add(std::chrono::nanoseconds(wall_now - o.event.fire_time));
+    }
+    StartAckTimer(
+        batch[i]->id, o,
+        w.ack_timeout.count() != 0 ? w.ack_timeout : policy_.ack_timeout);
+    if (full != nullptr) {
+      (*full)[i].attempt = o.event.attempt;
+      batch[i] = &(*full)[i];
+    }
+  }
+  counters_.ready.fetch_sub(batch.size());
+  counters_.in_flight.fetch_add(batch.size());
+  mine_.ready.fetch_sub(batch.size(), std::memory_order_relaxed);
+  mine_.in_flight.fetch_add(batch.size(), std::memory_order_relaxed);
+  mine_.delivered.fetch_add(batch.size(), std::memory_order_relaxed);
+  w.events_left -= batch.size();
+  w.sink->Deliver(name_, batch);
 }
 
 }  // namespace delayd

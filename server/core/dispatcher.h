@@ -15,8 +15,15 @@
 // that stops reading holds at most max_in_flight events, however often they
 // time out and go to others. With a store, payloads are read back when events
 // are sent; an event whose payload cannot be read is held and tried again,
-// never sent without it. Watchers get a copy of each event when it is
-// published; a watcher whose unwritten backlog passes the limit (events or
+// never sent without it.
+//
+// Reads: the payloads of the events a Pump gives out are read on the pool,
+// off the strand, one read at a time per dispatcher (so events still go out
+// in order); the events wait, counted against their worker's room, and are
+// sent when the read is back (FinishRead). Meanwhile the strand goes on with
+// acks, timeouts and publishing. (Copies for watchers and dead-letter
+// listings still read on the strand.) Watchers get a copy of each event when it
+// is published; a watcher whose unwritten backlog passes the limit (events or
 // bytes) is ended with RESOURCE_EXHAUSTED so that it never slows anyone.
 //
 // Thread safety: public methods may be called from any thread; they post to
@@ -192,12 +199,15 @@ class Dispatcher {
     // Its events in flight (at most max_in_flight): what goes back to the
     // queue when it leaves, without a scan of every outstanding event.
     std::unordered_set<std::uint64_t> in_flight;
+    // Events given to it whose payloads are being read.
+    std::size_t reading = 0;
   };
   struct Outstanding {
     Event event;
     std::uint64_t worker = 0;  // 0: ready or retrying, not in flight.
     bool retrying = false;
     bool dead = false;
+    bool reading = false;  // Given to a worker, its payload being read.
     // The store holds its fate (see StoredFate): deleted with the event.
     bool fate_stored = false;
     std::string error{};  // The last Nack's, if any.
@@ -207,8 +217,30 @@ class Dispatcher {
     SteadyTime delivered_at{};  // The last delivery.
   };
 
-  // All below run on the strand.
+  // The events one Pump gave out, by worker, and their payloads once read.
+  struct Read {
+    struct Part {
+      std::uint64_t worker = 0;
+      std::vector<std::uint64_t> events;
+    };
+    std::vector<Part> parts;
+    std::vector<std::uint64_t> payload_ids;  // All parts', in order.
+    std::vector<std::string> payloads;
+    std::vector<bool> readable;
+    Status status;
+  };
+
+  // All below run on the strand (but the read StartRead posts).
   void Pump();
+  // Sends `batch` (from ready_) to `w`: in flight, attempt + 1, ack timer.
+  // With a store, `full` holds the events with their payloads, in order.
+  void Deliver(Worker& w, std::vector<const Event*>& batch,
+               std::vector<Event>* full);
+  // Reads `read`'s payloads on the pool, then FinishRead on the strand.
+  void StartRead(std::shared_ptr<Read> read);
+  // Sends what was read to the workers still there; events of a worker
+  // that left (or if paused or closed since) are ready again, unattempted.
+  void FinishRead(Read& read);
   // Pumps again once the next token of the dispatch rate is there.
   void ArmRateTimer(SteadyTime at);
   std::chrono::nanoseconds BackoffFor(const Outstanding& o);
@@ -280,6 +312,7 @@ class Dispatcher {
   // Ack deadlines and retry times.
   StrandWheel ack_wheel_;
   bool closed_ = false;
+  bool reading_ = false;  // A StartRead is under way.
   std::deque<std::uint64_t> held_;
   asio::steady_timer retry_timer_;
   bool retry_armed_ = false;

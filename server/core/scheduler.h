@@ -9,10 +9,12 @@
 // I/O or a wait. The writer writes and syncs a group while the previous
 // group's completions (replies, the publishing of fired events) run on the
 // pool; reads of payloads run on the pool too, from a view taken under the
-// partition (Partition::Read). A stalled disk therefore stops only what
-// waits for durability: delivery and acks of events in memory go on, and
-// new changes are refused (UNAVAILABLE) once the writer's backlog passes
-// its bound (Admit).
+// partition (Partition::Read), and so do a dispatcher's reads of the
+// payloads it sends to workers (dispatcher.h; watchers' copies and
+// dead-letter listings still read on its strand). A stalled disk therefore
+// stops only what waits for durability: delivery and acks of events in
+// memory go on, and new changes are refused (UNAVAILABLE) once the
+// writer's backlog passes its bound (Admit).
 // Thread safety: every public method may be called from any thread.
 #ifndef DELAYD_SERVER_CORE_SCHEDULER_H_
 #define DELAYD_SERVER_CORE_SCHEDULER_H_

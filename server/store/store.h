@@ -107,6 +107,10 @@ struct StoreOptions {
   // Queued bytes beyond which backlogged() is true: callers refuse new
   // changes instead of queueing them while the disk lags.
   std::size_t max_backlog_bytes = 64 << 20;
+  // Tests: runs on the reading thread before each read of payloads (a read
+  // that hangs, as a slow disk's would; payloads read back from RocksDB's
+  // memtable touch no file the test's Env could hold).
+  std::function<void()> before_payload_read;
 };
 
 // Parses "always", "never" or a duration such as "100ms" (an interval).

@@ -163,6 +163,7 @@ Status Store::Read(std::span<const std::uint64_t> ids, const View* view,
   readable->assign(ids.size(), false);
   gone->assign(ids.size(), false);
   if (ids.empty()) return Status::Ok();
+  if (options_.before_payload_read) options_.before_payload_read();
   std::vector<std::string> keys;
   keys.reserve(ids.size());
   for (std::uint64_t id : ids) keys.push_back(IdKey(id));

@@ -2,10 +2,13 @@
 // HoldLogWrites): only what waits for durability waits. Events already in
 // memory are still delivered and acknowledged, reads answer, and once the
 // writer's backlog passes its bound new changes are refused, changing
-// nothing, instead of taking memory without bound.
+// nothing, instead of taking memory without bound. A payload read that
+// hangs holds only the events it reads.
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 #include "tests/common/power_loss_fs.h"
@@ -182,6 +185,77 @@ TEST(StalledStore, ChangesAreRefusedOnceTheBacklogIsFull) {
         << key << " was refused but changed";
   }
   EXPECT_GE(refused, kSetters - 5);
+}
+
+// Payload reads that wait until released (StoreOptions::before_payload_read).
+class ReadGate {
+ public:
+  void Hold() {
+    std::lock_guard lock(mu_);
+    held_ = true;
+  }
+  void Release() {
+    {
+      std::lock_guard lock(mu_);
+      held_ = false;
+    }
+    cv_.notify_all();
+  }
+  int waiting() {
+    std::lock_guard lock(mu_);
+    return waiting_;
+  }
+  void Pass() {
+    std::unique_lock lock(mu_);
+    ++waiting_;
+    cv_.wait(lock, [&] { return !held_; });
+    --waiting_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool held_ = false;
+  int waiting_ = 0;
+};
+
+TEST(StalledStore, AHangingPayloadReadHoldsOnlyTheEventsItReads) {
+  TempDir dir;
+  ReadGate gate;
+  DelaydServer::Options options = OnFs(dir / "data", nullptr);
+  options.scheduler.store->before_payload_read = [&gate] { gate.Pass(); };
+  TestDaemon d(options);
+  ASSERT_TRUE(d.started());
+  struct Open {
+    ReadGate& gate;
+    ~Open() { gate.Release(); }
+  } open{gate};
+  auto first =
+      std::make_unique<TestStream>(d.stub(), TestStream::Worker("default", 10));
+  ASSERT_TRUE(first->WaitRegistered());
+  ASSERT_TRUE(Set(d.stub(), "sent", 0).ok());
+  const auto sent = first->WaitFor(1);
+  ASSERT_EQ(sent.size(), 1u);
+
+  // The next event's payload read hangs.
+  gate.Hold();
+  ASSERT_TRUE(Set(d.stub(), "read", 0, "its payload").ok());
+  ASSERT_TRUE(Eventually([&] { return gate.waiting() == 1; }));
+  // The namespace's other work goes on: an ack, a worker leaving.
+  ASSERT_TRUE(Ack(d.stub(), sent[0].id()).ok());
+  EXPECT_EQ(Stats(d.stub()).events_acked(), 1u);
+  first.reset();
+  ASSERT_TRUE(Eventually([&] { return Stats(d.stub()).workers() == 0; }));
+
+  // Its worker left while it was read: it goes to the next one, never
+  // having been sent (attempt 1).
+  gate.Release();
+  TestStream second(d.stub(), TestStream::Worker("default", 10));
+  const auto got = second.WaitFor(1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].key(), "read");
+  EXPECT_EQ(got[0].payload(), "its payload");
+  EXPECT_EQ(got[0].attempt(), 1u);
 }
 
 }  // namespace
