@@ -97,15 +97,7 @@ TEST_F(DelaydTest, FlowControlHoldsEventsBeyondMaxInFlight) {
   TestStream w(d_.stub(), TestStream::Worker("default", 2));
   ASSERT_TRUE(w.WaitRegistered());
   for (int i = 0; i < 5; ++i) ASSERT_TRUE(Set("k" + std::to_string(i), 0).ok());
-  // Firing (timers_fired) happens on a partition; the events reach the
-  // namespace's dispatcher after that, so wait on the dispatcher's counts.
-  const auto deadline = std::chrono::steady_clock::now() + 5s;
-  auto s = Stats();
-  while (s.in_flight_events() + s.ready_events() < 5 &&
-         std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::yield();
-    s = Stats();
-  }
+  ASSERT_TRUE(WaitDispatched(5));
   auto first = w.WaitFor(2);
   ASSERT_EQ(first.size(), 2u);
   EXPECT_EQ(Stats().in_flight_events(), 2u);
@@ -124,13 +116,7 @@ TEST_F(DelaydTest, MaxEventsBoundsWhatAStreamIsGiven) {
   TestStream w(d_.stub(), request);
   ASSERT_TRUE(w.WaitRegistered());
   for (int i = 0; i < 5; ++i) ASSERT_TRUE(Set("k" + std::to_string(i), 0).ok());
-  const auto deadline = std::chrono::steady_clock::now() + 5s;
-  auto s = Stats();
-  while (s.in_flight_events() + s.ready_events() < 5 &&
-         std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::yield();
-    s = Stats();
-  }
+  ASSERT_TRUE(WaitDispatched(5));
   auto first = w.WaitFor(3);
   ASSERT_EQ(first.size(), 3u);
   EXPECT_EQ(Stats().in_flight_events(), 3u);

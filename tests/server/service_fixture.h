@@ -9,6 +9,7 @@
 #include <map>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "tests/server/test_client.h"
 
@@ -82,6 +83,18 @@ class DelaydTest : public ::testing::Test {
     grpc::ClientContext ctx;
     EXPECT_TRUE(d_.stub().Stats(&ctx, v1::StatsRequest(), &resp).ok());
     return resp;
+  }
+  // Waits (up to 10 s) until the dispatcher holds `n` events, ready or in
+  // flight (firing happens on a partition; events reach the namespace's
+  // dispatcher after that). Returns whether it did.
+  bool WaitDispatched(std::uint64_t n) {
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    for (auto s = Stats(); s.in_flight_events() + s.ready_events() < n;
+         s = Stats()) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::yield();
+    }
+    return true;
   }
   // Waits (up to 10 s) until `w` has received `n` events whose key is one of
   // `keys`, and returns those, in arrival order.
