@@ -325,8 +325,9 @@ void Dispatcher::Pump() {
   if (workers_.empty() || closed_ || policy_.paused || reading_) return;
   std::vector<const Event*> batch;
   // With a store, the events this pass gives out, by worker, to be sent once
-  // their payloads are read (off the strand: FinishRead).
-  auto read = store_ != nullptr ? std::make_shared<Read>() : nullptr;
+  // their payloads are read (off the strand: FinishRead); made for the
+  // first of them.
+  std::shared_ptr<Read> read;
   std::size_t taken = 0;  // Events this pass gave out.
   std::size_t idle_turns = 0;
   // (The clock is read only when a dispatch rate needs it.)
@@ -377,7 +378,7 @@ void Dispatcher::Pump() {
       ready_.pop_front();
       auto it = outstanding_.find(id);
       if (it == outstanding_.end() || it->second.worker != 0 ||
-          it->second.retrying || it->second.reading) {
+          it->second.retrying) {
         continue;
       }
       batch.push_back(&it->second.event);
@@ -385,11 +386,11 @@ void Dispatcher::Pump() {
     if (batch.empty()) break;
     taken += batch.size();
     if (!bucket_.unlimited()) bucket_.Take(batch.size());
-    if (read) {
+    if (store_ != nullptr) {
+      if (!read) read = std::make_shared<Read>();
       Read::Part& part = read->parts.emplace_back();
       part.worker = w.id;
       for (const Event* e : batch) {
-        outstanding_.at(e->id).reading = true;
         part.events.push_back(e->id);
         read->payload_ids.push_back(PayloadIdOf(e->blob));
       }
@@ -398,7 +399,7 @@ void Dispatcher::Pump() {
     }
     Deliver(w, batch, nullptr);
   }
-  if (read && !read->parts.empty()) StartRead(std::move(read));
+  if (read) StartRead(std::move(read));
   observed_.AddTo(metrics_.delivery_lateness());
 }
 

@@ -22,9 +22,11 @@
 // in order); the events wait, counted against their worker's room, and are
 // sent when the read is back (FinishRead). Meanwhile the strand goes on with
 // acks, timeouts and publishing. (Copies for watchers and dead-letter
-// listings still read on the strand.) Watchers get a copy of each event when it
-// is published; a watcher whose unwritten backlog passes the limit (events or
-// bytes) is ended with RESOURCE_EXHAUSTED so that it never slows anyone.
+// listings still read on the strand.)
+//
+// Watchers get a copy of each event when it is published; a watcher whose
+// unwritten backlog passes the limit (events or bytes) is ended with
+// RESOURCE_EXHAUSTED so that it never slows anyone.
 //
 // Thread safety: public methods may be called from any thread; they post to
 // the dispatcher's strand, where all state lives.
@@ -207,7 +209,6 @@ class Dispatcher {
     std::uint64_t worker = 0;  // 0: ready or retrying, not in flight.
     bool retrying = false;
     bool dead = false;
-    bool reading = false;  // Given to a worker, its payload being read.
     // The store holds its fate (see StoredFate): deleted with the event.
     bool fate_stored = false;
     std::string error{};  // The last Nack's, if any.
@@ -283,6 +284,8 @@ class Dispatcher {
   // error, naming its namespace and key, to the log.
   void ReadPayloads(std::vector<const Event*>& events, std::vector<Event>& out,
                     std::vector<std::uint64_t>& unreadable);
+  // Logs that `e`'s payload cannot be read (why: `s`); it is held.
+  void LogUnreadable(const Event& e, const Status& s) const;
   // Ready events whose payloads could not be read wait in held_ and are
   // ready again after kRetryRead.
   void Hold(const std::vector<std::uint64_t>& ids);

@@ -6,6 +6,16 @@
 #include "server/core/dispatcher.h"
 
 namespace delayd {
+namespace {
+
+// `e` (whose blob holds its payload's id) with its payload.
+Event WithPayload(const Event& e, std::string payload) {
+  return Event{e.id,      e.ns,        Blob(e.blob.key(), std::move(payload)),
+               e.version, e.fire_time, e.fired_at,
+               e.attempt, e.reason};
+}
+
+}  // namespace
 
 void Dispatcher::StartRead(std::shared_ptr<Read> read) {
   reading_ = true;
@@ -37,29 +47,19 @@ void Dispatcher::FinishRead(Read& read) {
       const bool readable = read.readable[i++];
       auto it = outstanding_.find(id);
       // (Acknowledged while its payload was read: an ack may name a ready
-      // event.)
-      if (it == outstanding_.end() || !it->second.reading) continue;
-      Outstanding& o = it->second;
-      o.reading = false;
+      // event. Nothing else takes an event out of ready_'s hands meanwhile.)
+      if (it == outstanding_.end()) continue;
+      const Event& e = it->second.event;
       if (!readable) {
         unreadable.push_back(id);
-        LogRepeated("unreadable-payload",
-                    "namespace '" + name_ + "', key '" +
-                        std::string(o.event.blob.key()) + "', event " +
-                        std::to_string(id) +
-                        ": its payload cannot be read; the event is held and "
-                        "tried again (" +
-                        read.status.message() + ")");
+        LogUnreadable(e, read.status);
         continue;
       }
       if (!send) {
         back.push_back(id);
         continue;
       }
-      const Event& e = o.event;
-      full.push_back(Event{e.id, e.ns, Blob(e.blob.key(), std::move(payload)),
-                           e.version, e.fire_time, e.fired_at, e.attempt,
-                           e.reason});
+      full.push_back(WithPayload(e, std::move(payload)));
       batch.push_back(&e);
     }
     if (!batch.empty()) Deliver(*w, batch, &full);
@@ -86,20 +86,22 @@ void Dispatcher::ReadPayloads(std::vector<const Event*>& events,
     const Event& e = *events[i];
     if (!readable[i]) {
       unreadable.push_back(e.id);
-      LogRepeated("unreadable-payload",
-                  "namespace '" + name_ + "', key '" +
-                      std::string(e.blob.key()) + "', event " +
-                      std::to_string(e.id) +
-                      ": its payload cannot be read; the event is held and "
-                      "tried again (" +
-                      s.message() + ")");
+      LogUnreadable(e, s);
       continue;
     }
-    out.push_back(Event{e.id, e.ns, Blob(e.blob.key(), payloads[i]), e.version,
-                        e.fire_time, e.fired_at, e.attempt, e.reason});
+    out.push_back(WithPayload(e, std::move(payloads[i])));
     events[kept++] = events[i];
   }
   events.resize(kept);
+}
+
+void Dispatcher::LogUnreadable(const Event& e, const Status& s) const {
+  LogRepeated("unreadable-payload",
+              "namespace '" + name_ + "', key '" + std::string(e.blob.key()) +
+                  "', event " + std::to_string(e.id) +
+                  ": its payload cannot be read; the event is held and tried "
+                  "again (" +
+                  s.message() + ")");
 }
 
 void Dispatcher::Hold(const std::vector<std::uint64_t>& ids) {
