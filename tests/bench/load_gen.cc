@@ -19,15 +19,17 @@
 // Every loop is bounded in time and count; only loopback is used.
 //
 //   security    SetTimer/s and Batch items/s with TLS and tokens, as ratios
-//               of plaintext (alternating rounds);
+//               of plaintext (alternating, 3 rounds or --rounds N);
 //   ab          with --daemon-b: two builds side by side (alternating, 5
 //               rounds or --rounds N), with the daemon args (default
 //               --in-memory; without it, each round on a fresh data
 //               directory);
-//   ab-firing   as ab, firing only (not run unless named).
+//   ab-firing   as ab, firing only (not run unless named); --fire N timers
+//               per round (default 200k).
+// security and ab also print the daemon's CPU time per operation.
 //
 // Usage: load_gen [--daemon PATH] [--daemon-b PATH] [--seconds N]
-//                 [--rounds N] [--only NAME] [--scratch DIR]
+//                 [--rounds N] [--fire N] [--only NAME] [--scratch DIR]
 //                 [-- daemon args]
 #include <absl/synchronization/mutex.h>
 #include <grpcpp/generic/generic_stub.h>
@@ -122,6 +124,26 @@ double CpuSeconds(pid_t pid) {
   return total;
 }
 
+// A rate measured by `run` (operations/s over its own run) and the CPU time
+// the daemon `pid` spent per operation meanwhile, in microseconds. The CPU
+// figure is what an operation costs the daemon: on a shared machine it moves
+// far less between rounds than the rate does.
+struct Measured {
+  double rate = 0;
+  double cpu_us = 0;
+};
+template <typename Run>
+Measured WithCpu(pid_t pid, Run run) {
+  const double cpu0 = CpuSeconds(pid);
+  const auto start = Clock::now();
+  Measured m;
+  m.rate = run();
+  const double wall =
+      std::chrono::duration<double>(Clock::now() - start).count();
+  if (m.rate > 0) m.cpu_us = 1e6 * (CpuSeconds(pid) - cpu0) / (m.rate * wall);
+  return m;
+}
+
 // Keeps `concurrency` calls in flight for `duration`; `issue(slot, done)`
 // starts one call whose completion runs `done`. Returns completed calls/s.
 template <typename Issue>
@@ -175,8 +197,11 @@ struct CallSlot {
   std::unique_ptr<grpc::ClientContext> ctx;
   Request req;
   Response resp;
-  grpc::ClientContext* NewContext() {
+  // `authorization`: a header value to send, if not empty.
+  grpc::ClientContext* NewContext(const std::string& authorization) {
     ctx = std::make_unique<grpc::ClientContext>();
+    if (!authorization.empty())
+      ctx->AddMetadata("authorization", authorization);
     return ctx.get();
   }
 };
@@ -197,6 +222,12 @@ class Bench {
     }
   }
 
+  // Sends `token` as a bearer token in each call's metadata from now on (what
+  // a client that does not use gRPC's call credentials does).
+  void SetBearer(const std::string& token) {
+    authorization_ = "Bearer " + token;
+  }
+
   double HealthRate(int concurrency, std::chrono::milliseconds d) {
     std::vector<
         CallSlot<health::HealthCheckRequest, health::HealthCheckResponse>>
@@ -204,7 +235,7 @@ class Bench {
     return ClosedLoop(concurrency, d, [&](int s, auto done) {
       auto& slot = slots[s];
       health_[s % health_.size()]->async()->Check(
-          slot.NewContext(), &slot.req, &slot.resp,
+          slot.NewContext(authorization_), &slot.req, &slot.resp,
           [done](grpc::Status st) { done(st.ok()); });
     });
   }
@@ -220,7 +251,7 @@ class Bench {
       slot.req.set_payload("0123456789abcdef");
       slot.req.mutable_delay()->set_seconds(3600);
       stubs_[s % stubs_.size()]->async()->SetTimer(
-          slot.NewContext(), &slot.req, &slot.resp,
+          slot.NewContext(authorization_), &slot.req, &slot.resp,
           [done](grpc::Status st) { done(st.ok()); });
     });
   }
@@ -268,6 +299,9 @@ class Bench {
       grpc::Slice slice(slot.req);
       slot.req_buf = grpc::ByteBuffer(&slice, 1);
       slot.ctx = std::make_unique<grpc::ClientContext>();
+      if (!authorization_.empty()) {
+        slot.ctx->AddMetadata("authorization", authorization_);
+      }
       generic_[s % generic_.size()]->UnaryCall(
           slot.ctx.get(), "/delayd.v1.Delayd/Batch", grpc::StubOptions(),
           &slot.req_buf, &slot.resp_buf, [&, done](grpc::Status st) {
@@ -421,6 +455,7 @@ class Bench {
  private:
   std::vector<double> fired_late_;
   std::atomic<std::uint64_t> batch_keys_{0};
+  std::string authorization_;  // Sent with every call when not empty.
   std::vector<std::unique_ptr<v1::Delayd::Stub>> stubs_;
   std::vector<std::unique_ptr<grpc::GenericStub>> generic_;
   std::vector<std::unique_ptr<health::Health::Stub>> health_;
@@ -503,7 +538,7 @@ void Durability(const std::string& binary, const std::string& scratch,
 // What TLS and token checks cost: the same daemon flags with and without
 // --tls-cert/--tls-key/--auth-tokens, in alternating rounds.
 void Security(const std::string& binary, const std::string& scratch,
-              std::chrono::milliseconds dur) {
+              std::chrono::milliseconds dur, int rounds) {
   const std::string dir = scratch + "/security";
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
@@ -527,35 +562,60 @@ void Security(const std::string& binary, const std::string& scratch,
   ca << ca_in.rdbuf();
   grpc::SslCredentialsOptions ssl;
   ssl.pem_root_certs = ca.str();
-  const auto secure = grpc::CompositeChannelCredentials(
-      grpc::SslCredentials(ssl), grpc::AccessTokenCredentials("bench-token"));
+  const auto tls = grpc::SslCredentials(ssl);
+  // Mode 1 sends the token through gRPC's call credentials, mode 2 as a
+  // header set on each call: the bytes on the wire are the same, but call
+  // credentials cost the client more per call, CPU that this process takes
+  // from the daemon on a shared machine.
+  const auto with_call_credentials = grpc::CompositeChannelCredentials(
+      tls, grpc::AccessTokenCredentials("bench-token"));
   const std::vector<std::string> plain_args = {"--in-memory"};
   const std::vector<std::string> secure_args = {
       "--in-memory",       "--tls-cert",    dir + "/server.pem", "--tls-key",
       dir + "/server.key", "--auth-tokens", dir + "/tokens"};
-  std::vector<double> unary[2], batch[2];
-  for (int round = 0; round < 3; ++round) {
-    for (int m = 0; m < 2; ++m) {
+  constexpr int kModes = 3;
+  std::vector<double> unary[kModes], batch[kModes], unary_cpu[kModes],
+      batch_cpu[kModes];
+  for (int round = 0; round < rounds; ++round) {
+    for (int m = 0; m < kModes; ++m) {
       delayd::testing::DaemonProcess d(binary,
                                        m == 0 ? plain_args : secure_args);
       if (!d.ok()) {
         std::printf("daemon did not start: %s\n", d.output().c_str());
         return;
       }
-      Bench bench(d.address(), 4, m == 0 ? nullptr : secure);
+      Bench bench(d.address(), 4,
+                  m == 0   ? nullptr
+                  : m == 1 ? with_call_credentials
+                           : tls);
+      if (m == 2) bench.SetBearer("bench-token");
       bench.SetRate(64, 300ms);  // Warm-up (and the TLS handshakes).
-      unary[m].push_back(bench.SetRate(64, dur / 2));
-      batch[m].push_back(bench.BatchRate(16, 100, dur / 2, "batch"));
+      const Measured u =
+          WithCpu(d.pid(), [&] { return bench.SetRate(64, dur / 2); });
+      const Measured b = WithCpu(
+          d.pid(), [&] { return bench.BatchRate(16, 100, dur / 2, "batch"); });
+      unary[m].push_back(u.rate);
+      unary_cpu[m].push_back(u.cpu_us);
+      batch[m].push_back(b.rate);
+      batch_cpu[m].push_back(b.cpu_us);
     }
   }
-  std::printf(
-      "security (medians of 3 alternating rounds):\n"
-      "  plaintext      SetTimer %8.0f/s   Batch %9.0f items/s\n"
-      "  TLS + tokens   SetTimer %8.0f/s (%.2fx)   Batch %9.0f items/s "
-      "(%.2fx)\n",
-      Median(unary[0]), Median(batch[0]), Median(unary[1]),
-      Median(unary[1]) / Median(unary[0]), Median(batch[1]),
-      Median(batch[1]) / Median(batch[0]));
+  // Throughput as a ratio of plaintext; CPU per operation as plaintext's
+  // over this mode's (the throughput ratio the daemon would reach if it had
+  // the CPU to itself).
+  std::printf("security (medians of %d alternating rounds):\n", rounds);
+  const char* names[kModes] = {"plaintext", "TLS + tokens (call credentials)",
+                               "TLS + tokens (header)"};
+  for (int m = 0; m < kModes; ++m) {
+    std::printf(
+        "  %-32s SetTimer %7.0f/s (%.3fx)  Batch %8.0f items/s (%.3fx)\n"
+        "  %-32s   daemon CPU per SetTimer %.2f us (%.3fx), per Batch item "
+        "%.3f us (%.3fx)\n",
+        names[m], Median(unary[m]), Median(unary[m]) / Median(unary[0]),
+        Median(batch[m]), Median(batch[m]) / Median(batch[0]), "",
+        Median(unary_cpu[m]), Median(unary_cpu[0]) / Median(unary_cpu[m]),
+        Median(batch_cpu[m]), Median(batch_cpu[0]) / Median(batch_cpu[m]));
+  }
 }
 
 // Two builds of the daemon side by side (the bound checks' cost):
@@ -566,10 +626,12 @@ void Security(const std::string& binary, const std::string& scratch,
 void AB(const std::string& a, const std::string& b,
         std::chrono::milliseconds dur, const std::string& scratch,
         const std::vector<std::string>& args,
-        const std::vector<std::string>& b_args, int rounds, bool firing_only) {
+        const std::vector<std::string>& b_args, int rounds, bool firing_only,
+        std::uint64_t fire_count) {
   const bool in_memory =
       std::find(args.begin(), args.end(), "--in-memory") != args.end();
   std::vector<double> unary[2], batch[2], firing[2];
+  std::vector<double> unary_cpu[2], batch_cpu[2], firing_cpu[2];
   for (int round = 0; round < rounds; ++round) {
     for (int m = 0; m < 2; ++m) {
       std::unique_ptr<ScratchDaemon> sd;
@@ -591,30 +653,52 @@ void AB(const std::string& a, const std::string& b,
       Bench bench(d.address(), 4);
       bench.SetRate(64, 300ms);  // Warm-up.
       if (!firing_only) {
-        unary[m].push_back(bench.SetRate(64, dur / 2));
-        batch[m].push_back(bench.BatchRate(16, 100, dur / 2, "batch"));
+        const Measured u =
+            WithCpu(d.pid(), [&] { return bench.SetRate(64, dur / 2); });
+        const Measured b = WithCpu(d.pid(), [&] {
+          return bench.BatchRate(16, 100, dur / 2, "batch");
+        });
+        unary[m].push_back(u.rate);
+        unary_cpu[m].push_back(u.cpu_us);
+        batch[m].push_back(b.rate);
+        batch_cpu[m].push_back(b.cpu_us);
       }
-      // Firing: 200k timers due at one instant, set beforehand, taken by one
-      // worker; events per second from the fire time to the last delivery.
-      // (50k took about 0.1 s, too short to be read within a few percent.)
-      constexpr std::uint64_t kFire = 200'000;
-      const std::int64_t t0 = WallNanos() + 1'500'000'000;
+      // Firing: `fire_count` timers due at one instant, set beforehand,
+      // taken by one worker; events per second from the fire time to the
+      // last delivery. (50k took about 0.1 s, too short to be read within a
+      // few percent.) The fill takes about 1 us per timer.
+      const std::uint64_t kFire = fire_count;
+      const std::int64_t t0 = WallNanos() + 1'500'000'000 +
+                              static_cast<std::int64_t>(2'000 * kFire);
       const std::string ns = "fire" + std::to_string(round);
+      // The daemon's CPU from the end of the fill (it idles until t0) to
+      // the last ack.
+      std::atomic<double> cpu0{0};
       auto late = bench.Lateness(ns, kFire, 30s, [&] {
         bench.Fill(kFire, ns, [&](std::uint64_t) { return t0; });
+        cpu0 = CpuSeconds(d.pid());
       });
+      const double cpu = CpuSeconds(d.pid()) - cpu0.load();
       const double last_ms =
           late.empty() ? 0 : *std::max_element(late.begin(), late.end());
-      firing[m].push_back(
-          late.size() == kFire && last_ms > 0 ? kFire / (last_ms / 1000) : 0);
+      const bool all = late.size() == kFire && last_ms > 0;
+      firing[m].push_back(all ? kFire / (last_ms / 1000) : 0);
+      firing_cpu[m].push_back(all ? 1e6 * cpu / kFire : 0);
     }
   }
+  // CPU per operation as a ratio a/b: above 1, b costs the daemon less.
+  auto cpu_line = [](const char* what, const std::vector<double>* cpu) {
+    std::printf("  daemon CPU per %s: a %.3f us, b %.3f us (a/b %.3fx)\n", what,
+                Median(cpu[0]), Median(cpu[1]),
+                Median(cpu[0]) / Median(cpu[1]));
+  };
   if (firing_only) {
     std::printf(
         "a/b firing (medians of %d alternating rounds): a %.0f/s, b %.0f/s "
         "(%.3fx)\n",
         rounds, Median(firing[0]), Median(firing[1]),
         Median(firing[1]) / Median(firing[0]));
+    cpu_line("fired event", firing_cpu);
     return;
   }
   std::printf(
@@ -626,6 +710,9 @@ void AB(const std::string& a, const std::string& b,
       b.c_str(), Median(unary[1]), Median(unary[1]) / Median(unary[0]),
       Median(batch[1]), Median(batch[1]) / Median(batch[0]), Median(firing[1]),
       Median(firing[1]) / Median(firing[0]));
+  cpu_line("SetTimer", unary_cpu);
+  cpu_line("Batch item", batch_cpu);
+  cpu_line("fired event", firing_cpu);
 }
 
 // RSS per pending timer with small and 1 KiB payloads, durable.
@@ -764,7 +851,8 @@ int main(int argc, char** argv) {
   std::string only;
   std::string scratch = std::filesystem::temp_directory_path() / "delayd-bench";
   int seconds = 3;
-  int rounds = 5;  // Of ab.
+  int rounds = 0;  // 0: each section's own (ab 5, security 3).
+  std::uint64_t fire_count = 200'000;  // Timers per firing round of ab.
   std::vector<std::string> daemon_args = {"--in-memory"};
   std::vector<std::string> b_args;  // Given to --daemon-b only.
   for (int i = 1; i < argc; ++i) {
@@ -775,6 +863,8 @@ int main(int argc, char** argv) {
       seconds = std::stoi(argv[++i]);
     } else if (a == "--rounds" && i + 1 < argc) {
       rounds = std::max(1, std::stoi(argv[++i]));
+    } else if (a == "--fire" && i + 1 < argc) {
+      fire_count = std::max(1000ULL, std::stoull(argv[++i]));
     } else if (a == "--only" && i + 1 < argc) {
       only = argv[++i];
     } else if (a == "--daemon-b" && i + 1 < argc) {
@@ -906,12 +996,17 @@ int main(int argc, char** argv) {
   if (want("payload")) Payload(daemon, scratch);
   if (want("churn")) Churn(daemon, scratch);
   if (want("recovery")) Recovery(daemon, scratch);
-  if (want("security")) Security(daemon, scratch, dur);
+  if (want("security")) {
+    Security(daemon, scratch, dur, rounds > 0 ? rounds : 3);
+  }
+  if (rounds == 0) rounds = 5;
   if (!daemon_b.empty() && want("ab")) {
-    AB(daemon, daemon_b, dur, scratch, daemon_args, b_args, rounds, false);
+    AB(daemon, daemon_b, dur, scratch, daemon_args, b_args, rounds, false,
+       fire_count);
   }
   if (!daemon_b.empty() && only == "ab-firing") {
-    AB(daemon, daemon_b, dur, scratch, daemon_args, b_args, rounds, true);
+    AB(daemon, daemon_b, dur, scratch, daemon_args, b_args, rounds, true,
+       fire_count);
   }
   return 0;
 }
