@@ -24,15 +24,15 @@ void Dispatcher::Bury(std::uint64_t event_id, Outstanding& o) {
   mine_.dead_letters.fetch_add(1, std::memory_order_relaxed);
   if (store_ != nullptr) {
     if (!fates_) fates_.emplace(store_->NewBatch());
-    fates_->PutFate(event_id, {o.event.attempt, true, o.error});
+    fates_->PutFate(event_id, {o.event.attempt, true, o.Error()});
     o.fate_stored = true;
   }
-  LogRepeated("dead-letter",
-              "namespace '" + name_ + "', key '" +
-                  std::string(o.event.blob.key()) + "', event " +
-                  std::to_string(event_id) + ": a dead letter after " +
-                  std::to_string(o.event.attempt) + " attempts" +
-                  (o.error.empty() ? "" : " (last error: " + o.error + ")"));
+  LogRepeated(
+      "dead-letter",
+      "namespace '" + name_ + "', key '" + std::string(o.event.blob.key()) +
+          "', event " + std::to_string(event_id) + ": a dead letter after " +
+          std::to_string(o.event.attempt) + " attempts" +
+          (o.Error().empty() ? "" : " (last error: " + o.Error() + ")"));
   // Watchers see the move.
   if (!watchers_.empty()) {
     Event copy = CopyOf(o.event);
@@ -50,7 +50,7 @@ void Dispatcher::RestoreDeadLetters(std::vector<DeadLetter> letters) {
                     .first->second;
       o.dead = true;
       o.fate_stored = true;
-      o.error = std::move(d.error);
+      o.SetError(std::move(d.error));
       dead_.insert(id);
     }
     counters_.dead_letters.fetch_add(letters.size());
@@ -71,7 +71,7 @@ void Dispatcher::ListDeadLetters(std::uint64_t from, std::size_t limit,
       // (With a store the payload's size is known once read: the page is
       // cut on keys and errors, and payloads are bounded per timer.)
       const std::size_t b = o.event.blob.key().size() +
-                            o.event.blob.payload().size() + o.error.size();
+                            o.event.blob.payload().size() + o.Error().size();
       if (!events.empty() && bytes + b > max_bytes) break;
       bytes += b;
       events.push_back(&o.event);
@@ -93,7 +93,7 @@ void Dispatcher::ListDeadLetters(std::uint64_t from, std::size_t limit,
     }
     for (Event& e : full) {
       const std::uint64_t id = e.id;
-      page.letters.push_back({std::move(e), outstanding_.at(id).error});
+      page.letters.push_back({std::move(e), outstanding_.at(id).Error()});
     }
     done(std::move(page));
   });
@@ -187,7 +187,7 @@ void Dispatcher::RequeueOrPurge(bool purge,
     }
     o.dead = false;
     o.event.attempt = 0;
-    o.error.clear();
+    o.error.reset();
     ready_.push_back(id);
     if (batch && o.fate_stored) {
       batch->DeleteFate(id);
