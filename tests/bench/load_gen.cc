@@ -564,9 +564,9 @@ void Security(const std::string& binary, const std::string& scratch,
   ssl.pem_root_certs = ca.str();
   const auto tls = grpc::SslCredentials(ssl);
   // Mode 1 sends the token through gRPC's call credentials, mode 2 as a
-  // header set on each call: the bytes on the wire are the same, but call
-  // credentials cost the client more per call, CPU that this process takes
-  // from the daemon on a shared machine.
+  // header set on each call: the same bytes on the wire, and a check that
+  // the client's way of sending it (whose CPU this process takes from the
+  // daemon on a shared machine) is not what the ratio measures.
   const auto with_call_credentials = grpc::CompositeChannelCredentials(
       tls, grpc::AccessTokenCredentials("bench-token"));
   const std::vector<std::string> plain_args = {"--in-memory"};
