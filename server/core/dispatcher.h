@@ -213,8 +213,9 @@ class Dispatcher {
     std::uint64_t worker = 0;  // 0: ready or retrying, not in flight.
     // The ack deadline (in flight) or the retry time (retrying).
     wheel::TimingWheel::Handle ack_timer = wheel::TimingWheel::kNoHandle;
-    SteadyTime delivered_at{};             // The last delivery.
-    std::unique_ptr<std::string> error{};  // The last Nack's, if any.
+    SteadyTime delivered_at{};  // The last delivery.
+    // The last Nack's error text, if any; set through SetError().
+    std::unique_ptr<std::string> error{};
     std::uint32_t ack_cookie = 0;
     bool retrying = false;
     bool dead = false;

@@ -187,7 +187,7 @@ void Dispatcher::RequeueOrPurge(bool purge,
     }
     o.dead = false;
     o.event.attempt = 0;
-    o.error.reset();
+    o.SetError({});
     ready_.push_back(id);
     if (batch && o.fate_stored) {
       batch->DeleteFate(id);
