@@ -205,7 +205,7 @@ void Dispatcher::Ack(std::vector<std::uint64_t> ids,
         batch->DeletePayload(PayloadIdOf(o.event.blob));
         if (o.fate_stored) batch->DeleteFate(id);
       }
-      outstanding_.erase(it);
+      Forget(it);
       ++result.acked;
     }
     counters_.acked.fetch_add(result.acked);
@@ -293,6 +293,28 @@ void Dispatcher::CancelAckTimer(Outstanding& o) {
   ack_wheel_.wheel().Cancel(o.ack_timer);
   free_cookies_.push_back(o.ack_cookie);
   o.ack_timer = wheel::TimingWheel::kNoHandle;
+}
+
+const std::string& Dispatcher::ErrorOf(std::uint64_t id,
+                                       const Outstanding& o) const {
+  static const std::string kNone;
+  return o.has_error ? errors_.at(id) : kNone;
+}
+
+void Dispatcher::SetError(std::uint64_t id, Outstanding& o, std::string text) {
+  if (text.empty()) {
+    if (o.has_error) errors_.erase(id);
+    o.has_error = false;
+    return;
+  }
+  errors_.insert_or_assign(id, std::move(text));
+  o.has_error = true;
+}
+
+void Dispatcher::Forget(
+    std::unordered_map<std::uint64_t, Outstanding>::iterator it) {
+  if (it->second.has_error) errors_.erase(it->first);
+  outstanding_.erase(it);
 }
 
 void Dispatcher::OnAckTimeouts(std::vector<StrandWheel::Expired>& due) {

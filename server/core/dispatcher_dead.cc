@@ -24,7 +24,7 @@ void Dispatcher::Bury(std::uint64_t event_id, Outstanding& o) {
   mine_.dead_letters.fetch_add(1, std::memory_order_relaxed);
   if (store_ != nullptr) {
     if (!fates_) fates_.emplace(store_->NewBatch());
-    fates_->PutFate(event_id, {o.event.attempt, true, o.Error()});
+    fates_->PutFate(event_id, {o.event.attempt, true, ErrorOf(event_id, o)});
     o.fate_stored = true;
   }
   LogRepeated(
@@ -32,7 +32,7 @@ void Dispatcher::Bury(std::uint64_t event_id, Outstanding& o) {
       "namespace '" + name_ + "', key '" + std::string(o.event.blob.key()) +
           "', event " + std::to_string(event_id) + ": a dead letter after " +
           std::to_string(o.event.attempt) + " attempts" +
-          (o.Error().empty() ? "" : " (last error: " + o.Error() + ")"));
+          (o.has_error ? " (last error: " + ErrorOf(event_id, o) + ")" : ""));
   // Watchers see the move.
   if (!watchers_.empty()) {
     Event copy = CopyOf(o.event);
@@ -50,7 +50,7 @@ void Dispatcher::RestoreDeadLetters(std::vector<DeadLetter> letters) {
                     .first->second;
       o.dead = true;
       o.fate_stored = true;
-      o.SetError(std::move(d.error));
+      SetError(id, o, std::move(d.error));
       dead_.insert(id);
     }
     counters_.dead_letters.fetch_add(letters.size());
@@ -71,7 +71,8 @@ void Dispatcher::ListDeadLetters(std::uint64_t from, std::size_t limit,
       // (With a store the payload's size is known once read: the page is
       // cut on keys and errors, and payloads are bounded per timer.)
       const std::size_t b = o.event.blob.key().size() +
-                            o.event.blob.payload().size() + o.Error().size();
+                            o.event.blob.payload().size() +
+                            ErrorOf(*it, o).size();
       if (!events.empty() && bytes + b > max_bytes) break;
       bytes += b;
       events.push_back(&o.event);
@@ -93,7 +94,7 @@ void Dispatcher::ListDeadLetters(std::uint64_t from, std::size_t limit,
     }
     for (Event& e : full) {
       const std::uint64_t id = e.id;
-      page.letters.push_back({std::move(e), outstanding_.at(id).Error()});
+      page.letters.push_back({std::move(e), ErrorOf(id, outstanding_.at(id))});
     }
     done(std::move(page));
   });
@@ -182,12 +183,12 @@ void Dispatcher::RequeueOrPurge(bool purge,
         batch->DeletePayload(PayloadIdOf(o.event.blob));
         batch->DeleteFate(id);
       }
-      outstanding_.erase(it);
+      Forget(it);
       continue;
     }
     o.dead = false;
     o.event.attempt = 0;
-    o.SetError({});
+    SetError(id, o, {});
     ready_.push_back(id);
     if (batch && o.fate_stored) {
       batch->DeleteFate(id);

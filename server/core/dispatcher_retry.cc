@@ -60,7 +60,7 @@ void Dispatcher::Nack(std::vector<std::uint64_t> ids,
         continue;
       }
       Outstanding& o = it->second;
-      o.SetError(error);
+      SetError(id, o, error);
       Fail(id, o, retry_after.value_or(BackoffFor(o)));
       ++result.done;
     }
@@ -101,7 +101,7 @@ void Dispatcher::Fail(std::uint64_t event_id, Outstanding& o,
   // without waiting: a crash before may lose the count of this one).
   if (store_ != nullptr) {
     if (!fates_) fates_.emplace(store_->NewBatch());
-    fates_->PutFate(event_id, {o.event.attempt, false, o.Error()});
+    fates_->PutFate(event_id, {o.event.attempt, false, ErrorOf(event_id, o)});
     o.fate_stored = true;
   }
   if (wait.count() <= 0) {

@@ -207,7 +207,16 @@ TEST_F(DeadLetterTest, RequeueDeliversAgainFromAttemptOneAndPurgeDeletes) {
   ASSERT_EQ(again.size(), 3u);
   EXPECT_EQ(again[2].id(), got[0].id());
   EXPECT_EQ(again[2].attempt(), 1u);
-  EXPECT_EQ(Purge(d, {}).count(), 1u);  // All: the other one.
+  // Its worker leaves: a failed last attempt again, with no error text this
+  // time; the requeue cleared the last one.
+  worker.Cancel();
+  ASSERT_TRUE(WaitDead(d, 2));
+  auto list = List(d);
+  ASSERT_EQ(list.dead_letters_size(), 2);
+  EXPECT_EQ(list.dead_letters(0).event().id(), got[0].id());
+  EXPECT_EQ(list.dead_letters(0).error(), "");
+  EXPECT_EQ(list.dead_letters(1).error(), "y");
+  EXPECT_EQ(Purge(d, {}).count(), 2u);  // All.
   EXPECT_EQ(Stats(d).dead_letters(), 0u);
   EXPECT_EQ(List(d).dead_letters_size(), 0);
 }
