@@ -331,9 +331,9 @@ class Dispatcher {
   bool retry_armed_ = false;
   std::unordered_map<std::uint64_t, Outstanding> outstanding_;
   // The last Nack's error text of the events given one, beside outstanding_
-  // rather than in each record: a record of 120 bytes, as before retries
-  // had one, fits a smaller allocation than 128, and firing then costs the
-  // same CPU per event as it did before them (tests/bench/README.md).
+  // rather than in each record. That keeps a record at 120 bytes, as before
+  // retries: at 128, its map node took the next allocation size up, and
+  // firing cost about 3 % more CPU per event (tests/bench/README.md).
   std::unordered_map<std::uint64_t, std::string> errors_;
   std::deque<std::uint64_t> ready_;  // Ids; stale (acked) ids are skipped.
   std::vector<Worker> workers_;
