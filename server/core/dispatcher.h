@@ -205,9 +205,8 @@ class Dispatcher {
     std::size_t reading = 0;
   };
   // One per event in memory, up to millions: its fields are ordered to
-  // leave no padding, and the rare error text is held through a pointer (a
-  // string in place made firing cost about 3 % more CPU per event; see
-  // tests/bench/README.md).
+  // leave no padding, and the rare error text is kept in errors_ (why: see
+  // there).
   struct Outstanding {
     Event event;
     std::uint64_t worker = 0;  // 0: ready or retrying, not in flight.
@@ -219,7 +218,9 @@ class Dispatcher {
     bool dead = false;
     // The store holds its fate (see StoredFate): deleted with the event.
     bool fate_stored = false;
-    bool has_error = false;  // errors_ holds its last Nack's text.
+    // errors_ holds its last Nack's text (so an ack of an event without
+    // one does not look there).
+    bool has_error = false;
   };
 
   // The events one Pump gave out, by worker, and their payloads once read.
