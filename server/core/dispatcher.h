@@ -174,7 +174,8 @@ class Dispatcher {
   // kept, before anything else reaches the dispatcher.
   void RestoreDeadLetters(std::vector<DeadLetter> letters);
   // Up to `limit` dead letters with ids from `from`, in id order, and about
-  // `max_bytes` of keys, payloads and errors at most (at least one).
+  // `max_bytes` of keys, payloads and errors at most (at least one); a
+  // payload the store cannot read fails the page (INTERNAL, naming it).
   void ListDeadLetters(std::uint64_t from, std::size_t limit,
                        std::size_t max_bytes,
                        std::function<void(DeadLetterPage)> done);

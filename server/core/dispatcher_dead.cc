@@ -8,11 +8,13 @@
 namespace delayd {
 namespace {
 
-Event CopyOf(const Event& e) {
-  return Event{e.id,      e.ns,        Blob(e.blob.key(), e.blob.payload()),
+// `e` with `payload` (by default its own).
+Event CopyOf(const Event& e, std::string_view payload) {
+  return Event{e.id,      e.ns,        Blob(e.blob.key(), payload),
                e.version, e.fire_time, e.fired_at,
                e.attempt, e.reason};
 }
+Event CopyOf(const Event& e) { return CopyOf(e, e.blob.payload()); }
 
 }  // namespace
 
@@ -62,40 +64,61 @@ void Dispatcher::ListDeadLetters(std::uint64_t from, std::size_t limit,
                                  std::size_t max_bytes,
                                  std::function<void(DeadLetterPage)> done) {
   asio::post(strand_, [this, from, limit, max_bytes, done = std::move(done)] {
+    // With a store a payload's size is known only once read, so candidates
+    // are read a few at a time and the page stops at the first one that does
+    // not fit: a page, and the memory a call takes, stay near max_bytes
+    // whatever the page size (up to 1000 payloads of up to the payload
+    // limit each).
+    constexpr std::size_t kChunk = 32;
     DeadLetterPage page;
-    std::vector<const Event*> events;
     std::size_t bytes = 0;
     auto it = dead_.lower_bound(from);
-    for (; it != dead_.end() && events.size() < limit; ++it) {
-      const Outstanding& o = outstanding_.at(*it);
-      // (With a store the payload's size is known once read: the page is
-      // cut on keys and errors, and payloads are bounded per timer.)
-      const std::size_t b = o.event.blob.key().size() +
-                            o.event.blob.payload().size() +
-                            ErrorOf(*it, o).size();
-      if (!events.empty() && bytes + b > max_bytes) break;
-      bytes += b;
-      events.push_back(&o.event);
+    while (it != dead_.end() && page.letters.size() < limit) {
+      std::vector<std::uint64_t> ids;
+      for (auto c = it; c != dead_.end() && ids.size() < kChunk &&
+                        page.letters.size() + ids.size() < limit;
+           ++c) {
+        ids.push_back(*c);
+      }
+      std::vector<std::string> payloads;
+      std::vector<bool> readable(ids.size(), true);
+      Status read;
+      if (store_ != nullptr) {
+        std::vector<std::uint64_t> payload_ids;
+        for (std::uint64_t id : ids) {
+          payload_ids.push_back(PayloadIdOf(outstanding_.at(id).event.blob));
+        }
+        read = store_->GetPayloads(payload_ids, &payloads, &readable);
+      }
+      for (std::size_t j = 0; j < ids.size(); ++j) {
+        const Outstanding& o = outstanding_.at(ids[j]);
+        if (!readable[j]) {
+          page.letters.clear();
+          page.next.reset();
+          page.error = Status::Internal("the payload of dead letter " +
+                                        std::to_string(ids[j]) + " (key '" +
+                                        std::string(o.event.blob.key()) +
+                                        "') cannot be read: " + read.message());
+          done(std::move(page));
+          return;
+        }
+        const std::string_view payload = store_ != nullptr
+                                             ? std::string_view(payloads[j])
+                                             : o.event.blob.payload();
+        std::string error = ErrorOf(ids[j], o);
+        const std::size_t b =
+            o.event.blob.key().size() + payload.size() + error.size();
+        if (!page.letters.empty() && bytes + b > max_bytes) {
+          page.next = ids[j];
+          done(std::move(page));
+          return;
+        }
+        bytes += b;
+        page.letters.push_back({CopyOf(o.event, payload), std::move(error)});
+        ++it;
+      }
     }
     if (it != dead_.end()) page.next = *it;
-    std::vector<Event> full;
-    if (store_ != nullptr) {
-      std::vector<std::uint64_t> unreadable;
-      ReadPayloads(events, full, unreadable);
-      if (!unreadable.empty()) {
-        page.error = Status::Internal(
-            "the payloads of " + std::to_string(unreadable.size()) +
-            " dead letters cannot be read (a damaged store; see the log)");
-        done(std::move(page));
-        return;
-      }
-    } else {
-      for (const Event* e : events) full.push_back(CopyOf(*e));
-    }
-    for (Event& e : full) {
-      const std::uint64_t id = e.id;
-      page.letters.push_back({std::move(e), ErrorOf(id, outstanding_.at(id))});
-    }
     done(std::move(page));
   });
 }

@@ -301,6 +301,59 @@ TEST_F(DeadLetterTest, PagesCoverEveryDeadLetterOnce) {
   EXPECT_EQ(ids.size(), 5u);
 }
 
+// A page holds about 3 MiB of keys, payloads and errors, however many it
+// may list: with a store too, where payloads are read only for the listing.
+TEST_F(DeadLetterTest, PagesStayWithinTheResponseBound) {
+  constexpr int kDead = 60;  // 60 payloads of 64 KiB: 3.75 MiB.
+  constexpr std::size_t kBound = 3 << 20;
+  TempDir dir;
+  for (const std::string& data_dir : {std::string(), dir.path()}) {
+    SCOPED_TRACE(data_dir.empty() ? "in memory" : "with a store");
+    TestDaemon d(Options(data_dir));
+    ASSERT_TRUE(d.started());
+    Limit(d, 1);
+    TestStream worker(d.stub(), TestStream::Worker("jobs", kDead));
+    ASSERT_TRUE(worker.WaitRegistered());
+    const std::size_t payload_bytes =
+        TestDaemon::DefaultOptions().scheduler.limits.max_payload_bytes;
+    for (int i = 0; i < kDead; ++i) {
+      v1::SetTimerRequest req;
+      req.set_namespace_("jobs");
+      req.set_key("big" + std::to_string(i));
+      req.set_payload(
+          std::string(payload_bytes, static_cast<char>('a' + i % 26)));
+      *req.mutable_delay() = Millis(0);
+      v1::SetTimerResponse resp;
+      grpc::ClientContext ctx;
+      ASSERT_TRUE(d.stub().SetTimer(&ctx, req, &resp).ok());
+    }
+    const auto got = worker.WaitFor(kDead, 20'000ms);
+    ASSERT_EQ(got.size(), static_cast<std::size_t>(kDead));
+    v1::NackRequest nack;
+    nack.set_namespace_("jobs");
+    for (const auto& e : got) nack.add_event_ids(e.id());
+    v1::NackResponse nacked;
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(d.stub().Nack(&ctx, nack, &nacked).ok());
+    ASSERT_TRUE(WaitDead(d, kDead));
+    std::set<std::uint64_t> ids;
+    std::string token;
+    int pages = 0;
+    do {
+      auto page = List(d, 1000, token);
+      EXPECT_LE(page.ByteSizeLong(), kBound + 4096) << "page " << pages;
+      for (const auto& l : page.dead_letters()) {
+        EXPECT_EQ(l.event().payload().size(), payload_bytes);
+        ids.insert(l.event().id());
+      }
+      token = page.next_page_token();
+      ++pages;
+    } while (!token.empty() && pages < 10);
+    EXPECT_EQ(pages, 2);
+    EXPECT_EQ(ids.size(), static_cast<std::size_t>(kDead));
+  }
+}
+
 TEST_F(DeadLetterTest, DeadLettersAndAttemptsSurviveARestart) {
   TempDir dir;
   std::uint64_t dead_id = 0, failing_id = 0;
