@@ -345,6 +345,71 @@ TEST_F(DamagedStore, UnreadablePayloadIsNeverServedEmpty) {
   EXPECT_NE(d.output().find("key 'k"), std::string::npos) << d.output();
 }
 
+// A dead letter whose payload cannot be read is never listed without it:
+// the page fails by name (INTERNAL) and the dead letters stay.
+TEST_F(DamagedStore, UnreadableDeadLetterPayloadFailsItsListing) {
+  const std::string dir = *dir_ / "dead";
+  const auto dead_letters = [](v1::Delayd::Stub& stub) {
+    v1::StatsRequest req;
+    v1::StatsResponse resp;
+    grpc::ClientContext ctx;
+    EXPECT_TRUE(stub.Stats(&ctx, req, &resp).ok());
+    return resp.namespaces_size() == 1 ? resp.namespaces(0).dead_letters() : 0;
+  };
+  {
+    DaemonProcess d(DELAYD_BINARY, {"--data-dir", dir});
+    ASSERT_TRUE(d.ok()) << d.output();
+    auto stub = v1::Delayd::NewStub(
+        grpc::CreateChannel(d.address(), grpc::InsecureChannelCredentials()));
+    v1::SetPolicyRequest policy;
+    policy.mutable_policy()->set_max_attempts(1);
+    v1::Policy set_policy;
+    grpc::ClientContext policy_ctx;
+    ASSERT_TRUE(stub->SetPolicy(&policy_ctx, policy, &set_policy).ok());
+    TestStream worker(*stub, TestStream::Worker("default", kTimers));
+    ASSERT_TRUE(worker.WaitRegistered());
+    for (int i = 0; i < kTimers; ++i) {
+      v1::SetTimerRequest req;
+      req.set_key("k" + std::to_string(i));
+      req.set_payload("payload-" + std::to_string(i));
+      *req.mutable_delay() = Millis(0);
+      v1::SetTimerResponse resp;
+      grpc::ClientContext ctx;
+      ASSERT_TRUE(stub->SetTimer(&ctx, req, &resp).ok());
+    }
+    const auto got = worker.WaitFor(kTimers, 10'000ms);
+    ASSERT_EQ(got.size(), static_cast<std::size_t>(kTimers));
+    v1::NackRequest nack;
+    for (const auto& e : got) nack.add_event_ids(e.id());
+    v1::NackResponse nacked;
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub->Nack(&ctx, nack, &nacked).ok());
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (dead_letters(*stub) != kTimers) {
+      ASSERT_LT(std::chrono::steady_clock::now(), deadline);
+      std::this_thread::sleep_for(10ms);
+    }
+    ASSERT_EQ(d.Stop(SIGTERM, std::chrono::seconds(10)), 0) << d.output();
+  }
+  ASSERT_TRUE(FlipPayloadByte(dir)) << "no table holds the payloads";
+  DaemonProcess d(DELAYD_BINARY, {"--data-dir", dir});
+  ASSERT_TRUE(d.ok()) << d.output();
+  auto stub = v1::Delayd::NewStub(
+      grpc::CreateChannel(d.address(), grpc::InsecureChannelCredentials()));
+  EXPECT_EQ(dead_letters(*stub), static_cast<std::uint64_t>(kTimers));
+  v1::ListDeadLettersRequest req;
+  req.set_page_size(1000);
+  v1::ListDeadLettersResponse resp;
+  grpc::ClientContext ctx;
+  const grpc::Status s = stub->ListDeadLetters(&ctx, req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INTERNAL);
+  EXPECT_NE(s.error_message().find("key 'k"), std::string::npos)
+      << s.error_message();
+  EXPECT_EQ(resp.dead_letters_size(), 0);
+  EXPECT_EQ(dead_letters(*stub), static_cast<std::uint64_t>(kTimers));
+  EXPECT_EQ(d.Stop(SIGTERM, std::chrono::seconds(10)), 0) << d.output();
+}
+
 // RocksDB reads a MANIFEST cut at a record boundary as an older, valid
 // store, and would start with none of the timers (deleting, as obsolete, the
 // table files the lost records listed): the mark refuses it first.
