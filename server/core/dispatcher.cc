@@ -68,32 +68,44 @@ void Dispatcher::Publish(std::vector<Event> events) {
 }
 
 void Dispatcher::ToWatchers(std::span<const Event* const> events) {
-  // One whose payload cannot be read is left out for them (workers get it
-  // once it can be read).
-  std::vector<const Event*> view(events.begin(), events.end());
-  std::vector<Event> full;
-  if (store_ != nullptr) {
-    std::vector<std::uint64_t> unreadable;
-    ReadPayloads(view, full, unreadable);
-    view.clear();
-    for (const Event& e : full) view.push_back(&e);
-  }
-  for (auto it = watchers_.begin(); it != watchers_.end();) {
-    const Subscriber::Backlog b = it->second->Deliver(name_, view);
-    if (b.events > limits_.watcher_backlog ||
-        b.bytes > limits_.watcher_backlog_bytes) {
-      const Status ended = Status::ResourceExhausted(
-          "watcher fell more than " + std::to_string(limits_.watcher_backlog) +
-          " events or " + std::to_string(limits_.watcher_backlog_bytes) +
-          " bytes behind (the watcher-backlog limits)");
-      LogLimitHit("watcher-backlog", ended.message());
-      it->second->End(ended);
-      it = watchers_.erase(it);
-      counters_.watchers.fetch_sub(1);
-      mine_.watchers.fetch_sub(1, std::memory_order_relaxed);
-      refs_->Release(id_);
-    } else {
-      ++it;
+  // A chunk at a time: payloads are read (with a store) and copied to each
+  // watcher a few at a time, and a watcher past its backlog limit is ended
+  // before the next chunk. So a large publish (a Drain of a namespace) is
+  // never all in memory at once, and a watcher that stops reading is given
+  // at most one chunk beyond its limit.
+  constexpr std::size_t kChunk = 32;
+  for (std::size_t from = 0; from < events.size() && !watchers_.empty();
+       from += kChunk) {
+    const auto part =
+        events.subspan(from, std::min(kChunk, events.size() - from));
+    // One whose payload cannot be read is left out for them (workers get
+    // it once it can be read).
+    std::vector<const Event*> view(part.begin(), part.end());
+    std::vector<Event> full;
+    if (store_ != nullptr) {
+      std::vector<std::uint64_t> unreadable;
+      ReadPayloads(view, full, unreadable);
+      view.clear();
+      for (const Event& e : full) view.push_back(&e);
+    }
+    for (auto it = watchers_.begin(); it != watchers_.end();) {
+      const Subscriber::Backlog b = it->second->Deliver(name_, view);
+      if (b.events > limits_.watcher_backlog ||
+          b.bytes > limits_.watcher_backlog_bytes) {
+        const Status ended = Status::ResourceExhausted(
+            "watcher fell more than " +
+            std::to_string(limits_.watcher_backlog) + " events or " +
+            std::to_string(limits_.watcher_backlog_bytes) +
+            " bytes behind (the watcher-backlog limits)");
+        LogLimitHit("watcher-backlog", ended.message());
+        it->second->End(ended);
+        it = watchers_.erase(it);
+        counters_.watchers.fetch_sub(1);
+        mine_.watchers.fetch_sub(1, std::memory_order_relaxed);
+        refs_->Release(id_);
+      } else {
+        ++it;
+      }
     }
   }
 }

@@ -24,9 +24,10 @@
 // acks, timeouts and publishing. (Copies for watchers and dead-letter
 // listings still read on the strand.)
 //
-// Watchers get a copy of each event when it is published; a watcher whose
-// unwritten backlog passes the limit (events or bytes) is ended with
-// RESOURCE_EXHAUSTED so that it never slows anyone.
+// Watchers get a copy of each event when it is published, 32 events at a
+// time; a watcher whose unwritten backlog passes the limit (events or
+// bytes) is ended with RESOURCE_EXHAUSTED before the next 32, so that it
+// never slows anyone and holds at most one such chunk beyond its limit.
 //
 // Thread safety: public methods may be called from any thread; they post to
 // the dispatcher's strand, where all state lives.

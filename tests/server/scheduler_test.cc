@@ -321,5 +321,49 @@ TEST_F(SchedulerTest, StalledWorkerNeverHoldsMoreThanItsRoom) {
   EXPECT_GE(got.size(), 11u);
 }
 
+// A large publish (a Drain of a whole namespace) reaches watchers a chunk
+// at a time: one that writes nothing is ended once past its backlog limit,
+// given at most one chunk (32 events) more, never the whole publish.
+TEST(SchedulerWatchers, StalledWatcherIsEndedWithinAChunkOfItsLimit) {
+  constexpr int kTimers = 1000;
+  constexpr std::size_t kPayload = 1024;
+  Scheduler::Options o;
+  o.partitions = 1;  // One publish of every timer.
+  o.threads = 2;
+  o.limits.watcher_backlog_bytes = 64 << 10;
+  Scheduler scheduler(o);
+  ASSERT_TRUE(scheduler.Start().ok());
+  NamespaceId ns = 0;
+  ASSERT_TRUE(scheduler.Intern("default", &ns).ok());
+  auto watcher = std::make_shared<FakeSubscriber>(/*stalled=*/true);
+  std::promise<void> registered;
+  SubscribeOptions options;
+  options.watcher = true;
+  scheduler.dispatcher(ns).Subscribe(scheduler.NewSubscriberId(), watcher,
+                                     options, [&] { registered.set_value(); });
+  registered.get_future().wait();
+  for (int i = 0; i < kTimers; ++i) {
+    std::promise<OpResult> set;
+    scheduler.Submit(
+        SetOp{ns, Blob("k" + std::to_string(i), std::string(kPayload, 'p')),
+              WallNow() + 3'600'000'000'000},
+        [&](OpResult r) { set.set_value(std::move(r)); });
+    ASSERT_TRUE(set.get_future().get().status.ok());
+  }
+  std::promise<std::uint64_t> drained;
+  scheduler.Drain(ns, [&](Status s, std::uint64_t n) {
+    EXPECT_TRUE(s.ok());
+    drained.set_value(n);
+  });
+  ASSERT_EQ(drained.get_future().get(), static_cast<std::uint64_t>(kTimers));
+  ASSERT_TRUE(watcher->WaitEnded(5s));
+  EXPECT_EQ(watcher->end_code(), Code::kResourceExhausted);
+  // Past the limit at the 64th event (about 1 KiB each); its chunk is the
+  // last it is given.
+  const std::size_t given = watcher->WaitFor(kTimers, 0ms).size();
+  EXPECT_GT(given, (64u << 10) / (kPayload + 8));
+  EXPECT_LE(given, (64u << 10) / kPayload + 32);
+}
+
 }  // namespace
 }  // namespace delayd
