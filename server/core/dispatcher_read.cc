@@ -33,6 +33,7 @@ void Dispatcher::FinishRead(Read& read) {
   reading_ = false;
   std::vector<std::uint64_t> unreadable;
   std::vector<std::uint64_t> back;  // Not sent after all: ready again.
+  std::size_t sent = 0;
   std::size_t i = 0;
   for (Read::Part& part : read.parts) {
     Worker* w = FindWorker(part.worker);
@@ -62,8 +63,12 @@ void Dispatcher::FinishRead(Read& read) {
       full.push_back(WithPayload(e, std::move(payload)));
       batch.push_back(&e);
     }
+    sent += batch.size();
     if (!batch.empty()) Deliver(*w, batch, &full);
   }
+  // The rate limit counts deliveries: what Pump took for events not sent
+  // after all (unreadable, given back, acknowledged meanwhile) is returned.
+  if (!bucket_.unlimited()) bucket_.Return(read.payload_ids.size() - sent);
   ready_.insert(ready_.begin(), back.begin(), back.end());
   if (!unreadable.empty()) Hold(unreadable);
   observed_.AddTo(metrics_.delivery_lateness());

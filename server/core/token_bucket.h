@@ -36,6 +36,11 @@ class TokenBucket {
   }
   // Takes `n` (at most Available()).
   void Take(std::size_t n) { tokens_ -= static_cast<double>(n); }
+  // Gives back `n` taken for nothing (events not sent after all), up to the
+  // burst.
+  void Return(std::size_t n) {
+    tokens_ = std::min(burst_, tokens_ + static_cast<double>(n));
+  }
   // When the next whole token will be there (now if one is).
   Time NextToken(Time now) {
     Refill(now);

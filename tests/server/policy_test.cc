@@ -59,6 +59,13 @@ TEST(TokenBucket, HoldsTheRateOverAWindowAndTheBurstAfterQuiet) {
   }
   EXPECT_GE(taken, 100u * 10 + 10 - 1);
   EXPECT_LE(taken, 100u * 10 + 10);
+  // Given back: available again at once, never beyond the burst.
+  b.Configure(100, 10, t0);
+  b.Take(10);
+  b.Return(4);
+  EXPECT_EQ(b.Available(t0), 4u);
+  b.Return(100);
+  EXPECT_EQ(b.Available(t0), 10u);
   TokenBucket unlimited;
   unlimited.Configure(0, 0, t0);
   EXPECT_TRUE(unlimited.unlimited());

@@ -3,7 +3,8 @@
 // memory are still delivered and acknowledged, reads answer, and once the
 // writer's backlog passes its bound new changes are refused, changing
 // nothing, instead of taking memory without bound. A payload read that
-// hangs holds only the events it reads.
+// hangs holds only the events it reads, and those it then does not send
+// keep their dispatch-rate tokens.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -256,6 +257,51 @@ TEST(StalledStore, AHangingPayloadReadHoldsOnlyTheEventsItReads) {
   EXPECT_EQ(got[0].key(), "read");
   EXPECT_EQ(got[0].payload(), "its payload");
   EXPECT_EQ(got[0].attempt(), 1u);
+}
+
+// The dispatch rate counts deliveries: events taken for a worker that left
+// while their payloads were read were never sent, and the next worker gets
+// them at once, not a rate's wait later.
+TEST(StalledStore, EventsNotSentAfterTheirReadKeepTheirRateTokens) {
+  TempDir dir;
+  ReadGate gate;
+  DelaydServer::Options options = OnFs(dir / "data", nullptr);
+  options.scheduler.store->before_payload_read = [&gate] { gate.Pass(); };
+  TestDaemon d(options);
+  ASSERT_TRUE(d.started());
+  struct Open {
+    ReadGate& gate;
+    ~Open() { gate.Release(); }
+  } open{gate};
+  constexpr int kEvents = 5;
+  {
+    // A burst of 5, then one every 10 s.
+    v1::SetPolicyRequest req;
+    req.mutable_policy()->set_max_dispatch_rate(0.1);
+    req.mutable_policy()->set_dispatch_burst(kEvents);
+    v1::Policy resp;
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(d.stub().SetPolicy(&ctx, req, &resp).ok());
+  }
+  for (int i = 0; i < kEvents; ++i) {
+    ASSERT_TRUE(Set(d.stub(), "k" + std::to_string(i), 0).ok());
+  }
+  ASSERT_TRUE(
+      Eventually([&] { return Stats(d.stub()).ready_events() == kEvents; }));
+  // The first worker's events (the whole burst) are read, and the read
+  // hangs; it leaves.
+  gate.Hold();
+  auto first =
+      std::make_unique<TestStream>(d.stub(), TestStream::Worker("default", 10));
+  ASSERT_TRUE(first->WaitRegistered());
+  ASSERT_TRUE(Eventually([&] { return gate.waiting() == 1; }));
+  first.reset();
+  ASSERT_TRUE(Eventually([&] { return Stats(d.stub()).workers() == 0; }));
+  gate.Release();
+  // Without the tokens back, the next would come 10 s later.
+  TestStream second(d.stub(), TestStream::Worker("default", 10));
+  EXPECT_EQ(second.WaitFor(kEvents, 3000ms).size(),
+            static_cast<std::size_t>(kEvents));
 }
 
 }  // namespace
