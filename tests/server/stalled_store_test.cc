@@ -220,17 +220,27 @@ class ReadGate {
   int waiting_ = 0;
 };
 
-TEST(StalledStore, AHangingPayloadReadHoldsOnlyTheEventsItReads) {
+// A daemon whose payload reads pass `gate`. The gate opens before the
+// daemon stops (a read held forever would keep it from stopping).
+struct GatedDaemon {
+  static DelaydServer::Options Options(const TempDir& dir, ReadGate& gate) {
+    DelaydServer::Options o = OnFs(dir / "data", nullptr);
+    o.scheduler.store->before_payload_read = [&gate] { gate.Pass(); };
+    return o;
+  }
+  GatedDaemon() : daemon(Options(dir, gate)) {}
+  ~GatedDaemon() { gate.Release(); }
+
   TempDir dir;
   ReadGate gate;
-  DelaydServer::Options options = OnFs(dir / "data", nullptr);
-  options.scheduler.store->before_payload_read = [&gate] { gate.Pass(); };
-  TestDaemon d(options);
+  TestDaemon daemon;
+};
+
+TEST(StalledStore, AHangingPayloadReadHoldsOnlyTheEventsItReads) {
+  GatedDaemon gated;
+  ReadGate& gate = gated.gate;
+  TestDaemon& d = gated.daemon;
   ASSERT_TRUE(d.started());
-  struct Open {
-    ReadGate& gate;
-    ~Open() { gate.Release(); }
-  } open{gate};
   auto first =
       std::make_unique<TestStream>(d.stub(), TestStream::Worker("default", 10));
   ASSERT_TRUE(first->WaitRegistered());
@@ -263,16 +273,10 @@ TEST(StalledStore, AHangingPayloadReadHoldsOnlyTheEventsItReads) {
 // while their payloads were read were never sent, and the next worker gets
 // them at once, not a rate's wait later.
 TEST(StalledStore, EventsNotSentAfterTheirReadKeepTheirRateTokens) {
-  TempDir dir;
-  ReadGate gate;
-  DelaydServer::Options options = OnFs(dir / "data", nullptr);
-  options.scheduler.store->before_payload_read = [&gate] { gate.Pass(); };
-  TestDaemon d(options);
+  GatedDaemon gated;
+  ReadGate& gate = gated.gate;
+  TestDaemon& d = gated.daemon;
   ASSERT_TRUE(d.started());
-  struct Open {
-    ReadGate& gate;
-    ~Open() { gate.Release(); }
-  } open{gate};
   constexpr int kEvents = 5;
   {
     // A burst of 5, then one every 10 s.
