@@ -1,0 +1,20 @@
+// The load generator's sections, beyond those in load_gen.cc.
+#ifndef DELAYD_TESTS_BENCH_SECTIONS_H_
+#define DELAYD_TESTS_BENCH_SECTIONS_H_
+
+#include <chrono>
+#include <string>
+
+namespace delayd::bench {
+
+// load_gen_store.cc: durable writes against in memory; RSS per pending
+// timer by payload size; the data directory through churn; start-up time.
+void Durability(const std::string& binary, const std::string& scratch,
+                std::chrono::milliseconds dur);
+void Payload(const std::string& binary, const std::string& scratch);
+void Churn(const std::string& binary, const std::string& scratch);
+void Recovery(const std::string& binary, const std::string& scratch);
+
+}  // namespace delayd::bench
+
+#endif  // DELAYD_TESTS_BENCH_SECTIONS_H_
