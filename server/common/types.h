@@ -182,6 +182,14 @@ struct Event {
   Reason reason;
 };
 
+// `e` with `payload` in place of its own (with a store, an event's blob
+// holds its payload's id until the payload is read back).
+inline Event CopyWithPayload(const Event& e, std::string_view payload) {
+  return Event{e.id,      e.ns,        Blob(e.blob.key(), payload),
+               e.version, e.fire_time, e.fired_at,
+               e.attempt, e.reason};
+}
+
 }  // namespace delayd
 
 #endif  // DELAYD_SERVER_COMMON_TYPES_H_

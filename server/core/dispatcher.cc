@@ -68,44 +68,71 @@ void Dispatcher::Publish(std::vector<Event> events) {
 }
 
 void Dispatcher::ToWatchers(std::span<const Event* const> events) {
-  // A chunk at a time: payloads are read (with a store) and copied to each
-  // watcher a few at a time, and a watcher past its backlog limit is ended
-  // before the next chunk. So a large publish (a Drain of a namespace) is
-  // never all in memory at once, and a watcher that stops reading is given
-  // at most one chunk beyond its limit.
-  constexpr std::size_t kChunk = 32;
-  for (std::size_t from = 0; from < events.size() && !watchers_.empty();
-       from += kChunk) {
-    const auto part =
-        events.subspan(from, std::min(kChunk, events.size() - from));
-    // One whose payload cannot be read is left out for them (workers get
-    // it once it can be read).
-    std::vector<const Event*> view(part.begin(), part.end());
-    std::vector<Event> full;
-    if (store_ != nullptr) {
-      std::vector<std::uint64_t> unreadable;
-      ReadPayloads(view, full, unreadable);
-      view.clear();
-      for (const Event& e : full) view.push_back(&e);
+  if (watchers_.empty()) return;
+  if (store_ == nullptr) {
+    for (std::size_t from = 0; from < events.size() && !watchers_.empty();
+         from += kWatchChunk) {
+      DeliverToWatchers(
+          events.subspan(from, std::min(kWatchChunk, events.size() - from)),
+          std::numeric_limits<std::uint64_t>::max());
     }
-    for (auto it = watchers_.begin(); it != watchers_.end();) {
-      const Subscriber::Backlog b = it->second->Deliver(name_, view);
-      if (b.events > limits_.watcher_backlog ||
-          b.bytes > limits_.watcher_backlog_bytes) {
-        const Status ended = Status::ResourceExhausted(
-            "watcher fell more than " +
-            std::to_string(limits_.watcher_backlog) + " events or " +
-            std::to_string(limits_.watcher_backlog_bytes) +
-            " bytes behind (the watcher-backlog limits)");
-        LogLimitHit("watcher-backlog", ended.message());
-        it->second->End(ended);
-        it = watchers_.erase(it);
-        counters_.watchers.fetch_sub(1);
-        mine_.watchers.fetch_sub(1, std::memory_order_relaxed);
-        refs_->Release(id_);
-      } else {
-        ++it;
-      }
+    return;
+  }
+  // Their payloads are read on the pool (StartWatchRead); the copies wait
+  // meanwhile, no more of them than a watcher may fall behind.
+  std::uint64_t upto = 0;
+  for (const auto& [id, sink] : watchers_) upto = std::max(upto, id);
+  const auto view = std::make_shared<const Store::View>(store_->NewView());
+  for (const Event* e : events) {
+    if (watch_queue_.size() >= limits_.watcher_backlog) {
+      watch_queue_.clear();
+      EndWatchers(WatchersBehind());
+      return;
+    }
+    watch_queue_.push_back(
+        {CopyWithPayload(*e, e->blob.payload()), upto, view});
+  }
+  if (!watch_reading_) StartWatchRead();
+}
+
+Status Dispatcher::WatchersBehind() const {
+  return Status::ResourceExhausted(
+      "watcher fell more than " + std::to_string(limits_.watcher_backlog) +
+      " events or " + std::to_string(limits_.watcher_backlog_bytes) +
+      " bytes behind (the watcher-backlog limits)");
+}
+
+void Dispatcher::EndWatchers(const Status& status) {
+  LogLimitHit("watcher-backlog", status.message());
+  for (auto& [id, sink] : watchers_) {
+    sink->End(status);
+    refs_->Release(id_);
+  }
+  counters_.watchers.fetch_sub(watchers_.size());
+  mine_.watchers.fetch_sub(watchers_.size(), std::memory_order_relaxed);
+  watchers_.clear();
+}
+
+void Dispatcher::DeliverToWatchers(std::span<const Event* const> view,
+                                   std::uint64_t upto) {
+  if (view.empty()) return;
+  for (auto it = watchers_.begin(); it != watchers_.end();) {
+    if (it->first > upto) {  // Came after these were published.
+      ++it;
+      continue;
+    }
+    const Subscriber::Backlog b = it->second->Deliver(name_, view);
+    if (b.events > limits_.watcher_backlog ||
+        b.bytes > limits_.watcher_backlog_bytes) {
+      const Status ended = WatchersBehind();
+      LogLimitHit("watcher-backlog", ended.message());
+      it->second->End(ended);
+      it = watchers_.erase(it);
+      counters_.watchers.fetch_sub(1);
+      mine_.watchers.fetch_sub(1, std::memory_order_relaxed);
+      refs_->Release(id_);
+    } else {
+      ++it;
     }
   }
 }
@@ -256,6 +283,7 @@ void Dispatcher::Close(const Status& status, std::function<void()> done) {
     mine_.watchers.fetch_sub(watchers_.size(), std::memory_order_relaxed);
     workers_.clear();
     watchers_.clear();
+    watch_queue_.clear();
     ack_wheel_.Stop();
     done();
   });

@@ -21,13 +21,14 @@
 // off the strand, one read at a time per dispatcher (so events still go out
 // in order); the events wait, counted against their worker's room, and are
 // sent when the read is back (FinishRead). Meanwhile the strand goes on with
-// acks, timeouts and publishing. (Copies for watchers and dead-letter
-// listings still read on the strand.)
+// acks, timeouts and publishing. Watchers' copies and dead-letter listings
+// are read the same way (StartWatchRead, ReadDeadLetters).
 //
-// Watchers get a copy of each event when it is published, 32 events at a
-// time; a watcher whose unwritten backlog passes the limit (events or
-// bytes) is ended with RESOURCE_EXHAUSTED before the next 32, so that it
-// never slows anyone and holds at most one such chunk beyond its limit.
+// Watchers get a copy of each event published while they are there, 32
+// events at a time; a watcher whose unwritten backlog passes the limit
+// (events or bytes) is ended with RESOURCE_EXHAUSTED before the next 32, so
+// that it never slows anyone and holds at most one such chunk beyond its
+// limit.
 //
 // Thread safety: public methods may be called from any thread; they post to
 // the dispatcher's strand, where all state lives.
@@ -177,6 +178,7 @@ class Dispatcher {
   // Up to `limit` dead letters with ids from `from`, in id order, and about
   // `max_bytes` of keys, payloads and errors at most (at least one); a
   // payload the store cannot read fails the page (INTERNAL, naming it).
+  // With a store the payloads are read on the pool, and `done` runs there.
   void ListDeadLetters(std::uint64_t from, std::size_t limit,
                        std::size_t max_bytes,
                        std::function<void(DeadLetterPage)> done);
@@ -223,6 +225,26 @@ class Dispatcher {
     // errors_ holds its last Nack's text (so an ack of an event without
     // one does not look there).
     bool has_error = false;
+  };
+
+  // A watcher's copy waiting for its payload: the event (its blob holds the
+  // payload's id), the largest watcher id there was at its publish, and the
+  // store as it was then (a payload deleted since, its event acknowledged,
+  // reads as gone, not as damage).
+  struct WatchCopy {
+    Event event;
+    std::uint64_t watchers_upto;
+    std::shared_ptr<const Store::View> view;
+  };
+  // One chunk of them, of one publish, being read.
+  struct WatchRead {
+    std::uint64_t upto = 0;
+    std::shared_ptr<const Store::View> view;
+    std::vector<Event> events;
+    std::vector<std::uint64_t> payload_ids;
+    std::vector<std::string> payloads;
+    std::vector<bool> readable;
+    std::vector<bool> gone;
   };
 
   // The events one Pump gave out, by worker, and their payloads once read.
@@ -277,9 +299,28 @@ class Dispatcher {
   void RequeueOrPurge(bool purge, const std::vector<std::uint64_t>& ids,
                       LeaseResult& result, std::function<void(Status)> then);
   void WriteFates();
-  // Sends copies of `events` to the watchers, their payloads read back;
-  // ends those too far behind.
+  // The page of `candidates` (dead letters without payloads, in id order),
+  // their payloads read as `view` saw the store; on the pool, touching no
+  // state but the store (dispatcher_dead.cc). `next`: the id after them.
+  DeadLetterPage ReadDeadLetters(std::vector<DeadLetter> candidates,
+                                 std::optional<std::uint64_t> next,
+                                 std::size_t max_bytes,
+                                 const Store::View& view) const;
+  // Sends copies of `events` to the watchers, kWatchChunk at a time. With a
+  // store their payloads are read on the pool first (StartWatchRead), in
+  // publish order, one read at a time, so that a slow or stalled store never
+  // holds the strand; the copies wait in watch_queue_, at most
+  // watcher_backlog of them (more, and every watcher is behind: ended).
   void ToWatchers(std::span<const Event* const> events);
+  // Delivers `view` to the watchers with ids up to `upto` (those there when
+  // it was published); ends those too far behind.
+  void DeliverToWatchers(std::span<const Event* const> view,
+                         std::uint64_t upto);
+  void StartWatchRead();
+  void FinishWatchRead(WatchRead& read);
+  Status WatchersBehind() const;
+  void EndWatchers(const Status& status);
+  static constexpr std::size_t kWatchChunk = 32;
   Worker* FindWorker(std::uint64_t id);
   void OnAckTimeouts(std::vector<StrandWheel::Expired>& due);
   void StartAckTimer(std::uint64_t event_id, Outstanding& o,
@@ -291,12 +332,6 @@ class Dispatcher {
   void SetError(std::uint64_t id, Outstanding& o, std::string text);
   // Drops event `it`'s record, and its error text.
   void Forget(std::unordered_map<std::uint64_t, Outstanding>::iterator it);
-  // With a store: copies `events` into `out` with their payloads read back
-  // and `events` keeps only those (in order). An event whose payload cannot
-  // be read is never sent without it: its id goes to `unreadable` and the
-  // error, naming its namespace and key, to the log.
-  void ReadPayloads(std::vector<const Event*>& events, std::vector<Event>& out,
-                    std::vector<std::uint64_t>& unreadable);
   // Logs that `e`'s payload cannot be read (why: `s`); it is held.
   void LogUnreadable(const Event& e, const Status& s) const;
   // Ready events whose payloads could not be read wait in held_ and are
@@ -342,6 +377,8 @@ class Dispatcher {
   std::vector<Worker> workers_;
   std::size_t next_worker_ = 0;  // Round robin.
   std::vector<std::pair<std::uint64_t, std::shared_ptr<Subscriber>>> watchers_;
+  std::deque<WatchCopy> watch_queue_;
+  bool watch_reading_ = false;  // A StartWatchRead is under way.
   // Ack-timer cookies -> event ids (the wheel carries 32-bit cookies).
   std::vector<std::uint64_t> cookie_ids_;
   std::vector<std::uint32_t> free_cookies_;

@@ -6,17 +6,6 @@
 #include "server/core/dispatcher.h"
 
 namespace delayd {
-namespace {
-
-// `e` with `payload` (by default its own).
-Event CopyOf(const Event& e, std::string_view payload) {
-  return Event{e.id,      e.ns,        Blob(e.blob.key(), payload),
-               e.version, e.fire_time, e.fired_at,
-               e.attempt, e.reason};
-}
-Event CopyOf(const Event& e) { return CopyOf(e, e.blob.payload()); }
-
-}  // namespace
 
 void Dispatcher::Bury(std::uint64_t event_id, Outstanding& o) {
   LeaveFlight(o);
@@ -37,7 +26,7 @@ void Dispatcher::Bury(std::uint64_t event_id, Outstanding& o) {
           (o.has_error ? " (last error: " + ErrorOf(event_id, o) + ")" : ""));
   // Watchers see the move.
   if (!watchers_.empty()) {
-    Event copy = CopyOf(o.event);
+    Event copy = CopyWithPayload(o.event, o.event.blob.payload());
     copy.reason = Reason::kDeadLettered;
     const Event* one = &copy;
     ToWatchers({&one, 1});
@@ -63,64 +52,88 @@ void Dispatcher::RestoreDeadLetters(std::vector<DeadLetter> letters) {
 void Dispatcher::ListDeadLetters(std::uint64_t from, std::size_t limit,
                                  std::size_t max_bytes,
                                  std::function<void(DeadLetterPage)> done) {
-  asio::post(strand_, [this, from, limit, max_bytes, done = std::move(done)] {
-    // With a store a payload's size is known only once read, so candidates
-    // are read a few at a time and the page stops at the first one that does
-    // not fit: a page, and the memory a call takes, stay near max_bytes
-    // whatever the page size (up to 1000 payloads of up to the payload
-    // limit each).
-    constexpr std::size_t kChunk = 32;
-    DeadLetterPage page;
+  asio::post(strand_, [this, from, limit, max_bytes,
+                       done = std::move(done)]() mutable {
+    // The candidates, cut on what is in memory: keys, errors, and the
+    // payloads too without a store.
+    std::vector<DeadLetter> candidates;
     std::size_t bytes = 0;
     auto it = dead_.lower_bound(from);
-    while (it != dead_.end() && page.letters.size() < limit) {
-      std::vector<std::uint64_t> ids;
-      for (auto c = it; c != dead_.end() && ids.size() < kChunk &&
-                        page.letters.size() + ids.size() < limit;
-           ++c) {
-        ids.push_back(*c);
-      }
-      std::vector<std::string> payloads;
-      std::vector<bool> readable(ids.size(), true);
-      Status read;
-      if (store_ != nullptr) {
-        std::vector<std::uint64_t> payload_ids;
-        for (std::uint64_t id : ids) {
-          payload_ids.push_back(PayloadIdOf(outstanding_.at(id).event.blob));
-        }
-        read = store_->GetPayloads(payload_ids, &payloads, &readable);
-      }
-      for (std::size_t j = 0; j < ids.size(); ++j) {
-        const Outstanding& o = outstanding_.at(ids[j]);
-        if (!readable[j]) {
-          page.letters.clear();
-          page.next.reset();
-          page.error = Status::Internal("the payload of dead letter " +
-                                        std::to_string(ids[j]) + " (key '" +
-                                        std::string(o.event.blob.key()) +
-                                        "') cannot be read: " + read.message());
-          done(std::move(page));
-          return;
-        }
-        const std::string_view payload = store_ != nullptr
-                                             ? std::string_view(payloads[j])
-                                             : o.event.blob.payload();
-        std::string error = ErrorOf(ids[j], o);
-        const std::size_t b =
-            o.event.blob.key().size() + payload.size() + error.size();
-        if (!page.letters.empty() && bytes + b > max_bytes) {
-          page.next = ids[j];
-          done(std::move(page));
-          return;
-        }
-        bytes += b;
-        page.letters.push_back({CopyOf(o.event, payload), std::move(error)});
-        ++it;
-      }
+    for (; it != dead_.end() && candidates.size() < limit; ++it) {
+      const Outstanding& o = outstanding_.at(*it);
+      std::string error = ErrorOf(*it, o);
+      const std::size_t b =
+          o.event.blob.key().size() + error.size() +
+          (store_ == nullptr ? o.event.blob.payload().size() : 0);
+      if (!candidates.empty() && bytes + b > max_bytes) break;
+      bytes += b;
+      candidates.push_back(
+          {CopyWithPayload(o.event, o.event.blob.payload()), std::move(error)});
     }
-    if (it != dead_.end()) page.next = *it;
-    done(std::move(page));
+    std::optional<std::uint64_t> next;
+    if (it != dead_.end()) next = *it;
+    if (store_ == nullptr) {
+      done(DeadLetterPage{std::move(candidates), next, Status::Ok()});
+      return;
+    }
+    // With a store, the payloads are read on the pool (the strand goes on),
+    // as the store was now: one purged meanwhile is left out.
+    asio::post(
+        strand_.get_inner_executor(),
+        [this, candidates = std::move(candidates), next, max_bytes,
+         view = std::make_shared<const Store::View>(store_->NewView()),
+         done = std::move(done)]() mutable {
+          done(ReadDeadLetters(std::move(candidates), next, max_bytes, *view));
+        });
   });
+}
+
+DeadLetterPage Dispatcher::ReadDeadLetters(std::vector<DeadLetter> candidates,
+                                           std::optional<std::uint64_t> next,
+                                           std::size_t max_bytes,
+                                           const Store::View& view) const {
+  // A payload's size is known only once read, so they are read a few at a
+  // time and the page stops at the first that does not fit: a page, and the
+  // memory a call takes, stay near max_bytes whatever the page size (up to
+  // 1000 payloads of up to the payload limit each).
+  constexpr std::size_t kChunk = 32;
+  DeadLetterPage page;
+  std::size_t bytes = 0;
+  for (std::size_t from = 0; from < candidates.size(); from += kChunk) {
+    const std::size_t n = std::min(kChunk, candidates.size() - from);
+    std::vector<std::uint64_t> ids;
+    for (std::size_t j = from; j < from + n; ++j) {
+      ids.push_back(PayloadIdOf(candidates[j].event.blob));
+    }
+    std::vector<std::string> payloads;
+    std::vector<bool> readable, gone;
+    const Status read =
+        store_->GetPayloads(ids, view, &payloads, &readable, &gone);
+    for (std::size_t j = 0; j < n; ++j) {
+      DeadLetter& c = candidates[from + j];
+      if (gone[j]) continue;  // Purged (or requeued and done) since.
+      if (!readable[j]) {
+        return DeadLetterPage{
+            {},
+            std::nullopt,
+            Status::Internal("the payload of dead letter " +
+                             std::to_string(c.event.id) + " (key '" +
+                             std::string(c.event.blob.key()) +
+                             "') cannot be read: " + read.message())};
+      }
+      const std::size_t b =
+          c.event.blob.key().size() + payloads[j].size() + c.error.size();
+      if (!page.letters.empty() && bytes + b > max_bytes) {
+        page.next = c.event.id;
+        return page;
+      }
+      bytes += b;
+      c.event = CopyWithPayload(c.event, payloads[j]);
+      page.letters.push_back(std::move(c));
+    }
+  }
+  page.next = next;
+  return page;
 }
 
 struct Dispatcher::DeadLetterCall {

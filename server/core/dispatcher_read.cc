@@ -6,16 +6,6 @@
 #include "server/core/dispatcher.h"
 
 namespace delayd {
-namespace {
-
-// `e` (whose blob holds its payload's id) with its payload.
-Event WithPayload(const Event& e, std::string payload) {
-  return Event{e.id,      e.ns,        Blob(e.blob.key(), std::move(payload)),
-               e.version, e.fire_time, e.fired_at,
-               e.attempt, e.reason};
-}
-
-}  // namespace
 
 void Dispatcher::StartRead(std::shared_ptr<Read> read) {
   reading_ = true;
@@ -60,7 +50,7 @@ void Dispatcher::FinishRead(Read& read) {
         back.push_back(id);
         continue;
       }
-      full.push_back(WithPayload(e, std::move(payload)));
+      full.push_back(CopyWithPayload(e, payload));
       batch.push_back(&e);
     }
     sent += batch.size();
@@ -75,29 +65,47 @@ void Dispatcher::FinishRead(Read& read) {
   Pump();
 }
 
-void Dispatcher::ReadPayloads(std::vector<const Event*>& events,
-                              std::vector<Event>& out,
-                              std::vector<std::uint64_t>& unreadable) {
-  std::vector<std::uint64_t> ids;
-  ids.reserve(events.size());
-  for (const Event* e : events) ids.push_back(PayloadIdOf(e->blob));
-  std::vector<std::string> payloads;
-  std::vector<bool> readable;
-  const Status s = store_->GetPayloads(ids, &payloads, &readable);
-  out.clear();
-  out.reserve(events.size());
-  std::size_t kept = 0;
-  for (std::size_t i = 0; i < events.size(); ++i) {
-    const Event& e = *events[i];
-    if (!readable[i]) {
-      unreadable.push_back(e.id);
-      LogUnreadable(e, s);
-      continue;
-    }
-    out.push_back(WithPayload(e, std::move(payloads[i])));
-    events[kept++] = events[i];
+void Dispatcher::StartWatchRead() {
+  watch_reading_ = true;
+  // A chunk of copies published while the same watchers were there.
+  auto read = std::make_shared<WatchRead>();
+  read->upto = watch_queue_.front().watchers_upto;
+  read->view = watch_queue_.front().view;
+  while (!watch_queue_.empty() && read->events.size() < kWatchChunk &&
+         watch_queue_.front().view == read->view) {
+    read->payload_ids.push_back(PayloadIdOf(watch_queue_.front().event.blob));
+    read->events.push_back(std::move(watch_queue_.front().event));
+    watch_queue_.pop_front();
   }
-  events.resize(kept);
+  asio::post(strand_.get_inner_executor(), [this, read] {
+    store_->GetPayloads(read->payload_ids, *read->view, &read->payloads,
+                        &read->readable, &read->gone);
+    asio::post(strand_, [this, read] { FinishWatchRead(*read); });
+  });
+}
+
+void Dispatcher::FinishWatchRead(WatchRead& read) {
+  watch_reading_ = false;
+  if (closed_) return;
+  // One whose payload cannot be read is left out for them (workers get it
+  // once it can be read; their read logs it), and one acknowledged and
+  // deleted since (gone) too.
+  std::vector<Event> full;
+  full.reserve(read.events.size());
+  for (std::size_t i = 0; i < read.events.size(); ++i) {
+    if (read.readable[i]) {
+      full.push_back(CopyWithPayload(read.events[i], read.payloads[i]));
+    }
+  }
+  std::vector<const Event*> view;
+  view.reserve(full.size());
+  for (const Event& e : full) view.push_back(&e);
+  DeliverToWatchers(view, read.upto);
+  if (watchers_.empty()) {
+    watch_queue_.clear();
+  } else if (!watch_queue_.empty()) {
+    StartWatchRead();
+  }
 }
 
 void Dispatcher::LogUnreadable(const Event& e, const Status& s) const {

@@ -14,6 +14,8 @@
 #include <set>
 #include <thread>
 
+#include "tests/common/temp_dir.h"
+
 namespace delayd {
 namespace {
 
@@ -321,20 +323,26 @@ TEST_F(SchedulerTest, StalledWorkerNeverHoldsMoreThanItsRoom) {
   EXPECT_GE(got.size(), 11u);
 }
 
-// A large publish (a Drain of a whole namespace) reaches watchers a chunk
-// at a time: one that writes nothing is ended once past its backlog limit,
-// given at most one chunk (32 events) more, never the whole publish.
-TEST(SchedulerWatchers, StalledWatcherIsEndedWithinAChunkOfItsLimit) {
-  constexpr int kTimers = 1000;
-  constexpr std::size_t kPayload = 1024;
+// Drains kTimers timers of 1 KiB (one publish: one partition) to a watcher
+// that writes nothing, under `limits`; with a store in `data_dir` if not
+// empty. Returns how many events it was given before it was ended (-1 if it
+// was not ended with RESOURCE_EXHAUSTED).
+constexpr int kTimers = 1000;
+constexpr std::size_t kPayload = 1024;
+int GivenToAStalledWatcher(const std::string& data_dir, Limits limits) {
   Scheduler::Options o;
-  o.partitions = 1;  // One publish of every timer.
+  o.partitions = 1;
   o.threads = 2;
-  o.limits.watcher_backlog_bytes = 64 << 10;
+  o.limits = limits;
+  if (!data_dir.empty()) {
+    StoreOptions store;
+    store.dir = data_dir;
+    o.store = store;
+  }
   Scheduler scheduler(o);
-  ASSERT_TRUE(scheduler.Start().ok());
+  EXPECT_TRUE(scheduler.Start().ok());
   NamespaceId ns = 0;
-  ASSERT_TRUE(scheduler.Intern("default", &ns).ok());
+  EXPECT_TRUE(scheduler.Intern("default", &ns).ok());
   auto watcher = std::make_shared<FakeSubscriber>(/*stalled=*/true);
   std::promise<void> registered;
   SubscribeOptions options;
@@ -348,21 +356,47 @@ TEST(SchedulerWatchers, StalledWatcherIsEndedWithinAChunkOfItsLimit) {
         SetOp{ns, Blob("k" + std::to_string(i), std::string(kPayload, 'p')),
               WallNow() + 3'600'000'000'000},
         [&](OpResult r) { set.set_value(std::move(r)); });
-    ASSERT_TRUE(set.get_future().get().status.ok());
+    EXPECT_TRUE(set.get_future().get().status.ok());
   }
   std::promise<std::uint64_t> drained;
   scheduler.Drain(ns, [&](Status s, std::uint64_t n) {
     EXPECT_TRUE(s.ok());
     drained.set_value(n);
   });
-  ASSERT_EQ(drained.get_future().get(), static_cast<std::uint64_t>(kTimers));
-  ASSERT_TRUE(watcher->WaitEnded(5s));
-  EXPECT_EQ(watcher->end_code(), Code::kResourceExhausted);
-  // Past the limit at the 64th event (about 1 KiB each); its chunk is the
-  // last it is given.
-  const std::size_t given = watcher->WaitFor(kTimers, 0ms).size();
-  EXPECT_GT(given, (64u << 10) / (kPayload + 8));
-  EXPECT_LE(given, (64u << 10) / kPayload + 32);
+  EXPECT_EQ(drained.get_future().get(), static_cast<std::uint64_t>(kTimers));
+  if (!watcher->WaitEnded(5s) ||
+      watcher->end_code() != Code::kResourceExhausted) {
+    return -1;
+  }
+  return static_cast<int>(watcher->WaitFor(kTimers, 0ms).size());
+}
+
+// A large publish (a Drain of a whole namespace) reaches watchers a chunk
+// at a time: one that writes nothing is ended once past its backlog limit,
+// given at most one chunk (32 events) more, never the whole publish. With a
+// store too, where the copies wait for their payloads, read a chunk at a
+// time off the strand.
+TEST(SchedulerWatchers, StalledWatcherIsEndedWithinAChunkOfItsLimit) {
+  testing::TempDir dir;
+  for (const bool store : {false, true}) {
+    SCOPED_TRACE(store ? "with a store" : "in memory");
+    Limits bytes;
+    bytes.watcher_backlog_bytes = 64 << 10;
+    // Past the limit at the 64th event (about 1 KiB each); its chunk is the
+    // last it is given.
+    const int given =
+        GivenToAStalledWatcher(store ? dir / "bytes" : std::string(), bytes);
+    EXPECT_GT(given, static_cast<int>((64u << 10) / (kPayload + 8)));
+    EXPECT_LE(given, static_cast<int>((64u << 10) / kPayload + 32));
+    // Over the event limit: with a store, more copies than that waiting for
+    // their payloads end it too.
+    Limits events;
+    events.watcher_backlog = 100;
+    const int given_events =
+        GivenToAStalledWatcher(store ? dir / "events" : std::string(), events);
+    EXPECT_GE(given_events, 0);
+    EXPECT_LE(given_events, 100 + 32);
+  }
 }
 
 }  // namespace

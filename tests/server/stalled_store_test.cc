@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <future>
 #include <mutex>
 #include <thread>
 
@@ -42,12 +43,13 @@ grpc::Status Set(v1::Delayd::Stub& stub, const std::string& key,
   return stub.SetTimer(&ctx, req, &resp);
 }
 
-grpc::Status Ack(v1::Delayd::Stub& stub, std::uint64_t id) {
+grpc::Status Ack(v1::Delayd::Stub& stub, std::uint64_t id,
+                 std::chrono::seconds deadline = 30s) {
   v1::AckRequest req;
   req.add_event_ids(id);
   v1::AckResponse resp;
   grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + 30s);
+  ctx.set_deadline(std::chrono::system_clock::now() + deadline);
   return stub.Ack(&ctx, req, &resp);
 }
 
@@ -226,6 +228,9 @@ struct GatedDaemon {
   static DelaydServer::Options Options(const TempDir& dir, ReadGate& gate) {
     DelaydServer::Options o = OnFs(dir / "data", nullptr);
     o.scheduler.store->before_payload_read = [&gate] { gate.Pass(); };
+    // A held read holds a pool thread: room for the two a namespace may
+    // have (its workers' and its watchers') and the rest of the work.
+    o.scheduler.threads = 4;
     return o;
   }
   GatedDaemon() : daemon(Options(dir, gate)) {}
@@ -267,6 +272,101 @@ TEST(StalledStore, AHangingPayloadReadHoldsOnlyTheEventsItReads) {
   EXPECT_EQ(got[0].key(), "read");
   EXPECT_EQ(got[0].payload(), "its payload");
   EXPECT_EQ(got[0].attempt(), 1u);
+}
+
+// Watchers' copies have their payloads read off the namespace's strand too:
+// a read that hangs for them holds neither acks nor the namespace's other
+// work, and they get the event, in order, once it is read.
+TEST(StalledStore, AHangingReadForWatchersHoldsNoAcks) {
+  GatedDaemon gated;
+  ReadGate& gate = gated.gate;
+  TestDaemon& d = gated.daemon;
+  ASSERT_TRUE(d.started());
+  TestStream watcher(d.stub(), TestStream::Watcher("default"));
+  ASSERT_TRUE(watcher.WaitRegistered());
+  TestStream worker(d.stub(), TestStream::Worker("default", 10));
+  ASSERT_TRUE(worker.WaitRegistered());
+  ASSERT_TRUE(Set(d.stub(), "first", 0).ok());
+  const auto first = worker.WaitFor(1);
+  ASSERT_EQ(first.size(), 1u);
+  ASSERT_EQ(watcher.WaitFor(1).size(), 1u);
+
+  gate.Hold();
+  ASSERT_TRUE(Set(d.stub(), "second", 0, "its payload").ok());
+  ASSERT_TRUE(Eventually([&] { return gate.waiting() >= 1; }));
+  EXPECT_TRUE(Ack(d.stub(), first[0].id(), 5s).ok());
+  EXPECT_EQ(Stats(d.stub()).events_acked(), 1u);
+
+  gate.Release();
+  const auto seen = watcher.WaitFor(2);
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[1].key(), "second");
+  EXPECT_EQ(seen[1].payload(), "its payload");
+  const auto got = worker.WaitFor(2);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[1].payload(), "its payload");
+}
+
+// A dead-letter listing reads its payloads off the namespace's strand too,
+// as the store was when it was asked for: a read that hangs holds no acks,
+// and a dead letter purged meanwhile is left out, not taken for damage.
+TEST(StalledStore, AHangingDeadLetterListingHoldsNoAcks) {
+  GatedDaemon gated;
+  ReadGate& gate = gated.gate;
+  TestDaemon& d = gated.daemon;
+  ASSERT_TRUE(d.started());
+  {
+    v1::SetPolicyRequest req;
+    req.mutable_policy()->set_max_attempts(1);
+    v1::Policy resp;
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(d.stub().SetPolicy(&ctx, req, &resp).ok());
+  }
+  TestStream worker(d.stub(), TestStream::Worker("default", 10));
+  ASSERT_TRUE(worker.WaitRegistered());
+  ASSERT_TRUE(Set(d.stub(), "dead", 0).ok());
+  const auto dead = worker.WaitFor(1);
+  ASSERT_EQ(dead.size(), 1u);
+  ASSERT_TRUE(Set(d.stub(), "live", 0).ok());
+  const auto both = worker.WaitFor(2);
+  ASSERT_EQ(both.size(), 2u);
+  {
+    v1::NackRequest req;
+    req.add_event_ids(dead[0].id());
+    v1::NackResponse resp;
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(d.stub().Nack(&ctx, req, &resp).ok());
+  }
+  ASSERT_TRUE(Eventually([&] { return Stats(d.stub()).dead_letters() == 1; }));
+
+  gate.Hold();
+  auto listing = std::async(std::launch::async, [&] {
+    v1::ListDeadLettersRequest req;
+    v1::ListDeadLettersResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + 30s);
+    const grpc::Status s = d.stub().ListDeadLetters(&ctx, req, &resp);
+    return std::make_pair(s.error_code(), resp.dead_letters_size());
+  });
+  ASSERT_TRUE(Eventually([&] { return gate.waiting() == 1; }));
+  EXPECT_TRUE(Ack(d.stub(), both[1].id(), 5s).ok());
+  {
+    v1::DeadLettersRequest req;
+    req.set_all(true);
+    v1::DeadLettersResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + 5s);
+    ASSERT_TRUE(d.stub().PurgeDeadLetters(&ctx, req, &resp).ok());
+    EXPECT_EQ(resp.count(), 1u);
+  }
+  gate.Release();
+  const auto [code, listed] = listing.get();
+  EXPECT_EQ(code, grpc::StatusCode::OK);
+  EXPECT_EQ(listed, 0);
+  v1::StatsResponse stats;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(d.stub().Stats(&ctx, v1::StatsRequest(), &stats).ok());
+  EXPECT_EQ(stats.store_errors(), 0u);
 }
 
 // The dispatch rate counts deliveries: events taken for a worker that left
