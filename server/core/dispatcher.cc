@@ -13,10 +13,10 @@ namespace {
 constexpr std::size_t kMaxBatch = 256;
 }  // namespace
 
-Dispatcher::Dispatcher(asio::io_context& io, const Clock& clock,
-                       std::string name, NamespaceId id, Counters& counters,
-                       Metrics& metrics, const Limits& limits, Store* store,
-                       NamespaceRefs* refs)
+Dispatcher::Dispatcher(asio::io_context& io, asio::any_io_executor reads,
+                       const Clock& clock, std::string name, NamespaceId id,
+                       Counters& counters, Metrics& metrics,
+                       const Limits& limits, Store* store, NamespaceRefs* refs)
     : name_(std::move(name)),
       id_(id),
       refs_(refs),
@@ -27,6 +27,7 @@ Dispatcher::Dispatcher(asio::io_context& io, const Clock& clock,
       clock_(clock),
       store_(store),
       strand_(asio::make_strand(io)),
+      reads_(std::move(reads)),
       rate_timer_(strand_),
       random_(std::random_device()()),
       ack_wheel_(strand_, nullptr, clock, std::chrono::milliseconds(1),

@@ -17,12 +17,12 @@
 // are sent; an event whose payload cannot be read is held and tried again,
 // never sent without it.
 //
-// Reads: the payloads of the events a Pump gives out are read on the pool,
-// off the strand, one read at a time per dispatcher (so events still go out
-// in order); the events wait, counted against their worker's room, and are
-// sent when the read is back (FinishRead). Meanwhile the strand goes on with
-// acks, timeouts and publishing. Watchers' copies and dead-letter listings
-// are read the same way (StartWatchRead, ReadDeadLetters).
+// Reads: the payloads of the events a Pump gives out are read on the read
+// pool (scheduler.h), off the strand, one read at a time per dispatcher (so
+// events still go out in order); the events wait, counted against their
+// worker's room, and are sent when the read is back (FinishRead). Meanwhile the
+// strand goes on with acks, timeouts and publishing. Watchers' copies and
+// dead-letter listings are read the same way (StartWatchRead, ReadDeadLetters).
 //
 // Watchers get a copy of each event published while they are there, 32
 // events at a time; a watcher whose unwritten backlog passes the limit
@@ -127,9 +127,11 @@ class Dispatcher {
   // payload ids; payloads are read when an event is sent. The namespace's
   // count in `refs` is released for each acknowledged event (once durable)
   // and each subscriber that leaves (the scheduler adds those).
-  Dispatcher(asio::io_context& io, const Clock& clock, std::string name,
-             NamespaceId id, Counters& counters, Metrics& metrics,
-             const Limits& limits, Store* store, NamespaceRefs* refs);
+  // Payload reads run on `reads`.
+  Dispatcher(asio::io_context& io, asio::any_io_executor reads,
+             const Clock& clock, std::string name, NamespaceId id,
+             Counters& counters, Metrics& metrics, const Limits& limits,
+             Store* store, NamespaceRefs* refs);
   Dispatcher(const Dispatcher&) = delete;
   Dispatcher& operator=(const Dispatcher&) = delete;
 
@@ -178,7 +180,8 @@ class Dispatcher {
   // Up to `limit` dead letters with ids from `from`, in id order, and about
   // `max_bytes` of keys, payloads and errors at most (at least one); a
   // payload the store cannot read fails the page (INTERNAL, naming it).
-  // With a store the payloads are read on the pool, and `done` runs there.
+  // With a store the payloads are read on the read pool, and `done` runs
+  // there.
   void ListDeadLetters(std::uint64_t from, std::size_t limit,
                        std::size_t max_bytes,
                        std::function<void(DeadLetterPage)> done);
@@ -266,7 +269,7 @@ class Dispatcher {
   // With a store, `full` holds the events with their payloads, in order.
   void Deliver(Worker& w, std::vector<const Event*>& batch,
                std::vector<Event>* full);
-  // Reads `read`'s payloads on the pool, then FinishRead on the strand.
+  // Reads `read`'s payloads on the read pool, then FinishRead on the strand.
   void StartRead(std::shared_ptr<Read> read);
   // Sends what was read to the workers still there; events of a worker
   // that left (or if paused or closed since) are ready again, unattempted.
@@ -300,14 +303,14 @@ class Dispatcher {
                       LeaseResult& result, std::function<void(Status)> then);
   void WriteFates();
   // The page of `candidates` (dead letters without payloads, in id order),
-  // their payloads read as `view` saw the store; on the pool, touching no
+  // their payloads read as `view` saw the store; on the read pool, touching no
   // state but the store (dispatcher_dead.cc). `next`: the id after them.
   DeadLetterPage ReadDeadLetters(std::vector<DeadLetter> candidates,
                                  std::optional<std::uint64_t> next,
                                  std::size_t max_bytes,
                                  const Store::View& view) const;
   // Sends copies of `events` to the watchers, kWatchChunk at a time. With a
-  // store their payloads are read on the pool first (StartWatchRead), in
+  // store their payloads are read on the read pool first (StartWatchRead), in
   // publish order, one read at a time, so that a slow or stalled store never
   // holds the strand; the copies wait in watch_queue_, at most
   // watcher_backlog of them (more, and every watcher is behind: ended).
@@ -349,6 +352,7 @@ class Dispatcher {
   const Clock& clock_;
   Store* const store_;
   Strand strand_;
+  asio::any_io_executor reads_;
   Policy policy_;
   // The namespace's dispatch rate (policy_), and the timer that pumps again
   // when the next token is there.

@@ -76,13 +76,12 @@ void Dispatcher::ListDeadLetters(std::uint64_t from, std::size_t limit,
       done(DeadLetterPage{std::move(candidates), next, Status::Ok()});
       return;
     }
-    // With a store, the payloads are read on the pool (the strand goes on),
-    // as the store was now: one purged meanwhile is left out.
+    // With a store, the payloads are read on the read pool while the strand
+    // goes on, as the store was now: one purged meanwhile is left out.
     asio::post(
-        strand_.get_inner_executor(),
-        [this, candidates = std::move(candidates), next, max_bytes,
-         view = std::make_shared<const Store::View>(store_->NewView()),
-         done = std::move(done)]() mutable {
+        reads_, [this, candidates = std::move(candidates), next, max_bytes,
+                 view = std::make_shared<const Store::View>(store_->NewView()),
+                 done = std::move(done)]() mutable {
           done(ReadDeadLetters(std::move(candidates), next, max_bytes, *view));
         });
   });

@@ -9,10 +9,11 @@ namespace delayd {
 
 void Dispatcher::StartRead(std::shared_ptr<Read> read) {
   reading_ = true;
-  // The pool reads; the strand goes on with acks, publishing and timeouts.
-  // (The dispatcher outlives the pool's threads: Scheduler::Stop joins them
-  // first, and a namespace with events outstanding is never freed.)
-  asio::post(strand_.get_inner_executor(), [this, read = std::move(read)] {
+  // The read pool reads; the strand goes on with acks, publishing and
+  // timeouts. (The dispatcher outlives the read pool's threads:
+  // Scheduler::Stop joins them first, and a dispatcher is never destroyed
+  // before the scheduler, only renamed when its namespace is freed.)
+  asio::post(reads_, [this, read = std::move(read)] {
     read->status = store_->GetPayloads(read->payload_ids, &read->payloads,
                                        &read->readable);
     asio::post(strand_, [this, read] { FinishRead(*read); });
@@ -77,7 +78,7 @@ void Dispatcher::StartWatchRead() {
     read->events.push_back(std::move(watch_queue_.front().event));
     watch_queue_.pop_front();
   }
-  asio::post(strand_.get_inner_executor(), [this, read] {
+  asio::post(reads_, [this, read] {
     store_->GetPayloads(read->payload_ids, *read->view, &read->payloads,
                         &read->readable, &read->gone);
     asio::post(strand_, [this, read] { FinishWatchRead(*read); });

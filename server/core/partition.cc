@@ -8,10 +8,11 @@
 
 namespace delayd {
 
-Partition::Partition(asio::io_context& io, std::uint32_t index,
-                     const Clock& clock, std::chrono::nanoseconds tick,
-                     SteadyTime epoch, const Limits& limits, Counters& counters,
-                     Store* store, NamespaceRefs* refs, Publish publish)
+Partition::Partition(asio::io_context& io, asio::any_io_executor reads,
+                     std::uint32_t index, const Clock& clock,
+                     std::chrono::nanoseconds tick, SteadyTime epoch,
+                     const Limits& limits, Counters& counters, Store* store,
+                     NamespaceRefs* refs, Publish publish)
     : partition_(index),
       clock_(clock),
       limits_(limits),
@@ -20,6 +21,7 @@ Partition::Partition(asio::io_context& io, std::uint32_t index,
       refs_(refs),
       publish_(std::move(publish)),
       io_(io),
+      reads_(std::move(reads)),
       strand_(asio::make_strand(io)),
       wheel_(
           strand_, &exclusive_, clock, tick, epoch,

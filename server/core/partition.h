@@ -17,7 +17,7 @@
 // Thread safety: as scheduler.h states. Post() runs work on the partition's
 // strand, holding it; Run() runs work at once on the calling thread when the
 // partition is free, else as Post() does; Read() runs work holding it and
-// then its continuation, without it, on the pool. Every other method runs
+// then its continuation, without it, on the read pool. Every other method runs
 // from such work, except the recovery methods (before any) and
 // ReadPayloads() (from a continuation).
 #ifndef DELAYD_SERVER_CORE_PARTITION_H_
@@ -52,7 +52,9 @@ class Partition {
   // null (state in memory only). A new timer counts in `refs` for its
   // namespace (and stays counted as an event once fired); a removed one
   // is released by the caller once durable (OpResult::removed).
-  Partition(asio::io_context& io, std::uint32_t index, const Clock& clock,
+  // Payload reads run on `reads` (see Read).
+  Partition(asio::io_context& io, asio::any_io_executor reads,
+            std::uint32_t index, const Clock& clock,
             std::chrono::nanoseconds tick, SteadyTime epoch,
             const Limits& limits, Counters& counters, Store* store,
             NamespaceRefs* refs, Publish publish);
@@ -80,11 +82,11 @@ class Partition {
   }
 
   // Runs `f()` on the partition's strand, holding the partition; then the
-  // continuation it returns on the pool, without the partition (reads from
-  // the store go there).
+  // continuation it returns on the read pool, without the partition (reads
+  // from the store go there).
   template <typename F>
   void Read(F f) {
-    Post([this, f = std::move(f)]() mutable { asio::post(io_, f()); });
+    Post([this, f = std::move(f)]() mutable { asio::post(reads_, f()); });
   }
 
   // Whether StopTimers() has run: shutdown has passed this partition, so work
@@ -223,6 +225,7 @@ class Partition {
   NamespaceRefs* const refs_;
   Publish publish_;
   asio::io_context& io_;
+  asio::any_io_executor reads_;
   Strand strand_;
   Exclusive exclusive_;
   // A deque: growing never copies records or leaves a freed array behind.

@@ -20,6 +20,9 @@ Scheduler::Scheduler(Options options)
                                                 Free(id);
                                               });
                                             })),
+      reads_(options_.store ? std::make_unique<asio::thread_pool>(
+                                  std::max<std::uint32_t>(1, options_.threads))
+                            : nullptr),
       derived_offset_(clock_.Offset()) {
   assert(options_.partitions >= 1 && options_.partitions <= 1024);
 }
@@ -40,8 +43,8 @@ Status Scheduler::Start(RecoveryReport* report) {
   }
   for (std::uint32_t p = 0; p < options_.partitions; ++p) {
     partitions_.push_back(std::make_unique<Partition>(
-        io_, p, clock_, options_.tick, epoch_, options_.limits, counters_,
-        store_.get(), refs_.get(),
+        io_, ReadExecutor(), p, clock_, options_.tick, epoch_, options_.limits,
+        counters_, store_.get(), refs_.get(),
         [this](NamespaceId ns, std::vector<Event> events) {
           dispatchers_[ns]->Publish(std::move(events));
         }));
@@ -87,6 +90,9 @@ void Scheduler::Stop() {
     if (t.joinable()) t.join();
   }
   threads_.clear();
+  // Reads under way finish (their completions, posted to the stopped pool,
+  // never run).
+  if (reads_) reads_->join();
   if (store_) store_->Close();
 }
 

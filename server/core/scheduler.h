@@ -8,13 +8,13 @@
 // thread (store.h), so no one holds a partition or a dispatcher across disk
 // I/O or a wait. The writer writes and syncs a group while the previous
 // group's completions (replies, the publishing of fired events) run on the
-// pool; reads of payloads run on the pool too, from a view taken under the
-// partition (Partition::Read), and so do a dispatcher's reads of the
-// payloads it sends to workers (dispatcher.h; watchers' copies and
-// dead-letter listings still read on its strand). A stalled disk therefore
-// stops only what waits for durability: delivery and acks of events in
-// memory go on, and new changes are refused (UNAVAILABLE) once the
-// writer's backlog passes its bound (Admit).
+// pool. Reads of payloads run on a read pool of their own, from a view
+// taken under the partition (Partition::Read), and so do a dispatcher's
+// (dispatcher.h: for workers, watchers and dead-letter listings), so reads
+// that a stalled disk holds up never hold the pool. A stalled disk therefore
+// stops only what waits for durability or a read: delivery and acks of
+// events in memory go on, and new changes are refused (UNAVAILABLE) once
+// the writer's backlog passes its bound (Admit).
 // Thread safety: every public method may be called from any thread.
 #ifndef DELAYD_SERVER_CORE_SCHEDULER_H_
 #define DELAYD_SERVER_CORE_SCHEDULER_H_
@@ -216,6 +216,13 @@ class Scheduler {
   const SteadyTime epoch_;
   asio::io_context io_;
   asio::executor_work_guard<asio::io_context::executor_type> work_;
+  // Where payloads are read from the store (with one): threads of their
+  // own, so that reads held up by a stalled disk never take the pool that
+  // runs partitions and dispatchers. Without a store, the pool.
+  asio::any_io_executor ReadExecutor() {
+    return reads_ ? asio::any_io_executor(reads_->get_executor())
+                  : asio::any_io_executor(io_.get_executor());
+  }
   // Where the store's completions (replies) run, in the writer's order.
   Strand replies_{asio::make_strand(io_)};
   Counters counters_;
@@ -229,6 +236,7 @@ class Scheduler {
       ns_ids_;
   std::unique_ptr<Dispatcher*[]> dispatchers_;
   std::unique_ptr<NamespaceRefs> refs_;
+  std::unique_ptr<asio::thread_pool> reads_;
   // Ids of freed namespaces, for reuse (under ns_mutex_); a freed id's
   // dispatcher has an empty name.
   std::vector<NamespaceId> free_ids_;

@@ -15,9 +15,9 @@ NamespaceId Scheduler::AddNamespace(std::string name) {
     return id;
   }
   const auto id = static_cast<NamespaceId>(owned_dispatchers_.size());
-  owned_dispatchers_.push_back(
-      std::make_unique<Dispatcher>(io_, clock_, name, id, counters_, metrics_,
-                                   options_.limits, store_.get(), refs_.get()));
+  owned_dispatchers_.push_back(std::make_unique<Dispatcher>(
+      io_, ReadExecutor(), clock_, name, id, counters_, metrics_,
+      options_.limits, store_.get(), refs_.get()));
   dispatchers_[id] = owned_dispatchers_.back().get();
   if (!name.empty()) dispatchers_[id]->SetPolicy(PolicyLocked(name));
   if (name.empty()) {

@@ -228,9 +228,6 @@ struct GatedDaemon {
   static DelaydServer::Options Options(const TempDir& dir, ReadGate& gate) {
     DelaydServer::Options o = OnFs(dir / "data", nullptr);
     o.scheduler.store->before_payload_read = [&gate] { gate.Pass(); };
-    // A held read holds a pool thread: room for the two a namespace may
-    // have (its workers' and its watchers') and the rest of the work.
-    o.scheduler.threads = 4;
     return o;
   }
   GatedDaemon() : daemon(Options(dir, gate)) {}
@@ -367,6 +364,35 @@ TEST(StalledStore, AHangingDeadLetterListingHoldsNoAcks) {
   grpc::ClientContext ctx;
   ASSERT_TRUE(d.stub().Stats(&ctx, v1::StatsRequest(), &stats).ok());
   EXPECT_EQ(stats.store_errors(), 0u);
+}
+
+// Reads run on threads of their own: more held reads than the daemon has
+// threads (two here) never stop acks.
+TEST(StalledStore, HeldReadsNeverTakeThePoolFromAcks) {
+  GatedDaemon gated;
+  ReadGate& gate = gated.gate;
+  TestDaemon& d = gated.daemon;
+  ASSERT_TRUE(d.started());
+  TestStream worker(d.stub(), TestStream::Worker("default", 10));
+  ASSERT_TRUE(worker.WaitRegistered());
+  ASSERT_TRUE(Set(d.stub(), "first", 0).ok());
+  const auto first = worker.WaitFor(1);
+  ASSERT_EQ(first.size(), 1u);
+  constexpr int kReads = 4;
+  for (int i = 0; i < kReads; ++i) {
+    ASSERT_TRUE(Set(d.stub(), "p" + std::to_string(i), 3'600'000).ok());
+  }
+  gate.Hold();
+  std::vector<std::future<grpc::Status>> gets;
+  for (int i = 0; i < kReads; ++i) {
+    gets.push_back(std::async(std::launch::async, [&d, i] {
+      return Get(d.stub(), "p" + std::to_string(i));
+    }));
+  }
+  ASSERT_TRUE(Eventually([&] { return gate.waiting() >= 2; }));
+  EXPECT_TRUE(Ack(d.stub(), first[0].id(), 5s).ok());
+  gate.Release();
+  for (auto& g : gets) EXPECT_TRUE(g.get().ok());
 }
 
 // The dispatch rate counts deliveries: events taken for a worker that left
