@@ -27,7 +27,6 @@ Dispatcher::Dispatcher(asio::io_context& io, asio::any_io_executor reads,
       clock_(clock),
       store_(store),
       strand_(asio::make_strand(io)),
-      reads_(std::move(reads)),
       rate_timer_(strand_),
       random_(std::random_device()()),
       ack_wheel_(strand_, nullptr, clock, std::chrono::milliseconds(1),
@@ -36,7 +35,8 @@ Dispatcher::Dispatcher(asio::io_context& io, asio::any_io_executor reads,
                    OnAckTimeouts(due);
                  }),
       retry_timer_(strand_),
-      observed_(LatencyBuckets()) {}
+      observed_(LatencyBuckets()),
+      reads_(std::move(reads)) {}
 
 void Dispatcher::Publish(std::vector<Event> events) {
   asio::post(strand_, [this, events = std::move(events)]() mutable {

@@ -352,7 +352,6 @@ class Dispatcher {
   const Clock& clock_;
   Store* const store_;
   Strand strand_;
-  asio::any_io_executor reads_;
   Policy policy_;
   // The namespace's dispatch rate (policy_), and the timer that pumps again
   // when the next token is there.
@@ -381,14 +380,16 @@ class Dispatcher {
   std::vector<Worker> workers_;
   std::size_t next_worker_ = 0;  // Round robin.
   std::vector<std::pair<std::uint64_t, std::shared_ptr<Subscriber>>> watchers_;
-  std::deque<WatchCopy> watch_queue_;
-  bool watch_reading_ = false;  // A StartWatchRead is under way.
   // Ack-timer cookies -> event ids (the wheel carries 32-bit cookies).
   std::vector<std::uint64_t> cookie_ids_;
   std::vector<std::uint32_t> free_cookies_;
   // Latencies gathered for one histogram at a time, then added to it (each
   // use leaves it empty).
   Observations observed_;
+  // Below the fields firing uses (their layout is as before these came).
+  asio::any_io_executor reads_;
+  std::deque<WatchCopy> watch_queue_;
+  bool watch_reading_ = false;  // A StartWatchRead is under way.
 };
 
 }  // namespace delayd

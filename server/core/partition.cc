@@ -21,11 +21,11 @@ Partition::Partition(asio::io_context& io, asio::any_io_executor reads,
       refs_(refs),
       publish_(std::move(publish)),
       io_(io),
-      reads_(std::move(reads)),
       strand_(asio::make_strand(io)),
       wheel_(
           strand_, &exclusive_, clock, tick, epoch,
-          [this](std::vector<StrandWheel::Expired>& due) { OnExpired(due); }) {
+          [this](std::vector<StrandWheel::Expired>& due) { OnExpired(due); }),
+      reads_(std::move(reads)) {
   assert(index < 1024);
 }
 

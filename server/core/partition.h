@@ -225,7 +225,6 @@ class Partition {
   NamespaceRefs* const refs_;
   Publish publish_;
   asio::io_context& io_;
-  asio::any_io_executor reads_;
   Strand strand_;
   Exclusive exclusive_;
   // A deque: growing never copies records or leaves a freed array behind.
@@ -241,6 +240,8 @@ class Partition {
   std::uint64_t event_seq_limit_ = 0;
   bool reserving_ = false;              // A block is being written.
   std::vector<std::uint32_t> overdue_;  // During recovery.
+  // Below the fields firing uses (their layout is as before it came).
+  asio::any_io_executor reads_;
 };
 
 }  // namespace delayd
