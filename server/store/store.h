@@ -272,9 +272,11 @@ class Store {
   Status PutPolicy(std::string_view name, std::string_view policy);
 
   // --- Reads. ---
-  // What the store holds at one instant, queued batches included. Taken
-  // without I/O (so under a caller's lock), read after (without it): a
-  // payload deleted meanwhile reads as deleted, not as damage.
+  // What the store holds at one instant, queued batches included: those
+  // batches and a RocksDB snapshot. Taken without I/O (so under a caller's
+  // lock), read after (without it), and read as of that instant: a payload
+  // deleted since still reads. A view costs nothing per later write; while
+  // it lives, RocksDB keeps on disk what later writes overwrite or delete.
   class View {
    public:
     View(View&& other) noexcept
@@ -285,10 +287,10 @@ class Store {
    private:
     friend class Store;
     struct State {
-      // Batches queued when the view was taken, and (under the store's mu_)
-      // those written since.
+      // Batches queued when the view was taken.
       std::vector<std::shared_ptr<const rocksdb::WriteBatch>> queued;
-      std::vector<std::shared_ptr<const rocksdb::WriteBatch>> later;
+      // Null once the store is closed (under the store's mu_).
+      const rocksdb::Snapshot* snapshot = nullptr;
     };
     View() = default;
     Store* store_ = nullptr;
@@ -302,8 +304,8 @@ class Store {
   Status GetPayloads(std::span<const std::uint64_t> ids,
                      std::vector<std::string>* payloads,
                      std::vector<bool>* readable);
-  // As above, as `view` saw them: queued ones included, and one deleted
-  // since (its timer is gone) marked true in `gone`, not as damage.
+  // As above, as `view` saw them, queued ones included; one a batch queued
+  // before the view deleted is marked true in `gone`, not as damage.
   Status GetPayloads(std::span<const std::uint64_t> ids, const View& view,
                      std::vector<std::string>* payloads,
                      std::vector<bool>* readable, std::vector<bool>* gone);
@@ -401,8 +403,9 @@ class Store {
   // Under mu_: batches not yet written, in order (the writer's group is
   // kept at the front, for views, until it is written).
   std::deque<Queued> queue_;
-  // Views alive (each told of every batch written while it lives).
+  // Views alive, whose snapshots Close() releases; new ones get none after.
   std::vector<View::State*> views_;
+  bool views_closed_ = false;
   std::function<void(std::function<void()>)> executor_;
   std::atomic<std::size_t> queued_bytes_{0};
   bool writing_ = false;  // The writer holds a group.

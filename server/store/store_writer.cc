@@ -34,27 +34,35 @@ class Merge : public rocksdb::WriteBatch::Handler {
       families_;
 };
 
-// Finds, in batches, the Puts (their values; the last one seen wins) or the
-// Deletes of given payload keys, by index.
+// Finds, in batches read in order, what became of given payload keys: the
+// last Put (its value) or Delete of each wins, by index.
 class FindPayloads : public rocksdb::WriteBatch::Handler {
  public:
   FindPayloads(std::uint32_t family,
                const std::unordered_map<std::string, std::size_t>& wanted,
-               std::vector<std::string>* values, std::vector<bool>& seen)
-      : family_(family), wanted_(wanted), values_(values), seen_(seen) {}
+               std::vector<std::string>& values, std::vector<bool>& seen,
+               std::vector<bool>& deleted)
+      : family_(family),
+        wanted_(wanted),
+        values_(values),
+        seen_(seen),
+        deleted_(deleted) {}
   rocksdb::Status PutCF(std::uint32_t cf, const rocksdb::Slice& key,
                         const rocksdb::Slice& value) override {
-    if (values_ == nullptr) return rocksdb::Status::OK();
     if (auto i = Index(cf, key)) {
-      (*values_)[*i].assign(value.data(), value.size());
+      values_[*i].assign(value.data(), value.size());
       seen_[*i] = true;
+      deleted_[*i] = false;
     }
     return rocksdb::Status::OK();
   }
   rocksdb::Status DeleteCF(std::uint32_t cf,
                            const rocksdb::Slice& key) override {
-    if (values_ != nullptr) return rocksdb::Status::OK();
-    if (auto i = Index(cf, key)) seen_[*i] = true;
+    if (auto i = Index(cf, key)) {
+      values_[*i].clear();
+      seen_[*i] = true;
+      deleted_[*i] = true;
+    }
     return rocksdb::Status::OK();
   }
 
@@ -68,8 +76,9 @@ class FindPayloads : public rocksdb::WriteBatch::Handler {
   }
   const std::uint32_t family_;
   const std::unordered_map<std::string, std::size_t>& wanted_;
-  std::vector<std::string>* values_;  // Null: look for Deletes.
+  std::vector<std::string>& values_;
   std::vector<bool>& seen_;
+  std::vector<bool>& deleted_;
 };
 
 }  // namespace
@@ -125,6 +134,10 @@ void Store::ReserveIdsLater(std::uint32_t partition,
 Store::View::~View() {
   if (!state_) return;
   std::lock_guard lock(store_->mu_);
+  // (Close() released the snapshot already if the store is closed.)
+  if (state_->snapshot != nullptr) {
+    store_->db_->ReleaseSnapshot(state_->snapshot);
+  }
   auto& views = store_->views_;
   views.erase(std::find(views.begin(), views.end(), state_.get()));
 }
@@ -134,10 +147,14 @@ Store::View Store::NewView() {
   view.store_ = this;
   view.state_ = std::make_shared<View::State>();
   std::lock_guard lock(mu_);
+  // The queue (the writer's group included until it is written) and the
+  // snapshot are taken together under mu_, so every batch is in one of
+  // them: a group leaves the queue only once RocksDB holds it.
   view.state_->queued.reserve(queue_.size());
   for (const Queued& q : queue_) {
     if (q.batch) view.state_->queued.push_back(q.batch);
   }
+  if (!views_closed_) view.state_->snapshot = db_->GetSnapshot();
   views_.push_back(view.state_.get());
   return view;
 }
@@ -167,61 +184,44 @@ Status Store::Read(std::span<const std::uint64_t> ids, const View* view,
   std::vector<std::string> keys;
   keys.reserve(ids.size());
   for (std::uint64_t id : ids) keys.push_back(IdKey(id));
-  // Payloads still queued: the newest Put of each wins.
+  // Payloads still queued when the view was taken: the last Put or Delete
+  // of each wins.
   std::vector<std::string> queued(ids.size());
   std::vector<bool> found(ids.size(), false);
+  std::vector<bool>& deleted = *gone;
   if (view != nullptr && !view->state_->queued.empty()) {
     std::unordered_map<std::string, std::size_t> wanted;
     for (std::size_t i = 0; i < ids.size(); ++i) wanted[keys[i]] = i;
-    FindPayloads finder(payloads_->GetID(), wanted, &queued, found);
+    FindPayloads finder(payloads_->GetID(), wanted, queued, found, deleted);
     for (const auto& batch : view->state_->queued) batch->Iterate(&finder);
   }
   std::vector<rocksdb::Slice> slices;
   std::vector<std::size_t> from_db;
   for (std::size_t i = 0; i < ids.size(); ++i) {
-    if (found[i]) {
-      (*payloads)[i] = std::move(queued[i]);
-      (*readable)[i] = true;
-    } else {
+    if (!found[i]) {
       slices.emplace_back(keys[i]);
       from_db.push_back(i);
+    } else if (!deleted[i]) {
+      (*payloads)[i] = std::move(queued[i]);
+      (*readable)[i] = true;
     }
   }
   if (from_db.empty()) return Status::Ok();
   std::shared_lock lock(close_mu_);
   if (closed_) return Status::Unavailable("the store is closed");
+  rocksdb::ReadOptions read;
+  // (Set while the store is open: Close() releases it under close_mu_.)
+  if (view != nullptr) read.snapshot = view->state_->snapshot;
   std::vector<rocksdb::ColumnFamilyHandle*> families(slices.size(), payloads_);
   std::vector<std::string> values;
   const std::vector<rocksdb::Status> statuses =
-      db_->MultiGet(rocksdb::ReadOptions(), families, slices, &values);
-  // A payload missing because a batch written after the view deleted it
-  // was there when the view was taken: it is gone, not damaged. (The writer
-  // tells views of a batch before writing it, so a deletion seen in RocksDB
-  // is always among `later` too.)
-  std::vector<bool>& deleted = *gone;
-  if (view != nullptr) {
-    std::unordered_map<std::string, std::size_t> missing;
-    for (std::size_t j = 0; j < statuses.size(); ++j) {
-      if (statuses[j].IsNotFound()) missing[keys[from_db[j]]] = from_db[j];
-    }
-    if (!missing.empty()) {
-      std::vector<std::shared_ptr<const rocksdb::WriteBatch>> later;
-      {
-        std::lock_guard queue_lock(mu_);
-        later = view->state_->later;
-      }
-      FindPayloads finder(payloads_->GetID(), missing, nullptr, deleted);
-      for (const auto& batch : later) batch->Iterate(&finder);
-    }
-  }
+      db_->MultiGet(read, families, slices, &values);
   Status first;
   for (std::size_t j = 0; j < statuses.size(); ++j) {
     const std::size_t i = from_db[j];
     if (statuses[j].ok()) {
       (*payloads)[i] = std::move(values[j]);
       (*readable)[i] = true;
-    } else if (deleted[i]) {
-      continue;
     } else if (first.ok()) {
       first = Error(("reading payload " + std::to_string(ids[i])).c_str(),
                     statuses[j]);
@@ -267,12 +267,6 @@ void Store::WriterLoop() {
              (options_.fsync == FsyncPolicy::kAlways && q.batch != nullptr);
     }
     writing_ = true;
-    // Views learn of the group before it is written (see Read).
-    for (View::State* view : views_) {
-      for (const Queued& q : group) {
-        if (q.batch) view->later.push_back(q.batch);
-      }
-    }
     lock.unlock();
 
     Status status = Failed();
