@@ -103,15 +103,19 @@ Status Dispatcher::WatchersBehind() const {
       " bytes behind (the watcher-backlog limits)");
 }
 
+Dispatcher::Watchers::iterator Dispatcher::DropWatcher(Watchers::iterator it) {
+  counters_.watchers.fetch_sub(1);
+  mine_.watchers.fetch_sub(1, std::memory_order_relaxed);
+  refs_->Release(id_);
+  return watchers_.erase(it);
+}
+
 void Dispatcher::EndWatchers(const Status& status) {
   LogLimitHit("watcher-backlog", status.message());
-  for (auto& [id, sink] : watchers_) {
-    sink->End(status);
-    refs_->Release(id_);
+  while (!watchers_.empty()) {
+    watchers_.back().second->End(status);
+    DropWatcher(watchers_.end() - 1);
   }
-  counters_.watchers.fetch_sub(watchers_.size());
-  mine_.watchers.fetch_sub(watchers_.size(), std::memory_order_relaxed);
-  watchers_.clear();
 }
 
 void Dispatcher::DeliverToWatchers(std::span<const Event* const> view,
@@ -128,10 +132,7 @@ void Dispatcher::DeliverToWatchers(std::span<const Event* const> view,
       const Status ended = WatchersBehind();
       LogLimitHit("watcher-backlog", ended.message());
       it->second->End(ended);
-      it = watchers_.erase(it);
-      counters_.watchers.fetch_sub(1);
-      mine_.watchers.fetch_sub(1, std::memory_order_relaxed);
-      refs_->Release(id_);
+      it = DropWatcher(it);
     } else {
       ++it;
     }
@@ -178,10 +179,7 @@ void Dispatcher::Unsubscribe(std::uint64_t id) {
     auto watcher = std::find_if(watchers_.begin(), watchers_.end(),
                                 [id](const auto& w) { return w.first == id; });
     if (watcher != watchers_.end()) {
-      watchers_.erase(watcher);
-      counters_.watchers.fetch_sub(1);
-      mine_.watchers.fetch_sub(1, std::memory_order_relaxed);
-      refs_->Release(id_);
+      DropWatcher(watcher);
       return;
     }
     auto worker = std::find_if(workers_.begin(), workers_.end(),

@@ -322,6 +322,12 @@ class Dispatcher {
   void StartWatchRead();
   void FinishWatchRead(WatchRead& read);
   Status WatchersBehind() const;
+  // By subscriber id.
+  using Watchers =
+      std::vector<std::pair<std::uint64_t, std::shared_ptr<Subscriber>>>;
+  // Forgets a watcher (ended or gone): the one after it.
+  Watchers::iterator DropWatcher(Watchers::iterator it);
+  // Ends every watcher with `status`, logged as the backlog limit's.
   void EndWatchers(const Status& status);
   static constexpr std::size_t kWatchChunk = 32;
   Worker* FindWorker(std::uint64_t id);
@@ -379,7 +385,7 @@ class Dispatcher {
   std::deque<std::uint64_t> ready_;  // Ids; stale (acked) ids are skipped.
   std::vector<Worker> workers_;
   std::size_t next_worker_ = 0;  // Round robin.
-  std::vector<std::pair<std::uint64_t, std::shared_ptr<Subscriber>>> watchers_;
+  Watchers watchers_;
   // Ack-timer cookies -> event ids (the wheel carries 32-bit cookies).
   std::vector<std::uint64_t> cookie_ids_;
   std::vector<std::uint32_t> free_cookies_;
