@@ -232,8 +232,8 @@ class Dispatcher {
 
   // A watcher's copy waiting for its payload: the event (its blob holds the
   // payload's id), the largest watcher id there was at its publish, and the
-  // store as it was then (so a payload deleted since, its event
-  // acknowledged, still reads).
+  // store as it was then (a payload deleted since, its event acknowledged,
+  // reads as gone, not as damage).
   struct WatchCopy {
     Event event;
     std::uint64_t watchers_upto;

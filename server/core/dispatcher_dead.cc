@@ -110,7 +110,7 @@ DeadLetterPage Dispatcher::ReadDeadLetters(std::vector<DeadLetter> candidates,
         store_->GetPayloads(ids, view, &payloads, &readable, &gone);
     for (std::size_t j = 0; j < n; ++j) {
       DeadLetter& c = candidates[from + j];
-      if (gone[j]) continue;  // Deleted before the view: not listed then.
+      if (gone[j]) continue;  // Purged (or requeued and done) since.
       if (!readable[j]) {
         return DeadLetterPage{
             {},

@@ -89,8 +89,8 @@ void Dispatcher::FinishWatchRead(WatchRead& read) {
   watch_reading_ = false;
   if (closed_) return;
   // One whose payload cannot be read is left out for them (workers get it
-  // once it can be read; their read logs it). One acknowledged since its
-  // publish still reads: the view is the store as it was then.
+  // once it can be read; their read logs it), and one acknowledged and
+  // deleted since (gone) too.
   std::vector<Event> full;
   full.reserve(read.events.size());
   for (std::size_t i = 0; i < read.events.size(); ++i) {

@@ -148,12 +148,11 @@ class Partition {
                                     std::uint32_t cursor,
                                     std::size_t max_timers, bool payloads,
                                     Found& out) const;
-  // Fills in the payloads of `found` from the store, as its view saw them
-  // (a timer removed or fired since shows as it was when found). Stops at
-  // the first timer that would take the page (`bytes_before` plus ListCost
-  // of each) past `max_bytes`, unless the page would be empty: `next` is
-  // then its record. False (with `error` set) if a payload cannot be read:
-  // a timer is never shown without it.
+  // Fills in the payloads of `found` from the store, as its view saw them,
+  // dropping timers gone since. Stops at the first timer that would take
+  // the page (`bytes_before` plus ListCost of each) past `max_bytes`, unless
+  // the page would be empty: `next` is then its record. False (with `error`
+  // set) if a payload cannot be read: a timer is never shown without it.
   bool ReadPayloads(Found& found, Status* error,
                     std::size_t max_bytes = SIZE_MAX,
                     std::size_t bytes_before = 0) const;

@@ -63,7 +63,7 @@ bool Partition::ReadPayloads(Found& found, Status* error, std::size_t max_bytes,
     }
     for (std::size_t j = 0; j < n; ++j) {
       const std::size_t i = from + j;
-      if (gone[j]) continue;  // Deleted before the view: not found then.
+      if (gone[j]) continue;  // Removed or fired since it was found.
       if (read && !readable[j]) {
         *error =
             Status::Internal("the payload of timer '" + found.timers[i].key +

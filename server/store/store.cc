@@ -342,15 +342,6 @@ void Store::Close() {
   std::unique_lock lock(close_mu_);
   closed_ = true;
   if (!db_) return;
-  {
-    // Views may outlive the store's database (no read runs now).
-    std::lock_guard views(mu_);
-    views_closed_ = true;
-    for (View::State* view : views_) {
-      if (view->snapshot != nullptr) db_->ReleaseSnapshot(view->snapshot);
-      view->snapshot = nullptr;
-    }
-  }
   if (!failed_ && !options_.read_only) {
     db_->SyncWAL();
     // Flushing the memtables makes the next start read tables, not replay

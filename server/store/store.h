@@ -107,6 +107,9 @@ struct StoreOptions {
   // Queued bytes beyond which backlogged() is true: callers refuse new
   // changes instead of queueing them while the disk lags.
   std::size_t max_backlog_bytes = 64 << 20;
+  // How many deleted payloads' ids are kept for views (Store::View), 8
+  // bytes each.
+  std::size_t max_deletes_kept = std::size_t{1} << 20;
   // Tests: runs on the reading thread before each read of payloads (a read
   // that hangs, as a slow disk's would; payloads read back from RocksDB's
   // memtable touch no file the test's Env could hold).
@@ -272,11 +275,13 @@ class Store {
   Status PutPolicy(std::string_view name, std::string_view policy);
 
   // --- Reads. ---
-  // What the store holds at one instant, queued batches included: those
-  // batches and a RocksDB snapshot. Taken without I/O (so under a caller's
-  // lock), read after (without it), and read as of that instant: a payload
-  // deleted since still reads. A view costs nothing per later write; while
-  // it lives, RocksDB keeps on disk what later writes overwrite or delete.
+  // What the store holds at one instant, queued batches included. Taken
+  // without I/O (so under a caller's lock), read after (without it): a
+  // payload deleted since reads as gone, not as damage. A view costs nothing
+  // per later write but the id of each payload deleted while it lives (8
+  // bytes, kept once for all views); past max_deletes_kept of those, the
+  // oldest views can no longer tell a payload deleted since from a missing
+  // one, and take it as deleted.
   class View {
    public:
     View(View&& other) noexcept
@@ -289,8 +294,9 @@ class Store {
     struct State {
       // Batches queued when the view was taken.
       std::vector<std::shared_ptr<const rocksdb::WriteBatch>> queued;
-      // Null once the store is closed (under the store's mu_).
-      const rocksdb::Snapshot* snapshot = nullptr;
+      // Where the view's part of the store's deletes_ log starts (an
+      // absolute position: deletes_base_ counts what was dropped).
+      std::uint64_t deletes_from = 0;
     };
     View() = default;
     Store* store_ = nullptr;
@@ -304,8 +310,8 @@ class Store {
   Status GetPayloads(std::span<const std::uint64_t> ids,
                      std::vector<std::string>* payloads,
                      std::vector<bool>* readable);
-  // As above, as `view` saw them, queued ones included; one a batch queued
-  // before the view deleted is marked true in `gone`, not as damage.
+  // As above, as `view` saw them, queued ones included; one deleted since
+  // the view (its timer is gone) is marked true in `gone`, not as damage.
   Status GetPayloads(std::span<const std::uint64_t> ids, const View& view,
                      std::vector<std::string>* payloads,
                      std::vector<bool>* readable, std::vector<bool>* gone);
@@ -403,9 +409,16 @@ class Store {
   // Under mu_: batches not yet written, in order (the writer's group is
   // kept at the front, for views, until it is written).
   std::deque<Queued> queue_;
-  // Views alive, whose snapshots Close() releases; new ones get none after.
+  // Under mu_: views alive, and the ids of payloads deleted by groups the
+  // writer took while any view lived (appended before the group is written,
+  // so a deletion RocksDB shows is always here), from position
+  // deletes_base_ on. Kept back to the oldest view's start, and at most
+  // options_.max_deletes_kept.
   std::vector<View::State*> views_;
-  bool views_closed_ = false;
+  std::deque<std::uint64_t> deletes_;
+  std::uint64_t deletes_base_ = 0;
+  // Drops what no view needs from deletes_ (under mu_).
+  void TrimDeletes();
   std::function<void(std::function<void()>)> executor_;
   std::atomic<std::size_t> queued_bytes_{0};
   bool writing_ = false;  // The writer holds a group.

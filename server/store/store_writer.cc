@@ -4,6 +4,7 @@
 #include <optional>
 #include <unordered_map>
 
+#include "server/common/record_codec.h"
 #include "server/store/store.h"
 
 namespace delayd {
@@ -81,6 +82,28 @@ class FindPayloads : public rocksdb::WriteBatch::Handler {
   std::vector<bool>& deleted_;
 };
 
+// Appends the ids of the payloads a batch deletes.
+class NoteDeletes : public rocksdb::WriteBatch::Handler {
+ public:
+  NoteDeletes(std::uint32_t family, std::deque<std::uint64_t>& out)
+      : family_(family), out_(out) {}
+  rocksdb::Status PutCF(std::uint32_t, const rocksdb::Slice&,
+                        const rocksdb::Slice&) override {
+    return rocksdb::Status::OK();
+  }
+  rocksdb::Status DeleteCF(std::uint32_t cf,
+                           const rocksdb::Slice& key) override {
+    // (Payload keys are the 8-byte big-endian ids of Store::IdKey.)
+    if (cf == family_ && key.size() == 8)
+      out_.push_back(record::ReadBE(key.data(), 8));
+    return rocksdb::Status::OK();
+  }
+
+ private:
+  const std::uint32_t family_;
+  std::deque<std::uint64_t>& out_;
+};
+
 }  // namespace
 
 Status Store::Enqueue(rocksdb::WriteBatch& batch,
@@ -134,12 +157,9 @@ void Store::ReserveIdsLater(std::uint32_t partition,
 Store::View::~View() {
   if (!state_) return;
   std::lock_guard lock(store_->mu_);
-  // (Close() released the snapshot already if the store is closed.)
-  if (state_->snapshot != nullptr) {
-    store_->db_->ReleaseSnapshot(state_->snapshot);
-  }
   auto& views = store_->views_;
   views.erase(std::find(views.begin(), views.end(), state_.get()));
+  store_->TrimDeletes();
 }
 
 Store::View Store::NewView() {
@@ -147,16 +167,31 @@ Store::View Store::NewView() {
   view.store_ = this;
   view.state_ = std::make_shared<View::State>();
   std::lock_guard lock(mu_);
-  // The queue (the writer's group included until it is written) and the
-  // snapshot are taken together under mu_, so every batch is in one of
-  // them: a group leaves the queue only once RocksDB holds it.
+  // (The writer's group stays in queue_ until it is written.)
   view.state_->queued.reserve(queue_.size());
   for (const Queued& q : queue_) {
     if (q.batch) view.state_->queued.push_back(q.batch);
   }
-  if (!views_closed_) view.state_->snapshot = db_->GetSnapshot();
+  view.state_->deletes_from = deletes_base_ + deletes_.size();
   views_.push_back(view.state_.get());
   return view;
+}
+
+void Store::TrimDeletes() {
+  const std::uint64_t end = deletes_base_ + deletes_.size();
+  // Back to the oldest view's start, and no more than
+  // options_.max_deletes_kept.
+  std::uint64_t from = end;
+  for (const View::State* view : views_) {
+    from = std::min(from, view->deletes_from);
+  }
+  from = std::max(from, deletes_.size() > options_.max_deletes_kept
+                            ? end - options_.max_deletes_kept
+                            : deletes_base_);
+  deletes_.erase(
+      deletes_.begin(),
+      deletes_.begin() + static_cast<std::ptrdiff_t>(from - deletes_base_));
+  deletes_base_ = from;
 }
 
 Status Store::GetPayloads(std::span<const std::uint64_t> ids,
@@ -209,19 +244,42 @@ Status Store::Read(std::span<const std::uint64_t> ids, const View* view,
   if (from_db.empty()) return Status::Ok();
   std::shared_lock lock(close_mu_);
   if (closed_) return Status::Unavailable("the store is closed");
-  rocksdb::ReadOptions read;
-  // (Set while the store is open: Close() releases it under close_mu_.)
-  if (view != nullptr) read.snapshot = view->state_->snapshot;
   std::vector<rocksdb::ColumnFamilyHandle*> families(slices.size(), payloads_);
   std::vector<std::string> values;
   const std::vector<rocksdb::Status> statuses =
-      db_->MultiGet(read, families, slices, &values);
+      db_->MultiGet(rocksdb::ReadOptions(), families, slices, &values);
+  // One missing because a group written after the view deleted it was there
+  // when the view was taken: it is gone, not damaged.
+  if (view != nullptr) {
+    std::unordered_map<std::uint64_t, std::size_t> missing;
+    for (std::size_t j = 0; j < statuses.size(); ++j) {
+      if (statuses[j].IsNotFound()) missing[ids[from_db[j]]] = from_db[j];
+    }
+    if (!missing.empty()) {
+      std::lock_guard queue_lock(mu_);
+      const std::uint64_t from = view->state_->deletes_from;
+      if (from < deletes_base_) {
+        // Too old to tell (more deletes since than are kept): taken as gone.
+        for (const auto& [id, i] : missing) deleted[i] = true;
+      } else {
+        for (auto k = deletes_.begin() +
+                      static_cast<std::ptrdiff_t>(from - deletes_base_);
+             k != deletes_.end(); ++k) {
+          if (auto it = missing.find(*k); it != missing.end()) {
+            deleted[it->second] = true;
+          }
+        }
+      }
+    }
+  }
   Status first;
   for (std::size_t j = 0; j < statuses.size(); ++j) {
     const std::size_t i = from_db[j];
     if (statuses[j].ok()) {
       (*payloads)[i] = std::move(values[j]);
       (*readable)[i] = true;
+    } else if (deleted[i]) {
+      continue;
     } else if (first.ok()) {
       first = Error(("reading payload " + std::to_string(ids[i])).c_str(),
                     statuses[j]);
@@ -267,6 +325,14 @@ void Store::WriterLoop() {
              (options_.fsync == FsyncPolicy::kAlways && q.batch != nullptr);
     }
     writing_ = true;
+    if (!views_.empty()) {
+      // Views learn of the group's deletes before it is written (see Read).
+      NoteDeletes deletes(payloads_->GetID(), deletes_);
+      for (const Queued& q : group) {
+        if (q.batch) q.batch->Iterate(&deletes);
+      }
+      if (deletes_.size() > options_.max_deletes_kept) TrimDeletes();
+    }
     lock.unlock();
 
     Status status = Failed();

@@ -1,5 +1,5 @@
 // Store::View: what the store held at one instant, read later, at a cost
-// that does not grow with the writes made while the view lives.
+// that does not grow with what is written while the view lives.
 #include <gtest/gtest.h>
 #include <malloc.h>
 
@@ -15,8 +15,9 @@ namespace {
 
 class StoreView : public ::testing::Test {
  protected:
-  void SetUp() override {
-    StoreOptions o;
+  void SetUp() override { Open(StoreOptions{}); }
+  void Open(StoreOptions o) {
+    store_.reset();
     o.dir = dir_ / "data";
     o.fsync = FsyncPolicy::kNever;
     ASSERT_TRUE(Store::Open(o, &store_).ok());
@@ -48,7 +49,7 @@ class StoreView : public ::testing::Test {
   std::unique_ptr<Store> store_;
 };
 
-TEST_F(StoreView, ReadsThePayloadsAsTheyWereWhenTaken) {
+TEST_F(StoreView, TellsAPayloadDeletedSinceFromAMissingOne) {
   Write([](Store::Batch& b) { b.PutPayload(1, "one"); });
   const Store::View view = store_->NewView();
   Write([](Store::Batch& b) {
@@ -56,25 +57,55 @@ TEST_F(StoreView, ReadsThePayloadsAsTheyWereWhenTaken) {
     b.PutPayload(2, "two");
   });
 
-  // Deleted since: still there for the view.
+  // Deleted since (its timer gone meanwhile): gone, not damage.
   Got got = Read({1}, view);
   EXPECT_TRUE(got.status.ok()) << got.status.message();
-  ASSERT_TRUE(got.readable[0]);
-  EXPECT_EQ(got.payloads[0], "one");
-  EXPECT_FALSE(got.gone[0]);
-  // Written since: not there yet.
-  got = Read({2}, view);
   EXPECT_FALSE(got.readable[0]);
-  EXPECT_FALSE(got.status.ok());
-  // A view taken now sees both changes: one deleted, one there.
-  const Store::View now = store_->NewView();
-  got = Read({2}, now);
+  EXPECT_TRUE(got.gone[0]);
+  // Written since: read.
+  got = Read({2}, view);
   ASSERT_TRUE(got.readable[0]);
   EXPECT_EQ(got.payloads[0], "two");
-  std::vector<std::string> payloads;
-  std::vector<bool> readable;
-  EXPECT_FALSE(store_->GetPayloads({{1}}, &payloads, &readable).ok());
-  EXPECT_FALSE(readable[0]);
+  // Never there: damage.
+  got = Read({3}, view);
+  EXPECT_FALSE(got.readable[0]);
+  EXPECT_FALSE(got.gone[0]);
+  EXPECT_FALSE(got.status.ok());
+  // A view taken after the delete does not take it for one since.
+  const Store::View later = store_->NewView();
+  got = Read({1}, later);
+  EXPECT_FALSE(got.gone[0]);
+  EXPECT_FALSE(got.status.ok());
+}
+
+// Deletes are kept for views up to a bound: a view older than that takes a
+// missing payload as deleted (it can no longer tell).
+TEST_F(StoreView, ViewsOlderThanTheKeptDeletesTakeMissingAsDeleted) {
+  StoreOptions o;
+  o.max_deletes_kept = 4;
+  Open(o);
+  Write([](Store::Batch& b) {
+    for (std::uint64_t id = 1; id <= 6; ++id) b.PutPayload(id, "p");
+  });
+  const Store::View old = store_->NewView();
+  for (std::uint64_t id = 1; id <= 3; ++id) {
+    Write([id](Store::Batch& b) { b.DeletePayload(id); });
+  }
+  const Store::View recent = store_->NewView();
+  for (std::uint64_t id = 4; id <= 6; ++id) {
+    Write([id](Store::Batch& b) { b.DeletePayload(id); });
+  }
+  // Six deletes since `old`, four kept: it cannot tell, and takes even one
+  // never stored as deleted.
+  Got got = Read({1, 99}, old);
+  EXPECT_TRUE(got.status.ok()) << got.status.message();
+  EXPECT_TRUE(got.gone[0]);
+  EXPECT_TRUE(got.gone[1]);
+  // Three since `recent`, all kept: it tells them apart.
+  got = Read({5, 99}, recent);
+  EXPECT_TRUE(got.gone[0]);
+  EXPECT_FALSE(got.gone[1]);
+  EXPECT_FALSE(got.status.ok());
 }
 
 // Malloc's in-use bytes (glibc's own allocator; the sanitizers bring theirs).
@@ -83,8 +114,9 @@ std::size_t InUse() {
   return m.uordblks + m.hblkhd;
 }
 
-// Before, a view was told of every batch written while it lived and kept
-// it: a view held by a read that hung kept every later write in memory.
+// A view keeps the ids of payloads deleted while it lives, not the batches
+// written (before, it kept those: a view held by a read that hung kept every
+// later write in memory).
 TEST_F(StoreView, KeepsNoCopyOfWhatIsWrittenWhileItLives) {
 #ifdef DELAYD_SANITIZED
   GTEST_SKIP() << "measures glibc malloc's in-use bytes";
@@ -111,10 +143,13 @@ TEST_F(StoreView, KeepsNoCopyOfWhatIsWrittenWhileItLives) {
   // 64 MiB written while the view lived; its memtables (16 MiB at most)
   // and block cache (8 MiB) bound what the store holds.
   EXPECT_LT(growth, 32 * kMiB) << growth / kMiB << " MiB";
-  // And the view still reads the payload of its instant.
-  const Got got = Read({std::uint64_t{kBatches}}, view);
-  ASSERT_TRUE(got.readable[0]) << got.status.message();
-  EXPECT_EQ(got.payloads[0].size(), kMiB);
+  // And the view still tells the payload of its instant, deleted since, from
+  // damage, and reads the newest.
+  const Got got = Read({std::uint64_t{kBatches}, next - 1}, view);
+  EXPECT_TRUE(got.status.ok()) << got.status.message();
+  EXPECT_TRUE(got.gone[0]);
+  ASSERT_TRUE(got.readable[1]);
+  EXPECT_EQ(got.payloads[1].size(), kMiB);
 }
 
 TEST_F(StoreView, OutlivesTheStoresClose) {
