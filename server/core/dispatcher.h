@@ -20,9 +20,12 @@
 // Reads: the payloads of the events a Pump gives out are read on the read
 // pool (scheduler.h), off the strand, one read at a time per dispatcher (so
 // events still go out in order); the events wait, counted against their
-// worker's room, and are sent when the read is back (FinishRead). Meanwhile the
-// strand goes on with acks, timeouts and publishing. Watchers' copies and
-// dead-letter listings are read the same way (StartWatchRead, ReadDeadLetters).
+// worker's room, and are sent when the read is back (FinishRead). Meanwhile
+// the strand goes on with acks, timeouts and publishing. When nothing else
+// is ready, a read of at most kStrandRead payloads that the store holds in
+// memory (recent ones, nearly always) runs on the strand instead, without
+// I/O, and its events go out at once. Watchers' copies and dead-letter listings
+// are read on the pool too (StartWatchRead, ReadDeadLetters).
 //
 // Watchers get a copy of each event published while they are there, 32
 // events at a time; a watcher whose unwritten backlog passes the limit
@@ -269,11 +272,17 @@ class Dispatcher {
   // With a store, `full` holds the events with their payloads, in order.
   void Deliver(Worker& w, std::vector<const Event*>& batch,
                std::vector<Event>* full);
-  // Reads `read`'s payloads on the read pool, then FinishRead on the strand.
+  // Sends `read`'s events at once if the store holds their payloads in
+  // memory (Store::ReadCached); else reads them on the read pool, then
+  // FinishRead on the strand.
   void StartRead(std::shared_ptr<Read> read);
+  // The most payloads read on the strand at once.
+  static constexpr std::size_t kStrandRead = 16;
+  // Send, then Pump again.
+  void FinishRead(Read& read);
   // Sends what was read to the workers still there; events of a worker
   // that left (or if paused or closed since) are ready again, unattempted.
-  void FinishRead(Read& read);
+  void Send(Read& read);
   // Pumps again once the next token of the dispatch rate is there.
   void ArmRateTimer(SteadyTime at);
   std::chrono::nanoseconds BackoffFor(const Outstanding& o);

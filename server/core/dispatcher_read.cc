@@ -8,6 +8,16 @@
 namespace delayd {
 
 void Dispatcher::StartRead(std::shared_ptr<Read> read) {
+  // Recent payloads are still in RocksDB's memory: read without waiting for
+  // the disk, they go out now, without the read pool's two hand-overs. Only
+  // when nothing else is ready, and a few at a time: under load, reads on
+  // the pool run beside the strand (a durable burst, or firing throughput,
+  // measured 3-6 % lower with every small read on the strand).
+  if (ready_.empty() && read->payload_ids.size() <= kStrandRead &&
+      store_->ReadCached(read->payload_ids, &read->payloads, &read->readable)) {
+    Send(*read);
+    return;
+  }
   reading_ = true;
   // The read pool reads; the strand goes on with acks, publishing and
   // timeouts. (The dispatcher outlives the read pool's threads:
@@ -22,6 +32,12 @@ void Dispatcher::StartRead(std::shared_ptr<Read> read) {
 
 void Dispatcher::FinishRead(Read& read) {
   reading_ = false;
+  Send(read);
+  observed_.AddTo(metrics_.delivery_lateness());
+  Pump();
+}
+
+void Dispatcher::Send(Read& read) {
   std::vector<std::uint64_t> unreadable;
   std::vector<std::uint64_t> back;  // Not sent after all: ready again.
   std::size_t sent = 0;
@@ -62,8 +78,6 @@ void Dispatcher::FinishRead(Read& read) {
   if (!bucket_.unlimited()) bucket_.Return(read.payload_ids.size() - sent);
   ready_.insert(ready_.begin(), back.begin(), back.end());
   if (!unreadable.empty()) Hold(unreadable);
-  observed_.AddTo(metrics_.delivery_lateness());
-  Pump();
 }
 
 void Dispatcher::StartWatchRead() {

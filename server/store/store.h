@@ -107,6 +107,9 @@ struct StoreOptions {
   // Queued bytes beyond which backlogged() is true: callers refuse new
   // changes instead of queueing them while the disk lags.
   std::size_t max_backlog_bytes = 64 << 20;
+  // Whether ReadCached reads (tests turn it off to make every read go
+  // through before_payload_read).
+  bool cached_reads = true;
   // How many deleted payloads' ids are kept for views (Store::View), 8
   // bytes each.
   std::size_t max_deletes_kept = std::size_t{1} << 20;
@@ -310,6 +313,12 @@ class Store {
   Status GetPayloads(std::span<const std::uint64_t> ids,
                      std::vector<std::string>* payloads,
                      std::vector<bool>* readable);
+  // As the first GetPayloads, but only from what RocksDB holds in memory
+  // (its memtables and block cache), never waiting for the disk: true if
+  // every payload was there, false (and nothing read) if any was not.
+  bool ReadCached(std::span<const std::uint64_t> ids,
+                  std::vector<std::string>* payloads,
+                  std::vector<bool>* readable);
   // As above, as `view` saw them, queued ones included; one deleted since
   // the view (its timer is gone) is marked true in `gone`, not as damage.
   Status GetPayloads(std::span<const std::uint64_t> ids, const View& view,

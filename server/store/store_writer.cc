@@ -201,6 +201,33 @@ Status Store::GetPayloads(std::span<const std::uint64_t> ids,
   return Read(ids, nullptr, payloads, readable, &gone);
 }
 
+bool Store::ReadCached(std::span<const std::uint64_t> ids,
+                       std::vector<std::string>* payloads,
+                       std::vector<bool>* readable) {
+  if (!options_.cached_reads || ids.empty()) return false;
+  // (Closing holds close_mu_ while it flushes: not waited for.)
+  std::shared_lock lock(close_mu_, std::try_to_lock);
+  if (!lock.owns_lock() || closed_) return false;
+  std::vector<std::string> keys;
+  keys.reserve(ids.size());
+  for (std::uint64_t id : ids) keys.push_back(IdKey(id));
+  std::vector<rocksdb::Slice> slices(keys.begin(), keys.end());
+  std::vector<rocksdb::ColumnFamilyHandle*> families(ids.size(), payloads_);
+  rocksdb::ReadOptions read;
+  // Anything that would need I/O (a block, an index, a table not yet
+  // open) comes back Incomplete instead.
+  read.read_tier = rocksdb::kBlockCacheTier;
+  std::vector<std::string> values;
+  const std::vector<rocksdb::Status> statuses =
+      db_->MultiGet(read, families, slices, &values);
+  for (const rocksdb::Status& s : statuses) {
+    if (!s.ok()) return false;  // Read from disk instead (or found damaged).
+  }
+  *payloads = std::move(values);
+  readable->assign(ids.size(), true);
+  return true;
+}
+
 Status Store::GetPayloads(std::span<const std::uint64_t> ids, const View& view,
                           std::vector<std::string>* payloads,
                           std::vector<bool>* readable,

@@ -224,19 +224,41 @@ class ReadGate {
 
 // A daemon whose payload reads pass `gate`. The gate opens before the
 // daemon stops (a read held forever would keep it from stopping).
+// Every payload read goes through the gate, unless `cached_reads` lets
+// those that need no disk (Store::ReadCached) pass it by.
 struct GatedDaemon {
-  static DelaydServer::Options Options(const TempDir& dir, ReadGate& gate) {
+  static DelaydServer::Options Options(const TempDir& dir, ReadGate& gate,
+                                       bool cached_reads) {
     DelaydServer::Options o = OnFs(dir / "data", nullptr);
     o.scheduler.store->before_payload_read = [&gate] { gate.Pass(); };
+    o.scheduler.store->cached_reads = cached_reads;
     return o;
   }
-  GatedDaemon() : daemon(Options(dir, gate)) {}
+  explicit GatedDaemon(bool cached_reads = false)
+      : daemon(Options(dir, gate, cached_reads)) {}
   ~GatedDaemon() { gate.Release(); }
 
   TempDir dir;
   ReadGate gate;
   TestDaemon daemon;
 };
+
+// A payload still in the store's memory is read without the disk: while
+// every read from the disk hangs, an event just fired goes out at once.
+TEST(StalledStore, PayloadsInMemoryGoOutWhileDiskReadsHang) {
+  GatedDaemon gated(/*cached_reads=*/true);
+  ReadGate& gate = gated.gate;
+  TestDaemon& d = gated.daemon;
+  ASSERT_TRUE(d.started());
+  TestStream worker(d.stub(), TestStream::Worker("default", 10));
+  ASSERT_TRUE(worker.WaitRegistered());
+  gate.Hold();
+  ASSERT_TRUE(Set(d.stub(), "recent", 0, "its payload").ok());
+  const auto got = worker.WaitFor(1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].payload(), "its payload");
+  EXPECT_EQ(gate.waiting(), 0);
+}
 
 TEST(StalledStore, AHangingPayloadReadHoldsOnlyTheEventsItReads) {
   GatedDaemon gated;
