@@ -67,29 +67,14 @@ std::vector<double> TimerfdInEpoll(int n) {
   return late;
 }
 
-std::vector<double> AsioSteadyTimer(int n) {
-  asio::io_context io;
-  asio::steady_timer timer(io);
-  std::vector<double> late;
-  std::function<void()> arm = [&] {
-    const auto due = Clock::now() + kAhead;
-    timer.expires_at(due);
-    timer.async_wait([&, due](const asio::error_code&) {
-      late.push_back(Micros(Clock::now() - due));
-      if (static_cast<int>(late.size()) < n) arm();
-    });
-  };
-  arm();
-  io.run();
-  return late;
-}
-
-// As a partition's: on a strand, of an io_context that `threads` threads
-// run.
-std::vector<double> AsioStrandTimer(int n, int threads) {
+// An Asio steady_timer, armed `n` times, on an io_context that `threads`
+// threads run; on a strand of it if `on_strand` (as a partition's).
+std::vector<double> AsioTimer(int n, int threads, bool on_strand) {
   asio::io_context io(threads);
-  auto strand = asio::make_strand(io);
-  asio::steady_timer timer(strand);
+  const asio::any_io_executor executor =
+      on_strand ? asio::any_io_executor(asio::make_strand(io))
+                : asio::any_io_executor(io.get_executor());
+  asio::steady_timer timer(executor);
   std::vector<double> late;
   std::function<void()> arm = [&] {
     const auto due = Clock::now() + kAhead;
@@ -99,7 +84,7 @@ std::vector<double> AsioStrandTimer(int n, int threads) {
       if (static_cast<int>(late.size()) < n) arm();
     });
   };
-  asio::post(strand, arm);
+  asio::post(executor, arm);
   std::vector<std::thread> runners;
   for (int i = 1; i < threads; ++i) runners.emplace_back([&] { io.run(); });
   io.run();
@@ -139,9 +124,9 @@ int main(int argc, char** argv) {
   prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
   auto a = TimerfdInEpoll(n);
   Print("timerfd in epoll, woken late by", a);
-  auto b = AsioSteadyTimer(n);
+  auto b = AsioTimer(n, 1, false);
   Print("asio steady_timer, woken late by", b);
-  auto s2 = AsioStrandTimer(n, 2);
+  auto s2 = AsioTimer(n, 2, true);
   Print("... on a strand, 2 threads", s2);
   auto c = HandOver(n);
   Print("post to a sleeping thread, runs", c);
