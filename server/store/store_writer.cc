@@ -94,8 +94,9 @@ class NoteDeletes : public rocksdb::WriteBatch::Handler {
   rocksdb::Status DeleteCF(std::uint32_t cf,
                            const rocksdb::Slice& key) override {
     // (Payload keys are the 8-byte big-endian ids of Store::IdKey.)
-    if (cf == family_ && key.size() == 8)
+    if (cf == family_ && key.size() == 8) {
       out_.push_back(record::ReadBE(key.data(), 8));
+    }
     return rocksdb::Status::OK();
   }
 
@@ -352,15 +353,24 @@ void Store::WriterLoop() {
              (options_.fsync == FsyncPolicy::kAlways && q.batch != nullptr);
     }
     writing_ = true;
-    if (!views_.empty()) {
+    const bool viewed = !views_.empty();
+    lock.unlock();
+    if (viewed) {
       // Views learn of the group's deletes before it is written (see Read).
-      NoteDeletes deletes(payloads_->GetID(), deletes_);
+      // They are found without mu_: a view taken meanwhile has the group
+      // among its queued batches anyway.
+      std::deque<std::uint64_t> deleted;
+      NoteDeletes deletes(payloads_->GetID(), deleted);
       for (const Queued& q : group) {
         if (q.batch) q.batch->Iterate(&deletes);
       }
-      if (deletes_.size() > options_.max_deletes_kept) TrimDeletes();
+      lock.lock();
+      if (!views_.empty()) {
+        deletes_.insert(deletes_.end(), deleted.begin(), deleted.end());
+        if (deletes_.size() > options_.max_deletes_kept) TrimDeletes();
+      }
+      lock.unlock();
     }
-    lock.unlock();
 
     Status status = Failed();
     if (status.ok()) {
