@@ -377,6 +377,11 @@ class Store {
   Status Read(std::span<const std::uint64_t> ids, const View* view,
               std::vector<std::string>* payloads, std::vector<bool>* readable,
               std::vector<bool>* gone);
+  // Payload records by key (under close_mu_, held by the caller).
+  std::vector<rocksdb::Status> MultiGetPayloads(
+      const rocksdb::ReadOptions& options,
+      const std::vector<rocksdb::Slice>& keys,
+      std::vector<std::string>* values);
   // The key of a timer, payload or event record (store.cc).
   static std::string IdKey(std::uint64_t id);
   // Writes one group as one RocksDB write.

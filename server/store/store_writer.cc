@@ -212,21 +212,27 @@ bool Store::ReadCached(std::span<const std::uint64_t> ids,
   std::vector<std::string> keys;
   keys.reserve(ids.size());
   for (std::uint64_t id : ids) keys.push_back(IdKey(id));
-  std::vector<rocksdb::Slice> slices(keys.begin(), keys.end());
-  std::vector<rocksdb::ColumnFamilyHandle*> families(ids.size(), payloads_);
   rocksdb::ReadOptions read;
   // Anything that would need I/O (a block, an index, a table not yet
   // open) comes back Incomplete instead.
   read.read_tier = rocksdb::kBlockCacheTier;
   std::vector<std::string> values;
   const std::vector<rocksdb::Status> statuses =
-      db_->MultiGet(read, families, slices, &values);
+      MultiGetPayloads(read, {keys.begin(), keys.end()}, &values);
   for (const rocksdb::Status& s : statuses) {
     if (!s.ok()) return false;  // Read from disk instead (or found damaged).
   }
   *payloads = std::move(values);
   readable->assign(ids.size(), true);
   return true;
+}
+
+std::vector<rocksdb::Status> Store::MultiGetPayloads(
+    const rocksdb::ReadOptions& options,
+    const std::vector<rocksdb::Slice>& keys, std::vector<std::string>* values) {
+  const std::vector<rocksdb::ColumnFamilyHandle*> families(keys.size(),
+                                                           payloads_);
+  return db_->MultiGet(options, families, keys, values);
 }
 
 Status Store::GetPayloads(std::span<const std::uint64_t> ids, const View& view,
@@ -272,10 +278,9 @@ Status Store::Read(std::span<const std::uint64_t> ids, const View* view,
   if (from_db.empty()) return Status::Ok();
   std::shared_lock lock(close_mu_);
   if (closed_) return Status::Unavailable("the store is closed");
-  std::vector<rocksdb::ColumnFamilyHandle*> families(slices.size(), payloads_);
   std::vector<std::string> values;
   const std::vector<rocksdb::Status> statuses =
-      db_->MultiGet(rocksdb::ReadOptions(), families, slices, &values);
+      MultiGetPayloads(rocksdb::ReadOptions(), slices, &values);
   // One missing because a group written after the view deleted it was there
   // when the view was taken: it is gone, not damaged.
   if (view != nullptr) {
