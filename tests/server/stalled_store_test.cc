@@ -222,10 +222,9 @@ class ReadGate {
   int waiting_ = 0;
 };
 
-// A daemon whose payload reads pass `gate`. The gate opens before the
-// daemon stops (a read held forever would keep it from stopping).
-// Every payload read goes through the gate, unless `cached_reads` lets
-// those that need no disk (Store::ReadCached) pass it by.
+// A daemon whose payload reads pass `gate`, but for those that need no disk
+// (Store::ReadCached) if `cached_reads`. The gate opens before the daemon
+// stops (a read held forever would keep it from stopping).
 struct GatedDaemon {
   static DelaydServer::Options Options(const TempDir& dir, ReadGate& gate,
                                        bool cached_reads) {
