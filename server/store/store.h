@@ -277,7 +277,7 @@ class Store {
   // `policy` deletes it (store_policy.cc).
   Status PutPolicy(std::string_view name, std::string_view policy);
 
-  // --- Reads. ---
+  // --- Reads (store_read.cc). ---
   // What the store holds at one instant, queued batches included. Taken
   // without I/O (so under a caller's lock), read after (without it): a
   // payload deleted since reads as gone, not as damage. A view costs nothing
