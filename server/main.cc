@@ -36,6 +36,7 @@ int main(int argc, char** argv) {
   std::string max_delay = "3650d";
   std::string shutdown_grace = "5s";
   std::string stream_write_timeout = "30s";
+  std::string store_stall_limit = "10s";
   std::string log_level = "info";
   std::string log_format = "text";
   std::string data_dir = "delayd-data";
@@ -157,6 +158,12 @@ int main(int argc, char** argv) {
                  "events go to other workers)")
       ->envname("DELAYD_STREAM_WRITE_TIMEOUT")
       ->capture_default_str();
+  app.add_option("--store-stall-limit", store_stall_limit,
+                 "Health is NOT_SERVING while a write, sync or read of the "
+                 "store has run longer than this (a hung disk); 0s: not "
+                 "watched")
+      ->envname("DELAYD_STORE_STALL_LIMIT")
+      ->capture_default_str();
   app.add_option("--shutdown-grace", shutdown_grace,
                  "How long calls in flight get to finish on SIGTERM")
       ->envname("DELAYD_SHUTDOWN_GRACE")
@@ -240,6 +247,19 @@ int main(int argc, char** argv) {
     return 1;
   }
   limits.stream_write_timeout = *write_timeout_ns;
+  const auto stall_limit_ns = delayd::ParseDuration(store_stall_limit);
+  if (!stall_limit_ns || stall_limit_ns->count() < 0 ||
+      *stall_limit_ns > std::chrono::hours(1) ||
+      (stall_limit_ns->count() > 0 &&
+       *stall_limit_ns < std::chrono::milliseconds(100))) {
+    std::fprintf(stderr,
+                 "--store-stall-limit: not 0s or a duration from 100ms to 1h: "
+                 "%s\n",
+                 store_stall_limit.c_str());
+    return 1;
+  }
+  options.store_stall_limit =
+      std::chrono::duration_cast<std::chrono::milliseconds>(*stall_limit_ns);
   if (!in_memory) {
     delayd::StoreOptions store;
     store.dir = data_dir;

@@ -4,6 +4,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <fstream>
 #include <iterator>
 #include <sstream>
@@ -246,6 +247,13 @@ std::vector<MetricFamily> ScrapedFigures::Collect() const {
              "rocksdb.estimate-live-data-size");
     property("delayd_store_memtable_bytes", "Bytes in RocksDB's memtables.",
              "rocksdb.cur-size-all-mem-tables");
+    out.push_back(Family(
+        "delayd_store_busy_seconds",
+        "How long the store's oldest running write, sync or payload read "
+        "has run (0: none); health is NOT_SERVING past --store-stall-limit.",
+        MetricType::Gauge));
+    Add(out.back(),
+        std::chrono::duration<double>(scheduler_.StoreBusy()).count());
   }
   AddProcess(out);
   return out;

@@ -148,6 +148,11 @@ Status DelaydServer::Start() {
   report_timer_ =
       std::make_unique<asio::steady_timer>(asio::make_strand(scheduler_->io()));
   ReportRedeliveries(scheduler_->counters().redelivered.load());
+  if (scheduler_->durable() && options_.store_stall_limit.count() > 0) {
+    stall_timer_ =
+        std::make_unique<asio::steady_timer>(report_timer_->get_executor());
+    WatchStore();
+  }
   std::lock_guard lock(health_mu_);
   started_ = true;
   SetHealth();
@@ -175,7 +180,7 @@ Status DelaydServer::Reload() {
 
 void DelaydServer::SetHealth() {
   if (!started_) return;
-  const bool serving = !stopped_ && store_writable_;
+  const bool serving = !stopped_ && store_writable_ && !store_stalled_;
   for (grpc::Server* server : {server_.get(), health_server_.get()}) {
     if (server == nullptr) continue;
     auto* health = server->GetHealthCheckService();
@@ -200,11 +205,43 @@ void DelaydServer::ReportRedeliveries(std::uint64_t before) {
   });
 }
 
+void DelaydServer::WatchStore() {
+  const auto limit = options_.store_stall_limit;
+  const std::chrono::nanoseconds busy = scheduler_->StoreBusy();
+  const bool stalled = busy > limit;
+  {
+    std::lock_guard lock(health_mu_);
+    if (stalled != store_stalled_) {
+      store_stalled_ = stalled;
+      if (stalled) {
+        spdlog::error(
+            "the store's disk has not finished an operation in {:.1f} s "
+            "(--store-stall-limit {:.1f} s): health NOT_SERVING until it "
+            "does",
+            std::chrono::duration<double>(busy).count(),
+            std::chrono::duration<double>(limit).count());
+      } else {
+        spdlog::warn("the store's disk is answering again: health SERVING");
+      }
+      SetHealth();
+    }
+  }
+  // A stall is seen within a quarter of the limit (and 1 s) of passing it.
+  stall_timer_->expires_after(std::clamp<std::chrono::milliseconds>(
+      limit / 4, std::chrono::milliseconds(10), std::chrono::seconds(1)));
+  stall_timer_->async_wait([this](const asio::error_code& ec) {
+    if (!ec) WatchStore();
+  });
+}
+
 void DelaydServer::Shutdown(std::chrono::milliseconds grace) {
   if (stopped_ || !scheduler_) return;
   if (report_timer_) {
     asio::post(report_timer_->get_executor(),
-               [t = report_timer_.get()] { t->cancel(); });
+               [t = report_timer_.get(), s = stall_timer_.get()] {
+                 t->cancel();
+                 if (s) s->cancel();
+               });
   }
   // The metrics endpoint's HTTP server takes up to 2 s to stop (civetweb
   // polls its listening socket in 2 s quanta): it stops meanwhile.

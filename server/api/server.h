@@ -52,6 +52,10 @@ class DelaydServer {
     // HTTP, on this address; with a label per namespace unless turned off.
     std::string metrics_listen;
     bool metrics_namespace_labels = true;
+    // Health is NOT_SERVING while a disk operation of the store (a write, a
+    // sync, a payload read) has run longer than this: a disk that hangs
+    // rather than fails. Zero: not watched.
+    std::chrono::milliseconds store_stall_limit = std::chrono::seconds(10);
   };
 
   explicit DelaydServer(Options options);
@@ -92,18 +96,25 @@ class DelaydServer {
   void ReportRedeliveries(std::uint64_t before);
   static constexpr std::chrono::seconds kReportInterval{10};
   std::unique_ptr<asio::steady_timer> report_timer_;
+  // Compares Scheduler::StoreBusy with store_stall_limit a few times per
+  // limit, and sets store_stalled_ (logged when it changes). On the same
+  // strand as report_timer_.
+  void WatchStore();
+  std::unique_ptr<asio::steady_timer> stall_timer_;
   int port_ = 0;
   int health_port_ = 0;
-  // Health: SERVING once started, while not stopping and until a store
-  // write fails. The store's own entry (kStoreHealthService) also turns
-  // NOT_SERVING, until a restart, at the first failed read (damage): the
-  // rest still serves, so probes of the server stay SERVING. Under
-  // health_mu_ (the store reports from its own threads).
+  // Health: SERVING once started, while not stopping, until a store write
+  // fails, and while no store operation has run past store_stall_limit. The
+  // store's own entry (kStoreHealthService) also turns NOT_SERVING, until a
+  // restart, at the first failed read (damage): the rest still serves, so
+  // probes of the server stay SERVING. Under health_mu_ (the store reports from
+  // its own threads).
   void SetHealth();
   std::mutex health_mu_;
   bool started_ = false;
   bool stopped_ = false;
   bool store_writable_ = true;
+  bool store_stalled_ = false;
   bool store_whole_ = true;
   Scheduler::RecoveryReport recovery_;
 };

@@ -165,6 +165,10 @@ class Scheduler {
   std::optional<std::uint64_t> StoreProperty(const std::string& name) {
     return store_ ? store_->Property(name) : std::nullopt;
   }
+  // See Store::Busy; zero without a store.
+  std::chrono::nanoseconds StoreBusy() const {
+    return store_ ? store_->Busy() : std::chrono::nanoseconds(0);
+  }
   // Writes a consistent copy of the store into `dir` (see
   // Store::Checkpoint); every change acknowledged before is in it.
   Status Backup(const std::string& dir) {

@@ -215,6 +215,22 @@ Status Store::ForEachEvent(
   return Status::Ok();
 }
 
+Store::DiskOp::DiskOp(const Store& store) : store_(store) {
+  std::lock_guard lock(store_.disk_ops_mu_);
+  at_ = store_.disk_ops_.insert(std::chrono::steady_clock::now());
+}
+
+Store::DiskOp::~DiskOp() {
+  std::lock_guard lock(store_.disk_ops_mu_);
+  store_.disk_ops_.erase(at_);
+}
+
+std::chrono::nanoseconds Store::Busy() const {
+  std::lock_guard lock(disk_ops_mu_);
+  if (disk_ops_.empty()) return std::chrono::nanoseconds(0);
+  return std::chrono::steady_clock::now() - *disk_ops_.begin();
+}
+
 Status Store::WriteSynced(rocksdb::WriteBatch& batch, const char* what) {
   if (Status failed = Failed(); !failed.ok()) return failed;
   std::shared_lock lock(close_mu_);
@@ -222,6 +238,7 @@ Status Store::WriteSynced(rocksdb::WriteBatch& batch, const char* what) {
   rocksdb::WriteOptions wo;
   wo.sync = true;
   const std::uint64_t sequence = db_->GetLatestSequenceNumber();
+  DiskOp op(*this);
   auto s = db_->Write(wo, &batch);
   if (!s.ok()) {
     Status error = Error(what, s);

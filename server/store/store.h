@@ -50,6 +50,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <shared_mutex>
 #include <span>
 #include <string>
@@ -269,6 +270,11 @@ class Store {
     return queued_bytes_.load(std::memory_order_relaxed) >
            options_.max_backlog_bytes;
   }
+  // How long the oldest disk operation still running (the writer's write, a
+  // sync, a payload read from disk) has run; zero if none is running. A disk
+  // that hangs instead of failing shows here, not in an error: the daemon
+  // reports NOT_SERVING while this passes its --store-stall-limit.
+  std::chrono::nanoseconds Busy() const;
   // Queues the name of a new namespace (empty: the id is freed). The log
   // keeps the writer's order, so it is on disk before any timer queued after
   // it that refers to it.
@@ -403,6 +409,20 @@ class Store {
   void NoteWriteError(const Status& error);
   Status Error(const char* what, const rocksdb::Status& s) const;
 
+  // One disk operation, for Busy(): running from construction to
+  // destruction.
+  class DiskOp {
+   public:
+    explicit DiskOp(const Store& store);
+    ~DiskOp();
+    DiskOp(const DiskOp&) = delete;
+    DiskOp& operator=(const DiskOp&) = delete;
+
+   private:
+    const Store& store_;
+    std::multiset<std::chrono::steady_clock::time_point>::iterator at_;
+  };
+
   const StoreOptions options_;
   std::string salvage_copy_;
   std::string salvage_dropped_;
@@ -453,6 +473,9 @@ class Store {
   // The mark last written: by Open, then the marker thread, then Close.
   StoreMark mark_;
   std::atomic<bool> failed_{false};
+  // When each running DiskOp started (under disk_ops_mu_).
+  mutable std::mutex disk_ops_mu_;
+  mutable std::multiset<std::chrono::steady_clock::time_point> disk_ops_;
 };
 
 }  // namespace delayd

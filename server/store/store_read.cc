@@ -152,6 +152,7 @@ Status Store::Read(std::span<const std::uint64_t> ids, const View* view,
   readable->assign(ids.size(), false);
   gone->assign(ids.size(), false);
   if (ids.empty()) return Status::Ok();
+  DiskOp op(*this);
   if (options_.before_payload_read) options_.before_payload_read();
   std::vector<std::string> keys;
   keys.reserve(ids.size());

@@ -113,6 +113,7 @@ rocksdb::Status Store::WriteGroup(const std::vector<Queued>& group) {
     if (q.batch) batches.push_back(q.batch.get());
   }
   if (batches.empty()) return rocksdb::Status::OK();
+  DiskOp op(*this);
   if (batches.size() == 1) {
     return db_->Write(wo, const_cast<rocksdb::WriteBatch*>(batches[0]));
   }
@@ -248,7 +249,10 @@ void Store::SyncLoop() {
       // Everything written so far is in the log: the sync covers it.
       const std::uint64_t sequence = db_->GetLatestSequenceNumber();
       const auto started = Clock::now();
-      const rocksdb::Status s = db_->SyncWAL();
+      const rocksdb::Status s = [&] {
+        DiskOp op(*this);
+        return db_->SyncWAL();
+      }();
       if (options_.metrics != nullptr) {
         options_.metrics->wal_sync().Observe(
             std::chrono::duration<double>(Clock::now() - started).count());

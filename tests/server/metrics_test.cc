@@ -352,6 +352,9 @@ TEST(Metrics, TheStoreIsMeasured) {
   EXPECT_TRUE(s.Get("delayd_store_pending_compaction_bytes").has_value());
   EXPECT_EQ(s.Get("delayd_store_errors_total"), 0.0);
   EXPECT_EQ(s.Get("delayd_store_write_stalls_total"), 0.0);
+  // Nothing holds the disk: no operation has been running for long.
+  EXPECT_GE(s.Get("delayd_store_busy_seconds").value_or(-1), 0.0);
+  EXPECT_LT(s.Get("delayd_store_busy_seconds").value_or(99), 5.0);
 }
 
 TEST(Metrics, AnAddressInUseIsRefused) {

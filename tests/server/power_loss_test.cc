@@ -10,7 +10,6 @@
 #include <set>
 #include <thread>
 
-#include "grpc/health/v1/health.grpc.pb.h"
 #include "tests/common/power_loss_fs.h"
 #include "tests/common/temp_dir.h"
 #include "tests/server/test_client.h"
@@ -353,35 +352,6 @@ TEST(StalledDisk, ReadsAnswerWhileASyncHangs) {
   fs->HoldSyncs(false);
   setter.join();
   EXPECT_TRUE(set_done);
-}
-
-grpc::health::v1::HealthCheckResponse::ServingStatus Health(
-    const std::shared_ptr<grpc::Channel>& channel, const std::string& service) {
-  auto stub = grpc::health::v1::Health::NewStub(channel);
-  grpc::health::v1::HealthCheckRequest req;
-  req.set_service(service);
-  grpc::health::v1::HealthCheckResponse resp;
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + 5s);
-  if (!stub->Check(&ctx, req, &resp).ok()) {
-    return grpc::health::v1::HealthCheckResponse::UNKNOWN;
-  }
-  return resp.status();
-}
-
-// Waits (up to 10 s) until both the server's and the service's health are
-// `want`.
-bool WaitForHealth(const std::shared_ptr<grpc::Channel>& channel,
-                   grpc::health::v1::HealthCheckResponse::ServingStatus want) {
-  const auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (Health(channel, "") == want &&
-        Health(channel, "delayd.v1.Delayd") == want) {
-      return true;
-    }
-    std::this_thread::sleep_for(10ms);  // Polls the condition above.
-  }
-  return false;
 }
 
 // A full disk: a write fails with a clear error, health goes NOT_SERVING,

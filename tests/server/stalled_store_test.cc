@@ -5,6 +5,8 @@
 // nothing, instead of taking memory without bound. A payload read that
 // hangs holds only the events it reads, and those it then does not send
 // keep their dispatch-rate tokens.
+#include "tests/server/stalled_store.h"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -13,87 +15,8 @@
 #include <mutex>
 #include <thread>
 
-#include "tests/common/power_loss_fs.h"
-#include "tests/common/temp_dir.h"
-#include "tests/server/test_client.h"
-
 namespace delayd::testing {
 namespace {
-
-DelaydServer::Options OnFs(const std::string& dir, rocksdb::Env* env,
-                           std::size_t max_backlog_bytes = 64 << 20) {
-  DelaydServer::Options o = TestDaemon::DefaultOptions();
-  StoreOptions store;
-  store.dir = dir;
-  store.env = env;
-  store.max_backlog_bytes = max_backlog_bytes;
-  o.scheduler.store = store;
-  return o;
-}
-
-grpc::Status Set(v1::Delayd::Stub& stub, const std::string& key,
-                 std::int64_t delay_ms, const std::string& payload = "p") {
-  v1::SetTimerRequest req;
-  req.set_key(key);
-  req.set_payload(payload);
-  *req.mutable_delay() = Millis(delay_ms);
-  v1::SetTimerResponse resp;
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + 30s);
-  return stub.SetTimer(&ctx, req, &resp);
-}
-
-grpc::Status Ack(v1::Delayd::Stub& stub, std::uint64_t id,
-                 std::chrono::seconds deadline = 30s) {
-  v1::AckRequest req;
-  req.add_event_ids(id);
-  v1::AckResponse resp;
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + deadline);
-  return stub.Ack(&ctx, req, &resp);
-}
-
-grpc::Status Get(v1::Delayd::Stub& stub, const std::string& key) {
-  v1::GetTimerRequest req;
-  req.set_key(key);
-  v1::Timer t;
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + 10s);
-  return stub.GetTimer(&ctx, req, &t);
-}
-
-v1::NamespaceStats Stats(v1::Delayd::Stub& stub) {
-  v1::StatsRequest req;
-  v1::StatsResponse resp;
-  grpc::ClientContext ctx;
-  EXPECT_TRUE(stub.Stats(&ctx, req, &resp).ok());
-  return resp.namespaces_size() == 1 ? resp.namespaces(0)
-                                     : v1::NamespaceStats();
-}
-
-// Polls `done` until it holds, for up to 10 s.
-template <typename F>
-bool Eventually(F done) {
-  const auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(5ms);
-  }
-  return true;
-}
-
-// Releases the log and joins the threads however a test ends (a thread
-// left joinable would abort the test binary).
-struct Release {
-  PowerLossFs* fs;
-  std::vector<std::thread>& threads;
-  ~Release() {
-    fs->HoldLogWrites(false);
-    for (auto& t : threads) {
-      if (t.joinable()) t.join();
-    }
-  }
-};
 
 TEST(StalledStore, DeliveryAndAcksGoOnWhileTheLogHangs) {
   TempDir dir;
@@ -189,58 +112,6 @@ TEST(StalledStore, ChangesAreRefusedOnceTheBacklogIsFull) {
   }
   EXPECT_GE(refused, kSetters - 5);
 }
-
-// Payload reads that wait until released (StoreOptions::before_payload_read).
-class ReadGate {
- public:
-  void Hold() {
-    std::lock_guard lock(mu_);
-    held_ = true;
-  }
-  void Release() {
-    {
-      std::lock_guard lock(mu_);
-      held_ = false;
-    }
-    cv_.notify_all();
-  }
-  int waiting() {
-    std::lock_guard lock(mu_);
-    return waiting_;
-  }
-  void Pass() {
-    std::unique_lock lock(mu_);
-    ++waiting_;
-    cv_.wait(lock, [&] { return !held_; });
-    --waiting_;
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool held_ = false;
-  int waiting_ = 0;
-};
-
-// A daemon whose payload reads pass `gate`, but for those that need no disk
-// (Store::ReadCached) if `cached_reads`. The gate opens before the daemon
-// stops (a read held forever would keep it from stopping).
-struct GatedDaemon {
-  static DelaydServer::Options Options(const TempDir& dir, ReadGate& gate,
-                                       bool cached_reads) {
-    DelaydServer::Options o = OnFs(dir / "data", nullptr);
-    o.scheduler.store->before_payload_read = [&gate] { gate.Pass(); };
-    o.scheduler.store->cached_reads = cached_reads;
-    return o;
-  }
-  explicit GatedDaemon(bool cached_reads = false)
-      : daemon(Options(dir, gate, cached_reads)) {}
-  ~GatedDaemon() { gate.Release(); }
-
-  TempDir dir;
-  ReadGate gate;
-  TestDaemon daemon;
-};
 
 // A payload still in the store's memory is read without the disk: while
 // every read from the disk hangs, an event just fired goes out at once.

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "delayd/v1/delayd.grpc.pb.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "server/api/server.h"
 
 namespace delayd::testing {
@@ -68,6 +69,38 @@ inline grpc::Status RawUnaryCall(const std::shared_ptr<grpc::Channel>& channel,
     cv.wait(lock, [&] { return status.has_value(); });
   }
   return *status;
+}
+
+// The health of `service` ("": the server as a whole); UNKNOWN if the
+// check fails.
+inline grpc::health::v1::HealthCheckResponse::ServingStatus Health(
+    const std::shared_ptr<grpc::Channel>& channel, const std::string& service) {
+  auto stub = grpc::health::v1::Health::NewStub(channel);
+  grpc::health::v1::HealthCheckRequest req;
+  req.set_service(service);
+  grpc::health::v1::HealthCheckResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 5s);
+  if (!stub->Check(&ctx, req, &resp).ok()) {
+    return grpc::health::v1::HealthCheckResponse::UNKNOWN;
+  }
+  return resp.status();
+}
+
+// Waits (up to 10 s) until both the server's and the service's health are
+// `want`.
+inline bool WaitForHealth(
+    const std::shared_ptr<grpc::Channel>& channel,
+    grpc::health::v1::HealthCheckResponse::ServingStatus want) {
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (Health(channel, "") == want &&
+        Health(channel, "delayd.v1.Delayd") == want) {
+      return true;
+    }
+    std::this_thread::sleep_for(10ms);  // Polls the condition above.
+  }
+  return false;
 }
 
 // A daemon in this process, stopped by the destructor.
