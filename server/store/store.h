@@ -55,6 +55,7 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -453,6 +454,13 @@ class Store {
   std::uint64_t deletes_base_ = 0;
   // Drops what no view needs from deletes_ (under mu_).
   void TrimDeletes();
+  // Marks in `deleted` (by the index `missing` maps each id to) the
+  // payloads deleted since `view` was taken, as deletes_ tells; all of
+  // them if it no longer can. Takes mu_.
+  void FindDeletedSince(
+      const View& view,
+      const std::unordered_map<std::uint64_t, std::size_t>& missing,
+      std::vector<bool>& deleted);
   std::function<void(std::function<void()>)> executor_;
   std::atomic<std::size_t> queued_bytes_{0};
   bool writing_ = false;  // The writer holds a group.

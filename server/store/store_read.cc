@@ -145,6 +145,38 @@ Status Store::GetPayloads(std::span<const std::uint64_t> ids, const View& view,
   return Read(ids, &view, payloads, readable, gone);
 }
 
+void Store::FindDeletedSince(
+    const View& view,
+    const std::unordered_map<std::uint64_t, std::size_t>& missing,
+    std::vector<bool>& deleted) {
+  // The log is scanned kSlice entries at a time, letting mu_ go between
+  // slices: after a read held up for long, the part to scan may be up to
+  // max_deletes_kept long (1Mi ids took 3.4-4.0 ms to scan on a 2-core
+  // test machine; a slice, about 15 us), and Commit must not wait on it.
+  // The view, alive, keeps its part from being trimmed, but for the bound;
+  // deletes appended after the scan starts are of groups written after the
+  // payloads were found missing, so the scan stops at the end it first saw.
+  constexpr std::uint64_t kSlice = 4096;
+  std::unique_lock lock(mu_);
+  const std::uint64_t end = deletes_base_ + deletes_.size();
+  for (std::uint64_t at = view.state_->deletes_from; at < end;) {
+    if (at < deletes_base_) {
+      // Too old to tell (more deletes since than are kept): taken as gone.
+      for (const auto& [id, i] : missing) deleted[i] = true;
+      return;
+    }
+    const std::uint64_t stop = std::min(end, at + kSlice);
+    for (; at < stop; ++at) {
+      auto it = missing.find(deletes_[at - deletes_base_]);
+      if (it != missing.end()) deleted[it->second] = true;
+    }
+    if (at < end) {
+      lock.unlock();
+      lock.lock();
+    }
+  }
+}
+
 Status Store::Read(std::span<const std::uint64_t> ids, const View* view,
                    std::vector<std::string>* payloads,
                    std::vector<bool>* readable, std::vector<bool>* gone) {
@@ -192,22 +224,7 @@ Status Store::Read(std::span<const std::uint64_t> ids, const View* view,
     for (std::size_t j = 0; j < statuses.size(); ++j) {
       if (statuses[j].IsNotFound()) missing[ids[from_db[j]]] = from_db[j];
     }
-    if (!missing.empty()) {
-      std::lock_guard queue_lock(mu_);
-      const std::uint64_t from = view->state_->deletes_from;
-      if (from < deletes_base_) {
-        // Too old to tell (more deletes since than are kept): taken as gone.
-        for (const auto& [id, i] : missing) deleted[i] = true;
-      } else {
-        for (auto k = deletes_.begin() +
-                      static_cast<std::ptrdiff_t>(from - deletes_base_);
-             k != deletes_.end(); ++k) {
-          if (auto it = missing.find(*k); it != missing.end()) {
-            deleted[it->second] = true;
-          }
-        }
-      }
-    }
+    if (!missing.empty()) FindDeletedSince(*view, missing, deleted);
   }
   Status first;
   for (std::size_t j = 0; j < statuses.size(); ++j) {

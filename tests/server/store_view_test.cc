@@ -78,6 +78,28 @@ TEST_F(StoreView, TellsAPayloadDeletedSinceFromAMissingOne) {
   EXPECT_FALSE(got.status.ok());
 }
 
+// The deletes since a view are looked through a slice at a time (the
+// store's lock let go between slices): ids deleted in the first slice, in
+// the middle and in the last are all told from one never stored.
+TEST_F(StoreView, TellsDeletesApartAcrossALongLog) {
+  constexpr std::uint64_t kDeletes = 10'000;  // Two slices and a part.
+  Write([](Store::Batch& b) {
+    for (std::uint64_t id = 1; id <= kDeletes; ++id) b.PutPayload(id, "p");
+  });
+  const Store::View view = store_->NewView();
+  for (std::uint64_t id = 1; id <= kDeletes; id += 500) {
+    Write([id](Store::Batch& b) {
+      for (std::uint64_t d = id; d < id + 500; ++d) b.DeletePayload(d);
+    });
+  }
+  Got got = Read({1, 5'000, kDeletes, kDeletes + 1}, view);
+  EXPECT_TRUE(got.gone[0]);
+  EXPECT_TRUE(got.gone[1]);
+  EXPECT_TRUE(got.gone[2]);
+  EXPECT_FALSE(got.gone[3]);
+  EXPECT_FALSE(got.status.ok()) << "a payload never stored read as gone";
+}
+
 // Deletes are kept for views up to a bound: a view older than that takes a
 // missing payload as deleted (it can no longer tell).
 TEST_F(StoreView, ViewsOlderThanTheKeptDeletesTakeMissingAsDeleted) {
