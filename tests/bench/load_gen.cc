@@ -28,9 +28,11 @@
 //               per round (default 200k).
 // security and ab also print the daemon's CPU time per operation.
 //
-// Usage: load_gen [--daemon PATH] [--daemon-b PATH] [--seconds N]
-//                 [--rounds N] [--fire N] [--only NAME] [--scratch DIR]
-//                 [-- daemon args]
+// Usage: load_gen [--daemon PATH] [--daemon-b PATH] [--b-arg ARG]...
+//                 [--seconds N] [--rounds N] [--fire N] [--only NAME]
+//                 [--scratch DIR] [-- daemon args]
+// (--b-arg: an argument given to --daemon-b's daemon only.) Anything else
+// is refused with this usage.
 #include "tests/bench/bench_client.h"
 #include "tests/bench/sections.h"
 
@@ -253,6 +255,15 @@ int Main(int argc, char** argv) {
     } else if (a == "--") {
       daemon_args.assign(argv + i + 1, argv + argc);
       break;
+    } else {
+      // (--help included: a mistyped flag must not start an hour of runs.)
+      std::fprintf(stderr,
+                   "load_gen: unknown argument or missing value: %s\n"
+                   "usage: load_gen [--daemon PATH] [--daemon-b PATH] "
+                   "[--b-arg ARG]... [--seconds N] [--rounds N] [--fire N] "
+                   "[--only NAME] [--scratch DIR] [-- daemon args]\n",
+                   a.c_str());
+      return 2;
     }
   }
   std::filesystem::create_directories(scratch);
