@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -20,13 +21,12 @@
 
 namespace delayd::testing {
 
-inline DelaydServer::Options OnFs(const std::string& dir, rocksdb::Env* env,
-                                  std::size_t max_backlog_bytes = 64 << 20) {
+// A daemon's options with a store in `dir` on `env` (null: the default).
+inline DelaydServer::Options OnFs(const std::string& dir, rocksdb::Env* env) {
   DelaydServer::Options o = TestDaemon::DefaultOptions();
   StoreOptions store;
   store.dir = dir;
   store.env = env;
-  store.max_backlog_bytes = max_backlog_bytes;
   o.scheduler.store = store;
   return o;
 }
@@ -94,6 +94,25 @@ struct Release {
       if (t.joinable()) t.join();
     }
   }
+};
+
+// A daemon on a file system whose log writes and syncs hold on command
+// (`fs`), its options as OnFs gives them changed by `adjust`.
+struct HoldingDaemon {
+  using Adjust = std::function<void(DelaydServer::Options&)>;
+  static DelaydServer::Options Options(const TempDir& dir, rocksdb::Env* env,
+                                       const Adjust& adjust) {
+    DelaydServer::Options o = OnFs(dir / "data", env);
+    if (adjust) adjust(o);
+    return o;
+  }
+  explicit HoldingDaemon(const Adjust& adjust = nullptr)
+      : fs(PowerLossFs::Make(&env)), daemon(Options(dir, env.get(), adjust)) {}
+
+  TempDir dir;
+  std::unique_ptr<rocksdb::Env> env;
+  std::shared_ptr<PowerLossFs> fs;
+  TestDaemon daemon;
 };
 
 // Payload reads that wait until released (StoreOptions::before_payload_read).

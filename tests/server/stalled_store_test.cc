@@ -19,10 +19,9 @@ namespace delayd::testing {
 namespace {
 
 TEST(StalledStore, DeliveryAndAcksGoOnWhileTheLogHangs) {
-  TempDir dir;
-  std::unique_ptr<rocksdb::Env> env;
-  auto fs = PowerLossFs::Make(&env);
-  TestDaemon d(OnFs(dir / "data", env.get()));
+  HoldingDaemon held;
+  auto& fs = held.fs;
+  TestDaemon& d = held.daemon;
   ASSERT_TRUE(d.started());
   ASSERT_TRUE(Set(d.stub(), "waiting", 3'600'000).ok());
   // One event at a time: the other two wait in memory for room.
@@ -67,12 +66,13 @@ TEST(StalledStore, DeliveryAndAcksGoOnWhileTheLogHangs) {
 }
 
 TEST(StalledStore, ChangesAreRefusedOnceTheBacklogIsFull) {
-  TempDir dir;
-  std::unique_ptr<rocksdb::Env> env;
-  auto fs = PowerLossFs::Make(&env);
   constexpr std::size_t kPayload = 4096;
   constexpr int kSetters = 10;
-  TestDaemon d(OnFs(dir / "data", env.get(), 4 * kPayload));
+  HoldingDaemon held([](DelaydServer::Options& o) {
+    o.scheduler.store->max_backlog_bytes = 4 * kPayload;
+  });
+  auto& fs = held.fs;
+  TestDaemon& d = held.daemon;
   ASSERT_TRUE(d.started());
   fs->HoldLogWrites(true);
   std::vector<grpc::Status> results(kSetters);

@@ -20,17 +20,12 @@ using grpc::health::v1::HealthCheckResponse;
 // machine unless held; short enough to keep the tests quick.
 constexpr std::chrono::milliseconds kStallLimit = 300ms;
 
-DelaydServer::Options Watched(const std::string& dir, rocksdb::Env* env) {
-  DelaydServer::Options o = OnFs(dir, env);
-  o.store_stall_limit = kStallLimit;
-  return o;
-}
+void Watched(DelaydServer::Options& o) { o.store_stall_limit = kStallLimit; }
 
 TEST(StoreStall, HealthIsNotServingWhileTheLogHangs) {
-  TempDir dir;
-  std::unique_ptr<rocksdb::Env> env;
-  auto fs = PowerLossFs::Make(&env);
-  TestDaemon d(Watched(dir / "data", env.get()));
+  HoldingDaemon held(Watched);
+  auto& fs = held.fs;
+  TestDaemon& d = held.daemon;
   ASSERT_TRUE(d.started());
   ASSERT_TRUE(Set(d.stub(), "before", 3'600'000).ok());
   ASSERT_TRUE(WaitForHealth(d.channel(), HealthCheckResponse::SERVING));
@@ -59,10 +54,9 @@ TEST(StoreStall, HealthIsNotServingWhileTheLogHangs) {
 }
 
 TEST(StoreStall, HealthIsNotServingWhileASyncHangs) {
-  TempDir dir;
-  std::unique_ptr<rocksdb::Env> env;
-  auto fs = PowerLossFs::Make(&env);
-  TestDaemon d(Watched(dir / "data", env.get()));
+  HoldingDaemon held(Watched);
+  auto& fs = held.fs;
+  TestDaemon& d = held.daemon;
   ASSERT_TRUE(d.started());
   ASSERT_TRUE(WaitForHealth(d.channel(), HealthCheckResponse::SERVING));
 
@@ -72,13 +66,13 @@ TEST(StoreStall, HealthIsNotServingWhileASyncHangs) {
     EXPECT_TRUE(Set(d.stub(), "held", 3'600'000).ok());
     set_done = true;
   });
-  const bool held = Eventually([&] { return fs->held_syncs() > 0; });
+  const bool sync_held = Eventually([&] { return fs->held_syncs() > 0; });
   const bool not_serving =
-      held && WaitForHealth(d.channel(), HealthCheckResponse::NOT_SERVING);
+      sync_held && WaitForHealth(d.channel(), HealthCheckResponse::NOT_SERVING);
   const bool answered_early = set_done;
   fs->HoldSyncs(false);
   setter.join();
-  ASSERT_TRUE(held) << "no sync reached the disk";
+  ASSERT_TRUE(sync_held) << "no sync reached the disk";
   EXPECT_TRUE(not_serving) << "a sync held past the limit left health SERVING";
   EXPECT_FALSE(answered_early) << "acknowledged before its sync";
   EXPECT_TRUE(WaitForHealth(d.channel(), HealthCheckResponse::SERVING));
