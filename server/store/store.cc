@@ -215,7 +215,7 @@ Status Store::ForEachEvent(
   return Status::Ok();
 }
 
-Store::DiskOp::DiskOp(const Store& store) : store_(store) {
+Store::DiskOp::DiskOp(Store& store) : store_(store) {
   std::lock_guard lock(store_.disk_ops_mu_);
   at_ = store_.disk_ops_.insert(std::chrono::steady_clock::now());
 }

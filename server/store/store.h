@@ -414,13 +414,13 @@ class Store {
   // destruction.
   class DiskOp {
    public:
-    explicit DiskOp(const Store& store);
+    explicit DiskOp(Store& store);
     ~DiskOp();
     DiskOp(const DiskOp&) = delete;
     DiskOp& operator=(const DiskOp&) = delete;
 
    private:
-    const Store& store_;
+    Store& store_;
     std::multiset<std::chrono::steady_clock::time_point>::iterator at_;
   };
 
@@ -483,7 +483,7 @@ class Store {
   std::atomic<bool> failed_{false};
   // When each running DiskOp started (under disk_ops_mu_).
   mutable std::mutex disk_ops_mu_;
-  mutable std::multiset<std::chrono::steady_clock::time_point> disk_ops_;
+  std::multiset<std::chrono::steady_clock::time_point> disk_ops_;
 };
 
 }  // namespace delayd
