@@ -97,7 +97,7 @@ struct Release {
 };
 
 // A daemon on a file system whose log writes and syncs hold on command
-// (`fs`), its options as OnFs gives them changed by `adjust`.
+// (`fs`), its options as OnFs gives them changed by `adjust` (if any).
 struct HoldingDaemon {
   using Adjust = std::function<void(DelaydServer::Options&)>;
   static DelaydServer::Options Options(const TempDir& dir, rocksdb::Env* env,
@@ -153,18 +153,16 @@ class ReadGate {
 struct GatedDaemon {
   static DelaydServer::Options Options(const TempDir& dir, ReadGate& gate,
                                        bool cached_reads,
-                                       std::chrono::milliseconds stall_limit) {
+                                       const HoldingDaemon::Adjust& adjust) {
     DelaydServer::Options o = OnFs(dir / "data", nullptr);
     o.scheduler.store->before_payload_read = [&gate] { gate.Pass(); };
     o.scheduler.store->cached_reads = cached_reads;
-    o.store_stall_limit = stall_limit;
+    if (adjust) adjust(o);
     return o;
   }
-  // `stall_limit`: DelaydServer::Options::store_stall_limit.
   explicit GatedDaemon(bool cached_reads = false,
-                       std::chrono::milliseconds stall_limit =
-                           DelaydServer::Options().store_stall_limit)
-      : daemon(Options(dir, gate, cached_reads, stall_limit)) {}
+                       const HoldingDaemon::Adjust& adjust = nullptr)
+      : daemon(Options(dir, gate, cached_reads, adjust)) {}
   ~GatedDaemon() { gate.Release(); }
 
   TempDir dir;

@@ -81,7 +81,7 @@ TEST(StoreStall, HealthIsNotServingWhileASyncHangs) {
 // A payload read that hangs: the event it reads waits, health says so, and
 // both recover when the read is let through.
 TEST(StoreStall, HealthIsNotServingWhileAPayloadReadHangs) {
-  GatedDaemon gated(/*cached_reads=*/false, kStallLimit);
+  GatedDaemon gated(/*cached_reads=*/false, Watched);
   ReadGate& gate = gated.gate;
   TestDaemon& d = gated.daemon;
   ASSERT_TRUE(d.started());
