@@ -18,7 +18,8 @@
 #include "server/common/duration.h"
 #include "server/common/json_log.h"
 #include "server/common/limit_log.h"
-#include "server/store/check.h"
+#include "server/store/rocksdb/check.h"
+#include "server/store/rocksdb/rocks_store.h"
 
 namespace {
 // Set when the store failed beyond recovery (the exit code says so).
@@ -261,16 +262,16 @@ int main(int argc, char** argv) {
   options.store_stall_limit =
       std::chrono::duration_cast<std::chrono::milliseconds>(*stall_limit_ns);
   if (!in_memory) {
-    delayd::StoreOptions store;
+    delayd::RocksOptions store;
     store.dir = data_dir;
     store.salvage = salvage;
-    store.on_error = [](const delayd::Status& s) {
+    options.scheduler.on_store_error = [](const delayd::Status& s) {
       delayd::LogRepeated("store-error", s.message());
     };
     // A failed store write: stop as on SIGTERM (every acknowledged change
     // is in the log, replayed by the next start), with exit code 3 for the
     // supervisor to restart delayd once the disk can write.
-    store.on_write_failure = [](const delayd::Status& s) {
+    options.scheduler.on_store_write_failure = [](const delayd::Status& s) {
       spdlog::critical("{}: stopping (exit code 3)", s.message());
       g_store_failed.store(true);
       raise(SIGTERM);
@@ -279,7 +280,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "%s\n", s.message().c_str());
       return 1;
     }
-    options.scheduler.store = store;
+    options.scheduler.store = delayd::RocksStoreOpener(store);
   }
   options.scheduler.tick = *tick_ns;
   limits.max_delay = *max_delay_ns;
@@ -344,14 +345,7 @@ int main(int argc, char** argv) {
         "now) and {} unacknowledged events in {} namespaces in {:.3f} s",
         data_dir, fsync, r.timers, r.overdue, r.events, r.namespaces,
         std::chrono::duration<double>(r.took).count());
-    if (!r.salvage_copy.empty()) {
-      spdlog::warn(
-          "--salvage: the data directory as it was is kept, untouched, in {}; "
-          "whatever followed damage in its log was dropped (the counts above "
-          "are what remained)",
-          r.salvage_copy);
-      spdlog::warn("--salvage: dropped: {}", r.salvage_dropped);
-    }
+    for (const std::string& note : r.notes) spdlog::warn("{}", note);
   }
   spdlog::info(
       "delayd listening on {} port {} ({} partitions, tick {} ns, {}, {})",

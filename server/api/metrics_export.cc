@@ -232,21 +232,10 @@ std::vector<MetricFamily> ScrapedFigures::Collect() const {
                        MetricType::Gauge));
   Add(out.back(), scheduler_.durable() ? 1 : 0);
   if (scheduler_.durable()) {
-    auto property = [&](const char* name, const char* help,
-                        const char* rocksdb_name) {
-      if (auto v = scheduler_.StoreProperty(rocksdb_name)) {
-        out.push_back(Family(name, help, MetricType::Gauge));
-        Add(out.back(), static_cast<double>(*v));
-      }
-    };
-    property("delayd_store_pending_compaction_bytes",
-             "Bytes RocksDB estimates compaction has to rewrite.",
-             "rocksdb.estimate-pending-compaction-bytes");
-    property("delayd_store_live_data_bytes",
-             "RocksDB's estimate of the live data's size.",
-             "rocksdb.estimate-live-data-size");
-    property("delayd_store_memtable_bytes", "Bytes in RocksDB's memtables.",
-             "rocksdb.cur-size-all-mem-tables");
+    for (const Store::Gauge& g : scheduler_.StoreGauges()) {
+      out.push_back(Family(g.name.c_str(), g.help.c_str(), MetricType::Gauge));
+      Add(out.back(), g.value);
+    }
     out.push_back(Family(
         "delayd_store_busy_seconds",
         "How long the store's oldest running write, sync or payload read "

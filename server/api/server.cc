@@ -5,8 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <condition_variable>
-#include <mutex>
+#include <future>
 #include <thread>
 
 namespace delayd {
@@ -46,32 +45,35 @@ Status DelaydServer::Start() {
         "--tls-client-ca needs --tls-cert and --tls-key");
   }
   if (options_.scheduler.store) {
-    StoreOptions& store = *options_.scheduler.store;
-    store.on_error = [this, also = std::move(store.on_error)](const Status& s) {
+    Scheduler::Options& o = options_.scheduler;
+    o.on_store_error = [this, also = std::move(o.on_store_error)](
+                           const Status& s) {
       {
-        std::lock_guard lock(health_mu_);
+        MutexLock lock(&health_mu_);
         if (store_whole_) {
           store_whole_ = false;
           spdlog::error(
-              "the store failed ({}): health of '{}' NOT_SERVING "
-              "until delayd restarts; run delayd check on it",
+              "the store failed ({}): health NOT_SERVING (the server's and "
+              "'{}') until delayd restarts; stop delayd and run delayd "
+              "check on its data directory",
               s.message(), kStoreHealthService);
           SetHealth();
         }
       }
       if (also) also(s);
     };
-    store.on_write_failure =
-        [this, also = std::move(store.on_write_failure)](const Status& why) {
-          spdlog::error("the store cannot write ({}): health NOT_SERVING",
-                        why.message());
-          {
-            std::lock_guard lock(health_mu_);
-            store_writable_ = false;
-            SetHealth();
-          }
-          if (also) also(why);
-        };
+    o.on_store_write_failure = [this,
+                                also = std::move(o.on_store_write_failure)](
+                                   const Status& why) {
+      spdlog::error("the store cannot write ({}): health NOT_SERVING",
+                    why.message());
+      {
+        MutexLock lock(&health_mu_);
+        store_writable_ = false;
+        SetHealth();
+      }
+      if (also) also(why);
+    };
   }
   scheduler_ = std::make_unique<Scheduler>(options_.scheduler);
   if (Status s = scheduler_->Start(&recovery_); !s.ok()) {
@@ -148,12 +150,12 @@ Status DelaydServer::Start() {
   report_timer_ =
       std::make_unique<asio::steady_timer>(asio::make_strand(scheduler_->io()));
   ReportRedeliveries(scheduler_->counters().redelivered.load());
-  if (scheduler_->durable() && options_.store_stall_limit.count() > 0) {
+  if (scheduler_->durable()) {
     stall_timer_ =
         std::make_unique<asio::steady_timer>(report_timer_->get_executor());
     WatchStore();
   }
-  std::lock_guard lock(health_mu_);
+  MutexLock lock(&health_mu_);
   started_ = true;
   SetHealth();
   return Status::Ok();
@@ -180,7 +182,8 @@ Status DelaydServer::Reload() {
 
 void DelaydServer::SetHealth() {
   if (!started_) return;
-  const bool serving = !stopped_ && store_writable_ && !store_stalled_;
+  const bool serving = !stopped_ && store_writable_ && !store_stalled_ &&
+                       store_reachable_ && store_whole_;
   for (grpc::Server* server : {server_.get(), health_server_.get()}) {
     if (server == nullptr) continue;
     auto* health = server->GetHealthCheckService();
@@ -208,9 +211,22 @@ void DelaydServer::ReportRedeliveries(std::uint64_t before) {
 void DelaydServer::WatchStore() {
   const auto limit = options_.store_stall_limit;
   const std::chrono::nanoseconds busy = scheduler_->StoreBusy();
-  const bool stalled = busy > limit;
+  const bool stalled = limit.count() > 0 && busy > limit;
+  std::string why;
+  const bool reachable = scheduler_->StoreWritable(&why);
   {
-    std::lock_guard lock(health_mu_);
+    MutexLock lock(&health_mu_);
+    if (reachable != store_reachable_) {
+      store_reachable_ = reachable;
+      if (!reachable) {
+        spdlog::error("the store cannot take writes ({}): health NOT_SERVING "
+                      "until it can; writes answer UNAVAILABLE",
+                      why);
+      } else {
+        spdlog::warn("the store takes writes again: health SERVING");
+      }
+      SetHealth();
+    }
     if (stalled != store_stalled_) {
       store_stalled_ = stalled;
       if (stalled) {
@@ -227,15 +243,24 @@ void DelaydServer::WatchStore() {
     }
   }
   // A stall is seen within a quarter of the limit (and 1 s) of passing it.
-  stall_timer_->expires_after(std::clamp<std::chrono::milliseconds>(
-      limit / 4, std::chrono::milliseconds(10), std::chrono::seconds(1)));
+  stall_timer_->expires_after(
+      limit.count() > 0
+          ? std::clamp<std::chrono::milliseconds>(
+                limit / 4, std::chrono::milliseconds(10),
+                std::chrono::seconds(1))
+          : std::chrono::milliseconds(250));
   stall_timer_->async_wait([this](const asio::error_code& ec) {
     if (!ec) WatchStore();
   });
 }
 
 void DelaydServer::Shutdown(std::chrono::milliseconds grace) {
-  if (stopped_ || !scheduler_) return;
+  {
+    MutexLock lock(&health_mu_);
+    if (stopped_ || !scheduler_) return;
+    stopped_ = true;
+    SetHealth();
+  }
   if (report_timer_) {
     asio::post(report_timer_->get_executor(),
                [t = report_timer_.get(), s = stall_timer_.get()] {
@@ -246,24 +271,10 @@ void DelaydServer::Shutdown(std::chrono::milliseconds grace) {
   // The metrics endpoint's HTTP server takes up to 2 s to stop (civetweb
   // polls its listening socket in 2 s quanta): it stops meanwhile.
   std::thread stop_metrics([metrics = std::move(metrics_)] {});
-  {
-    std::lock_guard lock(health_mu_);
-    stopped_ = true;
-    SetHealth();
-  }
   // End every stream, then let in-flight unary calls finish.
-  std::mutex mu;
-  std::condition_variable cv;
-  bool closed = false;
-  scheduler_->Shutdown([&] {
-    std::lock_guard lock(mu);
-    closed = true;
-    cv.notify_all();
-  });
-  {
-    std::unique_lock lock(mu);
-    cv.wait_for(lock, grace + std::chrono::seconds(1), [&] { return closed; });
-  }
+  auto closed = std::make_shared<std::promise<void>>();
+  scheduler_->Shutdown([closed] { closed->set_value(); });
+  closed->get_future().wait_for(grace + std::chrono::seconds(1));
   spdlog::debug("shutdown: operations answered, streams ended");
   // Every call has been answered; what remains is sending the answers. gRPC
   // would wait out the whole deadline for idle client connections, so give

@@ -13,6 +13,7 @@
 #include "server/api/metrics_export.h"
 #include "server/api/service.h"
 #include "server/api/tls.h"
+#include "server/common/mutex.h"
 #include "server/common/status.h"
 #include "server/core/scheduler.h"
 
@@ -21,8 +22,8 @@ namespace delayd {
 // Whether a listen address ("host:port") is on the loopback interface.
 bool IsLoopback(std::string_view listen);
 
-// The health service name whose status is the store's: NOT_SERVING once it
-// failed a read or a write (see the README's section on damage).
+// The health service name whose status is the store's: NOT_SERVING with the
+// server's (see SetHealth).
 inline constexpr char kStoreHealthService[] = "delayd.store";
 
 // The daemon's gRPC server: the service, health checking and reflection.
@@ -97,25 +98,28 @@ class DelaydServer {
   static constexpr std::chrono::seconds kReportInterval{10};
   std::unique_ptr<asio::steady_timer> report_timer_;
   // Compares Scheduler::StoreBusy with store_stall_limit a few times per
-  // limit, and sets store_stalled_ (logged when it changes). On the same
-  // strand as report_timer_.
+  // limit, and asks whether the store takes writes, and sets store_stalled_
+  // and store_reachable_ (logged when they change). On the same strand as
+  // report_timer_.
   void WatchStore();
   std::unique_ptr<asio::steady_timer> stall_timer_;
   int port_ = 0;
   int health_port_ = 0;
-  // Health: SERVING once started, while not stopping, until a store write
-  // fails, and while no store operation has run past store_stall_limit. The
-  // store's own entry (kStoreHealthService) also turns NOT_SERVING, until a
-  // restart, at the first failed read (damage): the rest still serves, so
-  // probes of the server stay SERVING. Under health_mu_ (the store reports from
-  // its own threads).
-  void SetHealth();
-  std::mutex health_mu_;
-  bool started_ = false;
-  bool stopped_ = false;
-  bool store_writable_ = true;
-  bool store_stalled_ = false;
-  bool store_whole_ = true;
+  // Health (the server's, delayd.v1.Delayd's and kStoreHealthService's):
+  // SERVING once started, while not stopping, until a store write fails or
+  // the store is found damaged (a failed read; until a restart), while no
+  // store operation has run past store_stall_limit, and while the store
+  // takes writes (a database may be unreachable for a while). Each change
+  // is logged with its reason. Under health_mu_ (the store reports from its
+  // own threads).
+  void SetHealth() REQUIRES(health_mu_);
+  Mutex health_mu_;
+  bool started_ GUARDED_BY(health_mu_) = false;
+  bool stopped_ GUARDED_BY(health_mu_) = false;
+  bool store_writable_ GUARDED_BY(health_mu_) = true;
+  bool store_stalled_ GUARDED_BY(health_mu_) = false;
+  bool store_whole_ GUARDED_BY(health_mu_) = true;
+  bool store_reachable_ GUARDED_BY(health_mu_) = true;
   Scheduler::RecoveryReport recovery_;
 };
 

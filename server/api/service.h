@@ -8,7 +8,7 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include <mutex>
+#include <atomic>
 #include <string>
 #include <string_view>
 
@@ -205,10 +205,14 @@ class DelaydService final : public RawDelayd {
                                      const google::protobuf::MessageLite* resp,
                                      Fill fill);
 
+  // Checks `dir` against --backup-dir and writes the backup there
+  // (blocking: run by Scheduler::Offload).
+  Status WriteBackup(const std::string& dir, v1::BackupResponse* resp);
+
   Scheduler& scheduler_;
   const Authorizer& auth_;
   const std::string backup_dir_;
-  std::mutex backup_mu_;  // One backup at a time.
+  std::atomic<bool> backup_running_{false};  // One backup at a time.
   const Validator validator_;
   const RequestLimits request_limits_;
   RpcMetrics rpc_;

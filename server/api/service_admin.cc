@@ -33,55 +33,63 @@ void Fill(const NamespaceCounters& c, v1::NamespaceStats* out) {
 grpc::ServerUnaryReactor* DelaydService::Backup(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
     grpc::ByteBuffer* out) {
-  namespace fs = std::filesystem;
   auto* call = new UnaryCall(ctx, out, rpc_[RpcMetrics::kBackup]);
   auto* req = call->New<v1::BackupRequest>();
   auto* resp = call->New<v1::BackupResponse>();
-  auto reply = [call, resp](const Status& s) { return call->Reply(s, resp); };
   Caller caller;
   if (auto* r =
           Read(ctx, *in, request_limits_.other, "Backup", call, req, &caller)) {
     return r;
   }
-  if (Status s = caller.May("", kAdmin); !s.ok()) return reply(s);
-  if (backup_dir_.empty()) {
-    return reply(
-        Status::FailedPrecondition("backups are off: start delayd with "
-                                   "--backup-dir"));
+  Status s = caller.May("", kAdmin);
+  if (s.ok() && backup_dir_.empty()) {
+    s = Status::FailedPrecondition(
+        "backups are off: start delayd with --backup-dir");
   }
-  if (!scheduler_.durable()) {
-    return reply(Status::FailedPrecondition(
-        "--in-memory: there is no store to back up"));
+  if (s.ok() && !scheduler_.durable()) {
+    s = Status::FailedPrecondition(
+        "--in-memory: there is no store to back up");
   }
-  if (req->dir().empty() || req->dir().find('\0') != std::string::npos) {
-    return reply(Status::InvalidArgument("dir: empty or not a path"));
+  if (s.ok() &&
+      (req->dir().empty() || req->dir().find('\0') != std::string::npos)) {
+    s = Status::InvalidArgument("dir: empty or not a path");
   }
+  if (s.ok() && backup_running_.exchange(true)) {
+    s = Status::FailedPrecondition("a backup is already running");
+  }
+  if (!s.ok()) return call->Reply(s, resp);
+  // The file system's calls and the backup itself block: off this thread.
+  auto* reactor = call->reactor();
+  scheduler_.Offload([this, call, resp, dir = req->dir()] {
+    const Status s = WriteBackup(dir, resp);
+    backup_running_ = false;
+    call->Reply(s, resp);
+  });
+  return reactor;
+}
+
+Status DelaydService::WriteBackup(const std::string& dir,
+                                  v1::BackupResponse* resp) {
+  namespace fs = std::filesystem;
   std::error_code ec;
   fs::create_directories(backup_dir_, ec);
   const fs::path root = fs::weakly_canonical(backup_dir_, ec);
   if (ec) {
-    return reply(
-        Status::Internal("--backup-dir " + backup_dir_ + ": " + ec.message()));
+    return Status::Internal("--backup-dir " + backup_dir_ + ": " +
+                            ec.message());
   }
   // A relative dir is taken under the root; an absolute one must be in it.
-  const fs::path target = fs::weakly_canonical(root / req->dir(), ec);
+  const fs::path target = fs::weakly_canonical(root / dir, ec);
   const fs::path rel = target.lexically_relative(root);
   if (ec || rel.empty() || rel == "." || *rel.begin() == "..") {
-    return reply(
-        Status::InvalidArgument("dir: must name a new directory inside "
-                                "--backup-dir (" +
-                                root.string() + ")"));
+    return Status::InvalidArgument(
+        "dir: must name a new directory inside --backup-dir (" +
+        root.string() + ")");
   }
   if (fs::exists(target, ec)) {
-    return reply(Status::AlreadyExists(target.string() + " already exists"));
-  }
-  std::unique_lock lock(backup_mu_, std::try_to_lock);
-  if (!lock.owns_lock()) {
-    return reply(Status::FailedPrecondition("a backup is already running"));
+    return Status::AlreadyExists(target.string() + " already exists");
   }
   fs::create_directories(target.parent_path(), ec);
-  // Runs in this gRPC thread: a checkpoint flushes the memtables and links
-  // (or copies) the files, without holding anything the scheduler needs.
   const auto started = std::chrono::steady_clock::now();
   Status s = scheduler_.Backup(target.string());
   if (s.ok()) {
@@ -91,7 +99,7 @@ grpc::ServerUnaryReactor* DelaydService::Backup(
                      std::chrono::steady_clock::now() - started)
                      .count());
   }
-  return reply(s);
+  return s;
 }
 
 grpc::ServerUnaryReactor* DelaydService::Stats(grpc::CallbackServerContext* ctx,
@@ -113,11 +121,12 @@ grpc::ServerUnaryReactor* DelaydService::Stats(grpc::CallbackServerContext* ctx,
     if (!s.ok()) return call->Reply(s);
     auto* figures = resp->add_namespaces();
     figures->set_namespace_(req->namespace_());
-    NamespaceId ns;
-    if (scheduler_.Find(req->namespace_(), &ns)) {
-      Fill(scheduler_.counters().of(ns), figures);
-      scheduler_.Unpin(ns);
-    }
+    // (Subscribers waiting for a namespace no write has created yet are
+    // counted too.)
+    scheduler_.FiguresOf(req->namespace_(),
+                         [figures](const NamespaceCounters& c) {
+                           Fill(c, figures);
+                         });
     return call->Reply(Status::Ok(), resp);
   }
   if (Status s = caller.May("", kAdmin); !s.ok()) {
@@ -143,7 +152,8 @@ grpc::ServerUnaryReactor* DelaydService::Stats(grpc::CallbackServerContext* ctx,
         auto* out = resp->add_namespaces();
         out->set_namespace_(name);
         Fill(figures, out);
-      });
+      },
+      /*waiting=*/true);
   std::sort(resp->mutable_namespaces()->begin(),
             resp->mutable_namespaces()->end(),
             [](const auto& a, const auto& b) {

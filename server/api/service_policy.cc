@@ -65,22 +65,28 @@ grpc::ServerUnaryReactor* DelaydService::SetPolicy(
   if (!s.ok()) return call->Reply(s);
   const std::string name =
       req->namespace_().empty() ? "default" : req->namespace_();
-  // Runs in this gRPC thread: the store's synced write takes a few
-  // milliseconds, and policies change rarely.
-  s = scheduler_.SetPolicy(name, policy);
-  if (!s.ok()) return call->Reply(s);
-  spdlog::info(
-      "namespace '{}': policy set (paused {}, max_attempts {}, "
-      "max_dispatch_rate {}/s, "
-      "max_in_flight {}, backoff {} ms x{} up to {} ms, jitter {}, ack "
-      "timeout {} ms)",
-      name, policy.paused, policy.max_attempts, policy.max_dispatch_rate,
-      policy.max_in_flight, policy.retry.initial_backoff.count() / 1'000'000,
-      policy.retry.multiplier, policy.retry.max_backoff.count() / 1'000'000,
-      policy.retry.jitter, policy.ack_timeout.count() / 1'000'000);
-  auto* resp = call->New<v1::Policy>();
-  ToProto(policy, resp);
-  return call->Reply(Status::Ok(), resp);
+  // The store's synced write happens off this thread; the answer comes
+  // once the policy is durable and applied.
+  auto* reactor = call->reactor();
+  scheduler_.SetPolicy(name, policy, [call, name, policy](Status s) {
+    if (!s.ok()) {
+      call->Reply(s);
+      return;
+    }
+    spdlog::info(
+        "namespace '{}': policy set (paused {}, max_attempts {}, "
+        "max_dispatch_rate {}/s, "
+        "max_in_flight {}, backoff {} ms x{} up to {} ms, jitter {}, ack "
+        "timeout {} ms)",
+        name, policy.paused, policy.max_attempts, policy.max_dispatch_rate,
+        policy.max_in_flight, policy.retry.initial_backoff.count() / 1'000'000,
+        policy.retry.multiplier, policy.retry.max_backoff.count() / 1'000'000,
+        policy.retry.jitter, policy.ack_timeout.count() / 1'000'000);
+    auto* resp = call->New<v1::Policy>();
+    ToProto(policy, resp);
+    call->Reply(Status::Ok(), resp);
+  });
+  return reactor;
 }
 
 }  // namespace delayd

@@ -10,13 +10,15 @@
 #include <chrono>
 #include <deque>
 #include <memory>
-#include <mutex>
+#include <optional>
 #include <string>
+#include <thread>
 
 #include "delayd/v1/delayd.grpc.pb.h"
 #include "server/api/proto_time.h"
 #include "server/api/rpc_metrics.h"
 #include "server/common/limit_log.h"
+#include "server/common/mutex.h"
 #include "server/common/status.h"
 #include "server/core/dispatcher.h"
 #include "server/core/scheduler.h"
@@ -46,8 +48,12 @@ inline void ToProto(std::string_view ns, const Event& e, v1::Event* out) {
 // that has not completed within the stream-write timeout cancels the call
 // (the client stopped reading): the reactor then ends, and the dispatcher
 // gives a worker's events to others. Messages are serialized here (the
-// method writes bytes, as every method of the service reads them). A
-// recursive mutex because gRPC may run a reaction inline from Finish().
+// method writes bytes, as every method of the service reads them).
+//
+// Locking: mu_ guards the sink's state. It is never held while calling into
+// gRPC (StartWrite, Finish, TryCancel), which may run a reaction of this
+// stream (OnWriteDone, OnCancel, OnDone) inline: each method decides under
+// mu_ what the reactor is to do (an Action) and does it after letting go.
 class StreamSink : public Subscriber {
  public:
   StreamSink(grpc::ServerWriteReactor<grpc::ByteBuffer>* r,
@@ -59,74 +65,19 @@ class StreamSink : public Subscriber {
         write_timeout_(write_timeout) {}
 
   Backlog Deliver(std::string_view ns,
-                  std::span<const Event* const> events) override {
-    std::lock_guard lock(mu_);
-    if (reactor_ == nullptr || ending_) return {};
-    std::size_t bytes = 0;
-    for (const Event* e : events) {
-      const std::size_t b = EventBytes(ns, *e);
-      if (queue_.empty() || (queue_.back().bytes + b > kMaxMessageBytes &&
-                             queue_.back().msg.events_size() > 0)) {
-        queue_.emplace_back();
-      }
-      Message& m = queue_.back();
-      ToProto(ns, *e, m.msg.add_events());
-      m.bytes += b;
-      bytes += b;
-    }
-    unwritten_events_.fetch_add(events.size());
-    unwritten_bytes_.fetch_add(bytes);
-    Pump();
-    return Unwritten();
-  }
-
+                  std::span<const Event* const> events) override
+      EXCLUDES(mu_);
   Backlog Unwritten() const override {
     return {unwritten_events_.load(), unwritten_bytes_.load()};
   }
-
-  void End(const Status& status) override {
-    std::lock_guard lock(mu_);
-    if (reactor_ == nullptr || ending_) return;
-    ending_ = true;
-    end_status_ = status;
-    Pump();
-  }
-
+  void End(const Status& status) override EXCLUDES(mu_);
   // Tells the subscriber it is registered: an empty first message.
-  void SendRegistered() {
-    std::lock_guard lock(mu_);
-    if (reactor_ == nullptr || ending_) return;
-    force_write_ = true;
-    Pump();
-  }
-
-  void OnWriteDone(bool ok) {
-    std::function<void()> drained;
-    {
-      std::lock_guard lock(mu_);
-      write_timer_.cancel();
-      writing_ = false;
-      unwritten_events_.fetch_sub(in_write_);
-      unwritten_bytes_.fetch_sub(in_write_bytes_);
-      in_write_ = in_write_bytes_ = 0;
-      if (!ok && !ending_) {
-        ending_ = true;
-        end_status_ = Status::Unavailable("stream broken");
-      }
-      Pump();
-      if (ok && !writing_ && !ending_) drained = on_drained;
-    }
-    if (drained) drained();
-  }
-
+  void SendRegistered() EXCLUDES(mu_);
+  // The reactor's OnWriteDone.
+  void OnWriteDone(bool ok) EXCLUDES(mu_);
   // Detaches from the reactor (in its OnDone) and returns the code the
   // stream was finished with (CANCELLED if it was not: the client left).
-  grpc::StatusCode Detach() {
-    std::lock_guard lock(mu_);
-    write_timer_.cancel();
-    reactor_ = nullptr;
-    return finish_code_;
-  }
+  grpc::StatusCode Detach() EXCLUDES(mu_);
 
  private:
   // Events queued while a write is in flight, gathered into messages of at
@@ -139,81 +90,47 @@ class StreamSink : public Subscriber {
     v1::SubscribeResponse msg;
     std::size_t bytes = 0;
   };
+  // What the reactor is to do once mu_ is let go.
+  struct Action {
+    enum Kind { kNone, kWrite, kFinish } kind = kNone;
+    grpc::ServerWriteReactor<grpc::ByteBuffer>* reactor = nullptr;
+    grpc::Status end;  // kFinish's.
+  };
 
   // About what an event costs on the wire and in the queued message.
   static std::size_t EventBytes(std::string_view ns, const Event& e) {
     return ns.size() + e.blob.key().size() + e.blob.payload().size() + 64;
   }
+  // Decides the next step: a write of the next message (serialized into
+  // in_flight_, its timer armed), or the stream's end once writes are done.
+  Action Next() REQUIRES(mu_);
+  // Does it (without mu_).
+  void Run(const Action& action);
+  // The write timer went off: cancels the call if the write is still stuck.
+  void OnWriteTimeout() EXCLUDES(mu_);
 
-  // Starts the next write, or finishes once writes are done. Under mu_.
-  void Pump() {
-    if (reactor_ == nullptr || writing_ || finished_) return;
-    if (ending_) {
-      finished_ = true;
-      const grpc::Status end = ToGrpc(end_status_);
-      finish_code_ = end.error_code();
-      reactor_->Finish(end);
-      return;
-    }
-    if (queue_.empty() && !force_write_) return;
-    force_write_ = false;
-    writing_ = true;
-    in_write_ = in_write_bytes_ = 0;
-    const v1::SubscribeResponse* msg =
-        &v1::SubscribeResponse::default_instance();
-    if (!queue_.empty()) {
-      msg = &queue_.front().msg;
-      in_write_ = static_cast<std::size_t>(msg->events_size());
-      in_write_bytes_ = queue_.front().bytes;
-    }
-    bool own_buffer;
-    in_flight_.Clear();
-    const grpc::Status serialized =
-        grpc::SerializationTraits<v1::SubscribeResponse>::Serialize(
-            *msg, &in_flight_, &own_buffer);
-    if (!queue_.empty()) queue_.pop_front();
-    if (!serialized.ok()) {
-      finished_ = true;
-      finish_code_ = serialized.error_code();
-      reactor_->Finish(serialized);
-      return;
-    }
-    write_timer_.expires_after(write_timeout_);
-    write_timer_.async_wait(
-        [this, self = weak_from_this()](const asio::error_code& ec) {
-          if (ec) return;
-          auto alive = self.lock();
-          if (!alive) return;
-          std::lock_guard lock(mu_);
-          if (!writing_ || reactor_ == nullptr) return;
-          LogLimitHit("stream-write-timeout",
-                      "subscriber " + ctx_->peer() +
-                          ": a write did not complete in time; the stream is "
-                          "ended (" +
-                          std::to_string(unwritten_events_.load()) +
-                          " events unwritten)");
-          ctx_->TryCancel();
-        });
-    reactor_->StartWrite(&in_flight_);
-  }
-
-  mutable std::recursive_mutex mu_;
-  grpc::ServerWriteReactor<grpc::ByteBuffer>* reactor_;
+  mutable Mutex mu_;
+  CondVar cancelled_;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* reactor_ GUARDED_BY(mu_);
   grpc::CallbackServerContext* const ctx_;
-  asio::steady_timer write_timer_;
+  asio::steady_timer write_timer_ GUARDED_BY(mu_);
   const std::chrono::nanoseconds write_timeout_;
-  std::deque<Message> queue_;
-  grpc::ByteBuffer in_flight_;  // The message being written.
-  std::size_t in_write_ = 0;
-  std::size_t in_write_bytes_ = 0;
+  std::deque<Message> queue_ GUARDED_BY(mu_);
+  // The message being written (read by gRPC while writing_).
+  grpc::ByteBuffer in_flight_;
+  std::size_t in_write_ GUARDED_BY(mu_) = 0;
+  std::size_t in_write_bytes_ GUARDED_BY(mu_) = 0;
   std::atomic<std::size_t> unwritten_events_{0};
   std::atomic<std::size_t> unwritten_bytes_{0};
-  bool writing_ = false;
-  bool force_write_ = false;
-  bool ending_ = false;
-  bool finished_ = false;
-  grpc::StatusCode finish_code_ = grpc::StatusCode::CANCELLED;
-  Status end_status_;
+  bool writing_ GUARDED_BY(mu_) = false;
+  bool force_write_ GUARDED_BY(mu_) = false;
+  bool ending_ GUARDED_BY(mu_) = false;
+  bool finished_ GUARDED_BY(mu_) = false;
+  // A TryCancel is under way on this thread (ctx_ must outlive it: Detach
+  // waits for it, unless the cancel runs OnDone inline on that thread).
+  std::optional<std::thread::id> cancelling_ GUARDED_BY(mu_);
+  grpc::StatusCode finish_code_ GUARDED_BY(mu_) = grpc::StatusCode::CANCELLED;
+  Status end_status_ GUARDED_BY(mu_);
 };
 
 class SubscribeReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {

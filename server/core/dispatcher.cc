@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "server/common/limit_log.h"
+#include "server/core/payload_ref.h"
 
 namespace delayd {
 namespace {
@@ -29,10 +30,10 @@ Dispatcher::Dispatcher(asio::io_context& io, asio::any_io_executor reads,
       strand_(asio::make_strand(io)),
       rate_timer_(strand_),
       random_(std::random_device()()),
-      ack_wheel_(strand_, nullptr, clock, std::chrono::milliseconds(1),
-                 clock.Steady(),
-                 [this](std::vector<StrandWheel::Expired>& due) {
-                   OnAckTimeouts(due);
+      ack_wheel_(strand_, clock, std::chrono::milliseconds(1), clock.Steady(),
+                 [this](AlarmWheel::Time at) {
+                   on_strand_.Enter();
+                   OnAckAlarm(at);
                  }),
       retry_timer_(strand_),
       observed_(LatencyBuckets()),
@@ -40,6 +41,7 @@ Dispatcher::Dispatcher(asio::io_context& io, asio::any_io_executor reads,
 
 void Dispatcher::Publish(std::vector<Event> events) {
   asio::post(strand_, [this, events = std::move(events)]() mutable {
+    on_strand_.Enter();
     if (closed_) return;
     const WallNanos now = clock_.Wall();
     for (const Event& e : events) {
@@ -83,7 +85,7 @@ void Dispatcher::ToWatchers(std::span<const Event* const> events) {
   // meanwhile, no more of them than a watcher may fall behind.
   std::uint64_t upto = 0;
   for (const auto& [id, sink] : watchers_) upto = std::max(upto, id);
-  const auto view = std::make_shared<const Store::View>(store_->NewView());
+  const std::shared_ptr<const Store::View> view = store_->NewView();
   for (const Event* e : events) {
     if (watch_queue_.size() >= limits_.watcher_backlog) {
       watch_queue_.clear();
@@ -145,12 +147,16 @@ void Dispatcher::Subscribe(std::uint64_t id,
                            std::function<void()> done) {
   asio::post(strand_, [this, id, subscriber = std::move(subscriber), options,
                        done = std::move(done)]() mutable {
+    on_strand_.Enter();
     if (closed_) {
       subscriber->End(Status::Unavailable("delayd is shutting down"));
       return;
     }
     subscriber->on_drained = [this] {
-      asio::post(strand_, [this] { Pump(); });
+      asio::post(strand_, [this] {
+        on_strand_.Enter();
+        Pump();
+      });
     };
     if (options.watcher) {
       watchers_.emplace_back(id, std::move(subscriber));
@@ -176,6 +182,7 @@ void Dispatcher::Subscribe(std::uint64_t id,
 
 void Dispatcher::Unsubscribe(std::uint64_t id) {
   asio::post(strand_, [this, id] {
+    on_strand_.Enter();
     auto watcher = std::find_if(watchers_.begin(), watchers_.end(),
                                 [id](const auto& w) { return w.first == id; });
     if (watcher != watchers_.end()) {
@@ -214,10 +221,10 @@ void Dispatcher::Ack(std::vector<std::uint64_t> ids,
                      std::function<void(AckResult)> done) {
   asio::post(strand_, [this, ids = std::move(ids),
                        done = std::move(done)]() mutable {
+    on_strand_.Enter();
     AckResult result;
     const SteadyTime now = clock_.Steady();
-    std::optional<Store::Batch> batch;
-    if (store_ != nullptr) batch.emplace(store_->NewBatch());
+    Batch batch;
     for (std::uint64_t id : ids) {
       auto it = outstanding_.find(id);
       // (A dead letter is requeued or purged, not acknowledged.)
@@ -238,10 +245,8 @@ void Dispatcher::Ack(std::vector<std::uint64_t> ids,
         counters_.ready.fetch_sub(1);  // Acked while waiting for redelivery.
         mine_.ready.fetch_sub(1, std::memory_order_relaxed);
       }
-      if (batch) {
-        batch->DeleteEvent(id);
-        batch->DeletePayload(PayloadIdOf(o.event.blob));
-        if (o.fate_stored) batch->DeleteFate(id);
+      if (store_ != nullptr) {
+        batch.RemoveEvent(id, PayloadIdOf(o.event.blob), o.fate_stored);
       }
       Forget(it);
       ++result.acked;
@@ -250,13 +255,13 @@ void Dispatcher::Ack(std::vector<std::uint64_t> ids,
     mine_.acked.fetch_add(result.acked, std::memory_order_relaxed);
     observed_.AddTo(metrics_.ack_latency());
     Pump();
-    if (!batch) {
+    if (batch.empty()) {
       refs_->Release(id_, result.acked);
       done(std::move(result));
       return;
     }
-    store_->Commit(*batch, [this, done = std::move(done),
-                            result = std::move(result)](Status s) mutable {
+    store_->Commit(batch, [this, done = std::move(done),
+                           result = std::move(result)](Status s) mutable {
       // Not durable: the events come back after a restart (at least once),
       // so the acknowledgement fails.
       if (!s.ok()) {
@@ -271,6 +276,7 @@ void Dispatcher::Ack(std::vector<std::uint64_t> ids,
 
 void Dispatcher::Close(const Status& status, std::function<void()> done) {
   asio::post(strand_, [this, status, done = std::move(done)] {
+    on_strand_.Enter();
     closed_ = true;
     retry_timer_.cancel();
     rate_timer_.cancel();
@@ -356,8 +362,13 @@ void Dispatcher::Forget(
   outstanding_.erase(it);
 }
 
-void Dispatcher::OnAckTimeouts(std::vector<StrandWheel::Expired>& due) {
-  for (const auto& e : due) {
+void Dispatcher::OnAckAlarm(AlarmWheel::Time at) {
+  if (ack_wheel_.Alarmed(at)) TakeAckTimeouts();
+}
+
+void Dispatcher::TakeAckTimeouts() {
+  ack_wheel_.TakeDue(&due_);
+  for (const auto& e : due_) {
     // A visited timer was never cancelled, so its event is still in flight,
     // or still retrying.
     const std::uint64_t event_id = cookie_ids_[e.cookie];
@@ -377,12 +388,47 @@ void Dispatcher::OnAckTimeouts(std::vector<StrandWheel::Expired>& due) {
       Fail(event_id, o, BackoffFor(o));
     }
   }
+  ack_wheel_.Rearm();
   WriteFates();
   Pump();
 }
 
+std::size_t Dispatcher::WorkerRoom(const Worker& w) const {
+  // Events not yet written count too, those that timed out among them:
+  // a worker that stops reading never holds more than max_in_flight.
+  const Subscriber::Backlog unwritten = w.sink->Unwritten();
+  if (unwritten.bytes >= limits_.worker_backlog_bytes) return 0;
+  const std::size_t held =
+      std::max(w.in_flight.size(), unwritten.events) + w.reading;
+  std::size_t room = std::min<std::size_t>(
+      w.max_in_flight - std::min<std::size_t>(w.max_in_flight, held),
+      kMaxBatch);
+  return std::min<std::uint64_t>(
+      room, w.events_left - std::min<std::uint64_t>(w.events_left, w.reading));
+}
+
+std::size_t Dispatcher::NamespaceRoom(SteadyTime now, std::size_t taken,
+                                      std::size_t with_room) {
+  std::size_t room = std::numeric_limits<std::size_t>::max();
+  // (The namespace's in-flight gauge is written on this strand only.)
+  if (policy_.max_in_flight != 0) {
+    room = policy_.max_in_flight -
+           std::min<std::size_t>(
+               policy_.max_in_flight,
+               mine_.in_flight.load(std::memory_order_relaxed) + taken);
+  }
+  if (!bucket_.unlimited()) {
+    room = std::min(room, bucket_.Available(now));
+    if (room == 0) ArmRateTimer(bucket_.NextToken(now));
+  }
+  // A turn takes at most an equal share of what the namespace has room
+  // for, so that workers with room share it evenly however it comes (a
+  // burst of tokens, or one at a time).
+  return room == 0 ? 0 : (room + with_room - 1) / std::max<std::size_t>(
+                                                     1, with_room);
+}
+
 void Dispatcher::Pump() {
-  assert(strand_.running_in_this_thread());
   if (workers_.empty() || closed_ || policy_.paused || reading_) return;
   std::vector<const Event*> batch;
   // With a store, the events this pass gives out, by worker, to be sent once
@@ -391,47 +437,34 @@ void Dispatcher::Pump() {
   std::shared_ptr<Read> read;
   std::size_t taken = 0;  // Events this pass gave out.
   std::size_t idle_turns = 0;
+  // The namespace's own limits across its workers, if it has any: then the
+  // workers with room share them (NamespaceRoom).
+  const bool limited = !bucket_.unlimited() || policy_.max_in_flight != 0;
+  std::size_t with_room = 0;
+  if (limited) {
+    for (const Worker& w : workers_) with_room += WorkerRoom(w) > 0 ? 1 : 0;
+  }
   // (The clock is read only when a dispatch rate needs it.)
   const SteadyTime pump_time =
       bucket_.unlimited() ? SteadyTime{} : clock_.Steady();
   // Round robin: each turn gives one worker a batch of up to its free room.
+  // A turn the namespace has no room for is not spent: that worker is
+  // first when room comes.
   while (!ready_.empty() && idle_turns < workers_.size()) {
     next_worker_ %= workers_.size();
-    Worker& w = workers_[next_worker_++];
-    // Events not yet written count too, those that timed out among them:
-    // a worker that stops reading never holds more than max_in_flight.
-    const Subscriber::Backlog unwritten = w.sink->Unwritten();
-    const std::size_t held =
-        std::max(w.in_flight.size(), unwritten.events) + w.reading;
-    std::size_t room = std::min<std::size_t>(
-        w.max_in_flight - std::min<std::size_t>(w.max_in_flight, held),
-        kMaxBatch);
-    if (unwritten.bytes >= limits_.worker_backlog_bytes) room = 0;
-    room = std::min<std::uint64_t>(
-        room,
-        w.events_left - std::min<std::uint64_t>(w.events_left, w.reading));
-    // The namespace's own limits, across its workers.
-    // (The namespace's in-flight gauge is written on this strand only.)
-    if (policy_.max_in_flight != 0) {
-      room = std::min<std::size_t>(
-          room,
-          policy_.max_in_flight -
-              std::min<std::size_t>(
-                  policy_.max_in_flight,
-                  mine_.in_flight.load(std::memory_order_relaxed) + taken));
-      if (room == 0) break;
-    }
-    if (!bucket_.unlimited()) {
-      room = std::min(room, bucket_.Available(pump_time));
-      if (room == 0) {
-        ArmRateTimer(bucket_.NextToken(pump_time));
-        break;
-      }
-    }
+    Worker& w = workers_[next_worker_];
+    std::size_t room = WorkerRoom(w);
     if (room == 0) {
       ++idle_turns;
+      ++next_worker_;
       continue;
     }
+    if (limited) {
+      const std::size_t share = NamespaceRoom(pump_time, taken, with_room);
+      if (share == 0) break;
+      room = std::min(room, share);
+    }
+    ++next_worker_;
     idle_turns = 0;
     batch.clear();
     while (batch.size() < room && !ready_.empty()) {

@@ -33,8 +33,12 @@
 // that it never slows anyone and holds at most one such chunk beyond its
 // limit.
 //
-// Thread safety: public methods may be called from any thread; they post to
-// the dispatcher's strand, where all state lives.
+// Thread safety: a dispatcher is confined to its strand. Public methods may
+// be called from any thread: they post to the strand, where all its state
+// lives (GUARDED_BY on_strand_, checked by clang's analysis; see strand.h),
+// and run nothing of it on the caller's thread. Its completions (`done`)
+// run on the strand, or on the read pool where a method says so; answers
+// that wait for the store run on the store's completion executor.
 #ifndef DELAYD_SERVER_CORE_DISPATCHER_H_
 #define DELAYD_SERVER_CORE_DISPATCHER_H_
 
@@ -60,7 +64,8 @@
 #include "server/common/types.h"
 #include "server/core/counters.h"
 #include "server/core/namespace_refs.h"
-#include "server/core/strand_wheel.h"
+#include "server/core/alarm_wheel.h"
+#include "server/core/strand.h"
 #include "server/core/token_bucket.h"
 #include "server/store/store.h"
 
@@ -77,7 +82,8 @@ class Subscriber : public std::enable_shared_from_this<Subscriber> {
   };
   virtual ~Subscriber() = default;
   // Called on a dispatcher strand. Queues `events` for writing, without
-  // blocking, and returns the backlog after queueing them.
+  // blocking or calling back into the dispatcher, and returns the backlog
+  // after queueing them.
   virtual Backlog Deliver(std::string_view ns,
                           std::span<const Event* const> events) = 0;
   // The backlog now (any thread).
@@ -118,6 +124,14 @@ struct LeaseResult {
   std::vector<std::uint64_t> unknown;
 };
 
+// An event whose failed delivery waits for its retry time, as recovery
+// found it (the retry time is kept with its fate: StoredFate).
+struct RetryingEvent {
+  Event event;
+  WallNanos retry_at;
+  std::string error;
+};
+
 struct AckResult {
   std::uint32_t acked = 0;
   std::vector<std::uint64_t> unknown;
@@ -139,7 +153,8 @@ class Dispatcher {
   Dispatcher& operator=(const Dispatcher&) = delete;
 
   // The namespace's name; empty while its id is free. Changed only by the
-  // scheduler under its namespace lock, while nothing uses the namespace.
+  // scheduler under its namespace lock, while nothing uses the namespace
+  // (so read without one by whoever holds a pin on it).
   const std::string& name() const { return name_; }
   void Rename(std::string name) { name_ = std::move(name); }
 
@@ -177,6 +192,11 @@ class Dispatcher {
                    std::chrono::nanoseconds extension,
                    std::function<void(LeaseResult)> done);
 
+  // Recovery hands back events waiting for their retry time, before
+  // anything else reaches the dispatcher: each is ready again at its retry
+  // time (dispatcher_retry.cc).
+  void RestoreRetrying(std::vector<RetryingEvent> events);
+
   // Dead letters (dispatcher_dead.cc). Recovery hands back those the store
   // kept, before anything else reaches the dispatcher.
   void RestoreDeadLetters(std::vector<DeadLetter> letters);
@@ -199,6 +219,7 @@ class Dispatcher {
   // Ends every stream with `status` and stops the ack timer. `done` runs on
   // the strand afterwards.
   void Close(const Status& status, std::function<void()> done);
+
 
  private:
   struct Worker {
@@ -266,36 +287,49 @@ class Dispatcher {
     Status status;
   };
 
-  // All below run on the strand (but the read StartRead posts).
-  void Pump();
+  // Everything below runs on the strand (REQUIRES(on_strand_)) but for the
+  // reads StartRead, StartWatchRead and ListDeadLetters post to the pool,
+  // which touch nothing but the store and what they were given.
+  void Pump() REQUIRES(on_strand_);
+  // How many events a turn of Pump may give the next worker under the
+  // namespace's own limits (dispatch rate, in-flight cap), shared fairly
+  // among `with_room` workers; 0 (and the rate timer armed) if none now.
+  std::size_t NamespaceRoom(SteadyTime now, std::size_t taken,
+                            std::size_t with_room) REQUIRES(on_strand_);
+  // The events worker `w` has room for now, by its own limits.
+  std::size_t WorkerRoom(const Worker& w) const REQUIRES(on_strand_);
   // Sends `batch` (from ready_) to `w`: in flight, attempt + 1, ack timer.
   // With a store, `full` holds the events with their payloads, in order.
   void Deliver(Worker& w, std::vector<const Event*>& batch,
-               std::vector<Event>* full);
+               std::vector<Event>* full) REQUIRES(on_strand_);
   // Sends `read`'s events at once if the store holds their payloads in
   // memory (Store::ReadCached); else reads them on the read pool, then
   // FinishRead on the strand.
-  void StartRead(std::shared_ptr<Read> read);
+  void StartRead(std::shared_ptr<Read> read) REQUIRES(on_strand_);
   // The most payloads read on the strand at once.
   static constexpr std::size_t kStrandRead = 16;
   // Send, then Pump again.
-  void FinishRead(Read& read);
+  void FinishRead(Read& read) REQUIRES(on_strand_);
   // Sends what was read to the workers still there; events of a worker
   // that left (or if paused or closed since) are ready again, unattempted.
-  void Send(Read& read);
+  void Send(Read& read) REQUIRES(on_strand_);
   // Pumps again once the next token of the dispatch rate is there.
-  void ArmRateTimer(SteadyTime at);
-  std::chrono::nanoseconds BackoffFor(const Outstanding& o);
+  void ArmRateTimer(SteadyTime at) REQUIRES(on_strand_);
+  std::chrono::nanoseconds BackoffFor(const Outstanding& o)
+      REQUIRES(on_strand_);
   // Ends `o`'s time in flight: its ack timer cancelled, counted out (the
   // caller says where it goes).
-  void LeaveFlight(Outstanding& o);
-  void Requeue(std::uint64_t event_id, Outstanding& o);
+  void LeaveFlight(Outstanding& o) REQUIRES(on_strand_);
+  void Requeue(std::uint64_t event_id, Outstanding& o) REQUIRES(on_strand_);
   // Ends `o`'s delivery as failed: it retries after `wait` (at once if 0),
   // or becomes a dead letter after its last attempt. Its fate goes to
   // fates_ (written by WriteFates).
   void Fail(std::uint64_t event_id, Outstanding& o,
-            std::chrono::nanoseconds wait);
-  void Bury(std::uint64_t event_id, Outstanding& o);
+            std::chrono::nanoseconds wait) REQUIRES(on_strand_);
+  // Makes `o` wait `wait` on the ack wheel, then be ready again.
+  void Retry(std::uint64_t event_id, Outstanding& o,
+             std::chrono::nanoseconds wait) REQUIRES(on_strand_);
+  void Bury(std::uint64_t event_id, Outstanding& o) REQUIRES(on_strand_);
   // A RequeueDeadLetters or PurgeDeadLetters call (dispatcher_dead.cc).
   // "All" goes through the dead letters in id order, kDeadChunk at a time,
   // each chunk one strand handler and one store batch, the next posted once
@@ -305,15 +339,17 @@ class Dispatcher {
   static constexpr std::size_t kDeadChunk = 4096;
   void StartDeadLetters(bool purge, std::vector<std::uint64_t> ids,
                         std::function<void(Status, LeaseResult)> done);
-  void NextDeadLetters(std::shared_ptr<DeadLetterCall> call);
+  void NextDeadLetters(std::shared_ptr<DeadLetterCall> call)
+      REQUIRES(on_strand_);
   // Requeues or purges the dead letters among `ids` (in memory), counting
   // into `result`; `then` gets the store's answer once that is durable.
   void RequeueOrPurge(bool purge, const std::vector<std::uint64_t>& ids,
-                      LeaseResult& result, std::function<void(Status)> then);
-  void WriteFates();
+                      LeaseResult& result, std::function<void(Status)> then)
+      REQUIRES(on_strand_);
+  void WriteFates() REQUIRES(on_strand_);
   // The page of `candidates` (dead letters without payloads, in id order),
-  // their payloads read as `view` saw the store; on the read pool, touching no
-  // state but the store (dispatcher_dead.cc). `next`: the id after them.
+  // their payloads read as `view` saw the store; on the read pool, touching
+  // no state but the store (dispatcher_dead.cc). `next`: the id after them.
   DeadLetterPage ReadDeadLetters(std::vector<DeadLetter> candidates,
                                  std::optional<std::uint64_t> next,
                                  std::size_t max_bytes,
@@ -323,38 +359,45 @@ class Dispatcher {
   // publish order, one read at a time, so that a slow or stalled store never
   // holds the strand; the copies wait in watch_queue_, at most
   // watcher_backlog of them (more, and every watcher is behind: ended).
-  void ToWatchers(std::span<const Event* const> events);
+  void ToWatchers(std::span<const Event* const> events) REQUIRES(on_strand_);
   // Delivers `view` to the watchers with ids up to `upto` (those there when
   // it was published); ends those too far behind.
   void DeliverToWatchers(std::span<const Event* const> view,
-                         std::uint64_t upto);
-  void StartWatchRead();
-  void FinishWatchRead(WatchRead& read);
+                         std::uint64_t upto) REQUIRES(on_strand_);
+  void StartWatchRead() REQUIRES(on_strand_);
+  void FinishWatchRead(WatchRead& read) REQUIRES(on_strand_);
   Status WatchersBehind() const;
   // By subscriber id.
   using Watchers =
       std::vector<std::pair<std::uint64_t, std::shared_ptr<Subscriber>>>;
   // Forgets a watcher (ended or gone): the one after it.
-  Watchers::iterator DropWatcher(Watchers::iterator it);
+  Watchers::iterator DropWatcher(Watchers::iterator it) REQUIRES(on_strand_);
   // Ends every watcher with `status`, logged as the backlog limit's.
-  void EndWatchers(const Status& status);
+  void EndWatchers(const Status& status) REQUIRES(on_strand_);
   static constexpr std::size_t kWatchChunk = 32;
-  Worker* FindWorker(std::uint64_t id);
-  void OnAckTimeouts(std::vector<StrandWheel::Expired>& due);
+  Worker* FindWorker(std::uint64_t id) REQUIRES(on_strand_);
+  // The ack wheel's alarm for wheel time `at` went off (on the strand).
+  void OnAckAlarm(AlarmWheel::Time at) REQUIRES(on_strand_);
+  // Acts on every ack deadline and retry time that has passed, and
+  // re-arms.
+  void TakeAckTimeouts() REQUIRES(on_strand_);
   void StartAckTimer(std::uint64_t event_id, Outstanding& o,
-                     std::chrono::nanoseconds timeout);
-  void CancelAckTimer(Outstanding& o);
+                     std::chrono::nanoseconds timeout) REQUIRES(on_strand_);
+  void CancelAckTimer(Outstanding& o) REQUIRES(on_strand_);
   // Event `id`'s last Nack error text ("" if none), and setting it ("" to
   // clear); `o` is its record.
-  const std::string& ErrorOf(std::uint64_t id, const Outstanding& o) const;
-  void SetError(std::uint64_t id, Outstanding& o, std::string text);
+  const std::string& ErrorOf(std::uint64_t id, const Outstanding& o) const
+      REQUIRES(on_strand_);
+  void SetError(std::uint64_t id, Outstanding& o, std::string text)
+      REQUIRES(on_strand_);
   // Drops event `it`'s record, and its error text.
-  void Forget(std::unordered_map<std::uint64_t, Outstanding>::iterator it);
+  void Forget(std::unordered_map<std::uint64_t, Outstanding>::iterator it)
+      REQUIRES(on_strand_);
   // Logs that `e`'s payload cannot be read (why: `s`); it is held.
   void LogUnreadable(const Event& e, const Status& s) const;
   // Ready events whose payloads could not be read wait in held_ and are
   // ready again after kRetryRead.
-  void Hold(const std::vector<std::uint64_t>& ids);
+  void Hold(const std::vector<std::uint64_t>& ids) REQUIRES(on_strand_);
   static constexpr std::chrono::seconds kRetryRead{1};
 
   std::string name_;
@@ -367,44 +410,50 @@ class Dispatcher {
   const Clock& clock_;
   Store* const store_;
   Strand strand_;
-  Policy policy_;
+  StrandRole on_strand_{strand_};
+  Policy policy_ GUARDED_BY(on_strand_);
   // The namespace's dispatch rate (policy_), and the timer that pumps again
   // when the next token is there.
-  TokenBucket bucket_;
-  asio::steady_timer rate_timer_;
-  bool rate_armed_ = false;
-  std::minstd_rand random_;  // Backoff jitter.
+  TokenBucket bucket_ GUARDED_BY(on_strand_);
+  asio::steady_timer rate_timer_ GUARDED_BY(on_strand_);
+  bool rate_armed_ GUARDED_BY(on_strand_) = false;
+  std::minstd_rand random_ GUARDED_BY(on_strand_);  // Backoff jitter.
   // Dead letters' ids, in id order (for paging).
-  std::set<std::uint64_t> dead_;
+  std::set<std::uint64_t> dead_ GUARDED_BY(on_strand_);
   // Fates of failed deliveries not yet written (one batch per handler).
-  std::optional<Store::Batch> fates_;
+  Batch fates_ GUARDED_BY(on_strand_);
   // Ack deadlines and retry times.
-  StrandWheel ack_wheel_;
-  bool closed_ = false;
-  bool reading_ = false;  // A StartRead is under way.
-  std::deque<std::uint64_t> held_;
-  asio::steady_timer retry_timer_;
-  bool retry_armed_ = false;
-  std::unordered_map<std::uint64_t, Outstanding> outstanding_;
+  AlarmWheel ack_wheel_ GUARDED_BY(on_strand_);
+  std::vector<AlarmWheel::Expired> due_ GUARDED_BY(on_strand_);  // Reused.
+  bool closed_ GUARDED_BY(on_strand_) = false;
+  bool reading_ GUARDED_BY(on_strand_) = false;  // A StartRead is under way.
+  std::deque<std::uint64_t> held_ GUARDED_BY(on_strand_);
+  asio::steady_timer retry_timer_ GUARDED_BY(on_strand_);
+  bool retry_armed_ GUARDED_BY(on_strand_) = false;
+  std::unordered_map<std::uint64_t, Outstanding> outstanding_
+      GUARDED_BY(on_strand_);
   // The last Nack's error text of the events given one, beside outstanding_
   // rather than in each record. That keeps a record at 120 bytes, as before
   // retries: at 128, its map node took the next allocation size up, and
   // firing cost about 3 % more CPU per event (tests/bench/README.md).
-  std::unordered_map<std::uint64_t, std::string> errors_;
-  std::deque<std::uint64_t> ready_;  // Ids; stale (acked) ids are skipped.
-  std::vector<Worker> workers_;
-  std::size_t next_worker_ = 0;  // Round robin.
-  Watchers watchers_;
+  std::unordered_map<std::uint64_t, std::string> errors_
+      GUARDED_BY(on_strand_);
+  // Ids; stale (acked) ids are skipped.
+  std::deque<std::uint64_t> ready_ GUARDED_BY(on_strand_);
+  std::vector<Worker> workers_ GUARDED_BY(on_strand_);
+  std::size_t next_worker_ GUARDED_BY(on_strand_) = 0;  // Round robin.
+  Watchers watchers_ GUARDED_BY(on_strand_);
   // Ack-timer cookies -> event ids (the wheel carries 32-bit cookies).
-  std::vector<std::uint64_t> cookie_ids_;
-  std::vector<std::uint32_t> free_cookies_;
+  std::vector<std::uint64_t> cookie_ids_ GUARDED_BY(on_strand_);
+  std::vector<std::uint32_t> free_cookies_ GUARDED_BY(on_strand_);
   // Latencies gathered for one histogram at a time, then added to it (each
   // use leaves it empty).
-  Observations observed_;
+  Observations observed_ GUARDED_BY(on_strand_);
   // Below the fields firing uses (their layout is as before these came).
   asio::any_io_executor reads_;
-  std::deque<WatchCopy> watch_queue_;
-  bool watch_reading_ = false;  // A StartWatchRead is under way.
+  std::deque<WatchCopy> watch_queue_ GUARDED_BY(on_strand_);
+  // A StartWatchRead is under way.
+  bool watch_reading_ GUARDED_BY(on_strand_) = false;
 };
 
 }  // namespace delayd

@@ -4,6 +4,7 @@
 // store, so that it stays a dead letter across restarts.
 #include "server/common/limit_log.h"
 #include "server/core/dispatcher.h"
+#include "server/core/payload_ref.h"
 
 namespace delayd {
 
@@ -14,8 +15,7 @@ void Dispatcher::Bury(std::uint64_t event_id, Outstanding& o) {
   counters_.dead_letters.fetch_add(1);
   mine_.dead_letters.fetch_add(1, std::memory_order_relaxed);
   if (store_ != nullptr) {
-    if (!fates_) fates_.emplace(store_->NewBatch());
-    fates_->PutFate(event_id, {o.event.attempt, true, ErrorOf(event_id, o)});
+    fates_.PutFate(event_id, {o.event.attempt, true, ErrorOf(event_id, o)});
     o.fate_stored = true;
   }
   LogRepeated(
@@ -35,6 +35,7 @@ void Dispatcher::Bury(std::uint64_t event_id, Outstanding& o) {
 
 void Dispatcher::RestoreDeadLetters(std::vector<DeadLetter> letters) {
   asio::post(strand_, [this, letters = std::move(letters)]() mutable {
+    on_strand_.Enter();
     for (DeadLetter& d : letters) {
       const std::uint64_t id = d.event.id;
       auto& o = outstanding_.emplace(id, Outstanding{std::move(d.event)})
@@ -54,6 +55,7 @@ void Dispatcher::ListDeadLetters(std::uint64_t from, std::size_t limit,
                                  std::function<void(DeadLetterPage)> done) {
   asio::post(strand_, [this, from, limit, max_bytes,
                        done = std::move(done)]() mutable {
+    on_strand_.Enter();
     // The candidates, cut on what is in memory: keys, errors, and the
     // payloads too without a store.
     std::vector<DeadLetter> candidates;
@@ -80,7 +82,7 @@ void Dispatcher::ListDeadLetters(std::uint64_t from, std::size_t limit,
     // goes on, as the store was now: one purged meanwhile is left out.
     asio::post(
         reads_, [this, candidates = std::move(candidates), next, max_bytes,
-                 view = std::make_shared<const Store::View>(store_->NewView()),
+                 view = store_->NewView(),
                  done = std::move(done)]() mutable {
           done(ReadDeadLetters(std::move(candidates), next, max_bytes, *view));
         });
@@ -166,6 +168,7 @@ void Dispatcher::StartDeadLetters(
   call->ids = std::move(ids);
   call->done = std::move(done);
   asio::post(strand_, [this, call] {
+    on_strand_.Enter();
     if (call->all && !dead_.empty()) call->last = *dead_.rbegin();
     NextDeadLetters(call);
   });
@@ -192,7 +195,10 @@ void Dispatcher::NextDeadLetters(std::shared_ptr<DeadLetterCall> call) {
       call->done(s, std::move(call->result));
       return;
     }
-    asio::post(strand_, [this, call] { NextDeadLetters(call); });
+    asio::post(strand_, [this, call] {
+      on_strand_.Enter();
+      NextDeadLetters(call);
+    });
   });
 }
 
@@ -200,8 +206,7 @@ void Dispatcher::RequeueOrPurge(bool purge,
                                 const std::vector<std::uint64_t>& ids,
                                 LeaseResult& result,
                                 std::function<void(Status)> then) {
-  std::optional<Store::Batch> batch;
-  if (store_ != nullptr) batch.emplace(store_->NewBatch());
+  Batch batch;
   std::uint32_t n = 0;
   for (std::uint64_t id : ids) {
     auto it = outstanding_.find(id);
@@ -213,10 +218,8 @@ void Dispatcher::RequeueOrPurge(bool purge,
     dead_.erase(id);
     ++n;
     if (purge) {
-      if (batch) {
-        batch->DeleteEvent(id);
-        batch->DeletePayload(PayloadIdOf(o.event.blob));
-        batch->DeleteFate(id);
+      if (store_ != nullptr) {
+        batch.RemoveEvent(id, PayloadIdOf(o.event.blob), true);
       }
       Forget(it);
       continue;
@@ -225,8 +228,8 @@ void Dispatcher::RequeueOrPurge(bool purge,
     o.event.attempt = 0;
     SetError(id, o, {});
     ready_.push_back(id);
-    if (batch && o.fate_stored) {
-      batch->DeleteFate(id);
+    if (store_ != nullptr && o.fate_stored) {
+      batch.RemoveFate(id);
       o.fate_stored = false;
     }
   }
@@ -238,7 +241,7 @@ void Dispatcher::RequeueOrPurge(bool purge,
     mine_.ready.fetch_add(n, std::memory_order_relaxed);
     Pump();
   }
-  if (!batch || batch->empty()) {
+  if (batch.empty()) {
     if (purge && n != 0) refs_->Release(id_, n);
     then(Status::Ok());
     return;
@@ -247,7 +250,7 @@ void Dispatcher::RequeueOrPurge(bool purge,
   // events may be delivered meanwhile; if the write fails they are dead
   // letters again after a restart, and the answer says so). A purge that
   // is not durable comes back after a restart, still dead letters.
-  store_->Commit(*batch, [this, purge, n, then = std::move(then)](Status s) {
+  store_->Commit(batch, [this, purge, n, then = std::move(then)](Status s) {
     if (purge && s.ok()) refs_->Release(id_, n);
     then(s);
   });

@@ -4,6 +4,7 @@
 
 #include "server/common/limit_log.h"
 #include "server/core/dispatcher.h"
+#include "server/core/payload_ref.h"
 
 namespace delayd {
 
@@ -26,7 +27,10 @@ void Dispatcher::StartRead(std::shared_ptr<Read> read) {
   asio::post(reads_, [this, read = std::move(read)] {
     read->status = store_->GetPayloads(read->payload_ids, &read->payloads,
                                        &read->readable);
-    asio::post(strand_, [this, read] { FinishRead(*read); });
+    asio::post(strand_, [this, read] {
+      on_strand_.Enter();
+      FinishRead(*read);
+    });
   });
 }
 
@@ -95,7 +99,10 @@ void Dispatcher::StartWatchRead() {
   asio::post(reads_, [this, read] {
     store_->GetPayloads(read->payload_ids, *read->view, &read->payloads,
                         &read->readable, &read->gone);
-    asio::post(strand_, [this, read] { FinishWatchRead(*read); });
+    asio::post(strand_, [this, read] {
+      on_strand_.Enter();
+      FinishWatchRead(*read);
+    });
   });
 }
 
@@ -138,6 +145,7 @@ void Dispatcher::Hold(const std::vector<std::uint64_t>& ids) {
   retry_armed_ = true;
   retry_timer_.expires_after(kRetryRead);
   retry_timer_.async_wait([this](const asio::error_code& ec) {
+    on_strand_.Enter();
     retry_armed_ = false;
     if (ec || closed_) return;
     ready_.insert(ready_.begin(), held_.begin(), held_.end());

@@ -9,6 +9,7 @@ namespace delayd {
 
 void Dispatcher::SetPolicy(const Policy& policy) {
   asio::post(strand_, [this, policy] {
+    on_strand_.Enter();
     const bool rate_changed =
         policy.max_dispatch_rate != policy_.max_dispatch_rate ||
         policy.dispatch_burst != policy_.dispatch_burst;
@@ -23,10 +24,8 @@ void Dispatcher::SetPolicy(const Policy& policy) {
 
 void Dispatcher::Wake(std::function<void()> done) {
   asio::post(strand_, [this, done = std::move(done)] {
-    if (!closed_) {
-      ack_wheel_.Fire();
-      Pump();
-    }
+    on_strand_.Enter();
+    if (!closed_) TakeAckTimeouts();
     done();
   });
 }
@@ -41,6 +40,7 @@ void Dispatcher::ArmRateTimer(SteadyTime at) {
   rate_armed_ = true;
   rate_timer_.expires_after(at - clock_.Steady());
   rate_timer_.async_wait([this](const asio::error_code& ec) {
+    on_strand_.Enter();
     rate_armed_ = false;
     if (!ec && !closed_) Pump();
   });
@@ -52,6 +52,7 @@ void Dispatcher::Nack(std::vector<std::uint64_t> ids,
                       std::function<void(LeaseResult)> done) {
   asio::post(strand_, [this, ids = std::move(ids), retry_after,
                        error = std::move(error), done = std::move(done)] {
+    on_strand_.Enter();
     LeaseResult result;
     for (std::uint64_t id : ids) {
       auto it = outstanding_.find(id);
@@ -75,6 +76,7 @@ void Dispatcher::ExtendLease(std::vector<std::uint64_t> ids,
                              std::function<void(LeaseResult)> done) {
   asio::post(strand_,
              [this, ids = std::move(ids), extension, done = std::move(done)] {
+               on_strand_.Enter();
                LeaseResult result;
                for (std::uint64_t id : ids) {
                  auto it = outstanding_.find(id);
@@ -97,11 +99,14 @@ void Dispatcher::Fail(std::uint64_t event_id, Outstanding& o,
     Bury(event_id, o);
     return;
   }
-  // The attempts so far survive a restart (written after this handler,
-  // without waiting: a crash before may lose the count of this one).
+  // The attempts so far and the retry time survive a restart (written after
+  // this handler, without waiting: a crash before may lose the count of
+  // this one, and its wait).
   if (store_ != nullptr) {
-    if (!fates_) fates_.emplace(store_->NewBatch());
-    fates_->PutFate(event_id, {o.event.attempt, false, ErrorOf(event_id, o)});
+    const WallNanos retry_at =
+        wait.count() > 0 ? clock_.Wall() + wait.count() : 0;
+    fates_.PutFate(event_id,
+                   {o.event.attempt, false, ErrorOf(event_id, o), retry_at});
     o.fate_stored = true;
   }
   if (wait.count() <= 0) {
@@ -109,20 +114,41 @@ void Dispatcher::Fail(std::uint64_t event_id, Outstanding& o,
     return;
   }
   LeaveFlight(o);
-  o.retrying = true;
-  StartAckTimer(event_id, o, wait);
-  counters_.retrying.fetch_add(1);
+  Retry(event_id, o, wait);
   counters_.redelivered.fetch_add(1);
-  mine_.retrying.fetch_add(1, std::memory_order_relaxed);
   mine_.redelivered.fetch_add(1, std::memory_order_relaxed);
 }
 
+void Dispatcher::Retry(std::uint64_t event_id, Outstanding& o,
+                       std::chrono::nanoseconds wait) {
+  o.retrying = true;
+  StartAckTimer(event_id, o, wait);
+  counters_.retrying.fetch_add(1);
+  mine_.retrying.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Dispatcher::RestoreRetrying(std::vector<RetryingEvent> events) {
+  asio::post(strand_, [this, events = std::move(events)]() mutable {
+    on_strand_.Enter();
+    const WallNanos now = clock_.Wall();
+    for (RetryingEvent& r : events) {
+      const std::uint64_t id = r.event.id;
+      auto& o = outstanding_.emplace(id, Outstanding{std::move(r.event)})
+                    .first->second;
+      o.fate_stored = true;
+      SetError(id, o, std::move(r.error));
+      Retry(id, o,
+            std::chrono::nanoseconds(std::max<WallNanos>(0, r.retry_at - now)));
+    }
+  });
+}
+
 void Dispatcher::WriteFates() {
-  if (!fates_) return;
+  if (fates_.empty()) return;
   // Failures are recorded when they can be; a store error is counted and
   // logged by the store, and costs only the count of these attempts.
-  store_->Commit(*fates_, [](Status) {});
-  fates_.reset();
+  store_->Commit(fates_, nullptr);
+  fates_.Clear();
 }
 
 }  // namespace delayd

@@ -5,14 +5,14 @@
 #include <unordered_map>
 
 #include "server/common/keyed_hash.h"
+#include "server/core/payload_ref.h"
 
 namespace delayd {
 
-Partition::Partition(asio::io_context& io, asio::any_io_executor reads,
-                     std::uint32_t index, const Clock& clock,
-                     std::chrono::nanoseconds tick, SteadyTime epoch,
-                     const Limits& limits, Counters& counters, Store* store,
-                     NamespaceRefs* refs, Publish publish)
+Partition::Partition(asio::io_context& io, std::uint32_t index,
+                     const Clock& clock, std::chrono::nanoseconds tick,
+                     SteadyTime epoch, const Limits& limits, Counters& counters,
+                     Store* store, NamespaceRefs* refs, Publish publish)
     : partition_(index),
       clock_(clock),
       limits_(limits),
@@ -20,12 +20,8 @@ Partition::Partition(asio::io_context& io, asio::any_io_executor reads,
       store_(store),
       refs_(refs),
       publish_(std::move(publish)),
-      io_(io),
-      strand_(asio::make_strand(io)),
-      wheel_(
-          strand_, &exclusive_, clock, tick, epoch,
-          [this](std::vector<StrandWheel::Expired>& due) { OnExpired(due); }),
-      reads_(std::move(reads)) {
+      wheel_(io.get_executor(), clock, tick, epoch,
+             [this](AlarmWheel::Time at) { OnAlarm(at); }) {
   assert(index < 1024);
 }
 
@@ -37,6 +33,7 @@ std::uint32_t Partition::Hash(NamespaceId ns, std::string_view key) {
 std::uint32_t Partition::Find(NamespaceId ns, std::string_view key,
                               std::uint32_t hash) const {
   return keys_.Find(hash, [&](std::uint32_t r) {
+    mu_.AssertHeld();  // (Called from Find's own scope.)
     return records_[r].ns() == ns && records_[r].blob.key() == key;
   });
 }
@@ -48,12 +45,12 @@ wheel::TimingWheel::Time Partition::Deadline(WallNanos fire_time,
          std::chrono::nanoseconds(std::max<WallNanos>(0, fire_time - wall_now));
 }
 
-OpResult Partition::Apply(Op& op, WallNanos wall_now, SteadyTime steady_now,
-                          Store::Batch* batch) {
-  assert(exclusive_.held());
+OpResult Partition::ApplyOne(Op& op, WallNanos wall_now, SteadyTime steady_now,
+                             Batch* batch) {
   assert((store_ != nullptr) == (batch != nullptr));
   return std::visit(
       [&](auto& o) -> OpResult {
+        mu_.AssertHeld();  // (Called from ApplyOne's own scope.)
         using T = std::decay_t<decltype(o)>;
         if constexpr (std::is_same_v<T, SetOp>) {
           return Set(o, wall_now, steady_now, batch);
@@ -64,6 +61,65 @@ OpResult Partition::Apply(Op& op, WallNanos wall_now, SteadyTime steady_now,
         }
       },
       op);
+}
+
+std::optional<OpResult> Partition::Apply(Op& op, Done& durable) {
+  Batch batch;
+  MutexLock lock(&mu_);
+  if (stopped_) return OpResult{ShuttingDown()};
+  OpResult r = ApplyOne(op, clock_.Wall(), clock_.Steady(),
+                        store_ != nullptr ? &batch : nullptr);
+  if (batch.empty()) return r;
+  // (If the store failed, the change stays in memory only, the completion
+  // answers with the store's error, and the daemon stops.)
+  store_->Commit(batch, [r, durable = std::move(durable)](Status s) mutable {
+    if (!s.ok()) r.status = std::move(s);
+    durable(std::move(r));
+  });
+  return std::nullopt;
+}
+
+bool Partition::ApplyGroup(std::vector<Op>& ops,
+                           const std::vector<std::uint32_t>& indices,
+                           std::vector<OpResult>& results,
+                           std::function<void(Status)>& durable) {
+  Batch batch;
+  Batch* const into = store_ != nullptr ? &batch : nullptr;
+  MutexLock lock(&mu_);
+  if (stopped_) {
+    for (std::uint32_t i : indices) results[i] = {ShuttingDown()};
+    return false;
+  }
+  const WallNanos wall = clock_.Wall();
+  const SteadyTime steady = clock_.Steady();
+  // In request order. Each key's slot in a large index is a cache miss:
+  // fetch it a few operations ahead so that the misses overlap.
+  constexpr std::size_t kAhead = 8;
+  auto prefetch = [&](std::size_t k) {
+    mu_.AssertHeld();  // (Called from ApplyGroup's own scope.)
+    const Op& op = ops[indices[k]];
+    const auto [ns, key] = std::visit(
+        [](const auto& o) {
+          if constexpr (std::is_same_v<std::decay_t<decltype(o)>, SetOp>) {
+            return std::pair<NamespaceId, std::string_view>(o.ns, o.key());
+          } else {
+            return std::pair<NamespaceId, std::string_view>(o.ns, o.key);
+          }
+        },
+        op);
+    keys_.Prefetch(Hash(ns, key));
+  };
+  for (std::size_t k = 0; k < std::min(kAhead, indices.size()); ++k) {
+    prefetch(k);
+  }
+  for (std::size_t k = 0; k < indices.size(); ++k) {
+    if (k + kAhead < indices.size()) prefetch(k + kAhead);
+    const std::uint32_t i = indices[k];
+    results[i] = ApplyOne(ops[i], wall, steady, into);
+  }
+  if (batch.empty()) return false;
+  store_->Commit(batch, std::move(durable));
+  return true;
 }
 
 Status Partition::ReserveIds(std::uint64_t versions, std::uint64_t events) {
@@ -96,17 +152,16 @@ void Partition::ReserveAhead(std::uint64_t versions, std::uint64_t events) {
       version_limit >= (std::uint64_t{1} << 54)) {
     return;
   }
+  Batch batch;
+  batch.ReserveIds(partition_, version_limit, event_limit);
   reserving_ = true;
-  store_->ReserveIdsLater(
-      partition_, version_limit, event_limit,
-      [this, version_limit, event_limit](Status s) {
-        Post([this, s, version_limit, event_limit] {
-          reserving_ = false;
-          if (!s.ok()) return;  // (The store failed: nothing more is written.)
-          version_limit_ = std::max(version_limit_, version_limit);
-          event_seq_limit_ = std::max(event_seq_limit_, event_limit);
-        });
-      });
+  store_->CommitSynced(batch, [this, version_limit, event_limit](Status s) {
+    MutexLock lock(&mu_);
+    reserving_ = false;
+    if (!s.ok()) return;  // (The store failed: nothing more is written.)
+    version_limit_ = std::max(version_limit_, version_limit);
+    event_seq_limit_ = std::max(event_seq_limit_, event_limit);
+  });
 }
 
 std::uint32_t Partition::NewRecord() {
@@ -120,16 +175,17 @@ std::uint32_t Partition::NewRecord() {
 }
 
 void Partition::StorePayload(Record& rec, NamespaceId ns, const Blob& blob,
-                             Store::Batch& batch) {
+                             Batch& batch) {
   // Unique daemon-wide and never reused, as versions are.
   const std::uint64_t payload_id = rec.version;
-  batch.PutPayload(payload_id, blob.payload());
-  batch.PutTimer(payload_id, ns, blob.key(), rec.fire_time, rec.version);
+  batch.AddTimer(StoredTimer{ns, blob.key(), rec.fire_time, rec.version,
+                             payload_id},
+                 blob.payload());
   rec.blob = KeyBlob(blob.key(), payload_id);
 }
 
 OpResult Partition::Set(SetOp& op, WallNanos wall_now, SteadyTime steady_now,
-                        Store::Batch* batch) {
+                        Batch* batch) {
   const std::uint32_t hash = Hash(op.ns, op.key());
   std::uint32_t r = Find(op.ns, op.key(), hash);
   const auto deadline = Deadline(op.fire_time, wall_now, steady_now);
@@ -145,8 +201,7 @@ OpResult Partition::Set(SetOp& op, WallNanos wall_now, SteadyTime steady_now,
     rec.fire_time = op.fire_time;
     rec.version = NewVersion();
     if (batch != nullptr) {
-      batch->DeleteTimer(PayloadIdOf(rec.blob));
-      batch->DeletePayload(PayloadIdOf(rec.blob));
+      batch->RemoveTimer(PayloadIdOf(rec.blob));
       StorePayload(rec, op.ns, op.blob, *batch);
     } else {
       rec.blob = std::move(op.blob);
@@ -209,7 +264,7 @@ std::uint32_t Partition::FindExpected(NamespaceId ns, const std::string& key,
 }
 
 OpResult Partition::Move(MoveOp& op, WallNanos wall_now, SteadyTime steady_now,
-                         Store::Batch* batch) {
+                         Batch* batch) {
   OpResult result;
   const std::uint32_t r =
       FindExpected(op.ns, op.key, op.expected_version, &result.status);
@@ -219,8 +274,8 @@ OpResult Partition::Move(MoveOp& op, WallNanos wall_now, SteadyTime steady_now,
   rec.fire_time = op.fire_time;
   rec.version = NewVersion();
   if (batch != nullptr) {
-    batch->PutTimer(PayloadIdOf(rec.blob), op.ns, op.key, rec.fire_time,
-                    rec.version);
+    batch->MoveTimer(StoredTimer{op.ns, op.key, rec.fire_time, rec.version,
+                                 PayloadIdOf(rec.blob)});
   }
   wheel_.wheel().Reschedule(rec.handle,
                             Deadline(op.fire_time, wall_now, steady_now));
@@ -231,7 +286,7 @@ OpResult Partition::Move(MoveOp& op, WallNanos wall_now, SteadyTime steady_now,
   return result;
 }
 
-OpResult Partition::Remove(RemoveOp& op, Store::Batch* batch) {
+OpResult Partition::Remove(RemoveOp& op, Batch* batch) {
   OpResult result;
   const std::uint32_t r =
       FindExpected(op.ns, op.key, op.expected_version, &result.status);
@@ -239,10 +294,7 @@ OpResult Partition::Remove(RemoveOp& op, Store::Batch* batch) {
   Record& rec = records_[r];
   result.version = rec.version;
   result.fire_time = rec.fire_time;
-  if (batch != nullptr) {
-    batch->DeleteTimer(PayloadIdOf(rec.blob));
-    batch->DeletePayload(PayloadIdOf(rec.blob));
-  }
+  if (batch != nullptr) batch->RemoveTimer(PayloadIdOf(rec.blob));
   wheel_.wheel().Cancel(rec.handle);
   Forget(r);
   counters_.of(op.ns).removed.fetch_add(1, std::memory_order_relaxed);
@@ -250,16 +302,25 @@ OpResult Partition::Remove(RemoveOp& op, Store::Batch* batch) {
   return result;
 }
 
-void Partition::Rederive() {
-  assert(exclusive_.held());
-  if (stopped()) return;
-  const WallNanos wall_now = clock_.Wall();
-  const SteadyTime steady_now = clock_.Steady();
-  for (Record& rec : records_) {
-    if (!rec.blob) continue;  // A free record.
-    wheel_.wheel().Reschedule(rec.handle,
-                              Deadline(rec.fire_time, wall_now, steady_now));
+void Partition::ClockChanged(bool rederive) {
+  MutexLock lock(&mu_);
+  if (stopped_) return;
+  if (rederive) {
+    const WallNanos wall_now = clock_.Wall();
+    const SteadyTime steady_now = clock_.Steady();
+    for (Record& rec : records_) {
+      if (!rec.blob) continue;  // A free record.
+      wheel_.wheel().Reschedule(rec.handle,
+                                Deadline(rec.fire_time, wall_now, steady_now));
+    }
   }
+  FireDue();
+}
+
+void Partition::Stop() {
+  MutexLock lock(&mu_);
+  stopped_ = true;
+  wheel_.Stop();
 }
 
 void Partition::Forget(std::uint32_t r) {
@@ -271,7 +332,18 @@ void Partition::Forget(std::uint32_t r) {
   counters_.pending.fetch_sub(1);
 }
 
-void Partition::OnExpired(std::vector<StrandWheel::Expired>& due) {
+void Partition::OnAlarm(AlarmWheel::Time at) {
+  MutexLock lock(&mu_);
+  if (wheel_.Alarmed(at)) FireDue();
+}
+
+void Partition::FireDue() {
+  wheel_.TakeDue(&due_);
+  if (!due_.empty()) OnExpired(due_);
+  wheel_.Rearm();
+}
+
+void Partition::OnExpired(const std::vector<AlarmWheel::Expired>& due) {
   // Never early by the wall clock either: if it reads earlier than a fire
   // time (it stepped back), wait out the difference.
   const WallNanos wall_now = clock_.Wall();
@@ -287,12 +359,12 @@ void Partition::OnExpired(std::vector<StrandWheel::Expired>& due) {
       fire.push_back(e.cookie);
     }
   }
-  FireRecords(fire, Reason::kExpired);
+  FireRecords(fire, Reason::kExpired, nullptr);
 }
 
 std::vector<Event> Partition::TakeEvents(
     const std::vector<std::uint32_t>& records, Reason reason,
-    Store::Batch* batch) {
+    Batch* batch) {
   const WallNanos fired_at = clock_.Wall();
   std::vector<Event> events;
   events.reserve(records.size());
@@ -323,10 +395,9 @@ std::vector<Event> Partition::TakeEvents(
     keys_.Erase(Hash(e.ns, e.blob.key()), r);
     free_records_.push_back(r);
     if (batch) {
-      batch->DeleteTimer(PayloadIdOf(e.blob));
-      batch->PutEvent(StoredEvent{e.id, e.ns, e.blob.key(), e.version,
-                                  e.fire_time, e.fired_at, e.reason,
-                                  PayloadIdOf(e.blob)});
+      batch->FireTimer(StoredEvent{e.id, e.ns, e.blob.key(), e.version,
+                                   e.fire_time, e.fired_at, e.reason,
+                                   PayloadIdOf(e.blob)});
     }
     events.push_back(std::move(e));
   }
@@ -336,12 +407,10 @@ std::vector<Event> Partition::TakeEvents(
   return events;
 }
 
-void Partition::FireRecords(const std::vector<std::uint32_t>& records,
-                            Reason reason, std::function<void(Status)> done) {
-  if (records.empty()) {
-    if (done) done(Status::Ok());
-    return;
-  }
+std::optional<Status> Partition::FireRecords(
+    const std::vector<std::uint32_t>& records, Reason reason,
+    std::function<void(Status)> done) {
+  if (records.empty()) return Status::Ok();
   Status s = ReserveIds(0, records.size());
   if (s.ok() && store_ != nullptr) s = store_->Failed();
   if (!s.ok()) {
@@ -359,74 +428,89 @@ void Partition::FireRecords(const std::vector<std::uint32_t>& records,
       }
       wheel_.Scheduled(rec.handle);
     }
-    if (done) done(s);
-    return;
+    return s;
   }
-  std::optional<Store::Batch> batch;
-  if (store_ != nullptr) batch.emplace(store_->NewBatch());
+  Batch batch;
   // Events go to their namespace's dispatcher in firing order.
   auto by_ns =
       std::make_shared<std::unordered_map<NamespaceId, std::vector<Event>>>();
-  for (Event& e : TakeEvents(records, reason, batch ? &*batch : nullptr)) {
+  for (Event& e :
+       TakeEvents(records, reason, store_ != nullptr ? &batch : nullptr)) {
     (*by_ns)[e.ns].push_back(std::move(e));
   }
-  if (!batch) {
+  if (store_ == nullptr) {
+    // (Handing events over is a post to each dispatcher's strand.)
     for (auto& [ns, events] : *by_ns) publish_(ns, std::move(events));
-    if (done) done(Status::Ok());
-    return;
+    return Status::Ok();
   }
   // The events are published once the firing is written, without waiting
-  // for the sync. That is safe: until the firing is durable, so is nothing
-  // written after it (acks included), so a power loss leaves the timers
-  // pending, to fire again after the restart: at least once, never lost
-  // (with ids that do not repeat: ReserveIds). Only `done` (a Drain's
-  // answer) waits for durability. If the write fails, the store refuses
-  // every later write and the daemon stops (store.h): the timers, still
-  // stored, fire after the restart, and nothing is published.
-  s = store_->Write(
-      *batch,
+  // for it to be durable. That is safe: until the firing is durable, so is
+  // nothing written after it (acks included), so a loss of the machine
+  // leaves the timers pending, to fire again after the restart: at least
+  // once, never lost (with ids that do not repeat: ReserveIds). Only `done`
+  // (a Drain's answer) waits for durability. If the write fails, the store
+  // refuses every later write and the daemon stops (store.h): the timers,
+  // still stored, fire after the restart, and nothing is published.
+  store_->Write(
+      batch,
       [this, by_ns] {
         for (auto& [ns, events] : *by_ns) publish_(ns, std::move(events));
       },
-      [done](Status s) {
+      [done = std::move(done)](Status s) {
         if (done) done(std::move(s));
       });
-  if (!s.ok() && done) done(std::move(s));
+  return std::nullopt;
 }
 
 void Partition::Drain(NamespaceId ns,
                       std::function<void(Status, std::uint64_t)> done) {
-  assert(exclusive_.held());
-  std::vector<std::uint32_t> fire;
-  for (std::uint32_t r = 0; r < records_.size(); ++r) {
-    if (records_[r].blob && records_[r].ns() == ns) fire.push_back(r);
+  std::optional<Status> now;
+  std::uint64_t count = 0;
+  {
+    MutexLock lock(&mu_);
+    if (stopped_) {
+      now = ShuttingDown();
+    } else {
+      std::vector<std::uint32_t> fire;
+      for (std::uint32_t r = 0; r < records_.size(); ++r) {
+        if (records_[r].blob && records_[r].ns() == ns) fire.push_back(r);
+      }
+      std::sort(fire.begin(), fire.end(),
+                [this](std::uint32_t a, std::uint32_t b) {
+                  mu_.AssertHeld();  // (Called from Drain's own scope.)
+                  return records_[a].fire_time != records_[b].fire_time
+                             ? records_[a].fire_time < records_[b].fire_time
+                             : records_[a].version < records_[b].version;
+                });
+      for (std::uint32_t r : fire) wheel_.wheel().Cancel(records_[r].handle);
+      count = fire.size();
+      now = FireRecords(fire, Reason::kDrained, [done, count](Status s) {
+        done(s, s.ok() ? count : 0);
+      });
+    }
   }
-  std::sort(fire.begin(), fire.end(), [this](std::uint32_t a, std::uint32_t b) {
-    return records_[a].fire_time != records_[b].fire_time
-               ? records_[a].fire_time < records_[b].fire_time
-               : records_[a].version < records_[b].version;
-  });
-  for (std::uint32_t r : fire) wheel_.wheel().Cancel(records_[r].handle);
-  const std::uint64_t count = fire.size();
-  FireRecords(fire, Reason::kDrained,
-              [done = std::move(done), count](Status s) {
-                done(s, s.ok() ? count : 0);
-              });
+  if (now) done(*now, now->ok() ? count : 0);
 }
 
 Status Partition::RestoreCounters(std::uint64_t next_version,
                                   std::uint64_t next_event_seq) {
-  next_version_ = std::max(next_version_, next_version);
-  next_event_seq_ = std::max(next_event_seq_, next_event_seq);
-  // The first block, synced before anything is served, with room for
-  // firing the overdue timers too.
-  version_limit_ = next_version_ + kIdBlock;
-  event_seq_limit_ = next_event_seq_ + overdue_.size() + kIdBlock;
-  return store_->ReserveIds(partition_, version_limit_, event_seq_limit_);
+  Batch batch;
+  {
+    MutexLock lock(&mu_);
+    next_version_ = std::max(next_version_, next_version);
+    next_event_seq_ = std::max(next_event_seq_, next_event_seq);
+    // The first block, synced before anything is served, with room for
+    // firing the overdue timers too.
+    version_limit_ = next_version_ + kIdBlock;
+    event_seq_limit_ = next_event_seq_ + overdue_.size() + kIdBlock;
+    batch.ReserveIds(partition_, version_limit_, event_seq_limit_);
+  }
+  return store_->WriteNow(batch);
 }
 
 void Partition::Restore(const StoredTimer& t, WallNanos wall_now,
                         SteadyTime steady_now) {
+  MutexLock lock(&mu_);
   const std::uint32_t r = NewRecord();
   Record& rec = records_[r];
   rec.fire_time = t.fire_time;
@@ -446,8 +530,10 @@ void Partition::Restore(const StoredTimer& t, WallNanos wall_now,
 }
 
 std::vector<Event> Partition::FireOverdue(std::function<void(Status)> durable) {
+  MutexLock lock(&mu_);
   std::sort(overdue_.begin(), overdue_.end(),
             [this](std::uint32_t a, std::uint32_t b) {
+              mu_.AssertHeld();  // (Called from FireOverdue's own scope.)
               return records_[a].fire_time != records_[b].fire_time
                          ? records_[a].fire_time < records_[b].fire_time
                          : records_[a].version < records_[b].version;
@@ -456,7 +542,7 @@ std::vector<Event> Partition::FireOverdue(std::function<void(Status)> durable) {
     durable(s);
     return {};
   }
-  Store::Batch batch = store_->NewBatch();
+  Batch batch;
   std::vector<Event> events = TakeEvents(overdue_, Reason::kExpired, &batch);
   // (Published by the caller at once: their payloads are stored already,
   // and until this firing is written the timers are, so a crash fires
@@ -464,7 +550,7 @@ std::vector<Event> Partition::FireOverdue(std::function<void(Status)> durable) {
   overdue_ = {};
   store_->Commit(batch, std::move(durable));
   // Arms the wake-up for the timers still pending.
-  Post([this] { wheel_.Fire(); });
+  wheel_.Rearm();
   return events;
 }
 

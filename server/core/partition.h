@@ -1,11 +1,21 @@
 // One partition of the scheduler: the timers whose (namespace, key) hash to
-// it, a key index, and a timing wheel armed on the partition's strand.
+// it, a key index, and a timing wheel with its alarm.
 //
-// Every state change of a timer goes through Apply() (set, move, remove) or
-// FireRecords() (expiry, drain) here. With a store, each adds its changes to
-// a store batch that the caller queues for the store's writer (store.h); a
-// fired event is published once its batch is written (see FireRecords), and
-// payloads live in the store, not in memory.
+// Locking: a partition is a plain object under its mutex, mu_. Every public
+// method takes it (they may be called from any thread) and holds it only
+// for work in memory: no disk or network I/O, no waiting, no callback and no
+// reply runs under it. What an operation changes is queued for the store
+// (store.h: Commit only queues) before mu_ is let go, so the store gets a
+// partition's changes in the order they were made; answers go out after,
+// from the caller (when nothing waits for the store) or from the store's
+// completion executor. Fired events are handed to their dispatchers' queues
+// (Publish posts to a strand: it never runs the dispatcher) once their
+// firing is written. The wheel's alarm goes off on the pool, holding
+// nothing, and takes mu_ to fire.
+//
+// Every state change of a timer goes through Apply (set, move, remove) or
+// FireRecords (expiry, drain). With a store, payloads live in the store:
+// a record holds the key and the payload's id (payload_ref.h).
 //
 // A timer's fire time is a wall-clock instant (what clients see); the wheel
 // runs on steady time, so each operation maps the fire time to a steady
@@ -13,13 +23,6 @@
 // when the clock's offset moves (clock.h). Before firing, the wall clock is
 // checked too: a timer is never delivered before its fire time, even if the
 // wall clock stepped back and nothing re-derived yet.
-//
-// Thread safety: as scheduler.h states. Post() runs work on the partition's
-// strand, holding it; Run() runs work at once on the calling thread when the
-// partition is free, else as Post() does; Read() runs work holding it and
-// then its continuation, without it, on the read pool. Every other method runs
-// from such work, except the recovery methods (before any) and
-// ReadPayloads() (from a continuation).
 #ifndef DELAYD_SERVER_CORE_PARTITION_H_
 #define DELAYD_SERVER_CORE_PARTITION_H_
 
@@ -31,115 +34,94 @@
 #include <string_view>
 #include <vector>
 
+#include "server/common/mutex.h"
 #include "server/common/types.h"
+#include "server/core/alarm_wheel.h"
 #include "server/core/clock.h"
-#include "server/core/dispatcher.h"
+#include "server/core/counters.h"
 #include "server/core/key_index.h"
 #include "server/core/namespace_refs.h"
-#include "server/core/strand_wheel.h"
 #include "server/store/store.h"
 
 namespace delayd {
 
 class Partition {
  public:
-  // Hands fired events of namespace `ns` to its dispatcher.
+  // Hands fired events of namespace `ns` to its dispatcher (a post: it
+  // never runs the dispatcher's work on the calling thread).
   using Publish = std::function<void(NamespaceId ns, std::vector<Event>)>;
+  using Done = std::function<void(OpResult)>;
 
   // `index` < 1024 becomes the low bits of every version and event id: the
   // high 54 bits count per partition, so both are unique daemon-wide, and a
   // key's versions (always in the same partition) increase. `store` may be
   // null (state in memory only). A new timer counts in `refs` for its
   // namespace (and stays counted as an event once fired); a removed one
-  // is released by the caller once durable (OpResult::removed).
-  // Payload reads run on `reads` (see Read).
-  Partition(asio::io_context& io, asio::any_io_executor reads,
-            std::uint32_t index, const Clock& clock,
+  // is released by the caller once durable (OpResult::removed). The alarm's
+  // completions run on `io`.
+  Partition(asio::io_context& io, std::uint32_t index, const Clock& clock,
             std::chrono::nanoseconds tick, SteadyTime epoch,
             const Limits& limits, Counters& counters, Store* store,
             NamespaceRefs* refs, Publish publish);
 
-  // Runs `f()` on the partition's strand, holding the partition.
-  template <typename F>
-  void Post(F f) {
-    asio::post(strand_, [this, f = std::move(f)]() mutable {
-      std::lock_guard lock(exclusive_);
-      f();
-    });
-  }
-  // Runs `f()` on the calling thread if nothing holds the partition, else as
-  // Post() does. Never waits. Work may then overtake work posted earlier that
-  // has not run yet: only calls in flight together are reordered, and those
-  // have no order.
-  template <typename F>
-  void Run(F f) {
-    if (exclusive_.try_lock()) {
-      std::lock_guard lock(exclusive_, std::adopt_lock);
-      f();
-      return;
-    }
-    Post(std::move(f));
-  }
-
-  // Runs `f()` on the partition's strand, holding the partition; then the
-  // continuation it returns on the read pool, without the partition (reads
-  // from the store go there).
-  template <typename F>
-  void Read(F f) {
-    Post([this, f = std::move(f)]() mutable { asio::post(reads_, f()); });
-  }
-
-  // Whether StopTimers() has run: shutdown has passed this partition, so work
-  // that arrives now must not change it.
-  bool stopped() const { return wheel_.stopped(); }
-
-  // Applies one operation at the given instant, adding its changes to
-  // `batch` (null without a store).
-  OpResult Apply(Op& op, WallNanos wall_now, SteadyTime steady_now,
-                 Store::Batch* batch);
-  // Starts loading what an operation on (ns, key) looks up first: the key's
-  // index slot. Changes nothing.
-  void Prefetch(NamespaceId ns, std::string_view key) const {
-    keys_.Prefetch(Hash(ns, key));
-  }
+  // Applies `op` now. If nothing waits for the store (no store, or the
+  // operation changed nothing), returns its result for the caller to answer
+  // with. Otherwise its changes are queued and nullopt returned: `durable`
+  // (taken) then gets the result once they are durable, or the store's
+  // error, on the store's completion executor.
+  std::optional<OpResult> Apply(Op& op, Done& durable) EXCLUDES(mu_);
+  // As Apply, for the operations `ops[i]` of `indices`, in that order, in
+  // one hold of the lock and one store batch; results go to `results[i]`.
+  // Returns whether `durable` (taken) runs once they are durable (with the
+  // store's error, if any: the caller sets it on the results that were OK);
+  // if not, the results are final.
+  bool ApplyGroup(std::vector<Op>& ops,
+                  const std::vector<std::uint32_t>& indices,
+                  std::vector<OpResult>& results,
+                  std::function<void(Status)>& durable) EXCLUDES(mu_);
   // Fires every pending timer of `ns` now (reason DRAINED), in fire-time
   // order. `done` gets how many, once that is durable, or the store's error
   // (the firing is then retried: see FireRecords).
-  void Drain(NamespaceId ns, std::function<void(Status, std::uint64_t)> done);
+  void Drain(NamespaceId ns, std::function<void(Status, std::uint64_t)> done)
+      EXCLUDES(mu_);
 
-  // Stops firing (shutdown): timers stay pending.
-  void StopTimers() { wheel_.Stop(); }
+  // Stops firing and applying (shutdown): timers stay pending, and
+  // operations from now on get UNAVAILABLE.
+  void Stop() EXCLUDES(mu_);
 
   // After the clock's offset moved (clock.h): derives every pending timer's
-  // deadline anew from its fire time. Call Wake() after.
-  void Rederive();
-  // Fires what is due now and re-arms (after a change of the clock).
-  void Wake() { wheel_.Fire(); }
+  // deadline anew from its fire time, then fires what is due now and
+  // re-arms. Without `rederive`, only the latter (time jumped on a fake
+  // clock).
+  void ClockChanged(bool rederive) EXCLUDES(mu_);
 
-  // Recovery, before the strand runs: each stored timer, then the counters
-  // (past every version and event id stored in any partition), then
-  // FireOverdue(), which fires those whose time passed while the daemon was
-  // down and returns their events in fire-time order (unpublished);
-  // `durable` runs once that firing is on disk.
-  // RestoreCounters() reserves the first ids (a synced write).
+  // Recovery, before anything is served (no lock is contended then): each
+  // stored timer, then the counters (past every version and event id
+  // stored in any partition), then FireOverdue(), which fires those whose
+  // time passed while the daemon was down and returns their events in
+  // fire-time order (unpublished); `durable` runs once that firing is on
+  // disk. RestoreCounters() reserves the first ids (a synced write).
   Status RestoreCounters(std::uint64_t next_version,
-                         std::uint64_t next_event_seq);
+                         std::uint64_t next_event_seq) EXCLUDES(mu_);
   void Restore(const StoredTimer& timer, WallNanos wall_now,
-               SteadyTime steady_now);
-  std::vector<Event> FireOverdue(std::function<void(Status)> durable);
+               SteadyTime steady_now) EXCLUDES(mu_);
+  std::vector<Event> FireOverdue(std::function<void(Status)> durable)
+      EXCLUDES(mu_);
 
-  // Timers found holding the partition, their payloads read after, without
-  // it (ReadPayloads).
+  // Timers found holding the lock, their payloads read after, without it
+  // (ReadPayloads, partition_read.cc).
   struct Found {
     std::vector<TimerInfo> timers;
     // With a store and payloads wanted: each timer's payload id.
     std::vector<std::uint64_t> payload_ids;
     std::vector<std::uint32_t> records;  // Each timer's record (a cursor).
-    std::optional<Store::View> view;     // What the store held then.
-    std::optional<std::uint32_t> next;   // Where ReadPayloads stopped.
+    // What the store held then (with a store and payloads wanted).
+    std::shared_ptr<const Store::View> view;
+    std::optional<std::uint32_t> next;  // Where ReadPayloads stopped.
   };
   // The pending timer `key`, if any, added to `out`.
-  void Get(NamespaceId ns, std::string_view key, Found& out) const;
+  void Get(NamespaceId ns, std::string_view key, Found& out) const
+      EXCLUDES(mu_);
   // Adds timers of `ns` whose key starts with `prefix` to `out`, scanning
   // records from `cursor`, while `out` holds fewer than `max_timers`;
   // payloads are left empty unless `payloads`. Returns the cursor to
@@ -147,15 +129,19 @@ class Partition {
   std::optional<std::uint32_t> List(NamespaceId ns, std::string_view prefix,
                                     std::uint32_t cursor,
                                     std::size_t max_timers, bool payloads,
-                                    Found& out) const;
+                                    Found& out) const EXCLUDES(mu_);
   // Fills in the payloads of `found` from the store, as its view saw them,
   // dropping timers gone since. Stops at the first timer that would take
   // the page (`bytes_before` plus ListCost of each) past `max_bytes`, unless
   // the page would be empty: `next` is then its record. False (with `error`
   // set) if a payload cannot be read: a timer is never shown without it.
+  // Touches no state of the partition: reads block on the store, so call it
+  // on the read pool.
   bool ReadPayloads(Found& found, Status* error,
                     std::size_t max_bytes = SIZE_MAX,
                     std::size_t bytes_before = 0) const;
+  // Whether Get and List leave payloads to read (with a store).
+  bool reads_payloads() const { return store_ != nullptr; }
 
  private:
   // 64 bytes, with a short key and payload inline in `blob` and the
@@ -169,52 +155,71 @@ class Partition {
   };
   static_assert(sizeof(Record) == 64);
 
+  static Status ShuttingDown() {
+    return Status::Unavailable("delayd is shutting down");
+  }
   static std::uint32_t Hash(NamespaceId ns, std::string_view key);
   std::uint32_t Find(NamespaceId ns, std::string_view key,
-                     std::uint32_t hash) const;
+                     std::uint32_t hash) const REQUIRES(mu_);
   // The pending timer `key`, if its version is `expected_version` (0: any);
   // else kNone, with NOT_FOUND or ABORTED in `error`.
   std::uint32_t FindExpected(NamespaceId ns, const std::string& key,
                              std::uint64_t expected_version,
-                             Status* error) const;
+                             Status* error) const REQUIRES(mu_);
   wheel::TimingWheel::Time Deadline(WallNanos fire_time, WallNanos wall_now,
-                                    SteadyTime steady_now) const;
+                                    SteadyTime steady_now) const REQUIRES(mu_);
+  // Applies one operation at the given instant, adding its changes to
+  // `batch` (null without a store).
+  OpResult ApplyOne(Op& op, WallNanos wall_now, SteadyTime steady_now,
+                    Batch* batch) REQUIRES(mu_);
   OpResult Set(SetOp& op, WallNanos wall_now, SteadyTime steady_now,
-               Store::Batch* batch);
+               Batch* batch) REQUIRES(mu_);
   OpResult Move(MoveOp& op, WallNanos wall_now, SteadyTime steady_now,
-                Store::Batch* batch);
-  OpResult Remove(RemoveOp& op, Store::Batch* batch);
+                Batch* batch) REQUIRES(mu_);
+  OpResult Remove(RemoveOp& op, Batch* batch) REQUIRES(mu_);
   // Stores a new payload for `rec` (version already assigned) and keeps
   // only the key and the payload's id in memory.
   void StorePayload(Record& rec, NamespaceId ns, const Blob& blob,
-                    Store::Batch& batch);
+                    Batch& batch) REQUIRES(mu_);
   // Adds record `r` to `out` (its payload too if in memory).
-  void AddFound(std::uint32_t r, bool payload, Found& out) const;
-  std::uint32_t NewRecord();
+  void AddFound(std::uint32_t r, bool payload, Found& out) const REQUIRES(mu_);
+  std::uint32_t NewRecord() REQUIRES(mu_);
   // Removes record `r` from the index and frees it.
-  void Forget(std::uint32_t r);
-  void OnExpired(std::vector<StrandWheel::Expired>& due);
+  void Forget(std::uint32_t r) REQUIRES(mu_);
+  // The alarm armed for wheel time `at` went off (on the pool).
+  void OnAlarm(AlarmWheel::Time at) EXCLUDES(mu_);
+  // Fires what is due now, then re-arms.
+  void FireDue() REQUIRES(mu_);
+  void OnExpired(const std::vector<AlarmWheel::Expired>& due) REQUIRES(mu_);
   // Turns records into events, removing them and recording that in `batch`
   // (if any).
   std::vector<Event> TakeEvents(const std::vector<std::uint32_t>& records,
-                                Reason reason, Store::Batch* batch);
+                                Reason reason, Batch* batch) REQUIRES(mu_);
   // Turns records into events (removing them) and publishes them once
-  // their firing is written; `done` (if any) gets the outcome once durable.
+  // their firing is written; `done` (if any) gets the outcome once durable
+  // (on the store's completion executor; without a store, or if nothing
+  // could be queued, the outcome is returned instead and `done` not run).
   // If ids cannot be had yet (ReserveIds), nothing changes and the records
   // are tried again after kRetryIds (never before their fire time).
-  void FireRecords(const std::vector<std::uint32_t>& records, Reason reason,
-                   std::function<void(Status)> done = nullptr);
+  std::optional<Status> FireRecords(const std::vector<std::uint32_t>& records,
+                                    Reason reason,
+                                    std::function<void(Status)> done)
+      REQUIRES(mu_);
   static constexpr std::chrono::milliseconds kRetryIds{10};
 
   // Whether `versions` versions and `events` event ids can be handed out
   // under limits that are durable, so that none repeats after any crash.
-  // A new block is reserved (a synced store write, through the writer) once
-  // half the current one is used, so it is durable before it is needed;
-  // until then a request beyond the current block gets UNAVAILABLE (or
+  // A new block is reserved (a synced store write) once half the current
+  // one is used, so it is durable before it is needed; until then a
+  // request beyond the current block gets UNAVAILABLE (or
   // RESOURCE_EXHAUSTED once 2^54 ran out). Never waits.
-  Status ReserveIds(std::uint64_t versions, std::uint64_t events);
-  void ReserveAhead(std::uint64_t versions, std::uint64_t events);
-  std::uint64_t NewVersion() { return (next_version_++ << 10) | partition_; }
+  Status ReserveIds(std::uint64_t versions, std::uint64_t events)
+      REQUIRES(mu_);
+  void ReserveAhead(std::uint64_t versions, std::uint64_t events)
+      REQUIRES(mu_);
+  std::uint64_t NewVersion() REQUIRES(mu_) {
+    return (next_version_++ << 10) | partition_;
+  }
   static constexpr std::uint64_t kIdBlock = 1 << 20;
 
   const std::uint32_t partition_;
@@ -223,25 +228,24 @@ class Partition {
   Counters& counters_;
   Store* const store_;
   NamespaceRefs* const refs_;
-  Publish publish_;
-  asio::io_context& io_;
-  Strand strand_;
-  Exclusive exclusive_;
+  const Publish publish_;
+
+  mutable Mutex mu_;
   // A deque: growing never copies records or leaves a freed array behind.
-  std::deque<Record> records_;
-  std::vector<std::uint32_t> free_records_;
-  KeyIndex keys_;
-  StrandWheel wheel_;
+  std::deque<Record> records_ GUARDED_BY(mu_);
+  std::vector<std::uint32_t> free_records_ GUARDED_BY(mu_);
+  KeyIndex keys_ GUARDED_BY(mu_);
+  AlarmWheel wheel_ GUARDED_BY(mu_);
   // Sequence numbers (the high bits of versions and event ids): the next to
   // use, and the limits durable in the store (ReserveIds).
-  std::uint64_t next_version_ = 1;
-  std::uint64_t next_event_seq_ = 1;
-  std::uint64_t version_limit_ = 0;
-  std::uint64_t event_seq_limit_ = 0;
-  bool reserving_ = false;              // A block is being written.
-  std::vector<std::uint32_t> overdue_;  // During recovery.
-  // Below the fields firing uses (their layout is as before it came).
-  asio::any_io_executor reads_;
+  std::uint64_t next_version_ GUARDED_BY(mu_) = 1;
+  std::uint64_t next_event_seq_ GUARDED_BY(mu_) = 1;
+  std::uint64_t version_limit_ GUARDED_BY(mu_) = 0;
+  std::uint64_t event_seq_limit_ GUARDED_BY(mu_) = 0;
+  bool reserving_ GUARDED_BY(mu_) = false;  // A block is being written.
+  bool stopped_ GUARDED_BY(mu_) = false;
+  std::vector<std::uint32_t> overdue_ GUARDED_BY(mu_);  // During recovery.
+  std::vector<AlarmWheel::Expired> due_ GUARDED_BY(mu_);  // Reused.
 };
 
 }  // namespace delayd

@@ -2,6 +2,8 @@
 // (partition.h, Found).
 #include "server/core/partition.h"
 
+#include "server/core/payload_ref.h"
+
 namespace delayd {
 
 void Partition::AddFound(std::uint32_t r, bool payload, Found& out) const {
@@ -18,11 +20,11 @@ void Partition::AddFound(std::uint32_t r, bool payload, Found& out) const {
                   rec.fire_time, rec.version});
   }
   out.records.push_back(r);
-  if (store_ != nullptr && !out.view && payload)
-    out.view.emplace(store_->NewView());
+  if (store_ != nullptr && !out.view && payload) out.view = store_->NewView();
 }
 
 void Partition::Get(NamespaceId ns, std::string_view key, Found& out) const {
+  MutexLock lock(&mu_);
   const std::uint32_t r = Find(ns, key, Hash(ns, key));
   if (r != KeyIndex::kNone) AddFound(r, true, out);
 }
@@ -32,6 +34,7 @@ std::optional<std::uint32_t> Partition::List(NamespaceId ns,
                                              std::uint32_t cursor,
                                              std::size_t max_timers,
                                              bool payloads, Found& out) const {
+  MutexLock lock(&mu_);
   for (std::uint32_t r = cursor; r < records_.size(); ++r) {
     const Record& rec = records_[r];
     if (!rec.blob || rec.ns() != ns || !rec.blob.key().starts_with(prefix)) {

@@ -2,7 +2,6 @@
 
 #include <cassert>
 #include <future>
-#include <mutex>
 
 #include "server/common/keyed_hash.h"
 
@@ -33,18 +32,21 @@ Status Scheduler::Start(RecoveryReport* report) {
   assert(partitions_.empty());
   if (options_.store) {
     // Every failed store read or write is reported once, by the store.
-    StoreOptions store = *options_.store;
-    store.metrics = &metrics_;
-    store.on_error = [this, also = std::move(store.on_error)](const Status& s) {
+    StoreHooks hooks;
+    hooks.metrics = &metrics_;
+    hooks.on_error = [this](const Status& s) {
       counters_.store_errors.fetch_add(1);
-      if (also) also(s);
+      if (options_.on_store_error) options_.on_store_error(s);
     };
-    if (Status s = Store::Open(store, &store_); !s.ok()) return s;
+    hooks.on_write_failure = options_.on_store_write_failure;
+    if (Status s = options_.store(std::move(hooks), &store_); !s.ok()) {
+      return s;
+    }
   }
   for (std::uint32_t p = 0; p < options_.partitions; ++p) {
     partitions_.push_back(std::make_unique<Partition>(
-        io_, ReadExecutor(), p, clock_, options_.tick, epoch_, options_.limits,
-        counters_, store_.get(), refs_.get(),
+        io_, p, clock_, options_.tick, epoch_, options_.limits, counters_,
+        store_.get(), refs_.get(),
         [this](NamespaceId ns, std::vector<Event> events) {
           dispatchers_[ns]->Publish(std::move(events));
         }));
@@ -56,11 +58,9 @@ Status Scheduler::Start(RecoveryReport* report) {
       store_.reset();
       return s;
     }
-  }
-  if (store_) {
-    // Replies leave from the pool, in the order the writer finished them,
-    // while the writer goes on to the next group. (Not during recovery,
-    // which waits for its writes before the pool runs.)
+    // Completions leave from the pool, in the order the store finished
+    // them, while the store goes on to the next group. (Not during
+    // recovery, which waits for its writes before the pool runs.)
     store_->SetExecutor([this](std::function<void()> run) {
       asio::post(replies_, std::move(run));
     });
@@ -121,11 +121,9 @@ NamespaceId Scheduler::NamespaceOf(const Op& op) {
 
 Status Scheduler::Admit() const {
   if (shutting_down_) return ShuttingDown();
-  if (store_ && store_->backlogged()) {
-    return Status::Unavailable(
-        "the store is behind (more than " +
-        std::to_string(store_->options().max_backlog_bytes >> 20) +
-        " MiB wait to be written); try again");
+  if (store_) {
+    std::string why;
+    if (store_->Backlogged(&why)) return Status::Unavailable(why);
   }
   return Status::Ok();
 }
@@ -135,30 +133,15 @@ void Scheduler::Submit(Op op, std::function<void(OpResult)> done) {
     done(OpResult{std::move(s)});
     return;
   }
-  Partition& p = *partitions_[PartitionOf(NamespaceOf(op), KeyOf(op))];
-  p.Run([this, &p, op = std::move(op), done = std::move(done)]() mutable {
-    if (p.stopped()) {
-      done(OpResult{ShuttingDown()});
-      return;
-    }
-    const NamespaceId ns = NamespaceOf(op);
-    if (!store_) {
-      OpResult r = p.Apply(op, clock_.Wall(), clock_.Steady(), nullptr);
-      if (r.removed) refs_->Release(ns);
-      done(std::move(r));
-      return;
-    }
-    Store::Batch batch = store_->NewBatch();
-    OpResult r = p.Apply(op, clock_.Wall(), clock_.Steady(), &batch);
-    store_->Commit(batch, [this, ns, done = std::move(done),
-                           r = std::move(r)](Status s) mutable {
-      if (!s.ok()) r.status = s;
-      // A removed timer stops counting for its namespace once that is
-      // durable (namespace_refs.h).
-      if (r.removed && s.ok()) refs_->Release(ns);
-      done(std::move(r));
-    });
-  });
+  const NamespaceId ns = NamespaceOf(op);
+  Partition& p = *partitions_[PartitionOf(ns, KeyOf(op))];
+  // A removed timer stops counting for its namespace once that is durable
+  // (namespace_refs.h).
+  std::function<void(OpResult)> durable = [this, ns, done](OpResult r) {
+    if (r.removed && r.status.ok()) refs_->Release(ns);
+    done(std::move(r));
+  };
+  if (std::optional<OpResult> r = p.Apply(op, durable)) durable(std::move(*r));
 }
 
 void Scheduler::SubmitBatch(std::vector<Op> ops,
@@ -197,63 +180,38 @@ void Scheduler::SubmitBatch(std::vector<Op> ops,
     state->done({});
     return;
   }
-  state->remaining = used;
+  // One for each group, and one held by this call until every group is
+  // applied: the answer goes out once both the groups that wait for the
+  // store and those that do not are done.
+  state->remaining = used + 1;
+  auto finish = [this, state] {
+    if (state->remaining.fetch_sub(1) != 1) return;
+    // Removed timers stop counting for their namespaces, now durable.
+    for (std::size_t i = 0; i < state->results.size(); ++i) {
+      const OpResult& r = state->results[i];
+      if (r.removed && r.status.ok()) {
+        refs_->Release(NamespaceOf(state->ops[i]));
+      }
+    }
+    state->done(std::move(state->results));
+  };
   for (std::size_t p = 0; p < groups.size(); ++p) {
     if (groups[p].empty()) continue;
-    Partition& part = *partitions_[p];
-    part.Run([this, &part, state, group = std::move(groups[p])] {
-      const WallNanos wall = clock_.Wall();
-      const SteadyTime steady = clock_.Steady();
-      auto finish = [this, state](std::size_t) {
-        if (state->remaining.fetch_sub(1) != 1) return;
-        // Removed timers stop counting for their namespaces, now durable.
-        for (std::size_t i = 0; i < state->results.size(); ++i) {
-          const OpResult& r = state->results[i];
-          if (r.removed && r.status.ok()) {
-            refs_->Release(NamespaceOf(state->ops[i]));
-          }
+    std::function<void(Status)> durable = [state, group = groups[p],
+                                           finish](Status s) {
+      if (!s.ok()) {
+        for (std::uint32_t i : group) {
+          if (state->results[i].status.ok()) state->results[i].status = s;
         }
-        state->done(std::move(state->results));
-      };
-      if (part.stopped()) {
-        for (std::uint32_t i : group) state->results[i] = {ShuttingDown()};
-        finish(0);
-        return;
       }
-      // In request order. Each key's slot in a large index is a cache miss:
-      // fetch it a few operations ahead so that the misses overlap.
-      auto apply_all = [&](Store::Batch* batch) {
-        constexpr std::size_t kAhead = 8;
-        auto prefetch = [&](std::size_t k) {
-          const Op& op = state->ops[group[k]];
-          part.Prefetch(NamespaceOf(op), KeyOf(op));
-        };
-        for (std::size_t k = 0; k < std::min(kAhead, group.size()); ++k) {
-          prefetch(k);
-        }
-        for (std::size_t k = 0; k < group.size(); ++k) {
-          if (k + kAhead < group.size()) prefetch(k + kAhead);
-          const std::uint32_t i = group[k];
-          state->results[i] = part.Apply(state->ops[i], wall, steady, batch);
-        }
-      };
-      if (!store_) {
-        apply_all(nullptr);
-        finish(0);
-        return;
-      }
-      Store::Batch batch = store_->NewBatch();
-      apply_all(&batch);
-      store_->Commit(batch, [state, group, finish](Status s) {
-        if (!s.ok()) {
-          for (std::uint32_t i : group) {
-            if (state->results[i].status.ok()) state->results[i].status = s;
-          }
-        }
-        finish(0);
-      });
-    });
+      finish();
+    };
+    if (!partitions_[p]->ApplyGroup(state->ops, groups[p], state->results,
+                                    durable)) {
+      finish();
+    }
   }
+  finish();
 }
 
 void Scheduler::Drain(NamespaceId ns,
@@ -266,27 +224,25 @@ void Scheduler::Drain(NamespaceId ns,
     std::atomic<std::uint64_t> drained{0};
     std::atomic<std::size_t> remaining;
     std::function<void(Status, std::uint64_t)> done;
-    std::mutex mu;
-    Status error;  // The first partition's failure, under mu.
+    Mutex mu;
+    Status error GUARDED_BY(mu);  // The first partition's failure.
   };
   auto state = std::make_shared<State>();
   state->remaining = partitions_.size();
   state->done = std::move(done);
+  // On the pool: a partition with millions of timers takes a while.
   for (auto& part : partitions_) {
     Partition* p = part.get();
-    p->Post([p, ns, state] {
+    asio::post(io_, [p, ns, state] {
       p->Drain(ns, [state](Status s, std::uint64_t drained) {
         state->drained.fetch_add(drained);
-        if (!s.ok()) {
-          std::lock_guard lock(state->mu);
-          if (state->error.ok()) state->error = std::move(s);
+        Status error;
+        {
+          MutexLock lock(&state->mu);
+          if (!s.ok() && state->error.ok()) state->error = std::move(s);
+          error = state->error;
         }
         if (state->remaining.fetch_sub(1) == 1) {
-          Status error;
-          {
-            std::lock_guard lock(state->mu);
-            error = state->error;
-          }
           state->done(std::move(error), state->drained.load());
         }
       });
@@ -302,20 +258,23 @@ void Scheduler::Get(
     return;
   }
   Partition& p = *partitions_[PartitionOf(ns, key)];
-  p.Read([&p, ns, key = std::move(key), done = std::move(done)]() mutable {
-    auto found = std::make_shared<Partition::Found>();
-    p.Get(ns, key, *found);
-    return [&p, found, key = std::move(key), done = std::move(done)] {
-      Status error;
-      if (!p.ReadPayloads(*found, &error)) {
-        done(std::move(error), std::nullopt);
-      } else if (found->timers.empty()) {
-        done(Status::NotFound("no pending timer '" + key + "'"), std::nullopt);
-      } else {
-        done(Status::Ok(), std::move(found->timers[0]));
-      }
-    };
-  });
+  auto found = std::make_shared<Partition::Found>();
+  p.Get(ns, key, *found);
+  auto answer = [&p, found, key = std::move(key), done = std::move(done)] {
+    Status error;
+    if (!p.ReadPayloads(*found, &error)) {
+      done(std::move(error), std::nullopt);
+    } else if (found->timers.empty()) {
+      done(Status::NotFound("no pending timer '" + key + "'"), std::nullopt);
+    } else {
+      done(Status::Ok(), std::move(found->timers[0]));
+    }
+  };
+  if (found->view) {
+    asio::post(ReadExecutor(), std::move(answer));
+  } else {
+    answer();  // Nothing to read from the store.
+  }
 }
 
 void Scheduler::List(NamespaceId ns, std::string prefix, ListLimits limit,
@@ -337,44 +296,54 @@ void Scheduler::List(NamespaceId ns, std::string prefix, ListLimits limit,
 
 void Scheduler::ListFrom(NamespaceId ns, std::string prefix, ListLimits limit,
                          ListCursor from, std::vector<TimerInfo> acc,
-                         std::function<void(Status, std::vector<TimerInfo>,
-                                            std::optional<ListCursor>)>
-                             done) {
-  Partition& p = *partitions_[from.partition];
-  p.Read([this, &p, ns, prefix = std::move(prefix), limit, from,
-          acc = std::move(acc), done = std::move(done)]() mutable {
+                         ListDone done) {
+  // Partition by partition, each found holding its lock; with a store its
+  // payloads are read after, on the read pool, which goes on from there.
+  for (;; from = ListCursor{from.partition + 1, 0}) {
+    Partition& p = *partitions_[from.partition];
     auto found = std::make_shared<Partition::Found>();
     const std::optional<std::uint32_t> next =
         p.List(ns, prefix, from.record, limit.timers - acc.size(),
                limit.payloads, *found);
-    return [this, &p, ns, prefix = std::move(prefix), limit, from, found, next,
-            acc = std::move(acc), done = std::move(done)]() mutable {
-      // Keys and payloads within limit.bytes; a page holds at least one.
-      std::size_t bytes = 0;
-      for (const TimerInfo& t : acc) bytes += ListCost(t);
-      Status error;
-      if (!p.ReadPayloads(*found, &error, limit.bytes, bytes)) {
-        done(std::move(error), {}, std::nullopt);
-        return;
-      }
-      for (TimerInfo& t : found->timers) acc.push_back(std::move(t));
-      if (found->next) {
-        done(Status::Ok(), std::move(acc),
-             ListCursor{from.partition, *found->next});
-        return;
-      }
-      if (next) {
-        done(Status::Ok(), std::move(acc), ListCursor{from.partition, *next});
-        return;
-      }
-      if (from.partition + 1 == partitions_.size()) {
-        done(Status::Ok(), std::move(acc), std::nullopt);
-        return;
-      }
-      ListFrom(ns, std::move(prefix), limit, ListCursor{from.partition + 1, 0},
-               std::move(acc), std::move(done));
-    };
-  });
+    if (found->view) {
+      asio::post(ReadExecutor(), [this, &p, ns, prefix = std::move(prefix),
+                                  limit, from, found, next,
+                                  acc = std::move(acc),
+                                  done = std::move(done)]() mutable {
+        if (ListPage(p, *found, next, from, limit, acc, done)) return;
+        ListFrom(ns, std::move(prefix), limit,
+                 ListCursor{from.partition + 1, 0}, std::move(acc),
+                 std::move(done));
+      });
+      return;
+    }
+    if (ListPage(p, *found, next, from, limit, acc, done)) return;
+  }
+}
+
+bool Scheduler::ListPage(const Partition& p, Partition::Found& found,
+                         std::optional<std::uint32_t> next, ListCursor from,
+                         ListLimits limit, std::vector<TimerInfo>& acc,
+                         ListDone& done) {
+  // Keys and payloads within limit.bytes; a page holds at least one.
+  std::size_t bytes = 0;
+  for (const TimerInfo& t : acc) bytes += ListCost(t);
+  Status error;
+  if (!p.ReadPayloads(found, &error, limit.bytes, bytes)) {
+    done(std::move(error), {}, std::nullopt);
+    return true;
+  }
+  for (TimerInfo& t : found.timers) acc.push_back(std::move(t));
+  if (found.next || next) {
+    done(Status::Ok(), std::move(acc),
+         ListCursor{from.partition, found.next ? *found.next : *next});
+    return true;
+  }
+  if (from.partition + 1 == partitions_.size()) {
+    done(Status::Ok(), std::move(acc), std::nullopt);
+    return true;
+  }
+  return false;
 }
 
 void Scheduler::Shutdown(std::function<void()> done) {
@@ -382,7 +351,7 @@ void Scheduler::Shutdown(std::function<void()> done) {
   std::vector<Dispatcher*> all;
   decltype(waiting_) waiting;
   {
-    std::unique_lock lock(ns_mutex_);
+    WriterLock lock(&ns_mutex_);
     for (auto& d : owned_dispatchers_) all.push_back(d.get());
     waiting.swap(waiting_);
   }
@@ -392,10 +361,11 @@ void Scheduler::Shutdown(std::function<void()> done) {
       sub.subscriber->End(ShuttingDown());
     }
   }
-  // A barrier through every partition (so every operation accepted before
-  // now has answered) and every dispatcher (closing its streams).
-  auto remaining = std::make_shared<std::atomic<std::size_t>>(
-      all.size() + partitions_.size());
+  // Every partition stops (an operation that holds one finishes first, its
+  // changes queued for the store), then every dispatcher closes its
+  // streams.
+  for (auto& p : partitions_) p->Stop();
+  auto remaining = std::make_shared<std::atomic<std::size_t>>(all.size() + 1);
   auto shared_done = std::make_shared<std::function<void()>>(std::move(done));
   auto arrive = [this, remaining, shared_done] {
     if (remaining->fetch_sub(1) != 1) return;
@@ -407,13 +377,8 @@ void Scheduler::Shutdown(std::function<void()> done) {
     // the replies' strand after every earlier reply.
     store_->Flush([shared_done] { (*shared_done)(); });
   };
-  for (auto& p : partitions_) {
-    p->Post([p = p.get(), arrive] {
-      p->StopTimers();
-      arrive();
-    });
-  }
   for (Dispatcher* d : all) d->Close(ShuttingDown(), arrive);
+  arrive();
 }
 
 }  // namespace delayd

@@ -1,20 +1,28 @@
 // The scheduler: P partitions (timers, by hash of namespace and key) and one
-// dispatcher per namespace (delivery), all on strands of one io_context run
-// by a pool of threads.
+// dispatcher per namespace (delivery), over a store (store.h) or none.
 //
-// Concurrency, in one rule: state is changed only in memory, by whoever
-// holds it (a partition: its mutex; a dispatcher: its strand), and every
-// change to be stored is queued, in order, for the store's one writer
-// thread (store.h), so no one holds a partition or a dispatcher across disk
-// I/O or a wait. The writer writes and syncs a group while the previous
-// group's completions (replies, the publishing of fired events) run on the
-// pool. Reads of payloads run on a read pool of their own, from a view
-// taken under the partition (Partition::Read), and so do a dispatcher's
-// (dispatcher.h: for workers, watchers and dead-letter listings), so reads
-// that a stalled disk holds up never hold the pool. A stalled disk therefore
-// stops only what waits for durability or a read: delivery and acks of
-// events in memory go on, and new changes are refused (UNAVAILABLE) once
-// the writer's backlog passes its bound (Admit).
+// Threads and ownership, one rule per owner:
+//   - a partition is a plain object under its own mutex (partition.h): any
+//     thread applies an operation by taking it, for work in memory only;
+//   - a dispatcher is confined to its strand on the pool (dispatcher.h);
+//   - the store is one writer queue (store.h); its completions (answers of
+//     writes, the publishing of fired events once written) run on one
+//     strand of the pool, replies_, in the order the store finished them;
+//   - the namespace table is under ns_mutex_, the policies under it too
+//     (written one SetPolicy at a time, policy_mutex_).
+// Nothing holds a lock across I/O, a wait, a callback or a reply. Calls
+// that only change memory answer on the caller's thread once the lock is
+// let go; calls that wait for the store answer from its completions; reads
+// of payloads (which may block on a disk) run on a read pool of their own
+// (partition and dispatcher reads alike), so a stalled store stops only
+// what waits for it: delivery and acks of events in memory go on, and new
+// changes are refused (UNAVAILABLE) once the store's backlog passes its
+// bound (Admit).
+//
+// `done` callbacks of the public methods run on the calling thread (an
+// answer known at once), on the store's completion strand, or on the read
+// pool; none is run while a lock of the scheduler's is held.
+//
 // Thread safety: every public method may be called from any thread.
 #ifndef DELAYD_SERVER_CORE_SCHEDULER_H_
 #define DELAYD_SERVER_CORE_SCHEDULER_H_
@@ -24,13 +32,13 @@
 #include <functional>
 #include <memory>
 #include <optional>
-#include <shared_mutex>
 #include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
 #include "server/common/keyed_hash.h"
+#include "server/common/mutex.h"
 #include "server/common/types.h"
 #include "server/core/clock.h"
 #include "server/core/dispatcher.h"
@@ -47,8 +55,12 @@ class Scheduler {
     std::uint32_t threads = 2;
     std::chrono::nanoseconds tick = std::chrono::microseconds(1);
     Limits limits;
-    // The durable store; none keeps all state in memory only.
-    std::optional<StoreOptions> store;
+    // Opens the durable store; none keeps all state in memory only.
+    StoreOpener store;
+    // Told of every failed store read or write, and once of a write the
+    // store cannot go on from (see StoreHooks).
+    std::function<void(const Status&)> on_store_error;
+    std::function<void(const Status&)> on_store_write_failure;
     // The clock (clock.h); null: the system's. Not owned; outlives the
     // scheduler.
     Clock* clock = nullptr;
@@ -63,8 +75,7 @@ class Scheduler {
     std::uint64_t overdue = 0;  // Came due while the daemon was down.
     std::uint64_t events = 0;   // Fired, not acknowledged.
     std::chrono::nanoseconds took{0};
-    std::string salvage_copy;     // See Store::salvage_copy().
-    std::string salvage_dropped;  // See Store::salvage_dropped().
+    std::vector<std::string> notes;  // See Store::OpenNotes().
   };
   struct ListCursor {
     std::uint32_t partition = 0;
@@ -90,29 +101,39 @@ class Scheduler {
 
   // The id of a namespace, created on first use (by a write).
   // RESOURCE_EXHAUSTED beyond the namespace limit. Pins the namespace: the
-  // caller calls Unpin(id) once its call is answered.
-  Status Intern(std::string_view name, NamespaceId* id);
+  // caller ends the pin (Unpin, or a NamespacePin) once its call is
+  // answered.
+  Status Intern(std::string_view name, NamespaceId* id) EXCLUDES(ns_mutex_);
   // The id of namespace `name` if it exists, pinned as by Intern. Reads and
   // refused calls use this: they never create a namespace.
-  bool Find(std::string_view name, NamespaceId* id);
+  bool Find(std::string_view name, NamespaceId* id) EXCLUDES(ns_mutex_);
   // Ends a pin of Intern or Find. A namespace with no pins, timers, events
   // or subscribers is freed (see namespace_refs.h).
   void Unpin(NamespaceId id) { refs_->Release(id); }
   // Namespaces in use (not freed).
-  std::size_t namespaces();
+  std::size_t namespaces() EXCLUDES(ns_mutex_);
   // Calls `visit` with each namespace in use and its figures, holding the
   // namespace table (shared): namespaces are neither created nor freed
-  // meanwhile.
+  // meanwhile. With `waiting`, also each namespace that does not exist yet
+  // but has subscribers waiting for it (figures: those subscribers only).
   void ForEachNamespace(
       const std::function<void(const std::string&, const NamespaceCounters&)>&
-          visit);
+          visit,
+      bool waiting = false) EXCLUDES(ns_mutex_);
+  // Calls `visit` with the figures of namespace `name`: in use, or waited
+  // for by subscribers. False (and no call) if it is neither.
+  bool FiguresOf(std::string_view name,
+                 const std::function<void(const NamespaceCounters&)>& visit)
+      EXCLUDES(ns_mutex_);
 
   // Namespace policies (scheduler_policy.cc), by name, whether or not the
-  // namespace is in use. SetPolicy stores it (durably, with a store) and
-  // applies it to the namespace if in use; the default policy removes the
-  // record. RESOURCE_EXHAUSTED beyond --max-namespaces policies.
-  Status SetPolicy(std::string_view name, const Policy& policy);
-  Policy PolicyOf(std::string_view name);
+  // namespace is in use. SetPolicy stores it (durably, with a store), then
+  // applies it to the namespace if in use; `done` gets the outcome (on the
+  // store's completion strand, or at once without a store).
+  // RESOURCE_EXHAUSTED beyond --max-namespaces policies.
+  void SetPolicy(std::string_view name, const Policy& policy,
+                 std::function<void(Status)> done) EXCLUDES(ns_mutex_);
+  Policy PolicyOf(std::string_view name) EXCLUDES(ns_mutex_);
 
   // Registers a subscriber of namespace `name`, which need not exist yet:
   // then it waits outside the namespace table (it does not count against
@@ -120,15 +141,18 @@ class Scheduler {
   // it. `done` runs once it is registered, before anything is delivered.
   void Subscribe(std::string_view name, std::uint64_t id,
                  std::shared_ptr<Subscriber> subscriber,
-                 SubscribeOptions options, std::function<void()> done);
+                 SubscribeOptions options, std::function<void()> done)
+      EXCLUDES(ns_mutex_);
   // Forgets a subscriber (its stream ended).
-  void Unsubscribe(std::string_view name, std::uint64_t id);
+  void Unsubscribe(std::string_view name, std::uint64_t id)
+      EXCLUDES(ns_mutex_);
+  // The dispatcher of a namespace the caller has pinned.
   Dispatcher& dispatcher(NamespaceId id) { return *dispatchers_[id]; }
 
-  // Applies one operation; `done` runs on the key's partition strand.
+  // Applies one operation; `done` gets its result (see the file comment).
   void Submit(Op op, std::function<void(OpResult)> done);
   // Applies operations with one result each, in order per key; `done` runs
-  // once, on the strand that finished last.
+  // once, with all of them.
   void SubmitBatch(std::vector<Op> ops,
                    std::function<void(std::vector<OpResult>)> done);
   // Fires every pending timer of `ns` (reason DRAINED); `done` gets the
@@ -151,7 +175,7 @@ class Scheduler {
   // (scheduler_clock.cc): if its offset moved by kClockSlack or more, every
   // partition re-derives its deadlines; then every partition and dispatcher
   // fires what is due now. `done` (if any) runs once all of that has run.
-  void ClockChanged(std::function<void()> done);
+  void ClockChanged(std::function<void()> done) EXCLUDES(clock_mu_);
   static constexpr std::chrono::milliseconds kClockSlack{1};
   Counters& counters() { return counters_; }
   Metrics& metrics() { return metrics_; }
@@ -161,26 +185,36 @@ class Scheduler {
   std::uint32_t partitions() const { return options_.partitions; }
   bool shutting_down() const { return shutting_down_.load(); }
   bool durable() const { return store_ != nullptr; }
-  // See Store::Property; nullopt without a store.
-  std::optional<std::uint64_t> StoreProperty(const std::string& name) {
-    return store_ ? store_->Property(name) : std::nullopt;
+  // See Store::Gauges; none without a store.
+  std::vector<Store::Gauge> StoreGauges() {
+    return store_ ? store_->Gauges() : std::vector<Store::Gauge>();
   }
   // See Store::Busy; zero without a store.
   std::chrono::nanoseconds StoreBusy() const {
     return store_ ? store_->Busy() : std::chrono::nanoseconds(0);
   }
-  // Writes a consistent copy of the store into `dir` (see
-  // Store::Checkpoint); every change acknowledged before is in it.
+  // See Store::Writable; true without a store.
+  bool StoreWritable(std::string* why) const {
+    return store_ == nullptr || store_->Writable(why);
+  }
+  // Writes a consistent copy of the store into `dir` (see Store::Backup);
+  // every change acknowledged before is in it. Blocks: call it from work
+  // given to Offload.
   Status Backup(const std::string& dir) {
     if (!store_) return Status::FailedPrecondition("no store");
-    return store_->Checkpoint(dir);
+    return store_->Backup(dir);
+  }
+  // Runs `work`, which may block (file system calls, a backup), on the read
+  // pool, off the threads that serve calls and run dispatchers.
+  void Offload(std::function<void()> work) {
+    asio::post(ReadExecutor(), std::move(work));
   }
 
   // Begins a graceful stop: operations from now on get UNAVAILABLE, every
   // stream is ended with UNAVAILABLE, timers stop firing. `done` runs (on
   // some strand) once every operation accepted before the call has answered
   // (durably) and every dispatcher is closed.
-  void Shutdown(std::function<void()> done);
+  void Shutdown(std::function<void()> done) EXCLUDES(ns_mutex_);
   // Stops the thread pool and waits for it, then closes the store.
   // Idempotent.
   void Stop();
@@ -193,59 +227,64 @@ class Scheduler {
   // the store's writer is behind by more than its backlog bound.
   Status Admit() const;
   std::uint32_t PartitionOf(NamespaceId ns, std::string_view key) const;
-  Status Recover(RecoveryReport* report);
+  Status Recover(RecoveryReport* report) EXCLUDES(ns_mutex_);
   // Loads the stored policies into policies_ (before any namespace).
-  Status RecoverPolicies();
-  // The policy of `name`; the caller holds ns_mutex_ (or runs before
-  // Start).
-  const Policy& PolicyLocked(const std::string& name) const;
+  Status RecoverPolicies() EXCLUDES(ns_mutex_);
+  // The policy of `name`.
+  const Policy& PolicyLocked(const std::string& name) const
+      REQUIRES_SHARED(ns_mutex_);
   // Creates the dispatcher of a new namespace, or gives a freed id a new
-  // name; the caller holds ns_mutex_ exclusively (or runs before Start).
-  NamespaceId AddNamespace(std::string name);
+  // name.
+  NamespaceId AddNamespace(std::string name) REQUIRES(ns_mutex_);
   // Frees namespace `id` if nothing uses it (posted by refs_ on zero).
-  void Free(NamespaceId id);
+  void Free(NamespaceId id) EXCLUDES(ns_mutex_);
   static std::string_view KeyOf(const Op& op);
   static NamespaceId NamespaceOf(const Op& op);
+  using ListDone = std::function<void(Status, std::vector<TimerInfo>,
+                                      std::optional<ListCursor>)>;
   void ListFrom(NamespaceId ns, std::string prefix, ListLimits limit,
-                ListCursor from, std::vector<TimerInfo> acc,
-                std::function<void(Status, std::vector<TimerInfo>,
-                                   std::optional<ListCursor>)>
-                    done);
-
+                ListCursor from, std::vector<TimerInfo> acc, ListDone done);
+  // Adds what `found` holds (its payloads read) to `acc`; if the page is
+  // complete, or this was the last partition, answers it and returns true.
+  bool ListPage(const Partition& p, Partition::Found& found,
+                std::optional<std::uint32_t> next, ListCursor from,
+                ListLimits limit, std::vector<TimerInfo>& acc,
+                ListDone& done);
   // Checks the clock's offset every clock_poll, on clock_timer_.
-  void PollClock();
+  void PollClock() EXCLUDES(clock_mu_);
+  // Where payloads are read from the store (with one): threads of their
+  // own, so that reads held up by a stalled disk never take the pool that
+  // runs dispatchers and completions. Without a store, the pool.
+  asio::any_io_executor ReadExecutor() {
+    return reads_ ? asio::any_io_executor(reads_->get_executor())
+                  : asio::any_io_executor(io_.get_executor());
+  }
 
   const Options options_;
   Clock& clock_;
   const SteadyTime epoch_;
   asio::io_context io_;
   asio::executor_work_guard<asio::io_context::executor_type> work_;
-  // Where payloads are read from the store (with one): threads of their
-  // own, so that reads held up by a stalled disk never take the pool that
-  // runs partitions and dispatchers. Without a store, the pool.
-  asio::any_io_executor ReadExecutor() {
-    return reads_ ? asio::any_io_executor(reads_->get_executor())
-                  : asio::any_io_executor(io_.get_executor());
-  }
-  // Where the store's completions (replies) run, in the writer's order.
+  // Where the store's completions run, in the order the store finished
+  // them.
   Strand replies_{asio::make_strand(io_)};
   Counters counters_;
   Metrics metrics_;
   std::unique_ptr<Store> store_;
   std::vector<std::unique_ptr<Partition>> partitions_;
-  // Namespaces: the map under the lock; dispatchers_[id] is written once,
-  // before the id is published under the lock, so readers need no lock.
-  std::shared_mutex ns_mutex_;
+
+  // The namespace table. dispatchers_[id] is written once, before the id is
+  // published under the lock, so readers of a pinned id need no lock.
+  SharedMutex ns_mutex_;
   std::unordered_map<std::string, NamespaceId, KeyedStringHash, std::equal_to<>>
-      ns_ids_;
+      ns_ids_ GUARDED_BY(ns_mutex_);
   std::unique_ptr<Dispatcher*[]> dispatchers_;
   std::unique_ptr<NamespaceRefs> refs_;
   std::unique_ptr<asio::thread_pool> reads_;
-  // Ids of freed namespaces, for reuse (under ns_mutex_); a freed id's
-  // dispatcher has an empty name.
-  std::vector<NamespaceId> free_ids_;
-  // Subscribers of namespaces that do not exist yet, by name (under
-  // ns_mutex_).
+  // Ids of freed namespaces, for reuse; a freed id's dispatcher has an
+  // empty name.
+  std::vector<NamespaceId> free_ids_ GUARDED_BY(ns_mutex_);
+  // Subscribers of namespaces that do not exist yet, by name.
   struct Waiting {
     std::uint64_t id;
     std::shared_ptr<Subscriber> subscriber;
@@ -253,22 +292,29 @@ class Scheduler {
   };
   std::unordered_map<std::string, std::vector<Waiting>, KeyedStringHash,
                      std::equal_to<>>
-      waiting_;
+      waiting_ GUARDED_BY(ns_mutex_);
   // Counts a waiting subscriber in the workers or watchers gauge.
   void CountWaiting(const Waiting& w, int delta);
-  std::vector<std::unique_ptr<Dispatcher>> owned_dispatchers_;
-  // Policies other than the default, by namespace name (read under
-  // ns_mutex_, written under it exclusively). SetPolicy calls are one at a
-  // time (policy_mutex_, taken before ns_mutex_), so the store's write
-  // happens without blocking namespace lookups.
-  std::mutex policy_mutex_;
-  std::unordered_map<std::string, Policy> policies_;
+  std::vector<std::unique_ptr<Dispatcher>> owned_dispatchers_
+      GUARDED_BY(ns_mutex_);
+  // Policies other than the default, by namespace name. A SetPolicy takes
+  // policy_mutex_ to check the policy limit and queue the store's write,
+  // and again in its completion (which the store runs in its order) to
+  // apply the policy: policies apply in the order they were stored.
+  Mutex policy_mutex_ ACQUIRED_BEFORE(ns_mutex_);
+  std::unordered_map<std::string, Policy> policies_ GUARDED_BY(ns_mutex_);
+  // Names whose policy is queued for the store, and how many times.
+  std::unordered_map<std::string, int> policies_queued_
+      GUARDED_BY(policy_mutex_);
+  // Applies a stored policy.
+  void ApplyPolicy(const std::string& name, const Policy& policy)
+      REQUIRES(policy_mutex_) EXCLUDES(ns_mutex_);
   std::atomic<bool> shutting_down_{false};
   std::atomic<std::uint64_t> next_subscriber_id_{1};
   std::vector<std::thread> threads_;
-  // The clock's offset when deadlines were last derived (under clock_mu_).
-  std::mutex clock_mu_;
-  std::chrono::nanoseconds derived_offset_;
+  // The clock's offset when deadlines were last derived.
+  Mutex clock_mu_;
+  std::chrono::nanoseconds derived_offset_ GUARDED_BY(clock_mu_);
   std::optional<asio::steady_timer> clock_timer_;
 };
 

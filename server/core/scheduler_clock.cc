@@ -9,7 +9,7 @@ namespace delayd {
 void Scheduler::ClockChanged(std::function<void()> done) {
   bool rederive = false;
   {
-    std::lock_guard lock(clock_mu_);
+    MutexLock lock(&clock_mu_);
     const std::chrono::nanoseconds offset = clock_.Offset();
     const std::chrono::nanoseconds moved = offset - derived_offset_;
     if (std::chrono::abs(moved) >= kClockSlack) {
@@ -21,43 +21,26 @@ void Scheduler::ClockChanged(std::function<void()> done) {
   }
   std::vector<Dispatcher*> dispatchers;
   {
-    std::shared_lock lock(ns_mutex_);
+    ReaderLock lock(&ns_mutex_);
     for (auto& d : owned_dispatchers_) dispatchers.push_back(d.get());
   }
   // Partitions first, then dispatchers: events a partition fires here are
   // posted to their dispatcher before its Wake() is (in memory; with a store
   // they are published once written).
-  auto dispatch = [dispatchers = std::move(dispatchers),
-                   done = std::move(done)]() mutable {
-    auto left = std::make_shared<std::atomic<std::size_t>>(dispatchers.size());
-    auto arrive = [left, done = std::move(done)] {
-      if (left->fetch_sub(1) == 1 && done) done();
-    };
-    if (dispatchers.empty()) {
-      ++*left;
-      arrive();
-    }
-    for (Dispatcher* d : dispatchers) d->Wake(arrive);
+  for (auto& p : partitions_) p->ClockChanged(rederive);
+  auto left = std::make_shared<std::atomic<std::size_t>>(dispatchers.size() + 1);
+  auto arrive = [left, done = std::move(done)] {
+    if (left->fetch_sub(1) == 1 && done) done();
   };
-  auto left = std::make_shared<std::atomic<std::size_t>>(partitions_.size());
-  auto arrive = std::make_shared<std::function<void()>>(
-      [left, dispatch = std::move(dispatch)]() mutable {
-        if (left->fetch_sub(1) == 1) dispatch();
-      });
-  for (auto& p : partitions_) {
-    p->Post([p = p.get(), rederive, arrive] {
-      if (rederive) p->Rederive();
-      p->Wake();
-      (*arrive)();
-    });
-  }
+  for (Dispatcher* d : dispatchers) d->Wake(arrive);
+  arrive();
 }
 
 void Scheduler::PollClock() {
   if (shutting_down_) return;
   bool moved;
   {
-    std::lock_guard lock(clock_mu_);
+    MutexLock lock(&clock_mu_);
     moved = std::chrono::abs(clock_.Offset() - derived_offset_) >= kClockSlack;
   }
   auto again = [this] {

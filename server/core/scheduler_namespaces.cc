@@ -30,14 +30,15 @@ NamespaceId Scheduler::AddNamespace(std::string name) {
 
 void Scheduler::Free(NamespaceId id) {
   if (shutting_down_) return;  // The store may be closing.
-  std::unique_lock lock(ns_mutex_);
+  WriterLock lock(&ns_mutex_);
   // Revived since (a pin or subscriber taken under this lock), or freed.
   if (refs_->Get(id) != 0 || dispatchers_[id]->name().empty()) return;
   if (store_) {
-    if (Status s = store_->PutNamespace(id, ""); !s.ok()) {
-      // Kept: it is freed again when next used and left.
-      return;
-    }
+    // Kept if the store failed: it is freed again when next used and left.
+    if (!store_->Failed().ok()) return;
+    Batch batch;
+    batch.PutNamespace(id, "");
+    store_->Commit(batch, nullptr);
   }
   ns_ids_.erase(dispatchers_[id]->name());
   dispatchers_[id]->Rename("");
@@ -46,20 +47,47 @@ void Scheduler::Free(NamespaceId id) {
 
 void Scheduler::ForEachNamespace(
     const std::function<void(const std::string&, const NamespaceCounters&)>&
-        visit) {
-  std::shared_lock lock(ns_mutex_);
+        visit,
+    bool waiting) {
+  ReaderLock lock(&ns_mutex_);
   for (const auto& [name, id] : ns_ids_) visit(name, counters_.of(id));
+  if (!waiting) return;
+  for (const auto& [name, subs] : waiting_) {
+    NamespaceCounters figures;
+    for (const Waiting& w : subs) {
+      (w.options.watcher ? figures.watchers : figures.workers).fetch_add(1);
+    }
+    visit(name, figures);
+  }
+}
+
+bool Scheduler::FiguresOf(
+    std::string_view name,
+    const std::function<void(const NamespaceCounters&)>& visit) {
+  ReaderLock lock(&ns_mutex_);
+  if (auto it = ns_ids_.find(name); it != ns_ids_.end()) {
+    visit(counters_.of(it->second));
+    return true;
+  }
+  auto w = waiting_.find(name);
+  if (w == waiting_.end()) return false;
+  NamespaceCounters figures;
+  for (const Waiting& sub : w->second) {
+    (sub.options.watcher ? figures.watchers : figures.workers).fetch_add(1);
+  }
+  visit(figures);
+  return true;
 }
 
 std::size_t Scheduler::namespaces() {
-  std::shared_lock lock(ns_mutex_);
+  ReaderLock lock(&ns_mutex_);
   return ns_ids_.size();
 }
 
 Status Scheduler::Intern(std::string_view name, NamespaceId* id) {
   if (Find(name, id)) return Status::Ok();
   const std::string key(name);
-  std::unique_lock lock(ns_mutex_);
+  WriterLock lock(&ns_mutex_);
   auto it = ns_ids_.find(key);
   if (it != ns_ids_.end()) {
     *id = it->second;
@@ -76,7 +104,10 @@ Status Scheduler::Intern(std::string_view name, NamespaceId* id) {
     const auto next = free_ids_.empty()
                           ? static_cast<NamespaceId>(owned_dispatchers_.size())
                           : free_ids_.back();
-    if (Status s = store_->PutNamespace(next, key); !s.ok()) return s;
+    if (Status s = store_->Failed(); !s.ok()) return s;
+    Batch batch;
+    batch.PutNamespace(next, key);
+    store_->Commit(batch, nullptr);
   }
   *id = AddNamespace(key);
   refs_->Add(*id);  // The caller's pin.
@@ -103,7 +134,7 @@ void Scheduler::CountWaiting(const Waiting& w, int delta) {
 }
 
 bool Scheduler::Find(std::string_view name, NamespaceId* id) {
-  std::shared_lock lock(ns_mutex_);
+  ReaderLock lock(&ns_mutex_);
   auto it = ns_ids_.find(name);
   if (it == ns_ids_.end()) return false;
   *id = it->second;
@@ -115,32 +146,36 @@ void Scheduler::Subscribe(std::string_view name, std::uint64_t id,
                           std::shared_ptr<Subscriber> subscriber,
                           SubscribeOptions options,
                           std::function<void()> done) {
+  bool waits = false;
   {
-    std::unique_lock lock(ns_mutex_);
+    WriterLock lock(&ns_mutex_);
     auto it = ns_ids_.find(name);
-    if (it == ns_ids_.end() && !shutting_down_) {
-      auto w = waiting_.find(name);
-      if (w == waiting_.end()) {
-        w = waiting_.emplace(std::string(name), std::vector<Waiting>()).first;
-      }
-      w->second.push_back(Waiting{id, std::move(subscriber), options});
-      CountWaiting(w->second.back(), +1);
-      lock.unlock();
-      done();
-      return;
-    }
     if (it != ns_ids_.end()) {
       refs_->Add(it->second);  // Released when it unsubscribes.
+      // (A post to the dispatcher's strand.)
       dispatchers_[it->second]->Subscribe(id, std::move(subscriber), options,
                                           std::move(done));
       return;
     }
+    if (!shutting_down_) {
+      auto w = waiting_.find(name);
+      if (w == waiting_.end()) {
+        w = waiting_.emplace(std::string(name), std::vector<Waiting>()).first;
+      }
+      w->second.push_back(Waiting{id, subscriber, options});
+      CountWaiting(w->second.back(), +1);
+      waits = true;
+    }
   }
-  subscriber->End(ShuttingDown());
+  if (waits) {
+    done();
+  } else {
+    subscriber->End(ShuttingDown());
+  }
 }
 
 void Scheduler::Unsubscribe(std::string_view name, std::uint64_t id) {
-  std::unique_lock lock(ns_mutex_);
+  WriterLock lock(&ns_mutex_);
   if (auto it = ns_ids_.find(name); it != ns_ids_.end()) {
     dispatchers_[it->second]->Unsubscribe(id);
     return;

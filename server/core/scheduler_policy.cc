@@ -6,12 +6,12 @@ namespace delayd {
 Status Scheduler::RecoverPolicies() {
   std::vector<std::pair<std::string, std::string>> stored;
   if (Status s = store_->LoadPolicies(&stored); !s.ok()) return s;
+  WriterLock lock(&ns_mutex_);
   for (auto& [name, bytes] : stored) {
     auto policy = DecodePolicy(bytes);
     if (!policy) {
-      return Status::Internal("store in " + store_->options().dir +
-                              ": the policy of namespace '" + name +
-                              "' is malformed");
+      return Status::Internal(store_->where() + ": the policy of namespace '" +
+                              name + "' is malformed");
     }
     policies_.emplace(std::move(name), *policy);
   }
@@ -25,41 +25,62 @@ const Policy& Scheduler::PolicyLocked(const std::string& name) const {
 }
 
 Policy Scheduler::PolicyOf(std::string_view name) {
-  std::shared_lock lock(ns_mutex_);
+  ReaderLock lock(&ns_mutex_);
   return PolicyLocked(std::string(name));
 }
 
-Status Scheduler::SetPolicy(std::string_view name, const Policy& policy) {
-  const std::string key(name);
-  const bool is_default = policy == Policy();
-  std::lock_guard one_at_a_time(policy_mutex_);
-  {
-    std::shared_lock lock(ns_mutex_);
-    if (!is_default && !policies_.contains(key) &&
-        policies_.size() >= options_.limits.max_namespaces) {
-      return Status::ResourceExhausted(
-          "policy limit of " + std::to_string(options_.limits.max_namespaces) +
-          " (--max-namespaces) reached");
-    }
-  }
-  // Durable before it applies: a policy in force is one a restart keeps.
-  if (store_) {
-    if (Status s =
-            store_->PutPolicy(key, is_default ? "" : EncodePolicy(policy));
-        !s.ok()) {
-      return s;
-    }
-  }
-  std::unique_lock lock(ns_mutex_);
-  if (is_default) {
-    policies_.erase(key);
+void Scheduler::ApplyPolicy(const std::string& name, const Policy& policy) {
+  WriterLock lock(&ns_mutex_);
+  if (policy == Policy()) {
+    policies_.erase(name);
   } else {
-    policies_[key] = policy;
+    policies_[name] = policy;
   }
-  if (auto it = ns_ids_.find(key); it != ns_ids_.end()) {
+  // (A post to the dispatcher's strand.)
+  if (auto it = ns_ids_.find(name); it != ns_ids_.end()) {
     dispatchers_[it->second]->SetPolicy(policy);
   }
-  return Status::Ok();
+}
+
+void Scheduler::SetPolicy(std::string_view name, const Policy& policy,
+                          std::function<void(Status)> done) {
+  const std::string key(name);
+  const bool is_default = policy == Policy();
+  Status status;
+  {
+    MutexLock one_at_a_time(&policy_mutex_);
+    {
+      ReaderLock lock(&ns_mutex_);
+      const bool known =
+          policies_.contains(key) || policies_queued_.contains(key);
+      if (!is_default && !known &&
+          policies_.size() + policies_queued_.size() >=
+              options_.limits.max_namespaces) {
+        status = Status::ResourceExhausted(
+            "policy limit of " +
+            std::to_string(options_.limits.max_namespaces) +
+            " (--max-namespaces) reached");
+      }
+    }
+    if (status.ok() && !store_) ApplyPolicy(key, policy);
+    if (status.ok() && store_) {
+      // Durable before it applies: a policy in force is one a restart
+      // keeps. Applied in the store's order, once written.
+      Batch batch;
+      batch.PutPolicy(key, is_default ? "" : EncodePolicy(policy));
+      ++policies_queued_[key];
+      store_->CommitSynced(batch, [this, key, policy, done](Status s) {
+        {
+          MutexLock lock(&policy_mutex_);
+          if (--policies_queued_[key] == 0) policies_queued_.erase(key);
+          if (s.ok()) ApplyPolicy(key, policy);
+        }
+        done(std::move(s));
+      });
+      return;
+    }
+  }
+  done(std::move(status));
 }
 
 }  // namespace delayd

@@ -3,6 +3,7 @@
 // fired, and namespaces left empty freed.
 #include <algorithm>
 
+#include "server/core/payload_ref.h"
 #include "server/core/scheduler.h"
 
 namespace delayd {
@@ -17,7 +18,11 @@ Status Scheduler::Recover(RecoveryReport* report) {
                                      std::to_string(names.size()) +
                                      " namespace ids, over --max-namespaces");
   }
-  for (auto& name : names) AddNamespace(std::move(name));
+  {
+    WriterLock lock(&ns_mutex_);
+    for (auto& name : names) AddNamespace(std::move(name));
+  }
+  const std::size_t ids = names.size();
   std::uint64_t next_version = 1;
   std::uint64_t next_event_seq = 1;
   if (Status s = store_->LoadCounters(&next_version, &next_event_seq);
@@ -28,7 +33,7 @@ Status Scheduler::Recover(RecoveryReport* report) {
   const SteadyTime steady_now = clock_.Steady();
   bool bad_namespace = false;
   Status s = store_->ForEachTimer([&](const StoredTimer& t) {
-    if (t.ns >= owned_dispatchers_.size()) {
+    if (t.ns >= ids) {
       bad_namespace = true;
       return;
     }
@@ -47,16 +52,19 @@ Status Scheduler::Recover(RecoveryReport* report) {
     std::uint32_t attempts;
     bool dead;
     std::string error;
+    WallNanos retry_at;
   };
   std::unordered_map<std::uint64_t, Fate> fates;
   s = store_->ForEachFate([&](std::uint64_t id, const StoredFate& f) {
-    fates.emplace(id, Fate{f.attempts, f.dead, std::string(f.error)});
+    fates.emplace(id,
+                  Fate{f.attempts, f.dead, std::string(f.error), f.retry_at});
   });
   if (!s.ok()) return s;
-  std::vector<std::vector<Event>> events(owned_dispatchers_.size());
-  std::vector<std::vector<DeadLetter>> dead(owned_dispatchers_.size());
+  std::vector<std::vector<Event>> events(ids);
+  std::vector<std::vector<RetryingEvent>> retrying(ids);
+  std::vector<std::vector<DeadLetter>> dead(ids);
   s = store_->ForEachEvent([&](const StoredEvent& e) {
-    if (e.ns >= owned_dispatchers_.size()) {
+    if (e.ns >= ids) {
       bad_namespace = true;
       return;
     }
@@ -68,21 +76,31 @@ Status Scheduler::Recover(RecoveryReport* report) {
     Event event{e.id,      e.ns,        KeyBlob(e.key, e.payload_id),
                 e.version, e.fire_time, e.fired_at,
                 0,         e.reason};
-    if (auto f = fates.find(e.id); f != fates.end()) {
-      event.attempt = f->second.attempts;
-      if (f->second.dead) {
-        dead[e.ns].push_back({std::move(event), std::move(f->second.error)});
-        return;
-      }
-    }
-    events[e.ns].push_back(std::move(event));
     next_version = std::max(next_version, (e.version >> 10) + 1);
     next_event_seq = std::max(next_event_seq, (e.id >> 10) + 1);
+    auto f = fates.find(e.id);
+    if (f == fates.end()) {
+      events[e.ns].push_back(std::move(event));
+      ++report->events;
+      return;
+    }
+    event.attempt = f->second.attempts;
+    if (f->second.dead) {
+      dead[e.ns].push_back({std::move(event), std::move(f->second.error)});
+      return;
+    }
     ++report->events;
+    // A failed delivery's retry time holds across the restart.
+    if (f->second.retry_at > wall_now) {
+      retrying[e.ns].push_back(
+          {std::move(event), f->second.retry_at, std::move(f->second.error)});
+    } else {
+      events[e.ns].push_back(std::move(event));
+    }
   });
   if (!s.ok()) return s;
   if (bad_namespace) {
-    return Status::Internal("store in " + store_->options().dir +
+    return Status::Internal(store_->where() +
                             ": a record names an unknown namespace");
   }
   // Versions and event ids continue past anything stored or reserved,
@@ -110,23 +128,25 @@ Status Scheduler::Recover(RecoveryReport* report) {
   for (Event& e : overdue) events[e.ns].push_back(std::move(e));
   store_->Sync();
   if (fired->load() != partitions_.size()) {
-    return Status::Internal("store in " + store_->options().dir +
+    return Status::Internal(store_->where() +
                             ": could not record the overdue timers");
   }
   for (NamespaceId ns = 0; ns < events.size(); ++ns) {
     if (!dead[ns].empty()) {
       dispatchers_[ns]->RestoreDeadLetters(std::move(dead[ns]));
     }
+    if (!retrying[ns].empty()) {
+      dispatchers_[ns]->RestoreRetrying(std::move(retrying[ns]));
+    }
     if (!events[ns].empty()) dispatchers_[ns]->Publish(std::move(events[ns]));
   }
   // Namespaces left with nothing in them are freed now.
-  for (NamespaceId id = 0; id < owned_dispatchers_.size(); ++id) {
+  for (NamespaceId id = 0; id < ids; ++id) {
     if (!dispatchers_[id]->name().empty() && refs_->Get(id) == 0) Free(id);
   }
   report->namespaces = namespaces();
   report->took = std::chrono::steady_clock::now() - started;
-  report->salvage_copy = store_->salvage_copy();
-  report->salvage_dropped = store_->salvage_dropped();
+  report->notes = store_->OpenNotes();
   return Status::Ok();
 }
 

@@ -72,7 +72,8 @@ TEST_F(UnreadablePayload, TimersAndEventsAreNeverServedWithoutIt) {
     std::this_thread::sleep_for(10ms);
   }
   EXPECT_GT(stats.ready_events(), 0u) << "no payload was damaged";
-  // The store's health says so; the server's stays SERVING (all else works).
+  // Health says so, the server's too (a probe takes the instance out of
+  // rotation), and the log says why.
   auto health = grpc::health::v1::Health::NewStub(
       grpc::CreateChannel(d.address(), grpc::InsecureChannelCredentials()));
   const auto status_of = [&](const std::string& service) {
@@ -85,7 +86,7 @@ TEST_F(UnreadablePayload, TimersAndEventsAreNeverServedWithoutIt) {
   };
   EXPECT_EQ(status_of("delayd.store"),
             grpc::health::v1::HealthCheckResponse::NOT_SERVING);
-  EXPECT_EQ(status_of(""), grpc::health::v1::HealthCheckResponse::SERVING);
+  EXPECT_EQ(status_of(""), grpc::health::v1::HealthCheckResponse::NOT_SERVING);
   for (const auto& e : worker.Events()) {
     EXPECT_EQ(e.payload(), "payload-" + e.key().substr(1)) << e.key();
   }
@@ -93,6 +94,9 @@ TEST_F(UnreadablePayload, TimersAndEventsAreNeverServedWithoutIt) {
   EXPECT_NE(d.output().find("unreadable-payload"), std::string::npos)
       << d.output();
   EXPECT_NE(d.output().find("key 'k"), std::string::npos) << d.output();
+  EXPECT_NE(d.output().find("health NOT_SERVING"), std::string::npos)
+      << d.output();
+  EXPECT_NE(d.output().find("delayd check"), std::string::npos) << d.output();
 }
 
 // A dead letter whose payload cannot be read is never listed without it:

@@ -296,6 +296,66 @@ TEST_F(FakeClockTest, DispatchRateHoldsOverAWindowAcrossWorkers) {
   EXPECT_EQ(got, 101u);
 }
 
+// Workers with room share what a namespace's limits let through evenly:
+// two workers that acknowledge at once get half each, under a dispatch
+// rate (a burst of tokens, then one at a time) and under an in-flight cap.
+TEST_F(FakeClockTest, WorkersShareTheNamespaceLimitsEvenly) {
+  for (const bool rate : {true, false}) {
+    SCOPED_TRACE(rate ? "dispatch rate" : "in-flight cap");
+    v1::Policy p;
+    if (rate) {
+      p.set_max_dispatch_rate(20);  // A burst of 20, then 20 a second.
+    } else {
+      p.set_max_in_flight(4);
+    }
+    Policy(p);
+    auto w1 = Worker();
+    auto w2 = Worker();
+    constexpr int kTimers = 100;
+    v1::BatchRequest req;
+    const std::string prefix = rate ? "r" : "c";
+    for (int i = 0; i < kTimers; ++i) {
+      auto* set = req.add_operations()->mutable_set();
+      set->set_namespace_("jobs");
+      set->set_key(prefix + std::to_string(i));
+      *set->mutable_delay() = Millis(1000);
+    }
+    v1::BatchResponse resp;
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(d_.stub().Batch(&ctx, req, &resp).ok());
+    // Each worker acknowledges what it got as it comes; the clock moves on
+    // 10 ms at a time until every event was delivered (bounded).
+    std::size_t acked[2] = {0, 0};
+    TestStream* workers[2] = {w1.get(), w2.get()};
+    clock_.Advance(1s);
+    for (int step = 0; step < 2000 && acked[0] + acked[1] < kTimers;
+         ++step) {
+      for (int w = 0; w < 2; ++w) {
+        const auto got = workers[w]->Events();
+        std::vector<std::uint64_t> ids;
+        for (std::size_t i = acked[w]; i < got.size(); ++i) {
+          ids.push_back(got[i].id());
+        }
+        if (!ids.empty()) Ack(ids);
+        acked[w] = got.size();
+      }
+      clock_.Advance(10ms);
+      // What was delivered reaches the streams (a bounded poll).
+      const auto delivered = Stats().events_delivered();
+      const auto deadline = std::chrono::steady_clock::now() + 5s;
+      while (w1->Events().size() + w2->Events().size() < delivered &&
+             std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(1ms);
+      }
+    }
+    ASSERT_EQ(acked[0] + acked[1], static_cast<std::size_t>(kTimers));
+    EXPECT_GE(acked[0], 40u);
+    EXPECT_LE(acked[0], 60u);
+    w1.reset();
+    w2.reset();
+  }
+}
+
 TEST_F(FakeClockTest, PolicyChangeReachesEventsAlreadyWaiting) {
   v1::Policy paused;
   paused.set_paused(true);

@@ -335,9 +335,9 @@ TEST(Metrics, AFreedNamespaceLeavesTheScrapeAndANewOneStartsFromZero) {
 TEST(Metrics, TheStoreIsMeasured) {
   TempDir dir;
   DelaydServer::Options o = WithMetrics();
-  StoreOptions store;
+  RocksOptions store;
   store.dir = dir / "data";
-  o.scheduler.store = store;  // --fsync always.
+  o.scheduler.store = RocksStoreOpener(store);  // --fsync always.
   TestDaemon d(o);
   ASSERT_TRUE(d.started());
   for (int i = 0; i < 5; ++i) {

@@ -22,9 +22,9 @@ DelaydServer::Options FewNamespaces(const std::string& data_dir = "") {
   auto o = TestDaemon::DefaultOptions();
   o.scheduler.limits.max_namespaces = 2;
   if (!data_dir.empty()) {
-    StoreOptions store;
+    RocksOptions store;
     store.dir = data_dir;
-    o.scheduler.store = store;
+    o.scheduler.store = RocksStoreOpener(store);
   }
   return o;
 }

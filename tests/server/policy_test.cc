@@ -94,9 +94,9 @@ class PolicyTest : public ::testing::Test {
     auto o = TestDaemon::DefaultOptions();
     o.scheduler.limits.max_namespaces = 3;
     if (!data_dir.empty()) {
-      StoreOptions store;
+      RocksOptions store;
       store.dir = data_dir;
-      o.scheduler.store = store;
+      o.scheduler.store = RocksStoreOpener(store);
     }
     return o;
   }

@@ -20,11 +20,11 @@ namespace {
 DelaydServer::Options OnFs(const std::string& dir, const std::string& fsync,
                            rocksdb::Env* env) {
   DelaydServer::Options o = TestDaemon::DefaultOptions();
-  StoreOptions store;
+  RocksOptions store;
   store.dir = dir;
   EXPECT_TRUE(ParseFsyncPolicy(fsync, &store).ok());
   store.env = env;
-  o.scheduler.store = store;
+  o.scheduler.store = RocksStoreOpener(store);
   return o;
 }
 
@@ -366,7 +366,7 @@ TEST(FailingDisk, FullDiskFailsWritesClearlyAndLosesNothing) {
   {
     DelaydServer::Options options = OnFs(dir / "data", "always", env.get());
     std::atomic<int> reported{0};
-    options.scheduler.store->on_write_failure = [&](const Status&) {
+    options.scheduler.on_store_write_failure = [&](const Status&) {
       ++reported;
     };
     TestDaemon d(options);

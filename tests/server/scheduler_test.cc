@@ -14,7 +14,7 @@
 #include <set>
 #include <thread>
 
-#include "tests/common/temp_dir.h"
+#include "server/store/memory/memory_store.h"
 
 namespace delayd {
 namespace {
@@ -143,40 +143,34 @@ TEST_F(SchedulerTest, OperationOnAFreePartitionRunsOnTheCallingThread) {
   }
 }
 
-// While something holds the partition, Submit queues the operation and
-// returns at once; the operation runs when the partition is free.
-TEST_F(SchedulerTest, OperationOnABusyPartitionIsQueuedNotWaitedFor) {
+// An answer never runs holding its partition: while one answer is running
+// (and waits), an operation on the same partition from another thread is
+// applied and answered.
+TEST_F(SchedulerTest, AnswersRunWithoutHoldingThePartition) {
   ASSERT_TRUE(Apply(SetOp{ns_, Blob("k", ""), WallNow() + 3'600'000'000'000})
                   .status.ok());
-  std::promise<void> holding, release;
-  std::shared_future<void> released = release.get_future().share();
-  // In memory, an operation's callback runs holding the key's partition:
-  // keep a move's callback there (on a thread of its own).
+  std::promise<void> in_answer;
+  std::promise<OpResult> other;
+  std::future<OpResult> other_result = other.get_future();
   std::future<void> holder = std::async(std::launch::async, [&] {
     scheduler_.Submit(MoveOp{ns_, "k", WallNow() + 3'600'000'000'000},
                       [&](OpResult) {
-                        holding.set_value();
-                        released.wait();
+                        in_answer.set_value();
+                        // Waits (bounded) for the other operation: it would
+                        // wait for this answer if the answer held the lock.
+                        other_result.wait_for(10s);
                       });
   });
-  holding.get_future().wait();
-  std::promise<OpResult> answered;
-  std::future<OpResult> result = answered.get_future();
-  // From another thread, so that a Submit that waited would fail the test
-  // rather than hang it.
+  in_answer.get_future().wait();
   std::future<void> submitted = std::async(std::launch::async, [&] {
     scheduler_.Submit(RemoveOp{ns_, "k"},
-                      [&](OpResult r) { answered.set_value(std::move(r)); });
+                      [&](OpResult r) { other.set_value(std::move(r)); });
   });
-  EXPECT_EQ(submitted.wait_for(10s), std::future_status::ready)
-      << "Submit waited for the busy partition";
-  // The removal cannot have run: the partition is still held.
-  EXPECT_EQ(result.wait_for(0s), std::future_status::timeout);
-  release.set_value();
-  submitted.wait();
+  ASSERT_EQ(submitted.wait_for(10s), std::future_status::ready);
   holder.wait();
-  ASSERT_EQ(result.wait_for(10s), std::future_status::ready);
-  EXPECT_TRUE(result.get().status.ok());
+  ASSERT_EQ(other_result.wait_for(0s), std::future_status::ready)
+      << "the operation waited for another's answer";
+  EXPECT_TRUE(other_result.get().status.ok());
 }
 
 TEST_F(SchedulerTest, ConcurrentClientsEveryTimerFiresOnceNeverEarly) {
@@ -329,15 +323,13 @@ TEST_F(SchedulerTest, StalledWorkerNeverHoldsMoreThanItsRoom) {
 // was not ended with RESOURCE_EXHAUSTED).
 constexpr int kTimers = 1000;
 constexpr std::size_t kPayload = 1024;
-int GivenToAStalledWatcher(const std::string& data_dir, Limits limits) {
+int GivenToAStalledWatcher(bool with_store, Limits limits) {
   Scheduler::Options o;
   o.partitions = 1;
   o.threads = 2;
   o.limits = limits;
-  if (!data_dir.empty()) {
-    StoreOptions store;
-    store.dir = data_dir;
-    o.store = store;
+  if (with_store) {
+    o.store = MemoryStore::Opener(std::make_shared<MemoryStore::Disk>());
   }
   Scheduler scheduler(o);
   EXPECT_TRUE(scheduler.Start().ok());
@@ -377,7 +369,6 @@ int GivenToAStalledWatcher(const std::string& data_dir, Limits limits) {
 // store too, where the copies wait for their payloads, read a chunk at a
 // time off the strand.
 TEST(SchedulerWatchers, StalledWatcherIsEndedWithinAChunkOfItsLimit) {
-  testing::TempDir dir;
   for (const bool store : {false, true}) {
     SCOPED_TRACE(store ? "with a store" : "in memory");
     Limits bytes;
@@ -385,7 +376,7 @@ TEST(SchedulerWatchers, StalledWatcherIsEndedWithinAChunkOfItsLimit) {
     // Past the limit at the 64th event (about 1 KiB each); its chunk is the
     // last it is given.
     const int given =
-        GivenToAStalledWatcher(store ? dir / "bytes" : std::string(), bytes);
+        GivenToAStalledWatcher(store, bytes);
     EXPECT_GT(given, static_cast<int>((64u << 10) / (kPayload + 8)));
     EXPECT_LE(given, static_cast<int>((64u << 10) / kPayload + 32));
     // Over the event limit: with a store, more copies than that waiting for
@@ -393,7 +384,7 @@ TEST(SchedulerWatchers, StalledWatcherIsEndedWithinAChunkOfItsLimit) {
     Limits events;
     events.watcher_backlog = 100;
     const int given_events =
-        GivenToAStalledWatcher(store ? dir / "events" : std::string(), events);
+        GivenToAStalledWatcher(store, events);
     EXPECT_GE(given_events, 0);
     EXPECT_LE(given_events, 100 + 32);
   }

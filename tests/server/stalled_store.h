@@ -21,13 +21,19 @@
 
 namespace delayd::testing {
 
-// A daemon's options with a store in `dir` on `env` (null: the default).
-inline DelaydServer::Options OnFs(const std::string& dir, rocksdb::Env* env) {
+// How a test changes a daemon's options and its store's.
+using Adjust = std::function<void(DelaydServer::Options&, RocksOptions&)>;
+
+// A daemon's options with a store in `dir` on `env` (null: the default),
+// changed by `adjust` (if any).
+inline DelaydServer::Options OnFs(const std::string& dir, rocksdb::Env* env,
+                                  const Adjust& adjust = nullptr) {
   DelaydServer::Options o = TestDaemon::DefaultOptions();
-  StoreOptions store;
+  RocksOptions store;
   store.dir = dir;
   store.env = env;
-  o.scheduler.store = store;
+  if (adjust) adjust(o, store);
+  o.scheduler.store = RocksStoreOpener(store);
   return o;
 }
 
@@ -99,12 +105,9 @@ struct Release {
 // A daemon on a file system whose log writes and syncs hold on command
 // (`fs`), its options as OnFs gives them changed by `adjust` (if any).
 struct HoldingDaemon {
-  using Adjust = std::function<void(DelaydServer::Options&)>;
   static DelaydServer::Options Options(const TempDir& dir, rocksdb::Env* env,
                                        const Adjust& adjust) {
-    DelaydServer::Options o = OnFs(dir / "data", env);
-    if (adjust) adjust(o);
-    return o;
+    return OnFs(dir / "data", env, adjust);
   }
   explicit HoldingDaemon(const Adjust& adjust = nullptr)
       : fs(PowerLossFs::Make(&env)), daemon(Options(dir, env.get(), adjust)) {}
@@ -115,7 +118,7 @@ struct HoldingDaemon {
   TestDaemon daemon;
 };
 
-// Payload reads that wait until released (StoreOptions::before_payload_read).
+// Payload reads that wait until released (RocksOptions::before_payload_read).
 class ReadGate {
  public:
   void Hold() {
@@ -153,15 +156,16 @@ class ReadGate {
 struct GatedDaemon {
   static DelaydServer::Options Options(const TempDir& dir, ReadGate& gate,
                                        bool cached_reads,
-                                       const HoldingDaemon::Adjust& adjust) {
-    DelaydServer::Options o = OnFs(dir / "data", nullptr);
-    o.scheduler.store->before_payload_read = [&gate] { gate.Pass(); };
-    o.scheduler.store->cached_reads = cached_reads;
-    if (adjust) adjust(o);
-    return o;
+                                       const Adjust& adjust) {
+    return OnFs(dir / "data", nullptr,
+                [&](DelaydServer::Options& o, RocksOptions& store) {
+                  store.before_payload_read = [&gate] { gate.Pass(); };
+                  store.cached_reads = cached_reads;
+                  if (adjust) adjust(o, store);
+                });
   }
   explicit GatedDaemon(bool cached_reads = false,
-                       const HoldingDaemon::Adjust& adjust = nullptr)
+                       const Adjust& adjust = nullptr)
       : daemon(Options(dir, gate, cached_reads, adjust)) {}
   ~GatedDaemon() { gate.Release(); }
 

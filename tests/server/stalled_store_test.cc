@@ -68,8 +68,8 @@ TEST(StalledStore, DeliveryAndAcksGoOnWhileTheLogHangs) {
 TEST(StalledStore, ChangesAreRefusedOnceTheBacklogIsFull) {
   constexpr std::size_t kPayload = 4096;
   constexpr int kSetters = 10;
-  HoldingDaemon held([](DelaydServer::Options& o) {
-    o.scheduler.store->max_backlog_bytes = 4 * kPayload;
+  HoldingDaemon held([](DelaydServer::Options&, RocksOptions& store) {
+    store.max_backlog_bytes = 4 * kPayload;
   });
   auto& fs = held.fs;
   TestDaemon& d = held.daemon;

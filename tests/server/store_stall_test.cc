@@ -20,7 +20,9 @@ using grpc::health::v1::HealthCheckResponse;
 // machine unless held; short enough to keep the tests quick.
 constexpr std::chrono::milliseconds kStallLimit = 300ms;
 
-void Watched(DelaydServer::Options& o) { o.store_stall_limit = kStallLimit; }
+void Watched(DelaydServer::Options& o, RocksOptions&) {
+  o.store_stall_limit = kStallLimit;
+}
 
 TEST(StoreStall, HealthIsNotServingWhileTheLogHangs) {
   HoldingDaemon held(Watched);

@@ -1,20 +1,21 @@
 // Durability through restarts: an in-process daemon over a store in a
 // temporary directory, stopped and started again on the same directory.
-#include "server/store/store.h"
+#include "server/store/rocksdb/rocks_store.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <map>
 
+#include "tests/common/fake_clock.h"
 #include "tests/common/temp_dir.h"
 #include "tests/server/test_client.h"
 
 namespace delayd::testing {
 namespace {
 
-StoreOptions At(const std::string& dir) {
-  StoreOptions o;
+RocksOptions At(const std::string& dir) {
+  RocksOptions o;
   o.dir = dir;
   return o;
 }
@@ -24,10 +25,10 @@ DelaydServer::Options DurableOptions(const std::string& dir,
                                      std::uint32_t partitions = 2) {
   DelaydServer::Options o = TestDaemon::DefaultOptions();
   o.scheduler.partitions = partitions;
-  StoreOptions store;
+  RocksOptions store;
   store.dir = dir;
   EXPECT_TRUE(ParseFsyncPolicy(fsync, &store).ok());
-  o.scheduler.store = store;
+  o.scheduler.store = RocksStoreOpener(store);
   return o;
 }
 
@@ -188,10 +189,10 @@ TEST(Recovery, TimersThatCameDueWhileDownFireAtOnceInFireTimeOrder) {
   {
     // What a daemon stopped a while ago left behind: three timers whose
     // fire times have passed, stored out of order, and one in the future.
-    std::unique_ptr<Store> store;
-    ASSERT_TRUE(Store::Open(At(dir / "data"), &store).ok());
-    ASSERT_TRUE(store->PutNamespace(0, "default").ok());
-    Store::Batch b = store->NewBatch();
+    std::unique_ptr<RocksStore> store;
+    ASSERT_TRUE(RocksStore::Open(At(dir / "data"), StoreHooks(), &store).ok());
+    Batch b;
+    b.PutNamespace(0, "default");
     const std::vector<std::pair<std::string, WallNanos>> timers = {
         {"k2", now - 2 * second},
         {"k3", now - 1 * second},
@@ -200,10 +201,11 @@ TEST(Recovery, TimersThatCameDueWhileDownFireAtOnceInFireTimeOrder) {
     std::uint64_t version = 1;
     for (const auto& [key, at] : timers) {
       const std::uint64_t payload_id = version << 10;
-      b.PutPayload(payload_id, "payload-" + key);
-      b.PutTimer(payload_id, 0, key, at, version++);
+      b.AddTimer(StoredTimer{0, key, at, version, payload_id},
+                 "payload-" + key);
+      ++version;
     }
-    ASSERT_TRUE(store->ReserveIds(0, version, 1).ok());
+    b.ReserveIds(0, version, 1);
     Status committed = Status::Internal("not run");
     store->Commit(b, [&](Status s) { committed = s; });
     store->Sync();
@@ -294,12 +296,60 @@ TEST(Recovery, DrainedEventsWaitDurablyForAWorker) {
   }
 }
 
+// A Nack's retry_after is a "not before" that a restart keeps: the event
+// waits out what is left of it, then comes back as its next attempt (on a
+// fake clock, so "not before" is checked at the instant, not by waiting).
+TEST(Recovery, RetryWaitOfANackedEventHoldsAcrossARestart) {
+  TempDir dir;
+  FakeClock clock;
+  auto options = [&] {
+    DelaydServer::Options o = DurableOptions(dir / "data");
+    o.scheduler.clock = &clock;
+    o.scheduler.clock_poll = 0ms;
+    return o;
+  };
+  std::uint64_t id = 0;
+  {
+    TestDaemon d(options());
+    TestStream worker(d.stub(), TestStream::Worker("jobs"));
+    ASSERT_TRUE(worker.WaitRegistered());
+    ASSERT_TRUE(Set(d.stub(), "jobs", "job", 1, "p").ok());
+    clock.Advance(1ms);
+    const auto got = worker.WaitFor(1);
+    ASSERT_EQ(got.size(), 1u);
+    id = got[0].id();
+    EXPECT_EQ(got[0].attempt(), 1u);
+    v1::NackRequest req;
+    req.set_namespace_("jobs");
+    req.add_event_ids(id);
+    *req.mutable_retry_after() = Millis(4000);
+    v1::NackResponse resp;
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(d.stub().Nack(&ctx, req, &resp).ok());
+    ASSERT_EQ(resp.nacked(), 1u);
+    d.Shutdown();
+  }
+  clock.Advance(800ms);  // The restart.
+  TestDaemon d(options());
+  TestStream worker(d.stub(), TestStream::Worker("jobs"));
+  ASSERT_TRUE(worker.WaitRegistered());
+  clock.Advance(3199ms);  // 1 ms before the retry time.
+  auto stats = Stats(d.stub());
+  EXPECT_EQ(stats.retrying_events(), 1u);
+  EXPECT_EQ(stats.in_flight_events(), 0u);
+  clock.Advance(1ms);
+  const auto got = worker.WaitFor(1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].id(), id);
+  EXPECT_EQ(got[0].attempt(), 2u);
+}
+
 TEST(Store, ASecondDaemonOnTheSameDirectoryIsRefused) {
   TempDir dir;
-  std::unique_ptr<Store> first;
-  ASSERT_TRUE(Store::Open(At(dir / "data"), &first).ok());
-  std::unique_ptr<Store> second;
-  Status s = Store::Open(At(dir / "data"), &second);
+  std::unique_ptr<RocksStore> first;
+  ASSERT_TRUE(RocksStore::Open(At(dir / "data"), StoreHooks(), &first).ok());
+  std::unique_ptr<RocksStore> second;
+  Status s = RocksStore::Open(At(dir / "data"), StoreHooks(), &second);
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find(dir / "data"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("another delayd"), std::string::npos)
@@ -307,7 +357,7 @@ TEST(Store, ASecondDaemonOnTheSameDirectoryIsRefused) {
 }
 
 TEST(Store, FsyncPolicyParsing) {
-  StoreOptions o;
+  RocksOptions o;
   EXPECT_TRUE(ParseFsyncPolicy("always", &o).ok());
   EXPECT_EQ(o.fsync, FsyncPolicy::kAlways);
   EXPECT_TRUE(ParseFsyncPolicy("never", &o).ok());

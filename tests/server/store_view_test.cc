@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "server/store/store.h"
+#include "server/store/rocksdb/rocks_store.h"
 #include "tests/common/temp_dir.h"
 
 namespace delayd::testing {
@@ -15,18 +15,18 @@ namespace {
 
 class StoreView : public ::testing::Test {
  protected:
-  void SetUp() override { Open(StoreOptions{}); }
-  void Open(StoreOptions o) {
+  void SetUp() override { Open(RocksOptions{}); }
+  void Open(RocksOptions o) {
     store_.reset();
     o.dir = dir_ / "data";
     o.fsync = FsyncPolicy::kNever;
-    ASSERT_TRUE(Store::Open(o, &store_).ok());
+    ASSERT_TRUE(RocksStore::Open(o, StoreHooks(), &store_).ok());
   }
 
   // Commits `fill` to a batch and waits until it is written.
   template <typename Fill>
   void Write(Fill fill) {
-    Store::Batch batch = store_->NewBatch();
+    Batch batch;
     fill(batch);
     std::promise<Status> written;
     store_->Commit(batch, [&](Status s) { written.set_value(std::move(s)); });
@@ -38,23 +38,30 @@ class StoreView : public ::testing::Test {
     std::vector<std::string> payloads;
     std::vector<bool> readable, gone;
   };
-  Got Read(const std::vector<std::uint64_t>& ids, const Store::View& view) {
+  Got Read(const std::vector<std::uint64_t>& ids,
+           const std::shared_ptr<const Store::View>& view) {
     Got got;
-    got.status =
-        store_->GetPayloads(ids, view, &got.payloads, &got.readable, &got.gone);
+    got.status = store_->GetPayloads(ids, *view, &got.payloads, &got.readable,
+                                     &got.gone);
     return got;
   }
 
   TempDir dir_;
-  std::unique_ptr<Store> store_;
+  std::unique_ptr<RocksStore> store_;
 };
 
+// A payload stored under `id` (with a timer of its own), and its deletion.
+void Put(Batch& b, std::uint64_t id, std::string_view payload) {
+  b.AddTimer(StoredTimer{0, "k", 0, id, id}, payload);
+}
+void Delete(Batch& b, std::uint64_t id) { b.RemoveTimer(id); }
+
 TEST_F(StoreView, TellsAPayloadDeletedSinceFromAMissingOne) {
-  Write([](Store::Batch& b) { b.PutPayload(1, "one"); });
-  const Store::View view = store_->NewView();
-  Write([](Store::Batch& b) {
-    b.DeletePayload(1);
-    b.PutPayload(2, "two");
+  Write([](Batch& b) { Put(b, 1, "one"); });
+  const auto view = store_->NewView();
+  Write([](Batch& b) {
+    Delete(b, 1);
+    Put(b, 2, "two");
   });
 
   // Deleted since (its timer gone meanwhile): gone, not damage.
@@ -72,7 +79,7 @@ TEST_F(StoreView, TellsAPayloadDeletedSinceFromAMissingOne) {
   EXPECT_FALSE(got.gone[0]);
   EXPECT_FALSE(got.status.ok());
   // A view taken after the delete does not take it for one since.
-  const Store::View later = store_->NewView();
+  const auto later = store_->NewView();
   got = Read({1}, later);
   EXPECT_FALSE(got.gone[0]);
   EXPECT_FALSE(got.status.ok());
@@ -83,13 +90,13 @@ TEST_F(StoreView, TellsAPayloadDeletedSinceFromAMissingOne) {
 // the middle and in the last are all told from one never stored.
 TEST_F(StoreView, TellsDeletesApartAcrossALongLog) {
   constexpr std::uint64_t kDeletes = 10'000;  // Two slices and a part.
-  Write([](Store::Batch& b) {
-    for (std::uint64_t id = 1; id <= kDeletes; ++id) b.PutPayload(id, "p");
+  Write([](Batch& b) {
+    for (std::uint64_t id = 1; id <= kDeletes; ++id) Put(b, id, "p");
   });
-  const Store::View view = store_->NewView();
+  const auto view = store_->NewView();
   for (std::uint64_t id = 1; id <= kDeletes; id += 500) {
-    Write([id](Store::Batch& b) {
-      for (std::uint64_t d = id; d < id + 500; ++d) b.DeletePayload(d);
+    Write([id](Batch& b) {
+      for (std::uint64_t d = id; d < id + 500; ++d) Delete(b, d);
     });
   }
   Got got = Read({1, 5'000, kDeletes, kDeletes + 1}, view);
@@ -103,19 +110,19 @@ TEST_F(StoreView, TellsDeletesApartAcrossALongLog) {
 // Deletes are kept for views up to a bound: a view older than that takes a
 // missing payload as deleted (it can no longer tell).
 TEST_F(StoreView, ViewsOlderThanTheKeptDeletesTakeMissingAsDeleted) {
-  StoreOptions o;
+  RocksOptions o;
   o.max_deletes_kept = 4;
   Open(o);
-  Write([](Store::Batch& b) {
-    for (std::uint64_t id = 1; id <= 6; ++id) b.PutPayload(id, "p");
+  Write([](Batch& b) {
+    for (std::uint64_t id = 1; id <= 6; ++id) Put(b, id, "p");
   });
-  const Store::View old = store_->NewView();
+  const auto old = store_->NewView();
   for (std::uint64_t id = 1; id <= 3; ++id) {
-    Write([id](Store::Batch& b) { b.DeletePayload(id); });
+    Write([id](Batch& b) { Delete(b, id); });
   }
-  const Store::View recent = store_->NewView();
+  const auto recent = store_->NewView();
   for (std::uint64_t id = 4; id <= 6; ++id) {
-    Write([id](Store::Batch& b) { b.DeletePayload(id); });
+    Write([id](Batch& b) { Delete(b, id); });
   }
   // Six deletes since `old`, four kept: it cannot tell, and takes even one
   // never stored as deleted.
@@ -150,16 +157,16 @@ TEST_F(StoreView, KeepsNoCopyOfWhatIsWrittenWhileItLives) {
   // Each payload replaced by the next: the store's live data stays small.
   const auto write_all = [&] {
     for (int i = 0; i < kBatches; ++i) {
-      Write([&](Store::Batch& b) {
-        if (next > 1) b.DeletePayload(next - 1);
-        b.PutPayload(next, payload);
+      Write([&](Batch& b) {
+        if (next > 1) Delete(b, next - 1);
+        Put(b, next, payload);
       });
       ++next;
     }
   };
   write_all();  // RocksDB's memtables and caches reach their size.
   const std::size_t before = InUse();
-  const Store::View view = store_->NewView();
+  const auto view = store_->NewView();
   write_all();
   const std::size_t growth = InUse() > before ? InUse() - before : 0;
   // 64 MiB written while the view lived; its memtables (16 MiB at most)
@@ -175,14 +182,14 @@ TEST_F(StoreView, KeepsNoCopyOfWhatIsWrittenWhileItLives) {
 }
 
 TEST_F(StoreView, OutlivesTheStoresClose) {
-  Write([](Store::Batch& b) { b.PutPayload(1, "one"); });
-  auto view = std::make_unique<Store::View>(store_->NewView());
+  Write([](Batch& b) { Put(b, 1, "one"); });
+  auto view = store_->NewView();
   store_->Close();
-  const Got got = Read({1}, *view);
+  const Got got = Read({1}, view);
   EXPECT_EQ(got.status.code(), Code::kUnavailable);
   EXPECT_FALSE(got.readable[0]);
-  view.reset();  // Released by Close(): nothing left to release.
-  const Store::View after = store_->NewView();
+  view.reset();  // (After Close: nothing is left to release.)
+  const auto after = store_->NewView();
   EXPECT_FALSE(Read({1}, after).readable[0]);
 }
 

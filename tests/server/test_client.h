@@ -20,6 +20,7 @@
 #include "delayd/v1/delayd.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "server/api/server.h"
+#include "server/store/rocksdb/rocks_store.h"
 
 namespace delayd::testing {
 

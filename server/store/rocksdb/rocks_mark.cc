@@ -1,4 +1,4 @@
-#include "server/store/store_mark.h"
+#include "server/store/rocksdb/rocks_mark.h"
 
 #include <charconv>
 #include <memory>

@@ -1,16 +1,19 @@
-// Store::Open: options, the salvage copy, and the checks against the mark.
+// RocksStore::Open: options, the salvage copy, and the checks against the
+// mark.
 #include <rocksdb/listener.h>
 #include <rocksdb/options.h>
 #include <rocksdb/slice_transform.h>
 #include <rocksdb/table.h>
 
+#include <chrono>
+#include <cstdio>
 #include <ctime>
 #include <filesystem>
 #include <set>
 #include <tuple>
 
-#include "server/store/store.h"
-#include "server/store/store_mark.h"
+#include "server/store/rocksdb/rocks_mark.h"
+#include "server/store/rocksdb/rocks_store.h"
 
 namespace delayd {
 namespace {
@@ -26,17 +29,36 @@ Status Refusal(const std::string& dir, const std::string& why) {
 }
 
 // Copies `dir`, as it is, beside itself: salvage drops records, and the
-// copy keeps them.
+// copy keeps them. The copy's name carries the UTC time to the millisecond
+// and, if a copy of that name exists (two salvages within one millisecond,
+// or a clock set back), a number after it: the name is taken by creating
+// the directory, so two starts never share one.
 Status CopyAside(const std::string& dir, std::string* copy) {
-  char stamp[32];
-  const std::time_t now = std::time(nullptr);
+  const auto now = std::chrono::system_clock::now();
+  const std::time_t seconds = std::chrono::system_clock::to_time_t(now);
+  const auto millis = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          now.time_since_epoch())
+                          .count() %
+                      1000;
   std::tm utc{};
-  gmtime_r(&now, &utc);
-  std::strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &utc);
-  *copy = dir;
-  while (copy->size() > 1 && copy->back() == '/') copy->pop_back();
-  *copy += std::string(".before-salvage-") + stamp;
+  gmtime_r(&seconds, &utc);
+  char stamp[40];
+  const std::size_t n =
+      std::strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%S", &utc);
+  std::snprintf(stamp + n, sizeof stamp - n, ".%03dZ", static_cast<int>(millis));
+  std::string base = dir;
+  while (base.size() > 1 && base.back() == '/') base.pop_back();
+  base += std::string(".before-salvage-") + stamp;
   std::error_code ec;
+  for (int attempt = 1;; ++attempt) {
+    *copy = attempt == 1 ? base : base + "-" + std::to_string(attempt);
+    if (std::filesystem::create_directory(*copy, ec)) break;
+    if (ec || attempt == 1000) {
+      return Status::Internal("--salvage: cannot create " + *copy +
+                              " to copy " + dir + " aside first: " +
+                              (ec ? ec.message() : "it exists"));
+    }
+  }
   std::filesystem::copy(dir, *copy, std::filesystem::copy_options::recursive,
                         ec);
   if (ec) {
@@ -62,8 +84,9 @@ class StallCounter : public rocksdb::EventListener {
 };
 }  // namespace
 
-Status Store::Open(const StoreOptions& options, std::unique_ptr<Store>* out) {
-  std::unique_ptr<Store> store(new Store(options));
+Status RocksStore::Open(const RocksOptions& options, StoreHooks hooks,
+                        std::unique_ptr<RocksStore>* out) {
+  std::unique_ptr<RocksStore> store(new RocksStore(options, hooks));
   std::error_code ec;
   if (!options.read_only) std::filesystem::create_directories(options.dir, ec);
   if (ec) {
@@ -122,8 +145,8 @@ Status Store::Open(const StoreOptions& options, std::unique_ptr<Store>* out) {
   // group of writes), which lets each insert start from an insert hint (see
   // below); RocksDB ignores hints under concurrent memtable writes.
   db.allow_concurrent_memtable_write = false;
-  if (options.metrics != nullptr) {
-    db.listeners.push_back(std::make_shared<StallCounter>(options.metrics));
+  if (hooks.metrics != nullptr) {
+    db.listeners.push_back(std::make_shared<StallCounter>(hooks.metrics));
   }
 
   rocksdb::ColumnFamilyOptions cf;
@@ -217,15 +240,15 @@ Status Store::Open(const StoreOptions& options, std::unique_ptr<Store>* out) {
   return Status::Ok();
 }
 
-std::string Store::NameDropped() {
-  StoreOptions past;
+std::string RocksStore::NameDropped() {
+  RocksOptions past;
   past.dir = salvage_copy_;
   past.read_only = true;
   past.skip_damaged_records = true;
   past.env = options_.env;
-  std::unique_ptr<Store> copy;
+  std::unique_ptr<RocksStore> copy;
   std::vector<std::string> copy_names, names;
-  if (Status s = Open(past, &copy); !s.ok() ||
+  if (Status s = Open(past, StoreHooks(), &copy); !s.ok() ||
                                     !copy->LoadNamespaces(&copy_names).ok() ||
                                     !LoadNamespaces(&names).ok()) {
     return "which keys, the copy cannot tell";

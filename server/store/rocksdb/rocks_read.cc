@@ -1,92 +1,93 @@
 // Reads of payloads that see the write queue, and the views they read
-// through (store.h, "Reads").
+// through (rocks_store.h, "Reads").
 #include <algorithm>
 #include <optional>
 #include <unordered_map>
 
-#include "server/store/store.h"
+#include "server/store/rocksdb/rocks_store.h"
 
 namespace delayd {
-namespace {
 
-// Finds, in batches read in order, what became of given payload keys: the
-// last Put (its value) or Delete of each wins, by index.
-class FindPayloads : public rocksdb::WriteBatch::Handler {
+// What a view keeps: the batches queued when it was taken, and where its
+// part of the store's log of deleted payload ids starts (an absolute
+// position: deletes_base_ counts what was dropped).
+struct RocksStore::ViewState {
+  std::vector<std::shared_ptr<const Batch>> queued;
+  std::uint64_t deletes_from = 0;
+};
+
+class RocksStore::RocksView final : public Store::View {
  public:
-  FindPayloads(std::uint32_t family,
-               const std::unordered_map<std::string, std::size_t>& wanted,
-               std::vector<std::string>& values, std::vector<bool>& seen,
-               std::vector<bool>& deleted)
-      : family_(family),
-        wanted_(wanted),
-        values_(values),
-        seen_(seen),
-        deleted_(deleted) {}
-  rocksdb::Status PutCF(std::uint32_t cf, const rocksdb::Slice& key,
-                        const rocksdb::Slice& value) override {
-    if (auto i = Index(cf, key)) {
-      values_[*i].assign(value.data(), value.size());
-      seen_[*i] = true;
-      deleted_[*i] = false;
-    }
-    return rocksdb::Status::OK();
+  explicit RocksView(RocksStore* store) : store_(store) {}
+  ~RocksView() override {
+    MutexLock lock(&store_->mu_);
+    auto& views = store_->views_;
+    views.erase(std::find(views.begin(), views.end(), &state));
+    store_->TrimDeletes();
   }
-  rocksdb::Status DeleteCF(std::uint32_t cf,
-                           const rocksdb::Slice& key) override {
-    if (auto i = Index(cf, key)) {
-      values_[*i].clear();
-      seen_[*i] = true;
-      deleted_[*i] = true;
-    }
-    return rocksdb::Status::OK();
-  }
+  ViewState state;
 
  private:
-  std::optional<std::size_t> Index(std::uint32_t cf,
-                                   const rocksdb::Slice& key) const {
-    if (cf != family_) return std::nullopt;
-    auto it = wanted_.find(key.ToString());
-    if (it == wanted_.end()) return std::nullopt;
-    return it->second;
-  }
-  const std::uint32_t family_;
-  const std::unordered_map<std::string, std::size_t>& wanted_;
-  std::vector<std::string>& values_;
-  std::vector<bool>& seen_;
-  std::vector<bool>& deleted_;
+  RocksStore* const store_;
 };
+
+namespace {
+
+// Finds, in batches read in order, what became of given payload ids: the
+// last write (its value) or delete of each wins, by index.
+void FindPayloads(const Batch& batch,
+                  const std::unordered_map<std::uint64_t, std::size_t>& wanted,
+                  std::vector<std::string>& values, std::vector<bool>& seen,
+                  std::vector<bool>& deleted) {
+  Batch::Reader reader(batch);
+  Batch::Change c;
+  while (reader.Next(&c)) {
+    std::uint64_t id;
+    bool put;
+    if (c.kind == Batch::Kind::kAddTimer) {
+      id = c.timer.payload_id;
+      put = true;
+    } else if (c.kind == Batch::Kind::kRemoveTimer ||
+               c.kind == Batch::Kind::kRemoveEvent) {
+      id = c.payload_id;
+      put = false;
+    } else {
+      continue;
+    }
+    auto it = wanted.find(id);
+    if (it == wanted.end()) continue;
+    const std::size_t i = it->second;
+    if (put) {
+      values[i].assign(c.data);
+    } else {
+      values[i].clear();
+    }
+    seen[i] = true;
+    deleted[i] = !put;
+  }
+}
 
 }  // namespace
 
-Store::View::~View() {
-  if (!state_) return;
-  std::lock_guard lock(store_->mu_);
-  auto& views = store_->views_;
-  views.erase(std::find(views.begin(), views.end(), state_.get()));
-  store_->TrimDeletes();
-}
-
-Store::View Store::NewView() {
-  View view;
-  view.store_ = this;
-  view.state_ = std::make_shared<View::State>();
-  std::lock_guard lock(mu_);
+std::shared_ptr<const Store::View> RocksStore::NewView() {
+  auto view = std::make_shared<RocksView>(this);
+  MutexLock lock(&mu_);
   // (The writer's group stays in queue_ until it is written.)
-  view.state_->queued.reserve(queue_.size());
+  view->state.queued.reserve(queue_.size());
   for (const Queued& q : queue_) {
-    if (q.batch) view.state_->queued.push_back(q.batch);
+    if (q.batch) view->state.queued.push_back(q.batch);
   }
-  view.state_->deletes_from = deletes_base_ + deletes_.size();
-  views_.push_back(view.state_.get());
+  view->state.deletes_from = deletes_base_ + deletes_.size();
+  views_.push_back(&view->state);
   return view;
 }
 
-void Store::TrimDeletes() {
+void RocksStore::TrimDeletes() {
   const std::uint64_t end = deletes_base_ + deletes_.size();
   // Back to the oldest view's start, and no more than
   // options_.max_deletes_kept.
   std::uint64_t from = end;
-  for (const View::State* view : views_) {
+  for (const ViewState* view : views_) {
     from = std::min(from, view->deletes_from);
   }
   from = std::max(from, deletes_.size() > options_.max_deletes_kept
@@ -98,20 +99,27 @@ void Store::TrimDeletes() {
   deletes_base_ = from;
 }
 
-Status Store::GetPayloads(std::span<const std::uint64_t> ids,
-                          std::vector<std::string>* payloads,
-                          std::vector<bool>* readable) {
+Status RocksStore::GetPayloads(std::span<const std::uint64_t> ids,
+                               std::vector<std::string>* payloads,
+                               std::vector<bool>* readable) {
   std::vector<bool> gone;
   return Read(ids, nullptr, payloads, readable, &gone);
 }
 
-bool Store::ReadCached(std::span<const std::uint64_t> ids,
-                       std::vector<std::string>* payloads,
-                       std::vector<bool>* readable) {
+bool RocksStore::ReadCached(std::span<const std::uint64_t> ids,
+                            std::vector<std::string>* payloads,
+                            std::vector<bool>* readable) {
   if (!options_.cached_reads || ids.empty()) return false;
   // (Closing holds close_mu_ while it flushes: not waited for.)
-  std::shared_lock lock(close_mu_, std::try_to_lock);
-  if (!lock.owns_lock() || closed_) return false;
+  if (!close_mu_.TryLockShared()) return false;
+  const bool read = !closed_ && ReadCachedOpen(ids, payloads, readable);
+  close_mu_.UnlockShared();
+  return read;
+}
+
+bool RocksStore::ReadCachedOpen(std::span<const std::uint64_t> ids,
+                                std::vector<std::string>* payloads,
+                                std::vector<bool>* readable) {
   std::vector<std::string> keys;
   keys.reserve(ids.size());
   for (std::uint64_t id : ids) keys.push_back(IdKey(id));
@@ -130,7 +138,7 @@ bool Store::ReadCached(std::span<const std::uint64_t> ids,
   return true;
 }
 
-std::vector<rocksdb::Status> Store::MultiGetPayloads(
+std::vector<rocksdb::Status> RocksStore::MultiGetPayloads(
     const rocksdb::ReadOptions& options,
     const std::vector<rocksdb::Slice>& keys, std::vector<std::string>* values) {
   const std::vector<rocksdb::ColumnFamilyHandle*> families(keys.size(),
@@ -138,15 +146,17 @@ std::vector<rocksdb::Status> Store::MultiGetPayloads(
   return db_->MultiGet(options, families, keys, values);
 }
 
-Status Store::GetPayloads(std::span<const std::uint64_t> ids, const View& view,
-                          std::vector<std::string>* payloads,
-                          std::vector<bool>* readable,
-                          std::vector<bool>* gone) {
-  return Read(ids, &view, payloads, readable, gone);
+Status RocksStore::GetPayloads(std::span<const std::uint64_t> ids,
+                               const View& view,
+                               std::vector<std::string>* payloads,
+                               std::vector<bool>* readable,
+                               std::vector<bool>* gone) {
+  return Read(ids, &static_cast<const RocksView&>(view), payloads, readable,
+              gone);
 }
 
-void Store::FindDeletedSince(
-    const View& view,
+void RocksStore::FindDeletedSince(
+    const ViewState& view,
     const std::unordered_map<std::uint64_t, std::size_t>& missing,
     std::vector<bool>& deleted) {
   // The log is scanned kSlice entries at a time, letting mu_ go between
@@ -157,9 +167,9 @@ void Store::FindDeletedSince(
   // deletes appended after the scan starts are of groups written after the
   // payloads were found missing, so the scan stops at the end it first saw.
   constexpr std::uint64_t kSlice = 4096;
-  std::unique_lock lock(mu_);
+  MutexLock lock(&mu_);
   const std::uint64_t end = deletes_base_ + deletes_.size();
-  for (std::uint64_t at = view.state_->deletes_from; at < end;) {
+  for (std::uint64_t at = view.deletes_from; at < end;) {
     if (at < deletes_base_) {
       // Too old to tell (more deletes since than are kept): taken as gone.
       for (const auto& [id, i] : missing) deleted[i] = true;
@@ -171,40 +181,40 @@ void Store::FindDeletedSince(
       if (it != missing.end()) deleted[it->second] = true;
     }
     if (at < end) {
-      lock.unlock();
-      lock.lock();
+      MutexUnlock unlock(&mu_);  // Lets Commit in between slices.
     }
   }
 }
 
-Status Store::Read(std::span<const std::uint64_t> ids, const View* view,
-                   std::vector<std::string>* payloads,
-                   std::vector<bool>* readable, std::vector<bool>* gone) {
+Status RocksStore::Read(std::span<const std::uint64_t> ids,
+                        const RocksView* view,
+                        std::vector<std::string>* payloads,
+                        std::vector<bool>* readable, std::vector<bool>* gone) {
   payloads->assign(ids.size(), std::string());
   readable->assign(ids.size(), false);
   gone->assign(ids.size(), false);
   if (ids.empty()) return Status::Ok();
   DiskOp op(*this);
   if (options_.before_payload_read) options_.before_payload_read();
-  std::vector<std::string> keys;
-  keys.reserve(ids.size());
-  for (std::uint64_t id : ids) keys.push_back(IdKey(id));
-  // Payloads still queued when the view was taken: the last Put or Delete
+  // Payloads still queued when the view was taken: the last write or delete
   // of each wins.
   std::vector<std::string> queued(ids.size());
   std::vector<bool> found(ids.size(), false);
   std::vector<bool>& deleted = *gone;
-  if (view != nullptr && !view->state_->queued.empty()) {
-    std::unordered_map<std::string, std::size_t> wanted;
-    for (std::size_t i = 0; i < ids.size(); ++i) wanted[keys[i]] = i;
-    FindPayloads finder(payloads_->GetID(), wanted, queued, found, deleted);
-    for (const auto& batch : view->state_->queued) batch->Iterate(&finder);
+  if (view != nullptr && !view->state.queued.empty()) {
+    std::unordered_map<std::uint64_t, std::size_t> wanted;
+    for (std::size_t i = 0; i < ids.size(); ++i) wanted[ids[i]] = i;
+    for (const auto& batch : view->state.queued) {
+      FindPayloads(*batch, wanted, queued, found, deleted);
+    }
   }
+  std::vector<std::string> keys;
   std::vector<rocksdb::Slice> slices;
   std::vector<std::size_t> from_db;
+  keys.reserve(ids.size());
   for (std::size_t i = 0; i < ids.size(); ++i) {
     if (!found[i]) {
-      slices.emplace_back(keys[i]);
+      keys.push_back(IdKey(ids[i]));
       from_db.push_back(i);
     } else if (!deleted[i]) {
       (*payloads)[i] = std::move(queued[i]);
@@ -212,7 +222,8 @@ Status Store::Read(std::span<const std::uint64_t> ids, const View* view,
     }
   }
   if (from_db.empty()) return Status::Ok();
-  std::shared_lock lock(close_mu_);
+  for (const std::string& k : keys) slices.emplace_back(k);
+  ReaderLock lock(&close_mu_);
   if (closed_) return Status::Unavailable("the store is closed");
   std::vector<std::string> values;
   const std::vector<rocksdb::Status> statuses =
@@ -224,7 +235,7 @@ Status Store::Read(std::span<const std::uint64_t> ids, const View* view,
     for (std::size_t j = 0; j < statuses.size(); ++j) {
       if (statuses[j].IsNotFound()) missing[ids[from_db[j]]] = from_db[j];
     }
-    if (!missing.empty()) FindDeletedSince(*view, missing, deleted);
+    if (!missing.empty()) FindDeletedSince(view->state, missing, deleted);
   }
   Status first;
   for (std::size_t j = 0; j < statuses.size(); ++j) {

@@ -1,10 +1,10 @@
-#include "server/store/check.h"
+#include "server/store/rocksdb/check.h"
 
 #include <cstdio>
 #include <memory>
 
 #include "server/common/json_log.h"
-#include "server/store/store.h"
+#include "server/store/rocksdb/rocks_store.h"
 
 namespace delayd {
 namespace {
@@ -18,13 +18,13 @@ std::string Quoted(std::string_view text) {
 }  // namespace
 
 int RunCheck(const std::string& dir, bool json) {
-  StoreOptions options;
+  RocksOptions options;
   options.dir = dir;
   options.read_only = true;
-  std::unique_ptr<Store> store;
-  Store::CheckReport report;
+  std::unique_ptr<RocksStore> store;
+  RocksStore::CheckReport report;
   int code = 0;
-  if (Status s = Store::Open(options, &store); !s.ok()) {
+  if (Status s = RocksStore::Open(options, StoreHooks(), &store); !s.ok()) {
     report.problems.push_back(s.message());
     code = 2;
   } else {

@@ -1,7 +1,7 @@
 // `delayd check --data-dir DIR [-o json]`: verifies a data directory offline
 // (delayd must not be running on it) and prints what it found.
-#ifndef DELAYD_SERVER_STORE_CHECK_H_
-#define DELAYD_SERVER_STORE_CHECK_H_
+#ifndef DELAYD_SERVER_STORE_ROCKSDB_CHECK_H_
+#define DELAYD_SERVER_STORE_ROCKSDB_CHECK_H_
 
 #include <string>
 
@@ -13,4 +13,4 @@ int RunCheck(const std::string& dir, bool json);
 
 }  // namespace delayd
 
-#endif  // DELAYD_SERVER_STORE_CHECK_H_
+#endif  // DELAYD_SERVER_STORE_ROCKSDB_CHECK_H_

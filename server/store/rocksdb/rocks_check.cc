@@ -1,15 +1,15 @@
-// Store::Check: the offline verification behind `delayd check`.
+// RocksStore::Check: the offline verification behind `delayd check`.
 #include <rocksdb/db.h>
 
 #include <string>
 #include <vector>
 
 #include "server/common/policy.h"
-#include "server/store/store.h"
+#include "server/store/rocksdb/rocks_store.h"
 
 namespace delayd {
 
-void Store::Check(CheckReport* report) {
+void RocksStore::Check(CheckReport* report) {
   auto problem = [&](std::string what) {
     report->problems.push_back(std::move(what));
   };

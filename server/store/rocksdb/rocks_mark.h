@@ -14,8 +14,8 @@
 // synced, renamed over the old one, directory synced), so a crash leaves the
 // old mark or the new one. Neither fact can be broken by a crash or a power
 // loss; only damage breaks them.
-#ifndef DELAYD_SERVER_STORE_STORE_MARK_H_
-#define DELAYD_SERVER_STORE_STORE_MARK_H_
+#ifndef DELAYD_SERVER_STORE_ROCKSDB_ROCKS_MARK_H_
+#define DELAYD_SERVER_STORE_ROCKSDB_ROCKS_MARK_H_
 
 #include <rocksdb/env.h>
 
@@ -59,4 +59,4 @@ std::string SequenceShortfall(const std::string& dir, const StoreMark& mark,
 
 }  // namespace delayd
 
-#endif  // DELAYD_SERVER_STORE_STORE_MARK_H_
+#endif  // DELAYD_SERVER_STORE_ROCKSDB_ROCKS_MARK_H_

@@ -1,0 +1,162 @@
+#include "server/api/stream.h"
+
+namespace delayd {
+
+StreamSink::Backlog StreamSink::Deliver(std::string_view ns,
+                                        std::span<const Event* const> events) {
+  Action next;
+  {
+    MutexLock lock(&mu_);
+    if (reactor_ == nullptr || ending_) return {};
+    std::size_t bytes = 0;
+    for (const Event* e : events) {
+      const std::size_t b = EventBytes(ns, *e);
+      if (queue_.empty() || (queue_.back().bytes + b > kMaxMessageBytes &&
+                             queue_.back().msg.events_size() > 0)) {
+        queue_.emplace_back();
+      }
+      Message& m = queue_.back();
+      ToProto(ns, *e, m.msg.add_events());
+      m.bytes += b;
+      bytes += b;
+    }
+    unwritten_events_.fetch_add(events.size());
+    unwritten_bytes_.fetch_add(bytes);
+    next = Next();
+  }
+  Run(next);
+  return Unwritten();
+}
+
+void StreamSink::End(const Status& status) {
+  Action next;
+  {
+    MutexLock lock(&mu_);
+    if (reactor_ == nullptr || ending_) return;
+    ending_ = true;
+    end_status_ = status;
+    next = Next();
+  }
+  Run(next);
+}
+
+void StreamSink::SendRegistered() {
+  Action next;
+  {
+    MutexLock lock(&mu_);
+    if (reactor_ == nullptr || ending_) return;
+    force_write_ = true;
+    next = Next();
+  }
+  Run(next);
+}
+
+void StreamSink::OnWriteDone(bool ok) {
+  Action next;
+  std::function<void()> drained;
+  {
+    MutexLock lock(&mu_);
+    write_timer_.cancel();
+    writing_ = false;
+    unwritten_events_.fetch_sub(in_write_);
+    unwritten_bytes_.fetch_sub(in_write_bytes_);
+    in_write_ = in_write_bytes_ = 0;
+    if (!ok && !ending_) {
+      ending_ = true;
+      end_status_ = Status::Unavailable("stream broken");
+    }
+    next = Next();
+    if (ok && !writing_ && !ending_) drained = on_drained;
+  }
+  Run(next);
+  if (drained) drained();
+}
+
+grpc::StatusCode StreamSink::Detach() {
+  MutexLock lock(&mu_);
+  // A write timeout's TryCancel on another thread still uses the call's
+  // context: it outlives that.
+  while (cancelling_ && *cancelling_ != std::this_thread::get_id()) {
+    cancelled_.Wait(&mu_);
+  }
+  write_timer_.cancel();
+  reactor_ = nullptr;
+  return finish_code_;
+}
+
+StreamSink::Action StreamSink::Next() {
+  if (reactor_ == nullptr || writing_ || finished_) return {};
+  if (ending_) {
+    finished_ = true;
+    const grpc::Status end = ToGrpc(end_status_);
+    finish_code_ = end.error_code();
+    return {Action::kFinish, reactor_, end};
+  }
+  if (queue_.empty() && !force_write_) return {};
+  force_write_ = false;
+  in_write_ = in_write_bytes_ = 0;
+  const v1::SubscribeResponse* msg =
+      &v1::SubscribeResponse::default_instance();
+  if (!queue_.empty()) {
+    msg = &queue_.front().msg;
+    in_write_ = static_cast<std::size_t>(msg->events_size());
+    in_write_bytes_ = queue_.front().bytes;
+  }
+  bool own_buffer;
+  in_flight_.Clear();
+  const grpc::Status serialized =
+      grpc::SerializationTraits<v1::SubscribeResponse>::Serialize(
+          *msg, &in_flight_, &own_buffer);
+  if (!queue_.empty()) queue_.pop_front();
+  if (!serialized.ok()) {
+    finished_ = true;
+    finish_code_ = serialized.error_code();
+    return {Action::kFinish, reactor_, serialized};
+  }
+  writing_ = true;
+  write_timer_.expires_after(write_timeout_);
+  write_timer_.async_wait(
+      [self = weak_from_this()](const asio::error_code& ec) {
+        if (ec) return;
+        if (auto alive = self.lock()) {
+          static_cast<StreamSink*>(alive.get())->OnWriteTimeout();
+        }
+      });
+  return {Action::kWrite, reactor_, {}};
+}
+
+void StreamSink::Run(const Action& action) {
+  switch (action.kind) {
+    case Action::kNone:
+      return;
+    case Action::kWrite:
+      // (in_flight_ stays untouched until OnWriteDone: writing_ is set.)
+      action.reactor->StartWrite(&in_flight_);
+      return;
+    case Action::kFinish:
+      action.reactor->Finish(action.end);
+      return;
+  }
+}
+
+void StreamSink::OnWriteTimeout() {
+  {
+    MutexLock lock(&mu_);
+    if (!writing_ || reactor_ == nullptr || cancelling_) return;
+    LogLimitHit("stream-write-timeout",
+                "subscriber " + ctx_->peer() +
+                    ": a write did not complete in time; the stream is "
+                    "ended (" +
+                    std::to_string(unwritten_events_.load()) +
+                    " events unwritten)");
+    cancelling_ = std::this_thread::get_id();
+  }
+  ctx_->TryCancel();
+  {
+    MutexLock lock(&mu_);
+    cancelling_.reset();
+  }
+  cancelled_.SignalAll();
+}
+
+}  // namespace delayd

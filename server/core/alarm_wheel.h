@@ -1,0 +1,127 @@
+// A TimingWheel with one Asio timer armed for its earliest deadline, on the
+// time of a Clock (clock.h).
+//
+// One owner, one wake-up: the timer is armed for the earliest due time only
+// (never a fixed ticker), so an idle owner with millions of pending timers
+// uses no CPU. At each wake-up the owner takes every due timer out of the
+// wheel first (TakeDue), then acts on them (it may change the wheel), then
+// re-arms for the wheel's exact next deadline (Rearm).
+//
+// Thread safety: none of its own. It belongs to one owner, which calls
+// every method holding its lock (a partition) or on its strand (a
+// dispatcher). The timer's completion, which holds neither, only calls the
+// owner's `on_alarm(at)`; the owner, once it holds its lock or strand, asks
+// Alarmed(at) whether that wake-up still stands. After a change of the
+// clock other than time passing, the owner takes what is due at once: the
+// armed wake-up may then be early or late.
+#ifndef DELAYD_SERVER_CORE_ALARM_WHEEL_H_
+#define DELAYD_SERVER_CORE_ALARM_WHEEL_H_
+
+#include <asio.hpp>
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include "server/core/clock.h"
+#include "wheel/timing_wheel.h"
+
+namespace delayd {
+
+class AlarmWheel {
+ public:
+  using Time = wheel::TimingWheel::Time;
+  using Expired = wheel::TimingWheel::Expired;
+
+  // `epoch` is the steady instant that wheel time 0 stands for. The timer's
+  // completions run on `executor` and call `on_alarm` with the wheel time
+  // the timer was armed for.
+  AlarmWheel(asio::any_io_executor executor, const Clock& clock,
+             std::chrono::nanoseconds tick, SteadyTime epoch,
+             std::function<void(Time)> on_alarm)
+      : clock_(clock),
+        timer_(std::move(executor)),
+        epoch_(epoch),
+        wheel_(tick),
+        on_alarm_(std::move(on_alarm)) {}
+
+  wheel::TimingWheel& wheel() { return wheel_; }
+  const wheel::TimingWheel& wheel() const { return wheel_; }
+
+  // The wheel time of a steady instant.
+  Time ToWheel(SteadyTime t) const { return t - epoch_; }
+  Time Now() const { return ToWheel(clock_.Steady()); }
+
+  // Call after scheduling or rescheduling `handle`: arms the timer for it if
+  // it is due before the armed wake-up. Removing timers needs no call: the
+  // armed wake-up (never later than the earliest timer) then finds nothing
+  // due and re-arms for the exact next deadline. So operations never pay for
+  // NextDeadline(), and an idle owner never wakes for nothing.
+  void Scheduled(wheel::TimingWheel::Handle handle) {
+    if (stopped_) return;
+    const auto due = wheel_.Due(handle);
+    if (due && (!armed_ || *due < *armed_)) ArmAt(*due);
+  }
+
+  // Whether the wake-up armed for `at` still stands (not superseded by an
+  // earlier one, nor stopped); if so, it is spent, and the owner calls
+  // TakeDue() and Rearm().
+  bool Alarmed(Time at) {
+    if (stopped_ || !armed_ || *armed_ != at) return false;
+    armed_.reset();
+    return true;
+  }
+
+  // Takes every timer due now out of the wheel into `due` (cleared first),
+  // in order. Nothing if stopped.
+  void TakeDue(std::vector<Expired>* due) {
+    due->clear();
+    if (stopped_) return;
+    const Time now = Now();
+    // An armed wake-up already passed (the clock jumped past it): its
+    // completion will find itself superseded.
+    if (armed_ && *armed_ <= now) armed_.reset();
+    wheel_.Advance(now, [due](const Expired& e) { due->push_back(e); });
+  }
+
+  // Arms the timer for the wheel's next deadline, if that comes before the
+  // armed wake-up.
+  void Rearm() {
+    if (stopped_) return;
+    if (const auto next = wheel_.NextDeadline()) {
+      if (!armed_ || *next < *armed_) ArmAt(*next);
+    }
+  }
+
+  bool stopped() const { return stopped_; }
+
+  // Fires nothing more.
+  void Stop() {
+    stopped_ = true;
+    armed_.reset();
+    timer_.cancel();
+  }
+
+ private:
+  void ArmAt(Time at) {
+    armed_ = at;
+    // (Waits out the difference on the clock: exact for the system clock;
+    // a fake clock's changes come through the owner.)
+    timer_.expires_after(epoch_ + at - clock_.Steady());
+    timer_.async_wait([this, at](const asio::error_code& ec) {
+      if (!ec) on_alarm_(at);
+    });
+  }
+
+  const Clock& clock_;
+  asio::steady_timer timer_;
+  const SteadyTime epoch_;
+  wheel::TimingWheel wheel_;
+  std::function<void(Time)> on_alarm_;
+  std::optional<Time> armed_;
+  bool stopped_ = false;
+};
+
+}  // namespace delayd
+
+#endif  // DELAYD_SERVER_CORE_ALARM_WHEEL_H_

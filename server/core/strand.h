@@ -1,0 +1,38 @@
+// Strands, and the capability of running on one.
+//
+// State confined to a strand (a dispatcher's) is GUARDED_BY that strand's
+// StrandRole, and each handler posted to the strand begins with
+// role.Enter(): debug builds check there that it runs on the strand, and
+// clang's analysis (thread_annotations.h) then lets it, and what it calls,
+// touch that state. A method that must run on the strand says
+// REQUIRES(role).
+#ifndef DELAYD_SERVER_CORE_STRAND_H_
+#define DELAYD_SERVER_CORE_STRAND_H_
+
+#include <asio.hpp>
+#include <cassert>
+
+#include "server/common/thread_annotations.h"
+
+namespace delayd {
+
+using Strand = asio::strand<asio::io_context::executor_type>;
+
+class CAPABILITY("strand") StrandRole {
+ public:
+  explicit StrandRole(const Strand& strand) : strand_(strand) {}
+  StrandRole(const StrandRole&) = delete;
+  StrandRole& operator=(const StrandRole&) = delete;
+
+  // Called first by a handler running on the strand.
+  void Enter() const ASSERT_CAPABILITY(this) {
+    assert(strand_.running_in_this_thread());
+  }
+
+ private:
+  [[maybe_unused]] const Strand& strand_;  // (Read by debug builds only.)
+};
+
+}  // namespace delayd
+
+#endif  // DELAYD_SERVER_CORE_STRAND_H_
