@@ -46,8 +46,8 @@ Status DelaydServer::Start() {
   }
   if (options_.scheduler.store) {
     Scheduler::Options& o = options_.scheduler;
-    o.on_store_error = [this, also = std::move(o.on_store_error)](
-                           const Status& s) {
+    o.on_store_error = [this,
+                        also = std::move(o.on_store_error)](const Status& s) {
       {
         MutexLock lock(&health_mu_);
         if (store_whole_) {
@@ -62,18 +62,17 @@ Status DelaydServer::Start() {
       }
       if (also) also(s);
     };
-    o.on_store_write_failure = [this,
-                                also = std::move(o.on_store_write_failure)](
-                                   const Status& why) {
-      spdlog::error("the store cannot write ({}): health NOT_SERVING",
-                    why.message());
-      {
-        MutexLock lock(&health_mu_);
-        store_writable_ = false;
-        SetHealth();
-      }
-      if (also) also(why);
-    };
+    o.on_store_write_failure =
+        [this, also = std::move(o.on_store_write_failure)](const Status& why) {
+          spdlog::error("the store cannot write ({}): health NOT_SERVING",
+                        why.message());
+          {
+            MutexLock lock(&health_mu_);
+            store_writable_ = false;
+            SetHealth();
+          }
+          if (also) also(why);
+        };
   }
   scheduler_ = std::make_unique<Scheduler>(options_.scheduler);
   if (Status s = scheduler_->Start(&recovery_); !s.ok()) {
@@ -219,9 +218,10 @@ void DelaydServer::WatchStore() {
     if (reachable != store_reachable_) {
       store_reachable_ = reachable;
       if (!reachable) {
-        spdlog::error("the store cannot take writes ({}): health NOT_SERVING "
-                      "until it can; writes answer UNAVAILABLE",
-                      why);
+        spdlog::error(
+            "the store cannot take writes ({}): health NOT_SERVING "
+            "until it can; writes answer UNAVAILABLE",
+            why);
       } else {
         spdlog::warn("the store takes writes again: health SERVING");
       }
@@ -244,11 +244,10 @@ void DelaydServer::WatchStore() {
   }
   // A stall is seen within a quarter of the limit (and 1 s) of passing it.
   stall_timer_->expires_after(
-      limit.count() > 0
-          ? std::clamp<std::chrono::milliseconds>(
-                limit / 4, std::chrono::milliseconds(10),
-                std::chrono::seconds(1))
-          : std::chrono::milliseconds(250));
+      limit.count() > 0 ? std::clamp<std::chrono::milliseconds>(
+                              limit / 4, std::chrono::milliseconds(10),
+                              std::chrono::seconds(1))
+                        : std::chrono::milliseconds(250));
   stall_timer_->async_wait([this](const asio::error_code& ec) {
     if (!ec) WatchStore();
   });

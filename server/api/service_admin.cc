@@ -47,8 +47,7 @@ grpc::ServerUnaryReactor* DelaydService::Backup(
         "backups are off: start delayd with --backup-dir");
   }
   if (s.ok() && !scheduler_.durable()) {
-    s = Status::FailedPrecondition(
-        "--in-memory: there is no store to back up");
+    s = Status::FailedPrecondition("--in-memory: there is no store to back up");
   }
   if (s.ok() &&
       (req->dir().empty() || req->dir().find('\0') != std::string::npos)) {
@@ -83,8 +82,8 @@ Status DelaydService::WriteBackup(const std::string& dir,
   const fs::path rel = target.lexically_relative(root);
   if (ec || rel.empty() || rel == "." || *rel.begin() == "..") {
     return Status::InvalidArgument(
-        "dir: must name a new directory inside --backup-dir (" +
-        root.string() + ")");
+        "dir: must name a new directory inside --backup-dir (" + root.string() +
+        ")");
   }
   if (fs::exists(target, ec)) {
     return Status::AlreadyExists(target.string() + " already exists");
@@ -123,10 +122,9 @@ grpc::ServerUnaryReactor* DelaydService::Stats(grpc::CallbackServerContext* ctx,
     figures->set_namespace_(req->namespace_());
     // (Subscribers waiting for a namespace no write has created yet are
     // counted too.)
-    scheduler_.FiguresOf(req->namespace_(),
-                         [figures](const NamespaceCounters& c) {
-                           Fill(c, figures);
-                         });
+    scheduler_.FiguresOf(
+        req->namespace_(),
+        [figures](const NamespaceCounters& c) { Fill(c, figures); });
     return call->Reply(Status::Ok(), resp);
   }
   if (Status s = caller.May("", kAdmin); !s.ok()) {

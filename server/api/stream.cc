@@ -95,8 +95,7 @@ StreamSink::Action StreamSink::Next() {
   if (queue_.empty() && !force_write_) return {};
   force_write_ = false;
   in_write_ = in_write_bytes_ = 0;
-  const v1::SubscribeResponse* msg =
-      &v1::SubscribeResponse::default_instance();
+  const v1::SubscribeResponse* msg = &v1::SubscribeResponse::default_instance();
   if (!queue_.empty()) {
     msg = &queue_.front().msg;
     in_write_ = static_cast<std::size_t>(msg->events_size());

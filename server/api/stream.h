@@ -65,8 +65,7 @@ class StreamSink : public Subscriber {
         write_timeout_(write_timeout) {}
 
   Backlog Deliver(std::string_view ns,
-                  std::span<const Event* const> events) override
-      EXCLUDES(mu_);
+                  std::span<const Event* const> events) override EXCLUDES(mu_);
   Backlog Unwritten() const override {
     return {unwritten_events_.load(), unwritten_bytes_.load()};
   }

@@ -68,7 +68,9 @@ class CAPABILITY("mutex") SharedMutex {
   void Unlock() RELEASE() { mu_.unlock(); }
   void LockShared() ACQUIRE_SHARED() { mu_.lock_shared(); }
   void UnlockShared() RELEASE_SHARED() { mu_.unlock_shared(); }
-  bool TryLockShared() TRY_ACQUIRE_SHARED(true) { return mu_.try_lock_shared(); }
+  bool TryLockShared() TRY_ACQUIRE_SHARED(true) {
+    return mu_.try_lock_shared();
+  }
 
  private:
   std::shared_mutex mu_;
@@ -115,8 +117,8 @@ class CondVar {
                  const std::chrono::time_point<Clock, Duration>& deadline)
       REQUIRES(mu) {
     std::unique_lock<std::mutex> lock(mu->mu_, std::adopt_lock);
-    const bool in_time = cv_.wait_until(lock, deadline) ==
-                         std::cv_status::no_timeout;
+    const bool in_time =
+        cv_.wait_until(lock, deadline) == std::cv_status::no_timeout;
     lock.release();
     return in_time;
   }

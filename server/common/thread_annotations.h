@@ -32,8 +32,7 @@
   DELAYD_THREAD_ANNOTATION(acquired_before(__VA_ARGS__))
 #endif
 #ifndef REQUIRES
-#define REQUIRES(...) \
-  DELAYD_THREAD_ANNOTATION(requires_capability(__VA_ARGS__))
+#define REQUIRES(...) DELAYD_THREAD_ANNOTATION(requires_capability(__VA_ARGS__))
 #endif
 #ifndef REQUIRES_SHARED
 #define REQUIRES_SHARED(...) \

@@ -424,8 +424,9 @@ std::size_t Dispatcher::NamespaceRoom(SteadyTime now, std::size_t taken,
   // A turn takes at most an equal share of what the namespace has room
   // for, so that workers with room share it evenly however it comes (a
   // burst of tokens, or one at a time).
-  return room == 0 ? 0 : (room + with_room - 1) / std::max<std::size_t>(
-                                                     1, with_room);
+  return room == 0
+             ? 0
+             : (room + with_room - 1) / std::max<std::size_t>(1, with_room);
 }
 
 void Dispatcher::Pump() {

@@ -62,9 +62,9 @@
 #include "server/common/retry.h"
 #include "server/common/status.h"
 #include "server/common/types.h"
+#include "server/core/alarm_wheel.h"
 #include "server/core/counters.h"
 #include "server/core/namespace_refs.h"
-#include "server/core/alarm_wheel.h"
 #include "server/core/strand.h"
 #include "server/core/token_bucket.h"
 #include "server/store/store.h"
@@ -220,7 +220,6 @@ class Dispatcher {
   // the strand afterwards.
   void Close(const Status& status, std::function<void()> done);
 
-
  private:
   struct Worker {
     std::uint64_t id;
@@ -362,8 +361,8 @@ class Dispatcher {
   void ToWatchers(std::span<const Event* const> events) REQUIRES(on_strand_);
   // Delivers `view` to the watchers with ids up to `upto` (those there when
   // it was published); ends those too far behind.
-  void DeliverToWatchers(std::span<const Event* const> view,
-                         std::uint64_t upto) REQUIRES(on_strand_);
+  void DeliverToWatchers(std::span<const Event* const> view, std::uint64_t upto)
+      REQUIRES(on_strand_);
   void StartWatchRead() REQUIRES(on_strand_);
   void FinishWatchRead(WatchRead& read) REQUIRES(on_strand_);
   Status WatchersBehind() const;
@@ -436,8 +435,7 @@ class Dispatcher {
   // rather than in each record. That keeps a record at 120 bytes, as before
   // retries: at 128, its map node took the next allocation size up, and
   // firing cost about 3 % more CPU per event (tests/bench/README.md).
-  std::unordered_map<std::uint64_t, std::string> errors_
-      GUARDED_BY(on_strand_);
+  std::unordered_map<std::uint64_t, std::string> errors_ GUARDED_BY(on_strand_);
   // Ids; stale (acked) ids are skipped.
   std::deque<std::uint64_t> ready_ GUARDED_BY(on_strand_);
   std::vector<Worker> workers_ GUARDED_BY(on_strand_);

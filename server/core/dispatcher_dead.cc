@@ -82,8 +82,7 @@ void Dispatcher::ListDeadLetters(std::uint64_t from, std::size_t limit,
     // goes on, as the store was now: one purged meanwhile is left out.
     asio::post(
         reads_, [this, candidates = std::move(candidates), next, max_bytes,
-                 view = store_->NewView(),
-                 done = std::move(done)]() mutable {
+                 view = store_->NewView(), done = std::move(done)]() mutable {
           done(ReadDeadLetters(std::move(candidates), next, max_bytes, *view));
         });
   });

@@ -178,9 +178,9 @@ void Partition::StorePayload(Record& rec, NamespaceId ns, const Blob& blob,
                              Batch& batch) {
   // Unique daemon-wide and never reused, as versions are.
   const std::uint64_t payload_id = rec.version;
-  batch.AddTimer(StoredTimer{ns, blob.key(), rec.fire_time, rec.version,
-                             payload_id},
-                 blob.payload());
+  batch.AddTimer(
+      StoredTimer{ns, blob.key(), rec.fire_time, rec.version, payload_id},
+      blob.payload());
   rec.blob = KeyBlob(blob.key(), payload_id);
 }
 
@@ -363,8 +363,7 @@ void Partition::OnExpired(const std::vector<AlarmWheel::Expired>& due) {
 }
 
 std::vector<Event> Partition::TakeEvents(
-    const std::vector<std::uint32_t>& records, Reason reason,
-    Batch* batch) {
+    const std::vector<std::uint32_t>& records, Reason reason, Batch* batch) {
   const WallNanos fired_at = clock_.Wall();
   std::vector<Event> events;
   events.reserve(records.size());

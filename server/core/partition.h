@@ -179,8 +179,8 @@ class Partition {
   OpResult Remove(RemoveOp& op, Batch* batch) REQUIRES(mu_);
   // Stores a new payload for `rec` (version already assigned) and keeps
   // only the key and the payload's id in memory.
-  void StorePayload(Record& rec, NamespaceId ns, const Blob& blob,
-                    Batch& batch) REQUIRES(mu_);
+  void StorePayload(Record& rec, NamespaceId ns, const Blob& blob, Batch& batch)
+      REQUIRES(mu_);
   // Adds record `r` to `out` (its payload too if in memory).
   void AddFound(std::uint32_t r, bool payload, Found& out) const REQUIRES(mu_);
   std::uint32_t NewRecord() REQUIRES(mu_);
@@ -213,10 +213,8 @@ class Partition {
   // one is used, so it is durable before it is needed; until then a
   // request beyond the current block gets UNAVAILABLE (or
   // RESOURCE_EXHAUSTED once 2^54 ran out). Never waits.
-  Status ReserveIds(std::uint64_t versions, std::uint64_t events)
-      REQUIRES(mu_);
-  void ReserveAhead(std::uint64_t versions, std::uint64_t events)
-      REQUIRES(mu_);
+  Status ReserveIds(std::uint64_t versions, std::uint64_t events) REQUIRES(mu_);
+  void ReserveAhead(std::uint64_t versions, std::uint64_t events) REQUIRES(mu_);
   std::uint64_t NewVersion() REQUIRES(mu_) {
     return (next_version_++ << 10) | partition_;
   }
@@ -244,7 +242,7 @@ class Partition {
   std::uint64_t event_seq_limit_ GUARDED_BY(mu_) = 0;
   bool reserving_ GUARDED_BY(mu_) = false;  // A block is being written.
   bool stopped_ GUARDED_BY(mu_) = false;
-  std::vector<std::uint32_t> overdue_ GUARDED_BY(mu_);  // During recovery.
+  std::vector<std::uint32_t> overdue_ GUARDED_BY(mu_);    // During recovery.
   std::vector<AlarmWheel::Expired> due_ GUARDED_BY(mu_);  // Reused.
 };
 

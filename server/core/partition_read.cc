@@ -1,7 +1,6 @@
 // Reads of a partition: found holding it, payloads read after, without it
 // (partition.h, Found).
 #include "server/core/partition.h"
-
 #include "server/core/payload_ref.h"
 
 namespace delayd {

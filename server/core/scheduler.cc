@@ -306,15 +306,15 @@ void Scheduler::ListFrom(NamespaceId ns, std::string prefix, ListLimits limit,
         p.List(ns, prefix, from.record, limit.timers - acc.size(),
                limit.payloads, *found);
     if (found->view) {
-      asio::post(ReadExecutor(), [this, &p, ns, prefix = std::move(prefix),
-                                  limit, from, found, next,
-                                  acc = std::move(acc),
-                                  done = std::move(done)]() mutable {
-        if (ListPage(p, *found, next, from, limit, acc, done)) return;
-        ListFrom(ns, std::move(prefix), limit,
-                 ListCursor{from.partition + 1, 0}, std::move(acc),
-                 std::move(done));
-      });
+      asio::post(
+          ReadExecutor(),
+          [this, &p, ns, prefix = std::move(prefix), limit, from, found, next,
+           acc = std::move(acc), done = std::move(done)]() mutable {
+            if (ListPage(p, *found, next, from, limit, acc, done)) return;
+            ListFrom(ns, std::move(prefix), limit,
+                     ListCursor{from.partition + 1, 0}, std::move(acc),
+                     std::move(done));
+          });
       return;
     }
     if (ListPage(p, *found, next, from, limit, acc, done)) return;

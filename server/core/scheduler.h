@@ -144,8 +144,7 @@ class Scheduler {
                  SubscribeOptions options, std::function<void()> done)
       EXCLUDES(ns_mutex_);
   // Forgets a subscriber (its stream ended).
-  void Unsubscribe(std::string_view name, std::uint64_t id)
-      EXCLUDES(ns_mutex_);
+  void Unsubscribe(std::string_view name, std::uint64_t id) EXCLUDES(ns_mutex_);
   // The dispatcher of a namespace the caller has pinned.
   Dispatcher& dispatcher(NamespaceId id) { return *dispatchers_[id]; }
 
@@ -248,8 +247,7 @@ class Scheduler {
   // complete, or this was the last partition, answers it and returns true.
   bool ListPage(const Partition& p, Partition::Found& found,
                 std::optional<std::uint32_t> next, ListCursor from,
-                ListLimits limit, std::vector<TimerInfo>& acc,
-                ListDone& done);
+                ListLimits limit, std::vector<TimerInfo>& acc, ListDone& done);
   // Checks the clock's offset every clock_poll, on clock_timer_.
   void PollClock() EXCLUDES(clock_mu_);
   // Where payloads are read from the store (with one): threads of their

@@ -28,7 +28,8 @@ void Scheduler::ClockChanged(std::function<void()> done) {
   // posted to their dispatcher before its Wake() is (in memory; with a store
   // they are published once written).
   for (auto& p : partitions_) p->ClockChanged(rederive);
-  auto left = std::make_shared<std::atomic<std::size_t>>(dispatchers.size() + 1);
+  auto left =
+      std::make_shared<std::atomic<std::size_t>>(dispatchers.size() + 1);
   auto arrive = [left, done = std::move(done)] {
     if (left->fetch_sub(1) == 1 && done) done();
   };

@@ -56,17 +56,17 @@ struct StoredFate {
 class Batch {
  public:
   enum class Kind : std::uint8_t {
-    kAddTimer = 1,   // timer + payload
-    kMoveTimer,      // timer (same payload id; new fire time and version)
-    kRemoveTimer,    // id: the timer and its payload are gone
-    kFireTimer,      // event: timer event.payload_id is now this event
-    kRemoveEvent,    // id, payload_id, flag: the event, its payload, and
-                     // (flag) its fate are gone
-    kPutFate,        // id, fate
-    kRemoveFate,     // id
-    kReserveIds,     // partition, limits (see Store::ReserveIds)
-    kPutNamespace,   // id, name (empty: the id is free)
-    kPutPolicy,      // name, policy (encoded; empty: the default)
+    kAddTimer = 1,  // timer + payload
+    kMoveTimer,     // timer (same payload id; new fire time and version)
+    kRemoveTimer,   // id: the timer and its payload are gone
+    kFireTimer,     // event: timer event.payload_id is now this event
+    kRemoveEvent,   // id, payload_id, flag: the event, its payload, and
+                    // (flag) its fate are gone
+    kPutFate,       // id, fate
+    kRemoveFate,    // id
+    kReserveIds,    // partition, limits (see Store::ReserveIds)
+    kPutNamespace,  // id, name (empty: the id is free)
+    kPutPolicy,     // name, policy (encoded; empty: the default)
   };
 
   // One change, as Reader yields it; views point into the batch.

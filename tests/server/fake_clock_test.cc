@@ -328,8 +328,7 @@ TEST_F(FakeClockTest, WorkersShareTheNamespaceLimitsEvenly) {
     std::size_t acked[2] = {0, 0};
     TestStream* workers[2] = {w1.get(), w2.get()};
     clock_.Advance(1s);
-    for (int step = 0; step < 2000 && acked[0] + acked[1] < kTimers;
-         ++step) {
+    for (int step = 0; step < 2000 && acked[0] + acked[1] < kTimers; ++step) {
       for (int w = 0; w < 2; ++w) {
         const auto got = workers[w]->Events();
         std::vector<std::uint64_t> ids;

@@ -15,81 +15,14 @@
 #include <thread>
 
 #include "server/store/memory/memory_store.h"
+#include "tests/server/fake_subscriber.h"
 
 namespace delayd {
 namespace {
 
 using namespace std::chrono_literals;
 
-// Records what a dispatcher delivers.
-class FakeSubscriber : public Subscriber {
- public:
-  struct Got {
-    std::uint64_t id;
-    std::string key;
-    WallNanos fire_time;
-    WallNanos received;
-  };
-  // A stalled subscriber writes nothing: what it is given stays unwritten
-  // until Unstall().
-  explicit FakeSubscriber(bool stalled = false) : stalled_(stalled) {}
-
-  Backlog Deliver(std::string_view,
-                  std::span<const Event* const> events) override {
-    std::lock_guard lock(mu_);
-    for (const Event* e : events) {
-      got_.push_back(
-          {e->id, std::string(e->blob.key()), e->fire_time, WallNow()});
-      if (stalled_) {
-        ++unwritten_.events;
-        unwritten_.bytes += e->blob.key().size() + e->blob.payload().size();
-      }
-    }
-    cv_.notify_all();
-    return unwritten_;
-  }
-  Backlog Unwritten() const override {
-    std::lock_guard lock(mu_);
-    return unwritten_;
-  }
-  // Everything unwritten is written now.
-  void Unstall() {
-    {
-      std::lock_guard lock(mu_);
-      stalled_ = false;
-      unwritten_ = {};
-    }
-    on_drained();
-  }
-  void End(const Status& status) override {
-    std::lock_guard lock(mu_);
-    ended_ = true;
-    end_code_ = status.code();
-    cv_.notify_all();
-  }
-  std::vector<Got> WaitFor(std::size_t n, std::chrono::milliseconds timeout) {
-    std::unique_lock lock(mu_);
-    cv_.wait_for(lock, timeout, [&] { return got_.size() >= n; });
-    return got_;
-  }
-  bool WaitEnded(std::chrono::milliseconds timeout) {
-    std::unique_lock lock(mu_);
-    return cv_.wait_for(lock, timeout, [&] { return ended_; });
-  }
-  Code end_code() {
-    std::lock_guard lock(mu_);
-    return end_code_;
-  }
-
- private:
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<Got> got_;
-  bool stalled_ = false;
-  Backlog unwritten_;
-  bool ended_ = false;
-  Code end_code_ = Code::kOk;
-};
+using testing::FakeSubscriber;
 
 class SchedulerTest : public ::testing::Test {
  protected:
@@ -375,16 +308,14 @@ TEST(SchedulerWatchers, StalledWatcherIsEndedWithinAChunkOfItsLimit) {
     bytes.watcher_backlog_bytes = 64 << 10;
     // Past the limit at the 64th event (about 1 KiB each); its chunk is the
     // last it is given.
-    const int given =
-        GivenToAStalledWatcher(store, bytes);
+    const int given = GivenToAStalledWatcher(store, bytes);
     EXPECT_GT(given, static_cast<int>((64u << 10) / (kPayload + 8)));
     EXPECT_LE(given, static_cast<int>((64u << 10) / kPayload + 32));
     // Over the event limit: with a store, more copies than that waiting for
     // their payloads end it too.
     Limits events;
     events.watcher_backlog = 100;
-    const int given_events =
-        GivenToAStalledWatcher(store, events);
+    const int given_events = GivenToAStalledWatcher(store, events);
     EXPECT_GE(given_events, 0);
     EXPECT_LE(given_events, 100 + 32);
   }

@@ -1,12 +1,11 @@
 // Durability through restarts: an in-process daemon over a store in a
 // temporary directory, stopped and started again on the same directory.
-#include "server/store/rocksdb/rocks_store.h"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <map>
 
+#include "server/store/rocksdb/rocks_store.h"
 #include "tests/common/fake_clock.h"
 #include "tests/common/temp_dir.h"
 #include "tests/server/test_client.h"

@@ -87,8 +87,9 @@ class MemoryStore final : public Store {
       const std::function<void(const StoredTimer&)>& visit) override;
   Status ForEachEvent(
       const std::function<void(const StoredEvent&)>& visit) override;
-  Status ForEachFate(const std::function<void(std::uint64_t, const StoredFate&)>&
-                         visit) override;
+  Status ForEachFate(
+      const std::function<void(std::uint64_t, const StoredFate&)>& visit)
+      override;
   Status LoadPolicies(
       std::vector<std::pair<std::string, std::string>>* policies) override;
 

@@ -45,7 +45,8 @@ Status CopyAside(const std::string& dir, std::string* copy) {
   char stamp[40];
   const std::size_t n =
       std::strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%S", &utc);
-  std::snprintf(stamp + n, sizeof stamp - n, ".%03dZ", static_cast<int>(millis));
+  std::snprintf(stamp + n, sizeof stamp - n, ".%03dZ",
+                static_cast<int>(millis));
   std::string base = dir;
   while (base.size() > 1 && base.back() == '/') base.pop_back();
   base += std::string(".before-salvage-") + stamp;
@@ -54,9 +55,9 @@ Status CopyAside(const std::string& dir, std::string* copy) {
     *copy = attempt == 1 ? base : base + "-" + std::to_string(attempt);
     if (std::filesystem::create_directory(*copy, ec)) break;
     if (ec || attempt == 1000) {
-      return Status::Internal("--salvage: cannot create " + *copy +
-                              " to copy " + dir + " aside first: " +
-                              (ec ? ec.message() : "it exists"));
+      return Status::Internal(
+          "--salvage: cannot create " + *copy + " to copy " + dir +
+          " aside first: " + (ec ? ec.message() : "it exists"));
     }
   }
   std::filesystem::copy(dir, *copy, std::filesystem::copy_options::recursive,
@@ -248,9 +249,9 @@ std::string RocksStore::NameDropped() {
   past.env = options_.env;
   std::unique_ptr<RocksStore> copy;
   std::vector<std::string> copy_names, names;
-  if (Status s = Open(past, StoreHooks(), &copy); !s.ok() ||
-                                    !copy->LoadNamespaces(&copy_names).ok() ||
-                                    !LoadNamespaces(&names).ok()) {
+  if (Status s = Open(past, StoreHooks(), &copy);
+      !s.ok() || !copy->LoadNamespaces(&copy_names).ok() ||
+      !LoadNamespaces(&names).ok()) {
     return "which keys, the copy cannot tell";
   }
   const auto name_in = [](const std::vector<std::string>& names,

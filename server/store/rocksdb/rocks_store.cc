@@ -154,8 +154,7 @@ void RocksStore::ToRocks(const Batch& batch, rocksdb::WriteBatch& out) const {
 }
 
 Status RocksStore::Error(const char* what, const rocksdb::Status& s) const {
-  Status status =
-      Status::Internal(where_ + ": " + what + ": " + s.ToString());
+  Status status = Status::Internal(where_ + ": " + what + ": " + s.ToString());
   if (hooks_.on_error) hooks_.on_error(status);
   return status;
 }

@@ -19,8 +19,8 @@ void NoteDeletes(const Batch& batch, std::deque<std::uint64_t>& out) {
 
 }  // namespace
 
-void RocksStore::Enqueue(Batch& batch, std::function<void()> written,
-                         Done done, bool sync) {
+void RocksStore::Enqueue(Batch& batch, std::function<void()> written, Done done,
+                         bool sync) {
   Status refused = Failed();
   {
     MutexLock lock(&mu_);
