@@ -12,7 +12,7 @@ namespace delayd {
 // part of the store's log of deleted payload ids starts (an absolute
 // position: deletes_base_ counts what was dropped).
 struct RocksStore::ViewState {
-  std::vector<std::shared_ptr<const Batch>> queued;
+  std::vector<std::shared_ptr<const rocksdb::WriteBatch>> queued;
   std::uint64_t deletes_from = 0;
 };
 
@@ -33,39 +33,52 @@ class RocksStore::RocksView final : public Store::View {
 
 namespace {
 
-// Finds, in batches read in order, what became of given payload ids: the
-// last write (its value) or delete of each wins, by index.
-void FindPayloads(const Batch& batch,
-                  const std::unordered_map<std::uint64_t, std::size_t>& wanted,
-                  std::vector<std::string>& values, std::vector<bool>& seen,
-                  std::vector<bool>& deleted) {
-  Batch::Reader reader(batch);
-  Batch::Change c;
-  while (reader.Next(&c)) {
-    std::uint64_t id;
-    bool put;
-    if (c.kind == Batch::Kind::kAddTimer) {
-      id = c.timer.payload_id;
-      put = true;
-    } else if (c.kind == Batch::Kind::kRemoveTimer ||
-               c.kind == Batch::Kind::kRemoveEvent) {
-      id = c.payload_id;
-      put = false;
-    } else {
-      continue;
+// Finds, in batches read in order, what became of given payload keys: the
+// last Put (its value) or Delete of each wins, by index.
+class FindPayloads : public rocksdb::WriteBatch::Handler {
+ public:
+  FindPayloads(std::uint32_t family,
+               const std::unordered_map<std::string, std::size_t>& wanted,
+               std::vector<std::string>& values, std::vector<bool>& seen,
+               std::vector<bool>& deleted)
+      : family_(family),
+        wanted_(wanted),
+        values_(values),
+        seen_(seen),
+        deleted_(deleted) {}
+  rocksdb::Status PutCF(std::uint32_t cf, const rocksdb::Slice& key,
+                        const rocksdb::Slice& value) override {
+    if (auto i = Index(cf, key)) {
+      values_[*i].assign(value.data(), value.size());
+      seen_[*i] = true;
+      deleted_[*i] = false;
     }
-    auto it = wanted.find(id);
-    if (it == wanted.end()) continue;
-    const std::size_t i = it->second;
-    if (put) {
-      values[i].assign(c.data);
-    } else {
-      values[i].clear();
-    }
-    seen[i] = true;
-    deleted[i] = !put;
+    return rocksdb::Status::OK();
   }
-}
+  rocksdb::Status DeleteCF(std::uint32_t cf,
+                           const rocksdb::Slice& key) override {
+    if (auto i = Index(cf, key)) {
+      values_[*i].clear();
+      seen_[*i] = true;
+      deleted_[*i] = true;
+    }
+    return rocksdb::Status::OK();
+  }
+
+ private:
+  std::optional<std::size_t> Index(std::uint32_t cf,
+                                   const rocksdb::Slice& key) const {
+    if (cf != family_) return std::nullopt;
+    auto it = wanted_.find(key.ToString());
+    if (it == wanted_.end()) return std::nullopt;
+    return it->second;
+  }
+  const std::uint32_t family_;
+  const std::unordered_map<std::string, std::size_t>& wanted_;
+  std::vector<std::string>& values_;
+  std::vector<bool>& seen_;
+  std::vector<bool>& deleted_;
+};
 
 }  // namespace
 
@@ -202,11 +215,10 @@ Status RocksStore::Read(std::span<const std::uint64_t> ids,
   std::vector<bool> found(ids.size(), false);
   std::vector<bool>& deleted = *gone;
   if (view != nullptr && !view->state.queued.empty()) {
-    std::unordered_map<std::uint64_t, std::size_t> wanted;
-    for (std::size_t i = 0; i < ids.size(); ++i) wanted[ids[i]] = i;
-    for (const auto& batch : view->state.queued) {
-      FindPayloads(*batch, wanted, queued, found, deleted);
-    }
+    std::unordered_map<std::string, std::size_t> wanted;
+    for (std::size_t i = 0; i < ids.size(); ++i) wanted[IdKey(ids[i])] = i;
+    FindPayloads finder(payloads_->GetID(), wanted, queued, found, deleted);
+    for (const auto& batch : view->state.queued) batch->Iterate(&finder);
   }
   std::vector<std::string> keys;
   std::vector<rocksdb::Slice> slices;

@@ -16,13 +16,13 @@
 // replaced or removed or its event is acknowledged; moves and firing only
 // rewrite the small timer and event records.
 //
-// Writes (rocks_writer.cc): Commit() only queues a batch; one writer thread
-// turns the queued batches into one RocksDB write (one log append) at a
-// time, and hands it to the syncer thread, which syncs the log as the fsync
-// policy says and hands the group's completions to the executor, while the
-// writer goes on with the next group. Reads see every queued batch through a
-// View (rocks_read.cc). A stalled disk stops only the writer; the queue is
-// bounded by Backlogged() checks of the callers.
+// Writes (rocks_writer.cc): Commit() turns a batch into RocksDB records and
+// queues them; one writer thread writes the queued batches as one RocksDB
+// write (one log append) at a time, and hands it to the syncer thread, which
+// syncs the log as the fsync policy says and hands the group's completions to
+// the executor, while the writer goes on with the next group. Reads see every
+// queued batch through a View (rocks_read.cc). A stalled disk stops only the
+// writer; the queue is bounded by Backlogged() checks of the callers.
 //
 // Damage: besides RocksDB's checksums, a mark file records how much the
 // store had made durable (rocks_mark.h), and a store that comes back with
@@ -183,7 +183,9 @@ class RocksStore final : public Store {
   RocksStore(RocksOptions options, StoreHooks hooks);
 
   struct Queued {
-    std::shared_ptr<const Batch> batch;  // Null: a Flush marker.
+    // The batch as RocksDB records (ToRocks), made on the caller's thread so
+    // that the writer only writes. Null: a Flush marker.
+    std::shared_ptr<const rocksdb::WriteBatch> batch;
     std::function<void()> written;
     Done done;
     bool sync = false;  // Synced whatever the policy.
