@@ -10,7 +10,7 @@
 #include "client/print.h"
 #include "client/signals.h"
 #include "grpc/health/v1/health.grpc.pb.h"
-#include "server/common/duration.h"
+#include "delayd/text/duration.h"
 
 namespace delayctl {
 namespace {

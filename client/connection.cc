@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include "client/exit_codes.h"
-#include "server/common/duration.h"
+#include "delayd/text/duration.h"
 
 namespace delayctl {
 namespace {

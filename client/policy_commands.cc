@@ -8,7 +8,7 @@
 #include "client/commands.h"
 #include "client/exit_codes.h"
 #include "client/print.h"
-#include "server/common/duration.h"
+#include "delayd/text/duration.h"
 
 namespace delayctl {
 namespace {

@@ -18,7 +18,7 @@
 #include "client/exit_codes.h"
 #include "client/print.h"
 #include "client/signals.h"
-#include "server/common/duration.h"
+#include "delayd/text/duration.h"
 
 namespace delayctl {
 namespace {

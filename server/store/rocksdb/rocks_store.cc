@@ -4,7 +4,7 @@
 
 #include <filesystem>
 
-#include "server/common/duration.h"
+#include "delayd/text/duration.h"
 #include "server/common/record_codec.h"
 
 namespace delayd {

@@ -1,19 +1,10 @@
-// Parses durations written like Go's: "1h30m", "500ms", "90s", "2d", "250us".
-// Used by delayd's flags and by delayctl.
-#ifndef DELAYD_SERVER_COMMON_DURATION_H_
-#define DELAYD_SERVER_COMMON_DURATION_H_
+#include "delayd/text/duration.h"
 
-#include <chrono>
 #include <cstdint>
-#include <optional>
-#include <string_view>
 
 namespace delayd {
 
-// A sequence of <digits><unit> with units ns, us, ms, s, m, h, d. Returns
-// nullopt for anything else (empty, a sign, an unknown unit, overflow).
-inline std::optional<std::chrono::nanoseconds> ParseDuration(
-    std::string_view text) {
+std::optional<std::chrono::nanoseconds> ParseDuration(std::string_view text) {
   if (text.empty()) return std::nullopt;
   std::int64_t total = 0;
   std::size_t i = 0;
@@ -52,6 +43,24 @@ inline std::optional<std::chrono::nanoseconds> ParseDuration(
   return std::chrono::nanoseconds(total);
 }
 
-}  // namespace delayd
+std::string FormatDuration(std::chrono::nanoseconds d) {
+  static constexpr struct {
+    const char* unit;
+    std::int64_t ns;
+  } kUnits[] = {{"d", 86'400'000'000'000}, {"h", 3'600'000'000'000},
+                {"m", 60'000'000'000},     {"s", 1'000'000'000},
+                {"ms", 1'000'000},         {"us", 1'000},
+                {"ns", 1}};
+  std::int64_t left = d.count();
+  if (left <= 0) return "0s";
+  std::string out;
+  for (const auto& u : kUnits) {
+    if (left >= u.ns) {
+      out += std::to_string(left / u.ns) + u.unit;
+      left %= u.ns;
+    }
+  }
+  return out;
+}
 
-#endif  // DELAYD_SERVER_COMMON_DURATION_H_
+}  // namespace delayd

@@ -1,0 +1,217 @@
+#include "server/daemon_flags.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <thread>
+
+#include "delayd/text/duration.h"
+#include "server/common/limit_log.h"
+#include "server/store/rocksdb/rocks_store.h"
+
+namespace delayd {
+namespace {
+
+using std::chrono::hours;
+using std::chrono::milliseconds;
+using std::chrono::nanoseconds;
+using std::chrono::seconds;
+
+// DELAYD_MAX_KEY_BYTES for --max-key-bytes.
+std::string EnvName(const std::string& flag) {
+  std::string env = "DELAYD_";
+  for (char c : flag.substr(2)) {
+    env += c == '-' ? '_' : static_cast<char>(std::toupper(c));
+  }
+  return env;
+}
+
+// A flag read from the command line or its environment variable, its
+// default shown in --help.
+template <typename T>
+CLI::Option* Flag(CLI::App& app, const std::string& name, T& value,
+                  const std::string& help = "") {
+  return app.add_option(name, value, help)
+      ->envname(EnvName(name))
+      ->capture_default_str();
+}
+
+// A duration flag ("1h30m"): read into `out`, refused unless it lies in
+// [min, max] (or is zero, if `zero` says what zero means).
+template <typename D>
+CLI::Option* DurationFlag(CLI::App& app, const std::string& name, D& out,
+                          const std::string& text, nanoseconds min,
+                          nanoseconds max, const std::string& help,
+                          const char* zero = nullptr) {
+  auto in_range = [=](const std::string& s) -> std::string {
+    const auto d = ParseDuration(s);
+    if (d && d->count() == 0 && zero != nullptr) return "";
+    if (!d || *d < min || *d > max) {
+      return "not " + std::string(zero ? "0s or " : "") +
+             "a duration from " + FormatDuration(min) + " to " +
+             FormatDuration(max) + " (such as 1h30m, 500ms): " + s;
+    }
+    return "";
+  };
+  return app
+      .add_option_function<std::string>(
+          name,
+          [&out](const std::string& s) {
+            out = std::chrono::duration_cast<D>(*ParseDuration(s));
+          },
+          help)
+      ->check(CLI::Validator(in_range, "DURATION"))
+      ->envname(EnvName(name))
+      ->default_str(text);
+}
+
+void AddLimits(CLI::App& app, Limits& l, DaemonFlags& f) {
+  Flag(app, "--max-key-bytes", l.max_key_bytes)->check(CLI::Range(1, 65535));
+  Flag(app, "--max-namespace-bytes", l.max_namespace_bytes)
+      ->check(CLI::Range(1, 1024));
+  Flag(app, "--max-payload-bytes", l.max_payload_bytes)
+      ->check(CLI::Range(0, 16 << 20));
+  // Fire times are nanoseconds since 1970 in 64 bits (until 2262): now plus
+  // the longest delay must stay far inside that.
+  DurationFlag(app, "--max-delay", l.max_delay, "3650d", nanoseconds(1),
+               kMaxDelayLimit, "Longest delay accepted (at most 36500d)");
+  Flag(app, "--max-pending-timers", l.max_pending_timers,
+       "Limit on pending timers plus unacknowledged events")
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1'000'000'000}));
+  Flag(app, "--max-batch-ops", l.max_batch_ops)->check(CLI::Range(1, 100000));
+  Flag(app, "--max-subscribers", l.max_subscribers)
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1'000'000}));
+  Flag(app, "--max-namespaces", l.max_namespaces)->check(CLI::Range(1, 65536));
+  Flag(app, "--watcher-backlog", l.watcher_backlog,
+       "Events a watcher may fall behind before it is ended")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1'000'000}));
+  Flag(app, "--watcher-backlog-bytes", l.watcher_backlog_bytes,
+       "Bytes a watcher may fall behind before it is ended")
+      ->check(CLI::Range(std::size_t{1} << 16, std::size_t{1} << 32));
+  Flag(app, "--worker-backlog-bytes", l.worker_backlog_bytes,
+       "Bytes queued for one worker beyond which it gets no more events "
+       "until its stream takes them")
+      ->check(CLI::Range(std::size_t{1} << 16, std::size_t{1} << 32));
+  DurationFlag(app, "--stream-write-timeout", l.stream_write_timeout, "30s",
+               milliseconds(100), hours(1),
+               "A subscriber stream whose write takes longer is ended (its "
+               "events go to other workers)");
+  Flag(app, "--max-batch-bytes", f.server.max_batch_bytes,
+       "Largest Batch request in bytes (gRPC's receive limit)")
+      ->check(CLI::Range(std::size_t{1} << 16, std::size_t{1} << 30));
+  Flag(app, "--grpc-memory-bytes", f.server.grpc_memory_bytes,
+       "Memory gRPC may use for connections and calls in flight")
+      ->check(CLI::Range(std::size_t{16} << 20, std::size_t{1} << 40));
+  Flag(app, "--max-streams-per-connection",
+       f.server.max_streams_per_connection,
+       "Concurrent calls and streams one client connection may open")
+      ->check(CLI::Range(1, 100000));
+}
+
+void AddStore(CLI::App& app, DaemonFlags& f) {
+  Flag(app, "--data-dir", f.data_dir,
+       "Directory of the durable store (created if missing)");
+  Flag(app, "--fsync", f.fsync,
+       "When writes reach the disk before they are acknowledged: always, an "
+       "interval such as 100ms, or never")
+      ->check(CLI::Validator(
+          [](const std::string& s) -> std::string {
+            RocksOptions o;
+            return ParseFsyncPolicy(s, &o).ok()
+                       ? ""
+                       : "expected always, never or a positive interval such "
+                         "as 100ms, not '" +
+                             s + "'";
+          },
+          "POLICY"));
+  app.add_flag("--salvage", f.salvage,
+               "Start on a store whose log is damaged in the middle, keeping "
+               "what precedes the damage (what follows it is lost)")
+      ->envname("DELAYD_SALVAGE");
+  app.add_flag("--in-memory", f.in_memory,
+               "Keep no store: everything is lost when delayd stops")
+      ->envname("DELAYD_IN_MEMORY");
+  Flag(app, "--backup-dir", f.server.backup_dir,
+       "Where the Backup call (delayctl backup) writes copies of the store "
+       "(unset: backups are refused)");
+  DurationFlag(app, "--store-stall-limit", f.server.store_stall_limit, "10s",
+               milliseconds(100), hours(1),
+               "Health is NOT_SERVING while a write, sync or read of the store "
+               "has run longer than this (a hung disk); 0s: not watched",
+               "not watched");
+}
+
+void AddSecurity(CLI::App& app, DaemonFlags& f) {
+  Flag(app, "--tls-cert", f.server.tls.cert,
+       "PEM certificate chain: serve TLS (with --tls-key)");
+  Flag(app, "--tls-key", f.server.tls.key, "PEM private key of --tls-cert");
+  Flag(app, "--tls-client-ca", f.server.tls.client_ca,
+       "PEM CA certificates: require client certificates signed by one of "
+       "them (mutual TLS)");
+  Flag(app, "--auth-tokens", f.server.auth_tokens,
+       "Token file (TOKEN NAMESPACES PERMISSIONS per line): require a bearer "
+       "token on every call");
+}
+
+}  // namespace
+
+void AddFlags(CLI::App& app, DaemonFlags& f) {
+  DelaydServer::Options& o = f.server;
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  o.scheduler.partitions = cores;
+  o.scheduler.threads = cores;
+
+  f.check = app.add_subcommand(
+      "check",
+      "Verify a data directory offline (checksums of every table, every "
+      "record, every payload) and exit: 0 whole, 1 damaged, 2 cannot open");
+  f.check->add_option("--data-dir", f.check_dir, "The data directory")
+      ->required();
+  f.check->add_option("-o,--output", f.check_output, "text or json")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
+
+  Flag(app, "--listen", o.listen, "Address to listen on");
+  Flag(app, "--health-listen", o.health_listen,
+       "Also serve grpc.health.v1 alone, in plaintext, on this address (for "
+       "probes when TLS or tokens are on)");
+  Flag(app, "--partitions", o.scheduler.partitions,
+       "Scheduler partitions (default: one per core)")
+      ->check(CLI::Range(1, 1024));
+  Flag(app, "--threads", o.scheduler.threads,
+       "Scheduler threads (default: one per core)")
+      ->check(CLI::Range(1, 256));
+  AddStore(app, f);
+  Flag(app, "--metrics-listen", o.metrics_listen,
+       "Serve Prometheus metrics over plain HTTP at http://ADDR/metrics "
+       "(unset: no metrics endpoint)");
+  Flag(app, "--metrics-namespace-labels", o.metrics_namespace_labels,
+       "Give each namespace its own metric series (at most --max-namespaces); "
+       "false: one series, summed");
+  DurationFlag(app, "--tick", o.scheduler.tick, "1us", nanoseconds(1),
+               seconds(1), "Timing-wheel tick: timers fire at most this late");
+  AddLimits(app, o.scheduler.limits, f);
+  DurationFlag(app, "--shutdown-grace", f.shutdown_grace, "5s",
+               nanoseconds(0), hours(1),
+               "How long calls in flight get to finish on SIGTERM", "none");
+  AddSecurity(app, f);
+  Flag(app, "--log-level", f.log_level)
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
+  Flag(app, "--log-format", f.log_format, "text, or json (one object a line)")
+      ->check(CLI::IsMember({"text", "json"}));
+}
+
+Status FinishFlags(DaemonFlags& f) {
+  if (f.in_memory) return Status::Ok();
+  RocksOptions store;
+  store.dir = f.data_dir;
+  store.salvage = f.salvage;
+  if (Status s = ParseFsyncPolicy(f.fsync, &store); !s.ok()) return s;
+  f.server.scheduler.store = RocksStoreOpener(store);
+  f.server.scheduler.on_store_error = [](const Status& s) {
+    LogRepeated("store-error", s.message());
+  };
+  return Status::Ok();
+}
+
+}  // namespace delayd

@@ -1,0 +1,43 @@
+// delayd's flags: each also read from a DELAYD_* environment variable,
+// checked as it is read (a value out of range is refused with the flag's
+// name and its range, before anything starts), and turned into the
+// server's options.
+#ifndef DELAYD_SERVER_DAEMON_FLAGS_H_
+#define DELAYD_SERVER_DAEMON_FLAGS_H_
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <string>
+
+#include "server/api/server.h"
+
+namespace delayd {
+
+struct DaemonFlags {
+  // What most flags set directly.
+  DelaydServer::Options server;
+  // The store: RocksDB in `data_dir` unless `in_memory`.
+  std::string data_dir = "delayd-data";
+  std::string fsync = "always";
+  bool salvage = false;
+  bool in_memory = false;
+  std::chrono::nanoseconds shutdown_grace = std::chrono::seconds(5);
+  std::string log_level = "info";
+  std::string log_format = "text";
+  // `delayd check`.
+  CLI::App* check = nullptr;
+  std::string check_dir;
+  std::string check_output = "text";
+};
+
+// Adds every flag (and the `check` subcommand) to `app`, writing into
+// `flags`.
+void AddFlags(CLI::App& app, DaemonFlags& flags);
+
+// After parsing: completes `flags.server` with the store the flags chose.
+// Fails (a message naming the flag) if they do not fit together.
+Status FinishFlags(DaemonFlags& flags);
+
+}  // namespace delayd
+
+#endif  // DELAYD_SERVER_DAEMON_FLAGS_H_
