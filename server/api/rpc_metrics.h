@@ -32,6 +32,8 @@ class MethodMetrics {
   // latency worth a histogram: pass nullopt).
   void Observe(grpc::StatusCode code,
                std::optional<std::chrono::nanoseconds> took);
+  // The method's name ("SetTimer").
+  const std::string& name() const { return method_; }
 
  private:
   static constexpr std::size_t kCodes = 17;  // grpc::StatusCode 0..16.

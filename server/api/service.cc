@@ -53,25 +53,26 @@ RequestLimits RequestLimits::Of(const Limits& l) {
 
 // ---- validation ----
 
-Status DelaydService::Namespace(std::string_view name, NamespaceId* id,
+Status DelaydService::Namespace(std::string_view name, NamespacePin* pin,
                                 NamespaceCache* cache, bool create) {
   if (cache != nullptr && cache->valid && cache->name == name) {
-    *id = cache->id;
+    *pin = cache->pins.back();
     return Status::Ok();
   }
   if (Status s = validator_.NamespaceName(name); !s.ok()) return s;
   const std::string_view ns = name.empty() ? "default" : name;
   Status s;
   if (create) {
-    s = scheduler_.Intern(ns, id);
-  } else if (!scheduler_.Find(ns, id)) {
+    s = scheduler_.Intern(ns, pin);
+  } else if (auto found = scheduler_.Find(ns)) {
+    *pin = std::move(*found);
+  } else {
     s = Status::NotFound("no namespace '" + std::string(ns) + "'");
   }
   if (s.ok() && cache != nullptr) {
     cache->name = name;
     cache->valid = true;
-    cache->id = *id;
-    cache->pinned.push_back(*id);
+    cache->pins.push_back(*pin);
   }
   return s;
 }
@@ -98,17 +99,8 @@ Status DelaydService::Authorize(const Caller& caller, std::string_view name,
   return caller.May(name.empty() ? "default" : name, permission);
 }
 
-grpc::ServerUnaryReactor* DelaydService::Read(
-    const grpc::CallbackServerContext* ctx, const grpc::ByteBuffer& in,
-    const RequestLimit& limit, std::string_view method, UnaryCall* call,
-    google::protobuf::MessageLite* request, Caller* caller) {
-  Status s = Identify(ctx, caller);
-  if (s.ok()) s = ReadRequest(in, limit.bytes, method, limit.from, request);
-  return s.ok() ? nullptr : call->Reply(s);
-}
-
 Status DelaydService::ToOp(const OpFields& f, WallNanos now, Op* op,
-                           NamespaceCache* cache) {
+                           NamespacePin* pin, NamespaceCache* cache) {
   using Kind = OpFields::Kind;
   // Every field is checked before the namespace is looked up, and only a
   // set creates one: a refused call changes nothing.
@@ -119,11 +111,11 @@ Status DelaydService::ToOp(const OpFields& f, WallNanos now, Op* op,
     thread_local std::minstd_rand random(std::random_device{}());
     fire_time += std::uniform_int_distribution<std::int64_t>(0, jitter)(random);
   }
-  NamespaceId ns;
-  if (Status s = Namespace(f.ns, &ns, cache, f.kind == Kind::kSet); !s.ok()) {
+  if (Status s = Namespace(f.ns, pin, cache, f.kind == Kind::kSet); !s.ok()) {
     if (s.code() != Code::kNotFound) return s;
     return Status::NotFound("no pending timer '" + std::string(f.key) + "'");
   }
+  const NamespaceId ns = pin->id();
   switch (f.kind) {
     case Kind::kRemove:
       *op = RemoveOp{ns, std::string(f.key), f.expected_version};
@@ -139,189 +131,146 @@ Status DelaydService::ToOp(const OpFields& f, WallNanos now, Op* op,
 
 // ---- handlers ----
 
-template <typename Fill>
-grpc::ServerUnaryReactor* DelaydService::SubmitOp(
-    UnaryCall* call, const Status& converted, Op op,
-    const google::protobuf::MessageLite* resp, Fill fill) {
-  if (!converted.ok()) {
-    return call->Reply(converted);
+template <typename Req, typename Resp, typename Fill>
+grpc::ServerUnaryReactor* DelaydService::SubmitOp(const Unary<Req, Resp>& call,
+                                                  std::uint8_t permission,
+                                                  Fill fill) {
+  if (call.answered()) return call.reactor();
+  const Req& req = call.req();
+  if (Status s = Authorize(call.caller(), req.namespace_(), permission);
+      !s.ok()) {
+    return call.Reply(s);
   }
-  const NamespaceId ns = std::visit([](const auto& o) { return o.ns; }, op);
-  auto* reactor = call->reactor();
-  scheduler_.Submit(std::move(op), [this, ns, call, resp, fill](OpResult r) {
-    if (r.status.ok()) fill(r);
-    call->Reply(r.status, resp);
-    scheduler_.Unpin(ns);
-  });
-  return reactor;
+  Op op;
+  NamespacePin pin;
+  if (Status s = ToOp(FieldsOf(req), scheduler_.clock().Wall(), &op, &pin);
+      !s.ok()) {
+    return call.Reply(s);
+  }
+  // (The pin keeps the namespace until the answer.)
+  scheduler_.Submit(std::move(op),
+                    [call, fill, pin = std::move(pin)](OpResult r) {
+                      if (r.status.ok()) fill(r, call.resp());
+                      call.Reply(r.status);
+                    });
+  return call.reactor();
 }
 
 grpc::ServerUnaryReactor* DelaydService::SetTimer(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
     grpc::ByteBuffer* out) {
-  auto* call = new UnaryCall(ctx, out, rpc_[RpcMetrics::kSetTimer]);
-  auto* req = call->New<v1::SetTimerRequest>();
-  Caller caller;
-  if (auto* r =
-          Read(ctx, *in, request_limits_.set, "SetTimer", call, req, &caller)) {
-    return r;
-  }
-  if (Status s = Authorize(caller, req->namespace_(), kWrite); !s.ok()) {
-    return call->Reply(s);
-  }
-  Op op;
-  const Status s = ToOp(FieldsOf(*req), scheduler_.clock().Wall(), &op);
-  auto* resp = call->New<v1::SetTimerResponse>();
-  return SubmitOp(call, s, std::move(op), resp, [resp](const OpResult& r) {
-    resp->set_version(r.version);
-    SetTimestamp(r.fire_time, resp->mutable_fire_time());
-    resp->set_replaced(r.replaced);
-  });
+  return SubmitOp(Start<v1::SetTimerRequest, v1::SetTimerResponse>(
+                      ctx, in, out, RpcMetrics::kSetTimer, request_limits_.set),
+                  kWrite, [](const OpResult& r, v1::SetTimerResponse* resp) {
+                    resp->set_version(r.version);
+                    SetTimestamp(r.fire_time, resp->mutable_fire_time());
+                    resp->set_replaced(r.replaced);
+                  });
 }
 
 grpc::ServerUnaryReactor* DelaydService::MoveTimer(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
     grpc::ByteBuffer* out) {
-  auto* call = new UnaryCall(ctx, out, rpc_[RpcMetrics::kMoveTimer]);
-  auto* req = call->New<v1::MoveTimerRequest>();
-  Caller caller;
-  if (auto* r = Read(ctx, *in, request_limits_.other, "MoveTimer", call, req,
-                     &caller)) {
-    return r;
-  }
-  if (Status s = Authorize(caller, req->namespace_(), kWrite); !s.ok()) {
-    return call->Reply(s);
-  }
-  Op op;
-  const Status s = ToOp(FieldsOf(*req), scheduler_.clock().Wall(), &op);
-  auto* resp = call->New<v1::MoveTimerResponse>();
-  return SubmitOp(call, s, std::move(op), resp, [resp](const OpResult& r) {
-    resp->set_version(r.version);
-    SetTimestamp(r.fire_time, resp->mutable_fire_time());
-  });
+  return SubmitOp(
+      Start<v1::MoveTimerRequest, v1::MoveTimerResponse>(
+          ctx, in, out, RpcMetrics::kMoveTimer, request_limits_.other),
+      kWrite, [](const OpResult& r, v1::MoveTimerResponse* resp) {
+        resp->set_version(r.version);
+        SetTimestamp(r.fire_time, resp->mutable_fire_time());
+      });
 }
 
 grpc::ServerUnaryReactor* DelaydService::RemoveTimer(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
     grpc::ByteBuffer* out) {
-  auto* call = new UnaryCall(ctx, out, rpc_[RpcMetrics::kRemoveTimer]);
-  auto* req = call->New<v1::RemoveTimerRequest>();
-  Caller caller;
-  if (auto* r = Read(ctx, *in, request_limits_.other, "RemoveTimer", call, req,
-                     &caller)) {
-    return r;
-  }
-  if (Status s = Authorize(caller, req->namespace_(), kWrite); !s.ok()) {
-    return call->Reply(s);
-  }
-  Op op;
-  const Status s = ToOp(FieldsOf(*req), scheduler_.clock().Wall(), &op);
-  auto* resp = call->New<v1::RemoveTimerResponse>();
-  return SubmitOp(call, s, std::move(op), resp,
-                  [resp](const OpResult& r) { resp->set_version(r.version); });
+  return SubmitOp(
+      Start<v1::RemoveTimerRequest, v1::RemoveTimerResponse>(
+          ctx, in, out, RpcMetrics::kRemoveTimer, request_limits_.other),
+      kWrite, [](const OpResult& r, v1::RemoveTimerResponse* resp) {
+        resp->set_version(r.version);
+      });
 }
 
 grpc::ServerUnaryReactor* DelaydService::Drain(grpc::CallbackServerContext* ctx,
                                                const grpc::ByteBuffer* in,
                                                grpc::ByteBuffer* out) {
-  auto* call = new UnaryCall(ctx, out, rpc_[RpcMetrics::kDrain]);
-  auto* req = call->New<v1::DrainRequest>();
-  Caller caller;
-  if (auto* r =
-          Read(ctx, *in, request_limits_.other, "Drain", call, req, &caller)) {
-    return r;
+  const auto call = Start<v1::DrainRequest, v1::DrainResponse>(
+      ctx, in, out, RpcMetrics::kDrain, request_limits_.other);
+  if (call.answered()) return call.reactor();
+  const auto& req = call.req();
+  if (Status s = Authorize(call.caller(), req.namespace_(), kAdmin); !s.ok()) {
+    return call.Reply(s);
   }
-  auto* resp = call->New<v1::DrainResponse>();
-  if (Status s = Authorize(caller, req->namespace_(), kAdmin); !s.ok()) {
-    return call->Reply(s);
-  }
-  NamespaceId ns;
-  if (Status s = Namespace(req->namespace_(), &ns); !s.ok()) {
+  NamespacePin pin;
+  if (Status s = Namespace(req.namespace_(), &pin); !s.ok()) {
     // A namespace that does not exist has nothing to drain.
-    if (s.code() == Code::kNotFound) s = Status::Ok();
-    return call->Reply(s, resp);
+    return call.Reply(s.code() == Code::kNotFound ? Status::Ok() : s);
   }
-  auto* reactor = call->reactor();
-  scheduler_.Drain(ns, [this, ns, call, resp](Status s, std::uint64_t drained) {
-    resp->set_drained(drained);
-    call->Reply(s, resp);
-    scheduler_.Unpin(ns);
-  });
-  return reactor;
+  scheduler_.Drain(
+      pin.id(), [call, pin = std::move(pin)](Status s, std::uint64_t drained) {
+        call.resp()->set_drained(drained);
+        call.Reply(s);
+      });
+  return call.reactor();
 }
 
 grpc::ServerUnaryReactor* DelaydService::GetTimer(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
     grpc::ByteBuffer* out) {
-  auto* call = new UnaryCall(ctx, out, rpc_[RpcMetrics::kGetTimer]);
-  auto* req = call->New<v1::GetTimerRequest>();
-  Caller caller;
-  if (auto* r = Read(ctx, *in, request_limits_.other, "GetTimer", call, req,
-                     &caller)) {
-    return r;
+  const auto call = Start<v1::GetTimerRequest, v1::Timer>(
+      ctx, in, out, RpcMetrics::kGetTimer, request_limits_.other);
+  if (call.answered()) return call.reactor();
+  const auto& req = call.req();
+  Status s = Authorize(call.caller(), req.namespace_(), kRead);
+  if (s.ok()) s = validator_.NamespaceName(req.namespace_());
+  if (s.ok()) s = validator_.Key(req.key());
+  NamespacePin pin;
+  if (s.ok() && !Namespace(req.namespace_(), &pin).ok()) {
+    s = Status::NotFound("no pending timer '" + req.key() + "'");
   }
-  Status s = Authorize(caller, req->namespace_(), kRead);
-  if (s.ok()) s = validator_.NamespaceName(req->namespace_());
-  if (s.ok()) s = validator_.Key(req->key());
-  NamespaceId ns;
-  if (s.ok() && !Namespace(req->namespace_(), &ns).ok()) {
-    s = Status::NotFound("no pending timer '" + req->key() + "'");
-  }
-  if (!s.ok()) {
-    return call->Reply(s);
-  }
-  auto* resp = call->New<v1::Timer>();
-  const std::string& name = scheduler_.dispatcher(ns).name();
+  if (!s.ok()) return call.Reply(s);
   // (The pin keeps the namespace, and so its name, until the answer.)
-  auto* reactor = call->reactor();
-  scheduler_.Get(
-      ns, req->key(),
-      [this, ns, call, resp, &name](Status s, std::optional<TimerInfo> t) {
-        if (t) FillTimer(*t, name, resp);
-        call->Reply(s, resp);
-        scheduler_.Unpin(ns);
-      });
-  return reactor;
+  const std::string& name = scheduler_.dispatcher(pin.id()).name();
+  scheduler_.Get(pin.id(), req.key(),
+                 [call, pin = std::move(pin), &name](
+                     Status s, std::optional<TimerInfo> t) {
+                   if (t) FillTimer(*t, name, call.resp());
+                   call.Reply(s);
+                 });
+  return call.reactor();
 }
 
 grpc::ServerUnaryReactor* DelaydService::ListTimers(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
     grpc::ByteBuffer* out) {
-  auto* call = new UnaryCall(ctx, out, rpc_[RpcMetrics::kListTimers]);
-  auto* req = call->New<v1::ListTimersRequest>();
-  Caller caller;
-  if (auto* r = Read(ctx, *in, request_limits_.other, "ListTimers", call, req,
-                     &caller)) {
-    return r;
-  }
+  const auto call = Start<v1::ListTimersRequest, v1::ListTimersResponse>(
+      ctx, in, out, RpcMetrics::kListTimers, request_limits_.other);
+  if (call.answered()) return call.reactor();
+  const auto& req = call.req();
   Scheduler::ListLimits limits;
   Scheduler::ListCursor cursor;
-  Status s = Authorize(caller, req->namespace_(), kRead);
-  if (s.ok()) s = validator_.List(*req, &limits, &cursor);
-  if (!s.ok()) {
-    return call->Reply(s);
+  Status s = Authorize(call.caller(), req.namespace_(), kRead);
+  if (s.ok()) s = validator_.List(req, &limits, &cursor);
+  if (!s.ok()) return call.Reply(s);
+  NamespacePin pin;
+  if (!Namespace(req.namespace_(), &pin).ok()) {
+    return call.Reply(Status::Ok());  // No such namespace: no timers.
   }
-  auto* resp = call->New<v1::ListTimersResponse>();
-  NamespaceId ns;
-  if (!Namespace(req->namespace_(), &ns).ok()) {
-    // No such namespace: no timers.
-    return call->Reply(Status::Ok(), resp);
-  }
-  const std::string& name = scheduler_.dispatcher(ns).name();
-  auto* reactor = call->reactor();
+  const std::string& name = scheduler_.dispatcher(pin.id()).name();
   scheduler_.List(
-      ns, req->key_prefix(), limits, cursor,
-      [this, ns, call, resp, &name](Status s, std::vector<TimerInfo> timers,
-                                    std::optional<Scheduler::ListCursor> next) {
+      pin.id(), req.key_prefix(), limits, cursor,
+      [call, pin = std::move(pin), &name](
+          Status s, std::vector<TimerInfo> timers,
+          std::optional<Scheduler::ListCursor> next) {
+        auto* resp = call.resp();
         for (const auto& t : timers) FillTimer(t, name, resp->add_timers());
         if (next) {
           resp->set_next_page_token(std::to_string(next->partition) + "." +
                                     std::to_string(next->record));
         }
-        call->Reply(s, resp);
-        scheduler_.Unpin(ns);
+        call.Reply(s);
       });
-  return reactor;
+  return call.reactor();
 }
 
 grpc::ServerUnaryReactor* DelaydService::Batch(grpc::CallbackServerContext* ctx,
@@ -405,7 +354,8 @@ grpc::ServerUnaryReactor* DelaydService::Batch(grpc::CallbackServerContext* ctx,
   for (std::size_t i = 0; i < n; ++i) {
     resp->add_results();
     Op op;
-    if (Status s = ToOp(fields[i], now, &op, &cache); !s.ok()) {
+    NamespacePin pin;
+    if (Status s = ToOp(fields[i], now, &op, &pin, &cache); !s.ok()) {
       auto* r = resp->mutable_results(static_cast<int>(i));
       r->set_code(ToGrpc(s).error_code());
       r->set_message("operations[" + std::to_string(i) + "]." + s.message());
@@ -414,14 +364,11 @@ grpc::ServerUnaryReactor* DelaydService::Batch(grpc::CallbackServerContext* ctx,
     ops.push_back(std::move(op));
     positions.push_back(static_cast<std::uint32_t>(i));
   }
-  if (ops.empty()) {
-    for (NamespaceId ns : cache.pinned) scheduler_.Unpin(ns);
-    return call->Reply(Status::Ok(), resp);
-  }
+  if (ops.empty()) return call->Reply(Status::Ok(), resp);
   auto* reactor = call->reactor();
   scheduler_.SubmitBatch(
       std::move(ops),
-      [this, call, resp, pinned = std::move(cache.pinned),
+      [call, resp, pins = std::move(cache.pins),
        positions = std::move(positions)](std::vector<OpResult> results) {
         for (std::size_t k = 0; k < results.size(); ++k) {
           auto* r = resp->mutable_results(static_cast<int>(positions[k]));
@@ -436,7 +383,6 @@ grpc::ServerUnaryReactor* DelaydService::Batch(grpc::CallbackServerContext* ctx,
           }
         }
         call->Reply(Status::Ok(), resp);
-        for (NamespaceId ns : pinned) scheduler_.Unpin(ns);
       });
   return reactor;
 }

@@ -160,7 +160,6 @@ class DelaydService final : public RawDelayd {
                                               const grpc::ByteBuffer* in,
                                               grpc::ByteBuffer* out,
                                               RpcMetrics::Method method,
-                                              std::string_view name,
                                               DeadLetterChange change);
 
   // The last namespace resolved within one request, so that a Batch of
@@ -169,14 +168,13 @@ class DelaydService final : public RawDelayd {
   struct NamespaceCache {
     std::string_view name;
     bool valid = false;
-    NamespaceId id = 0;
-    // Every namespace resolved (and pinned) through the cache: the caller
-    // unpins them once the request is answered.
-    std::vector<NamespaceId> pinned;
+    // A pin of every namespace resolved through the cache (the last is the
+    // cached one), kept until the request is answered.
+    std::vector<NamespacePin> pins;
   };
-  // Resolves a namespace: creates it if `create` (a write), else NOT_FOUND
-  // if it does not exist.
-  Status Namespace(std::string_view name, NamespaceId* id,
+  // Resolves a namespace into `pin`: creates it if `create` (a write), else
+  // NOT_FOUND if it does not exist.
+  Status Namespace(std::string_view name, NamespacePin* pin,
                    NamespaceCache* cache = nullptr, bool create = false);
   // The caller of `ctx`, by the token it sent; see auth.h. Checked before
   // a request is parsed, so an unknown caller costs nothing more.
@@ -186,24 +184,26 @@ class DelaydService final : public RawDelayd {
   // request, so a refused call learns nothing and changes nothing.
   static Status Authorize(const Caller& caller, std::string_view name,
                           std::uint8_t permission);
-  // Identifies the caller and reads its request if it is within `limit`:
-  // returns null. Otherwise answers the call and returns its reactor.
-  grpc::ServerUnaryReactor* Read(const grpc::CallbackServerContext* ctx,
-                                 const grpc::ByteBuffer& in,
-                                 const RequestLimit& limit,
-                                 std::string_view method, UnaryCall* call,
-                                 google::protobuf::MessageLite* request,
-                                 Caller* caller);
-  // Validates a set, move or remove and converts it for the scheduler.
-  Status ToOp(const OpFields& f, WallNanos now, Op* op,
+  // A unary call with its caller identified and its request read within
+  // `limit` (else answered at once: see Unary).
+  template <typename Req, typename Resp>
+  Unary<Req, Resp> Start(grpc::CallbackServerContext* ctx,
+                         const grpc::ByteBuffer* in, grpc::ByteBuffer* out,
+                         RpcMetrics::Method method, const RequestLimit& limit) {
+    return Unary<Req, Resp>(
+        ctx, in, out, rpc_[method], limit.bytes, limit.from,
+        [this, ctx](Caller* caller) { return Identify(ctx, caller); });
+  }
+  // Validates a set, move or remove and converts it for the scheduler,
+  // pinning its namespace in `pin`.
+  Status ToOp(const OpFields& f, WallNanos now, Op* op, NamespacePin* pin,
               NamespaceCache* cache = nullptr);
-  // Answers a call whose request did not convert; otherwise submits `op`
-  // and answers with its result, filled into `resp` by `fill` on success.
-  template <typename Fill>
-  grpc::ServerUnaryReactor* SubmitOp(UnaryCall* call, const Status& converted,
-                                     Op op,
-                                     const google::protobuf::MessageLite* resp,
-                                     Fill fill);
+  // A SetTimer, MoveTimer or RemoveTimer `call`: checks `permission`,
+  // submits the operation and answers with its result, filled into the
+  // response by `fill` on success.
+  template <typename Req, typename Resp, typename Fill>
+  grpc::ServerUnaryReactor* SubmitOp(const Unary<Req, Resp>& call,
+                                     std::uint8_t permission, Fill fill);
 
   // Checks `dir` against --backup-dir and writes the backup there
   // (blocking: run by Scheduler::Offload).

@@ -33,15 +33,11 @@ void Fill(const NamespaceCounters& c, v1::NamespaceStats* out) {
 grpc::ServerUnaryReactor* DelaydService::Backup(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
     grpc::ByteBuffer* out) {
-  auto* call = new UnaryCall(ctx, out, rpc_[RpcMetrics::kBackup]);
-  auto* req = call->New<v1::BackupRequest>();
-  auto* resp = call->New<v1::BackupResponse>();
-  Caller caller;
-  if (auto* r =
-          Read(ctx, *in, request_limits_.other, "Backup", call, req, &caller)) {
-    return r;
-  }
-  Status s = caller.May("", kAdmin);
+  const auto call = Start<v1::BackupRequest, v1::BackupResponse>(
+      ctx, in, out, RpcMetrics::kBackup, request_limits_.other);
+  if (call.answered()) return call.reactor();
+  const auto& req = call.req();
+  Status s = call.caller().May("", kAdmin);
   if (s.ok() && backup_dir_.empty()) {
     s = Status::FailedPrecondition(
         "backups are off: start delayd with --backup-dir");
@@ -50,21 +46,20 @@ grpc::ServerUnaryReactor* DelaydService::Backup(
     s = Status::FailedPrecondition("--in-memory: there is no store to back up");
   }
   if (s.ok() &&
-      (req->dir().empty() || req->dir().find('\0') != std::string::npos)) {
+      (req.dir().empty() || req.dir().find('\0') != std::string::npos)) {
     s = Status::InvalidArgument("dir: empty or not a path");
   }
   if (s.ok() && backup_running_.exchange(true)) {
     s = Status::FailedPrecondition("a backup is already running");
   }
-  if (!s.ok()) return call->Reply(s, resp);
+  if (!s.ok()) return call.Reply(s);
   // The file system's calls and the backup itself block: off this thread.
-  auto* reactor = call->reactor();
-  scheduler_.Offload([this, call, resp, dir = req->dir()] {
-    const Status s = WriteBackup(dir, resp);
+  scheduler_.Offload([this, call, dir = req.dir()] {
+    const Status s = WriteBackup(dir, call.resp());
     backup_running_ = false;
-    call->Reply(s, resp);
+    call.Reply(s);
   });
-  return reactor;
+  return call.reactor();
 }
 
 Status DelaydService::WriteBackup(const std::string& dir,
@@ -104,32 +99,27 @@ Status DelaydService::WriteBackup(const std::string& dir,
 grpc::ServerUnaryReactor* DelaydService::Stats(grpc::CallbackServerContext* ctx,
                                                const grpc::ByteBuffer* in,
                                                grpc::ByteBuffer* out) {
-  auto* call = new UnaryCall(ctx, out, rpc_[RpcMetrics::kStats]);
-  auto* req = call->New<v1::StatsRequest>();
-  Caller caller;
-  if (auto* r =
-          Read(ctx, *in, request_limits_.other, "Stats", call, req, &caller)) {
-    return r;
-  }
-  auto* resp = call->New<v1::StatsResponse>();
-  if (!req->namespace_().empty()) {
+  const auto call = Start<v1::StatsRequest, v1::StatsResponse>(
+      ctx, in, out, RpcMetrics::kStats, request_limits_.other);
+  if (call.answered()) return call.reactor();
+  const auto& req = call.req();
+  v1::StatsResponse* resp = call.resp();
+  if (!req.namespace_().empty()) {
     // One namespace, for a caller who may read it: nothing daemon-wide,
     // which would tell of the other tenants.
-    Status s = Authorize(caller, req->namespace_(), kRead);
-    if (s.ok()) s = validator_.NamespaceName(req->namespace_());
-    if (!s.ok()) return call->Reply(s);
+    Status s = Authorize(call.caller(), req.namespace_(), kRead);
+    if (s.ok()) s = validator_.NamespaceName(req.namespace_());
+    if (!s.ok()) return call.Reply(s);
     auto* figures = resp->add_namespaces();
-    figures->set_namespace_(req->namespace_());
+    figures->set_namespace_(req.namespace_());
     // (Subscribers waiting for a namespace no write has created yet are
     // counted too.)
     scheduler_.FiguresOf(
-        req->namespace_(),
+        req.namespace_(),
         [figures](const NamespaceCounters& c) { Fill(c, figures); });
-    return call->Reply(Status::Ok(), resp);
+    return call.Reply(Status::Ok());
   }
-  if (Status s = caller.May("", kAdmin); !s.ok()) {
-    return call->Reply(s);
-  }
+  if (Status s = call.caller().May("", kAdmin); !s.ok()) return call.Reply(s);
   Counters& c = scheduler_.counters();
   resp->set_pending_timers(c.pending.load());
   resp->set_ready_events(c.ready.load());
@@ -157,7 +147,7 @@ grpc::ServerUnaryReactor* DelaydService::Stats(grpc::CallbackServerContext* ctx,
             [](const auto& a, const auto& b) {
               return a.namespace_() < b.namespace_();
             });
-  return call->Reply(Status::Ok(), resp);
+  return call.Reply(Status::Ok());
 }
 
 }  // namespace delayd

@@ -31,46 +31,38 @@ void ToProto(const Policy& p, v1::Policy* out) {
 grpc::ServerUnaryReactor* DelaydService::GetPolicy(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
     grpc::ByteBuffer* out) {
-  auto* call = new UnaryCall(ctx, out, rpc_[RpcMetrics::kGetPolicy]);
-  auto* req = call->New<v1::GetPolicyRequest>();
-  Caller caller;
-  if (auto* r = Read(ctx, *in, request_limits_.other, "GetPolicy", call, req,
-                     &caller)) {
-    return r;
-  }
-  Status s = Authorize(caller, req->namespace_(), kRead);
-  if (s.ok()) s = validator_.NamespaceName(req->namespace_());
-  if (!s.ok()) return call->Reply(s);
-  auto* resp = call->New<v1::Policy>();
-  ToProto(scheduler_.PolicyOf(req->namespace_().empty() ? "default"
-                                                        : req->namespace_()),
-          resp);
-  return call->Reply(Status::Ok(), resp);
+  const auto call = Start<v1::GetPolicyRequest, v1::Policy>(
+      ctx, in, out, RpcMetrics::kGetPolicy, request_limits_.other);
+  if (call.answered()) return call.reactor();
+  const auto& req = call.req();
+  Status s = Authorize(call.caller(), req.namespace_(), kRead);
+  if (s.ok()) s = validator_.NamespaceName(req.namespace_());
+  if (!s.ok()) return call.Reply(s);
+  ToProto(scheduler_.PolicyOf(req.namespace_().empty() ? "default"
+                                                       : req.namespace_()),
+          call.resp());
+  return call.Reply(Status::Ok());
 }
 
 grpc::ServerUnaryReactor* DelaydService::SetPolicy(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
     grpc::ByteBuffer* out) {
-  auto* call = new UnaryCall(ctx, out, rpc_[RpcMetrics::kSetPolicy]);
-  auto* req = call->New<v1::SetPolicyRequest>();
-  Caller caller;
-  if (auto* r = Read(ctx, *in, request_limits_.other, "SetPolicy", call, req,
-                     &caller)) {
-    return r;
-  }
+  const auto call = Start<v1::SetPolicyRequest, v1::Policy>(
+      ctx, in, out, RpcMetrics::kSetPolicy, request_limits_.other);
+  if (call.answered()) return call.reactor();
+  const auto& req = call.req();
   Policy policy;
-  Status s = Authorize(caller, req->namespace_(), kAdmin);
-  if (s.ok()) s = validator_.NamespaceName(req->namespace_());
-  if (s.ok()) s = validator_.PolicyFields(req->policy(), &policy);
-  if (!s.ok()) return call->Reply(s);
+  Status s = Authorize(call.caller(), req.namespace_(), kAdmin);
+  if (s.ok()) s = validator_.NamespaceName(req.namespace_());
+  if (s.ok()) s = validator_.PolicyFields(req.policy(), &policy);
+  if (!s.ok()) return call.Reply(s);
   const std::string name =
-      req->namespace_().empty() ? "default" : req->namespace_();
+      req.namespace_().empty() ? "default" : req.namespace_();
   // The store's synced write happens off this thread; the answer comes
   // once the policy is durable and applied.
-  auto* reactor = call->reactor();
   scheduler_.SetPolicy(name, policy, [call, name, policy](Status s) {
     if (!s.ok()) {
-      call->Reply(s);
+      call.Reply(s);
       return;
     }
     spdlog::info(
@@ -82,11 +74,10 @@ grpc::ServerUnaryReactor* DelaydService::SetPolicy(
         policy.max_in_flight, policy.retry.initial_backoff.count() / 1'000'000,
         policy.retry.multiplier, policy.retry.max_backoff.count() / 1'000'000,
         policy.retry.jitter, policy.ack_timeout.count() / 1'000'000);
-    auto* resp = call->New<v1::Policy>();
-    ToProto(policy, resp);
-    call->Reply(Status::Ok(), resp);
+    ToProto(policy, call.resp());
+    call.Reply(Status::Ok());
   });
-  return reactor;
+  return call.reactor();
 }
 
 }  // namespace delayd

@@ -7,101 +7,81 @@ namespace delayd {
 grpc::ServerUnaryReactor* DelaydService::Ack(grpc::CallbackServerContext* ctx,
                                              const grpc::ByteBuffer* in,
                                              grpc::ByteBuffer* out) {
-  auto* call = new UnaryCall(ctx, out, rpc_[RpcMetrics::kAck]);
-  auto* req = call->New<v1::AckRequest>();
-  Caller caller;
-  if (auto* r =
-          Read(ctx, *in, request_limits_.ack, "Ack", call, req, &caller)) {
-    return r;
-  }
-  Status s = Authorize(caller, req->namespace_(), kWork);
-  if (s.ok()) s = validator_.Ack(*req);
-  if (!s.ok()) {
-    return call->Reply(s);
-  }
-  auto* resp = call->New<v1::AckResponse>();
-  NamespaceId ns;
-  if (!Namespace(req->namespace_(), &ns).ok()) {
+  const auto call = Start<v1::AckRequest, v1::AckResponse>(
+      ctx, in, out, RpcMetrics::kAck, request_limits_.ack);
+  if (call.answered()) return call.reactor();
+  const auto& req = call.req();
+  Status s = Authorize(call.caller(), req.namespace_(), kWork);
+  if (s.ok()) s = validator_.Ack(req);
+  if (!s.ok()) return call.Reply(s);
+  NamespacePin pin;
+  if (!Namespace(req.namespace_(), &pin).ok()) {
     // No such namespace: none of its events are outstanding.
-    for (auto id : req->event_ids()) resp->add_unknown_ids(id);
-    return call->Reply(Status::Ok(), resp);
+    for (auto id : req.event_ids()) call.resp()->add_unknown_ids(id);
+    return call.Reply(Status::Ok());
   }
-  auto* reactor = call->reactor();
-  scheduler_.dispatcher(ns).Ack(
-      {req->event_ids().begin(), req->event_ids().end()},
-      [this, ns, call, resp](AckResult r) {
+  scheduler_.dispatcher(pin.id()).Ack(
+      {req.event_ids().begin(), req.event_ids().end()},
+      [call, pin = std::move(pin)](AckResult r) {
         if (r.error.ok()) {
-          resp->set_acked(r.acked);
-          for (auto id : r.unknown) resp->add_unknown_ids(id);
+          call.resp()->set_acked(r.acked);
+          for (auto id : r.unknown) call.resp()->add_unknown_ids(id);
         }
-        call->Reply(r.error, resp);
-        scheduler_.Unpin(ns);
+        call.Reply(r.error);
       });
-  return reactor;
+  return call.reactor();
 }
 
 grpc::ServerUnaryReactor* DelaydService::Nack(grpc::CallbackServerContext* ctx,
                                               const grpc::ByteBuffer* in,
                                               grpc::ByteBuffer* out) {
-  auto* call = new UnaryCall(ctx, out, rpc_[RpcMetrics::kNack]);
-  auto* req = call->New<v1::NackRequest>();
-  Caller caller;
-  if (auto* r =
-          Read(ctx, *in, request_limits_.ack, "Nack", call, req, &caller)) {
-    return r;
-  }
+  const auto call = Start<v1::NackRequest, v1::NackResponse>(
+      ctx, in, out, RpcMetrics::kNack, request_limits_.ack);
+  if (call.answered()) return call.reactor();
+  const auto& req = call.req();
   std::optional<std::chrono::nanoseconds> retry_after;
-  Status s = Authorize(caller, req->namespace_(), kWork);
-  if (s.ok()) s = validator_.Nack(*req, &retry_after);
-  if (!s.ok()) return call->Reply(s);
-  auto* resp = call->New<v1::NackResponse>();
-  NamespaceId ns;
-  if (!Namespace(req->namespace_(), &ns).ok()) {
-    for (auto id : req->event_ids()) resp->add_unknown_ids(id);
-    return call->Reply(Status::Ok(), resp);
+  Status s = Authorize(call.caller(), req.namespace_(), kWork);
+  if (s.ok()) s = validator_.Nack(req, &retry_after);
+  if (!s.ok()) return call.Reply(s);
+  NamespacePin pin;
+  if (!Namespace(req.namespace_(), &pin).ok()) {
+    for (auto id : req.event_ids()) call.resp()->add_unknown_ids(id);
+    return call.Reply(Status::Ok());
   }
-  auto* reactor = call->reactor();
-  scheduler_.dispatcher(ns).Nack(
-      {req->event_ids().begin(), req->event_ids().end()}, retry_after,
-      req->error(), [this, ns, call, resp](LeaseResult r) {
-        resp->set_nacked(r.done);
-        for (auto id : r.unknown) resp->add_unknown_ids(id);
-        call->Reply(Status::Ok(), resp);
-        scheduler_.Unpin(ns);
+  scheduler_.dispatcher(pin.id()).Nack(
+      {req.event_ids().begin(), req.event_ids().end()}, retry_after,
+      req.error(), [call, pin = std::move(pin)](LeaseResult r) {
+        call.resp()->set_nacked(r.done);
+        for (auto id : r.unknown) call.resp()->add_unknown_ids(id);
+        call.Reply(Status::Ok());
       });
-  return reactor;
+  return call.reactor();
 }
 
 grpc::ServerUnaryReactor* DelaydService::ExtendLease(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
     grpc::ByteBuffer* out) {
-  auto* call = new UnaryCall(ctx, out, rpc_[RpcMetrics::kExtendLease]);
-  auto* req = call->New<v1::ExtendLeaseRequest>();
-  Caller caller;
-  if (auto* r = Read(ctx, *in, request_limits_.ack, "ExtendLease", call, req,
-                     &caller)) {
-    return r;
-  }
+  const auto call = Start<v1::ExtendLeaseRequest, v1::ExtendLeaseResponse>(
+      ctx, in, out, RpcMetrics::kExtendLease, request_limits_.ack);
+  if (call.answered()) return call.reactor();
+  const auto& req = call.req();
   std::chrono::nanoseconds extension;
-  Status s = Authorize(caller, req->namespace_(), kWork);
-  if (s.ok()) s = validator_.ExtendLease(*req, &extension);
-  if (!s.ok()) return call->Reply(s);
-  auto* resp = call->New<v1::ExtendLeaseResponse>();
-  NamespaceId ns;
-  if (!Namespace(req->namespace_(), &ns).ok()) {
-    for (auto id : req->event_ids()) resp->add_unknown_ids(id);
-    return call->Reply(Status::Ok(), resp);
+  Status s = Authorize(call.caller(), req.namespace_(), kWork);
+  if (s.ok()) s = validator_.ExtendLease(req, &extension);
+  if (!s.ok()) return call.Reply(s);
+  NamespacePin pin;
+  if (!Namespace(req.namespace_(), &pin).ok()) {
+    for (auto id : req.event_ids()) call.resp()->add_unknown_ids(id);
+    return call.Reply(Status::Ok());
   }
-  auto* reactor = call->reactor();
-  scheduler_.dispatcher(ns).ExtendLease(
-      {req->event_ids().begin(), req->event_ids().end()}, extension,
-      [this, ns, call, resp](LeaseResult r) {
-        resp->set_extended(r.done);
-        for (auto id : r.unknown) resp->add_unknown_ids(id);
-        call->Reply(Status::Ok(), resp);
-        scheduler_.Unpin(ns);
+  scheduler_.dispatcher(pin.id()).ExtendLease(
+      {req.event_ids().begin(), req.event_ids().end()}, extension,
+      [call, pin = std::move(pin)](LeaseResult r) {
+        call.resp()->set_extended(r.done);
+        for (auto id : r.unknown) call.resp()->add_unknown_ids(id);
+        call.Reply(Status::Ok());
       });
-  return reactor;
+  return call.reactor();
 }
 
 }  // namespace delayd

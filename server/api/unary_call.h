@@ -17,6 +17,7 @@
 #include <chrono>
 #include <string_view>
 
+#include "server/api/auth.h"
 #include "server/api/rpc_metrics.h"
 #include "server/common/status.h"
 
@@ -87,6 +88,53 @@ class UnaryCall {
   MethodMetrics& metrics_;
   const std::chrono::steady_clock::time_point started_;
   google::protobuf::Arena arena_{CallArenaOptions()};
+};
+
+// A handle on one unary call as every handler starts it: its request read
+// within `limit` into a Req, its response a Resp, both on the call's arena.
+// If reading fails (an unknown caller, a request over its limit or not
+// parsing: see `identify`), the call is answered at once: answered().
+// Handles are copied freely into callbacks; the call lives until Reply.
+template <typename Req, typename Resp>
+class Unary {
+ public:
+  // `identify` checks the caller's credentials before the request is read
+  // (an unknown caller costs nothing more), setting `caller`.
+  template <typename Identify>
+  Unary(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+        grpc::ByteBuffer* out, MethodMetrics& metrics, std::size_t limit,
+        std::string_view limit_from, Identify identify)
+      : call_(new UnaryCall(ctx, out, metrics)),
+        reactor_(call_->reactor()),
+        req_(call_->New<Req>()),
+        resp_(call_->New<Resp>()) {
+    Status s = identify(&caller_);
+    if (s.ok()) s = ReadRequest(*in, limit, metrics.name(), limit_from, req_);
+    if (!s.ok()) {
+      answered_ = true;
+      call_->Reply(s);
+    }
+  }
+
+  bool answered() const { return answered_; }
+  const Req& req() const { return *req_; }
+  Resp* resp() const { return resp_; }
+  const Caller& caller() const { return caller_; }
+  // What the handler returns to gRPC.
+  grpc::ServerUnaryReactor* reactor() const { return reactor_; }
+  // Answers with `status`, and resp() if it is OK. Once per call.
+  grpc::ServerUnaryReactor* Reply(const Status& status) const {
+    call_->Reply(status, resp_);
+    return reactor_;
+  }
+
+ private:
+  UnaryCall* call_;
+  grpc::ServerUnaryReactor* reactor_;
+  Req* req_;
+  Resp* resp_;
+  Caller caller_;
+  bool answered_ = false;
 };
 
 }  // namespace delayd

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <utility>
 
 #include "server/common/types.h"
 
@@ -48,6 +49,40 @@ class NamespaceRefs {
  private:
   std::unique_ptr<std::atomic<std::int64_t>[]> counts_;
   std::function<void(NamespaceId)> on_zero_;
+};
+
+// A hold on a namespace in use by a call: while any pin of it lives, the
+// namespace is not freed (its id keeps its name). Copying a pin adds a hold
+// and destroying one releases it, so a pin captured by a callback lasts
+// until the callback is gone. Thread safety: as NamespaceRefs.
+class NamespacePin {
+ public:
+  NamespacePin() = default;
+  // Takes over a hold `refs` already counts for `id`.
+  static NamespacePin Adopt(NamespaceRefs* refs, NamespaceId id) {
+    NamespacePin pin;
+    pin.refs_ = refs;
+    pin.id_ = id;
+    return pin;
+  }
+  NamespacePin(const NamespacePin& other) : refs_(other.refs_), id_(other.id_) {
+    if (refs_ != nullptr) refs_->Add(id_);
+  }
+  NamespacePin(NamespacePin&& other) noexcept
+      : refs_(std::exchange(other.refs_, nullptr)), id_(other.id_) {}
+  NamespacePin& operator=(NamespacePin other) noexcept {
+    std::swap(refs_, other.refs_);
+    std::swap(id_, other.id_);
+    return *this;
+  }
+  ~NamespacePin() {
+    if (refs_ != nullptr) refs_->Release(id_);
+  }
+  NamespaceId id() const { return id_; }
+
+ private:
+  NamespaceRefs* refs_ = nullptr;
+  NamespaceId id_ = 0;
 };
 
 }  // namespace delayd

@@ -99,17 +99,14 @@ class Scheduler {
   // pool. Fails, starting nothing, if the store cannot be opened or read.
   Status Start(RecoveryReport* report = nullptr);
 
-  // The id of a namespace, created on first use (by a write).
-  // RESOURCE_EXHAUSTED beyond the namespace limit. Pins the namespace: the
-  // caller ends the pin (Unpin, or a NamespacePin) once its call is
-  // answered.
-  Status Intern(std::string_view name, NamespaceId* id) EXCLUDES(ns_mutex_);
-  // The id of namespace `name` if it exists, pinned as by Intern. Reads and
-  // refused calls use this: they never create a namespace.
-  bool Find(std::string_view name, NamespaceId* id) EXCLUDES(ns_mutex_);
-  // Ends a pin of Intern or Find. A namespace with no pins, timers, events
-  // or subscribers is freed (see namespace_refs.h).
-  void Unpin(NamespaceId id) { refs_->Release(id); }
+  // A pin on namespace `name` (its id in pin->id()), created on first use
+  // (by a write). RESOURCE_EXHAUSTED beyond the namespace limit. A
+  // namespace with no pins, timers, events or subscribers is freed (see
+  // namespace_refs.h).
+  Status Intern(std::string_view name, NamespacePin* pin) EXCLUDES(ns_mutex_);
+  // A pin on namespace `name` if it exists. Reads and refused calls use
+  // this: they never create a namespace.
+  std::optional<NamespacePin> Find(std::string_view name) EXCLUDES(ns_mutex_);
   // Namespaces in use (not freed).
   std::size_t namespaces() EXCLUDES(ns_mutex_);
   // Calls `visit` with each namespace in use and its figures, holding the

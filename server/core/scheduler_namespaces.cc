@@ -84,14 +84,18 @@ std::size_t Scheduler::namespaces() {
   return ns_ids_.size();
 }
 
-Status Scheduler::Intern(std::string_view name, NamespaceId* id) {
-  if (Find(name, id)) return Status::Ok();
+Status Scheduler::Intern(std::string_view name, NamespacePin* pin) {
+  if (auto found = Find(name)) {
+    *pin = std::move(*found);
+    return Status::Ok();
+  }
   const std::string key(name);
   WriterLock lock(&ns_mutex_);
   auto it = ns_ids_.find(key);
   if (it != ns_ids_.end()) {
-    *id = it->second;
-    refs_->Add(*id);
+    const NamespaceId id = it->second;
+    refs_->Add(id);
+    *pin = NamespacePin::Adopt(refs_.get(), id);
     return Status::Ok();
   }
   if (ns_ids_.size() >= options_.limits.max_namespaces) {
@@ -109,15 +113,16 @@ Status Scheduler::Intern(std::string_view name, NamespaceId* id) {
     batch.PutNamespace(next, key);
     store_->Commit(batch, nullptr);
   }
-  *id = AddNamespace(key);
-  refs_->Add(*id);  // The caller's pin.
+  const NamespaceId id = AddNamespace(key);
+  refs_->Add(id);  // The caller's pin.
+  *pin = NamespacePin::Adopt(refs_.get(), id);
   // Subscribers that waited for the namespace move in.
   if (auto w = waiting_.find(key); w != waiting_.end()) {
     for (Waiting& sub : w->second) {
       CountWaiting(sub, -1);  // The dispatcher counts it from now on.
-      refs_->Add(*id);        // Released when it unsubscribes.
-      dispatchers_[*id]->Subscribe(sub.id, std::move(sub.subscriber),
-                                   sub.options, [] {});
+      refs_->Add(id);         // Released when it unsubscribes.
+      dispatchers_[id]->Subscribe(sub.id, std::move(sub.subscriber),
+                                  sub.options, [] {});
     }
     waiting_.erase(w);
   }
@@ -133,13 +138,12 @@ void Scheduler::CountWaiting(const Waiting& w, int delta) {
   }
 }
 
-bool Scheduler::Find(std::string_view name, NamespaceId* id) {
+std::optional<NamespacePin> Scheduler::Find(std::string_view name) {
   ReaderLock lock(&ns_mutex_);
   auto it = ns_ids_.find(name);
-  if (it == ns_ids_.end()) return false;
-  *id = it->second;
-  refs_->Add(*id);  // The caller's pin.
-  return true;
+  if (it == ns_ids_.end()) return std::nullopt;
+  refs_->Add(it->second);  // The caller's pin.
+  return NamespacePin::Adopt(refs_.get(), it->second);
 }
 
 void Scheduler::Subscribe(std::string_view name, std::uint64_t id,

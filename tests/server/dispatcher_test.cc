@@ -181,7 +181,9 @@ TEST_P(DispatcherTest, NackedEventComesBackAfterItsRetryTime) {
   Advance(5s - 1ms);
   EXPECT_EQ(w->got().size(), 1u);
   if (store_) {
-    // The retry time is kept with its fate, for a restart.
+    // The retry time is kept with its fate, for a restart (written after
+    // the Nack's answer, without waiting for it).
+    store_->Sync();
     const auto fate = disk_->FateOf(got[0].id);
     ASSERT_TRUE(fate.has_value());
     EXPECT_EQ(fate->attempts, 1u);

@@ -28,7 +28,8 @@ class SchedulerTest : public ::testing::Test {
  protected:
   SchedulerTest() : scheduler_(Options()) {
     EXPECT_TRUE(scheduler_.Start().ok());
-    EXPECT_TRUE(scheduler_.Intern("default", &ns_).ok());
+    EXPECT_TRUE(scheduler_.Intern("default", &pin_).ok());
+    ns_ = pin_.id();
   }
   static Scheduler::Options Options() {
     Scheduler::Options o;
@@ -57,6 +58,7 @@ class SchedulerTest : public ::testing::Test {
   }
 
   Scheduler scheduler_;
+  NamespacePin pin_;  // Keeps "default" for the test.
   NamespaceId ns_ = 0;
 };
 
@@ -266,8 +268,9 @@ int GivenToAStalledWatcher(bool with_store, Limits limits) {
   }
   Scheduler scheduler(o);
   EXPECT_TRUE(scheduler.Start().ok());
-  NamespaceId ns = 0;
-  EXPECT_TRUE(scheduler.Intern("default", &ns).ok());
+  NamespacePin pin;
+  EXPECT_TRUE(scheduler.Intern("default", &pin).ok());
+  const NamespaceId ns = pin.id();
   auto watcher = std::make_shared<FakeSubscriber>(/*stalled=*/true);
   std::promise<void> registered;
   SubscribeOptions options;
