@@ -8,6 +8,7 @@
 #include <set>
 
 #include "tests/common/temp_dir.h"
+#include "tests/server/calls.h"
 #include "tests/server/test_client.h"
 
 namespace delayd::testing {
@@ -36,14 +37,8 @@ class DeadLetterTest : public ::testing::Test {
     ASSERT_TRUE(d.stub().SetPolicy(&ctx, req, &resp).ok());
   }
   void Set(TestDaemon& d, const std::string& key) {
-    v1::SetTimerRequest req;
-    req.set_namespace_("jobs");
-    req.set_key(key);
-    req.set_payload("payload of " + key);
-    *req.mutable_delay() = Millis(0);
-    v1::SetTimerResponse resp;
-    grpc::ClientContext ctx;
-    ASSERT_TRUE(d.stub().SetTimer(&ctx, req, &resp).ok());
+    ASSERT_TRUE(
+        testing::Set(d.stub(), "jobs", key, 0, "payload of " + key).ok());
   }
   void Nack(TestDaemon& d, std::uint64_t id, const std::string& error) {
     v1::NackRequest req;
@@ -56,12 +51,7 @@ class DeadLetterTest : public ::testing::Test {
     ASSERT_EQ(resp.nacked(), 1u);
   }
   v1::NamespaceStats Stats(TestDaemon& d) {
-    v1::StatsRequest req;
-    req.set_namespace_("jobs");
-    v1::StatsResponse resp;
-    grpc::ClientContext ctx;
-    EXPECT_TRUE(d.stub().Stats(&ctx, req, &resp).ok());
-    return resp.namespaces(0);
+    return NamespaceStats(d.stub(), "jobs");
   }
   v1::ListDeadLettersResponse List(TestDaemon& d, std::uint32_t page_size = 0,
                                    const std::string& token = "") {

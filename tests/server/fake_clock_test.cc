@@ -15,6 +15,7 @@
 
 #include <set>
 
+#include "tests/server/calls.h"
 #include "tests/server/test_client.h"
 
 namespace delayd::testing {
@@ -33,24 +34,9 @@ class FakeClockTest : public ::testing::Test {
   void SetUp() override { ASSERT_TRUE(d_.started()); }
 
   void Set(const std::string& key, std::chrono::milliseconds delay) {
-    v1::SetTimerRequest req;
-    req.set_namespace_("jobs");
-    req.set_key(key);
-    req.set_payload("p");
-    *req.mutable_delay() = Millis(delay.count());
-    v1::SetTimerResponse resp;
-    grpc::ClientContext ctx;
-    ASSERT_TRUE(d_.stub().SetTimer(&ctx, req, &resp).ok());
+    ASSERT_TRUE(testing::Set(d_.stub(), "jobs", key, delay.count()).ok());
   }
-  v1::NamespaceStats Stats() {
-    v1::StatsRequest req;
-    req.set_namespace_("jobs");
-    v1::StatsResponse resp;
-    grpc::ClientContext ctx;
-    EXPECT_TRUE(d_.stub().Stats(&ctx, req, &resp).ok());
-    return resp.namespaces_size() == 1 ? resp.namespaces(0)
-                                       : v1::NamespaceStats();
-  }
+  v1::NamespaceStats Stats() { return NamespaceStats(d_.stub(), "jobs"); }
   void Policy(const v1::Policy& p) {
     v1::SetPolicyRequest req;
     req.set_namespace_("jobs");
@@ -87,12 +73,7 @@ class FakeClockTest : public ::testing::Test {
     ASSERT_TRUE(d_.stub().ExtendLease(&ctx, req, &resp).ok());
   }
   void Ack(const std::vector<std::uint64_t>& ids) {
-    v1::AckRequest req;
-    req.set_namespace_("jobs");
-    for (auto id : ids) req.add_event_ids(id);
-    v1::AckResponse resp;
-    grpc::ClientContext ctx;
-    ASSERT_TRUE(d_.stub().Ack(&ctx, req, &resp).ok());
+    ASSERT_TRUE(testing::Ack(d_.stub(), "jobs", ids).ok());
   }
   std::unique_ptr<TestStream> Worker(std::int64_t ack_timeout_ms = 3'600'000,
                                      std::uint32_t max_in_flight = 100) {

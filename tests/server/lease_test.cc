@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "server/common/retry.h"
+#include "tests/server/calls.h"
 #include "tests/server/test_client.h"
 
 namespace delayd::testing {
@@ -30,14 +31,7 @@ class LeaseTest : public ::testing::Test {
   void SetUp() override { ASSERT_TRUE(d_.started()); }
 
   void Set(const std::string& key) {
-    v1::SetTimerRequest req;
-    req.set_namespace_("jobs");
-    req.set_key(key);
-    req.set_payload("p");
-    *req.mutable_delay() = Millis(0);
-    v1::SetTimerResponse resp;
-    grpc::ClientContext ctx;
-    ASSERT_TRUE(d_.stub().SetTimer(&ctx, req, &resp).ok());
+    ASSERT_TRUE(testing::Set(d_.stub(), "jobs", key, 0).ok());
   }
   // Nacks `ids`; `retry_after_ms` < 0: no time (the backoff).
   v1::NackResponse Nack(std::vector<std::uint64_t> ids,
@@ -65,14 +59,7 @@ class LeaseTest : public ::testing::Test {
     EXPECT_EQ(d_.stub().ExtendLease(&ctx, req, &resp).error_code(), want);
     return resp;
   }
-  v1::NamespaceStats Stats() {
-    v1::StatsRequest req;
-    req.set_namespace_("jobs");
-    v1::StatsResponse resp;
-    grpc::ClientContext ctx;
-    EXPECT_TRUE(d_.stub().Stats(&ctx, req, &resp).ok());
-    return resp.namespaces(0);
-  }
+  v1::NamespaceStats Stats() { return NamespaceStats(d_.stub(), "jobs"); }
 
   TestDaemon d_{TestDaemon::DefaultOptions()};
 };

@@ -5,6 +5,7 @@
 
 #include "tests/common/metrics_scrape.h"
 #include "tests/common/temp_dir.h"
+#include "tests/server/calls.h"
 #include "tests/server/test_client.h"
 
 namespace delayd::testing {
@@ -39,36 +40,15 @@ double ProcessCpuSeconds() {
          static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
 }
 
-grpc::Status Set(TestDaemon& d, const std::string& ns, const std::string& key,
-                 std::int64_t delay_ms) {
-  v1::SetTimerRequest req;
-  req.set_namespace_(ns);
-  req.set_key(key);
-  req.set_payload("p");
-  *req.mutable_delay() = Millis(delay_ms);
-  v1::SetTimerResponse resp;
-  grpc::ClientContext ctx;
-  return d.stub().SetTimer(&ctx, req, &resp);
-}
-
-grpc::Status Ack(TestDaemon& d, const std::string& ns, std::uint64_t id) {
-  v1::AckRequest req;
-  req.set_namespace_(ns);
-  req.add_event_ids(id);
-  v1::AckResponse resp;
-  grpc::ClientContext ctx;
-  return d.stub().Ack(&ctx, req, &resp);
-}
-
 // In "a": a worker; k1 fires at once, is delivered and acked; k2 is moved;
 // k3 is removed; a lookup of a missing key. In "b": two timers drained, no
 // worker.
 void RunKnownSequence(TestDaemon& d) {
   TestStream worker(d.stub(), TestStream::Worker("a"));
   ASSERT_TRUE(worker.WaitRegistered());
-  ASSERT_TRUE(Set(d, "a", "k1", 0).ok());
-  ASSERT_TRUE(Set(d, "a", "k2", 3'600'000).ok());
-  ASSERT_TRUE(Set(d, "a", "k3", 3'600'000).ok());
+  ASSERT_TRUE(Set(d.stub(), "a", "k1", 0).ok());
+  ASSERT_TRUE(Set(d.stub(), "a", "k2", 3'600'000).ok());
+  ASSERT_TRUE(Set(d.stub(), "a", "k3", 3'600'000).ok());
   {
     v1::MoveTimerRequest req;
     req.set_namespace_("a");
@@ -97,9 +77,9 @@ void RunKnownSequence(TestDaemon& d) {
   }
   auto events = worker.WaitFor(1);
   ASSERT_EQ(events.size(), 1u);
-  ASSERT_TRUE(Ack(d, "a", events[0].id()).ok());
-  ASSERT_TRUE(Set(d, "b", "x", 3'600'000).ok());
-  ASSERT_TRUE(Set(d, "b", "y", 3'600'000).ok());
+  ASSERT_TRUE(Ack(d.stub(), "a", {events[0].id()}).ok());
+  ASSERT_TRUE(Set(d.stub(), "b", "x", 3'600'000).ok());
+  ASSERT_TRUE(Set(d.stub(), "b", "y", 3'600'000).ok());
   {
     v1::DrainRequest req;
     req.set_namespace_("b");
@@ -265,8 +245,8 @@ TEST(Metrics, RetryingAndDeadLettersAreGauges) {
   TestStream other(d.stub(), TestStream::Worker("b"));
   ASSERT_TRUE(worker.WaitRegistered());
   ASSERT_TRUE(other.WaitRegistered());
-  ASSERT_TRUE(Set(d, "a", "dead", 0).ok());
-  ASSERT_TRUE(Set(d, "b", "later", 0).ok());
+  ASSERT_TRUE(Set(d.stub(), "a", "dead", 0).ok());
+  ASSERT_TRUE(Set(d.stub(), "b", "later", 0).ok());
   auto nack = [&](const std::string& ns, std::uint64_t id) {
     v1::NackRequest req;
     req.set_namespace_(ns);
@@ -313,12 +293,12 @@ TEST(Metrics, WithoutNamespaceLabelsEachFamilyIsTheSum) {
 TEST(Metrics, AFreedNamespaceLeavesTheScrapeAndANewOneStartsFromZero) {
   TestDaemon d(WithMetrics());
   ASSERT_TRUE(d.started());
-  ASSERT_TRUE(Set(d, "gone", "k", 0).ok());  // Fires; no worker.
+  ASSERT_TRUE(Set(d.stub(), "gone", "k", 0).ok());  // Fires; no worker.
   {
     TestStream worker(d.stub(), TestStream::Worker("gone"));
     auto events = worker.WaitFor(1);
     ASSERT_EQ(events.size(), 1u);
-    ASSERT_TRUE(Ack(d, "gone", events[0].id()).ok());
+    ASSERT_TRUE(Ack(d.stub(), "gone", {events[0].id()}).ok());
   }
   // Nothing holds it now: it is freed, and its series go.
   Scrape s = ScrapeUntil(d, [](const Scrape& s) {
@@ -326,7 +306,7 @@ TEST(Metrics, AFreedNamespaceLeavesTheScrapeAndANewOneStartsFromZero) {
   });
   EXPECT_FALSE(s.Get("delayd_timers_set_total", {{"namespace", "gone"}}));
   // Its id, reused by a new namespace, counts from zero.
-  ASSERT_TRUE(Set(d, "new", "k", 3'600'000).ok());
+  ASSERT_TRUE(Set(d.stub(), "new", "k", 3'600'000).ok());
   s = ScrapeUntil(d, [](const Scrape&) { return true; });
   EXPECT_EQ(s.Get("delayd_timers_set_total", {{"namespace", "new"}}), 1.0);
   EXPECT_EQ(s.Get("delayd_events_acked_total", {{"namespace", "new"}}), 0.0);
@@ -341,7 +321,7 @@ TEST(Metrics, TheStoreIsMeasured) {
   TestDaemon d(o);
   ASSERT_TRUE(d.started());
   for (int i = 0; i < 5; ++i) {
-    ASSERT_TRUE(Set(d, "a", "k" + std::to_string(i), 3'600'000).ok());
+    ASSERT_TRUE(Set(d.stub(), "a", "k" + std::to_string(i), 3'600'000).ok());
   }
   const Scrape s = ScrapeUntil(d, [](const Scrape&) { return true; });
   EXPECT_EQ(s.Get("delayd_durable"), 1.0);

@@ -9,6 +9,7 @@
 
 #include "server/core/token_bucket.h"
 #include "tests/common/temp_dir.h"
+#include "tests/server/calls.h"
 #include "tests/server/test_client.h"
 
 namespace delayd::testing {
@@ -132,12 +133,7 @@ class PolicyTest : public ::testing::Test {
     ASSERT_TRUE(d.stub().Batch(&ctx, req, &resp).ok());
   }
   v1::NamespaceStats Stats(TestDaemon& d, const std::string& ns) {
-    v1::StatsRequest req;
-    req.set_namespace_(ns);
-    v1::StatsResponse resp;
-    grpc::ClientContext ctx;
-    EXPECT_TRUE(d.stub().Stats(&ctx, req, &resp).ok());
-    return resp.namespaces(0);
+    return NamespaceStats(d.stub(), ns);
   }
   // Waits (up to 10 s) until `ns` has `ready` events ready and none
   // pending, then passes once through its dispatcher (a Nack of no event
@@ -160,12 +156,7 @@ class PolicyTest : public ::testing::Test {
     ASSERT_TRUE(d.stub().Nack(&ctx, req, &resp).ok());
   }
   void Ack(TestDaemon& d, const std::string& ns, std::uint64_t id) {
-    v1::AckRequest req;
-    req.set_namespace_(ns);
-    req.add_event_ids(id);
-    v1::AckResponse resp;
-    grpc::ClientContext ctx;
-    ASSERT_TRUE(d.stub().Ack(&ctx, req, &resp).ok());
+    ASSERT_TRUE(testing::Ack(d.stub(), ns, {id}).ok());
   }
 };
 

@@ -11,6 +11,7 @@
 #include <set>
 #include <thread>
 
+#include "tests/server/calls.h"
 #include "tests/server/test_client.h"
 
 namespace delayd::testing {
@@ -23,17 +24,7 @@ class DelaydTest : public ::testing::Test {
                    const std::string& payload = "p", const std::string& ns = "",
                    bool if_absent = false,
                    v1::SetTimerResponse* out = nullptr) {
-    v1::SetTimerRequest req;
-    req.set_namespace_(ns);
-    req.set_key(key);
-    req.set_payload(payload);
-    *req.mutable_delay() = Millis(delay_ms);
-    req.set_if_absent(if_absent);
-    v1::SetTimerResponse resp;
-    grpc::ClientContext ctx;
-    grpc::Status s = d_.stub().SetTimer(&ctx, req, &resp);
-    if (out) *out = resp;
-    return s;
+    return testing::Set(d_.stub(), ns, key, delay_ms, payload, out, if_absent);
   }
   grpc::Status Move(const std::string& key, std::int64_t delay_ms,
                     std::uint64_t expected_version = 0,
@@ -58,32 +49,13 @@ class DelaydTest : public ::testing::Test {
   }
   grpc::Status Get(const std::string& key, v1::Timer* out = nullptr,
                    const std::string& ns = "") {
-    v1::GetTimerRequest req;
-    req.set_namespace_(ns);
-    req.set_key(key);
-    v1::Timer t;
-    grpc::ClientContext ctx;
-    grpc::Status s = d_.stub().GetTimer(&ctx, req, &t);
-    if (out) *out = t;
-    return s;
+    return testing::Get(d_.stub(), ns, key, out);
   }
   grpc::Status Ack(const std::vector<std::uint64_t>& ids,
                    v1::AckResponse* out = nullptr, const std::string& ns = "") {
-    v1::AckRequest req;
-    req.set_namespace_(ns);
-    for (auto id : ids) req.add_event_ids(id);
-    v1::AckResponse resp;
-    grpc::ClientContext ctx;
-    grpc::Status s = d_.stub().Ack(&ctx, req, &resp);
-    if (out) *out = resp;
-    return s;
+    return testing::Ack(d_.stub(), ns, ids, out);
   }
-  v1::StatsResponse Stats() {
-    v1::StatsResponse resp;
-    grpc::ClientContext ctx;
-    EXPECT_TRUE(d_.stub().Stats(&ctx, v1::StatsRequest(), &resp).ok());
-    return resp;
-  }
+  v1::StatsResponse Stats() { return testing::Stats(d_.stub()); }
   // Waits (up to 10 s) until the dispatcher holds `n` events, ready or in
   // flight (firing happens on a partition; events reach the namespace's
   // dispatcher after that). Returns whether it did.

@@ -8,7 +8,7 @@
 #include "server/store/rocksdb/rocks_store.h"
 #include "tests/common/fake_clock.h"
 #include "tests/common/temp_dir.h"
-#include "tests/server/test_client.h"
+#include "tests/server/calls.h"
 
 namespace delayd::testing {
 namespace {
@@ -29,48 +29,6 @@ DelaydServer::Options DurableOptions(const std::string& dir,
   EXPECT_TRUE(ParseFsyncPolicy(fsync, &store).ok());
   o.scheduler.store = RocksStoreOpener(store);
   return o;
-}
-
-grpc::Status Set(v1::Delayd::Stub& stub, const std::string& ns,
-                 const std::string& key, std::int64_t delay_ms,
-                 const std::string& payload = "",
-                 v1::SetTimerResponse* out = nullptr) {
-  v1::SetTimerRequest req;
-  req.set_namespace_(ns);
-  req.set_key(key);
-  req.set_payload(payload);
-  *req.mutable_delay() = Millis(delay_ms);
-  v1::SetTimerResponse resp;
-  grpc::ClientContext ctx;
-  auto s = stub.SetTimer(&ctx, req, &resp);
-  if (out) *out = resp;
-  return s;
-}
-
-grpc::Status Get(v1::Delayd::Stub& stub, const std::string& ns,
-                 const std::string& key, v1::Timer* out) {
-  v1::GetTimerRequest req;
-  req.set_namespace_(ns);
-  req.set_key(key);
-  grpc::ClientContext ctx;
-  return stub.GetTimer(&ctx, req, out);
-}
-
-grpc::Status Ack(v1::Delayd::Stub& stub, const std::string& ns,
-                 const std::vector<v1::Event>& events) {
-  v1::AckRequest req;
-  req.set_namespace_(ns);
-  for (const auto& e : events) req.add_event_ids(e.id());
-  v1::AckResponse resp;
-  grpc::ClientContext ctx;
-  return stub.Ack(&ctx, req, &resp);
-}
-
-v1::StatsResponse Stats(v1::Delayd::Stub& stub) {
-  v1::StatsResponse resp;
-  grpc::ClientContext ctx;
-  EXPECT_TRUE(stub.Stats(&ctx, v1::StatsRequest(), &resp).ok());
-  return resp;
 }
 
 class Restart : public ::testing::TestWithParam<std::string> {};
@@ -116,7 +74,7 @@ TEST_P(Restart, KeepsPendingTimersAndUnacknowledgedEvents) {
     auto got_b = wb.WaitFor(1);
     ASSERT_EQ(got_a.size(), 1u);
     ASSERT_EQ(got_b.size(), 1u);
-    ASSERT_TRUE(Ack(stub, "a", got_a).ok());
+    ASSERT_TRUE(AckEvents(stub, "a", got_a).ok());
     unacked = got_b[0];
     EXPECT_EQ(unacked.payload(), "p-unacked");
     max_event_id = std::max(got_a[0].id(), got_b[0].id());
@@ -161,7 +119,7 @@ TEST_P(Restart, KeepsPendingTimersAndUnacknowledgedEvents) {
   EXPECT_EQ(again[0].version(), unacked.version());
   EXPECT_EQ(ToNanos(again[0].fire_time()), ToNanos(unacked.fire_time()));
   EXPECT_EQ(ToNanos(again[0].fired_at()), ToNanos(unacked.fired_at()));
-  ASSERT_TRUE(Ack(stub, "b", again).ok());
+  ASSERT_TRUE(AckEvents(stub, "b", again).ok());
   // Versions and event ids continue past everything seen before.
   v1::SetTimerResponse set;
   TestStream wa(stub, TestStream::Worker("a"));
@@ -248,7 +206,7 @@ TEST(Recovery, VersionsAndEventIdsGrowWhenThePartitionCountChanges) {
     auto got = w.WaitFor(32);
     ASSERT_EQ(got.size(), 32u);
     for (const auto& e : got) max_event_id = std::max(max_event_id, e.id());
-    ASSERT_TRUE(Ack(d.stub(), "default", got).ok());
+    ASSERT_TRUE(AckEvents(d.stub(), "default", got).ok());
     d.Shutdown();
   }
   TestDaemon d(DurableOptions(dir / "data", "always", 3));

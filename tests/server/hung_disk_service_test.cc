@@ -5,8 +5,6 @@
 // nothing, instead of taking memory without bound. A payload read that
 // hangs holds only the events it reads, and those it then does not send
 // keep their dispatch-rate tokens.
-#include "tests/server/stalled_store.h"
-
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -14,6 +12,8 @@
 #include <future>
 #include <mutex>
 #include <thread>
+
+#include "tests/server/hung_disk.h"
 
 namespace delayd::testing {
 namespace {
@@ -23,12 +23,12 @@ TEST(StalledStore, DeliveryAndAcksGoOnWhileTheLogHangs) {
   auto& fs = held.fs;
   TestDaemon& d = held.daemon;
   ASSERT_TRUE(d.started());
-  ASSERT_TRUE(Set(d.stub(), "waiting", 3'600'000).ok());
+  ASSERT_TRUE(Set(d.stub(), "", "waiting", 3'600'000).ok());
   // One event at a time: the other two wait in memory for room.
   TestStream worker(d.stub(), TestStream::Worker("default", 1));
   ASSERT_TRUE(worker.WaitRegistered());
   for (const char* key : {"e0", "e1", "e2"}) {
-    ASSERT_TRUE(Set(d.stub(), key, 1).ok());
+    ASSERT_TRUE(Set(d.stub(), "", key, 1).ok());
   }
   ASSERT_EQ(worker.WaitFor(1).size(), 1u);
   ASSERT_TRUE(Eventually([&] { return Stats(d.stub()).ready_events() == 2; }));
@@ -38,7 +38,7 @@ TEST(StalledStore, DeliveryAndAcksGoOnWhileTheLogHangs) {
   Release release{fs.get(), threads};
   std::atomic<bool> set_done{false};
   threads.emplace_back([&] {
-    EXPECT_TRUE(Set(d.stub(), "late", 3'600'000).ok());
+    EXPECT_TRUE(Set(d.stub(), "", "late", 3'600'000).ok());
     set_done = true;
   });
   ASSERT_TRUE(Eventually([&] { return fs->held_log_writes() > 0; }))
@@ -49,12 +49,13 @@ TEST(StalledStore, DeliveryAndAcksGoOnWhileTheLogHangs) {
   for (std::size_t n = 1; n <= 3; ++n) {
     const auto got = worker.WaitFor(n, 10s);
     ASSERT_EQ(got.size(), n) << "delivery stopped while the log hangs";
-    threads.emplace_back(
-        [&d, id = got[n - 1].id()] { EXPECT_TRUE(Ack(d.stub(), id).ok()); });
+    threads.emplace_back([&d, id = got[n - 1].id()] {
+      EXPECT_TRUE(Ack(d.stub(), "", {id}).ok());
+    });
   }
   // Reads answer too, the new timer's included (it is in memory).
-  EXPECT_TRUE(Get(d.stub(), "waiting").ok());
-  EXPECT_TRUE(Get(d.stub(), "late").ok());
+  EXPECT_TRUE(Get(d.stub(), "", "waiting").ok());
+  EXPECT_TRUE(Get(d.stub(), "", "late").ok());
   EXPECT_FALSE(set_done) << "acknowledged before it was written";
   EXPECT_GT(fs->held_log_writes(), 0);
 
@@ -86,7 +87,7 @@ TEST(StalledStore, ChangesAreRefusedOnceTheBacklogIsFull) {
     for (int i = 0; i < kSetters; ++i) {
       const std::uint64_t pending = Stats(d.stub()).pending_timers();
       setters.emplace_back([&, i] {
-        results[i] = Set(d.stub(), "k" + std::to_string(i), 3'600'000,
+        results[i] = Set(d.stub(), "", "k" + std::to_string(i), 3'600'000,
                          std::string(kPayload, 'x'));
         answered[i] = true;
       });
@@ -99,7 +100,7 @@ TEST(StalledStore, ChangesAreRefusedOnceTheBacklogIsFull) {
   for (int i = 0; i < kSetters; ++i) {
     const std::string key = "k" + std::to_string(i);
     if (results[i].ok()) {
-      EXPECT_TRUE(Get(d.stub(), key).ok()) << key;
+      EXPECT_TRUE(Get(d.stub(), "", key).ok()) << key;
       continue;
     }
     ++refused;
@@ -107,7 +108,7 @@ TEST(StalledStore, ChangesAreRefusedOnceTheBacklogIsFull) {
     EXPECT_NE(results[i].error_message().find("store is behind"),
               std::string::npos)
         << results[i].error_message();
-    EXPECT_EQ(Get(d.stub(), key).error_code(), grpc::StatusCode::NOT_FOUND)
+    EXPECT_EQ(Get(d.stub(), "", key).error_code(), grpc::StatusCode::NOT_FOUND)
         << key << " was refused but changed";
   }
   EXPECT_GE(refused, kSetters - 5);
@@ -123,7 +124,7 @@ TEST(StalledStore, PayloadsInMemoryGoOutWhileDiskReadsHang) {
   TestStream worker(d.stub(), TestStream::Worker("default", 10));
   ASSERT_TRUE(worker.WaitRegistered());
   gate.Hold();
-  ASSERT_TRUE(Set(d.stub(), "recent", 0, "its payload").ok());
+  ASSERT_TRUE(Set(d.stub(), "", "recent", 0, "its payload").ok());
   const auto got = worker.WaitFor(1);
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].payload(), "its payload");
@@ -138,16 +139,16 @@ TEST(StalledStore, AHangingPayloadReadHoldsOnlyTheEventsItReads) {
   auto first =
       std::make_unique<TestStream>(d.stub(), TestStream::Worker("default", 10));
   ASSERT_TRUE(first->WaitRegistered());
-  ASSERT_TRUE(Set(d.stub(), "sent", 0).ok());
+  ASSERT_TRUE(Set(d.stub(), "", "sent", 0).ok());
   const auto sent = first->WaitFor(1);
   ASSERT_EQ(sent.size(), 1u);
 
   // The next event's payload read hangs.
   gate.Hold();
-  ASSERT_TRUE(Set(d.stub(), "read", 0, "its payload").ok());
+  ASSERT_TRUE(Set(d.stub(), "", "read", 0, "its payload").ok());
   ASSERT_TRUE(Eventually([&] { return gate.waiting() == 1; }));
   // The namespace's other work goes on: an ack, a worker leaving.
-  ASSERT_TRUE(Ack(d.stub(), sent[0].id()).ok());
+  ASSERT_TRUE(Ack(d.stub(), "", {sent[0].id()}).ok());
   EXPECT_EQ(Stats(d.stub()).events_acked(), 1u);
   first.reset();
   ASSERT_TRUE(Eventually([&] { return Stats(d.stub()).workers() == 0; }));
@@ -175,15 +176,15 @@ TEST(StalledStore, AHangingReadForWatchersHoldsNoAcks) {
   ASSERT_TRUE(watcher.WaitRegistered());
   TestStream worker(d.stub(), TestStream::Worker("default", 10));
   ASSERT_TRUE(worker.WaitRegistered());
-  ASSERT_TRUE(Set(d.stub(), "first", 0).ok());
+  ASSERT_TRUE(Set(d.stub(), "", "first", 0).ok());
   const auto first = worker.WaitFor(1);
   ASSERT_EQ(first.size(), 1u);
   ASSERT_EQ(watcher.WaitFor(1).size(), 1u);
 
   gate.Hold();
-  ASSERT_TRUE(Set(d.stub(), "second", 0, "its payload").ok());
+  ASSERT_TRUE(Set(d.stub(), "", "second", 0, "its payload").ok());
   ASSERT_TRUE(Eventually([&] { return gate.waiting() >= 1; }));
-  EXPECT_TRUE(Ack(d.stub(), first[0].id(), 5s).ok());
+  EXPECT_TRUE(Ack(d.stub(), "", {first[0].id()}, nullptr, 5s).ok());
   EXPECT_EQ(Stats(d.stub()).events_acked(), 1u);
 
   gate.Release();
@@ -213,10 +214,10 @@ TEST(StalledStore, AHangingDeadLetterListingHoldsNoAcks) {
   }
   TestStream worker(d.stub(), TestStream::Worker("default", 10));
   ASSERT_TRUE(worker.WaitRegistered());
-  ASSERT_TRUE(Set(d.stub(), "dead", 0).ok());
+  ASSERT_TRUE(Set(d.stub(), "", "dead", 0).ok());
   const auto dead = worker.WaitFor(1);
   ASSERT_EQ(dead.size(), 1u);
-  ASSERT_TRUE(Set(d.stub(), "live", 0).ok());
+  ASSERT_TRUE(Set(d.stub(), "", "live", 0).ok());
   const auto both = worker.WaitFor(2);
   ASSERT_EQ(both.size(), 2u);
   {
@@ -238,7 +239,7 @@ TEST(StalledStore, AHangingDeadLetterListingHoldsNoAcks) {
     return std::make_pair(s.error_code(), resp.dead_letters_size());
   });
   ASSERT_TRUE(Eventually([&] { return gate.waiting() == 1; }));
-  EXPECT_TRUE(Ack(d.stub(), both[1].id(), 5s).ok());
+  EXPECT_TRUE(Ack(d.stub(), "", {both[1].id()}, nullptr, 5s).ok());
   {
     v1::DeadLettersRequest req;
     req.set_all(true);
@@ -267,22 +268,22 @@ TEST(StalledStore, HeldReadsNeverTakeThePoolFromAcks) {
   ASSERT_TRUE(d.started());
   TestStream worker(d.stub(), TestStream::Worker("default", 10));
   ASSERT_TRUE(worker.WaitRegistered());
-  ASSERT_TRUE(Set(d.stub(), "first", 0).ok());
+  ASSERT_TRUE(Set(d.stub(), "", "first", 0).ok());
   const auto first = worker.WaitFor(1);
   ASSERT_EQ(first.size(), 1u);
   constexpr int kReads = 4;
   for (int i = 0; i < kReads; ++i) {
-    ASSERT_TRUE(Set(d.stub(), "p" + std::to_string(i), 3'600'000).ok());
+    ASSERT_TRUE(Set(d.stub(), "", "p" + std::to_string(i), 3'600'000).ok());
   }
   gate.Hold();
   std::vector<std::future<grpc::Status>> gets;
   for (int i = 0; i < kReads; ++i) {
     gets.push_back(std::async(std::launch::async, [&d, i] {
-      return Get(d.stub(), "p" + std::to_string(i));
+      return Get(d.stub(), "", "p" + std::to_string(i));
     }));
   }
   ASSERT_TRUE(Eventually([&] { return gate.waiting() >= 2; }));
-  EXPECT_TRUE(Ack(d.stub(), first[0].id(), 5s).ok());
+  EXPECT_TRUE(Ack(d.stub(), "", {first[0].id()}, nullptr, 5s).ok());
   gate.Release();
   for (auto& g : gets) EXPECT_TRUE(g.get().ok());
 }
@@ -306,7 +307,7 @@ TEST(StalledStore, EventsNotSentAfterTheirReadKeepTheirRateTokens) {
     ASSERT_TRUE(d.stub().SetPolicy(&ctx, req, &resp).ok());
   }
   for (int i = 0; i < kEvents; ++i) {
-    ASSERT_TRUE(Set(d.stub(), "k" + std::to_string(i), 0).ok());
+    ASSERT_TRUE(Set(d.stub(), "", "k" + std::to_string(i), 0).ok());
   }
   ASSERT_TRUE(
       Eventually([&] { return Stats(d.stub()).ready_events() == kEvents; }));

@@ -1,9 +1,10 @@
-// Helpers of the tests of a store that stalls (stalled_store_test.cc,
-// store_stall_test.cc): a daemon on a file system whose log writes and syncs
-// hold on command (tests/common/power_loss_fs.h), or whose payload reads
-// pass a gate, and the calls those tests make.
-#ifndef DELAYD_TESTS_SERVER_STALLED_STORE_H_
-#define DELAYD_TESTS_SERVER_STALLED_STORE_H_
+// Helpers of the tests of a disk that hangs: what health says meanwhile
+// (hung_disk_health_test.cc) and what the service still does
+// (hung_disk_service_test.cc). A daemon on a file system whose log writes
+// and syncs hold on command (tests/common/power_loss_fs.h), or whose
+// payload reads pass a gate.
+#ifndef DELAYD_TESTS_SERVER_HUNG_DISK_H_
+#define DELAYD_TESTS_SERVER_HUNG_DISK_H_
 
 #include <gtest/gtest.h>
 
@@ -17,6 +18,7 @@
 
 #include "tests/common/power_loss_fs.h"
 #include "tests/common/temp_dir.h"
+#include "tests/server/calls.h"
 #include "tests/server/test_client.h"
 
 namespace delayd::testing {
@@ -35,58 +37,6 @@ inline DelaydServer::Options OnFs(const std::string& dir, rocksdb::Env* env,
   if (adjust) adjust(o, store);
   o.scheduler.store = RocksStoreOpener(store);
   return o;
-}
-
-inline grpc::Status Set(v1::Delayd::Stub& stub, const std::string& key,
-                        std::int64_t delay_ms,
-                        const std::string& payload = "p") {
-  v1::SetTimerRequest req;
-  req.set_key(key);
-  req.set_payload(payload);
-  *req.mutable_delay() = Millis(delay_ms);
-  v1::SetTimerResponse resp;
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + 30s);
-  return stub.SetTimer(&ctx, req, &resp);
-}
-
-inline grpc::Status Ack(v1::Delayd::Stub& stub, std::uint64_t id,
-                        std::chrono::seconds deadline = 30s) {
-  v1::AckRequest req;
-  req.add_event_ids(id);
-  v1::AckResponse resp;
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + deadline);
-  return stub.Ack(&ctx, req, &resp);
-}
-
-inline grpc::Status Get(v1::Delayd::Stub& stub, const std::string& key) {
-  v1::GetTimerRequest req;
-  req.set_key(key);
-  v1::Timer t;
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + 10s);
-  return stub.GetTimer(&ctx, req, &t);
-}
-
-inline v1::NamespaceStats Stats(v1::Delayd::Stub& stub) {
-  v1::StatsRequest req;
-  v1::StatsResponse resp;
-  grpc::ClientContext ctx;
-  EXPECT_TRUE(stub.Stats(&ctx, req, &resp).ok());
-  return resp.namespaces_size() == 1 ? resp.namespaces(0)
-                                     : v1::NamespaceStats();
-}
-
-// Polls `done` until it holds, for up to 10 s.
-template <typename F>
-inline bool Eventually(F done) {
-  const auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(5ms);
-  }
-  return true;
 }
 
 // Releases the log and joins the threads however a test ends (a thread
@@ -176,4 +126,4 @@ struct GatedDaemon {
 
 }  // namespace delayd::testing
 
-#endif  // DELAYD_TESTS_SERVER_STALLED_STORE_H_
+#endif  // DELAYD_TESTS_SERVER_HUNG_DISK_H_

@@ -9,7 +9,7 @@
 #include <thread>
 #include <vector>
 
-#include "tests/server/stalled_store.h"
+#include "tests/server/hung_disk.h"
 
 namespace delayd::testing {
 namespace {
@@ -29,7 +29,7 @@ TEST(StoreStall, HealthIsNotServingWhileTheLogHangs) {
   auto& fs = held.fs;
   TestDaemon& d = held.daemon;
   ASSERT_TRUE(d.started());
-  ASSERT_TRUE(Set(d.stub(), "before", 3'600'000).ok());
+  ASSERT_TRUE(Set(d.stub(), "", "before", 3'600'000).ok());
   ASSERT_TRUE(WaitForHealth(d.channel(), HealthCheckResponse::SERVING));
 
   fs->HoldLogWrites(true);
@@ -37,7 +37,7 @@ TEST(StoreStall, HealthIsNotServingWhileTheLogHangs) {
   Release release{fs.get(), threads};
   std::atomic<bool> set_done{false};
   threads.emplace_back([&] {
-    EXPECT_TRUE(Set(d.stub(), "held", 3'600'000).ok());
+    EXPECT_TRUE(Set(d.stub(), "", "held", 3'600'000).ok());
     set_done = true;
   });
   ASSERT_TRUE(Eventually([&] { return fs->held_log_writes() > 0; }));
@@ -52,7 +52,7 @@ TEST(StoreStall, HealthIsNotServingWhileTheLogHangs) {
       << "health stayed NOT_SERVING after the disk answered";
   EXPECT_EQ(Health(d.channel(), kStoreHealthService),
             HealthCheckResponse::SERVING);
-  EXPECT_TRUE(Set(d.stub(), "after", 3'600'000).ok());
+  EXPECT_TRUE(Set(d.stub(), "", "after", 3'600'000).ok());
 }
 
 TEST(StoreStall, HealthIsNotServingWhileASyncHangs) {
@@ -65,7 +65,7 @@ TEST(StoreStall, HealthIsNotServingWhileASyncHangs) {
   fs->HoldSyncs(true);
   std::atomic<bool> set_done{false};
   std::thread setter([&] {
-    EXPECT_TRUE(Set(d.stub(), "held", 3'600'000).ok());
+    EXPECT_TRUE(Set(d.stub(), "", "held", 3'600'000).ok());
     set_done = true;
   });
   const bool sync_held = Eventually([&] { return fs->held_syncs() > 0; });
@@ -91,7 +91,7 @@ TEST(StoreStall, HealthIsNotServingWhileAPayloadReadHangs) {
   TestStream worker(d.stub(), TestStream::Worker("default", 10));
   ASSERT_TRUE(worker.WaitRegistered());
   gate.Hold();
-  ASSERT_TRUE(Set(d.stub(), "due", 0, "its payload").ok());
+  ASSERT_TRUE(Set(d.stub(), "", "due", 0, "its payload").ok());
   ASSERT_TRUE(Eventually([&] { return gate.waiting() > 0; }));
   EXPECT_TRUE(WaitForHealth(d.channel(), HealthCheckResponse::NOT_SERVING))
       << "a payload read held past the limit left health SERVING";
