@@ -12,7 +12,7 @@ packages=(
   # libraries
   libasio-dev libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev
   protobuf-compiler libspdlog-dev libcli11-dev librocksdb-dev libssl-dev
-  prometheus-cpp-dev
+  prometheus-cpp-dev libpq-dev
 )
 if [ "${DELAYD_DEPS:-all}" != build ]; then
   packages+=(
@@ -27,6 +27,8 @@ if [ "${DELAYD_DEPS:-all}" != build ]; then
     python3-grpcio python3-protobuf nodejs
     # the metrics test scrapes delayd with a real Prometheus
     prometheus
+    # the PostgreSQL store's tests start their own servers
+    postgresql-15
   )
   # Node.js from elsewhere (e.g. NodeSource) brings its own npm; Debian's
   # nodejs needs Debian's npm.

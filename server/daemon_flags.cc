@@ -1,6 +1,7 @@
 #include "server/daemon_flags.h"
 
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <thread>
@@ -47,9 +48,9 @@ CLI::Option* DurationFlag(CLI::App& app, const std::string& name, D& out,
     const auto d = ParseDuration(s);
     if (d && d->count() == 0 && zero != nullptr) return "";
     if (!d || *d < min || *d > max) {
-      return "not " + std::string(zero ? "0s or " : "") +
-             "a duration from " + FormatDuration(min) + " to " +
-             FormatDuration(max) + " (such as 1h30m, 500ms): " + s;
+      return "not " + std::string(zero ? "0s or " : "") + "a duration from " +
+             FormatDuration(min) + " to " + FormatDuration(max) +
+             " (such as 1h30m, 500ms): " + s;
     }
     return "";
   };
@@ -102,15 +103,20 @@ void AddLimits(CLI::App& app, Limits& l, DaemonFlags& f) {
   Flag(app, "--grpc-memory-bytes", f.server.grpc_memory_bytes,
        "Memory gRPC may use for connections and calls in flight")
       ->check(CLI::Range(std::size_t{16} << 20, std::size_t{1} << 40));
-  Flag(app, "--max-streams-per-connection",
-       f.server.max_streams_per_connection,
+  Flag(app, "--max-streams-per-connection", f.server.max_streams_per_connection,
        "Concurrent calls and streams one client connection may open")
       ->check(CLI::Range(1, 100000));
 }
 
 void AddStore(CLI::App& app, DaemonFlags& f) {
+  Flag(app, "--store", f.store,
+       "The store: a PostgreSQL connection string or URL (postgres://...; "
+       "libpq's forms, PG* variables and PGPASSFILE work); unset: RocksDB "
+       "in --data-dir");
+  Flag(app, "--node-id", f.node_id,
+       "This daemon's name in the store (default: the host's name)");
   Flag(app, "--data-dir", f.data_dir,
-       "Directory of the durable store (created if missing)");
+       "Directory of the RocksDB store (created if missing)");
   Flag(app, "--fsync", f.fsync,
        "When writes reach the disk before they are acknowledged: always, an "
        "interval such as 100ms, or never")
@@ -165,10 +171,27 @@ void AddFlags(CLI::App& app, DaemonFlags& f) {
       "check",
       "Verify a data directory offline (checksums of every table, every "
       "record, every payload) and exit: 0 whole, 1 damaged, 2 cannot open");
-  f.check->add_option("--data-dir", f.check_dir, "The data directory")
-      ->required();
+  f.check->add_option("--data-dir", f.check_dir, "The data directory");
+  f.check
+      ->add_option("--store", f.check_store,
+                   "A PostgreSQL store (its tools check it: the message "
+                   "says which)")
+      ->envname("DELAYD_STORE");
   f.check->add_option("-o,--output", f.check_output, "text or json")
       ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
+
+  f.migrate = app.add_subcommand(
+      "migrate",
+      "Create or migrate the PostgreSQL store's schema (--store) and exit; "
+      "delayd also does it when it starts");
+  f.migrate->add_option("--store", f.store, "A PostgreSQL connection string")
+      ->envname("DELAYD_STORE")
+      ->required();
+  f.migrate
+      ->add_option("--partitions", f.partitions,
+                   "Logical partitions, when the schema is created")
+      ->check(CLI::Range(1, 1024))
       ->capture_default_str();
 
   Flag(app, "--listen", o.listen, "Address to listen on");
@@ -191,26 +214,58 @@ void AddFlags(CLI::App& app, DaemonFlags& f) {
   DurationFlag(app, "--tick", o.scheduler.tick, "1us", nanoseconds(1),
                seconds(1), "Timing-wheel tick: timers fire at most this late");
   AddLimits(app, o.scheduler.limits, f);
-  DurationFlag(app, "--shutdown-grace", f.shutdown_grace, "5s",
-               nanoseconds(0), hours(1),
-               "How long calls in flight get to finish on SIGTERM", "none");
+  DurationFlag(app, "--shutdown-grace", f.shutdown_grace, "5s", nanoseconds(0),
+               hours(1), "How long calls in flight get to finish on SIGTERM",
+               "none");
   AddSecurity(app, f);
   Flag(app, "--log-level", f.log_level)
-      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
+      ->check(
+          CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
   Flag(app, "--log-format", f.log_format, "text, or json (one object a line)")
       ->check(CLI::IsMember({"text", "json"}));
 }
 
+bool IsPostgres(std::string_view store) {
+  return store.starts_with("postgres://") ||
+         store.starts_with("postgresql://") ||
+         store.find('=') != std::string_view::npos;
+}
+
+PgOptions PostgresOptions(const DaemonFlags& f) {
+  PgOptions o;
+  o.conninfo = f.store;
+  o.partitions = f.partitions;
+  if (!f.node_id.empty()) {
+    o.node = f.node_id;
+  } else {
+    char host[256] = {};
+    if (gethostname(host, sizeof host - 1) == 0 && host[0] != '\0') {
+      o.node = host;
+    }
+  }
+  o.readers = static_cast<int>(std::max(2u, f.server.scheduler.threads));
+  return o;
+}
+
 Status FinishFlags(DaemonFlags& f) {
   if (f.in_memory) return Status::Ok();
+  f.server.scheduler.on_store_error = [](const Status& s) {
+    LogRepeated("store-error", s.message());
+  };
+  if (!f.store.empty()) {
+    if (!IsPostgres(f.store)) {
+      return Status::InvalidArgument(
+          "--store: not a PostgreSQL connection string or URL (postgres://"
+          "...); for RocksDB give --data-dir");
+    }
+    f.server.scheduler.store = PgStoreOpener(PostgresOptions(f));
+    return Status::Ok();
+  }
   RocksOptions store;
   store.dir = f.data_dir;
   store.salvage = f.salvage;
   if (Status s = ParseFsyncPolicy(f.fsync, &store); !s.ok()) return s;
   f.server.scheduler.store = RocksStoreOpener(store);
-  f.server.scheduler.on_store_error = [](const Status& s) {
-    LogRepeated("store-error", s.message());
-  };
   return Status::Ok();
 }
 

@@ -10,13 +10,17 @@
 #include <string>
 
 #include "server/api/server.h"
+#include "server/store/postgres/pg_store.h"
 
 namespace delayd {
 
 struct DaemonFlags {
   // What most flags set directly.
   DelaydServer::Options server;
-  // The store: RocksDB in `data_dir` unless `in_memory`.
+  // The store: PostgreSQL if `store` is a connection string or URL, else
+  // RocksDB in `data_dir`, unless `in_memory`.
+  std::string store;
+  std::string node_id;
   std::string data_dir = "delayd-data";
   std::string fsync = "always";
   bool salvage = false;
@@ -27,7 +31,11 @@ struct DaemonFlags {
   // `delayd check`.
   CLI::App* check = nullptr;
   std::string check_dir;
+  std::string check_store;
   std::string check_output = "text";
+  // `delayd migrate`.
+  CLI::App* migrate = nullptr;
+  int partitions = 64;
 };
 
 // Adds every flag (and the `check` subcommand) to `app`, writing into
@@ -37,6 +45,13 @@ void AddFlags(CLI::App& app, DaemonFlags& flags);
 // After parsing: completes `flags.server` with the store the flags chose.
 // Fails (a message naming the flag) if they do not fit together.
 Status FinishFlags(DaemonFlags& flags);
+
+// Whether --store names a PostgreSQL database (a postgres:// or
+// postgresql:// URL, or a key=value connection string).
+bool IsPostgres(std::string_view store);
+
+// The PostgreSQL store's options from the flags.
+PgOptions PostgresOptions(const DaemonFlags& flags);
 
 }  // namespace delayd
 

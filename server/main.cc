@@ -64,7 +64,6 @@ void SetUpProcess(const delayd::DaemonFlags& flags) {
   mallopt(M_MMAP_THRESHOLD, 128 * 1024);
   mallopt(M_TRIM_THRESHOLD, 128 * 1024);
 #endif
-
 }
 
 // What the start found and what it runs with, in the log.
@@ -77,10 +76,13 @@ void LogStart(const delayd::DaemonFlags& flags,
   } else {
     const auto& r = server.recovery();
     spdlog::info(
-        "store {} (fsync {}): recovered {} pending timers ({} overdue, firing "
-        "now) and {} unacknowledged events in {} namespaces in {:.3f} s",
-        flags.data_dir, flags.fsync, r.timers, r.overdue, r.events,
-        r.namespaces, std::chrono::duration<double>(r.took).count());
+        "{}: recovered {} pending timers ({} overdue, firing now) and {} "
+        "unacknowledged events in {} namespaces in {:.3f} s",
+        flags.store.empty()
+            ? "store " + flags.data_dir + " (fsync " + flags.fsync + ")"
+            : r.store,
+        r.timers, r.overdue, r.events, r.namespaces,
+        std::chrono::duration<double>(r.took).count());
     for (const std::string& note : r.notes) spdlog::warn("{}", note);
   }
   spdlog::info(
@@ -137,7 +139,27 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 1;
   }
   if (*flags.check) {
+    if (!flags.check_store.empty()) {
+      std::fprintf(stderr,
+                   "delayd check verifies a RocksDB data directory. A "
+                   "PostgreSQL store is checked with PostgreSQL's tools: "
+                   "pg_amcheck (with data checksums on), and a restore of "
+                   "pg_dump or of a base backup to test backups\n");
+      return 2;
+    }
+    if (flags.check_dir.empty()) {
+      std::fprintf(stderr, "delayd check: --data-dir is required\n");
+      return 2;
+    }
     return delayd::RunCheck(flags.check_dir, flags.check_output == "json");
+  }
+  if (*flags.migrate) {
+    std::string report;
+    const delayd::Status s =
+        delayd::MigratePostgres(delayd::PostgresOptions(flags), &report);
+    std::fprintf(s.ok() ? stdout : stderr, "%s\n",
+                 s.ok() ? report.c_str() : s.message().c_str());
+    return s.ok() ? 0 : 2;
   }
   if (delayd::Status s = delayd::FinishFlags(flags); !s.ok()) {
     std::fprintf(stderr, "%s\n", s.message().c_str());

@@ -76,6 +76,7 @@ class Scheduler {
     std::uint64_t events = 0;   // Fired, not acknowledged.
     std::chrono::nanoseconds took{0};
     std::vector<std::string> notes;  // See Store::OpenNotes().
+    std::string store;               // See Store::where().
   };
   struct ListCursor {
     std::uint32_t partition = 0;

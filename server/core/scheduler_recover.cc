@@ -147,6 +147,7 @@ Status Scheduler::Recover(RecoveryReport* report) {
   report->namespaces = namespaces();
   report->took = std::chrono::steady_clock::now() - started;
   report->notes = store_->OpenNotes();
+  report->store = store_->where();
   return Status::Ok();
 }
 

@@ -10,20 +10,16 @@
 #include "tests/common/temp_dir.h"
 #include "tests/server/calls.h"
 #include "tests/server/test_client.h"
+#include "tests/server/test_stores.h"
 
 namespace delayd::testing {
 namespace {
 
 class DeadLetterTest : public ::testing::Test {
  protected:
-  static DelaydServer::Options Options(const std::string& data_dir = "") {
+  static DelaydServer::Options Options(const TestStore* store = nullptr) {
     auto o = TestDaemon::DefaultOptions();
-    if (!data_dir.empty()) {
-      RocksOptions store;
-      store.dir = data_dir;
-      o.scheduler.store = RocksStoreOpener(store);
-    }
-    return o;
+    return store != nullptr ? store->On(o) : o;
   }
   // max_attempts `n`, retries at once.
   void Limit(TestDaemon& d, std::uint32_t n) {
@@ -296,10 +292,11 @@ TEST_F(DeadLetterTest, PagesCoverEveryDeadLetterOnce) {
 TEST_F(DeadLetterTest, PagesStayWithinTheResponseBound) {
   constexpr int kDead = 60;  // 60 payloads of 64 KiB: 3.75 MiB.
   constexpr std::size_t kBound = 3 << 20;
-  TempDir dir;
-  for (const std::string& data_dir : {std::string(), dir.path()}) {
-    SCOPED_TRACE(data_dir.empty() ? "in memory" : "with a store");
-    TestDaemon d(Options(data_dir));
+  TestStore store(Backend::kRocksDb);
+  for (const TestStore* with : {static_cast<const TestStore*>(nullptr),
+                                static_cast<const TestStore*>(&store)}) {
+    SCOPED_TRACE(with == nullptr ? "in memory" : "with a store");
+    TestDaemon d(Options(with));
     ASSERT_TRUE(d.started());
     Limit(d, 1);
     TestStream worker(d.stub(), TestStream::Worker("jobs", kDead));
@@ -344,11 +341,14 @@ TEST_F(DeadLetterTest, PagesStayWithinTheResponseBound) {
   }
 }
 
-TEST_F(DeadLetterTest, DeadLettersAndAttemptsSurviveARestart) {
-  TempDir dir;
+class DeadLetterRestart : public DeadLetterTest,
+                          public ::testing::WithParamInterface<Backend> {};
+
+TEST_P(DeadLetterRestart, DeadLettersAndAttemptsSurviveARestart) {
+  TestStore store(GetParam());
   std::uint64_t dead_id = 0, failing_id = 0;
   {
-    TestDaemon d(Options(dir.path()));
+    TestDaemon d(Options(&store));
     ASSERT_TRUE(d.started());
     Limit(d, 2);
     TestStream worker(d.stub(), TestStream::Worker("jobs"));
@@ -374,7 +374,7 @@ TEST_F(DeadLetterTest, DeadLettersAndAttemptsSurviveARestart) {
     d.Shutdown();
   }
   {
-    TestDaemon d(Options(dir.path()));
+    TestDaemon d(Options(&store));
     ASSERT_TRUE(d.started());
     EXPECT_EQ(Stats(d).dead_letters(), 1u);
     auto list = List(d);
@@ -395,10 +395,12 @@ TEST_F(DeadLetterTest, DeadLettersAndAttemptsSurviveARestart) {
     d.Shutdown();
   }
   // Requeued: no longer a dead letter after the next restart either.
-  TestDaemon d(Options(dir.path()));
+  TestDaemon d(Options(&store));
   ASSERT_TRUE(d.started());
   EXPECT_EQ(Stats(d).dead_letters(), 0u);
 }
+
+INSTANTIATE_TEST_SUITE_P(Stores, DeadLetterRestart, AllBackends(), BackendName);
 
 TEST_F(DeadLetterTest, BadRequestsAreRefused) {
   TestDaemon d(Options());

@@ -9,6 +9,7 @@
 
 #include "tests/common/temp_dir.h"
 #include "tests/server/test_client.h"
+#include "tests/server/test_stores.h"
 
 namespace delayd {
 namespace {
@@ -18,15 +19,10 @@ using testing::Millis;
 using testing::TestDaemon;
 using testing::TestStream;
 
-DelaydServer::Options FewNamespaces(const std::string& data_dir = "") {
+DelaydServer::Options FewNamespaces(const testing::TestStore* store = nullptr) {
   auto o = TestDaemon::DefaultOptions();
   o.scheduler.limits.max_namespaces = 2;
-  if (!data_dir.empty()) {
-    RocksOptions store;
-    store.dir = data_dir;
-    o.scheduler.store = RocksStoreOpener(store);
-  }
-  return o;
+  return store != nullptr ? store->On(o) : o;
 }
 
 grpc::StatusCode Set(v1::Delayd::Stub& stub, const std::string& ns,
@@ -119,16 +115,18 @@ TEST(Namespaces, ReadsAndRefusedCallsCreateNone) {
   EXPECT_EQ(Set(d.stub(), "c", "k"), grpc::StatusCode::RESOURCE_EXHAUSTED);
 }
 
-TEST(Namespaces, ReadsCreateNoneInTheStoreEither) {
-  testing::TempDir dir;
+class NamespacesStored : public ::testing::TestWithParam<testing::Backend> {};
+
+TEST_P(NamespacesStored, ReadsCreateNoneInTheStoreEither) {
+  testing::TestStore store(GetParam());
   {
-    TestDaemon d(FewNamespaces(dir.path()));
+    TestDaemon d(FewNamespaces(&store));
     ReadEverywhere(d.stub());
     EXPECT_EQ(Set(d.stub(), "a", "k"), grpc::StatusCode::OK);
     d.Shutdown();
   }
   // After a restart with the same limit: one namespace came back, one free.
-  TestDaemon d(FewNamespaces(dir.path()));
+  TestDaemon d(FewNamespaces(&store));
   EXPECT_EQ(d.server().recovery().namespaces, 1u);
   EXPECT_EQ(Set(d.stub(), "b", "k"), grpc::StatusCode::OK);
 }
@@ -228,17 +226,17 @@ TEST(Namespaces, EventsAndSubscribersKeepANamespace) {
   EXPECT_EQ(SetWhenFreed(d.stub(), "c"), grpc::StatusCode::OK);
 }
 
-TEST(Namespaces, AFreedIdIsReusedAcrossARestart) {
-  testing::TempDir dir;
+TEST_P(NamespacesStored, AFreedIdIsReusedAcrossARestart) {
+  testing::TestStore store(GetParam());
   {
-    TestDaemon d(FewNamespaces(dir.path()));
+    TestDaemon d(FewNamespaces(&store));
     ASSERT_EQ(Set(d.stub(), "a", "k"), grpc::StatusCode::OK);
     ASSERT_EQ(Set(d.stub(), "b", "k"), grpc::StatusCode::OK);
     ASSERT_EQ(Remove(d.stub(), "a", "k"), grpc::StatusCode::OK);
     ASSERT_EQ(SetWhenFreed(d.stub(), "c"), grpc::StatusCode::OK);
     d.Shutdown();
   }
-  TestDaemon d(FewNamespaces(dir.path()));
+  TestDaemon d(FewNamespaces(&store));
   EXPECT_EQ(d.server().recovery().namespaces, 2u);
   for (const std::string ns : {"b", "c"}) {
     grpc::ClientContext ctx;
@@ -253,6 +251,9 @@ TEST(Namespaces, AFreedIdIsReusedAcrossARestart) {
   ASSERT_EQ(Remove(d.stub(), "b", "k"), grpc::StatusCode::OK);
   EXPECT_EQ(SetWhenFreed(d.stub(), "a"), grpc::StatusCode::OK);
 }
+
+INSTANTIATE_TEST_SUITE_P(Stores, NamespacesStored, testing::AllBackends(),
+                         testing::BackendName);
 
 }  // namespace
 }  // namespace delayd

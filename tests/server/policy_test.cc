@@ -11,6 +11,7 @@
 #include "tests/common/temp_dir.h"
 #include "tests/server/calls.h"
 #include "tests/server/test_client.h"
+#include "tests/server/test_stores.h"
 
 namespace delayd::testing {
 namespace {
@@ -91,15 +92,10 @@ TEST(Backoff, JitterCutsTheWaitWithinItsFraction) {
 
 class PolicyTest : public ::testing::Test {
  protected:
-  static DelaydServer::Options Options(const std::string& data_dir = "") {
+  static DelaydServer::Options Options(const TestStore* store = nullptr) {
     auto o = TestDaemon::DefaultOptions();
     o.scheduler.limits.max_namespaces = 3;
-    if (!data_dir.empty()) {
-      RocksOptions store;
-      store.dir = data_dir;
-      o.scheduler.store = RocksStoreOpener(store);
-    }
-    return o;
+    return store != nullptr ? store->On(o) : o;
   }
   grpc::Status SetPolicy(TestDaemon& d, const std::string& ns,
                          const v1::Policy& p, v1::Policy* out = nullptr) {
@@ -349,20 +345,23 @@ TEST_F(PolicyTest, PoliciesAreBoundedByTheNamespaceLimit) {
   EXPECT_TRUE(SetPolicy(d, "d", p).ok());
 }
 
-TEST_F(PolicyTest, PoliciesSurviveARestart) {
-  TempDir dir;
+class PolicyRestart : public PolicyTest,
+                      public ::testing::WithParamInterface<Backend> {};
+
+TEST_P(PolicyRestart, PoliciesSurviveARestart) {
+  TestStore store(GetParam());
   v1::Policy p;
   p.set_paused(true);
   p.set_max_in_flight(7);
   p.set_backoff_jitter(0.25);
   {
-    TestDaemon d(Options(dir.path()));
+    TestDaemon d(Options(&store));
     ASSERT_TRUE(d.started());
     ASSERT_TRUE(SetPolicy(d, "jobs", p).ok());
     SetTimers(d, "jobs", 2);
     d.Shutdown();
   }
-  TestDaemon d(Options(dir.path()));
+  TestDaemon d(Options(&store));
   ASSERT_TRUE(d.started());
   const v1::Policy got = GetPolicy(d, "jobs");
   EXPECT_TRUE(got.paused());
@@ -374,6 +373,8 @@ TEST_F(PolicyTest, PoliciesSurviveARestart) {
   WaitReady(d, "jobs", 2);
   EXPECT_EQ(worker.Events().size(), 0u);
 }
+
+INSTANTIATE_TEST_SUITE_P(Stores, PolicyRestart, AllBackends(), BackendName);
 
 }  // namespace
 }  // namespace delayd::testing

@@ -1,5 +1,6 @@
-// Durability through restarts: an in-process daemon over a store in a
-// temporary directory, stopped and started again on the same directory.
+// Durability through restarts: an in-process daemon over a store (RocksDB
+// in a temporary directory, or a PostgreSQL database), stopped and started
+// again on the same store.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include "tests/common/fake_clock.h"
 #include "tests/common/temp_dir.h"
 #include "tests/server/calls.h"
+#include "tests/server/test_stores.h"
 
 namespace delayd::testing {
 namespace {
@@ -19,29 +21,30 @@ RocksOptions At(const std::string& dir) {
   return o;
 }
 
-DelaydServer::Options DurableOptions(const std::string& dir,
-                                     const std::string& fsync = "always",
+DelaydServer::Options DurableOptions(const TestStore& store,
                                      std::uint32_t partitions = 2) {
   DelaydServer::Options o = TestDaemon::DefaultOptions();
   o.scheduler.partitions = partitions;
-  RocksOptions store;
-  store.dir = dir;
-  EXPECT_TRUE(ParseFsyncPolicy(fsync, &store).ok());
-  o.scheduler.store = RocksStoreOpener(store);
-  return o;
+  return store.On(o);
 }
 
-class Restart : public ::testing::TestWithParam<std::string> {};
+// A store and (for RocksDB) its fsync policy.
+struct StoreKind {
+  Backend backend;
+  std::string fsync;
+};
+
+class Restart : public ::testing::TestWithParam<StoreKind> {};
 
 TEST_P(Restart, KeepsPendingTimersAndUnacknowledgedEvents) {
-  TempDir dir;
+  TestStore store(GetParam().backend, GetParam().fsync);
   const std::string big(4096, 'x');
   std::map<std::string, v1::Timer> before;
   v1::Event unacked;
   std::uint64_t max_version = 0;
   std::uint64_t max_event_id = 0;
   {
-    TestDaemon d(DurableOptions(dir / "data", GetParam()));
+    TestDaemon d(DurableOptions(store));
     auto& stub = d.stub();
     ASSERT_TRUE(Set(stub, "a", "near", 60'000, "p-near").ok());
     ASSERT_TRUE(Set(stub, "a", "big", 3'600'000, big).ok());
@@ -91,7 +94,7 @@ TEST_P(Restart, KeepsPendingTimersAndUnacknowledgedEvents) {
     d.Shutdown();
   }
 
-  TestDaemon d(DurableOptions(dir / "data", GetParam()));
+  TestDaemon d(DurableOptions(store));
   auto& stub = d.stub();
   for (const auto& [key, t] : before) {
     v1::Timer now;
@@ -132,22 +135,30 @@ TEST_P(Restart, KeepsPendingTimersAndUnacknowledgedEvents) {
   EXPECT_EQ(fresh[0].key(), "after") << "the acked event came back";
 }
 
-INSTANTIATE_TEST_SUITE_P(Fsync, Restart,
-                         ::testing::Values("always", "20ms", "never"),
-                         [](const auto& info) {
-                           return info.param == "20ms" ? std::string("interval")
-                                                       : info.param;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Stores, Restart,
+    ::testing::Values(StoreKind{Backend::kRocksDb, "always"},
+                      StoreKind{Backend::kRocksDb, "20ms"},
+                      StoreKind{Backend::kRocksDb, "never"},
+                      StoreKind{Backend::kPostgres, ""}),
+    [](const auto& info) {
+      if (info.param.backend == Backend::kPostgres)
+        return std::string("PostgreSQL");
+      return "RocksDB_" + (info.param.fsync == "20ms" ? std::string("interval")
+                                                      : info.param.fsync);
+    });
 
-TEST(Recovery, TimersThatCameDueWhileDownFireAtOnceInFireTimeOrder) {
-  TempDir dir;
+class Recovery : public ::testing::TestWithParam<Backend> {};
+
+TEST_P(Recovery, TimersThatCameDueWhileDownFireAtOnceInFireTimeOrder) {
+  TestStore test_store(GetParam());
   const WallNanos now = WallNow();
   const WallNanos second = 1'000'000'000;
   {
     // What a daemon stopped a while ago left behind: three timers whose
     // fire times have passed, stored out of order, and one in the future.
-    std::unique_ptr<RocksStore> store;
-    ASSERT_TRUE(RocksStore::Open(At(dir / "data"), StoreHooks(), &store).ok());
+    std::unique_ptr<Store> store;
+    ASSERT_TRUE(test_store.Opener()(StoreHooks(), &store).ok());
     Batch b;
     b.PutNamespace(0, "default");
     const std::vector<std::pair<std::string, WallNanos>> timers = {
@@ -163,13 +174,10 @@ TEST(Recovery, TimersThatCameDueWhileDownFireAtOnceInFireTimeOrder) {
       ++version;
     }
     b.ReserveIds(0, version, 1);
-    Status committed = Status::Internal("not run");
-    store->Commit(b, [&](Status s) { committed = s; });
-    store->Sync();
-    ASSERT_TRUE(committed.ok()) << committed.message();
+    ASSERT_TRUE(store->WriteNow(b).ok());
     store->Close();
   }
-  TestDaemon d(DurableOptions(dir / "data"));
+  TestDaemon d(DurableOptions(test_store));
   EXPECT_EQ(d.server().recovery().timers, 4u);
   EXPECT_EQ(d.server().recovery().overdue, 3u);
   TestStream w(d.stub(), TestStream::Worker("default"));
@@ -188,12 +196,12 @@ TEST(Recovery, TimersThatCameDueWhileDownFireAtOnceInFireTimeOrder) {
   EXPECT_TRUE(Get(d.stub(), "default", "later", &later).ok());
 }
 
-TEST(Recovery, VersionsAndEventIdsGrowWhenThePartitionCountChanges) {
-  TempDir dir;
+TEST_P(Recovery, VersionsAndEventIdsGrowWhenThePartitionCountChanges) {
+  TestStore store(GetParam());
   std::uint64_t max_version = 0;
   std::uint64_t max_event_id = 0;
   {
-    TestDaemon d(DurableOptions(dir / "data", "always", 8));
+    TestDaemon d(DurableOptions(store, 8));
     TestStream w(d.stub(), TestStream::Worker("default"));
     ASSERT_TRUE(w.WaitRegistered());
     for (int i = 0; i < 64; ++i) {
@@ -209,7 +217,7 @@ TEST(Recovery, VersionsAndEventIdsGrowWhenThePartitionCountChanges) {
     ASSERT_TRUE(AckEvents(d.stub(), "default", got).ok());
     d.Shutdown();
   }
-  TestDaemon d(DurableOptions(dir / "data", "always", 3));
+  TestDaemon d(DurableOptions(store, 3));
   EXPECT_EQ(Stats(d.stub()).pending_timers(), 32u);
   TestStream w(d.stub(), TestStream::Worker("default"));
   ASSERT_TRUE(w.WaitRegistered());
@@ -224,10 +232,10 @@ TEST(Recovery, VersionsAndEventIdsGrowWhenThePartitionCountChanges) {
   for (const auto& e : got) EXPECT_GT(e.id(), max_event_id);
 }
 
-TEST(Recovery, DrainedEventsWaitDurablyForAWorker) {
-  TempDir dir;
+TEST_P(Recovery, DrainedEventsWaitDurablyForAWorker) {
+  TestStore store(GetParam());
   {
-    TestDaemon d(DurableOptions(dir / "data"));
+    TestDaemon d(DurableOptions(store));
     for (int i = 0; i < 5; ++i) {
       ASSERT_TRUE(Set(d.stub(), "q", "k" + std::to_string(i), 3'600'000,
                       "p" + std::to_string(i))
@@ -241,7 +249,7 @@ TEST(Recovery, DrainedEventsWaitDurablyForAWorker) {
     EXPECT_EQ(resp.drained(), 5u);
     d.Shutdown();
   }
-  TestDaemon d(DurableOptions(dir / "data"));
+  TestDaemon d(DurableOptions(store));
   EXPECT_EQ(d.server().recovery().events, 5u);
   EXPECT_EQ(d.server().recovery().timers, 0u);
   TestStream w(d.stub(), TestStream::Worker("q"));
@@ -256,11 +264,11 @@ TEST(Recovery, DrainedEventsWaitDurablyForAWorker) {
 // A Nack's retry_after is a "not before" that a restart keeps: the event
 // waits out what is left of it, then comes back as its next attempt (on a
 // fake clock, so "not before" is checked at the instant, not by waiting).
-TEST(Recovery, RetryWaitOfANackedEventHoldsAcrossARestart) {
-  TempDir dir;
+TEST_P(Recovery, RetryWaitOfANackedEventHoldsAcrossARestart) {
+  TestStore store(GetParam());
   FakeClock clock;
   auto options = [&] {
-    DelaydServer::Options o = DurableOptions(dir / "data");
+    DelaydServer::Options o = DurableOptions(store);
     o.scheduler.clock = &clock;
     o.scheduler.clock_poll = 0ms;
     return o;
@@ -300,6 +308,8 @@ TEST(Recovery, RetryWaitOfANackedEventHoldsAcrossARestart) {
   EXPECT_EQ(got[0].id(), id);
   EXPECT_EQ(got[0].attempt(), 2u);
 }
+
+INSTANTIATE_TEST_SUITE_P(Stores, Recovery, AllBackends(), BackendName);
 
 TEST(Store, ASecondDaemonOnTheSameDirectoryIsRefused) {
   TempDir dir;

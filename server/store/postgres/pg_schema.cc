@@ -1,0 +1,153 @@
+#include "server/store/postgres/pg_schema.h"
+
+#include <string>
+#include <vector>
+
+#include "server/store/postgres/pg_wire.h"
+
+namespace delayd::pg {
+namespace {
+
+// Migration N takes a schema at version N - 1 to N. Never edited once
+// released: a change is a new migration.
+const std::vector<std::string>& Migrations() {
+  static const std::vector<std::string> kMigrations = {
+      // 1: the first schema.
+      R"sql(
+CREATE TABLE delayd_jobs (
+  id bigint PRIMARY KEY,
+  part smallint NOT NULL,
+  ns text NOT NULL,
+  key bytea NOT NULL,
+  fire_time bigint NOT NULL,
+  version bigint NOT NULL,
+  payload bytea NOT NULL,
+  event_id bigint,
+  fired_at bigint,
+  reason smallint,
+  attempts integer,
+  dead boolean,
+  error bytea,
+  retry_at bigint
+);
+CREATE INDEX delayd_jobs_due ON delayd_jobs (part, fire_time)
+  WHERE event_id IS NULL;
+CREATE UNIQUE INDEX delayd_jobs_events ON delayd_jobs (event_id)
+  WHERE event_id IS NOT NULL;
+CREATE TABLE delayd_counters (
+  part integer PRIMARY KEY,
+  version_limit bigint NOT NULL,
+  event_limit bigint NOT NULL
+);
+CREATE TABLE delayd_policies (
+  name text PRIMARY KEY,
+  policy bytea NOT NULL
+);
+CREATE TABLE delayd_commits (
+  node text PRIMARY KEY,
+  group_id bigint NOT NULL
+);
+)sql",
+  };
+  return kMigrations;
+}
+
+// A key of pg_advisory_xact_lock that no other use of the database is
+// likely to take: "delayd" in ASCII.
+constexpr const char* kLockKey = "110101108097121100";
+
+Status Exec(PGconn* conn, const std::string& sql, const char* what) {
+  Result r(PQexec(conn, sql.c_str()));
+  const ExecStatusType s = PQresultStatus(r.get());
+  if (s != PGRES_COMMAND_OK && s != PGRES_TUPLES_OK) {
+    const std::string error = ErrorOf(r.get());
+    return IsUnavailable(r.get())
+               ? Status::Unavailable(std::string(what) + ": " + error)
+               : Status::Internal(std::string(what) + ": " + error);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status Migrate(PGconn* conn, int partitions, Schema* out, bool* applied) {
+  if (applied != nullptr) *applied = false;
+  if (partitions < 1 || partitions > 1024) {
+    return Status::InvalidArgument("partitions: from 1 to 1024");
+  }
+  if (Status s = Exec(conn, "BEGIN", "migrating the schema"); !s.ok()) {
+    return s;
+  }
+  auto fail = [&](Status s) {
+    PQclear(PQexec(conn, "ROLLBACK"));
+    return s;
+  };
+  if (Status s = Exec(
+          conn, std::string("SELECT pg_advisory_xact_lock(") + kLockKey + ")",
+          "locking the schema");
+      !s.ok()) {
+    return fail(s);
+  }
+  Result exists(
+      PQexec(conn, "SELECT to_regclass('delayd_schema') IS NOT NULL"));
+  if (PQresultStatus(exists.get()) != PGRES_TUPLES_OK) {
+    return fail(
+        Status::Internal("reading the schema: " + ErrorOf(exists.get())));
+  }
+  Schema schema;
+  if (std::string(PQgetvalue(exists.get(), 0, 0)) == "t") {
+    Result row(PQexec(conn, "SELECT version, partitions FROM delayd_schema"));
+    if (PQresultStatus(row.get()) != PGRES_TUPLES_OK ||
+        PQntuples(row.get()) != 1) {
+      return fail(Status::Internal(
+          "delayd_schema does not hold one row: the database's delayd "
+          "schema is damaged"));
+    }
+    schema.version = std::stoi(PQgetvalue(row.get(), 0, 0));
+    schema.partitions = std::stoi(PQgetvalue(row.get(), 0, 1));
+  } else {
+    const std::string create =
+        "CREATE TABLE delayd_schema (version integer NOT NULL, partitions "
+        "integer NOT NULL, created_at timestamptz NOT NULL DEFAULT now()); "
+        "INSERT INTO delayd_schema (version, partitions) VALUES (0, " +
+        std::to_string(partitions) + ")";
+    if (Status s = Exec(conn, create, "creating the schema"); !s.ok()) {
+      return fail(s);
+    }
+    schema.partitions = partitions;
+  }
+  if (schema.version > kSchemaVersion) {
+    return fail(Status::FailedPrecondition(
+        "the database's delayd schema is version " +
+        std::to_string(schema.version) + ", newer than this delayd knows (" +
+        std::to_string(kSchemaVersion) +
+        "): run a delayd at least as new as the one that migrated it"));
+  }
+  const auto& migrations = Migrations();
+  for (int v = schema.version + 1; v <= kSchemaVersion; ++v) {
+    if (Status s =
+            Exec(conn, migrations[v - 1],
+                 ("applying schema migration " + std::to_string(v)).c_str());
+        !s.ok()) {
+      return fail(s);
+    }
+    if (applied != nullptr) *applied = true;
+  }
+  if (schema.version != kSchemaVersion) {
+    if (Status s = Exec(conn,
+                        "UPDATE delayd_schema SET version = " +
+                            std::to_string(kSchemaVersion),
+                        "recording the schema's version");
+        !s.ok()) {
+      return fail(s);
+    }
+    schema.version = kSchemaVersion;
+  }
+  if (Status s = Exec(conn, "COMMIT", "migrating the schema"); !s.ok()) {
+    return s;
+  }
+  *out = schema;
+  return Status::Ok();
+}
+
+}  // namespace delayd::pg

@@ -1,0 +1,439 @@
+// PgStore: opening (connections, the schema, the database taken for this
+// daemon), recovery scans, and what is neither a write nor a read.
+#include "server/store/postgres/pg_store.h"
+
+namespace delayd {
+namespace {
+
+// The session advisory lock the writer holds: one delayd per database.
+constexpr const char* kWriterLock = "SELECT pg_try_advisory_lock(1684368481)";
+
+// The writer's statements, prepared on each of its connections.
+struct Statement {
+  const char* name;
+  const char* sql;
+};
+constexpr Statement kStatements[] = {
+    {"add",
+     "INSERT INTO delayd_jobs (id, part, ns, key, fire_time, version, "
+     "payload) SELECT * FROM unnest($1::int8[], $2::int2[], $3::text[], "
+     "$4::bytea[], $5::int8[], $6::int8[], $7::bytea[])"},
+    {"move",
+     "UPDATE delayd_jobs AS j SET fire_time = u.f, version = u.v FROM "
+     "unnest($1::int8[], $2::int8[], $3::int8[]) AS u(id, f, v) WHERE "
+     "j.id = u.id"},
+    {"remove", "DELETE FROM delayd_jobs WHERE id = ANY($1::int8[])"},
+    {"fire",
+     "UPDATE delayd_jobs AS j SET event_id = u.e, fired_at = u.at, reason = "
+     "u.r, fire_time = u.f, version = u.v FROM unnest($1::int8[], "
+     "$2::int8[], $3::int8[], $4::int2[], $5::int8[], $6::int8[]) AS u(id, "
+     "e, at, r, f, v) WHERE j.id = u.id"},
+    {"fate",
+     "UPDATE delayd_jobs AS j SET attempts = u.a, dead = u.d, error = u.err, "
+     "retry_at = u.rt FROM unnest($1::int8[], $2::int4[], $3::bool[], "
+     "$4::bytea[], $5::int8[]) AS u(e, a, d, err, rt) WHERE j.event_id = "
+     "u.e"},
+    {"unfate",
+     "UPDATE delayd_jobs SET attempts = NULL, dead = NULL, error = NULL, "
+     "retry_at = NULL WHERE event_id = ANY($1::int8[])"},
+    {"counters",
+     "INSERT INTO delayd_counters (part, version_limit, event_limit) VALUES "
+     "($1::int4, $2::int8, $3::int8) ON CONFLICT (part) DO UPDATE SET "
+     "version_limit = GREATEST(delayd_counters.version_limit, "
+     "EXCLUDED.version_limit), event_limit = "
+     "GREATEST(delayd_counters.event_limit, EXCLUDED.event_limit)"},
+    {"policy",
+     "INSERT INTO delayd_policies (name, policy) VALUES ($1::text, "
+     "$2::bytea) ON CONFLICT (name) DO UPDATE SET policy = EXCLUDED.policy"},
+    {"unpolicy", "DELETE FROM delayd_policies WHERE name = $1::text"},
+    {"mark",
+     "INSERT INTO delayd_commits (node, group_id) VALUES ($1::text, "
+     "$2::int8) ON CONFLICT (node) DO UPDATE SET group_id = "
+     "EXCLUDED.group_id"},
+};
+
+// A connection with delayd's defaults for what `conninfo` does not say: a
+// bounded connect, TCP keepalives and a user timeout, so that a database
+// that vanished without closing the connection is noticed in seconds, not
+// when the kernel gives up.
+pg::Conn ConnectTo(const std::string& conninfo) {
+  const char* keys[] = {"connect_timeout",
+                        "keepalives_idle",
+                        "keepalives_interval",
+                        "keepalives_count",
+                        "tcp_user_timeout",
+                        "application_name",
+                        "dbname",
+                        nullptr};
+  const char* values[] = {
+      "5", "5", "2", "3", "10000", "delayd", conninfo.c_str(), nullptr};
+  // (Given after the defaults, the connection string's own settings win.)
+  return pg::Conn(PQconnectdbParams(keys, values, /*expand_dbname=*/1));
+}
+
+std::string Where(PGconn* conn) {
+  const char* host = PQhost(conn);
+  const char* port = PQport(conn);
+  const char* db = PQdb(conn);
+  return std::string("PostgreSQL ") + (host ? host : "") + ":" +
+         (port ? port : "") + "/" + (db ? db : "");
+}
+
+}  // namespace
+
+StoreOpener PgStoreOpener(PgOptions options) {
+  return [options = std::move(options)](StoreHooks hooks,
+                                        std::unique_ptr<Store>* out) {
+    std::unique_ptr<PgStore> store;
+    Status s = PgStore::Open(options, std::move(hooks), &store);
+    if (s.ok()) *out = std::move(store);
+    return s;
+  };
+}
+
+Status MigratePostgres(const PgOptions& options, std::string* report) {
+  pg::Conn conn = ConnectTo(options.conninfo);
+  if (PQstatus(conn.get()) != CONNECTION_OK) {
+    return Status::Unavailable("cannot connect to PostgreSQL: " +
+                               pg::ErrorOf(conn.get()));
+  }
+  pg::Schema schema;
+  bool applied = false;
+  if (Status s = pg::Migrate(conn.get(), options.partitions, &schema, &applied);
+      !s.ok()) {
+    return s;
+  }
+  *report = Where(conn.get()) + ": delayd schema version " +
+            std::to_string(schema.version) + " (" +
+            std::to_string(schema.partitions) + " partitions), " +
+            (applied ? "migrated" : "already up to date");
+  return Status::Ok();
+}
+
+PgStore::PgStore(PgOptions options, StoreHooks hooks)
+    : options_(std::move(options)),
+      hooks_(std::move(hooks)),
+      where_("PostgreSQL store") {}
+
+PgStore::~PgStore() { Close(); }
+
+Status PgStore::Open(const PgOptions& options, StoreHooks hooks,
+                     std::unique_ptr<PgStore>* out) {
+  std::unique_ptr<PgStore> store(new PgStore(options, std::move(hooks)));
+  std::string why;
+  if (Status s = store->Connect(&store->writer_conn_, true, &why); !s.ok()) {
+    return s;
+  }
+  store->where_ = Where(store->writer_conn_.get());
+  // Group ids: unique per daemon run, growing (the clock's nanoseconds at
+  // start, then one by one), so a group never takes an earlier one's id.
+  store->next_group_ = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                           std::chrono::system_clock::now().time_since_epoch())
+                           .count();
+  store->writer_ = std::thread([s = store.get()] { s->WriterLoop(); });
+  *out = std::move(store);
+  return Status::Ok();
+}
+
+Status PgStore::Connect(pg::Conn* out, bool writer, std::string* why) {
+  pg::Conn conn = ConnectTo(options_.conninfo);
+  if (PQstatus(conn.get()) != CONNECTION_OK) {
+    *why = pg::ErrorOf(conn.get());
+    return Status::Unavailable("cannot connect to PostgreSQL: " + *why);
+  }
+  if (writer) {
+    // A standby takes no writes (a fail-over's old primary, or a host
+    // list without target_session_attrs=read-write).
+    pg::Result r(PQexec(conn.get(), "SELECT pg_is_in_recovery()"));
+    if (PQresultStatus(r.get()) != PGRES_TUPLES_OK ||
+        std::string(PQgetvalue(r.get(), 0, 0)) != "f") {
+      *why = Where(conn.get()) + " is a standby (read-only)";
+      return Status::Unavailable(*why);
+    }
+  }
+  if (writer) {
+    if (schema_.version == 0) {
+      // The first connection: the schema, before anything else.
+      if (Status s = pg::Migrate(conn.get(), options_.partitions, &schema_);
+          !s.ok()) {
+        *why = s.message();
+        return s;
+      }
+    }
+    if (Status s = TakeDatabase(conn.get()); !s.ok()) {
+      *why = s.message();
+      return s;
+    }
+    if (Status s = Prepare(conn.get()); !s.ok()) {
+      *why = s.message();
+      return s;
+    }
+    if (PQenterPipelineMode(conn.get()) != 1) {
+      *why = pg::ErrorOf(conn.get());
+      return Status::Internal("cannot enter libpq's pipeline mode: " + *why);
+    }
+  }
+  *out = std::move(conn);
+  return Status::Ok();
+}
+
+Status PgStore::TakeDatabase(PGconn* conn) {
+  pg::Result r(PQexec(conn, kWriterLock));
+  if (PQresultStatus(r.get()) != PGRES_TUPLES_OK) {
+    return Status::Unavailable("taking the database for this delayd: " +
+                               pg::ErrorOf(r.get()));
+  }
+  if (std::string(PQgetvalue(r.get(), 0, 0)) != "t") {
+    return Status::FailedPrecondition(
+        Where(conn) +
+        " is used by another delayd (it holds the database's delayd lock): "
+        "one delayd writes to a database at a time");
+  }
+  return Status::Ok();
+}
+
+Status PgStore::Prepare(PGconn* conn) {
+  for (const Statement& st : kStatements) {
+    pg::Result r(PQprepare(conn, st.name, st.sql, 0, nullptr));
+    if (PQresultStatus(r.get()) != PGRES_COMMAND_OK) {
+      return Status::Internal(std::string("preparing '") + st.name +
+                              "': " + pg::ErrorOf(r.get()));
+    }
+  }
+  return Status::Ok();
+}
+
+Status PgStore::Error(const std::string& what) const {
+  Status status = Status::Internal(where_ + ": " + what);
+  if (hooks_.on_error) hooks_.on_error(status);
+  return status;
+}
+
+std::uint32_t PgStore::PartitionOf(std::string_view ns,
+                                   std::string_view key) const {
+  // FNV-1a over the namespace, a 0 byte and the key: the same on every
+  // daemon, every run (unlike the seeded hashes of memory's indexes).
+  std::uint64_t h = 14695981039346656037ull;
+  auto mix = [&h](std::string_view s) {
+    for (unsigned char c : s) {
+      h ^= c;
+      h *= 1099511628211ull;
+    }
+  };
+  mix(ns);
+  mix(std::string_view("\0", 1));
+  mix(key);
+  return static_cast<std::uint32_t>(
+      h % static_cast<std::uint64_t>(std::max(1, schema_.partitions)));
+}
+
+Status PgStore::LoadNamespaces(std::vector<std::string>* names) {
+  pg::Result r;
+  if (Status s =
+          Query("SELECT DISTINCT ns FROM delayd_jobs ORDER BY ns", 0, &r);
+      !s.ok()) {
+    return s;
+  }
+  if (PQresultStatus(r.get()) != PGRES_TUPLES_OK) {
+    return Error("reading namespaces: " + pg::ErrorOf(r.get()));
+  }
+  for (int i = 0; i < PQntuples(r.get()); ++i) {
+    names->push_back(PQgetvalue(r.get(), i, 0));
+  }
+  names_ = *names;
+  return Status::Ok();
+}
+
+Status PgStore::LoadCounters(std::uint64_t* next_version,
+                             std::uint64_t* next_event_seq) {
+  pg::Result r;
+  if (Status s = Query(
+          "SELECT COALESCE(max(version_limit), 0), COALESCE(max(event_limit), "
+          "0) FROM delayd_counters",
+          0, &r);
+      !s.ok()) {
+    return s;
+  }
+  if (PQresultStatus(r.get()) != PGRES_TUPLES_OK) {
+    return Error("reading counters: " + pg::ErrorOf(r.get()));
+  }
+  *next_version = std::max<std::uint64_t>(
+      *next_version, std::stoull(PQgetvalue(r.get(), 0, 0)));
+  *next_event_seq = std::max<std::uint64_t>(
+      *next_event_seq, std::stoull(PQgetvalue(r.get(), 0, 1)));
+  return Status::Ok();
+}
+
+Status PgStore::LoadPolicies(
+    std::vector<std::pair<std::string, std::string>>* policies) {
+  pg::Result r;
+  if (Status s = Query("SELECT name, policy FROM delayd_policies", 1, &r);
+      !s.ok()) {
+    return s;
+  }
+  if (PQresultStatus(r.get()) != PGRES_TUPLES_OK) {
+    return Error("reading policies: " + pg::ErrorOf(r.get()));
+  }
+  for (int i = 0; i < PQntuples(r.get()); ++i) {
+    policies->emplace_back(
+        std::string(PQgetvalue(r.get(), i, 0), PQgetlength(r.get(), i, 0)),
+        std::string(PQgetvalue(r.get(), i, 1), PQgetlength(r.get(), i, 1)));
+  }
+  return Status::Ok();
+}
+
+namespace {
+
+NamespaceId IdOf(const std::vector<std::string>& names, std::string_view ns) {
+  // (Sorted by LoadNamespaces.)
+  auto it = std::lower_bound(names.begin(), names.end(), ns);
+  return static_cast<NamespaceId>(it - names.begin());
+}
+
+}  // namespace
+
+Status PgStore::ForEachTimer(
+    const std::function<void(const StoredTimer&)>& visit) {
+  return Copy(
+      "COPY (SELECT id, ns, key, fire_time, version FROM delayd_jobs WHERE "
+      "event_id IS NULL) TO STDOUT (FORMAT binary)",
+      5, [&](const std::vector<std::string_view>& f, const std::vector<bool>&) {
+        StoredTimer t;
+        t.payload_id = static_cast<std::uint64_t>(pg::GetInt64(f[0].data()));
+        t.ns = IdOf(names_, f[1]);
+        t.key = f[2];
+        t.fire_time = pg::GetInt64(f[3].data());
+        t.version = static_cast<std::uint64_t>(pg::GetInt64(f[4].data()));
+        visit(t);
+      });
+}
+
+Status PgStore::ForEachEvent(
+    const std::function<void(const StoredEvent&)>& visit) {
+  return Copy(
+      "COPY (SELECT event_id, ns, key, version, fire_time, fired_at, reason, "
+      "id FROM delayd_jobs WHERE event_id IS NOT NULL) TO STDOUT (FORMAT "
+      "binary)",
+      8, [&](const std::vector<std::string_view>& f, const std::vector<bool>&) {
+        StoredEvent e;
+        e.id = static_cast<std::uint64_t>(pg::GetInt64(f[0].data()));
+        e.ns = IdOf(names_, f[1]);
+        e.key = f[2];
+        e.version = static_cast<std::uint64_t>(pg::GetInt64(f[3].data()));
+        e.fire_time = pg::GetInt64(f[4].data());
+        e.fired_at = pg::GetInt64(f[5].data());
+        e.reason = static_cast<Reason>(pg::GetInt16(f[6].data()));
+        e.payload_id = static_cast<std::uint64_t>(pg::GetInt64(f[7].data()));
+        visit(e);
+      });
+}
+
+Status PgStore::ForEachFate(
+    const std::function<void(std::uint64_t, const StoredFate&)>& visit) {
+  return Copy(
+      "COPY (SELECT event_id, attempts, dead, error, retry_at FROM "
+      "delayd_jobs WHERE event_id IS NOT NULL AND attempts IS NOT NULL) TO "
+      "STDOUT (FORMAT binary)",
+      5,
+      [&](const std::vector<std::string_view>& f,
+          const std::vector<bool>& null) {
+        StoredFate fate;
+        fate.attempts = static_cast<std::uint32_t>(pg::GetInt32(f[1].data()));
+        fate.dead = !null[2] && f[2][0] != 0;
+        if (!null[3]) fate.error = f[3];
+        if (!null[4]) fate.retry_at = pg::GetInt64(f[4].data());
+        visit(static_cast<std::uint64_t>(pg::GetInt64(f[0].data())), fate);
+      });
+}
+
+Status PgStore::WriteNow(Batch& batch) {
+  Done done;
+  Status result = Status::Internal("not written");
+  Mutex mu;
+  CondVar cv;
+  bool written = false;
+  Enqueue(batch, nullptr, [&](Status s) {
+    MutexLock lock(&mu);
+    result = std::move(s);
+    written = true;
+    cv.Signal();
+  });
+  MutexLock lock(&mu);
+  while (!written) cv.Wait(&mu);
+  return result;
+}
+
+Status PgStore::Failed() const {
+  if (!failed_) return Status::Ok();
+  return Status::Unavailable(where_ +
+                             ": the database refused a write; no more are "
+                             "taken until delayd restarts");
+}
+
+void PgStore::SetExecutor(std::function<void(std::function<void()>)> executor) {
+  MutexLock lock(&mu_);
+  executor_ = std::move(executor);
+}
+
+bool PgStore::Backlogged(std::string* why) const {
+  if (!writable_.load()) {
+    if (why != nullptr) {
+      *why = where_ +
+             " takes no writes now (unreachable, or read-only during a "
+             "fail-over); delayd reconnects by itself: try again";
+    }
+    return true;
+  }
+  if (queued_bytes_.load(std::memory_order_relaxed) <=
+      options_.max_backlog_bytes) {
+    return false;
+  }
+  if (why != nullptr) {
+    *why = "the store is behind (more than " +
+           std::to_string(options_.max_backlog_bytes >> 20) +
+           " MiB wait to be written); try again";
+  }
+  return true;
+}
+
+bool PgStore::Writable(std::string* why) const {
+  if (writable_.load()) return true;
+  if (why != nullptr) {
+    MutexLock lock(const_cast<Mutex*>(&mu_));
+    *why = unwritable_why_;
+  }
+  return false;
+}
+
+PgStore::Op::Op(const PgStore& store) : store_(store) {
+  MutexLock lock(&store_.busy_mu_);
+  at_ = const_cast<PgStore&>(store_).busy_.insert(
+      std::chrono::steady_clock::now());
+}
+
+PgStore::Op::~Op() {
+  MutexLock lock(&store_.busy_mu_);
+  const_cast<PgStore&>(store_).busy_.erase(at_);
+}
+
+std::chrono::nanoseconds PgStore::Busy() const {
+  MutexLock lock(&busy_mu_);
+  if (busy_.empty()) return std::chrono::nanoseconds(0);
+  return std::chrono::steady_clock::now() - *busy_.begin();
+}
+
+Status PgStore::Backup(const std::string&) {
+  return Status::FailedPrecondition(
+      "delayd's state is in PostgreSQL (" + where_ +
+      "): back it up with PostgreSQL's own tools: pg_dump, or base backups "
+      "with WAL archiving for point-in-time recovery");
+}
+
+std::vector<Store::Gauge> PgStore::Gauges() {
+  return {{"delayd_store_writable",
+           "1 while the store takes writes; 0 while the database is "
+           "unreachable or read-only.",
+           writable_.load() ? 1.0 : 0.0}};
+}
+
+}  // namespace delayd

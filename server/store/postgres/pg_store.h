@@ -1,0 +1,273 @@
+// The PostgreSQL store: delayd's state in a database the operator runs with
+// replication and fail-over, so that losing delayd's machine or disk loses
+// nothing acknowledged (see the README on the settings that make it so).
+//
+// Rows (pg_schema.h): a timer is a row of delayd_jobs keyed by its payload
+// id, with its namespace's name, key, fire time, version and payload; when
+// it fires the same row becomes its event; failures write its fate there.
+// Every row carries its logical partition (a stable hash of namespace and
+// key, over the schema's partitions).
+//
+// Writes (pg_writer.cc): Commit() queues a batch (batch.h); one writer
+// thread, on a connection of its own in libpq's pipeline mode, writes each
+// group of queued batches as one transaction: the changes as a few
+// statements over arrays (a run of the same change in one statement), a
+// record of the group's id in delayd_commits, COMMIT, all sent at once. A
+// group is answered only once its COMMIT returned. If the connection is
+// lost after the group was sent, its fate is unknown: once connected again
+// the writer reads the group id delayd_commits holds for this daemon, and
+// writes the group again only if that is not its id, so a group is never
+// answered OK when unsure, nor applied twice. While the database cannot be
+// reached or takes no writes (a fail-over, a read-only primary), Writable()
+// is false, new changes are refused (UNAVAILABLE, through Backlogged), what
+// was queued waits, and the writer reconnects with backoff.
+//
+// Reads (pg_read.cc): payloads by id, on connections of a small pool, with
+// the queued batches seen through a View; the payloads of recent writes are
+// kept in a bounded cache (ReadCached).
+//
+// One daemon per database: the writer holds a session advisory lock; a
+// second delayd on the same database is refused.
+//
+// Locking: mu_ guards the queue, the views' batches and the writer's state;
+// cache_mu_ the payload cache; readers_mu_ the pool of read connections;
+// busy_mu_ the running database operations. None is held across a call to
+// the database, and none is taken under another.
+#ifndef DELAYD_SERVER_STORE_POSTGRES_PG_STORE_H_
+#define DELAYD_SERVER_STORE_POSTGRES_PG_STORE_H_
+
+#include <atomic>
+#include <chrono>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "server/common/mutex.h"
+#include "server/store/postgres/pg_schema.h"
+#include "server/store/postgres/pg_wire.h"
+#include "server/store/store.h"
+
+namespace delayd {
+
+struct PgOptions {
+  // A libpq connection string or URL: host lists and target_session_attrs
+  // for fail-over, sslmode, PGPASSFILE and the PG* variables all work as
+  // they do for psql.
+  std::string conninfo;
+  // Names this daemon's commit record (delayd_commits).
+  std::string node = "delayd";
+  // Logical partitions, when the schema is created (1..1024).
+  int partitions = 64;
+  // Queued bytes beyond which Backlogged() is true.
+  std::size_t max_backlog_bytes = 64 << 20;
+  // Payloads of recent writes kept for ReadCached, in bytes.
+  std::size_t cache_bytes = 8 << 20;
+  // Read connections at most (reads beyond wait for one).
+  int readers = 4;
+  // Waits between reconnection attempts: from the first, doubling to the
+  // last.
+  std::chrono::milliseconds reconnect_first{100};
+  std::chrono::milliseconds reconnect_last{5000};
+  // Tests: called on the writer thread once a group's transaction is sent
+  // (all of it, COMMIT included) and before its results are read, with the
+  // connection; a test may cut the connection there.
+  std::function<void(PGconn*)> after_group_sent;
+};
+
+// Opens a PgStore with `options` for whoever calls it (a scheduler).
+StoreOpener PgStoreOpener(PgOptions options);
+
+// Connects and brings the database's schema up to date, alone (delayd
+// migrate). `report` says what it found and did.
+Status MigratePostgres(const PgOptions& options, std::string* report);
+
+class PgStore final : public Store {
+ public:
+  // Connects, migrates the schema, takes the database for this daemon
+  // (refused if another delayd holds it) and starts the writer.
+  static Status Open(const PgOptions& options, StoreHooks hooks,
+                     std::unique_ptr<PgStore>* out);
+  ~PgStore() override;  // Close().
+
+  const std::string& where() const override { return where_; }
+  Status LoadNamespaces(std::vector<std::string>* names) override;
+  Status LoadCounters(std::uint64_t* next_version,
+                      std::uint64_t* next_event_seq) override;
+  Status ForEachTimer(
+      const std::function<void(const StoredTimer&)>& visit) override;
+  Status ForEachEvent(
+      const std::function<void(const StoredEvent&)>& visit) override;
+  Status ForEachFate(
+      const std::function<void(std::uint64_t, const StoredFate&)>& visit)
+      override;
+  Status LoadPolicies(
+      std::vector<std::pair<std::string, std::string>>* policies) override;
+
+  void Commit(Batch& batch, Done done) override;
+  void Write(Batch& batch, std::function<void()> written,
+             Done durable) override;
+  void CommitSynced(Batch& batch, Done done) override;
+  Status WriteNow(Batch& batch) override;
+  Status Failed() const override;
+  void SetExecutor(
+      std::function<void(std::function<void()>)> executor) override;
+  bool Backlogged(std::string* why) const override;
+  std::chrono::nanoseconds Busy() const override;
+  bool Writable(std::string* why) const override;
+  void Flush(std::function<void()> done) override;
+  void Sync() override;
+  void Close() override;
+
+  std::shared_ptr<const View> NewView() override;
+  Status GetPayloads(std::span<const std::uint64_t> ids,
+                     std::vector<std::string>* payloads,
+                     std::vector<bool>* readable) override;
+  Status GetPayloads(std::span<const std::uint64_t> ids, const View& view,
+                     std::vector<std::string>* payloads,
+                     std::vector<bool>* readable,
+                     std::vector<bool>* gone) override;
+  bool ReadCached(std::span<const std::uint64_t> ids,
+                  std::vector<std::string>* payloads,
+                  std::vector<bool>* readable) override;
+
+  // FAILED_PRECONDITION, naming PostgreSQL's own ways.
+  Status Backup(const std::string& dir) override;
+  std::vector<Gauge> Gauges() override;
+
+  const pg::Schema& schema() const { return schema_; }
+
+ private:
+  class PgView;
+  PgStore(PgOptions options, StoreHooks hooks);
+
+  struct Queued {
+    std::shared_ptr<const Batch> batch;  // Null: a Flush marker.
+    std::function<void()> written;
+    Done done;
+  };
+  // How a group's transaction went.
+  enum class Outcome {
+    kCommitted,
+    kNotCommitted,  // Rolled back or never sent: write it again.
+    kUnknown,       // The connection was lost after it was sent.
+    kRejected,      // The database refused a statement: not transient.
+  };
+
+  // Opening (pg_store.cc).
+  Status Connect(pg::Conn* out, bool writer, std::string* why);
+  Status Prepare(PGconn* conn);
+  Status TakeDatabase(PGconn* conn);
+
+  // Writing (pg_writer.cc).
+  void Enqueue(Batch& batch, std::function<void()> written, Done done)
+      EXCLUDES(mu_);
+  void WriterLoop() EXCLUDES(mu_);
+  // Writes `group` until it is committed (or the store fails or closes):
+  // reconnecting, resolving a group whose fate is unknown, backing off.
+  Status WriteGroup(const std::vector<Queued>& group) EXCLUDES(mu_);
+  Outcome SendGroup(PGconn* conn, const std::vector<Queued>& group,
+                    std::int64_t group_id, std::string* error);
+  // After a lost connection: whether group `group_id` committed.
+  Status WasCommitted(PGconn* conn, std::int64_t group_id, bool* committed);
+  // Connects the writer (if it is not), with backoff, until it is or the
+  // store closes; keeps `writable_` and the log up to date.
+  bool EnsureWriter() EXCLUDES(mu_);
+  // Waits `d`, or until Close(); false once closing.
+  bool Pause(std::chrono::milliseconds d) EXCLUDES(mu_);
+  // Whether the writer's connection answers a query.
+  bool Probe();
+  static constexpr std::chrono::seconds kProbeInterval{1};
+  void NoteUnwritable(const std::string& why) EXCLUDES(mu_);
+  void NoteWritable() EXCLUDES(mu_);
+  void RunDone(std::vector<Done> done, const Status& status) REQUIRES(mu_);
+  // Namespace names by id as the batches written so far say (the writer's).
+  std::vector<std::string> names_;
+  std::uint32_t PartitionOf(std::string_view ns, std::string_view key) const;
+
+  // Reading (pg_read.cc).
+  // A read connection from the pool (or a new one), given back to the pool
+  // when the Reader goes (if it is idle and well; else closed).
+  class Reader {
+   public:
+    Reader() = default;
+    ~Reader();
+    Reader(const Reader&) = delete;
+    Reader& operator=(const Reader&) = delete;
+    PGconn* conn() const { return conn_.get(); }
+
+   private:
+    friend class PgStore;
+    PgStore* store_ = nullptr;
+    pg::Conn conn_;
+  };
+  Status TakeReader(Reader* out) EXCLUDES(readers_mu_);
+  void ReturnReader(pg::Conn conn) EXCLUDES(readers_mu_);
+  // A query on a read connection (`format`: 1 for binary results).
+  Status Query(const char* sql, int format, pg::Result* out);
+  Status ReadRows(std::span<const std::uint64_t> ids,
+                  std::unordered_map<std::uint64_t, std::string>* found);
+  Status Copy(const std::string& query, int fields,
+              const std::function<void(const std::vector<std::string_view>&,
+                                       const std::vector<bool>&)>& row);
+  void CacheWritten(const std::vector<Queued>& group) EXCLUDES(cache_mu_);
+
+  // One database operation, for Busy().
+  class Op {
+   public:
+    explicit Op(const PgStore& store);
+    ~Op();
+
+   private:
+    const PgStore& store_;
+    std::multiset<std::chrono::steady_clock::time_point>::iterator at_;
+  };
+  Status Error(const std::string& what) const;
+
+  const PgOptions options_;
+  const StoreHooks hooks_;
+  // Set once by Open, before the writer starts.
+  std::string where_;
+  pg::Schema schema_;
+  // The writer's connection (the writer thread's alone once it runs).
+  pg::Conn writer_conn_;
+  std::atomic<bool> failed_{false};
+  std::atomic<bool> writable_{true};
+  std::atomic<std::size_t> queued_bytes_{0};
+  std::atomic<std::int64_t> next_group_{0};
+
+  Mutex mu_;
+  CondVar cv_;
+  CondVar idle_cv_;
+  CondVar close_wait_;  // Pause() waits here; Close() wakes it.
+  std::deque<Queued> queue_ GUARDED_BY(mu_);
+  bool writing_ GUARDED_BY(mu_) = false;
+  bool closing_ GUARDED_BY(mu_) = false;
+  int running_ GUARDED_BY(mu_) = 0;
+  std::string unwritable_why_ GUARDED_BY(mu_);
+  std::function<void(std::function<void()>)> executor_ GUARDED_BY(mu_);
+  std::thread writer_;
+
+  Mutex cache_mu_;
+  std::unordered_map<std::uint64_t, std::string> cache_ GUARDED_BY(cache_mu_);
+  std::deque<std::uint64_t> cache_order_ GUARDED_BY(cache_mu_);
+  std::size_t cache_size_ GUARDED_BY(cache_mu_) = 0;
+
+  Mutex readers_mu_;
+  CondVar reader_free_;
+  std::vector<pg::Conn> readers_ GUARDED_BY(readers_mu_);
+  int readers_out_ GUARDED_BY(readers_mu_) = 0;
+
+  mutable Mutex busy_mu_;
+  std::multiset<std::chrono::steady_clock::time_point> busy_
+      GUARDED_BY(busy_mu_);
+};
+
+}  // namespace delayd
+
+#endif  // DELAYD_SERVER_STORE_POSTGRES_PG_STORE_H_
