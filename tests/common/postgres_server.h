@@ -138,7 +138,8 @@ class PostgresServer {
     if (!s->MakeDir(error)) return nullptr;
     if (!Run({BinDir() + "/pg_basebackup", "-D", s->data_, "-h", "127.0.0.1",
               "-p", std::to_string(port_), "-U", "delayd", "-X", "stream", "-R",
-              "--no-sync", "-d", "application_name=" + name},
+              "--checkpoint=fast", "--no-sync", "-d",
+              "application_name=" + name},
              error)) {
       return nullptr;
     }

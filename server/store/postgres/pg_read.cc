@@ -48,13 +48,24 @@ void PgStore::ReturnReader(pg::Conn conn) {
   reader_free_.Signal();
 }
 
+Status PgStore::OnReader(const std::function<void(PGconn*)>& query) {
+  // A pooled connection may have died since it was last used (the database
+  // restarted, or failed over): then once more, on a new one.
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    Reader reader;
+    if (Status s = TakeReader(&reader); !s.ok()) return s;
+    Op op(*this);
+    query(reader.conn());
+    if (PQstatus(reader.conn()) == CONNECTION_OK) return Status::Ok();
+  }
+  return Status::Ok();  // (The query's result says what went wrong.)
+}
+
 Status PgStore::Query(const char* sql, int format, pg::Result* out) {
-  Reader reader;
-  if (Status s = TakeReader(&reader); !s.ok()) return s;
-  Op op(*this);
-  out->reset(PQexecParams(reader.conn(), sql, 0, nullptr, nullptr, nullptr,
-                          nullptr, format));
-  return Status::Ok();
+  return OnReader([&](PGconn* conn) {
+    out->reset(
+        PQexecParams(conn, sql, 0, nullptr, nullptr, nullptr, nullptr, format));
+  });
 }
 
 Status PgStore::ReadRows(
@@ -65,14 +76,15 @@ Status PgStore::ReadRows(
   pg::Params p;
   p.Add(array.Encode());
   pg::Result r;
-  {
-    Reader reader;
-    if (Status s = TakeReader(&reader); !s.ok()) return s;
-    Op op(*this);
-    r.reset(PQexecParams(reader.conn(),
-                         "SELECT id, payload FROM delayd_jobs WHERE id = "
-                         "ANY($1::int8[])",
-                         1, nullptr, p.values(), p.lengths(), p.formats(), 1));
+  if (Status s = OnReader([&](PGconn* conn) {
+        r.reset(PQexecParams(conn,
+                             "SELECT id, payload FROM delayd_jobs WHERE id = "
+                             "ANY($1::int8[])",
+                             1, nullptr, p.values(), p.lengths(), p.formats(),
+                             1));
+      });
+      !s.ok()) {
+    return s;
   }
   if (PQresultStatus(r.get()) != PGRES_TUPLES_OK) {
     return pg::IsUnavailable(r.get())

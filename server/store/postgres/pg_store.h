@@ -208,6 +208,9 @@ class PgStore final : public Store {
   };
   Status TakeReader(Reader* out) EXCLUDES(readers_mu_);
   void ReturnReader(pg::Conn conn) EXCLUDES(readers_mu_);
+  // Runs `query` on a read connection; again on a new one if the
+  // connection died meanwhile.
+  Status OnReader(const std::function<void(PGconn*)>& query);
   // A query on a read connection (`format`: 1 for binary results).
   Status Query(const char* sql, int format, pg::Result* out);
   Status ReadRows(std::span<const std::uint64_t> ids,

@@ -1,0 +1,325 @@
+// What only the PostgreSQL store does, against real PostgreSQL servers the
+// tests start: its schema (created, migrated once, a newer one refused), one
+// delayd per database, a commit whose answer was lost (resolved, never
+// written twice nor lost), the database stopped and started under load,
+// and a fail-over to a synchronous standby.
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+
+#include <atomic>
+#include <map>
+#include <thread>
+
+#include "server/store/postgres/pg_store.h"
+#include "tests/server/calls.h"
+#include "tests/server/test_stores.h"
+
+namespace delayd::testing {
+namespace {
+
+using grpc::health::v1::HealthCheckResponse;
+
+DelaydServer::Options OnPostgres(PgOptions pg) {
+  DelaydServer::Options o = TestDaemon::DefaultOptions();
+  o.scheduler.store = PgStoreOpener(std::move(pg));
+  return o;
+}
+
+PgOptions Database(const std::string& url) {
+  PgOptions o;
+  o.conninfo = url;
+  o.node = "test";
+  o.reconnect_first = std::chrono::milliseconds(20);
+  o.reconnect_last = std::chrono::milliseconds(200);
+  return o;
+}
+
+TEST(PostgresSchema, IsCreatedOnceAndMigrateIsIdempotent) {
+  PostgresServer* pg = SharedPostgres();
+  ASSERT_NE(pg, nullptr);
+  PgOptions o = Database(pg->Url(pg->NewDatabase()));
+  o.partitions = 16;
+  std::string report;
+  ASSERT_TRUE(MigratePostgres(o, &report).ok()) << report;
+  EXPECT_NE(report.find("migrated"), std::string::npos) << report;
+  EXPECT_NE(report.find("16 partitions"), std::string::npos) << report;
+  ASSERT_TRUE(MigratePostgres(o, &report).ok());
+  EXPECT_NE(report.find("already up to date"), std::string::npos) << report;
+  // A daemon opens it as it is.
+  TestDaemon d(OnPostgres(o));
+  ASSERT_TRUE(d.started());
+  ASSERT_TRUE(Set(d.stub(), "", "k", 3'600'000).ok());
+}
+
+TEST(PostgresSchema, ANewerSchemaIsRefusedClearly) {
+  PostgresServer* pg = SharedPostgres();
+  ASSERT_NE(pg, nullptr);
+  const std::string db = pg->NewDatabase();
+  std::string report;
+  ASSERT_TRUE(MigratePostgres(Database(pg->Url(db)), &report).ok());
+  pg->Exec(db, "UPDATE delayd_schema SET version = 99");
+  DelaydServer server(OnPostgres(Database(pg->Url(db))));
+  const Status s = server.Start();
+  EXPECT_EQ(s.code(), Code::kFailedPrecondition) << s.message();
+  EXPECT_NE(s.message().find("version 99, newer"), std::string::npos)
+      << s.message();
+  EXPECT_EQ(pg->Exec(db, "SELECT version FROM delayd_schema"), "99");
+}
+
+TEST(PostgresStore, ASecondDaemonOnTheSameDatabaseIsRefused) {
+  TestStore store(Backend::kPostgres);
+  TestDaemon first(store.On(TestDaemon::DefaultOptions()));
+  ASSERT_TRUE(first.started());
+  DelaydServer second(store.On(TestDaemon::DefaultOptions()));
+  const Status s = second.Start();
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("used by another delayd"), std::string::npos)
+      << s.message();
+}
+
+TEST(PostgresStore, BackupAndCheckNameThePostgresWay) {
+  TestStore store(Backend::kPostgres);
+  DelaydServer::Options o = store.On(TestDaemon::DefaultOptions());
+  o.backup_dir = store.dir() / "backups";
+  TestDaemon d(o);
+  v1::BackupRequest req;
+  req.set_dir("b1");
+  v1::BackupResponse resp;
+  const grpc::Status s = d.stub().Backup(Within().get(), req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(s.error_message().find("pg_dump"), std::string::npos)
+      << s.error_message();
+}
+
+// How many rows of delayd_jobs have key `key`.
+std::string Rows(PostgresServer* pg, const std::string& db,
+                 const std::string& key) {
+  return pg->Exec(
+      db, "SELECT count(*) FROM delayd_jobs WHERE key = '" + key + "'::bytea");
+}
+
+// Polls `sql` on `db` until it gives `want` (up to 10 s).
+bool WaitFor(PostgresServer* pg, const std::string& db, const std::string& sql,
+             const std::string& want) {
+  return Eventually([&] { return pg->Exec(db, sql) == want; });
+}
+
+// The connection is lost once the group's transaction has committed on the
+// server, before its answer is read: the writer cannot know, asks the
+// database once connected again, finds its group there, and answers OK
+// without writing it again (a second INSERT of the row would fail).
+TEST(PostgresCommit, ACommitWhoseAnswerWasLostIsNotWrittenTwice) {
+  PostgresServer* pg = SharedPostgres();
+  ASSERT_NE(pg, nullptr);
+  const std::string db = pg->NewDatabase();
+  PgOptions o = Database(pg->Url(db));
+  std::atomic<bool> armed{false};
+  o.after_group_sent = [&](PGconn* conn) {
+    if (!armed.exchange(false)) return;
+    // Once the server has committed it (its row is visible), cut.
+    EXPECT_TRUE(WaitFor(pg, db,
+                        "SELECT count(*) FROM delayd_jobs WHERE key = "
+                        "'lost'::bytea",
+                        "1"));
+    shutdown(PQsocket(conn), SHUT_RDWR);
+  };
+  TestDaemon d(OnPostgres(o));
+  ASSERT_TRUE(d.started());
+  ASSERT_TRUE(Set(d.stub(), "", "before", 3'600'000).ok());
+  armed = true;
+  v1::SetTimerResponse set;
+  EXPECT_TRUE(Set(d.stub(), "", "lost", 3'600'000, "p", &set).ok());
+  EXPECT_FALSE(armed.load()) << "the hook did not run";
+  EXPECT_EQ(Rows(pg, db, "lost"), "1");
+  // The store goes on writing (a duplicate would have failed it).
+  ASSERT_TRUE(Set(d.stub(), "", "after", 3'600'000).ok());
+  d.Shutdown();
+  TestDaemon again(OnPostgres(Database(pg->Url(db))));
+  v1::Timer t;
+  ASSERT_TRUE(Get(again.stub(), "", "lost", &t).ok());
+  EXPECT_EQ(t.version(), set.version());
+  EXPECT_EQ(again.server().recovery().timers, 3u);
+}
+
+// The writer's backend is ended while its transaction waits (on a lock
+// this test holds), before it commits: once connected again the writer
+// finds its group absent, writes it again, and answers OK; it is there
+// once.
+TEST(PostgresCommit, ATransactionCutBeforeItCommittedIsWrittenAgain) {
+  PostgresServer* pg = SharedPostgres();
+  ASSERT_NE(pg, nullptr);
+  const std::string db = pg->NewDatabase();
+  PgOptions o = Database(pg->Url(db));
+  std::atomic<bool> armed{false};
+  PGconn* holder = nullptr;  // Holds the commit record's row lock.
+  o.after_group_sent = [&](PGconn*) {
+    if (!armed.exchange(false)) return;
+    // The writer now waits for the row this test locked: end its backend.
+    EXPECT_TRUE(Eventually([&] {
+      return pg->Exec(db,
+                      "SELECT pg_terminate_backend(pid) FROM "
+                      "pg_stat_activity WHERE application_name = 'delayd' "
+                      "AND wait_event_type = 'Lock'") == "t";
+    }));
+    PQclear(PQexec(holder, "ROLLBACK"));
+  };
+  TestDaemon d(OnPostgres(o));
+  ASSERT_TRUE(d.started());
+  ASSERT_TRUE(Set(d.stub(), "", "before", 3'600'000).ok());
+  holder = PQconnectdb(pg->Url(db).c_str());
+  ASSERT_EQ(PQstatus(holder), CONNECTION_OK);
+  PQclear(PQexec(holder, "BEGIN"));
+  PQclear(PQexec(
+      holder, "SELECT * FROM delayd_commits WHERE node = 'test' FOR UPDATE"));
+  armed = true;
+  v1::SetTimerResponse set;
+  EXPECT_TRUE(Set(d.stub(), "", "retried", 3'600'000, "p", &set).ok());
+  EXPECT_FALSE(armed.load()) << "the hook did not run";
+  PQfinish(holder);
+  EXPECT_EQ(Rows(pg, db, "retried"), "1");
+  v1::Timer t;
+  ASSERT_TRUE(Get(d.stub(), "", "retried", &t).ok());
+  EXPECT_EQ(t.version(), set.version());
+  ASSERT_TRUE(Set(d.stub(), "", "after", 3'600'000).ok());
+}
+
+// Sets timers in a loop on its own thread, recording each one answered OK
+// (with its version) and counting the refusals.
+class Writer {
+ public:
+  explicit Writer(v1::Delayd::Stub& stub) : stub_(stub) {
+    thread_ = std::thread([this] {
+      for (int i = 0; !stop_; ++i) {
+        const std::string key = "w" + std::to_string(i);
+        v1::SetTimerResponse resp;
+        const grpc::Status s = Set(stub_, "", key, 3'600'000, "p", &resp);
+        std::lock_guard lock(mu_);
+        if (s.ok()) {
+          acked_[key] = resp.version();
+        } else {
+          ++refused_;
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+      }
+    });
+  }
+  ~Writer() { Stop(); }
+  void Stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  std::map<std::string, std::uint64_t> acked() {
+    std::lock_guard lock(mu_);
+    return acked_;
+  }
+  int refused() {
+    std::lock_guard lock(mu_);
+    return refused_;
+  }
+  std::size_t size() {
+    std::lock_guard lock(mu_);
+    return acked_.size();
+  }
+
+ private:
+  v1::Delayd::Stub& stub_;
+  std::atomic<bool> stop_{false};
+  std::mutex mu_;
+  std::map<std::string, std::uint64_t> acked_;
+  int refused_ = 0;
+  std::thread thread_;
+};
+
+// Every timer in `acked` is pending with its acknowledged version.
+void ExpectAll(v1::Delayd::Stub& stub,
+               const std::map<std::string, std::uint64_t>& acked) {
+  std::size_t missing = 0;
+  for (const auto& [key, version] : acked) {
+    v1::Timer t;
+    const grpc::Status s = Get(stub, "", key, &t);
+    if (!s.ok() || t.version() != version) {
+      ++missing;
+      ADD_FAILURE() << key << ": " << s.error_message() << " version "
+                    << t.version() << ", acknowledged " << version;
+    }
+  }
+  EXPECT_EQ(missing, 0u) << "of " << acked.size() << " acknowledged";
+}
+
+// PostgreSQL stopped under load: health NOT_SERVING and writes refused
+// (UNAVAILABLE) meanwhile; started again, delayd reconnects by itself and
+// serves, and every write answered OK is there, after a restart too.
+TEST(PostgresOutage, StoppedAndStartedUnderLoadLosesNothing) {
+  std::string error;
+  auto pg = PostgresServer::Start(&error);
+  ASSERT_NE(pg, nullptr) << error;
+  const std::string db = pg->NewDatabase();
+  std::map<std::string, std::uint64_t> acked;
+  {
+    TestDaemon d(OnPostgres(Database(pg->Url(db))));
+    ASSERT_TRUE(d.started());
+    Writer writer(d.stub());
+    ASSERT_TRUE(Eventually([&] { return writer.size() >= 50; }));
+    pg->Stop(SIGINT);
+    ASSERT_TRUE(WaitForHealth(d.channel(), HealthCheckResponse::NOT_SERVING));
+    // (The writer's own call that was queued when the database went waits
+    // for it; a new one is refused at once.)
+    v1::SetTimerResponse resp;
+    EXPECT_EQ(
+        Set(d.stub(), "", "while-down", 3'600'000, "p", &resp).error_code(),
+        grpc::StatusCode::UNAVAILABLE);
+    ASSERT_TRUE(pg->Restart(&error)) << error;
+    ASSERT_TRUE(WaitForHealth(d.channel(), HealthCheckResponse::SERVING));
+    const std::size_t before = writer.size();
+    ASSERT_TRUE(Eventually([&] { return writer.size() > before + 20; }));
+    writer.Stop();
+    acked = writer.acked();
+    ExpectAll(d.stub(), acked);
+    d.Shutdown();
+  }
+  TestDaemon d(OnPostgres(Database(pg->Url(db))));
+  ASSERT_TRUE(d.started());
+  EXPECT_EQ(d.server().recovery().timers, acked.size());
+  ExpectAll(d.stub(), acked);
+}
+
+// A primary with a synchronous standby, killed (-9) under load; the
+// standby is promoted. delayd, given both hosts, finds the new primary by
+// itself and writes again without a restart, and every write answered OK
+// is there.
+TEST(PostgresFailOver, KillingThePrimaryLosesNothingAcknowledged) {
+  std::string error;
+  auto primary = PostgresServer::Start(&error);
+  ASSERT_NE(primary, nullptr) << error;
+  const std::string db = primary->NewDatabase();
+  auto standby = primary->StartStandby("s1", &error);
+  ASSERT_NE(standby, nullptr) << error;
+  const std::string url =
+      "postgresql://delayd@127.0.0.1:" + std::to_string(primary->port()) +
+      ",127.0.0.1:" + std::to_string(standby->port()) + "/" + db +
+      "?target_session_attrs=read-write";
+  std::map<std::string, std::uint64_t> acked;
+  {
+    TestDaemon d(OnPostgres(Database(url)));
+    ASSERT_TRUE(d.started());
+    Writer writer(d.stub());
+    ASSERT_TRUE(Eventually([&] { return writer.size() >= 100; }));
+    primary->Stop(SIGKILL);
+    ASSERT_TRUE(standby->Promote());
+    const std::size_t at_kill = writer.size();
+    ASSERT_TRUE(Eventually([&] { return writer.size() > at_kill + 50; }, 30s))
+        << "no write succeeded on the new primary";
+    writer.Stop();
+    acked = writer.acked();
+    ExpectAll(d.stub(), acked);
+    d.Shutdown();
+  }
+  // From the new primary alone.
+  TestDaemon d(OnPostgres(Database(standby->Url(db))));
+  ASSERT_TRUE(d.started());
+  EXPECT_EQ(d.server().recovery().timers, acked.size());
+  ExpectAll(d.stub(), acked);
+}
+
+}  // namespace
+}  // namespace delayd::testing
