@@ -1,5 +1,6 @@
 // Crash safety: the real delayd under a mixed load is killed with SIGKILL at
-// random moments and started again on the same data directory, several
+// random moments and started again on the same store (a RocksDB data
+// directory, or a PostgreSQL database of a server the test starts), several
 // rounds. A client records what delayd acknowledged; a worker records every
 // event it receives. At the end:
 //   - every timer version acknowledged and not superseded (replaced, moved
@@ -22,6 +23,7 @@
 
 #include "delayd/v1/delayd.grpc.pb.h"
 #include "tests/common/daemon_process.h"
+#include "tests/common/postgres_server.h"
 #include "tests/common/temp_dir.h"
 #include "tests/server/test_client.h"
 
@@ -77,15 +79,24 @@ struct Received {
   WallNanos received_at;
 };
 
-TEST(Crash, KilledAtRandomMomentsLosesNothingAcknowledged) {
+class Crash : public ::testing::TestWithParam<bool> {};
+
+TEST_P(Crash, KilledAtRandomMomentsLosesNothingAcknowledged) {
   const int rounds = EnvInt("DELAYD_CRASH_ROUNDS", 3);
   const char* fsync_env = getenv("DELAYD_CRASH_FSYNC");
   const std::string fsync = fsync_env && *fsync_env ? fsync_env : "always";
   const unsigned seed = static_cast<unsigned>(EnvInt("DELAYD_CRASH_SEED", 7));
   std::mt19937_64 rng(seed);
   TempDir dir;
-  const std::vector<std::string> args = {"--data-dir", dir / "data", "--fsync",
-                                         fsync};
+  std::vector<std::string> args = {"--data-dir", dir / "data", "--fsync",
+                                   fsync};
+  std::unique_ptr<PostgresServer> pg;
+  if (GetParam()) {
+    std::string error;
+    pg = PostgresServer::Start(&error);
+    ASSERT_NE(pg, nullptr) << error;
+    args = {"--store", pg->Url(pg->NewDatabase()), "--node-id", "crash"};
+  }
   Endpoint endpoint;
   std::atomic<bool> stop_client{false};
   std::atomic<bool> stop_worker{false};
@@ -327,6 +338,11 @@ TEST(Crash, KilledAtRandomMomentsLosesNothingAcknowledged) {
       static_cast<unsigned long long>(uncertain_ops), must_fire.size(),
       must_not_fire.size(), received.size());
 }
+
+INSTANTIATE_TEST_SUITE_P(Stores, Crash, ::testing::Bool(),
+                         [](const auto& info) {
+                           return info.param ? "PostgreSQL" : "RocksDB";
+                         });
 
 }  // namespace
 }  // namespace delayd::testing
