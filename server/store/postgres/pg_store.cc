@@ -117,6 +117,30 @@ PgStore::PgStore(PgOptions options, StoreHooks hooks)
 
 PgStore::~PgStore() { Close(); }
 
+std::vector<std::string> PgStore::DurabilityNotes(const std::string& where) {
+  pg::Result r;
+  Query(
+      "SELECT current_setting('synchronous_commit'), "
+      "current_setting('synchronous_standby_names')",
+      0, &r);
+  if (PQresultStatus(r.get()) != PGRES_TUPLES_OK) return {};
+  const std::string commit = PQgetvalue(r.get(), 0, 0);
+  const std::string standbys = PQgetvalue(r.get(), 0, 1);
+  if (commit == "off" || commit == "local") {
+    return {where + ": synchronous_commit is '" + commit +
+            "': acknowledged writes can be lost (" +
+            (commit == "off" ? "even without losing a machine"
+                             : "with the primary's machine") +
+            "); see the README on PostgreSQL"};
+  }
+  if (standbys.empty()) {
+    return {where +
+            ": no synchronous standby (synchronous_standby_names is empty): "
+            "losing the primary's machine can lose acknowledged writes"};
+  }
+  return {};
+}
+
 Status PgStore::Open(const PgOptions& options, StoreHooks hooks,
                      std::unique_ptr<PgStore>* out) {
   std::unique_ptr<PgStore> store(new PgStore(options, std::move(hooks)));
@@ -125,6 +149,7 @@ Status PgStore::Open(const PgOptions& options, StoreHooks hooks,
     return s;
   }
   store->where_ = Where(store->writer_conn_.get());
+  store->notes_ = store->DurabilityNotes(store->where_);
   // Group ids: unique per daemon run, growing (the clock's nanoseconds at
   // start, then one by one), so a group never takes an earlier one's id.
   store->next_group_ = std::chrono::duration_cast<std::chrono::nanoseconds>(

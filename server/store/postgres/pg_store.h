@@ -139,6 +139,9 @@ class PgStore final : public Store {
   // FAILED_PRECONDITION, naming PostgreSQL's own ways.
   Status Backup(const std::string& dir) override;
   std::vector<Gauge> Gauges() override;
+  // What the database's durability settings mean (a warning when they do
+  // not keep every acknowledged write through the loss of a machine).
+  std::vector<std::string> OpenNotes() const override { return notes_; }
 
   const pg::Schema& schema() const { return schema_; }
 
@@ -163,6 +166,7 @@ class PgStore final : public Store {
   Status Connect(pg::Conn* out, bool writer, std::string* why);
   Status Prepare(PGconn* conn);
   Status TakeDatabase(PGconn* conn);
+  std::vector<std::string> DurabilityNotes(const std::string& where);
 
   // Writing (pg_writer.cc).
   void Enqueue(Batch& batch, std::function<void()> written, Done done)
@@ -237,6 +241,7 @@ class PgStore final : public Store {
   // Set once by Open, before the writer starts.
   std::string where_;
   pg::Schema schema_;
+  std::vector<std::string> notes_;  // Set by Open.
   // The writer's connection (the writer thread's alone once it runs).
   pg::Conn writer_conn_;
   std::atomic<bool> failed_{false};
