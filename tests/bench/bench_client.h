@@ -212,7 +212,11 @@ class Bench {
     });
   }
 
-  double SetRate(int concurrency, std::chrono::milliseconds d) {
+  // SetTimer/s, `concurrency` calls in flight, each a new key with a
+  // payload of `payload_bytes`, due in an hour.
+  double SetRate(int concurrency, std::chrono::milliseconds d,
+                 std::size_t payload_bytes = 16) {
+    const std::string payload = Payload(payload_bytes);
     std::vector<CallSlot<v1::SetTimerRequest, v1::SetTimerResponse>> slots(
         concurrency);
     std::atomic<std::uint64_t> seq{0};
@@ -224,7 +228,7 @@ class Bench {
       std::string key = "u";
       key += std::to_string(seq.fetch_add(1));
       slot.req.set_key(std::move(key));
-      slot.req.set_payload("0123456789abcdef");
+      slot.req.set_payload(payload);
       slot.req.mutable_delay()->set_seconds(3600);
       stubs_[s % stubs_.size()]->async()->SetTimer(
           slot.NewContext(authorization_), &slot.req, &slot.resp,
@@ -239,14 +243,14 @@ class Bench {
   // and serializing messages, and the figure is the daemon's. Every result is
   // still decoded and checked.
   double BatchRate(int concurrency, int per_call, std::chrono::milliseconds d,
-                   const std::string& ns) {
+                   const std::string& ns, std::size_t payload_bytes = 16) {
     constexpr int kDigits = 15;
     v1::BatchRequest proto;
     for (int i = 0; i < per_call; ++i) {
       auto* set = proto.add_operations()->mutable_set();
       set->set_namespace_(ns);
       set->set_key(KeyOf(i, kDigits));
-      set->set_payload("0123456789abcdef");
+      set->set_payload(Payload(payload_bytes));
       set->mutable_delay()->set_seconds(3600);
     }
     const std::string encoded = proto.SerializeAsString();
@@ -425,6 +429,13 @@ class Bench {
   }
 
   v1::Delayd::Stub& stub() { return *stubs_[0]; }
+  // `n` bytes of text ("0123456789abcdef" repeated).
+  static std::string Payload(std::size_t n) {
+    std::string p;
+    while (p.size() < n) p += "0123456789abcdef";
+    p.resize(n);
+    return p;
+  }
   // fired_at minus fire time of the events of the last Lateness() run.
   const std::vector<double>& fired_late() const { return fired_late_; }
 
