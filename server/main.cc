@@ -174,6 +174,18 @@ int main(int argc, char** argv) {
     raise(SIGTERM);
   };
   SetUpProcess(flags);
+  if (!flags.in_memory && !flags.store.empty()) {
+    // A database not reachable yet (it starts beside delayd, or fails
+    // over) is waited for here, not by exiting into a restart loop.
+    // SIGINT and SIGTERM still end delayd at once: nothing has started.
+    delayd::WaitForPostgres(
+        delayd::PostgresOptions(flags), [](const std::string& why) {
+          spdlog::warn(
+              "{}; waiting for the database (trying again, backing "
+              "off to 5 s)",
+              why);
+        });
+  }
 
   // Before anything starts: from here on SIGINT and SIGTERM are caught (and
   // kept until the wait below), so a stop requested while delayd is still

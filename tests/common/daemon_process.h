@@ -15,6 +15,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -81,6 +82,24 @@ class DaemonProcess {
     std::lock_guard lock(mu_);
     return port_;
   }
+  // Waits up to `timeout` for the port line (a daemon started with a short
+  // timeout that is still starting): ok().
+  bool WaitForPort(std::chrono::milliseconds timeout) {
+    std::unique_lock lock(mu_);
+    return changed_.wait_until(lock, std::chrono::steady_clock::now() + timeout,
+                               [&] { return port_ != 0 || eof_; }) &&
+           port_ != 0;
+  }
+  // Waits up to `timeout` for `text` in what the child printed.
+  bool WaitForOutput(std::string_view text, std::chrono::milliseconds timeout) {
+    std::unique_lock lock(mu_);
+    return changed_.wait_until(
+               lock, std::chrono::steady_clock::now() + timeout,
+               [&] {
+                 return output_.find(text) != std::string::npos || eof_;
+               }) &&
+           output_.find(text) != std::string::npos;
+  }
   pid_t pid() const { return pid_; }
   std::string address() const { return "127.0.0.1:" + std::to_string(port()); }
   // What the child printed so far (the start and the latest part of it, if
@@ -128,13 +147,19 @@ class DaemonProcess {
         break;
       }
       output_.append(buf, static_cast<std::size_t>(n));
+      changed_.notify_all();
       if (output_.size() > kKeepBytes) {
         // Keeps the first lines (the port) and the newest half.
         output_.replace(64 << 10, output_.size() - kKeepBytes / 2 - (64 << 10),
                         "\n[... output cut ...]\n");
       }
       if (port_ == 0) {
-        const auto at = output_.find(" port ");
+        // ("delayd listening on ADDRESS port N (...": the daemon's line,
+        // not a port that another message names.)
+        const auto line = output_.find("delayd listening on ");
+        const auto at = line == std::string::npos
+                            ? std::string::npos
+                            : output_.find(" port ", line);
         if (at != std::string::npos) {
           const auto end = output_.find(' ', at + 6);
           if (end != std::string::npos) {

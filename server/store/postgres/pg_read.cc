@@ -207,6 +207,24 @@ std::shared_ptr<const Store::View> PgStore::NewView() {
   return view;
 }
 
+std::map<std::uint64_t, std::optional<std::string>> PgStore::QueuedPayloads(
+    const PgView& view) {
+  std::map<std::uint64_t, std::optional<std::string>> queued;
+  for (const auto& batch : view.queued) {
+    Batch::Reader reader(*batch);
+    Batch::Change c;
+    while (reader.Next(&c)) {
+      if (c.kind == Batch::Kind::kAddTimer) {
+        queued[c.timer.payload_id] = std::string(c.data);
+      } else if (c.kind == Batch::Kind::kRemoveTimer ||
+                 c.kind == Batch::Kind::kRemoveEvent) {
+        queued[c.payload_id] = std::nullopt;
+      }
+    }
+  }
+  return queued;
+}
+
 Status PgStore::GetPayloads(std::span<const std::uint64_t> ids,
                             std::vector<std::string>* payloads,
                             std::vector<bool>* readable) {
@@ -215,6 +233,25 @@ Status PgStore::GetPayloads(std::span<const std::uint64_t> ids,
   if (ids.empty()) return Status::Ok();
   std::unordered_map<std::uint64_t, std::string> found;
   if (Status s = ReadRows(ids, &found); !s.ok()) return s;
+  std::vector<std::uint64_t> missing;
+  for (std::uint64_t id : ids) {
+    if (!found.contains(id)) missing.push_back(id);
+  }
+  if (!missing.empty()) {
+    // Events are published once their firing is sent, before it commits
+    // (GroupSent): a payload written in a group not yet committed is in the
+    // queue. The queue is seen before the database is read again, so a
+    // batch that commits in between is read there.
+    const auto view = NewView();
+    if (Status s = ReadRows(missing, &found); !s.ok()) return s;
+    const auto queued = QueuedPayloads(static_cast<const PgView&>(*view));
+    for (std::uint64_t id : missing) {
+      auto q = queued.find(id);
+      if (!found.contains(id) && q != queued.end() && q->second) {
+        found.emplace(id, *q->second);
+      }
+    }
+  }
   Status first;
   for (std::size_t i = 0; i < ids.size(); ++i) {
     auto it = found.find(ids[i]);
@@ -239,21 +276,8 @@ Status PgStore::GetPayloads(std::span<const std::uint64_t> ids,
   readable->assign(ids.size(), false);
   gone->assign(ids.size(), false);
   if (ids.empty()) return Status::Ok();
-  // What the queued batches said of each id when the view was taken: the
-  // last word wins.
-  std::map<std::uint64_t, std::optional<std::string>> queued;
-  for (const auto& batch : static_cast<const PgView&>(view).queued) {
-    Batch::Reader reader(*batch);
-    Batch::Change c;
-    while (reader.Next(&c)) {
-      if (c.kind == Batch::Kind::kAddTimer) {
-        queued[c.timer.payload_id] = std::string(c.data);
-      } else if (c.kind == Batch::Kind::kRemoveTimer ||
-                 c.kind == Batch::Kind::kRemoveEvent) {
-        queued[c.payload_id] = std::nullopt;
-      }
-    }
-  }
+  // What the queued batches said of each id when the view was taken.
+  const auto queued = QueuedPayloads(static_cast<const PgView&>(view));
   std::vector<std::uint64_t> from_db;
   for (std::size_t i = 0; i < ids.size(); ++i) {
     auto q = queued.find(ids[i]);

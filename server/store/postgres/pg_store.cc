@@ -91,6 +91,30 @@ StoreOpener PgStoreOpener(PgOptions options) {
   };
 }
 
+void WaitForPostgres(const PgOptions& options,
+                     const std::function<void(const std::string&)>& note) {
+  auto backoff = options.reconnect_first;
+  std::string last;
+  for (;;) {
+    pg::Conn conn = ConnectTo(options.conninfo);
+    std::string why;
+    if (PQstatus(conn.get()) != CONNECTION_OK) {
+      why = "cannot connect to PostgreSQL: " + pg::ErrorOf(conn.get());
+    } else {
+      pg::Result r(PQexec(conn.get(), "SELECT pg_is_in_recovery()"));
+      if (PQresultStatus(r.get()) == PGRES_TUPLES_OK &&
+          std::string(PQgetvalue(r.get(), 0, 0)) == "f") {
+        return;
+      }
+      why = Where(conn.get()) + " is a standby (read-only)";
+    }
+    if (why != last) note(why);
+    last = why;
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, options.reconnect_last);
+  }
+}
+
 Status MigratePostgres(const PgOptions& options, std::string* report) {
   pg::Conn conn = ConnectTo(options.conninfo);
   if (PQstatus(conn.get()) != CONNECTION_OK) {

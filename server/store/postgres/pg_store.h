@@ -42,6 +42,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -82,6 +83,13 @@ struct PgOptions {
 
 // Opens a PgStore with `options` for whoever calls it (a scheduler).
 StoreOpener PgStoreOpener(PgOptions options);
+
+// Returns once the database takes a connection that can write (a primary),
+// trying again with the reconnection backoff for as long as it does not;
+// `note` is told each new reason it could not (a reason repeated is told
+// once). Blocks: for a daemon's start, before it serves.
+void WaitForPostgres(const PgOptions& options,
+                     const std::function<void(const std::string&)>& note);
 
 // Connects and brings the database's schema up to date, alone (delayd
 // migrate). `report` says what it found and did.
@@ -174,9 +182,16 @@ class PgStore final : public Store {
   void WriterLoop() EXCLUDES(mu_);
   // Writes `group` until it is committed (or the store fails or closes):
   // reconnecting, resolving a group whose fate is unknown, backing off.
-  Status WriteGroup(const std::vector<Queued>& group) EXCLUDES(mu_);
+  // `sent` runs once, when the group's transaction was first sent whole.
+  Status WriteGroup(const std::vector<Queued>& group,
+                    const std::function<void()>& sent) EXCLUDES(mu_);
+  // Sends the group's transaction, runs `on_sent` once it is sent whole,
+  // and reads its answer.
   Outcome SendGroup(PGconn* conn, const std::vector<Queued>& group,
-                    std::int64_t group_id, std::string* error);
+                    std::int64_t group_id, std::string* error,
+                    const std::function<void()>& on_sent);
+  // The group's payloads into the cache, and its `written` callbacks run.
+  void GroupSent(std::vector<Queued>& group);
   // After a lost connection: whether group `group_id` committed.
   Status WasCommitted(PGconn* conn, std::int64_t group_id, bool* committed);
   // Connects the writer (if it is not), with backoff, until it is or the
@@ -219,6 +234,10 @@ class PgStore final : public Store {
   Status Query(const char* sql, int format, pg::Result* out);
   Status ReadRows(std::span<const std::uint64_t> ids,
                   std::unordered_map<std::uint64_t, std::string>* found);
+  // What the queued batches of `view` say of each payload id they touch:
+  // its data, or nullopt if removed (the last word wins).
+  static std::map<std::uint64_t, std::optional<std::string>> QueuedPayloads(
+      const PgView& view);
   Status Copy(const std::string& query, int fields,
               const std::function<void(const std::vector<std::string_view>&,
                                        const std::vector<bool>&)>& row);

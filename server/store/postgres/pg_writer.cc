@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <unordered_map>
+#include <utility>
 
 #include "server/store/postgres/pg_store.h"
 
@@ -305,13 +306,7 @@ void PgStore::WriterLoop() {
     Status status;
     {
       MutexUnlock unlock(&mu_);
-      status = WriteGroup(group);
-      if (status.ok()) {
-        CacheWritten(group);
-        for (Queued& q : group) {
-          if (q.written) q.written();
-        }
-      }
+      status = WriteGroup(group, [&] { GroupSent(group); });
     }
     std::size_t bytes = 0;
     for (std::size_t i = 0; i < group.size(); ++i) {
@@ -329,8 +324,23 @@ void PgStore::WriterLoop() {
   }
 }
 
-Status PgStore::WriteGroup(const std::vector<Queued>& group) {
+void PgStore::GroupSent(std::vector<Queued>& group) {
+  CacheWritten(group);
+  // `written` runs once the transaction is sent, not once it committed:
+  // what the connection sends later commits after it (the writer sends the
+  // next group only once this one committed, resending it first if its
+  // connection drops), and a payload of it is read from the queue until it
+  // commits (GetPayloads). If it is refused, the store fails and the
+  // daemon stops: what `written` published fires again after the restart.
+  for (Queued& q : group) {
+    if (q.written) std::exchange(q.written, nullptr)();
+  }
+}
+
+Status PgStore::WriteGroup(const std::vector<Queued>& group,
+                           const std::function<void()>& sent) {
   const std::int64_t group_id = next_group_.fetch_add(1);
+  bool announced = false;
   bool unknown = false;  // An earlier attempt's fate is not known.
   auto backoff = options_.reconnect_first;
   // After a failed attempt: the connection dropped, a wait (backoff).
@@ -361,11 +371,16 @@ Status PgStore::WriteGroup(const std::vector<Queued>& group) {
         }
         continue;
       }
-      if (committed) return Status::Ok();
+      if (committed) {
+        if (!std::exchange(announced, true)) sent();
+        return Status::Ok();
+      }
       unknown = false;
     }
     std::string error;
-    switch (SendGroup(writer_conn_.get(), group, group_id, &error)) {
+    switch (SendGroup(writer_conn_.get(), group, group_id, &error, [&] {
+      if (!std::exchange(announced, true)) sent();
+    })) {
       case Outcome::kCommitted:
         NoteWritable();
         return Status::Ok();
@@ -398,7 +413,8 @@ bool PgStore::Pause(std::chrono::milliseconds d) {
 
 PgStore::Outcome PgStore::SendGroup(PGconn* conn,
                                     const std::vector<Queued>& group,
-                                    std::int64_t group_id, std::string* error) {
+                                    std::int64_t group_id, std::string* error,
+                                    const std::function<void()>& on_sent) {
   GroupStatements builder(names_,
                           [this](std::string_view ns, std::string_view key) {
                             return PartitionOf(ns, key);
@@ -428,6 +444,7 @@ PgStore::Outcome PgStore::SendGroup(PGconn* conn,
     // Something may have reached the server: not known.
     return Outcome::kUnknown;
   }
+  on_sent();
   if (options_.after_group_sent) options_.after_group_sent(conn);
   const std::size_t queries = statements.size() + 2;
   Outcome outcome = Outcome::kCommitted;
