@@ -17,10 +17,11 @@ RUN cmake -S /src -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release \
  && strip /build/server/delayd /build/client/delayctl
 
 FROM debian:bookworm-slim
-# The shared libraries the two binaries load (RocksDB is linked in).
+# The shared libraries the two binaries load (RocksDB is linked in; libpq
+# for the PostgreSQL store).
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      libgrpc++1.51 libprotobuf32 libspdlog1.10 \
+      libgrpc++1.51 libprotobuf32 libspdlog1.10 libpq5 \
       libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 \
       libsnappy1v5 liblz4-1 libzstd1 libbz2-1.0 zlib1g \
  && rm -rf /var/lib/apt/lists/* \
