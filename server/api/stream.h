@@ -17,6 +17,7 @@
 #include "delayd/v1/delayd.grpc.pb.h"
 #include "server/api/proto_time.h"
 #include "server/api/rpc_metrics.h"
+#include "server/api/unary_call.h"
 #include "server/common/limit_log.h"
 #include "server/common/mutex.h"
 #include "server/common/status.h"
@@ -24,8 +25,6 @@
 #include "server/core/scheduler.h"
 
 namespace delayd {
-
-grpc::Status ToGrpc(const Status& status);  // unary_call.h
 
 // An event as the API shows it (its blob holding the real payload).
 inline void ToProto(std::string_view ns, const Event& e, v1::Event* out) {
