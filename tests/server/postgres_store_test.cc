@@ -183,6 +183,67 @@ TEST(PostgresCommit, ATransactionCutBeforeItCommittedIsWrittenAgain) {
   ASSERT_TRUE(Set(d.stub(), "", "after", 3'600'000).ok());
 }
 
+// Groups are sent without waiting for the answers of those before them. A
+// move held on a row lock with a second group (a new timer) sent behind it,
+// then the move's statement cancelled: the server skips the second group
+// too (no sync point lies between them), and the writer sends both again,
+// in order. Had the second committed alone, the writer would have taken the
+// move for committed too (it reads back the last group id) and lost it; had
+// it been written twice, the store would have failed on a duplicate row.
+TEST(PostgresCommit, GroupsSentBehindAFailedOneAreWrittenAgainInOrder) {
+  PostgresServer* pg = SharedPostgres();
+  ASSERT_NE(pg, nullptr);
+  const std::string db = pg->NewDatabase();
+  PgOptions o = Database(pg->Url(db));
+  std::atomic<int> sent{0};
+  o.after_group_sent = [&](PGconn*) { ++sent; };
+  TestDaemon d(OnPostgres(o));
+  ASSERT_TRUE(d.started());
+  ASSERT_TRUE(Set(d.stub(), "", "m", 3'600'000).ok());
+  PGconn* holder = PQconnectdb(pg->Url(db).c_str());
+  ASSERT_EQ(PQstatus(holder), CONNECTION_OK);
+  PQclear(PQexec(holder, "BEGIN"));
+  PQclear(PQexec(
+      holder, "SELECT * FROM delayd_jobs WHERE key = 'm'::bytea FOR UPDATE"));
+  const int base = sent.load();
+  v1::MoveTimerResponse moved;
+  v1::SetTimerResponse set;
+  grpc::Status move_status, set_status;
+  std::thread first([&] {
+    v1::MoveTimerRequest req;
+    req.set_key("m");
+    *req.mutable_delay() = Millis(7'200'000);
+    move_status = d.stub().MoveTimer(Within().get(), req, &moved);
+  });
+  EXPECT_TRUE(Eventually([&] { return sent.load() == base + 1; }));
+  std::thread second(
+      [&] { set_status = Set(d.stub(), "", "b", 3'600'000, "two", &set); });
+  EXPECT_TRUE(Eventually([&] { return sent.load() == base + 2; }))
+      << "the second group was not sent while the first awaited its answer";
+  EXPECT_TRUE(Eventually([&] {
+    return pg->Exec(db,
+                    "SELECT pg_cancel_backend(pid) FROM pg_stat_activity "
+                    "WHERE application_name = 'delayd' AND wait_event_type = "
+                    "'Lock'") == "t";
+  }));
+  PQclear(PQexec(holder, "ROLLBACK"));
+  PQfinish(holder);
+  first.join();
+  second.join();
+  EXPECT_TRUE(move_status.ok()) << move_status.error_message();
+  EXPECT_TRUE(set_status.ok()) << set_status.error_message();
+  EXPECT_EQ(Rows(pg, db, "b"), "1");
+  ASSERT_TRUE(Set(d.stub(), "", "after", 3'600'000).ok());
+  d.Shutdown();
+  TestDaemon again(OnPostgres(Database(pg->Url(db))));
+  v1::Timer t;
+  ASSERT_TRUE(Get(again.stub(), "", "m", &t).ok());
+  EXPECT_EQ(t.version(), moved.version()) << "the move was lost";
+  ASSERT_TRUE(Get(again.stub(), "", "b", &t).ok());
+  EXPECT_EQ(t.version(), set.version());
+  EXPECT_EQ(again.server().recovery().timers, 3u);
+}
+
 // Sets timers in a loop on its own thread, recording each one answered OK
 // (with its version) and counting the refusals.
 class Writer {

@@ -72,6 +72,7 @@ class TestStore {
     o.node = "test";
     o.reconnect_first = std::chrono::milliseconds(20);
     o.reconnect_last = std::chrono::milliseconds(200);
+    o.lock_wait = std::chrono::milliseconds(1500);
     return o;
   }
   // `o` on this store.

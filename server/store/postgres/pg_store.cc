@@ -2,11 +2,18 @@
 // daemon), recovery scans, and what is neither a write nor a read.
 #include "server/store/postgres/pg_store.h"
 
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
 namespace delayd {
 namespace {
 
 // The session advisory lock the writer holds: one delayd per database.
-constexpr const char* kWriterLock = "SELECT pg_try_advisory_lock(1684368481)";
+constexpr const char* kWriterLock = "SELECT pg_advisory_lock(1684368481)";
+constexpr const char* kWriterUnlock = "SELECT pg_advisory_unlock(1684368481)";
 
 // The writer's statements, prepared on each of its connections.
 struct Statement {
@@ -137,9 +144,13 @@ Status MigratePostgres(const PgOptions& options, std::string* report) {
 PgStore::PgStore(PgOptions options, StoreHooks hooks)
     : options_(std::move(options)),
       hooks_(std::move(hooks)),
-      where_("PostgreSQL store") {}
+      where_("PostgreSQL store"),
+      wake_fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
 
-PgStore::~PgStore() { Close(); }
+PgStore::~PgStore() {
+  Close();
+  if (wake_fd_ >= 0) ::close(wake_fd_);
+}
 
 std::vector<std::string> PgStore::DurabilityNotes(const std::string& where) {
   pg::Result r;
@@ -168,6 +179,9 @@ std::vector<std::string> PgStore::DurabilityNotes(const std::string& where) {
 Status PgStore::Open(const PgOptions& options, StoreHooks hooks,
                      std::unique_ptr<PgStore>* out) {
   std::unique_ptr<PgStore> store(new PgStore(options, std::move(hooks)));
+  if (store->wake_fd_ < 0) {
+    return Status::Internal(std::string("eventfd: ") + std::strerror(errno));
+  }
   std::string why;
   if (Status s = store->Connect(&store->writer_conn_, true, &why); !s.ok()) {
     return s;
@@ -227,18 +241,40 @@ Status PgStore::Connect(pg::Conn* out, bool writer, std::string* why) {
 }
 
 Status PgStore::TakeDatabase(PGconn* conn) {
+  // Waits up to lock_wait for a delayd that holds it: one just closed, or
+  // killed, whose session the server has not ended yet.
+  const std::string wait =
+      "SET lock_timeout = " + std::to_string(options_.lock_wait.count());
+  pg::Result set(PQexec(conn, wait.c_str()));
   pg::Result r(PQexec(conn, kWriterLock));
-  if (PQresultStatus(r.get()) != PGRES_TUPLES_OK) {
-    return Status::Unavailable("taking the database for this delayd: " +
-                               pg::ErrorOf(r.get()));
+  pg::Result reset(PQexec(conn, "RESET lock_timeout"));
+  if (PQresultStatus(r.get()) == PGRES_TUPLES_OK &&
+      PQresultStatus(set.get()) == PGRES_COMMAND_OK &&
+      PQresultStatus(reset.get()) == PGRES_COMMAND_OK) {
+    return Status::Ok();
   }
-  if (std::string(PQgetvalue(r.get(), 0, 0)) != "t") {
+  const char* state = PQresultErrorField(r.get(), PG_DIAG_SQLSTATE);
+  if (state != nullptr && std::string_view(state) == "55P03") {
     return Status::FailedPrecondition(
         Where(conn) +
-        " is used by another delayd (it holds the database's delayd lock): "
-        "one delayd writes to a database at a time");
+        " is used by another delayd (it held the database's delayd lock for "
+        "the " +
+        std::to_string(options_.lock_wait.count()) +
+        " ms this one waited): one delayd writes to a database at a time");
   }
-  return Status::Ok();
+  return Status::Unavailable("taking the database for this delayd: " +
+                             pg::ErrorOf(r.get()));
+}
+
+void PgStore::ReleaseDatabase() {
+  // (Ending the session would release it too, but the server may take a
+  // moment to notice: a delayd started right after would wait for it.)
+  PGconn* conn = writer_conn_.get();
+  if (conn == nullptr || PQstatus(conn) != CONNECTION_OK ||
+      PQexitPipelineMode(conn) != 1) {
+    return;
+  }
+  pg::Result r(PQexec(conn, kWriterUnlock));
 }
 
 Status PgStore::Prepare(PGconn* conn) {

@@ -11,23 +11,28 @@
 // Writes (pg_writer.cc): Commit() queues a batch (batch.h); one writer
 // thread, on a connection of its own in libpq's pipeline mode, writes each
 // group of queued batches as one transaction: the changes as a few
-// statements over arrays (a run of the same change in one statement), a
-// record of the group's id in delayd_commits, COMMIT, all sent at once. A
-// group is answered only once its COMMIT returned. If the connection is
-// lost after the group was sent, its fate is unknown: once connected again
-// the writer reads the group id delayd_commits holds for this daemon, and
-// writes the group again only if that is not its id, so a group is never
-// answered OK when unsure, nor applied twice. While the database cannot be
-// reached or takes no writes (a fail-over, a read-only primary), Writable()
-// is false, new changes are refused (UNAVAILABLE, through Backlogged), what
-// was queued waits, and the writer reconnects with backoff.
+// statements over arrays (pg_group.h: a run of the same change in one
+// statement), a record of the group's id in delayd_commits, COMMIT. A group
+// is sent without waiting for the answers of those before it (up to
+// kMaxInFlight groups), with no sync point between them: if one fails, the
+// server skips all sent after it, so groups commit in the order sent, or
+// not at all from the first that failed. A group is answered only once its
+// COMMIT returned. If the connection is lost, or a statement fails, the
+// writer connects again and reads the last group id delayd_commits holds
+// for this daemon: the groups up to it committed and are answered, the rest
+// are sent again in order; so a group is never answered OK when unsure, nor
+// applied twice. While the database cannot be reached or takes no writes (a
+// fail-over, a read-only primary), Writable() is false, new changes are
+// refused (UNAVAILABLE, through Backlogged), what was queued waits, and the
+// writer reconnects with backoff.
 //
 // Reads (pg_read.cc): payloads by id, on connections of a small pool, with
 // the queued batches seen through a View; the payloads of recent writes are
 // kept in a bounded cache (ReadCached).
 //
-// One daemon per database: the writer holds a session advisory lock; a
-// second delayd on the same database is refused.
+// One daemon per database: the writer holds a session advisory lock (and
+// lets go of it on Close); a second delayd on the same database waits
+// lock_wait for it, then is refused.
 //
 // Locking: mu_ guards the queue, the views' batches and the writer's state;
 // cache_mu_ the payload cache; readers_mu_ the pool of read connections;
@@ -65,6 +70,9 @@ struct PgOptions {
   std::string node = "delayd";
   // Logical partitions, when the schema is created (1..1024).
   int partitions = 64;
+  // How long a connection waits for another delayd to let go of the
+  // database before it is refused.
+  std::chrono::milliseconds lock_wait{10000};
   // Queued bytes beyond which Backlogged() is true.
   std::size_t max_backlog_bytes = 64 << 20;
   // Payloads of recent writes kept for ReadCached, in bytes.
@@ -162,38 +170,57 @@ class PgStore final : public Store {
     std::function<void()> written;
     Done done;
   };
-  // How a group's transaction went.
-  enum class Outcome {
-    kCommitted,
-    kNotCommitted,  // Rolled back or never sent: write it again.
-    kUnknown,       // The connection was lost after it was sent.
-    kRejected,      // The database refused a statement: not transient.
+  class Op;
+  // A run of queued batches written as one transaction (pg_writer.cc).
+  struct Group {
+    std::vector<Queued> batches;
+    std::int64_t id = 0;       // Set when first sent; kept when sent again.
+    std::size_t queries = 0;   // Answers the transaction sent awaits.
+    std::size_t answered = 0;  // Of them, read.
+    bool announced = false;    // Its `written` callbacks ran.
+    bool unknown = false;      // Sent on a connection since lost.
+    std::unique_ptr<Op> op;    // While sent, for Busy().
   };
+  // Groups sent and not yet answered, at most.
+  static constexpr std::size_t kMaxInFlight = 4;
 
   // Opening (pg_store.cc).
   Status Connect(pg::Conn* out, bool writer, std::string* why);
   Status Prepare(PGconn* conn);
   Status TakeDatabase(PGconn* conn);
+  // Lets the next delayd take the database (Close, the writer stopped).
+  void ReleaseDatabase();
   std::vector<std::string> DurabilityNotes(const std::string& where);
 
-  // Writing (pg_writer.cc).
+  // Writing (pg_writer.cc), on the writer thread but for Enqueue and Wake.
   void Enqueue(Batch& batch, std::function<void()> written, Done done)
       EXCLUDES(mu_);
+  // Wakes the writer from its poll.
+  void Wake();
   void WriterLoop() EXCLUDES(mu_);
-  // Writes `group` until it is committed (or the store fails or closes):
-  // reconnecting, resolving a group whose fate is unknown, backing off.
-  // `sent` runs once, when the group's transaction was first sent whole.
-  Status WriteGroup(const std::vector<Queued>& group,
-                    const std::function<void()>& sent) EXCLUDES(mu_);
-  // Sends the group's transaction, runs `on_sent` once it is sent whole,
-  // and reads its answer.
-  Outcome SendGroup(PGconn* conn, const std::vector<Queued>& group,
-                    std::int64_t group_id, std::string* error,
-                    const std::function<void()>& on_sent);
+  // Waits for something to do, forming what is queued into a group when a
+  // group can be sent; false once closing with everything written.
+  bool TakeQueued() EXCLUDES(mu_);
+  // Sends the next unsent group (connecting and resolving first).
+  void SendNext() EXCLUDES(mu_);
+  // After a lost connection: answers the unsent groups that had committed.
+  bool Resolve() EXCLUDES(mu_);
+  // Sends `group`'s transaction, without waiting for its answers.
+  bool Send(PGconn* conn, Group& group, std::string* error);
+  // Reads the answers that have arrived, or waits for answers or for new
+  // batches.
+  void Await() EXCLUDES(mu_);
+  bool ReadAnswers() EXCLUDES(mu_);
+  // The connection failed or the database refused a statement: what was in
+  // flight is sent again (or, if `rejected`, the store fails).
+  void Trouble(const std::string& error, bool rejected) EXCLUDES(mu_);
+  // Answers the first group in flight (or else the first unsent one).
+  void Complete(const Status& status) EXCLUDES(mu_);
+  void FinishAll(const Status& status) EXCLUDES(mu_);
   // The group's payloads into the cache, and its `written` callbacks run.
   void GroupSent(std::vector<Queued>& group);
-  // After a lost connection: whether group `group_id` committed.
-  Status WasCommitted(PGconn* conn, std::int64_t group_id, bool* committed);
+  // The id of the last group of this daemon's node that committed.
+  Status LastCommitted(PGconn* conn, std::int64_t* last);
   // Connects the writer (if it is not), with backoff, until it is or the
   // store closes; keeps `writable_` and the log up to date.
   bool EnsureWriter() EXCLUDES(mu_);
@@ -205,6 +232,11 @@ class PgStore final : public Store {
   void NoteUnwritable(const std::string& why) EXCLUDES(mu_);
   void NoteWritable() EXCLUDES(mu_);
   void RunDone(std::vector<Done> done, const Status& status) REQUIRES(mu_);
+  // The writer thread's own.
+  std::deque<Group> unsent_;      // Formed, not sent (or to send again).
+  std::deque<Group> in_flight_;   // Sent, in order.
+  bool between_results_ = false;  // A query's result read, its end not.
+  std::chrono::milliseconds backoff_{0};
   // Namespace names by id as the batches written so far say (the writer's).
   std::vector<std::string> names_;
   std::uint32_t PartitionOf(std::string_view ns, std::string_view key) const;
@@ -273,12 +305,15 @@ class PgStore final : public Store {
   CondVar idle_cv_;
   CondVar close_wait_;  // Pause() waits here; Close() wakes it.
   std::deque<Queued> queue_ GUARDED_BY(mu_);
-  bool writing_ GUARDED_BY(mu_) = false;
+  // Entries at the queue's front that the writer has taken into groups.
+  std::size_t taken_ GUARDED_BY(mu_) = 0;
+  bool polling_ GUARDED_BY(mu_) = false;  // The writer waits in poll().
   bool closing_ GUARDED_BY(mu_) = false;
   int running_ GUARDED_BY(mu_) = 0;
   std::string unwritable_why_ GUARDED_BY(mu_);
   std::function<void(std::function<void()>)> executor_ GUARDED_BY(mu_);
   std::thread writer_;
+  int wake_fd_ = -1;  // An eventfd (Wake); closed by the destructor.
 
   Mutex cache_mu_;
   std::unordered_map<std::uint64_t, std::string> cache_ GUARDED_BY(cache_mu_);

@@ -199,9 +199,12 @@ bool IsUnavailable(const PGresult* result) {
   const std::string_view s(state);
   // 25006 read_only_sql_transaction; class 08 connection exceptions;
   // 57P01..57P03 admin shutdown, crash shutdown, cannot connect now;
-  // 53300 too many connections.
+  // 53300 too many connections; 57014 query_canceled (an operator's cancel,
+  // a statement_timeout); 55P03 lock_not_available (a lock_timeout);
+  // 40001 and 40P01, a serialization failure and a deadlock.
   return s == "25006" || s.starts_with("08") || s == "57P01" || s == "57P02" ||
-         s == "57P03" || s == "53300";
+         s == "57P03" || s == "53300" || s == "57014" || s == "55P03" ||
+         s == "40001" || s == "40P01";
 }
 
 }  // namespace delayd::pg

@@ -118,9 +118,9 @@ class CopyReader {
 std::string ErrorOf(PGconn* conn);
 // A result's error, on one line, with its SQLSTATE.
 std::string ErrorOf(const PGresult* result);
-// Whether a result's SQLSTATE says the server cannot take writes now
-// (read-only, shutting down, recovering) rather than that the statement
-// is wrong.
+// Whether a result's SQLSTATE says the server cannot take this write now
+// (read-only, shutting down, recovering, a cancel, a conflict) and it may be
+// tried again, rather than that the statement is wrong.
 bool IsUnavailable(const PGresult* result);
 
 }  // namespace delayd::pg

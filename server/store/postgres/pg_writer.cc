@@ -1,230 +1,21 @@
 // PgStore's writes: the queue, the writer thread, a group as one pipelined
 // transaction, and what happens when the connection is lost (pg_store.h,
 // "Writes").
+#include <poll.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
-#include <unordered_map>
+#include <algorithm>
 #include <utility>
 
+#include "server/store/postgres/pg_group.h"
 #include "server/store/postgres/pg_store.h"
 
 namespace delayd {
-namespace {
-
-// The statements of one group's transaction, in order. Consecutive changes
-// of one kind become one statement over arrays; within such a run, a later
-// change of the same row replaces an earlier one.
-class GroupStatements {
- public:
-  struct Statement {
-    const char* name;
-    pg::Params params;
-  };
-
-  GroupStatements(
-      std::vector<std::string>& names,
-      std::function<std::uint32_t(std::string_view, std::string_view)>
-          partition_of)
-      : names_(names), partition_of_(std::move(partition_of)) {}
-
-  void Add(const Batch& batch) {
-    Batch::Reader reader(batch);
-    Batch::Change c;
-    while (reader.Next(&c)) Add(c);
-  }
-  std::vector<Statement> Finish() {
-    FlushRun();
-    return std::move(out_);
-  }
-
- private:
-  enum class Run { kNone, kAdd, kMove, kRemove, kFire, kFate, kUnfate };
-
-  const std::string& NameOf(NamespaceId ns) const {
-    static const std::string kUnknown;
-    return ns < names_.size() ? names_[ns] : kUnknown;
-  }
-
-  void Begin(Run run) {
-    if (run_ == run) return;
-    FlushRun();
-    run_ = run;
-    // The element types of the run's columns, as its statement casts them.
-    switch (run) {
-      case Run::kAdd:
-        Columns({pg::kInt8, pg::kInt2, pg::kText, pg::kBytea, pg::kInt8,
-                 pg::kInt8, pg::kBytea});
-        break;
-      case Run::kFire:
-        Columns({pg::kInt8, pg::kInt8, pg::kInt8, pg::kInt2, pg::kInt8,
-                 pg::kInt8, pg::kInt8});
-        break;
-      default:
-        Columns({pg::kInt8, pg::kInt8, pg::kInt8, pg::kInt8, pg::kInt8,
-                 pg::kInt8, pg::kInt8});
-    }
-  }
-  void Columns(std::initializer_list<pg::Oid> types) {
-    pg::Array* columns[] = {&a_, &b_, &c_, &d_, &e_, &f_, &g_};
-    std::size_t i = 0;
-    for (pg::Oid t : types) *columns[i++] = pg::Array(t);
-  }
-
-  void Add(const Batch::Change& c) {
-    switch (c.kind) {
-      case Batch::Kind::kAddTimer: {
-        Begin(Run::kAdd);
-        const std::string& ns = NameOf(c.timer.ns);
-        a_.Int64(static_cast<std::int64_t>(c.timer.payload_id));
-        b_.Int16(static_cast<std::int16_t>(partition_of_(ns, c.timer.key)));
-        c_.Bytes(ns);
-        d_.Bytes(c.timer.key);
-        e_.Int64(c.timer.fire_time);
-        f_.Int64(static_cast<std::int64_t>(c.timer.version));
-        g_.Bytes(c.data);
-        break;
-      }
-      case Batch::Kind::kMoveTimer:
-        Begin(Run::kMove);
-        moves_[c.timer.payload_id] = {
-            c.timer.fire_time, static_cast<std::int64_t>(c.timer.version)};
-        break;
-      case Batch::Kind::kRemoveTimer:
-      case Batch::Kind::kRemoveEvent:
-        Begin(Run::kRemove);
-        a_.Int64(static_cast<std::int64_t>(c.payload_id));
-        break;
-      case Batch::Kind::kFireTimer:
-        Begin(Run::kFire);
-        a_.Int64(static_cast<std::int64_t>(c.event.payload_id));
-        b_.Int64(static_cast<std::int64_t>(c.event.id));
-        c_.Int64(c.event.fired_at);
-        d_.Int16(static_cast<std::int16_t>(c.event.reason));
-        e_.Int64(c.event.fire_time);
-        f_.Int64(static_cast<std::int64_t>(c.event.version));
-        break;
-      case Batch::Kind::kPutFate:
-        Begin(Run::kFate);
-        fates_[c.id] = {c.fate.attempts, c.fate.dead, std::string(c.fate.error),
-                        c.fate.retry_at};
-        break;
-      case Batch::Kind::kRemoveFate:
-        Begin(Run::kUnfate);
-        a_.Int64(static_cast<std::int64_t>(c.id));
-        break;
-      case Batch::Kind::kReserveIds: {
-        FlushRun();
-        pg::Params p;
-        p.Int32(static_cast<std::int32_t>(c.partition));
-        p.Int64(static_cast<std::int64_t>(c.version_limit));
-        p.Int64(static_cast<std::int64_t>(c.event_seq_limit));
-        out_.push_back({"counters", std::move(p)});
-        break;
-      }
-      case Batch::Kind::kPutNamespace:
-        // Rows carry names, not ids: nothing to write, but later changes of
-        // the id name this namespace.
-        if (names_.size() <= c.id) names_.resize(c.id + 1);
-        names_[c.id] = std::string(c.name);
-        break;
-      case Batch::Kind::kPutPolicy: {
-        FlushRun();
-        pg::Params p;
-        p.Bytes(c.name);
-        if (c.data.empty()) {
-          out_.push_back({"unpolicy", std::move(p)});
-        } else {
-          p.Bytes(c.data);
-          out_.push_back({"policy", std::move(p)});
-        }
-        break;
-      }
-    }
-  }
-
-  void FlushRun() {
-    pg::Params p;
-    switch (run_) {
-      case Run::kNone:
-        return;
-      case Run::kAdd:
-        for (pg::Array* a : {&a_, &b_, &c_, &d_, &e_, &f_, &g_}) {
-          p.Add(a->Encode());
-        }
-        out_.push_back({"add", std::move(p)});
-        break;
-      case Run::kMove: {
-        pg::Array ids(pg::kInt8), fire(pg::kInt8), version(pg::kInt8);
-        for (const auto& [id, m] : moves_) {
-          ids.Int64(static_cast<std::int64_t>(id));
-          fire.Int64(m.first);
-          version.Int64(m.second);
-        }
-        for (pg::Array* a : {&ids, &fire, &version}) p.Add(a->Encode());
-        out_.push_back({"move", std::move(p)});
-        break;
-      }
-      case Run::kRemove:
-        p.Add(a_.Encode());
-        out_.push_back({"remove", std::move(p)});
-        break;
-      case Run::kFire:
-        for (pg::Array* a : {&a_, &b_, &c_, &d_, &e_, &f_}) p.Add(a->Encode());
-        out_.push_back({"fire", std::move(p)});
-        break;
-      case Run::kFate: {
-        pg::Array ids(pg::kInt8), attempts(pg::kInt4), dead(pg::kBool),
-            error(pg::kBytea), retry_at(pg::kInt8);
-        for (const auto& [id, f] : fates_) {
-          ids.Int64(static_cast<std::int64_t>(id));
-          attempts.Int32(static_cast<std::int32_t>(f.attempts));
-          dead.Bool(f.dead);
-          error.Bytes(f.error);
-          if (f.retry_at != 0) {
-            retry_at.Int64(f.retry_at);
-          } else {
-            retry_at.Null();
-          }
-        }
-        for (pg::Array* a : {&ids, &attempts, &dead, &error, &retry_at}) {
-          p.Add(a->Encode());
-        }
-        out_.push_back({"fate", std::move(p)});
-        break;
-      }
-      case Run::kUnfate:
-        p.Add(a_.Encode());
-        out_.push_back({"unfate", std::move(p)});
-        break;
-    }
-    run_ = Run::kNone;
-    moves_.clear();
-    fates_.clear();
-  }
-
-  struct Fate {
-    std::uint32_t attempts;
-    bool dead;
-    std::string error;
-    WallNanos retry_at;
-  };
-
-  std::vector<std::string>& names_;
-  std::function<std::uint32_t(std::string_view, std::string_view)>
-      partition_of_;
-  std::vector<Statement> out_;
-  Run run_ = Run::kNone;
-  // The columns of the current run (their element types set by Begin).
-  pg::Array a_{pg::kInt8}, b_{pg::kInt8}, c_{pg::kInt8}, d_{pg::kInt8},
-      e_{pg::kInt8}, f_{pg::kInt8}, g_{pg::kBytea};
-  std::map<std::uint64_t, std::pair<WallNanos, std::int64_t>> moves_;
-  std::map<std::uint64_t, Fate> fates_;
-};
-
-}  // namespace
 
 void PgStore::Enqueue(Batch& batch, std::function<void()> written, Done done) {
   Status refused = Failed();
+  bool wake = false;
   {
     MutexLock lock(&mu_);
     if (refused.ok() && closing_) {
@@ -235,6 +26,7 @@ void PgStore::Enqueue(Batch& batch, std::function<void()> written, Done done) {
       queued_bytes_.fetch_add(shared->bytes(), std::memory_order_relaxed);
       queue_.push_back(
           Queued{std::move(shared), std::move(written), std::move(done)});
+      wake = polling_;
     } else if (done) {
       std::vector<Done> one;
       one.push_back(std::move(done));
@@ -243,6 +35,7 @@ void PgStore::Enqueue(Batch& batch, std::function<void()> written, Done done) {
   }
   batch.Clear();
   if (refused.ok()) cv_.Signal();
+  if (wake) Wake();
 }
 
 void PgStore::Commit(Batch& batch, Done done) {
@@ -277,129 +70,264 @@ void PgStore::RunDone(std::vector<Done> done, const Status& status) {
   idle_cv_.SignalAll();
 }
 
+void PgStore::Wake() {
+  // (Written only while the writer polls: an eventfd write is a system call
+  // that an idle or sending writer does not need.)
+  const std::uint64_t one = 1;
+  [[maybe_unused]] const auto n = ::write(wake_fd_, &one, sizeof one);
+}
+
 void PgStore::WriterLoop() {
+  backoff_ = options_.reconnect_first;
+  while (TakeQueued()) {
+    if (!unsent_.empty() && in_flight_.size() < kMaxInFlight) {
+      SendNext();
+    } else if (!in_flight_.empty()) {
+      Await();
+    }
+  }
+}
+
+bool PgStore::TakeQueued() {
   MutexLock lock(&mu_);
   for (;;) {
-    while (queue_.empty() && !closing_) {
-      // Idle: the connection is tried every kProbeInterval, so that a
-      // database gone away shows in health before a write needs it.
-      if (!cv_.WaitUntil(&mu_,
-                         std::chrono::steady_clock::now() + kProbeInterval)) {
-        MutexUnlock unlock(&mu_);
-        if (!writer_conn_ || !Probe()) {
-          NoteUnwritable(writer_conn_ ? pg::ErrorOf(writer_conn_.get())
-                                      : "not connected");
-          writer_conn_.reset();
-          EnsureWriter();
-        }
+    const bool room = in_flight_.size() < kMaxInFlight;
+    if (unsent_.empty() && room && taken_ < queue_.size()) {
+      // What is queued and not yet in a group becomes one group (it stays
+      // queued, for views, until written).
+      Group group;
+      group.batches.reserve(queue_.size() - taken_);
+      for (std::size_t i = taken_; i < queue_.size(); ++i) {
+        Queued& q = queue_[i];
+        group.batches.push_back(
+            Queued{q.batch, std::move(q.written), std::move(q.done)});
+      }
+      taken_ = queue_.size();
+      unsent_.push_back(std::move(group));
+    }
+    if ((!unsent_.empty() && room) || !in_flight_.empty()) return true;
+    if (closing_ && queue_.empty()) return false;  // Everything written.
+    // Idle: the connection is tried every kProbeInterval, so that a
+    // database gone away shows in health before a write needs it.
+    if (!cv_.WaitUntil(&mu_,
+                       std::chrono::steady_clock::now() + kProbeInterval)) {
+      MutexUnlock unlock(&mu_);
+      if (!writer_conn_ || !Probe()) {
+        NoteUnwritable(writer_conn_ ? pg::ErrorOf(writer_conn_.get())
+                                    : "not connected");
+        writer_conn_.reset();
+        EnsureWriter();
       }
     }
-    if (queue_.empty()) break;  // Closing, and everything written.
-    // The whole queue is one group (it stays queued, for views, until
-    // written).
-    std::vector<Queued> group;
-    group.reserve(queue_.size());
-    for (Queued& q : queue_) {
-      group.push_back(Queued{q.batch, std::move(q.written), std::move(q.done)});
-    }
-    writing_ = true;
-    Status status;
-    {
-      MutexUnlock unlock(&mu_);
-      status = WriteGroup(group, [&] { GroupSent(group); });
-    }
-    std::size_t bytes = 0;
-    for (std::size_t i = 0; i < group.size(); ++i) {
-      if (queue_.front().batch) bytes += queue_.front().batch->bytes();
-      queue_.pop_front();
-    }
-    queued_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
-    writing_ = false;
-    std::vector<Done> done;
-    for (Queued& q : group) {
-      if (q.done) done.push_back(std::move(q.done));
-    }
-    RunDone(std::move(done), status);
-    idle_cv_.SignalAll();
   }
+}
+
+void PgStore::SendNext() {
+  if (Status failed = Failed(); !failed.ok()) return FinishAll(failed);
+  if (!in_flight_.empty() && PQstatus(writer_conn_.get()) != CONNECTION_OK) {
+    // (Not a new connection under groups sent on the old one.)
+    return Trouble(pg::ErrorOf(writer_conn_.get()), false);
+  }
+  if (!EnsureWriter()) {
+    Status failed = Failed();
+    return FinishAll(
+        failed.ok() ? Status::Unavailable(where_ + ": closed while it took no "
+                                                   "writes")
+                    : failed);
+  }
+  if (!Resolve()) return;
+  if (unsent_.empty()) return;
+  Group& group = unsent_.front();
+  if (group.id == 0) group.id = next_group_.fetch_add(1);
+  std::string error;
+  const bool sent = Send(writer_conn_.get(), group, &error);
+  in_flight_.push_back(std::move(unsent_.front()));
+  unsent_.pop_front();
+  if (!sent) return Trouble(error, false);
+  if (!std::exchange(in_flight_.back().announced, true)) {
+    GroupSent(in_flight_.back().batches);
+  }
+  if (options_.after_group_sent) options_.after_group_sent(writer_conn_.get());
+}
+
+bool PgStore::Resolve() {
+  if (unsent_.empty() || !unsent_.front().unknown) return true;
+  std::int64_t last = 0;
+  if (Status s = LastCommitted(writer_conn_.get(), &last); !s.ok()) {
+    Trouble(s.message(), false);
+    return false;
+  }
+  // Groups commit in the order they were sent (each one's statements run
+  // only if the one before committed: no sync point lies between them), so
+  // those up to the last id recorded committed and the rest did not.
+  while (!unsent_.empty() && unsent_.front().unknown &&
+         unsent_.front().id <= last) {
+    Complete(Status::Ok());
+  }
+  for (Group& g : unsent_) g.unknown = false;
+  return true;
+}
+
+bool PgStore::Send(PGconn* conn, Group& group, std::string* error) {
+  pg::GroupStatements builder(
+      names_, [this](std::string_view ns, std::string_view key) {
+        return PartitionOf(ns, key);
+      });
+  for (const Queued& q : group.batches) {
+    if (q.batch) builder.Add(*q.batch);
+  }
+  std::vector<pg::GroupStatements::Statement> statements = builder.Finish();
+  pg::Params mark;
+  mark.Bytes(options_.node);
+  mark.Int64(group.id);
+  statements.push_back({"mark", std::move(mark)});
+  group.queries = statements.size() + 2;
+  group.answered = 0;
+  group.op = std::make_unique<Op>(*this);
+  // BEGIN, the statements, COMMIT, and a flush request instead of a sync
+  // point: if a statement fails, the server skips everything after it up to
+  // the next sync, including the groups sent behind this one.
+  bool sent = PQsendQueryParams(conn, "BEGIN", 0, nullptr, nullptr, nullptr,
+                                nullptr, 0) == 1;
+  for (auto& st : statements) {
+    sent = sent && PQsendQueryPrepared(conn, st.name, st.params.count(),
+                                       st.params.values(), st.params.lengths(),
+                                       st.params.formats(), 0) == 1;
+  }
+  sent = sent && PQsendQueryParams(conn, "COMMIT", 0, nullptr, nullptr, nullptr,
+                                   nullptr, 0) == 1;
+  sent = sent && PQsendFlushRequest(conn) == 1 && PQflush(conn) == 0;
+  if (!sent) *error = pg::ErrorOf(conn);
+  return sent;
+}
+
+void PgStore::Await() {
+  if (!ReadAnswers()) return;
+  {
+    MutexLock lock(&mu_);
+    if (in_flight_.empty() || (in_flight_.size() < kMaxInFlight &&
+                               (!unsent_.empty() || taken_ < queue_.size()))) {
+      return;  // Something to send.
+    }
+    polling_ = true;
+  }
+  pollfd fds[2] = {{PQsocket(writer_conn_.get()), POLLIN, 0},
+                   {wake_fd_, POLLIN, 0}};
+  ::poll(fds, 2,
+         static_cast<int>(kProbeInterval / std::chrono::milliseconds(1)));
+  {
+    MutexLock lock(&mu_);
+    polling_ = false;
+  }
+  std::uint64_t wakes;
+  [[maybe_unused]] const auto n = ::read(wake_fd_, &wakes, sizeof wakes);
+}
+
+bool PgStore::ReadAnswers() {
+  PGconn* conn = writer_conn_.get();
+  if (PQconsumeInput(conn) != 1) {
+    Trouble(pg::ErrorOf(conn), false);
+    return false;
+  }
+  while (!in_flight_.empty() && PQisBusy(conn) == 0) {
+    Group& group = in_flight_.front();
+    pg::Result r(PQgetResult(conn));
+    if (!r) {
+      // Each query's results end with a null.
+      if (!std::exchange(between_results_, false)) break;
+      if (++group.answered == group.queries) {
+        NoteWritable();
+        backoff_ = options_.reconnect_first;
+        Complete(Status::Ok());
+      }
+      continue;
+    }
+    between_results_ = true;
+    const ExecStatusType s = PQresultStatus(r.get());
+    if (s == PGRES_FATAL_ERROR || s == PGRES_PIPELINE_ABORTED) {
+      // Not committed, nor anything sent after it.
+      const bool rejected = s == PGRES_FATAL_ERROR &&
+                            PQstatus(conn) == CONNECTION_OK &&
+                            !pg::IsUnavailable(r.get());
+      Trouble(s == PGRES_FATAL_ERROR ? pg::ErrorOf(r.get()) : "aborted",
+              rejected);
+      return false;
+    }
+    if (group.answered + 1 == group.queries &&
+        std::string_view(PQcmdStatus(r.get())) != "COMMIT") {
+      Trouble(std::string("COMMIT answered ") + PQcmdStatus(r.get()), false);
+      return false;
+    }
+  }
+  if (PQstatus(conn) != CONNECTION_OK) {
+    Trouble(pg::ErrorOf(conn), false);
+    return false;
+  }
+  return true;
+}
+
+void PgStore::Trouble(const std::string& error, bool rejected) {
+  // What was in flight goes first in line again, its fate unknown until
+  // Resolve reads it back on a new connection (dropping this one rolls back
+  // whatever had not committed).
+  while (!in_flight_.empty()) {
+    Group& g = in_flight_.back();
+    g.unknown = true;
+    g.op.reset();
+    unsent_.push_front(std::move(g));
+    in_flight_.pop_back();
+  }
+  between_results_ = false;
+  writer_conn_.reset();
+  if (rejected) {
+    Status status = Error("the database refused a write: " + error);
+    if (!failed_.exchange(true) && hooks_.on_write_failure) {
+      hooks_.on_write_failure(status);
+    }
+    return;  // SendNext answers everything with the failure.
+  }
+  NoteUnwritable(error);
+  Pause(backoff_);
+  backoff_ = std::min(backoff_ * 2, options_.reconnect_last);
+}
+
+void PgStore::Complete(const Status& status) {
+  std::deque<Group>& from = in_flight_.empty() ? unsent_ : in_flight_;
+  Group group = std::move(from.front());
+  from.pop_front();
+  group.op.reset();
+  if (status.ok() && !group.announced) GroupSent(group.batches);
+  MutexLock lock(&mu_);
+  std::size_t bytes = 0;
+  for (std::size_t i = 0; i < group.batches.size(); ++i) {
+    if (queue_.front().batch) bytes += queue_.front().batch->bytes();
+    queue_.pop_front();
+  }
+  taken_ -= group.batches.size();
+  queued_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
+  std::vector<Done> done;
+  for (Queued& q : group.batches) {
+    if (q.done) done.push_back(std::move(q.done));
+  }
+  RunDone(std::move(done), status);
+  idle_cv_.SignalAll();
+}
+
+void PgStore::FinishAll(const Status& status) {
+  while (!in_flight_.empty() || !unsent_.empty()) Complete(status);
 }
 
 void PgStore::GroupSent(std::vector<Queued>& group) {
   CacheWritten(group);
   // `written` runs once the transaction is sent, not once it committed:
-  // what the connection sends later commits after it (the writer sends the
-  // next group only once this one committed, resending it first if its
-  // connection drops), and a payload of it is read from the queue until it
-  // commits (GetPayloads). If it is refused, the store fails and the
-  // daemon stops: what `written` published fires again after the restart.
+  // what the connection sends later commits after it (if this group does
+  // not commit, the server skips what was sent behind it, and the writer
+  // sends them all again in order), and a payload of it is read from the
+  // queue until it commits (GetPayloads). If it is refused, the store
+  // fails and the daemon stops: what `written` published fires again after
+  // the restart.
   for (Queued& q : group) {
     if (q.written) std::exchange(q.written, nullptr)();
-  }
-}
-
-Status PgStore::WriteGroup(const std::vector<Queued>& group,
-                           const std::function<void()>& sent) {
-  const std::int64_t group_id = next_group_.fetch_add(1);
-  bool announced = false;
-  bool unknown = false;  // An earlier attempt's fate is not known.
-  auto backoff = options_.reconnect_first;
-  // After a failed attempt: the connection dropped, a wait (backoff).
-  auto again = [&](const std::string& why) {
-    NoteUnwritable(why);
-    writer_conn_.reset();
-    const bool go_on = Pause(backoff);
-    backoff = std::min(backoff * 2, options_.reconnect_last);
-    return go_on;
-  };
-  for (;;) {
-    if (Status failed = Failed(); !failed.ok()) return failed;
-    if (!EnsureWriter()) {
-      Status failed = Failed();
-      return failed.ok() ? Status::Unavailable(where_ +
-                                               ": closed while it "
-                                               "took no writes")
-                         : failed;
-    }
-    if (unknown) {
-      bool committed = false;
-      if (Status s = WasCommitted(writer_conn_.get(), group_id, &committed);
-          !s.ok()) {
-        if (!again(s.message())) {
-          return Status::Unavailable(where_ +
-                                     ": closed while it took no "
-                                     "writes");
-        }
-        continue;
-      }
-      if (committed) {
-        if (!std::exchange(announced, true)) sent();
-        return Status::Ok();
-      }
-      unknown = false;
-    }
-    std::string error;
-    switch (SendGroup(writer_conn_.get(), group, group_id, &error, [&] {
-      if (!std::exchange(announced, true)) sent();
-    })) {
-      case Outcome::kCommitted:
-        NoteWritable();
-        return Status::Ok();
-      case Outcome::kRejected: {
-        Status status = Error("the database refused a write: " + error);
-        if (!failed_.exchange(true) && hooks_.on_write_failure) {
-          hooks_.on_write_failure(status);
-        }
-        return status;
-      }
-      case Outcome::kUnknown:
-        unknown = true;
-        break;
-      case Outcome::kNotCommitted:
-        break;
-    }
-    if (!again(error)) {
-      return Status::Unavailable(where_ + ": closed while it took no writes");
-    }
   }
 }
 
@@ -411,81 +339,7 @@ bool PgStore::Pause(std::chrono::milliseconds d) {
   return !closing_;
 }
 
-PgStore::Outcome PgStore::SendGroup(PGconn* conn,
-                                    const std::vector<Queued>& group,
-                                    std::int64_t group_id, std::string* error,
-                                    const std::function<void()>& on_sent) {
-  GroupStatements builder(names_,
-                          [this](std::string_view ns, std::string_view key) {
-                            return PartitionOf(ns, key);
-                          });
-  for (const Queued& q : group) {
-    if (q.batch) builder.Add(*q.batch);
-  }
-  std::vector<GroupStatements::Statement> statements = builder.Finish();
-  pg::Params mark;
-  mark.Bytes(options_.node);
-  mark.Int64(group_id);
-  statements.push_back({"mark", std::move(mark)});
-  Op op(*this);
-  // BEGIN, the statements, COMMIT: all sent before any answer is read.
-  bool sent = PQsendQueryParams(conn, "BEGIN", 0, nullptr, nullptr, nullptr,
-                                nullptr, 0) == 1;
-  for (auto& st : statements) {
-    sent = sent && PQsendQueryPrepared(conn, st.name, st.params.count(),
-                                       st.params.values(), st.params.lengths(),
-                                       st.params.formats(), 0) == 1;
-  }
-  sent = sent && PQsendQueryParams(conn, "COMMIT", 0, nullptr, nullptr, nullptr,
-                                   nullptr, 0) == 1;
-  sent = sent && PQpipelineSync(conn) == 1;
-  if (!sent) {
-    *error = pg::ErrorOf(conn);
-    // Something may have reached the server: not known.
-    return Outcome::kUnknown;
-  }
-  on_sent();
-  if (options_.after_group_sent) options_.after_group_sent(conn);
-  const std::size_t queries = statements.size() + 2;
-  Outcome outcome = Outcome::kCommitted;
-  for (std::size_t i = 0; i < queries; ++i) {
-    pg::Result r(PQgetResult(conn));
-    if (!r) {
-      *error = pg::ErrorOf(conn);
-      return Outcome::kUnknown;  // The connection went.
-    }
-    const ExecStatusType s = PQresultStatus(r.get());
-    if (s == PGRES_FATAL_ERROR) {
-      if (PQstatus(conn) != CONNECTION_OK) {
-        *error = pg::ErrorOf(r.get());
-        return Outcome::kUnknown;
-      }
-      if (outcome == Outcome::kCommitted) {
-        *error = pg::ErrorOf(r.get());
-        outcome = pg::IsUnavailable(r.get()) ? Outcome::kNotCommitted
-                                             : Outcome::kRejected;
-      }
-    } else if (s == PGRES_PIPELINE_ABORTED) {
-      if (outcome == Outcome::kCommitted) outcome = Outcome::kNotCommitted;
-    } else if (i + 1 == queries && outcome == Outcome::kCommitted &&
-               std::string_view(PQcmdStatus(r.get())) != "COMMIT") {
-      *error = std::string("COMMIT answered ") + PQcmdStatus(r.get());
-      outcome = Outcome::kNotCommitted;
-    }
-    // Each query's results end with a null.
-    pg::Result end(PQgetResult(conn));
-  }
-  pg::Result sync(PQgetResult(conn));
-  if (!sync || PQresultStatus(sync.get()) != PGRES_PIPELINE_SYNC) {
-    if (outcome == Outcome::kCommitted) return Outcome::kCommitted;
-    *error = pg::ErrorOf(conn);
-    return PQstatus(conn) == CONNECTION_OK ? outcome : Outcome::kUnknown;
-  }
-  return outcome;
-}
-
-Status PgStore::WasCommitted(PGconn* conn, std::int64_t group_id,
-                             bool* committed) {
+Status PgStore::LastCommitted(PGconn* conn, std::int64_t* last) {
   pg::Params p;
   p.Bytes(options_.node);
   Op op(*this);
@@ -501,8 +355,7 @@ Status PgStore::WasCommitted(PGconn* conn, std::int64_t group_id,
   if (!r || PQresultStatus(r.get()) != PGRES_TUPLES_OK) {
     return Status::Unavailable(r ? pg::ErrorOf(r.get()) : pg::ErrorOf(conn));
   }
-  *committed = PQntuples(r.get()) == 1 &&
-               pg::GetInt64(PQgetvalue(r.get(), 0, 0)) == group_id;
+  *last = PQntuples(r.get()) == 1 ? pg::GetInt64(PQgetvalue(r.get(), 0, 0)) : 0;
   return Status::Ok();
 }
 
@@ -570,6 +423,7 @@ void PgStore::Flush(std::function<void()> done) {
       queue_.push_back(Queued{nullptr, nullptr,
                               [done = std::move(done)](Status) { done(); }});
       cv_.Signal();
+      if (polling_) Wake();
       return;
     }
   }
@@ -578,7 +432,7 @@ void PgStore::Flush(std::function<void()> done) {
 
 void PgStore::Sync() {
   MutexLock lock(&mu_);
-  while (!queue_.empty() || writing_ || running_ != 0) idle_cv_.Wait(&mu_);
+  while (!queue_.empty() || running_ != 0) idle_cv_.Wait(&mu_);
 }
 
 void PgStore::Close() {
@@ -589,7 +443,9 @@ void PgStore::Close() {
   }
   cv_.SignalAll();
   close_wait_.SignalAll();
+  Wake();
   if (writer_.joinable()) writer_.join();
+  ReleaseDatabase();
   writer_conn_.reset();
   MutexLock lock(&readers_mu_);
   readers_.clear();
