@@ -412,6 +412,7 @@ class Bench {
             1e6);
         to_ack.push_back(e.id());
       }
+      last_arrival_ = now;
       count.store(late.size());
       ack_cv.notify_one();
     }
@@ -438,9 +439,12 @@ class Bench {
   }
   // fired_at minus fire time of the events of the last Lateness() run.
   const std::vector<double>& fired_late() const { return fired_late_; }
+  // When the last event of the last Lateness() run arrived (wall ns).
+  std::int64_t last_arrival() const { return last_arrival_; }
 
  private:
   std::vector<double> fired_late_;
+  std::int64_t last_arrival_ = 0;
   std::atomic<std::uint64_t> batch_keys_{0};
   std::string authorization_;  // Sent with every call when not empty.
   std::vector<std::unique_ptr<v1::Delayd::Stub>> stubs_;

@@ -13,8 +13,9 @@
 // group of queued batches as one transaction: the changes as a few
 // statements over arrays (pg_group.h: a run of the same change in one
 // statement), a record of the group's id in delayd_commits, COMMIT. A group
-// is sent without waiting for the answers of those before it (up to
-// kMaxInFlight groups), with no sync point between them: if one fails, the
+// with firings in it is sent without waiting for the answers of those
+// before it (up to kMaxInFlight groups; MayFormGroup), with no sync point
+// between them: if one fails, the
 // server skips all sent after it, so groups commit in the order sent, or
 // not at all from the first that failed. A group is answered only once its
 // COMMIT returned. If the connection is lost, or a statement fails, the
@@ -198,6 +199,8 @@ class PgStore final : public Store {
   // Wakes the writer from its poll.
   void Wake();
   void WriterLoop() EXCLUDES(mu_);
+  // Whether what is queued and not in a group may form one now.
+  bool MayFormGroup() const REQUIRES(mu_);
   // Waits for something to do, forming what is queued into a group when a
   // group can be sent; false once closing with everything written.
   bool TakeQueued() EXCLUDES(mu_);
@@ -308,6 +311,8 @@ class PgStore final : public Store {
   // Entries at the queue's front that the writer has taken into groups.
   std::size_t taken_ GUARDED_BY(mu_) = 0;
   bool polling_ GUARDED_BY(mu_) = false;  // The writer waits in poll().
+  // Queued batches not in a group yet that publish once sent (`written`).
+  std::size_t firings_queued_ GUARDED_BY(mu_) = 0;
   bool closing_ GUARDED_BY(mu_) = false;
   int running_ GUARDED_BY(mu_) = 0;
   std::string unwritable_why_ GUARDED_BY(mu_);
