@@ -12,6 +12,7 @@
 #include "delayd/v1/delayd.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "tests/common/daemon_process.h"
+#include "tests/common/postgres_server.h"
 #include "tests/common/temp_dir.h"
 #include "tests/server/test_client.h"
 
@@ -23,9 +24,30 @@ std::unique_ptr<v1::Delayd::Stub> Connect(const DaemonProcess& d) {
       grpc::CreateChannel(d.address(), grpc::InsecureChannelCredentials()));
 }
 
-TEST(DelaydBinary, ServesAndStopsCleanlyOnSigterm) {
-  TempDir dir;
-  DaemonProcess d(DELAYD_BINARY, {"--data-dir", dir / "data"});
+// The store a daemon of these tests runs on: a RocksDB directory, or a
+// database of a PostgreSQL server the test starts.
+class DelaydOnStore : public ::testing::TestWithParam<bool> {
+ protected:
+  std::vector<std::string> StoreArgs() {
+    if (!GetParam()) return {"--data-dir", dir_ / "data"};
+    if (!pg_) {
+      std::string error;
+      pg_ = PostgresServer::Start(&error);
+      EXPECT_NE(pg_, nullptr) << error;
+      if (!pg_) return {};
+      url_ = pg_->Url(pg_->NewDatabase());
+    }
+    return {"--store", url_, "--node-id", "e2e"};
+  }
+
+ private:
+  TempDir dir_;
+  std::unique_ptr<PostgresServer> pg_;
+  std::string url_;
+};
+
+TEST_P(DelaydOnStore, ServesAndStopsCleanlyOnSigtermAndKeepsItsTimers) {
+  DaemonProcess d(DELAYD_BINARY, StoreArgs());
   ASSERT_TRUE(d.ok()) << d.output();
   auto channel =
       grpc::CreateChannel(d.address(), grpc::InsecureChannelCredentials());
@@ -45,9 +67,18 @@ TEST(DelaydBinary, ServesAndStopsCleanlyOnSigterm) {
   req.set_key("k");
   *req.mutable_delay() = Millis(0);
   v1::SetTimerResponse resp;
-  grpc::ClientContext ctx;
-  ASSERT_TRUE(stub->SetTimer(&ctx, req, &resp).ok());
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub->SetTimer(&ctx, req, &resp).ok());
+  }
   ASSERT_EQ(watcher.WaitFor(1).size(), 1u);
+  req.set_key("later");
+  *req.mutable_delay() = Millis(3'600'000);
+  v1::SetTimerResponse later;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub->SetTimer(&ctx, req, &later).ok());
+  }
 
   const auto start = std::chrono::steady_clock::now();
   const auto code = d.Stop(SIGTERM, 10s);
@@ -56,7 +87,24 @@ TEST(DelaydBinary, ServesAndStopsCleanlyOnSigterm) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, 7s);
   EXPECT_EQ(watcher.WaitDone().error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_NE(d.output().find("delayd stopped"), std::string::npos);
+
+  // Started again on the same store: the pending timer is there.
+  DaemonProcess again(DELAYD_BINARY, StoreArgs());
+  ASSERT_TRUE(again.ok()) << again.output();
+  auto again_stub = Connect(again);
+  v1::GetTimerRequest get;
+  get.set_key("later");
+  v1::Timer t;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 5s);
+  ASSERT_TRUE(again_stub->GetTimer(&ctx, get, &t).ok());
+  EXPECT_EQ(t.version(), later.version());
 }
+
+INSTANTIATE_TEST_SUITE_P(Stores, DelaydOnStore, ::testing::Bool(),
+                         [](const auto& info) {
+                           return info.param ? "PostgreSQL" : "RocksDB";
+                         });
 
 TEST(DelaydBinary, FlagsComeFromEnvironment) {
   setenv("DELAYD_MAX_KEY_BYTES", "4", 1);

@@ -13,11 +13,11 @@
 // group of queued batches as one transaction: the changes as a few
 // statements over arrays (pg_group.h: a run of the same change in one
 // statement), a record of the group's id in delayd_commits, COMMIT. A group
-// with firings in it is sent without waiting for the answers of those
-// before it (up to kMaxInFlight groups; MayFormGroup), with no sync point
-// between them: if one fails, the
-// server skips all sent after it, so groups commit in the order sent, or
-// not at all from the first that failed. A group is answered only once its
+// with firings in it (or a large one) is sent without waiting for the
+// answers of those before it (up to kMaxInFlight groups; MayFormGroup),
+// with no sync point between them: if one fails, the server skips all sent
+// after it, so groups commit in the order sent, or not at all from the
+// first that failed. A group is answered only once its
 // COMMIT returned. If the connection is lost, or a statement fails, the
 // writer connects again and reads the last group id delayd_commits holds
 // for this daemon: the groups up to it committed and are answered, the rest
@@ -313,6 +313,9 @@ class PgStore final : public Store {
   bool polling_ GUARDED_BY(mu_) = false;  // The writer waits in poll().
   // Queued batches not in a group yet that publish once sent (`written`).
   std::size_t firings_queued_ GUARDED_BY(mu_) = 0;
+  // Their bytes, and how many let them go out while others are in flight.
+  std::size_t untaken_bytes_ GUARDED_BY(mu_) = 0;
+  static constexpr std::size_t kEarlyGroupBytes = 64 << 10;
   bool closing_ GUARDED_BY(mu_) = false;
   int running_ GUARDED_BY(mu_) = 0;
   std::string unwritable_why_ GUARDED_BY(mu_);

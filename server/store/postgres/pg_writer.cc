@@ -25,7 +25,9 @@ void PgStore::Enqueue(Batch& batch, std::function<void()> written, Done done) {
       auto shared = std::make_shared<const Batch>(std::move(batch));
       queued_bytes_.fetch_add(shared->bytes(), std::memory_order_relaxed);
       if (written) ++firings_queued_;
-      wake = polling_ && written != nullptr;
+      untaken_bytes_ += shared->bytes();
+      wake = polling_ &&
+             (written != nullptr || untaken_bytes_ >= kEarlyGroupBytes);
       queue_.push_back(
           Queued{std::move(shared), std::move(written), std::move(done)});
     } else if (done) {
@@ -93,11 +95,13 @@ bool PgStore::MayFormGroup() const {
   if (taken_ == queue_.size()) return false;
   if (in_flight_.empty()) return true;
   // While groups are in flight, only for firings, whose events are
-  // published once sent. Changes that wait for their COMMIT gain nothing
-  // from going out early, and wait to share one larger group: one COMMIT
-  // for more of them (tests/bench/README.md: Batch ingest fell to 0.53x of
-  // the raw pipeline when every group could go out at once).
-  return in_flight_.size() < kMaxInFlight && firings_queued_ > 0;
+  // published once sent, or for a group large enough to pay for its own
+  // COMMIT (it keeps the server busy while the one before is answered).
+  // Small changes that wait for their COMMIT gain nothing from going out
+  // early, and wait to share one larger group (tests/bench/README.md:
+  // unary SetTimer lost up to a quarter when every group could go out).
+  return in_flight_.size() < kMaxInFlight &&
+         (firings_queued_ > 0 || untaken_bytes_ >= kEarlyGroupBytes);
 }
 
 bool PgStore::TakeQueued() {
@@ -115,6 +119,7 @@ bool PgStore::TakeQueued() {
       }
       taken_ = queue_.size();
       firings_queued_ = 0;
+      untaken_bytes_ = 0;
       unsent_.push_back(std::move(group));
     }
     if ((!unsent_.empty() && in_flight_.size() < kMaxInFlight) ||
