@@ -172,4 +172,22 @@ bool Batch::Reader::Next(Change* c) {
   return true;
 }
 
+std::map<std::uint64_t, std::optional<std::string>> PayloadsIn(
+    std::span<const std::shared_ptr<const Batch>> batches) {
+  std::map<std::uint64_t, std::optional<std::string>> payloads;
+  for (const auto& batch : batches) {
+    Batch::Reader reader(*batch);
+    Batch::Change c;
+    while (reader.Next(&c)) {
+      if (c.kind == Batch::Kind::kAddTimer) {
+        payloads[c.timer.payload_id] = std::string(c.data);
+      } else if (c.kind == Batch::Kind::kRemoveTimer ||
+                 c.kind == Batch::Kind::kRemoveEvent) {
+        payloads[c.payload_id] = std::nullopt;
+      }
+    }
+  }
+  return payloads;
+}
+
 }  // namespace delayd

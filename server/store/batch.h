@@ -14,6 +14,10 @@
 #define DELAYD_SERVER_STORE_BATCH_H_
 
 #include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -139,6 +143,12 @@ class Batch {
   std::string rep_;
   std::uint32_t count_ = 0;
 };
+
+// What `batches`, in order, say of each payload id they touch: its data, or
+// nullopt if removed (the last word wins). For a store's view of the writes
+// it has queued and not yet written.
+std::map<std::uint64_t, std::optional<std::string>> PayloadsIn(
+    std::span<const std::shared_ptr<const Batch>> batches);
 
 }  // namespace delayd
 

@@ -337,19 +337,7 @@ Status MemoryStore::GetPayloads(std::span<const std::uint64_t> ids,
   readable->assign(ids.size(), false);
   gone->assign(ids.size(), false);
   // What the view's queued batches say of each id: the last word wins.
-  std::map<std::uint64_t, std::optional<std::string>> queued;
-  for (const auto& batch : static_cast<const MemoryView&>(view).queued) {
-    Batch::Reader reader(*batch);
-    Batch::Change c;
-    while (reader.Next(&c)) {
-      if (c.kind == Batch::Kind::kAddTimer) {
-        queued[c.timer.payload_id] = std::string(c.data);
-      } else if (c.kind == Batch::Kind::kRemoveTimer ||
-                 c.kind == Batch::Kind::kRemoveEvent) {
-        queued[c.payload_id] = std::nullopt;
-      }
-    }
-  }
+  const auto queued = PayloadsIn(static_cast<const MemoryView&>(view).queued);
   MutexLock lock(&disk_->mu_);
   for (std::size_t i = 0; i < ids.size(); ++i) {
     if (auto q = queued.find(ids[i]); q != queued.end()) {

@@ -207,24 +207,6 @@ std::shared_ptr<const Store::View> PgStore::NewView() {
   return view;
 }
 
-std::map<std::uint64_t, std::optional<std::string>> PgStore::QueuedPayloads(
-    const PgView& view) {
-  std::map<std::uint64_t, std::optional<std::string>> queued;
-  for (const auto& batch : view.queued) {
-    Batch::Reader reader(*batch);
-    Batch::Change c;
-    while (reader.Next(&c)) {
-      if (c.kind == Batch::Kind::kAddTimer) {
-        queued[c.timer.payload_id] = std::string(c.data);
-      } else if (c.kind == Batch::Kind::kRemoveTimer ||
-                 c.kind == Batch::Kind::kRemoveEvent) {
-        queued[c.payload_id] = std::nullopt;
-      }
-    }
-  }
-  return queued;
-}
-
 Status PgStore::GetPayloads(std::span<const std::uint64_t> ids,
                             std::vector<std::string>* payloads,
                             std::vector<bool>* readable) {
@@ -244,7 +226,7 @@ Status PgStore::GetPayloads(std::span<const std::uint64_t> ids,
     // batch that commits in between is read there.
     const auto view = NewView();
     if (Status s = ReadRows(missing, &found); !s.ok()) return s;
-    const auto queued = QueuedPayloads(static_cast<const PgView&>(*view));
+    const auto queued = PayloadsIn(static_cast<const PgView&>(*view).queued);
     for (std::uint64_t id : missing) {
       auto q = queued.find(id);
       if (!found.contains(id) && q != queued.end() && q->second) {
@@ -277,7 +259,7 @@ Status PgStore::GetPayloads(std::span<const std::uint64_t> ids,
   gone->assign(ids.size(), false);
   if (ids.empty()) return Status::Ok();
   // What the queued batches said of each id when the view was taken.
-  const auto queued = QueuedPayloads(static_cast<const PgView&>(view));
+  const auto queued = PayloadsIn(static_cast<const PgView&>(view).queued);
   std::vector<std::uint64_t> from_db;
   for (std::size_t i = 0; i < ids.size(); ++i) {
     auto q = queued.find(ids[i]);

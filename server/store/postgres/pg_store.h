@@ -269,10 +269,6 @@ class PgStore final : public Store {
   Status Query(const char* sql, int format, pg::Result* out);
   Status ReadRows(std::span<const std::uint64_t> ids,
                   std::unordered_map<std::uint64_t, std::string>* found);
-  // What the queued batches of `view` say of each payload id they touch:
-  // its data, or nullopt if removed (the last word wins).
-  static std::map<std::uint64_t, std::optional<std::string>> QueuedPayloads(
-      const PgView& view);
   Status Copy(const std::string& query, int fields,
               const std::function<void(const std::vector<std::string_view>&,
                                        const std::vector<bool>&)>& row);
