@@ -35,10 +35,12 @@
 // lets go of it on Close); a second delayd on the same database waits
 // lock_wait for it, then is refused.
 //
-// Locking: mu_ guards the queue, the views' batches and the writer's state;
-// cache_mu_ the payload cache; readers_mu_ the pool of read connections;
-// busy_mu_ the running database operations. None is held across a call to
-// the database, and none is taken under another.
+// Locking: mu_ guards the queue (with how much of it the writer has taken
+// into groups, and whether it polls), the views' batches and the closing
+// state; the groups formed and in flight, and the writer's connection, are
+// the writer thread's alone; cache_mu_ the payload cache; readers_mu_ the pool
+// of read connections; busy_mu_ the running database operations. None is held
+// across a call to the database, and none is taken under another.
 #ifndef DELAYD_SERVER_STORE_POSTGRES_PG_STORE_H_
 #define DELAYD_SERVER_STORE_POSTGRES_PG_STORE_H_
 
