@@ -258,13 +258,17 @@ class Writer {
         const std::string key = "w" + std::to_string(i);
         v1::SetTimerResponse resp;
         const grpc::Status s = Set(stub_, "", key, 3'600'000, "p", &resp);
-        std::lock_guard lock(mu_);
-        if (s.ok()) {
-          acked_[key] = resp.version();
-        } else {
+        {
+          std::lock_guard lock(mu_);
+          if (s.ok()) {
+            acked_[key] = resp.version();
+            continue;
+          }
           ++refused_;
-          std::this_thread::sleep_for(std::chrono::milliseconds(5));
         }
+        // Paces the retries while the database is away (load, not a wait
+        // for a condition).
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
       }
     });
   }
