@@ -312,6 +312,8 @@ int Main(int argc, char** argv) {
     if (want("lateness")) {
       // Steady: 2k timers/s for `seconds`, each 50 ms ahead.
       const std::size_t n = static_cast<std::size_t>(2000 * seconds);
+      const double steady_cpu = CpuSeconds(d.pid());
+      const auto steady_start = Clock::now();
       auto late = bench.Lateness("steady", n, dur + 10s, [&] {
         const auto start = Clock::now();
         for (std::size_t i = 0; i < n; ++i) {
@@ -331,6 +333,11 @@ int Main(int argc, char** argv) {
           "lateness steady 2k/s: n=%zu p50 %.3f ms p99 %.3f ms p99.9 %.3f ms "
           "max %.3f ms\n",
           p.n, p.p50, p.p99, p.p999, p.max);
+      const double steady_wall =
+          std::chrono::duration<double>(Clock::now() - steady_start).count();
+      const double steady_used = CpuSeconds(d.pid()) - steady_cpu;
+      std::printf("  daemon CPU %.2f cores (%.1f us per timer)\n",
+                  steady_used / steady_wall, 1e6 * steady_used / n);
       p = Summarize(bench.fired_late());
       std::printf(
           "  of which firing (fired_at - fire time): p50 %.3f ms p99 "
