@@ -97,6 +97,9 @@ void AddLimits(CLI::App& app, Limits& l, DaemonFlags& f) {
                milliseconds(100), hours(1),
                "A subscriber stream whose write takes longer is ended (its "
                "events go to other workers)");
+  DurationFlag(app, "--min-schedule-interval", l.min_schedule_interval, "1s",
+               milliseconds(1), hours(24),
+               "The shortest interval a schedule's `every` may have");
   Flag(app, "--max-batch-bytes", f.server.max_batch_bytes,
        "Largest Batch request in bytes (gRPC's receive limit)")
       ->check(CLI::Range(std::size_t{1} << 16, std::size_t{1} << 30));

@@ -77,7 +77,8 @@ RpcMetrics::RpcMetrics(prometheus::Registry& registry) {
                                                    "RequeueDeadLetters",
                                                    "PurgeDeadLetters",
                                                    "Stats",
-                                                   "Backup"};
+                                                   "Backup",
+                                                   "PreviewSchedule"};
   // (A name left out would leave the last ones null.)
   static_assert(kNames[kMethods - 1] != nullptr);
   for (int m = 0; m < kMethods; ++m) {

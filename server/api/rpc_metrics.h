@@ -66,6 +66,7 @@ class RpcMetrics {
     kPurgeDeadLetters,
     kStats,
     kBackup,
+    kPreviewSchedule,
     kMethods
   };
   explicit RpcMetrics(prometheus::Registry& registry);

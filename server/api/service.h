@@ -61,7 +61,8 @@ using RawDelayd =
         v1::Delayd::WithRawCallbackMethod_RequeueDeadLetters,
         v1::Delayd::WithRawCallbackMethod_PurgeDeadLetters,
         v1::Delayd::WithRawCallbackMethod_Stats,
-        v1::Delayd::WithRawCallbackMethod_Backup>::type;
+        v1::Delayd::WithRawCallbackMethod_Backup,
+        v1::Delayd::WithRawCallbackMethod_PreviewSchedule>::type;
 
 // The most bytes a request may have, by method, and the flags that set it.
 struct RequestLimit {
@@ -82,7 +83,7 @@ struct RequestLimits {
 
 // Ack, Nack and ExtendLease are in service_work.cc; GetPolicy and SetPolicy
 // in service_policy.cc; the dead-letter calls in service_dead.cc; Stats and
-// Backup in service_admin.cc.
+// Backup in service_admin.cc; the schedule calls in service_schedule.cc.
 class DelaydService final : public RawDelayd {
  public:
   // `backup_dir`: where Backup writes (empty: Backup is refused).
@@ -150,6 +151,9 @@ class DelaydService final : public RawDelayd {
   grpc::ServerUnaryReactor* Backup(grpc::CallbackServerContext* ctx,
                                    const grpc::ByteBuffer* in,
                                    grpc::ByteBuffer* out) override;
+  grpc::ServerUnaryReactor* PreviewSchedule(grpc::CallbackServerContext* ctx,
+                                            const grpc::ByteBuffer* in,
+                                            grpc::ByteBuffer* out) override;
 
  private:
   // RequeueDeadLetters and PurgeDeadLetters: the same request and answer,

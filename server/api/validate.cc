@@ -1,6 +1,7 @@
 #include "server/api/validate.h"
 
 #include <charconv>
+#include <limits>
 #include <string>
 
 namespace delayd {
@@ -31,6 +32,20 @@ Status DurationIn(const google::protobuf::Duration& d, const char* field,
 }
 
 constexpr std::int64_t kHour = 3600 * kNanosPerSecond;
+
+// A Timestamp field as nanoseconds since 1970, within what WallNanos holds.
+Status TimestampIn(const google::protobuf::Timestamp& t, const char* field,
+                   WallNanos* out) {
+  constexpr std::int64_t kMaxSeconds =
+      std::numeric_limits<WallNanos>::max() / kNanosPerSecond - 1;
+  if (t.seconds() < 0 || t.seconds() > kMaxSeconds || t.nanos() < 0 ||
+      t.nanos() >= kNanosPerSecond) {
+    return Status::InvalidArgument(std::string(field) +
+                                   ": must be between 1970 and 2262");
+  }
+  *out = t.seconds() * kNanosPerSecond + t.nanos();
+  return Status::Ok();
+}
 
 // The event ids of an Ack, Nack or ExtendLease.
 template <typename Ids>
@@ -333,6 +348,100 @@ Status Validator::PolicyFields(const v1::Policy& in, Policy* out) const {
   }
   out->max_in_flight = in.max_in_flight();
   out->paused = in.paused();
+  return Status::Ok();
+}
+
+Status Validator::Schedule(const v1::ScheduleSpec& in, WallNanos now,
+                           schedule::Spec* spec,
+                           schedule::Policies* bounds) const {
+  schedule::Policies p;
+  WallNanos t = 0;
+  if (in.has_start_time()) {
+    if (Status s = TimestampIn(in.start_time(), "spec.start_time", &t);
+        !s.ok()) {
+      return s;
+    }
+    p.start = t;
+  }
+  if (in.has_end_time()) {
+    if (Status s = TimestampIn(in.end_time(), "spec.end_time", &t); !s.ok()) {
+      return s;
+    }
+    p.end = t;
+    if (p.start && *p.end <= *p.start) {
+      return Status::InvalidArgument("spec.end_time: must be after start_time");
+    }
+  }
+  p.max_runs = in.max_runs();
+  schedule::Spec out;
+  switch (in.kind_case()) {
+    case v1::ScheduleSpec::kCron: {
+      if (in.cron().size() > kMaxCronBytes) {
+        return Status::InvalidArgument("spec.cron: longer than " +
+                                       std::to_string(kMaxCronBytes) +
+                                       " bytes");
+      }
+      if (in.time_zone().size() > kMaxTimeZoneBytes) {
+        return Status::InvalidArgument("spec.time_zone: longer than " +
+                                       std::to_string(kMaxTimeZoneBytes) +
+                                       " bytes");
+      }
+      if (Status s = schedule::Spec::Cron(in.cron(), in.time_zone(), &out);
+          !s.ok()) {
+        return Status::InvalidArgument("spec." + s.message());
+      }
+      break;
+    }
+    case v1::ScheduleSpec::kEvery: {
+      if (!in.time_zone().empty()) {
+        return Status::InvalidArgument(
+            "spec.time_zone: only with cron (an interval ignores zones)");
+      }
+      std::chrono::nanoseconds every;
+      const std::string range =
+          "at least --min-schedule-interval (" +
+          std::to_string(limits_.min_schedule_interval.count()) +
+          " ns) and at most --max-delay";
+      if (Status s = DurationIn(
+              in.every(), "spec.every", limits_.min_schedule_interval.count(),
+              limits_.max_delay.count(), false, range.c_str(), &every);
+          !s.ok()) {
+        return s;
+      }
+      if (Status s = schedule::Spec::Every(every, p.start.value_or(now),
+                                           limits_.min_schedule_interval, &out);
+          !s.ok()) {
+        return Status::InvalidArgument("spec." + s.message());
+      }
+      break;
+    }
+    case v1::ScheduleSpec::KIND_NOT_SET:
+      return Status::InvalidArgument("spec: one of cron or every is required");
+  }
+  *spec = std::move(out);
+  *bounds = p;
+  return Status::Ok();
+}
+
+Status Validator::PreviewSchedule(const v1::PreviewScheduleRequest& req,
+                                  WallNanos now, Preview* out) const {
+  if (req.count() > kMaxPreview) {
+    return Status::InvalidArgument("count: at most " +
+                                   std::to_string(kMaxPreview));
+  }
+  Preview p;
+  p.after = now;
+  if (req.has_after()) {
+    if (Status s = TimestampIn(req.after(), "after", &p.after); !s.ok()) {
+      return s;
+    }
+  }
+  if (Status s = Schedule(req.spec(), p.after, &p.spec, &p.bounds); !s.ok()) {
+    return s;
+  }
+  p.count = req.count() == 0 ? kDefaultPreview : req.count();
+  if (p.bounds.max_runs != 0) p.count = std::min(p.count, p.bounds.max_runs);
+  *out = std::move(p);
   return Status::Ok();
 }
 

@@ -16,6 +16,8 @@
 #include "server/common/types.h"
 #include "server/core/dispatcher.h"
 #include "server/core/scheduler.h"
+#include "server/schedule/planner.h"
+#include "server/schedule/spec.h"
 
 namespace delayd {
 
@@ -58,8 +60,29 @@ class Validator {
   // A policy, unset fields taking their defaults.
   Status PolicyFields(const v1::Policy& in, Policy* out) const;
 
+  // A schedule spec into its instants (`*spec`) and bounds (`*bounds`);
+  // `now` anchors an `every` given no start_time.
+  Status Schedule(const v1::ScheduleSpec& in, WallNanos now,
+                  schedule::Spec* spec, schedule::Policies* bounds) const;
+  // A PreviewSchedule: instants after `*after` (the request's, or `now`),
+  // `*count` of them at most (max_runs counted).
+  struct Preview {
+    WallNanos after = 0;
+    std::uint64_t count = 0;
+    schedule::Spec spec;
+    schedule::Policies bounds;
+  };
+  Status PreviewSchedule(const v1::PreviewScheduleRequest& req, WallNanos now,
+                         Preview* out) const;
+
   // Ack, Nack and ExtendLease take at most this many ids per call.
   static constexpr int kMaxAckIds = 10'000;
+  // A cron expression and a time zone name take at most these many bytes.
+  static constexpr std::size_t kMaxCronBytes = 256;
+  static constexpr std::size_t kMaxTimeZoneBytes = 64;
+  // PreviewSchedule gives this many instants unless asked, at most kMax.
+  static constexpr std::uint32_t kDefaultPreview = 10;
+  static constexpr std::uint32_t kMaxPreview = 1000;
 
  private:
   const Limits& limits_;

@@ -49,6 +49,8 @@ struct Limits {
   // A stream whose write has not completed by then is ended; a worker's
   // events go to others.
   std::chrono::nanoseconds stream_write_timeout = std::chrono::seconds(30);
+  // The shortest `every` a schedule spec may have.
+  std::chrono::nanoseconds min_schedule_interval = std::chrono::seconds(1);
 };
 
 // A timer's key (at most 65535 bytes) and payload, 40 bytes: stored inline

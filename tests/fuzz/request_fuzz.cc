@@ -40,7 +40,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data,
   if (size == 0) return 0;
   static const delayd::Limits limits;
   static const delayd::Validator v(limits, 4);
-  const std::uint8_t kind = data[0] % 12;
+  const std::uint8_t kind = data[0] % 13;
   const void* body = data + 1;
   const int n = static_cast<int>(size - 1);
   using namespace delayd;
@@ -146,6 +146,27 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data,
         // Ids or all, never both, never neither.
         Check(r.all() == ids.empty());
         Check(ids.size() <= static_cast<std::size_t>(Validator::kMaxAckIds));
+      }
+      break;
+    }
+    case 12: {
+      v1::PreviewScheduleRequest r;
+      Validator::Preview p;
+      if (!r.ParseFromArray(body, n) || !v.PreviewSchedule(r, kNow, &p).ok()) {
+        break;
+      }
+      Check(p.count >= 1 && p.count <= Validator::kMaxPreview);
+      // Its instants come in order, after `after`, within the bounds.
+      schedule::State state;
+      state.last_instant = p.after;
+      for (std::uint64_t i = 0; i < p.count; ++i) {
+        const auto next =
+            schedule::NextInstant(p.spec, p.bounds, state, state.last_instant);
+        if (!next) break;
+        Check(*next > state.last_instant);
+        Check(!p.bounds.start || *next >= *p.bounds.start);
+        Check(!p.bounds.end || *next <= *p.bounds.end);
+        state.last_instant = *next;
       }
       break;
     }

@@ -227,6 +227,12 @@ class AuthMatrix : public ::testing::Test {
       r.set_namespace_(ns.empty() ? "default" : ns);
       v1::StatsResponse resp;
       s = stub.Stats(ctx.get(), r, &resp);
+    } else if (method == "PreviewSchedule") {
+      v1::PreviewScheduleRequest r;
+      r.set_namespace_(ns);
+      r.mutable_spec()->set_cron("@hourly");
+      v1::PreviewScheduleResponse resp;
+      s = stub.PreviewSchedule(ctx.get(), r, &resp);
     } else if (method == "Backup") {
       v1::BackupRequest r;
       r.set_dir("backup-" + std::to_string(++backups_));
@@ -277,6 +283,7 @@ TEST_F(AuthMatrix, EveryRpcNeedsItsPermissionOnItsNamespace) {
       {"ListDeadLetters", kRead},
       {"RequeueDeadLetters", kWrite},
       {"PurgeDeadLetters", kWrite},
+      {"PreviewSchedule", kRead},
   };
   const std::map<std::string, std::uint8_t> tokens = {
       {"reader", kRead},
@@ -312,7 +319,7 @@ TEST_F(AuthMatrix, EveryRpcNeedsItsPermissionOnItsNamespace) {
       }
     }
   }
-  EXPECT_EQ(checked, 20 * 3 * 5);
+  EXPECT_EQ(checked, 21 * 3 * 5);
 }
 
 TEST_F(AuthMatrix, ATenantSeesItsNamespaceFiguresAndNothingElse) {

@@ -65,7 +65,8 @@ TEST(Bounds, EachMethodHoldsItsRequestToItsOwnSizeLimit) {
       {"SetPolicy", 20'000},
       {"ListDeadLetters", 20'000},
       {"RequeueDeadLetters", 200'000},
-      {"PurgeDeadLetters", 200'000}};
+      {"PurgeDeadLetters", 200'000},
+      {"PreviewSchedule", 20'000}};
   for (const auto& [method, bytes] : methods) {
     s = RawUnaryCall(d.channel(), std::string("/delayd.v1.Delayd/") + method,
                      std::string(bytes, '\0'), &out);
