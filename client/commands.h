@@ -1,6 +1,6 @@
 // delayctl's subcommands, one file per group (timer_commands.cc,
 // worker_commands.cc, dead_letter_commands.cc, policy_commands.cc,
-// admin_commands.cc). A group adds its
+// admin_commands.cc, schedule_commands.cc). A group adds its
 // subcommands to the app and says, for each, how to run it once the flags are
 // parsed.
 #ifndef DELAYD_CLIENT_COMMANDS_H_
@@ -39,6 +39,8 @@ void AddDeadLetterCommands(CLI::App& app, const Global& g, Commands& out);
 void AddPolicyCommands(CLI::App& app, const Global& g, Commands& out);
 // stats, backup, health.
 void AddAdminCommands(CLI::App& app, const Global& g, Commands& out);
+// schedule next.
+void AddScheduleCommands(CLI::App& app, const Global& g, Commands& out);
 
 }  // namespace delayctl
 

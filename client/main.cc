@@ -50,6 +50,7 @@ int Main(int argc, char** argv) {
   AddDeadLetterCommands(app, g, commands);
   AddPolicyCommands(app, g, commands);
   AddAdminCommands(app, g, commands);
+  AddScheduleCommands(app, g, commands);
 
   try {
     app.parse(argc, argv);

@@ -325,6 +325,24 @@ expect_out "backup written to .*/backups/first"
 expect_code 3 "$C" backup ../escape
 expect_err 'INVALID_ARGUMENT|inside --backup-dir'
 
+# schedule next: a spec's instants in its zone (Berlin springs forward on
+# 2026-03-29: 02:30 stands for 03:00 CEST), as a table and as JSON; bad specs
+# named by field and position; usage errors before any call
+expect_code 0 "$C" schedule next --cron '30 2 * * *' --tz Europe/Berlin \
+  --after 2026-03-28T00:00:00Z -c 3
+expect_out '^1 +2026-03-28T01:30:00Z +2026-03-28 02:30:00 CET'
+expect_out '^2 +2026-03-29T01:00:00Z +2026-03-29 03:00:00 CEST'
+expect_out '^3 +2026-03-30T00:30:00Z +2026-03-30 02:30:00 CEST'
+expect_code 0 "$C" schedule next --every 90m --start 2026-01-01T00:00:00Z \
+  --after 2026-01-01T00:00:00Z --max-runs 2 -o json
+expect_out '^\{"instants":\["2026-01-01T01:30:00Z","2026-01-01T03:00:00Z"\]\}$'
+expect_code 3 "$C" schedule next --cron '0 9 * * MON-FUN'
+expect_err 'spec.cron: day-of-week field at character 13'
+expect_code 3 "$C" schedule next --cron '@daily' --tz Europe/Atlantis
+expect_err "unknown time zone 'Europe/Atlantis'"
+expect_code 1 "$C" schedule next
+expect_code 1 "$C" schedule next --cron '@daily' --every 1h
+
 # ack: unknown ids are not found
 expect_code 4 "$C" ack 123456 -n q
 expect_out 'unknown 123456'
