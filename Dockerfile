@@ -18,10 +18,11 @@ RUN cmake -S /src -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release \
 
 FROM debian:bookworm-slim
 # The shared libraries the two binaries load (RocksDB is linked in; libpq
-# for the PostgreSQL store).
+# for the PostgreSQL store; date/tz and the tz database for schedules' time
+# zones).
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      libgrpc++1.51 libprotobuf32 libspdlog1.10 libpq5 \
+      libgrpc++1.51 libprotobuf32 libspdlog1.10 libpq5 libdate-tz3 tzdata \
       libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 \
       libsnappy1v5 liblz4-1 libzstd1 libbz2-1.0 zlib1g \
  && rm -rf /var/lib/apt/lists/* \

@@ -109,6 +109,13 @@ echo "$out"
 echo "$out" | grep -q '"key":"soon"' || fail "watch did not see the timer"
 "$delayctl" --endpoint "$endpoint" set later "still here" --in 1h >/dev/null
 
+step "the image's daemon reads time zones (the tz database is in it)"
+out=$("$delayctl" --endpoint "$endpoint" schedule next --cron '30 2 * * *' \
+  --tz Europe/Berlin --after 2026-03-28T12:00:00Z -c 1 -o json) ||
+  fail "schedule next in Europe/Berlin failed: $out"
+echo "$out"
+echo "$out" | grep -q '2026-03-29T01:00:00Z' || fail "wrong instant: $out"
+
 step "stop, then start a new container on the same volume"
 version=$("$delayctl" --endpoint "$endpoint" get later -o json |
   grep -oE '"version":"[0-9]+"')
