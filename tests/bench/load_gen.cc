@@ -3,8 +3,10 @@
 //   unary     SetTimer/s vs grpc.health.v1 Check/s (a trivial RPC on the
 //             same server), the same concurrency for both;
 //   batch     SetTimer items/s through Batch (100 per call, calls in flight);
-//   lateness  delivered-to-worker minus fire time: steady 2k timers/s, and
-//             100k timers due within one second;
+//   lateness  delivered-to-worker minus fire time: steady 2k timers/s (one
+//             SetTimer at a time, --steady-delay-ms ahead, default 50; with
+//             the daemon's CPU), and 100k timers due within one second;
+//             `steady` alone runs the first;
 //   memory    RSS per pending timer with 1M pending (16 B key, 16 B payload);
 //   idle      daemon CPU over 10 s idle with those 1M pending.
 // Those run against one daemon started with the given daemon args (default
@@ -232,6 +234,7 @@ int Main(int argc, char** argv) {
   int seconds = 3;
   int rounds = 0;  // 0: each section's own (ab 5, security 3).
   std::uint64_t fire_count = 200'000;  // Timers per firing round of ab.
+  int steady_delay_ms = 50;  // How far ahead the steady 2k/s timers are set.
   std::vector<std::string> daemon_args = {"--in-memory"};
   std::vector<std::string> b_args;  // Given to --daemon-b only.
   for (int i = 1; i < argc; ++i) {
@@ -244,6 +247,8 @@ int Main(int argc, char** argv) {
       rounds = std::max(1, std::stoi(argv[++i]));
     } else if (a == "--fire" && i + 1 < argc) {
       fire_count = std::max(1000ULL, std::stoull(argv[++i]));
+    } else if (a == "--steady-delay-ms" && i + 1 < argc) {
+      steady_delay_ms = std::max(0, std::stoi(argv[++i]));
     } else if (a == "--only" && i + 1 < argc) {
       only = argv[++i];
     } else if (a == "--daemon-b" && i + 1 < argc) {
@@ -261,7 +266,8 @@ int Main(int argc, char** argv) {
                    "load_gen: unknown argument or missing value: %s\n"
                    "usage: load_gen [--daemon PATH] [--daemon-b PATH] "
                    "[--b-arg ARG]... [--seconds N] [--rounds N] [--fire N] "
-                   "[--only NAME] [--scratch DIR] [-- daemon args]\n",
+                   "[--steady-delay-ms N] [--only NAME] [--scratch DIR] "
+                   "[-- daemon args]\n",
                    a.c_str());
       return 2;
     }
@@ -270,7 +276,8 @@ int Main(int argc, char** argv) {
   const std::chrono::milliseconds dur(seconds * 1000);
   auto want = [&](const char* name) { return only.empty() || only == name; };
 
-  if (want("unary") || want("batch") || want("lateness") || want("memory")) {
+  if (want("unary") || want("batch") || want("lateness") || want("steady") ||
+      want("memory")) {
     delayd::testing::DaemonProcess d(daemon, daemon_args);
     if (!d.ok()) {
       std::fprintf(stderr, "daemon did not start:\n%s\n", d.output().c_str());
@@ -309,12 +316,14 @@ int Main(int argc, char** argv) {
             (CpuSeconds(getpid()) - own_cpu) / wall);
       }
     }
-    if (want("lateness")) {
-      // Steady: 2k timers/s for `seconds`, each 50 ms ahead.
+    if (want("lateness") || want("steady")) {
+      // Steady: 2k timers/s for `seconds`, one SetTimer at a time, each
+      // --steady-delay-ms ahead.
       const std::size_t n = static_cast<std::size_t>(2000 * seconds);
+      const std::chrono::milliseconds ahead(steady_delay_ms);
       const double steady_cpu = CpuSeconds(d.pid());
       const auto steady_start = Clock::now();
-      auto late = bench.Lateness("steady", n, dur + 10s, [&] {
+      auto late = bench.Lateness("steady", n, dur + ahead + 10s, [&] {
         const auto start = Clock::now();
         for (std::size_t i = 0; i < n; ++i) {
           std::this_thread::sleep_until(start +
@@ -322,7 +331,8 @@ int Main(int argc, char** argv) {
           v1::SetTimerRequest req;
           req.set_namespace_("steady");
           req.set_key(std::string("s").append(std::to_string(i)));
-          req.mutable_delay()->set_nanos(50'000'000);
+          req.mutable_delay()->set_seconds(steady_delay_ms / 1000);
+          req.mutable_delay()->set_nanos(steady_delay_ms % 1000 * 1'000'000);
           v1::SetTimerResponse resp;
           grpc::ClientContext ctx;
           bench.stub().SetTimer(&ctx, req, &resp);
@@ -330,9 +340,9 @@ int Main(int argc, char** argv) {
       });
       Percentiles p = Summarize(late);
       std::printf(
-          "lateness steady 2k/s: n=%zu p50 %.3f ms p99 %.3f ms p99.9 %.3f ms "
-          "max %.3f ms\n",
-          p.n, p.p50, p.p99, p.p999, p.max);
+          "lateness steady 2k/s (%d ms ahead): n=%zu p50 %.3f ms p99 %.3f ms "
+          "p99.9 %.3f ms max %.3f ms\n",
+          steady_delay_ms, p.n, p.p50, p.p99, p.p999, p.max);
       const double steady_wall =
           std::chrono::duration<double>(Clock::now() - steady_start).count();
       const double steady_used = CpuSeconds(d.pid()) - steady_cpu;
@@ -343,15 +353,17 @@ int Main(int argc, char** argv) {
           "  of which firing (fired_at - fire time): p50 %.3f ms p99 "
           "%.3f ms max %.3f ms\n",
           p.p50, p.p99, p.max);
+    }
+    if (want("lateness")) {
       // Burst: 100k due within one second, set beforehand.
       constexpr std::uint64_t kBurst = 100'000;
       const std::int64_t t0 = WallNanos() + 4'000'000'000;
-      late = bench.Lateness("burst", kBurst, 30s, [&] {
+      auto late = bench.Lateness("burst", kBurst, 30s, [&] {
         bench.Fill(kBurst, "burst", [&](std::uint64_t i) {
           return t0 + static_cast<std::int64_t>(i * 1'000'000'000 / kBurst);
         });
       });
-      p = Summarize(late);
+      Percentiles p = Summarize(late);
       std::printf(
           "lateness burst 100k in 1 s: n=%zu p50 %.3f ms p99 %.3f ms p99.9 "
           "%.3f ms max %.3f ms\n",
