@@ -112,6 +112,14 @@ void Batch::PutPolicy(std::string_view name, std::string_view encoded) {
   AppendString(rep_, encoded);
 }
 
+void Batch::PutSchedule(NamespaceId ns, std::string_view key,
+                        std::string_view encoded) {
+  Begin(Kind::kPutSchedule);
+  AppendRaw(rep_, ns);
+  AppendString(rep_, key);
+  AppendString(rep_, encoded);
+}
+
 bool Batch::Reader::Next(Change* c) {
   if (p_ == end_) return false;
   const char*& p = p_;
@@ -164,6 +172,11 @@ bool Batch::Reader::Next(Change* c) {
       c->name = ReadString(p);
       break;
     case Kind::kPutPolicy:
+      c->name = ReadString(p);
+      c->data = ReadString(p);
+      break;
+    case Kind::kPutSchedule:
+      c->id = ReadRaw<NamespaceId>(p);
       c->name = ReadString(p);
       c->data = ReadString(p);
       break;

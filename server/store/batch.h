@@ -71,6 +71,8 @@ class Batch {
     kReserveIds,    // partition, limits (see Store::ReserveIds)
     kPutNamespace,  // id, name (empty: the id is free)
     kPutPolicy,     // name, policy (encoded; empty: the default)
+    kPutSchedule,   // id (namespace), name (key), data (the schedule,
+                    // encoded by the core; empty: it is gone)
   };
 
   // One change, as Reader yields it; views point into the batch.
@@ -106,6 +108,9 @@ class Batch {
                   std::uint64_t event_seq_limit);
   void PutNamespace(NamespaceId id, std::string_view name);
   void PutPolicy(std::string_view name, std::string_view encoded);
+  // A recurring schedule, opaque to the store; `encoded` empty removes it.
+  void PutSchedule(NamespaceId ns, std::string_view key,
+                   std::string_view encoded);
 
   bool empty() const { return count_ == 0; }
   std::uint32_t count() const { return count_; }

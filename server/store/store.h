@@ -87,6 +87,11 @@ class Store {
   // Namespace policies by name, as kPutPolicy stored them.
   virtual Status LoadPolicies(
       std::vector<std::pair<std::string, std::string>>* policies) = 0;
+  // Visits every recurring schedule as kPutSchedule stored it: its
+  // namespace, key and encoding.
+  virtual Status ForEachSchedule(
+      const std::function<void(NamespaceId, std::string_view key,
+                               std::string_view encoded)>& visit) = 0;
   // What opening had to say to the operator beyond errors (a salvage's
   // copy and losses), one line each.
   virtual std::vector<std::string> OpenNotes() const { return {}; }

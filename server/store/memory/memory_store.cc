@@ -99,6 +99,16 @@ void MemoryStore::Disk::Apply(const Batch& batch) {
           policies_[std::string(c.name)] = std::string(c.data);
         }
         break;
+      case Batch::Kind::kPutSchedule: {
+        auto id = std::make_pair(static_cast<NamespaceId>(c.id),
+                                 std::string(c.name));
+        if (c.data.empty()) {
+          schedules_.erase(id);
+        } else {
+          schedules_[std::move(id)] = std::string(c.data);
+        }
+        break;
+      }
     }
   }
 }
@@ -166,6 +176,14 @@ Status MemoryStore::LoadPolicies(
     std::vector<std::pair<std::string, std::string>>* policies) {
   MutexLock lock(&disk_->mu_);
   for (const auto& p : disk_->policies_) policies->push_back(p);
+  return Status::Ok();
+}
+
+Status MemoryStore::ForEachSchedule(
+    const std::function<void(NamespaceId, std::string_view, std::string_view)>&
+        visit) {
+  MutexLock lock(&disk_->mu_);
+  for (const auto& [id, data] : disk_->schedules_) visit(id.first, id.second, data);
   return Status::Ok();
 }
 

@@ -72,6 +72,8 @@ class MemoryStore final : public Store {
     std::map<std::uint32_t, std::pair<std::uint64_t, std::uint64_t>> counters_
         GUARDED_BY(mu_);
     std::map<std::string, std::string> policies_ GUARDED_BY(mu_);
+    std::map<std::pair<NamespaceId, std::string>, std::string> schedules_
+        GUARDED_BY(mu_);
   };
 
   // Opens a store on `disk` for whoever calls the opener (a scheduler).
@@ -92,6 +94,9 @@ class MemoryStore final : public Store {
       override;
   Status LoadPolicies(
       std::vector<std::pair<std::string, std::string>>* policies) override;
+  Status ForEachSchedule(
+      const std::function<void(NamespaceId, std::string_view,
+                               std::string_view)>& visit) override;
 
   void Commit(Batch& batch, Done done) override;
   void Write(Batch& batch, std::function<void()> written,

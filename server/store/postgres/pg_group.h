@@ -144,6 +144,23 @@ class GroupStatements {
         }
         break;
       }
+      case Batch::Kind::kPutSchedule: {
+        FlushRun();
+        const std::string& ns = NameOf(static_cast<NamespaceId>(c.id));
+        pg::Params p;
+        if (c.data.empty()) {
+          p.Bytes(ns);
+          p.Bytes(c.name);
+          out_.push_back({"unschedule", std::move(p)});
+        } else {
+          p.Int16(static_cast<std::int16_t>(partition_of_(ns, c.name)));
+          p.Bytes(ns);
+          p.Bytes(c.name);
+          p.Bytes(c.data);
+          out_.push_back({"schedule", std::move(p)});
+        }
+        break;
+      }
     }
   }
 

@@ -48,6 +48,16 @@ CREATE TABLE delayd_commits (
   group_id bigint NOT NULL
 );
 )sql",
+      // 2: recurring schedules, each encoded by the core.
+      R"sql(
+CREATE TABLE delayd_schedules (
+  part smallint NOT NULL,
+  ns text NOT NULL,
+  key bytea NOT NULL,
+  schedule bytea NOT NULL,
+  PRIMARY KEY (ns, key)
+);
+)sql",
   };
   return kMigrations;
 }

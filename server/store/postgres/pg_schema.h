@@ -26,7 +26,7 @@
 namespace delayd::pg {
 
 // The schema this binary writes.
-inline constexpr int kSchemaVersion = 1;
+inline constexpr int kSchemaVersion = 2;
 
 struct Schema {
   int version = 0;

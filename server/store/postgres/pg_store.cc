@@ -53,6 +53,12 @@ constexpr Statement kStatements[] = {
      "INSERT INTO delayd_policies (name, policy) VALUES ($1::text, "
      "$2::bytea) ON CONFLICT (name) DO UPDATE SET policy = EXCLUDED.policy"},
     {"unpolicy", "DELETE FROM delayd_policies WHERE name = $1::text"},
+    {"schedule",
+     "INSERT INTO delayd_schedules (part, ns, key, schedule) VALUES "
+     "($1::int2, $2::text, $3::bytea, $4::bytea) ON CONFLICT (ns, key) DO "
+     "UPDATE SET schedule = EXCLUDED.schedule"},
+    {"unschedule",
+     "DELETE FROM delayd_schedules WHERE ns = $1::text AND key = $2::bytea"},
     {"mark",
      "INSERT INTO delayd_commits (node, group_id) VALUES ($1::text, "
      "$2::int8) ON CONFLICT (node) DO UPDATE SET group_id = "
@@ -326,7 +332,9 @@ std::uint32_t PgStore::PartitionOf(std::string_view ns,
 Status PgStore::LoadNamespaces(std::vector<std::string>* names) {
   pg::Result r;
   if (Status s =
-          Query("SELECT DISTINCT ns FROM delayd_jobs ORDER BY ns", 0, &r);
+          Query("SELECT ns FROM delayd_jobs UNION SELECT ns FROM "
+                "delayd_schedules ORDER BY ns",
+                0, &r);
       !s.ok()) {
     return s;
   }
@@ -401,6 +409,17 @@ Status PgStore::ForEachTimer(
         t.fire_time = pg::GetInt64(f[3].data());
         t.version = static_cast<std::uint64_t>(pg::GetInt64(f[4].data()));
         visit(t);
+      });
+}
+
+Status PgStore::ForEachSchedule(
+    const std::function<void(NamespaceId, std::string_view, std::string_view)>&
+        visit) {
+  return Copy(
+      "COPY (SELECT ns, key, schedule FROM delayd_schedules) TO STDOUT "
+      "(FORMAT binary)",
+      3, [&](const std::vector<std::string_view>& f, const std::vector<bool>&) {
+        visit(IdOf(names_, f[0]), f[1], f[2]);
       });
 }
 

@@ -127,6 +127,9 @@ class PgStore final : public Store {
       override;
   Status LoadPolicies(
       std::vector<std::pair<std::string, std::string>>* policies) override;
+  Status ForEachSchedule(
+      const std::function<void(NamespaceId, std::string_view,
+                               std::string_view)>& visit) override;
 
   void Commit(Batch& batch, Done done) override;
   void Write(Batch& batch, std::function<void()> written,

@@ -1,5 +1,5 @@
-// Fates and policies in the RocksDB store, in the meta column family under
-// their own prefixes.
+// Fates, policies and schedules in the RocksDB store, in the meta column
+// family under their own prefixes.
 //
 // A fate record, keyed by 'f' and the event id (big-endian, so they are read
 // in id order): attempts (4), flags (1: bit 0 dead, bit 1 a retry time
@@ -7,6 +7,9 @@
 // Records written before retry times were kept have flags 0 or 1.
 //
 // A policy record, keyed by 'p' and the namespace name: the encoded policy.
+//
+// A schedule record, keyed by 's', the namespace id (4, big-endian) and the
+// schedule's key: the schedule as the core encoded it.
 #include <rocksdb/db.h>
 
 #include "server/common/record_codec.h"
@@ -17,6 +20,7 @@ namespace {
 
 constexpr char kFatePrefix = 'f';
 constexpr char kPolicyPrefix = 'p';
+constexpr char kSchedulePrefix = 's';
 constexpr std::uint8_t kDead = 1;
 constexpr std::uint8_t kHasRetryAt = 2;
 
@@ -43,6 +47,13 @@ std::string RocksStore::PolicyKey(std::string_view name) {
   std::string key(1, kPolicyPrefix);
   key.append(name);
   return key;
+}
+
+std::string RocksStore::ScheduleKey(NamespaceId ns, std::string_view key) {
+  std::string k(1, kSchedulePrefix);
+  record::AppendBE(k, ns, 4);
+  k.append(key);
+  return k;
 }
 
 Status RocksStore::ForEachFate(
@@ -84,6 +95,26 @@ Status RocksStore::LoadPolicies(
                            it->value().ToString());
   }
   if (!it->status().ok()) return Error("reading policies", it->status());
+  return Status::Ok();
+}
+
+Status RocksStore::ForEachSchedule(
+    const std::function<void(NamespaceId, std::string_view, std::string_view)>&
+        visit) {
+  std::unique_ptr<rocksdb::Iterator> it(
+      db_->NewIterator(rocksdb::ReadOptions(), meta_));
+  const std::string prefix(1, kSchedulePrefix);
+  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix);
+       it->Next()) {
+    const rocksdb::Slice k = it->key();
+    if (k.size() < 6) {
+      return Status::Internal(where_ + ": malformed schedule record");
+    }
+    visit(static_cast<NamespaceId>(record::ReadBE(k.data() + 1, 4)),
+          std::string_view(k.data() + 5, k.size() - 5),
+          std::string_view(it->value().data(), it->value().size()));
+  }
+  if (!it->status().ok()) return Error("reading schedules", it->status());
   return Status::Ok();
 }
 

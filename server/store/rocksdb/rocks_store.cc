@@ -149,6 +149,16 @@ void RocksStore::ToRocks(const Batch& batch, rocksdb::WriteBatch& out) const {
           out.Put(meta_, PolicyKey(c.name), ToSlice(c.data));
         }
         break;
+      case Batch::Kind::kPutSchedule: {
+        const std::string key =
+            ScheduleKey(static_cast<NamespaceId>(c.id), c.name);
+        if (c.data.empty()) {
+          out.Delete(meta_, key);
+        } else {
+          out.Put(meta_, key, ToSlice(c.data));
+        }
+        break;
+      }
     }
   }
 }

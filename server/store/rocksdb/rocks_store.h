@@ -10,6 +10,7 @@
 //             'c' + partition (2)   -> version and event sequence limits
 //             'p' + name            -> namespace policy
 //             'f' + event id (8)    -> event fate
+//             's' + ns id (4) + key -> recurring schedule
 // Payload ids grow over time, so nearly every write lands at the end of
 // RocksDB's sorted memtable rather than at a random place in it. A payload
 // is written once, when its timer is set, and deleted when the timer is
@@ -130,6 +131,9 @@ class RocksStore final : public Store {
       override;
   Status LoadPolicies(
       std::vector<std::pair<std::string, std::string>>* policies) override;
+  Status ForEachSchedule(
+      const std::function<void(NamespaceId, std::string_view,
+                               std::string_view)>& visit) override;
   std::vector<std::string> OpenNotes() const override;
 
   void Commit(Batch& batch, Done done) override;
@@ -221,10 +225,11 @@ class RocksStore final : public Store {
       std::vector<std::string>* values);
   // The key of a timer, payload or event record.
   static std::string IdKey(std::uint64_t id);
-  // Fate and policy records (rocks_records.cc).
+  // Fate, policy and schedule records (rocks_records.cc).
   static std::string FateKey(std::uint64_t event_id);
   static std::string FateValue(const StoredFate& fate);
   static std::string PolicyKey(std::string_view name);
+  static std::string ScheduleKey(NamespaceId ns, std::string_view key);
   // Writes one group as one RocksDB write.
   rocksdb::Status WriteGroup(const std::vector<Queued>& group);
   // Every kMarkInterval, records in the mark how much is durable, if that
