@@ -97,6 +97,9 @@ void AddLimits(CLI::App& app, Limits& l, DaemonFlags& f) {
                milliseconds(100), hours(1),
                "A subscriber stream whose write takes longer is ended (its "
                "events go to other workers)");
+  Flag(app, "--max-schedules", l.max_schedules,
+       "Recurring schedules per namespace")
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1'000'000}));
   DurationFlag(app, "--min-schedule-interval", l.min_schedule_interval, "1s",
                milliseconds(1), hours(24),
                "The shortest interval a schedule's `every` may have");

@@ -78,7 +78,11 @@ RpcMetrics::RpcMetrics(prometheus::Registry& registry) {
                                                    "PurgeDeadLetters",
                                                    "Stats",
                                                    "Backup",
-                                                   "PreviewSchedule"};
+                                                   "PreviewSchedule",
+                                                   "SetSchedule",
+                                                   "GetSchedule",
+                                                   "ListSchedules",
+                                                   "DeleteSchedule"};
   // (A name left out would leave the last ones null.)
   static_assert(kNames[kMethods - 1] != nullptr);
   for (int m = 0; m < kMethods; ++m) {

@@ -67,6 +67,10 @@ class RpcMetrics {
     kStats,
     kBackup,
     kPreviewSchedule,
+    kSetSchedule,
+    kGetSchedule,
+    kListSchedules,
+    kDeleteSchedule,
     kMethods
   };
   explicit RpcMetrics(prometheus::Registry& registry);

@@ -62,7 +62,11 @@ using RawDelayd =
         v1::Delayd::WithRawCallbackMethod_PurgeDeadLetters,
         v1::Delayd::WithRawCallbackMethod_Stats,
         v1::Delayd::WithRawCallbackMethod_Backup,
-        v1::Delayd::WithRawCallbackMethod_PreviewSchedule>::type;
+        v1::Delayd::WithRawCallbackMethod_PreviewSchedule,
+        v1::Delayd::WithRawCallbackMethod_SetSchedule,
+        v1::Delayd::WithRawCallbackMethod_GetSchedule,
+        v1::Delayd::WithRawCallbackMethod_ListSchedules,
+        v1::Delayd::WithRawCallbackMethod_DeleteSchedule>::type;
 
 // The most bytes a request may have, by method, and the flags that set it.
 struct RequestLimit {
@@ -154,6 +158,18 @@ class DelaydService final : public RawDelayd {
   grpc::ServerUnaryReactor* PreviewSchedule(grpc::CallbackServerContext* ctx,
                                             const grpc::ByteBuffer* in,
                                             grpc::ByteBuffer* out) override;
+  grpc::ServerUnaryReactor* SetSchedule(grpc::CallbackServerContext* ctx,
+                                        const grpc::ByteBuffer* in,
+                                        grpc::ByteBuffer* out) override;
+  grpc::ServerUnaryReactor* GetSchedule(grpc::CallbackServerContext* ctx,
+                                        const grpc::ByteBuffer* in,
+                                        grpc::ByteBuffer* out) override;
+  grpc::ServerUnaryReactor* ListSchedules(grpc::CallbackServerContext* ctx,
+                                          const grpc::ByteBuffer* in,
+                                          grpc::ByteBuffer* out) override;
+  grpc::ServerUnaryReactor* DeleteSchedule(grpc::CallbackServerContext* ctx,
+                                           const grpc::ByteBuffer* in,
+                                           grpc::ByteBuffer* out) override;
 
  private:
   // RequeueDeadLetters and PurgeDeadLetters: the same request and answer,

@@ -1,10 +1,172 @@
-// Recurring schedules: PreviewSchedule (read on the namespace), the next
-// instants of a spec (server/schedule/), computed on the calling thread: at
-// most Validator::kMaxPreview of them, each a bounded search.
+// Recurring schedules: SetSchedule and DeleteSchedule (write on the
+// namespace), GetSchedule, ListSchedules and PreviewSchedule (read).
+// PreviewSchedule computes the next instants of a spec (server/schedule/) on
+// the calling thread: at most Validator::kMaxPreview of them, each a bounded
+// search.
+#include <google/protobuf/util/time_util.h>
+
 #include "server/api/proto_time.h"
 #include "server/api/service.h"
 
 namespace delayd {
+namespace {
+
+constexpr std::uint32_t kDefaultPage = 100;
+constexpr std::uint32_t kMaxPage = 1000;
+// A page of schedules stops once their payloads reach this.
+constexpr std::size_t kMaxPageBytes = 1 << 20;
+
+void ToProto(std::string_view ns, const Partition::ScheduleInfo& info,
+             v1::Schedule* out) {
+  const ScheduleRecord& r = info.rec;
+  out->set_namespace_(std::string(ns));
+  out->set_key(info.key);
+  v1::ScheduleSpec* spec = out->mutable_spec();
+  if (!r.cron.empty()) {
+    spec->set_cron(r.cron);
+    spec->set_time_zone(r.zone);
+  } else {
+    *spec->mutable_every() =
+        google::protobuf::util::TimeUtil::NanosecondsToDuration(r.every);
+    // (An interval counts from its anchor: the start time, or the set.)
+    SetTimestamp(r.anchor, spec->mutable_start_time());
+  }
+  if (r.start) SetTimestamp(*r.start, spec->mutable_start_time());
+  if (r.end) SetTimestamp(*r.end, spec->mutable_end_time());
+  spec->set_max_runs(r.max_runs);
+  out->set_payload(r.payload);
+  out->set_version(r.version);
+  out->set_catch_up(r.catch_up == schedule::CatchUp::kNone ? v1::CATCH_UP_NONE
+                    : r.catch_up == schedule::CatchUp::kAll
+                        ? v1::CATCH_UP_ALL
+                        : v1::CATCH_UP_LATEST);
+  out->set_catch_up_limit(r.catch_up_limit);
+  *out->mutable_jitter() =
+      google::protobuf::util::TimeUtil::NanosecondsToDuration(r.jitter);
+  out->set_runs(r.state.runs);
+  if (r.state.last_instant >= r.created_at) {
+    SetTimestamp(r.state.last_instant, out->mutable_last_instant());
+  }
+  if (info.next) SetTimestamp(*info.next, out->mutable_next_instant());
+  SetTimestamp(r.created_at, out->mutable_create_time());
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* DelaydService::SetSchedule(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+    grpc::ByteBuffer* out) {
+  const auto call = Start<v1::SetScheduleRequest, v1::Schedule>(
+      ctx, in, out, RpcMetrics::kSetSchedule, request_limits_.set);
+  if (call.answered()) return call.reactor();
+  const auto& req = call.req();
+  Status s = Authorize(call.caller(), req.namespace_(), kWrite);
+  ScheduleRecord rec;
+  if (s.ok()) s = validator_.NamespaceName(req.namespace_());
+  if (s.ok()) s = validator_.SetSchedule(req, scheduler_.clock().Wall(), &rec);
+  NamespacePin pin;
+  if (s.ok()) s = Namespace(req.namespace_(), &pin, nullptr, /*create=*/true);
+  if (!s.ok()) return call.Reply(s);
+  const NamespaceId ns = pin.id();
+  // (The pin keeps the namespace, and its name, until the answer.)
+  scheduler_.SetSchedule(
+      ns, req.key(), std::move(rec), req.if_absent(), req.expected_version(),
+      [this, call, pin = std::move(pin)](Partition::ScheduleResult r) {
+        if (r.status.ok()) {
+          ToProto(scheduler_.dispatcher(pin.id()).name(), r.info, call.resp());
+        }
+        call.Reply(r.status);
+      });
+  return call.reactor();
+}
+
+grpc::ServerUnaryReactor* DelaydService::GetSchedule(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+    grpc::ByteBuffer* out) {
+  const auto call = Start<v1::GetScheduleRequest, v1::Schedule>(
+      ctx, in, out, RpcMetrics::kGetSchedule, request_limits_.other);
+  if (call.answered()) return call.reactor();
+  const auto& req = call.req();
+  Status s = Authorize(call.caller(), req.namespace_(), kRead);
+  if (s.ok()) s = validator_.NamespaceName(req.namespace_());
+  if (s.ok()) s = validator_.Key(req.key());
+  if (!s.ok()) return call.Reply(s);
+  NamespacePin pin;
+  std::optional<Partition::ScheduleInfo> info;
+  if (Namespace(req.namespace_(), &pin).ok()) {
+    info = scheduler_.GetSchedule(pin.id(), req.key());
+  }
+  if (!info) {
+    return call.Reply(Status::NotFound("no schedule '" + req.key() + "'"));
+  }
+  ToProto(scheduler_.dispatcher(pin.id()).name(), *info, call.resp());
+  return call.Reply(Status::Ok());
+}
+
+grpc::ServerUnaryReactor* DelaydService::ListSchedules(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+    grpc::ByteBuffer* out) {
+  const auto call = Start<v1::ListSchedulesRequest, v1::ListSchedulesResponse>(
+      ctx, in, out, RpcMetrics::kListSchedules, request_limits_.other);
+  if (call.answered()) return call.reactor();
+  const auto& req = call.req();
+  Status s = Authorize(call.caller(), req.namespace_(), kRead);
+  if (s.ok()) s = validator_.NamespaceName(req.namespace_());
+  if (s.ok() && req.page_size() > kMaxPage) {
+    s = Status::InvalidArgument("page_size: at most " +
+                                std::to_string(kMaxPage));
+  }
+  if (!s.ok()) return call.Reply(s);
+  NamespacePin pin;
+  if (!Namespace(req.namespace_(), &pin).ok()) return call.Reply(Status::Ok());
+  const std::size_t limit =
+      req.page_size() == 0 ? kDefaultPage : req.page_size();
+  const std::string& name = scheduler_.dispatcher(pin.id()).name();
+  std::size_t bytes = 0;
+  std::string last;
+  bool full = false;
+  for (const std::string& key : scheduler_.ListSchedules(
+           pin.id(), req.prefix(), req.page_token(), limit)) {
+    auto info = scheduler_.GetSchedule(pin.id(), key);
+    if (!info) continue;  // deleted since
+    if (bytes > 0 && bytes + info->rec.payload.size() > kMaxPageBytes) {
+      full = true;
+      break;
+    }
+    bytes += info->rec.payload.size() + key.size();
+    ToProto(name, *info, call.resp()->add_schedules());
+    last = key;
+  }
+  if (full || call.resp()->schedules_size() == static_cast<int>(limit)) {
+    call.resp()->set_next_page_token(last);
+  }
+  return call.Reply(Status::Ok());
+}
+
+grpc::ServerUnaryReactor* DelaydService::DeleteSchedule(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+    grpc::ByteBuffer* out) {
+  const auto call =
+      Start<v1::DeleteScheduleRequest, v1::DeleteScheduleResponse>(
+          ctx, in, out, RpcMetrics::kDeleteSchedule, request_limits_.other);
+  if (call.answered()) return call.reactor();
+  const auto& req = call.req();
+  Status s = Authorize(call.caller(), req.namespace_(), kWrite);
+  if (s.ok()) s = validator_.NamespaceName(req.namespace_());
+  if (s.ok()) s = validator_.Key(req.key());
+  if (!s.ok()) return call.Reply(s);
+  NamespacePin pin;
+  if (!Namespace(req.namespace_(), &pin).ok()) {
+    return call.Reply(Status::NotFound("no schedule '" + req.key() + "'"));
+  }
+  scheduler_.RemoveSchedule(pin.id(), req.key(), req.expected_version(),
+                            [call, pin](Partition::ScheduleResult r) {
+                              if (r.status.ok())
+                                call.resp()->set_version(r.info.rec.version);
+                              call.Reply(r.status);
+                            });
+  return call.reactor();
+}
 
 grpc::ServerUnaryReactor* DelaydService::PreviewSchedule(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,

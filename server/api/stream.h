@@ -30,7 +30,13 @@ namespace delayd {
 inline void ToProto(std::string_view ns, const Event& e, v1::Event* out) {
   out->set_id(e.id);
   out->set_namespace_(std::string(ns));
-  out->set_key(std::string(e.blob.key()));
+  std::string_view key = e.blob.key();
+  std::uint64_t run = 0;
+  if (std::string_view schedule; SplitRunKey(key, &schedule, &run)) {
+    key = schedule;  // A schedule's run (schedule_record.h).
+  }
+  out->set_key(std::string(key));
+  out->set_schedule_run(run);
   out->set_payload(std::string(e.blob.payload()));
   out->set_version(e.version);
   SetTimestamp(e.fire_time, out->mutable_fire_time());

@@ -445,4 +445,57 @@ Status Validator::PreviewSchedule(const v1::PreviewScheduleRequest& req,
   return Status::Ok();
 }
 
+Status Validator::SetSchedule(const v1::SetScheduleRequest& req, WallNanos now,
+                              ScheduleRecord* out) const {
+  if (Status s = Key(req.key()); !s.ok()) return s;
+  if (req.payload().size() > limits_.max_payload_bytes) {
+    return Status::InvalidArgument("payload: longer than " +
+                                   std::to_string(limits_.max_payload_bytes) +
+                                   " bytes");
+  }
+  schedule::Spec spec;
+  schedule::Policies bounds;
+  if (Status s = Schedule(req.spec(), now, &spec, &bounds); !s.ok()) return s;
+  ScheduleRecord r;
+  const v1::ScheduleSpec& in = req.spec();
+  if (in.kind_case() == v1::ScheduleSpec::kCron) {
+    r.cron = in.cron();
+    r.zone = in.time_zone().empty() ? "UTC" : in.time_zone();
+  } else {
+    r.every = in.every().seconds() * kNanosPerSecond + in.every().nanos();
+    r.anchor = bounds.start.value_or(now);
+  }
+  r.start = bounds.start;
+  r.end = bounds.end;
+  r.max_runs = bounds.max_runs;
+  switch (req.catch_up()) {
+    case v1::CATCH_UP_LATEST:
+      r.catch_up = schedule::CatchUp::kLatest;
+      break;
+    case v1::CATCH_UP_NONE:
+      r.catch_up = schedule::CatchUp::kNone;
+      break;
+    case v1::CATCH_UP_ALL:
+      r.catch_up = schedule::CatchUp::kAll;
+      break;
+    default:
+      return Status::InvalidArgument("catch_up: unknown value " +
+                                     std::to_string(req.catch_up()));
+  }
+  if (req.catch_up_limit() > 10'000) {
+    return Status::InvalidArgument("catch_up_limit: at most 10000");
+  }
+  r.catch_up_limit = req.catch_up_limit() == 0 ? 100 : req.catch_up_limit();
+  std::chrono::nanoseconds jitter{0};
+  if (Status s = DurationIn(req.jitter(), "jitter", 0, kHour, true,
+                            "between 0 and 1h", &jitter);
+      !s.ok()) {
+    return s;
+  }
+  r.jitter = jitter.count();
+  r.payload = req.payload();
+  *out = std::move(r);
+  return Status::Ok();
+}
+
 }  // namespace delayd

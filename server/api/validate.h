@@ -16,6 +16,7 @@
 #include "server/common/types.h"
 #include "server/core/dispatcher.h"
 #include "server/core/scheduler.h"
+#include "server/core/schedule_record.h"
 #include "server/schedule/planner.h"
 #include "server/schedule/spec.h"
 
@@ -74,6 +75,10 @@ class Validator {
   };
   Status PreviewSchedule(const v1::PreviewScheduleRequest& req, WallNanos now,
                          Preview* out) const;
+  // A SetSchedule's key, payload, spec and policies into `*out` (its
+  // client fields); `now` anchors an `every` given no start_time.
+  Status SetSchedule(const v1::SetScheduleRequest& req, WallNanos now,
+                     ScheduleRecord* out) const;
 
   // Ack, Nack and ExtendLease take at most this many ids per call.
   static constexpr int kMaxAckIds = 10'000;

@@ -51,6 +51,8 @@ struct Limits {
   std::chrono::nanoseconds stream_write_timeout = std::chrono::seconds(30);
   // The shortest `every` a schedule spec may have.
   std::chrono::nanoseconds min_schedule_interval = std::chrono::seconds(1);
+  // Recurring schedules per namespace.
+  std::uint64_t max_schedules = 1000;
 };
 
 // A timer's key (at most 65535 bytes) and payload, 40 bytes: stored inline

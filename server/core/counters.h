@@ -24,6 +24,7 @@ struct alignas(64) NamespaceCounters {
   std::atomic<std::uint64_t> dead_letters{0};
   std::atomic<std::uint64_t> workers{0};
   std::atomic<std::uint64_t> watchers{0};
+  std::atomic<std::uint64_t> schedules{0};
   // Totals.
   std::atomic<std::uint64_t> set{0};
   std::atomic<std::uint64_t> moved{0};
@@ -33,10 +34,16 @@ struct alignas(64) NamespaceCounters {
   std::atomic<std::uint64_t> delivered{0};
   std::atomic<std::uint64_t> redelivered{0};
   std::atomic<std::uint64_t> acked{0};
+  // Schedules' runs: fired; fired for missed instants (catch-up); instants
+  // dropped (catch-up, or a run that could not be set).
+  std::atomic<std::uint64_t> runs{0};
+  std::atomic<std::uint64_t> runs_caught_up{0};
+  std::atomic<std::uint64_t> runs_dropped{0};
 
   void ResetTotals() {
     for (auto* t : {&set, &moved, &removed, &expired, &drained, &delivered,
-                    &redelivered, &acked}) {
+                    &redelivered, &acked, &runs, &runs_caught_up,
+                    &runs_dropped}) {
       t->store(0, std::memory_order_relaxed);
     }
   }

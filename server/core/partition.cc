@@ -313,6 +313,12 @@ void Partition::ClockChanged(bool rederive) {
       wheel_.wheel().Reschedule(rec.handle,
                                 Deadline(rec.fire_time, wall_now, steady_now));
     }
+    for (auto& [id, e] : schedules_) {
+      if (e.wake) {
+        wheel_.wheel().Reschedule(e.handle,
+                                  Deadline(*e.wake, wall_now, steady_now));
+      }
+    }
   }
   FireDue();
 }
@@ -351,6 +357,10 @@ void Partition::OnExpired(const std::vector<AlarmWheel::Expired>& due) {
   std::vector<std::uint32_t> fire;
   fire.reserve(due.size());
   for (const auto& e : due) {
+    if (e.cookie & kScheduleCookie) {
+      WakeSchedule(e.cookie & ~kScheduleCookie);
+      continue;
+    }
     Record& rec = records_[e.cookie];
     if (rec.fire_time > wall_now) {
       rec.handle = wheel_.wheel().Schedule(

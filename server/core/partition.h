@@ -29,9 +29,12 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
+#include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "server/common/mutex.h"
@@ -41,6 +44,7 @@
 #include "server/core/counters.h"
 #include "server/core/key_index.h"
 #include "server/core/namespace_refs.h"
+#include "server/core/schedule_record.h"
 #include "server/store/store.h"
 
 namespace delayd {
@@ -143,6 +147,61 @@ class Partition {
   // Whether Get and List leave payloads to read (with a store).
   bool reads_payloads() const { return store_ != nullptr; }
 
+  // --- Recurring schedules (partition_schedule.cc; schedule_record.h) ---
+  // A schedule whose (namespace, key) hash to this partition wakes on the
+  // partition's alarm at its next instant; each run due becomes a pending
+  // timer under its run key, written with the schedule's new state.
+  struct ScheduleInfo {
+    NamespaceId ns = 0;
+    std::string key;
+    ScheduleRecord rec;
+    std::optional<WallNanos> next;  // its next instant, if any
+  };
+  struct ScheduleResult {
+    static ScheduleResult Error(Status s) {
+      ScheduleResult r;
+      r.status = std::move(s);
+      return r;
+    }
+    Status status;
+    ScheduleInfo info;
+    bool replaced = false;
+    bool removed = false;  // the caller releases its namespace once durable
+  };
+  using ScheduleDone = std::function<void(ScheduleResult)>;
+  // Creates the schedule `key` (or replaces it: a new version, its runs
+  // from now on), with `rec`'s client fields; ALREADY_EXISTS with
+  // `if_absent`, ABORTED if `expected_version` (non-zero) is not its
+  // version. As Apply: the result now, or nullopt and `durable` later.
+  std::optional<ScheduleResult> SetSchedule(NamespaceId ns,
+                                            const std::string& key,
+                                            ScheduleRecord rec, bool if_absent,
+                                            std::uint64_t expected_version,
+                                            ScheduleDone& durable)
+      EXCLUDES(mu_);
+  // Removes it (its runs already pending or delivered stay); NOT_FOUND,
+  // ABORTED as above.
+  std::optional<ScheduleResult> RemoveSchedule(NamespaceId ns,
+                                               const std::string& key,
+                                               std::uint64_t expected_version,
+                                               ScheduleDone& durable)
+      EXCLUDES(mu_);
+  std::optional<ScheduleInfo> GetSchedule(NamespaceId ns,
+                                          std::string_view key) const
+      EXCLUDES(mu_);
+  // Appends the first `limit` keys of schedules of `ns` that start with
+  // `prefix` and sort after `after`, in order.
+  void ListSchedules(NamespaceId ns, std::string_view prefix,
+                     const std::string& after, std::size_t limit,
+                     std::vector<std::string>* keys) const EXCLUDES(mu_);
+  // Recovery, before anything is served: a stored schedule, armed for its
+  // next instant (one already past is due at once: its catch-up policy
+  // decides).
+  // Its version goes to `*version`.
+  Status RestoreSchedule(NamespaceId ns, std::string_view key,
+                         std::string_view encoded, std::uint64_t* version)
+      EXCLUDES(mu_);
+
  private:
   // 64 bytes, with a short key and payload inline in `blob` and the
   // namespace id in its tag.
@@ -190,6 +249,31 @@ class Partition {
   void OnAlarm(AlarmWheel::Time at) EXCLUDES(mu_);
   // Fires what is due now, then re-arms.
   void FireDue() REQUIRES(mu_);
+
+  // A schedule, with its spec parsed.
+  struct ScheduleEntry {
+    NamespaceId ns = 0;
+    std::string key;
+    ScheduleRecord rec;
+    schedule::Spec spec;
+    schedule::Policies policies;
+    wheel::TimingWheel::Handle handle = wheel::TimingWheel::kNoHandle;
+    std::optional<WallNanos> wake;  // the instant it is armed for
+  };
+  // Wheel cookies with this bit are schedules' ids; the rest are records.
+  static constexpr std::uint32_t kScheduleCookie = 1u << 31;
+  ScheduleInfo InfoOf(const ScheduleEntry& e) const REQUIRES(mu_);
+  // Arms `e`'s wake-up for its next instant (at once if that passed);
+  // with `alarm`, the alarm too (recovery leaves that to FireOverdue).
+  void ArmSchedule(ScheduleEntry& e, std::uint32_t id, WallNanos wall_now,
+                   SteadyTime steady_now, bool alarm = true) REQUIRES(mu_);
+  // Schedule `id`'s wake-up went off: fires its due runs.
+  void WakeSchedule(std::uint32_t id) REQUIRES(mu_);
+  // A new entry for `rec` under a new id, armed; `error` if its spec does
+  // not parse.
+  Status AddSchedule(NamespaceId ns, std::string_view key, ScheduleRecord rec,
+                     WallNanos wall_now, SteadyTime steady_now,
+                     bool alarm = true) REQUIRES(mu_);
   void OnExpired(const std::vector<AlarmWheel::Expired>& due) REQUIRES(mu_);
   // Turns records into events, removing them and recording that in `batch`
   // (if any).
@@ -244,6 +328,11 @@ class Partition {
   bool stopped_ GUARDED_BY(mu_) = false;
   std::vector<std::uint32_t> overdue_ GUARDED_BY(mu_);    // During recovery.
   std::vector<AlarmWheel::Expired> due_ GUARDED_BY(mu_);  // Reused.
+  // Schedules by id, and their ids by namespace and key.
+  std::unordered_map<std::uint32_t, ScheduleEntry> schedules_ GUARDED_BY(mu_);
+  std::map<std::pair<NamespaceId, std::string>, std::uint32_t> schedule_ids_
+      GUARDED_BY(mu_);
+  std::uint32_t next_schedule_id_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace delayd

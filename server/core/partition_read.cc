@@ -36,7 +36,9 @@ std::optional<std::uint32_t> Partition::List(NamespaceId ns,
   MutexLock lock(&mu_);
   for (std::uint32_t r = cursor; r < records_.size(); ++r) {
     const Record& rec = records_[r];
-    if (!rec.blob || rec.ns() != ns || !rec.blob.key().starts_with(prefix)) {
+    // (Schedules' runs, under run keys, are not timers a client set.)
+    if (!rec.blob || rec.ns() != ns || !rec.blob.key().starts_with(prefix) ||
+        rec.blob.key().starts_with(std::string_view("\0", 1))) {
       continue;
     }
     if (out.timers.size() >= max_timers) return r;

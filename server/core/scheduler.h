@@ -166,6 +166,24 @@ class Scheduler {
                                std::optional<ListCursor>)>
                 done);
 
+  // Recurring schedules (scheduler_schedule.cc), each in the partition its
+  // namespace and key hash to. Set and Remove answer once durable, as
+  // Submit does; Remove releases the namespace then.
+  void SetSchedule(NamespaceId ns, std::string key, ScheduleRecord rec,
+                   bool if_absent, std::uint64_t expected_version,
+                   Partition::ScheduleDone done);
+  void RemoveSchedule(NamespaceId ns, std::string key,
+                      std::uint64_t expected_version,
+                      Partition::ScheduleDone done);
+  std::optional<Partition::ScheduleInfo> GetSchedule(NamespaceId ns,
+                                                     std::string_view key);
+  // The first `limit` keys of schedules of `ns` that start with `prefix`
+  // and sort after `after`, in order.
+  std::vector<std::string> ListSchedules(NamespaceId ns,
+                                         std::string_view prefix,
+                                         const std::string& after,
+                                         std::size_t limit);
+
   std::uint64_t NewSubscriberId() { return next_subscriber_id_.fetch_add(1); }
   Clock& clock() const { return clock_; }
   // Acts on a change of the clock other than time passing

@@ -1,6 +1,6 @@
 // Scheduler: recovery from the store at start. Policies first, then
-// namespaces, counters, timers, event fates and events; overdue timers are
-// fired, and namespaces left empty freed.
+// namespaces, counters, timers, schedules, event fates and events; overdue
+// timers are fired, and namespaces left empty freed.
 #include <algorithm>
 
 #include "server/core/payload_ref.h"
@@ -47,6 +47,24 @@ Status Scheduler::Recover(RecoveryReport* report) {
     if (t.fire_time <= wall_now) ++report->overdue;
   });
   if (!s.ok()) return s;
+  // Recurring schedules, armed for their next instants.
+  Status bad_schedule;
+  s = store_->ForEachSchedule(
+      [&](NamespaceId ns, std::string_view key, std::string_view encoded) {
+        if (ns >= ids || dispatchers_[ns]->name().empty()) {
+          bad_namespace = true;
+          return;
+        }
+        std::uint64_t version = 0;
+        Status r = partitions_[PartitionOf(ns, key)]->RestoreSchedule(
+            ns, key, encoded, &version);
+        if (!r.ok() && bad_schedule.ok()) {
+          bad_schedule = Status::Internal(store_->where() + ": " + r.message());
+        }
+        next_version = std::max(next_version, (version >> 10) + 1);
+      });
+  if (!s.ok()) return s;
+  if (!bad_schedule.ok()) return bad_schedule;
   // Events that failed deliveries: their attempts, and the dead letters.
   struct Fate {
     std::uint32_t attempts;

@@ -67,17 +67,16 @@ struct Candidate {
   bool late;             // for a missed instant
 };
 
-Run Fire(const Policies& p, State* s, WallNanos instant, WallNanos now,
+Run Fire(const Policies& p, State* s, WallNanos instant,
          std::uint64_t missed) {
   ++s->runs;
-  return Run{instant, std::max(FireAt(p, instant, s->runs), now), s->runs,
-             missed};
+  return Run{instant, FireAt(p, instant, s->runs), s->runs, missed};
 }
 
 // Fires, buffers or drops each candidate in order, under the overlap
 // policy and max_runs.
 void Apply(const Policies& p, State* s, const std::vector<Candidate>& cs,
-           WallNanos now, bool open, Plan* plan) {
+           bool open, Plan* plan) {
   for (const Candidate& c : cs) {
     if (Exhausted(p, *s)) break;
     if (open && p.overlap == Overlap::kSkip) {
@@ -92,7 +91,7 @@ void Apply(const Policies& p, State* s, const std::vector<Candidate>& cs,
       }
       continue;
     }
-    plan->fire.push_back(Fire(p, s, c.instant, now, c.missed));
+    plan->fire.push_back(Fire(p, s, c.instant, c.missed));
     if (c.late) ++plan->caught_up;
     open = true;
   }
@@ -155,7 +154,7 @@ Plan PlanDue(const Spec& spec, const Policies& p, State* state, WallNanos now,
           plan.dropped_missed = total - cs.size();
           break;
       }
-      Apply(p, state, cs, now, previous_open, &plan);
+      Apply(p, state, cs, previous_open, &plan);
     }
   }
   Finish(spec, p, state, now, &plan);
@@ -168,7 +167,7 @@ Plan PlanClosed(const Spec& spec, const Policies& p, State* state,
   if (state->buffered && !state->finished && !Exhausted(p, *state)) {
     const WallNanos instant = *state->buffered;
     state->buffered.reset();
-    plan.fire.push_back(Fire(p, state, instant, now, 0));
+    plan.fire.push_back(Fire(p, state, instant, 0));
   }
   state->buffered.reset();
   if (!state->finished) Finish(spec, p, state, now, &plan);

@@ -67,7 +67,9 @@ struct State {
 
 struct Run {
   WallNanos instant = 0;  // the scheduled instant this run is for
-  WallNanos fire_at = 0;  // instant plus jitter
+  // Instant plus jitter: when the run is due (a caught-up or buffered run
+  // is due in the past, and fires at once).
+  WallNanos fire_at = 0;
   std::uint64_t number = 0;
   std::uint64_t missed = 0;  // kLatest: earlier due instants it stands for
 };

@@ -1,0 +1,252 @@
+// Recurring schedules in a partition: set, remove, read, restore, and the
+// wake-ups that turn their due instants into runs (schedule_record.h).
+#include <spdlog/spdlog.h>
+
+#include "server/common/limit_log.h"
+#include "server/core/partition.h"
+
+namespace delayd {
+
+Partition::ScheduleInfo Partition::InfoOf(const ScheduleEntry& e) const {
+  return ScheduleInfo{e.ns, e.key, e.rec,
+                      schedule::NextInstant(e.spec, e.policies, e.rec.state,
+                                            e.rec.state.last_instant)};
+}
+
+void Partition::ArmSchedule(ScheduleEntry& e, std::uint32_t id,
+                            WallNanos wall_now, SteadyTime steady_now,
+                            bool alarm) {
+  if (e.handle != wheel::TimingWheel::kNoHandle) {
+    wheel_.wheel().Cancel(e.handle);
+    e.handle = wheel::TimingWheel::kNoHandle;
+  }
+  // The next instant after the last one acted on: one that passed while
+  // the daemon was down is due at once.
+  e.wake = schedule::NextInstant(e.spec, e.policies, e.rec.state,
+                                 e.rec.state.last_instant);
+  if (!e.wake) return;
+  e.handle = wheel_.wheel().Schedule(Deadline(*e.wake, wall_now, steady_now),
+                                     kScheduleCookie | id);
+  if (alarm) wheel_.Scheduled(e.handle);
+}
+
+Status Partition::AddSchedule(NamespaceId ns, std::string_view key,
+                              ScheduleRecord rec, WallNanos wall_now,
+                              SteadyTime steady_now, bool alarm) {
+  ScheduleEntry e;
+  if (Status s = SpecOf(rec, &e.spec, &e.policies); !s.ok()) return s;
+  e.ns = ns;
+  e.key = std::string(key);
+  e.rec = std::move(rec);
+  const std::uint32_t id = next_schedule_id_++ & ~kScheduleCookie;
+  schedule_ids_[{ns, e.key}] = id;
+  ScheduleEntry& in = schedules_[id] = std::move(e);
+  ArmSchedule(in, id, wall_now, steady_now, alarm);
+  return Status::Ok();
+}
+
+std::optional<Partition::ScheduleResult> Partition::SetSchedule(
+    NamespaceId ns, const std::string& key, ScheduleRecord rec, bool if_absent,
+    std::uint64_t expected_version, ScheduleDone& durable) {
+  Batch batch;
+  MutexLock lock(&mu_);
+  ScheduleResult result;
+  if (stopped_) return ScheduleResult::Error(ShuttingDown());
+  const auto found = schedule_ids_.find({ns, key});
+  const bool exists = found != schedule_ids_.end();
+  if (exists && if_absent) {
+    result.status =
+        Status::AlreadyExists("schedule '" + key + "' already exists");
+    return result;
+  }
+  if (expected_version != 0) {
+    if (!exists) {
+      result.status = Status::NotFound("no schedule '" + key + "'");
+      return result;
+    }
+    const std::uint64_t v = schedules_.at(found->second).rec.version;
+    if (v != expected_version) {
+      result.status = Status::Aborted("schedule '" + key + "' has version " +
+                                      std::to_string(v) + ", not " +
+                                      std::to_string(expected_version));
+      return result;
+    }
+  }
+  if (result.status = ReserveIds(1, 0); !result.status.ok()) return result;
+  const WallNanos wall_now = clock_.Wall();
+  const SteadyTime steady_now = clock_.Steady();
+  rec.version = NewVersion();
+  rec.created_at = wall_now;
+  // From now on: no instant before the set (a replaced schedule's runs
+  // continue their numbers, under the new version's run keys).
+  rec.state = schedule::State{};
+  rec.state.last_instant = wall_now - 1;
+  if (exists) {
+    ScheduleEntry& old = schedules_.at(found->second);
+    rec.state.runs = old.rec.state.runs;
+    wheel_.wheel().Cancel(old.handle);
+    schedules_.erase(found->second);
+    schedule_ids_.erase(found);
+    result.replaced = true;
+  } else {
+    std::atomic<std::uint64_t>& count = counters_.of(ns).schedules;
+    if (count.fetch_add(1, std::memory_order_relaxed) >=
+        limits_.max_schedules) {
+      count.fetch_sub(1, std::memory_order_relaxed);
+      result.status = Status::ResourceExhausted(
+          "schedule limit of " + std::to_string(limits_.max_schedules) +
+          " per namespace reached (--max-schedules)");
+      return result;
+    }
+    refs_->Add(ns);  // (The caller's pin keeps it above zero.)
+  }
+  const std::string encoded = EncodeSchedule(rec);
+  if (Status s = AddSchedule(ns, key, std::move(rec), wall_now, steady_now);
+      !s.ok()) {
+    // (Validated before: only a zone gone from the tz database since.)
+    if (!exists) {
+      refs_->Release(ns);
+      counters_.of(ns).schedules.fetch_sub(1, std::memory_order_relaxed);
+    }
+    result.status = s;
+    return result;
+  }
+  result.info = InfoOf(schedules_.at(schedule_ids_.at({ns, key})));
+  if (store_ == nullptr) return result;
+  batch.PutSchedule(ns, key, encoded);
+  store_->Commit(batch,
+                 [result, durable = std::move(durable)](Status s) mutable {
+                   if (!s.ok()) result.status = std::move(s);
+                   durable(std::move(result));
+                 });
+  return std::nullopt;
+}
+
+std::optional<Partition::ScheduleResult> Partition::RemoveSchedule(
+    NamespaceId ns, const std::string& key, std::uint64_t expected_version,
+    ScheduleDone& durable) {
+  Batch batch;
+  MutexLock lock(&mu_);
+  ScheduleResult result;
+  if (stopped_) return ScheduleResult::Error(ShuttingDown());
+  const auto found = schedule_ids_.find({ns, key});
+  if (found == schedule_ids_.end()) {
+    result.status = Status::NotFound("no schedule '" + key + "'");
+    return result;
+  }
+  ScheduleEntry& e = schedules_.at(found->second);
+  if (expected_version != 0 && e.rec.version != expected_version) {
+    result.status = Status::Aborted("schedule '" + key + "' has version " +
+                                    std::to_string(e.rec.version) + ", not " +
+                                    std::to_string(expected_version));
+    return result;
+  }
+  result.info = InfoOf(e);
+  result.removed = true;
+  counters_.of(ns).schedules.fetch_sub(1, std::memory_order_relaxed);
+  wheel_.wheel().Cancel(e.handle);
+  schedules_.erase(found->second);
+  schedule_ids_.erase(found);
+  if (store_ == nullptr) return result;
+  batch.PutSchedule(ns, key, "");
+  store_->Commit(batch,
+                 [result, durable = std::move(durable)](Status s) mutable {
+                   if (!s.ok()) result.status = std::move(s);
+                   durable(std::move(result));
+                 });
+  return std::nullopt;
+}
+
+std::optional<Partition::ScheduleInfo> Partition::GetSchedule(
+    NamespaceId ns, std::string_view key) const {
+  MutexLock lock(&mu_);
+  const auto found = schedule_ids_.find({ns, std::string(key)});
+  if (found == schedule_ids_.end()) return std::nullopt;
+  return InfoOf(schedules_.at(found->second));
+}
+
+void Partition::ListSchedules(NamespaceId ns, std::string_view prefix,
+                              const std::string& after, std::size_t limit,
+                              std::vector<std::string>* keys) const {
+  MutexLock lock(&mu_);
+  auto it = schedule_ids_.upper_bound({ns, after});
+  if (after < prefix) it = schedule_ids_.lower_bound({ns, std::string(prefix)});
+  for (std::size_t n = 0;
+       n < limit && it != schedule_ids_.end() && it->first.first == ns &&
+       it->first.second.starts_with(prefix);
+       ++it, ++n) {
+    keys->push_back(it->first.second);
+  }
+}
+
+Status Partition::RestoreSchedule(NamespaceId ns, std::string_view key,
+                                  std::string_view encoded,
+                                  std::uint64_t* version) {
+  MutexLock lock(&mu_);
+  ScheduleRecord rec;
+  if (!DecodeSchedule(encoded, &rec)) {
+    return Status::Internal("the schedule '" + std::string(key) +
+                            "' is stored malformed");
+  }
+  *version = rec.version;
+  if (Status s = AddSchedule(ns, key, std::move(rec), clock_.Wall(),
+                             clock_.Steady(), /*alarm=*/false);
+      !s.ok()) {
+    return Status::Internal("the schedule '" + std::string(key) +
+                            "' no longer parses: " + s.message());
+  }
+  refs_->Add(ns);
+  counters_.of(ns).schedules.fetch_add(1, std::memory_order_relaxed);
+  return Status::Ok();
+}
+
+void Partition::WakeSchedule(std::uint32_t id) {
+  const auto it = schedules_.find(id);
+  if (it == schedules_.end()) return;  // removed since
+  ScheduleEntry& e = it->second;
+  e.handle = wheel::TimingWheel::kNoHandle;
+  const WallNanos wall_now = clock_.Wall();
+  const SteadyTime steady_now = clock_.Steady();
+  schedule::State next = e.rec.state;
+  schedule::Plan plan =
+      schedule::PlanDue(e.spec, e.policies, &next, wall_now, false);
+  // Versions for the runs' timers: if none can be had yet, nothing changed,
+  // and the wake-up comes again after kRetryIds.
+  if (!plan.fire.empty()) {
+    if (Status s = ReserveIds(plan.fire.size(), 0); !s.ok()) {
+      e.handle = wheel_.wheel().Schedule(wheel_.ToWheel(steady_now + kRetryIds),
+                                         kScheduleCookie | id);
+      wheel_.Scheduled(e.handle);
+      return;
+    }
+  }
+  NamespaceCounters& c = counters_.of(e.ns);
+  c.runs_caught_up.fetch_add(plan.caught_up, std::memory_order_relaxed);
+  c.runs_dropped.fetch_add(plan.dropped_missed + plan.dropped_overlap,
+                           std::memory_order_relaxed);
+  Batch batch;
+  Batch* const into = store_ != nullptr ? &batch : nullptr;
+  for (const schedule::Run& run : plan.fire) {
+    SetOp op{e.ns,
+             Blob(RunKey(e.key, e.rec.version, run.number), e.rec.payload),
+             run.fire_at};
+    const OpResult r = Set(op, wall_now, steady_now, into);
+    if (r.status.ok()) {
+      c.runs.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      c.runs_dropped.fetch_add(1, std::memory_order_relaxed);
+      LogLimitHit("schedule-run-dropped",
+                  "schedule '" + e.key + "': run " +
+                      std::to_string(run.number) +
+                      " dropped: " + r.status.message());
+    }
+  }
+  e.rec.state = next;
+  if (into != nullptr) {
+    batch.PutSchedule(e.ns, e.key, EncodeSchedule(e.rec));
+    store_->Commit(batch, nullptr);
+  }
+  ArmSchedule(e, id, wall_now, steady_now);
+}
+
+}  // namespace delayd

@@ -1,0 +1,244 @@
+// Recurring schedules end to end through the service, on a fake clock and
+// over each durable store: runs become events at their instants, carry the
+// schedule's key and run number, survive restarts without an instant fired
+// twice, and catch up after downtime by their policy.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tests/common/fake_clock.h"
+#include "tests/server/calls.h"
+#include "tests/server/test_client.h"
+#include "tests/server/test_stores.h"
+
+namespace delayd::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr std::int64_t kSecond = 1'000'000'000;
+
+v1::SetScheduleRequest Every(const std::string& key, std::int64_t seconds,
+                             std::int64_t start_nanos) {
+  v1::SetScheduleRequest req;
+  req.set_namespace_("jobs");
+  req.set_key(key);
+  req.set_payload("p-" + key);
+  req.mutable_spec()->mutable_every()->set_seconds(seconds);
+  req.mutable_spec()->mutable_start_time()->set_seconds(start_nanos / kSecond);
+  return req;
+}
+
+class ScheduleRuns : public ::testing::TestWithParam<Backend> {
+ protected:
+  void Start() {
+    auto o = TestDaemon::DefaultOptions();
+    o.scheduler.clock = &clock_;
+    d_ = std::make_unique<TestDaemon>(store_.On(o));
+    ASSERT_TRUE(d_->started());
+  }
+  void Restart() {
+    d_->Shutdown();
+    d_.reset();
+    Start();
+  }
+  grpc::Status Set(const v1::SetScheduleRequest& req,
+                   v1::Schedule* out = nullptr) {
+    v1::Schedule resp;
+    const grpc::Status s = d_->stub().SetSchedule(Within().get(), req, &resp);
+    if (out != nullptr) *out = resp;
+    return s;
+  }
+  v1::Schedule Get(const std::string& key) {
+    v1::GetScheduleRequest req;
+    req.set_namespace_("jobs");
+    req.set_key(key);
+    v1::Schedule resp;
+    EXPECT_TRUE(d_->stub().GetSchedule(Within().get(), req, &resp).ok());
+    return resp;
+  }
+  // Waits (bounded) until schedule `key` has fired `runs` runs.
+  bool WaitRuns(const std::string& key, std::uint64_t runs) {
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (Get(key).runs() == runs) return true;
+      std::this_thread::sleep_for(5ms);  // The pause of a bounded poll.
+    }
+    return false;
+  }
+  std::unique_ptr<TestStream> Worker() {
+    auto w = std::make_unique<TestStream>(d_->stub(),
+                                          TestStream::Worker("jobs", 100));
+    EXPECT_TRUE(w->WaitRegistered());
+    return w;
+  }
+
+  FakeClock clock_;
+  TestStore store_{GetParam()};
+  std::unique_ptr<TestDaemon> d_;
+};
+
+TEST_P(ScheduleRuns, RunsFireAtTheirInstantsWithTheScheduleKeyAndRunNumber) {
+  Start();
+  auto w = Worker();
+  const std::int64_t t0 = FakeClock::kStart;
+  v1::Schedule set;
+  ASSERT_TRUE(Set(Every("tick", 60, t0 + 60 * kSecond), &set).ok());
+  EXPECT_GT(set.version(), 0u);
+  EXPECT_EQ(set.runs(), 0u);
+  EXPECT_EQ(set.next_instant().seconds(), t0 / kSecond + 60);
+  EXPECT_FALSE(set.has_last_instant());
+
+  clock_.Advance(60s - 1ms);
+  EXPECT_EQ(Get("tick").runs(), 0u);  // never early
+  clock_.Advance(1ms);
+  ASSERT_TRUE(WaitRuns("tick", 1));
+  clock_.Advance(60s);
+  ASSERT_TRUE(WaitRuns("tick", 2));
+  const auto got = w->WaitFor(2);
+  ASSERT_EQ(got.size(), 2u);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(got[i].key(), "tick");
+    EXPECT_EQ(got[i].payload(), "p-tick");
+    EXPECT_EQ(got[i].schedule_run(), i + 1u);
+    EXPECT_EQ(ToNanos(got[i].fire_time()), t0 + (i + 1) * 60 * kSecond);
+  }
+  const v1::Schedule now = Get("tick");
+  EXPECT_EQ(now.last_instant().seconds(), t0 / kSecond + 120);
+  EXPECT_EQ(now.next_instant().seconds(), t0 / kSecond + 180);
+  // The runs are not timers a client set: ListTimers does not show them.
+  v1::ListTimersRequest list;
+  list.set_namespace_("jobs");
+  v1::ListTimersResponse timers;
+  ASSERT_TRUE(d_->stub().ListTimers(Within().get(), list, &timers).ok());
+  EXPECT_EQ(timers.timers_size(), 0);
+}
+
+TEST_P(ScheduleRuns, ARestartFiresNoInstantTwiceAndMissesNone) {
+  Start();
+  const std::int64_t t0 = FakeClock::kStart;
+  ASSERT_TRUE(Set(Every("tick", 60, t0 + 60 * kSecond)).ok());
+  clock_.Advance(60s);
+  ASSERT_TRUE(WaitRuns("tick", 1));
+  {
+    auto w = Worker();
+    const auto got = w->WaitFor(1);
+    ASSERT_EQ(got.size(), 1u);
+    ASSERT_TRUE(testing::Ack(d_->stub(), "jobs", {got[0].id()}).ok());
+  }
+  Restart();
+  auto w = Worker();
+  EXPECT_EQ(Get("tick").runs(), 1u);
+  clock_.Advance(60s);
+  ASSERT_TRUE(WaitRuns("tick", 2));
+  const auto got = w->WaitFor(1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].schedule_run(), 2u);
+  EXPECT_EQ(ToNanos(got[0].fire_time()), t0 + 120 * kSecond);
+}
+
+TEST_P(ScheduleRuns, DowntimeIsCaughtUpByOneRunForTheNewestInstant) {
+  Start();
+  const std::int64_t t0 = FakeClock::kStart;
+  ASSERT_TRUE(Set(Every("tick", 60, t0 + 60 * kSecond)).ok());
+  d_->Shutdown();
+  d_.reset();
+  clock_.Advance(10min + 5s);  // ten instants pass while delayd is down
+  Start();
+  auto w = Worker();
+  ASSERT_TRUE(WaitRuns("tick", 1));
+  const auto got = w->WaitFor(1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(ToNanos(got[0].fire_time()), t0 + 600 * kSecond);
+  const v1::Schedule now = Get("tick");
+  EXPECT_EQ(now.runs(), 1u);
+  EXPECT_EQ(now.last_instant().seconds(), t0 / kSecond + 600);
+  EXPECT_EQ(now.next_instant().seconds(), t0 / kSecond + 660);
+}
+
+TEST_P(ScheduleRuns, CreateOnlyVersionsListingAndDelete) {
+  Start();
+  const std::int64_t t0 = FakeClock::kStart;
+  v1::Schedule first;
+  ASSERT_TRUE(Set(Every("a", 60, t0 + 60 * kSecond), &first).ok());
+  auto again = Every("a", 60, t0 + 60 * kSecond);
+  again.set_if_absent(true);
+  EXPECT_EQ(Set(again).error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  auto stale = Every("a", 30, t0);
+  stale.set_expected_version(first.version() + 1);
+  EXPECT_EQ(Set(stale).error_code(), grpc::StatusCode::ABORTED);
+  stale.set_expected_version(first.version());
+  v1::Schedule second;
+  ASSERT_TRUE(Set(stale, &second).ok());
+  EXPECT_GT(second.version(), first.version());
+  EXPECT_EQ(second.spec().every().seconds(), 30);
+  for (const char* k : {"b", "c", "d", "e"}) {
+    ASSERT_TRUE(Set(Every(k, 3600, t0 + 3600 * kSecond)).ok());
+  }
+  // Pages of two, by key.
+  std::vector<std::string> keys;
+  std::string token;
+  for (int page = 0; page < 5; ++page) {
+    v1::ListSchedulesRequest req;
+    req.set_namespace_("jobs");
+    req.set_page_size(2);
+    req.set_page_token(token);
+    v1::ListSchedulesResponse resp;
+    ASSERT_TRUE(d_->stub().ListSchedules(Within().get(), req, &resp).ok());
+    for (const auto& s : resp.schedules()) keys.push_back(s.key());
+    token = resp.next_page_token();
+    if (token.empty()) break;
+  }
+  EXPECT_EQ(keys, (std::vector<std::string>{"a", "b", "c", "d", "e"}));
+  // Deleted: no more runs, and gone after a restart too.
+  v1::DeleteScheduleRequest del;
+  del.set_namespace_("jobs");
+  del.set_key("a");
+  v1::DeleteScheduleResponse gone;
+  ASSERT_TRUE(d_->stub().DeleteSchedule(Within().get(), del, &gone).ok());
+  EXPECT_EQ(gone.version(), second.version());
+  EXPECT_EQ(d_->stub().DeleteSchedule(Within().get(), del, &gone).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  Restart();
+  v1::GetScheduleRequest get;
+  get.set_namespace_("jobs");
+  get.set_key("a");
+  v1::Schedule s;
+  EXPECT_EQ(d_->stub().GetSchedule(Within().get(), get, &s).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  get.set_key("e");
+  ASSERT_TRUE(d_->stub().GetSchedule(Within().get(), get, &s).ok());
+  EXPECT_EQ(s.payload(), "p-e");
+  clock_.Advance(3600s);
+  EXPECT_TRUE(WaitRuns("e", 1));
+  EXPECT_EQ(NamespaceStats(d_->stub(), "jobs").pending_timers(), 0u);
+}
+
+TEST_P(ScheduleRuns, BadRequestsAreRefusedAndChangeNothing) {
+  Start();
+  auto bad_key = Every("a", 60, FakeClock::kStart);
+  bad_key.set_key(std::string("a\0b", 3));
+  EXPECT_EQ(Set(bad_key).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  auto bad_limit = Every("a", 60, FakeClock::kStart);
+  bad_limit.set_catch_up_limit(10'001);
+  EXPECT_EQ(Set(bad_limit).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  auto bad_jitter = Every("a", 60, FakeClock::kStart);
+  bad_jitter.mutable_jitter()->set_seconds(3601);
+  EXPECT_EQ(Set(bad_jitter).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  auto fast = Every("a", 60, FakeClock::kStart);
+  fast.mutable_spec()->mutable_every()->set_seconds(0);
+  fast.mutable_spec()->mutable_every()->set_nanos(1000);
+  EXPECT_EQ(Set(fast).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  v1::ListSchedulesRequest list;
+  list.set_namespace_("jobs");
+  v1::ListSchedulesResponse resp;
+  ASSERT_TRUE(d_->stub().ListSchedules(Within().get(), list, &resp).ok());
+  EXPECT_EQ(resp.schedules_size(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Stores, ScheduleRuns, AllBackends(), BackendName);
+
+}  // namespace
+}  // namespace delayd::testing
