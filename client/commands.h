@@ -29,6 +29,9 @@ struct Command {
 
 using Commands = std::vector<Command>;
 
+// A payload from an argument, "@file", or "-" for stdin (timer_commands.cc).
+std::string ReadPayload(const std::string& arg);
+
 // set, move, rm, get, ls, drain, batch.
 void AddTimerCommands(CLI::App& app, const Global& g, Commands& out);
 // watch, work, ack, nack, extend.
@@ -39,7 +42,7 @@ void AddDeadLetterCommands(CLI::App& app, const Global& g, Commands& out);
 void AddPolicyCommands(CLI::App& app, const Global& g, Commands& out);
 // stats, backup, health.
 void AddAdminCommands(CLI::App& app, const Global& g, Commands& out);
-// schedule next.
+// schedule set|get|ls|rm|next.
 void AddScheduleCommands(CLI::App& app, const Global& g, Commands& out);
 
 }  // namespace delayctl

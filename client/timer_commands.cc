@@ -14,17 +14,7 @@
 #include "delayd/text/duration.h"
 
 namespace delayctl {
-namespace {
 
-using google::protobuf::util::TimeUtil;
-
-struct TimerArgs {
-  std::string key, payload, in, at, jitter;
-  bool if_absent = false;
-  std::uint64_t version = 0;
-};
-
-// Payload from an argument, "@file", or "-" for stdin.
 std::string ReadPayload(const std::string& arg) {
   if (arg == "-") {
     std::stringstream ss;
@@ -40,6 +30,16 @@ std::string ReadPayload(const std::string& arg) {
   }
   return arg;
 }
+
+namespace {
+
+using google::protobuf::util::TimeUtil;
+
+struct TimerArgs {
+  std::string key, payload, in, at, jitter;
+  bool if_absent = false;
+  std::uint64_t version = 0;
+};
 
 // Fills a request's delay or fire_time from --in / --at.
 template <typename Req>

@@ -176,6 +176,27 @@ std::vector<MetricFamily> ScrapedFigures::Collect() const {
        MetricType::Counter,
        &NamespaceCounters::acked,
        {}},
+      {"delayd_schedules",
+       "Recurring schedules.",
+       MetricType::Gauge,
+       &NamespaceCounters::schedules,
+       {}},
+      {"delayd_schedule_runs_total",
+       "Runs of recurring schedules fired; caught_up: for instants missed "
+       "while delayd was down (also counted as fired).",
+       MetricType::Counter,
+       &NamespaceCounters::runs,
+       {{"kind", "fired"}}},
+      {"delayd_schedule_runs_total",
+       "",
+       MetricType::Counter,
+       &NamespaceCounters::runs_caught_up,
+       {{"kind", "caught_up"}}},
+      {"delayd_schedule_runs_total",
+       "",
+       MetricType::Counter,
+       &NamespaceCounters::runs_dropped,
+       {{"kind", "dropped"}}},
   };
   std::vector<MetricFamily> out;
   std::vector<std::size_t> family_of(defs.size());

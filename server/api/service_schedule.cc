@@ -44,7 +44,7 @@ void ToProto(std::string_view ns, const Partition::ScheduleInfo& info,
   *out->mutable_jitter() =
       google::protobuf::util::TimeUtil::NanosecondsToDuration(r.jitter);
   out->set_runs(r.state.runs);
-  if (r.state.last_instant >= r.created_at) {
+  if (r.state.last_instant > r.created_at) {
     SetTimestamp(r.state.last_instant, out->mutable_last_instant());
   }
   if (info.next) SetTimestamp(*info.next, out->mutable_next_instant());

@@ -77,10 +77,10 @@ std::optional<Partition::ScheduleResult> Partition::SetSchedule(
   const SteadyTime steady_now = clock_.Steady();
   rec.version = NewVersion();
   rec.created_at = wall_now;
-  // From now on: no instant before the set (a replaced schedule's runs
-  // continue their numbers, under the new version's run keys).
+  // Instants after the set only (a replaced schedule's runs continue their
+  // numbers, under the new version's run keys).
   rec.state = schedule::State{};
-  rec.state.last_instant = wall_now - 1;
+  rec.state.last_instant = wall_now;
   if (exists) {
     ScheduleEntry& old = schedules_.at(found->second);
     rec.state.runs = old.rec.state.runs;

@@ -56,8 +56,8 @@ struct Policies {
 
 // What is stored for a schedule between wake-ups.
 struct State {
-  // The last instant acted on; instants at or before it are done. Start a
-  // new schedule at its creation time minus one: nothing before creation.
+  // The last instant acted on; instants at or before it are done. A new
+  // schedule starts at its creation time: its instants come after it.
   WallNanos last_instant = 0;
   std::uint64_t runs = 0;  // runs fired; the last one's number
   bool paused = false;

@@ -343,6 +343,31 @@ expect_err "unknown time zone 'Europe/Atlantis'"
 expect_code 1 "$C" schedule next
 expect_code 1 "$C" schedule next --cron '@daily' --every 1h
 
+# schedule set|get|ls|rm: a stored schedule's runs reach a watcher as events
+# with its key and run number; removed, it is gone
+expect_code 0 "$C" schedule set tick hello --every 1s -n sched
+expect_out '^tick +[0-9]+ +every 1s +0 +- +20'
+expect_code 0 "$C" watch -n sched --count 2 -o json
+expect_out '"key":"tick".*"schedule_run":"1"'
+expect_out '"schedule_run":"2"'
+expect_code 0 "$C" schedule get tick -n sched
+expect_out '^catch-up latest \(limit 100\), jitter 0s$'
+expect_code 0 "$C" schedule set nightly report --cron '0 3 * * *' \
+  --tz Europe/Berlin -n sched
+expect_code 0 "$C" schedule ls -n sched
+expect_out '^nightly +[0-9]+ +0 3 \* \* \* Europe/Berlin +0 +- +20[0-9-]+T0[12]:00:00Z'
+expect_out '^tick '
+expect_code 0 "$C" schedule ls -n sched -o json --prefix night
+expect_out '^\{"namespace":"sched","key":"nightly"'
+expect_code 0 "$C" schedule rm tick -n sched
+expect_out '^removed schedule tick \(version [0-9]+\)$'
+expect_code 4 "$C" schedule get tick -n sched
+expect_code 4 "$C" schedule rm tick -n sched
+expect_code 3 "$C" schedule set nightly x --cron '@daily' --if-absent -n sched
+expect_err 'ALREADY_EXISTS'
+expect_code 1 "$C" schedule set x --every 1s --catch-up sometimes
+expect_code 1 "$C" schedule set x
+
 # ack: unknown ids are not found
 expect_code 4 "$C" ack 123456 -n q
 expect_out 'unknown 123456'

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 
+#include "tests/common/fake_clock.h"
 #include "tests/common/metrics_scrape.h"
 #include "tests/common/temp_dir.h"
 #include "tests/server/calls.h"
@@ -349,6 +350,38 @@ TEST(Metrics, AnAddressInUseIsRefused) {
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("--metrics-listen"), std::string::npos)
       << s.message();
+}
+
+TEST(Metrics, SchedulesAndTheirRunsAreCountedPerNamespace) {
+  FakeClock clock;
+  DelaydServer::Options o = WithMetrics();
+  o.scheduler.clock = &clock;
+  TestDaemon d(o);
+  ASSERT_TRUE(d.started());
+  for (const char* key : {"a", "b"}) {
+    v1::SetScheduleRequest req;
+    req.set_namespace_("s");
+    req.set_key(key);
+    req.mutable_spec()->mutable_every()->set_seconds(60);
+    v1::Schedule resp;
+    ASSERT_TRUE(d.stub().SetSchedule(Within().get(), req, &resp).ok());
+  }
+  clock.Advance(std::chrono::seconds(60));  // one run each, on time
+  clock.Advance(std::chrono::seconds(600));  // ten instants at once: latest
+  const Scrape s = ScrapeUntil(d, [](const Scrape& s) {
+    return s.Get("delayd_schedule_runs_total",
+                 {{"namespace", "s"}, {"kind", "fired"}}) == 4.0;
+  });
+  EXPECT_EQ(s.Get("delayd_schedules", {{"namespace", "s"}}), 2.0);
+  EXPECT_EQ(s.Get("delayd_schedule_runs_total",
+                  {{"namespace", "s"}, {"kind", "fired"}}),
+            4.0);
+  EXPECT_EQ(s.Get("delayd_schedule_runs_total",
+                  {{"namespace", "s"}, {"kind", "caught_up"}}),
+            0.0);  // the newest instant was on time
+  EXPECT_EQ(s.Get("delayd_schedule_runs_total",
+                  {{"namespace", "s"}, {"kind", "dropped"}}),
+            0.0);
 }
 
 }  // namespace
