@@ -238,6 +238,28 @@ TEST_P(ScheduleRuns, BadRequestsAreRefusedAndChangeNothing) {
   EXPECT_EQ(resp.schedules_size(), 0);
 }
 
+TEST_P(ScheduleRuns, AMalformedStoredScheduleIsRefusedByNameAtStart) {
+  {
+    std::unique_ptr<Store> store;
+    ASSERT_TRUE(store_.Opener()(StoreHooks(), &store).ok());
+    Batch b;
+    b.PutNamespace(0, "jobs");
+    b.PutSchedule(0, "broken", "not a schedule");
+    ASSERT_TRUE(store->WriteNow(b).ok());
+    store->Close();
+  }
+  auto o = TestDaemon::DefaultOptions();
+  o.scheduler.clock = &clock_;
+  o = store_.On(o);
+  o.listen = "127.0.0.1:0";
+  DelaydServer server(o);
+  const Status s = server.Start();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("the schedule 'broken' is stored malformed"),
+            std::string::npos)
+      << s.message();
+}
+
 INSTANTIATE_TEST_SUITE_P(Stores, ScheduleRuns, AllBackends(), BackendName);
 
 }  // namespace

@@ -65,6 +65,16 @@ void RocksStore::Check(CheckReport* report) {
                                         std::string(e.key) + "')"});
   });
   if (!s.ok()) problem(s.message());
+  // (A schedule's encoding is the core's: recovery reads it, and refuses a
+  // malformed one by name.)
+  s = ForEachSchedule(
+      [&](NamespaceId ns, std::string_view key, std::string_view encoded) {
+        if (ns >= names.size() || names[ns].empty() || encoded.empty()) {
+          problem("schedule '" + std::string(key) + "' names " + name_of(ns) +
+                  (encoded.empty() ? " and is empty" : ""));
+        }
+      });
+  if (!s.ok()) problem(s.message());
   constexpr std::size_t kChunk = 1024;
   for (std::size_t at = 0; at < owners.size(); at += kChunk) {
     const std::size_t n = std::min(kChunk, owners.size() - at);
