@@ -129,6 +129,7 @@ for ((round = 1; round <= rounds; round++)); do
   add redis_cores_bullmq "$cores"
   add bullmq_p50 "$(grep -oE '"p50_ms":[0-9.]+' <<<"$json" | grep -oE '[0-9.]+$')"
   add bullmq_p99 "$(grep -oE '"p99_ms":[0-9.]+' <<<"$json" | grep -oE '[0-9.]+$')"
+  add bullmq_node_cores "$(grep -oE '"node_cores":[0-9.]+' <<<"$json" | grep -oE '[0-9.]+$')"
   for fsync in always 1s; do
     rm -rf "$work/delayd"
     out=$("$load_gen" --only steady --seconds "$steady_seconds" \
