@@ -139,6 +139,29 @@ TEST_P(ScheduleRuns, ARestartFiresNoInstantTwiceAndMissesNone) {
   EXPECT_EQ(ToNanos(got[0].fire_time()), t0 + 120 * kSecond);
 }
 
+TEST_P(ScheduleRuns, AWallClockStepFiresNoInstantTwiceAndCatchesUpOnce) {
+  Start();
+  auto w = Worker();
+  const std::int64_t t0 = FakeClock::kStart;
+  ASSERT_TRUE(Set(Every("tick", 60, t0 + 60 * kSecond)).ok());
+  clock_.Advance(60s);
+  ASSERT_TRUE(WaitRuns("tick", 1));
+  // Back an hour: the instants already acted on do not come again.
+  clock_.StepWall(-1h);
+  clock_.Advance(30min);
+  EXPECT_EQ(Get("tick").runs(), 1u);
+  // Forward past the next ones: one run, for the newest (catch-up latest).
+  clock_.StepWall(1h + 5min);
+  ASSERT_TRUE(WaitRuns("tick", 2));
+  const auto got = w->WaitFor(2);
+  ASSERT_EQ(got.size(), 2u);
+  // Now t0 + 60 s - 1 h + 30 min + 1 h 5 min = t0 + 36 min: its newest
+  // instant is t0 + 36 min.
+  EXPECT_EQ(ToNanos(got[1].fire_time()), t0 + 36 * 60 * kSecond);
+  EXPECT_EQ(got[1].schedule_run(), 2u);
+  EXPECT_EQ(Get("tick").next_instant().seconds(), t0 / kSecond + 37 * 60);
+}
+
 TEST_P(ScheduleRuns, DowntimeIsCaughtUpByOneRunForTheNewestInstant) {
   Start();
   const std::int64_t t0 = FakeClock::kStart;
