@@ -167,6 +167,25 @@ async function main() {
   const acked = await call('Ack', {namespace: ns, event_ids: [again.id]});
   assert.equal(acked.acked, 1);
 
+  // A recurring schedule (one run: max_runs): its run arrives as an event
+  // with the schedule's key, payload and run number.
+  const sched = await call('SetSchedule', {
+    namespace: ns, key: 'every-second', payload: Buffer.from('tick'),
+    spec: {every: {seconds: 1}, max_runs: 1},
+  });
+  assert.ok(Number(sched.version) > 0);
+  assert.equal(sched.runs, '0');
+  const run = await nextEvent(keys.length + 5);
+  assert.equal(run.key, 'every-second');
+  assert.equal(run.schedule_run, '1');
+  assert.equal(run.payload.toString(), 'tick');
+  assert.equal(
+      (await call('Ack', {namespace: ns, event_ids: [run.id]})).acked, 1);
+  const done =
+      await call('GetSchedule', {namespace: ns, key: 'every-second'});
+  assert.equal(done.runs, '1');
+  assert.equal(done.next_instant, null);
+
   // TLS without the token: refused.
   const anonymous = new Delayd(endpoint, tls);
   await assert.rejects(
@@ -180,7 +199,7 @@ async function main() {
   client.close();
   console.log(`node client: ${received.size} events received and ` +
               'acknowledged, one nacked, backed off, dead-lettered and ' +
-              'requeued; ' +
+              'requeued; a schedule\'s run received; ' +
               'INVALID_ARGUMENT, NOT_FOUND and UNAUTHENTICATED ' +
               'seen (TLS, token)');
 }

@@ -163,6 +163,26 @@ try:
     assert stub.Ack(pb.AckRequest(namespace=ns, event_ids=[again.id]),
                     timeout=5).acked == 1
 
+    # A recurring schedule (one run: max_runs): its run arrives as an event
+    # with the schedule's key, payload and run number.
+    sched = stub.SetSchedule(pb.SetScheduleRequest(
+        namespace=ns, key="every-second", payload=b"tick",
+        spec=pb.ScheduleSpec(every=duration_pb2.Duration(seconds=1),
+                             max_runs=1)), timeout=5)
+    assert sched.version > 0 and sched.runs == 0, sched
+    run = None
+    while run is None:
+        for e in next(stream).events:
+            run = e
+    assert run.key == "every-second" and run.schedule_run == 1, run
+    assert run.payload == b"tick", run
+    assert stub.Ack(pb.AckRequest(namespace=ns, event_ids=[run.id]),
+                    timeout=5).acked == 1
+    done = stub.GetSchedule(pb.GetScheduleRequest(namespace=ns,
+                                                  key="every-second"),
+                            timeout=5)
+    assert done.runs == 1 and not done.HasField("next_instant"), done
+
     # Nothing is left in flight once acknowledged (the Ack answered after
     # the dispatcher applied it).
     stats = stub.Stats(pb.StatsRequest(), timeout=5)
@@ -171,6 +191,7 @@ try:
     channel.close()
     print(f"python client: {len(got)} events received and acknowledged, "
           "one nacked, backed off, dead-lettered and requeued; "
+          "a schedule's run received; "
           "INVALID_ARGUMENT, NOT_FOUND and UNAUTHENTICATED seen (TLS, token)")
 finally:
     shutil.rmtree(out)
