@@ -82,7 +82,10 @@ RpcMetrics::RpcMetrics(prometheus::Registry& registry) {
                                                    "SetSchedule",
                                                    "GetSchedule",
                                                    "ListSchedules",
-                                                   "DeleteSchedule"};
+                                                   "DeleteSchedule",
+                                                   "PauseSchedule",
+                                                   "ResumeSchedule",
+                                                   "TriggerSchedule"};
   // (A name left out would leave the last ones null.)
   static_assert(kNames[kMethods - 1] != nullptr);
   for (int m = 0; m < kMethods; ++m) {

@@ -71,6 +71,9 @@ class RpcMetrics {
     kGetSchedule,
     kListSchedules,
     kDeleteSchedule,
+    kPauseSchedule,
+    kResumeSchedule,
+    kTriggerSchedule,
     kMethods
   };
   explicit RpcMetrics(prometheus::Registry& registry);

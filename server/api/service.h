@@ -66,7 +66,10 @@ using RawDelayd =
         v1::Delayd::WithRawCallbackMethod_SetSchedule,
         v1::Delayd::WithRawCallbackMethod_GetSchedule,
         v1::Delayd::WithRawCallbackMethod_ListSchedules,
-        v1::Delayd::WithRawCallbackMethod_DeleteSchedule>::type;
+        v1::Delayd::WithRawCallbackMethod_DeleteSchedule,
+        v1::Delayd::WithRawCallbackMethod_PauseSchedule,
+        v1::Delayd::WithRawCallbackMethod_ResumeSchedule,
+        v1::Delayd::WithRawCallbackMethod_TriggerSchedule>::type;
 
 // The most bytes a request may have, by method, and the flags that set it.
 struct RequestLimit {
@@ -170,8 +173,24 @@ class DelaydService final : public RawDelayd {
   grpc::ServerUnaryReactor* DeleteSchedule(grpc::CallbackServerContext* ctx,
                                            const grpc::ByteBuffer* in,
                                            grpc::ByteBuffer* out) override;
+  grpc::ServerUnaryReactor* PauseSchedule(grpc::CallbackServerContext* ctx,
+                                          const grpc::ByteBuffer* in,
+                                          grpc::ByteBuffer* out) override;
+  grpc::ServerUnaryReactor* ResumeSchedule(grpc::CallbackServerContext* ctx,
+                                           const grpc::ByteBuffer* in,
+                                           grpc::ByteBuffer* out) override;
+  grpc::ServerUnaryReactor* TriggerSchedule(grpc::CallbackServerContext* ctx,
+                                            const grpc::ByteBuffer* in,
+                                            grpc::ByteBuffer* out) override;
 
  private:
+  // PauseSchedule, ResumeSchedule and TriggerSchedule: the same request
+  // and answer, a different action (service_schedule.cc).
+  grpc::ServerUnaryReactor* ActOnSchedule(grpc::CallbackServerContext* ctx,
+                                          const grpc::ByteBuffer* in,
+                                          grpc::ByteBuffer* out,
+                                          RpcMetrics::Method method,
+                                          Partition::ScheduleAction action);
   // RequeueDeadLetters and PurgeDeadLetters: the same request and answer,
   // a different change (service_dead.cc).
   using DeadLetterChange = void (Dispatcher::*)(

@@ -1,5 +1,6 @@
-// Recurring schedules: SetSchedule and DeleteSchedule (write on the
-// namespace), GetSchedule, ListSchedules and PreviewSchedule (read).
+// Recurring schedules: SetSchedule, DeleteSchedule, PauseSchedule,
+// ResumeSchedule and TriggerSchedule (write on the namespace); GetSchedule,
+// ListSchedules and PreviewSchedule (read).
 // PreviewSchedule computes the next instants of a spec (server/schedule/) on
 // the calling thread: at most Validator::kMaxPreview of them, each a bounded
 // search.
@@ -49,6 +50,7 @@ void ToProto(std::string_view ns, const Partition::ScheduleInfo& info,
   }
   if (info.next) SetTimestamp(*info.next, out->mutable_next_instant());
   SetTimestamp(r.created_at, out->mutable_create_time());
+  out->set_paused(r.state.paused);
 }
 
 }  // namespace
@@ -193,6 +195,54 @@ grpc::ServerUnaryReactor* DelaydService::PreviewSchedule(
     state.last_instant = *next;
   }
   return call.Reply(Status::Ok());
+}
+
+grpc::ServerUnaryReactor* DelaydService::ActOnSchedule(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+    grpc::ByteBuffer* out, RpcMetrics::Method method,
+    Partition::ScheduleAction action) {
+  const auto call = Start<v1::ScheduleActionRequest, v1::Schedule>(
+      ctx, in, out, method, request_limits_.other);
+  if (call.answered()) return call.reactor();
+  const auto& req = call.req();
+  Status s = Authorize(call.caller(), req.namespace_(), kWrite);
+  if (s.ok()) s = validator_.NamespaceName(req.namespace_());
+  if (s.ok()) s = validator_.Key(req.key());
+  if (!s.ok()) return call.Reply(s);
+  NamespacePin pin;
+  if (!Namespace(req.namespace_(), &pin).ok()) {
+    return call.Reply(Status::NotFound("no schedule '" + req.key() + "'"));
+  }
+  scheduler_.ActOnSchedule(pin.id(), req.key(), action, req.expected_version(),
+                           [this, call, pin](Partition::ScheduleResult r) {
+                             if (r.status.ok()) {
+                               ToProto(scheduler_.dispatcher(pin.id()).name(),
+                                       r.info, call.resp());
+                             }
+                             call.Reply(r.status);
+                           });
+  return call.reactor();
+}
+
+grpc::ServerUnaryReactor* DelaydService::PauseSchedule(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+    grpc::ByteBuffer* out) {
+  return ActOnSchedule(ctx, in, out, RpcMetrics::kPauseSchedule,
+                       Partition::ScheduleAction::kPause);
+}
+
+grpc::ServerUnaryReactor* DelaydService::ResumeSchedule(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+    grpc::ByteBuffer* out) {
+  return ActOnSchedule(ctx, in, out, RpcMetrics::kResumeSchedule,
+                       Partition::ScheduleAction::kResume);
+}
+
+grpc::ServerUnaryReactor* DelaydService::TriggerSchedule(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+    grpc::ByteBuffer* out) {
+  return ActOnSchedule(ctx, in, out, RpcMetrics::kTriggerSchedule,
+                       Partition::ScheduleAction::kTrigger);
 }
 
 }  // namespace delayd

@@ -186,6 +186,17 @@ class Partition {
                                                std::uint64_t expected_version,
                                                ScheduleDone& durable)
       EXCLUDES(mu_);
+  // Pause: no runs until resumed (its wake-up is dropped). Resume: instants
+  // missed while paused are due at once, under the catch-up policy.
+  // Trigger: a run now, outside the spec (the next run number). NOT_FOUND,
+  // ABORTED as above; the version stays.
+  enum class ScheduleAction { kPause, kResume, kTrigger };
+  std::optional<ScheduleResult> ActOnSchedule(NamespaceId ns,
+                                              const std::string& key,
+                                              ScheduleAction action,
+                                              std::uint64_t expected_version,
+                                              ScheduleDone& durable)
+      EXCLUDES(mu_);
   std::optional<ScheduleInfo> GetSchedule(NamespaceId ns,
                                           std::string_view key) const
       EXCLUDES(mu_);

@@ -157,6 +157,63 @@ std::optional<Partition::ScheduleResult> Partition::RemoveSchedule(
   return std::nullopt;
 }
 
+std::optional<Partition::ScheduleResult> Partition::ActOnSchedule(
+    NamespaceId ns, const std::string& key, ScheduleAction action,
+    std::uint64_t expected_version, ScheduleDone& durable) {
+  Batch batch;
+  Batch* const into = store_ != nullptr ? &batch : nullptr;
+  MutexLock lock(&mu_);
+  ScheduleResult result;
+  if (stopped_) return ScheduleResult::Error(ShuttingDown());
+  const auto found = schedule_ids_.find({ns, key});
+  if (found == schedule_ids_.end()) {
+    result.status = Status::NotFound("no schedule '" + key + "'");
+    return result;
+  }
+  const std::uint32_t id = found->second;
+  ScheduleEntry& e = schedules_.at(id);
+  if (expected_version != 0 && e.rec.version != expected_version) {
+    result.status = Status::Aborted("schedule '" + key + "' has version " +
+                                    std::to_string(e.rec.version) + ", not " +
+                                    std::to_string(expected_version));
+    return result;
+  }
+  const WallNanos wall_now = clock_.Wall();
+  const SteadyTime steady_now = clock_.Steady();
+  switch (action) {
+    case ScheduleAction::kPause:
+      e.rec.state.paused = true;
+      break;
+    case ScheduleAction::kResume:
+      e.rec.state.paused = false;
+      break;
+    case ScheduleAction::kTrigger: {
+      if (result.status = ReserveIds(1, 0); !result.status.ok()) return result;
+      schedule::State next = e.rec.state;
+      const schedule::Run run = schedule::Trigger(&next, wall_now);
+      SetOp op{ns, Blob(RunKey(key, e.rec.version, run.number), e.rec.payload),
+               run.fire_at};
+      if (result.status = Set(op, wall_now, steady_now, into).status;
+          !result.status.ok()) {
+        return result;
+      }
+      e.rec.state = next;
+      counters_.of(ns).runs.fetch_add(1, std::memory_order_relaxed);
+      break;
+    }
+  }
+  ArmSchedule(e, id, wall_now, steady_now);
+  result.info = InfoOf(e);
+  if (into == nullptr) return result;
+  batch.PutSchedule(ns, key, EncodeSchedule(e.rec));
+  store_->Commit(batch,
+                 [result, durable = std::move(durable)](Status s) mutable {
+                   if (!s.ok()) result.status = std::move(s);
+                   durable(std::move(result));
+                 });
+  return std::nullopt;
+}
+
 std::optional<Partition::ScheduleInfo> Partition::GetSchedule(
     NamespaceId ns, std::string_view key) const {
   MutexLock lock(&mu_);

@@ -175,6 +175,10 @@ class Scheduler {
   void RemoveSchedule(NamespaceId ns, std::string key,
                       std::uint64_t expected_version,
                       Partition::ScheduleDone done);
+  void ActOnSchedule(NamespaceId ns, std::string key,
+                     Partition::ScheduleAction action,
+                     std::uint64_t expected_version,
+                     Partition::ScheduleDone done);
   std::optional<Partition::ScheduleInfo> GetSchedule(NamespaceId ns,
                                                      std::string_view key);
   // The first `limit` keys of schedules of `ns` that start with `prefix`

@@ -40,6 +40,20 @@ void Scheduler::RemoveSchedule(NamespaceId ns, std::string key,
   }
 }
 
+void Scheduler::ActOnSchedule(NamespaceId ns, std::string key,
+                              Partition::ScheduleAction action,
+                              std::uint64_t expected_version,
+                              Partition::ScheduleDone done) {
+  if (Status s = Admit(); !s.ok()) {
+    done(Partition::ScheduleResult::Error(std::move(s)));
+    return;
+  }
+  Partition& p = *partitions_[PartitionOf(ns, key)];
+  if (auto r = p.ActOnSchedule(ns, key, action, expected_version, done)) {
+    done(std::move(*r));
+  }
+}
+
 std::optional<Partition::ScheduleInfo> Scheduler::GetSchedule(
     NamespaceId ns, std::string_view key) {
   return partitions_[PartitionOf(ns, key)]->GetSchedule(ns, key);

@@ -233,6 +233,47 @@ class AuthMatrix : public ::testing::Test {
       r.mutable_spec()->set_cron("@hourly");
       v1::PreviewScheduleResponse resp;
       s = stub.PreviewSchedule(ctx.get(), r, &resp);
+    } else if (method == "SetSchedule") {
+      v1::SetScheduleRequest r;
+      r.set_namespace_(ns);
+      r.set_key("s");
+      r.mutable_spec()->set_cron("@hourly");
+      v1::Schedule resp;
+      s = stub.SetSchedule(ctx.get(), r, &resp);
+    } else if (method == "GetSchedule" || method == "DeleteSchedule" ||
+               method == "PauseSchedule" || method == "ResumeSchedule" ||
+               method == "TriggerSchedule") {
+      // (On a key with no schedule: allowed calls find nothing.)
+      v1::ScheduleActionRequest r;
+      r.set_namespace_(ns);
+      r.set_key("none");
+      v1::Schedule resp;
+      if (method == "GetSchedule") {
+        v1::GetScheduleRequest g;
+        g.set_namespace_(ns);
+        g.set_key("none");
+        s = stub.GetSchedule(ctx.get(), g, &resp);
+      } else if (method == "DeleteSchedule") {
+        v1::DeleteScheduleRequest d;
+        d.set_namespace_(ns);
+        d.set_key("none");
+        v1::DeleteScheduleResponse gone;
+        s = stub.DeleteSchedule(ctx.get(), d, &gone);
+      } else if (method == "PauseSchedule") {
+        s = stub.PauseSchedule(ctx.get(), r, &resp);
+      } else if (method == "ResumeSchedule") {
+        s = stub.ResumeSchedule(ctx.get(), r, &resp);
+      } else {
+        s = stub.TriggerSchedule(ctx.get(), r, &resp);
+      }
+      if (s.error_code() == grpc::StatusCode::NOT_FOUND) {
+        return grpc::StatusCode::OK;
+      }
+    } else if (method == "ListSchedules") {
+      v1::ListSchedulesRequest r;
+      r.set_namespace_(ns);
+      v1::ListSchedulesResponse resp;
+      s = stub.ListSchedules(ctx.get(), r, &resp);
     } else if (method == "Backup") {
       v1::BackupRequest r;
       r.set_dir("backup-" + std::to_string(++backups_));
@@ -284,6 +325,13 @@ TEST_F(AuthMatrix, EveryRpcNeedsItsPermissionOnItsNamespace) {
       {"RequeueDeadLetters", kWrite},
       {"PurgeDeadLetters", kWrite},
       {"PreviewSchedule", kRead},
+      {"SetSchedule", kWrite},
+      {"GetSchedule", kRead},
+      {"ListSchedules", kRead},
+      {"DeleteSchedule", kWrite},
+      {"PauseSchedule", kWrite},
+      {"ResumeSchedule", kWrite},
+      {"TriggerSchedule", kWrite},
   };
   const std::map<std::string, std::uint8_t> tokens = {
       {"reader", kRead},
@@ -319,7 +367,7 @@ TEST_F(AuthMatrix, EveryRpcNeedsItsPermissionOnItsNamespace) {
       }
     }
   }
-  EXPECT_EQ(checked, 21 * 3 * 5);
+  EXPECT_EQ(checked, 28 * 3 * 5);
 }
 
 TEST_F(AuthMatrix, ATenantSeesItsNamespaceFiguresAndNothingElse) {

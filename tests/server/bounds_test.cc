@@ -48,6 +48,22 @@ TEST(Bounds, EachMethodHoldsItsRequestToItsOwnSizeLimit) {
             std::string::npos)
       << s.error_message();
 
+  // SetSchedule takes a payload as SetTimer does, and its spec: the
+  // largest of each is read, 20 kB more is not.
+  v1::SetScheduleRequest schedule;
+  schedule.set_namespace_(std::string(limits.max_namespace_bytes, 'n'));
+  schedule.set_key(std::string(limits.max_key_bytes, 's'));
+  schedule.set_payload(std::string(limits.max_payload_bytes, 'p'));
+  schedule.mutable_spec()->set_cron("0 9 * * MON-FRI" +
+                                    std::string(256 - 15, ' '));
+  schedule.mutable_spec()->set_time_zone("America/Argentina/ComodRivadavia");
+  s = RawUnaryCall(d.channel(), "/delayd.v1.Delayd/SetSchedule",
+                   schedule.SerializeAsString(), &out);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  s = RawUnaryCall(d.channel(), "/delayd.v1.Delayd/SetSchedule",
+                   WithUnknownBytes(schedule, 20'000), &out);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+
   // Every other method takes a namespace, a key and small fields: 20 kB is
   // over its limit (Ack's ids aside).
   const std::pair<const char*, std::size_t> methods[] = {
@@ -66,7 +82,13 @@ TEST(Bounds, EachMethodHoldsItsRequestToItsOwnSizeLimit) {
       {"ListDeadLetters", 20'000},
       {"RequeueDeadLetters", 200'000},
       {"PurgeDeadLetters", 200'000},
-      {"PreviewSchedule", 20'000}};
+      {"PreviewSchedule", 20'000},
+      {"GetSchedule", 20'000},
+      {"ListSchedules", 20'000},
+      {"DeleteSchedule", 20'000},
+      {"PauseSchedule", 20'000},
+      {"ResumeSchedule", 20'000},
+      {"TriggerSchedule", 20'000}};
   for (const auto& [method, bytes] : methods) {
     s = RawUnaryCall(d.channel(), std::string("/delayd.v1.Delayd/") + method,
                      std::string(bytes, '\0'), &out);

@@ -162,6 +162,58 @@ TEST_P(ScheduleRuns, AWallClockStepFiresNoInstantTwiceAndCatchesUpOnce) {
   EXPECT_EQ(Get("tick").next_instant().seconds(), t0 / kSecond + 37 * 60);
 }
 
+TEST_P(ScheduleRuns, PauseHoldsRunsResumeCatchesUpTriggerRunsNow) {
+  Start();
+  auto w = Worker();
+  const std::int64_t t0 = FakeClock::kStart;
+  ASSERT_TRUE(Set(Every("tick", 60, t0 + 60 * kSecond)).ok());
+  auto act = [&](const char* what, v1::Schedule* out) {
+    v1::ScheduleActionRequest req;
+    req.set_namespace_("jobs");
+    req.set_key("tick");
+    auto ctx = Within();
+    const std::string w = what;
+    return w == "pause"    ? d_->stub().PauseSchedule(ctx.get(), req, out)
+           : w == "resume" ? d_->stub().ResumeSchedule(ctx.get(), req, out)
+                           : d_->stub().TriggerSchedule(ctx.get(), req, out);
+  };
+  v1::Schedule s;
+  // Triggered: a run now, the next number; the spec's instants go on.
+  ASSERT_TRUE(act("trigger", &s).ok());
+  EXPECT_EQ(s.runs(), 1u);
+  EXPECT_EQ(s.next_instant().seconds(), t0 / kSecond + 60);
+  auto got = w->WaitFor(1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].schedule_run(), 1u);
+  EXPECT_EQ(ToNanos(got[0].fire_time()), t0);
+  ASSERT_TRUE(testing::Ack(d_->stub(), "jobs", {got[0].id()}).ok());
+  // Paused: its instants pass without runs, across a restart too.
+  ASSERT_TRUE(act("pause", &s).ok());
+  EXPECT_TRUE(s.paused());
+  EXPECT_FALSE(s.has_next_instant());
+  clock_.Advance(5min);
+  EXPECT_EQ(Get("tick").runs(), 1u);
+  Restart();
+  w = Worker();
+  EXPECT_TRUE(Get("tick").paused());
+  clock_.Advance(5min);
+  EXPECT_EQ(Get("tick").runs(), 1u);
+  // Resumed: the ten missed instants, caught up as one run (latest).
+  ASSERT_TRUE(act("resume", &s).ok());
+  EXPECT_FALSE(s.paused());
+  ASSERT_TRUE(WaitRuns("tick", 2));
+  got = w->WaitFor(1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].schedule_run(), 2u);
+  EXPECT_EQ(ToNanos(got[0].fire_time()), t0 + 600 * kSecond);
+  // None of these for a schedule that is not there.
+  v1::ScheduleActionRequest none;
+  none.set_namespace_("jobs");
+  none.set_key("nothing");
+  EXPECT_EQ(d_->stub().PauseSchedule(Within().get(), none, &s).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+}
+
 TEST_P(ScheduleRuns, DowntimeIsCaughtUpByOneRunForTheNewestInstant) {
   Start();
   const std::int64_t t0 = FakeClock::kStart;
