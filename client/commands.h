@@ -42,7 +42,7 @@ void AddDeadLetterCommands(CLI::App& app, const Global& g, Commands& out);
 void AddPolicyCommands(CLI::App& app, const Global& g, Commands& out);
 // stats, backup, health.
 void AddAdminCommands(CLI::App& app, const Global& g, Commands& out);
-// schedule set|get|ls|rm|next.
+// schedule set|get|ls|rm|pause|resume|trigger|next.
 void AddScheduleCommands(CLI::App& app, const Global& g, Commands& out);
 
 }  // namespace delayctl

@@ -1,4 +1,5 @@
-// Recurring schedules: schedule set, get, ls, rm, next.
+// Recurring schedules: schedule set, get, ls, rm, pause, resume, trigger,
+// next.
 #include <date/tz.h>
 #include <google/protobuf/util/time_util.h>
 
@@ -56,7 +57,9 @@ std::vector<std::string> Row(const v1::Schedule& s) {
           when,
           std::to_string(s.runs()),
           s.has_last_instant() ? Time(s.last_instant()) : "-",
-          s.has_next_instant() ? Time(s.next_instant()) : "ended",
+          s.paused()             ? "paused"
+          : s.has_next_instant() ? Time(s.next_instant())
+                                 : "ended",
           Shown(s.payload())};
 }
 
@@ -180,6 +183,20 @@ int Remove(Client& c, const Global& g, const SpecArgs& a) {
   return kOk;
 }
 
+// pause, resume, trigger: the schedule as it then is.
+using Action = grpc::Status (v1::Delayd::Stub::*)(
+    grpc::ClientContext*, const v1::ScheduleActionRequest&, v1::Schedule*);
+int Act(Client& c, const Global& g, const SpecArgs& a, Action action) {
+  v1::ScheduleActionRequest req;
+  req.set_namespace_(g.ns);
+  req.set_key(a.key);
+  req.set_expected_version(a.version);
+  v1::Schedule s;
+  Check((c.stub().*action)(c.Context().get(), req, &s));
+  PrintSchedule(c.json(), s);
+  return kOk;
+}
+
 int Next(Client& c, const Global& g, const SpecArgs& a) {
   v1::PreviewScheduleRequest req;
   req.set_namespace_(g.ns);
@@ -259,6 +276,25 @@ void AddScheduleCommands(CLI::App& app, const Global& g, Commands& out) {
   rm->add_option("--version", s->version,
                  "Delete only if the schedule has this version");
   out.push_back({rm, {}, {}, [&g, s](Client& c) { return Remove(c, g, *s); }});
+
+  const std::pair<const char*, const char*> actions[] = {
+      {"pause", "Hold a schedule's runs until resumed"},
+      {"resume", "Run a paused schedule again (missed instants by --catch-up)"},
+      {"trigger", "Fire a run now, outside the spec"}};
+  for (const auto& [name, help] : actions) {
+    auto* sub = schedule->add_subcommand(name, help);
+    sub->add_option("key", s->key, "Schedule key")->required();
+    sub->add_option("--version", s->version,
+                    "Only if the schedule has this version");
+    const std::string which = name;
+    const Action action = which == "pause" ? &v1::Delayd::Stub::PauseSchedule
+                          : which == "resume"
+                              ? &v1::Delayd::Stub::ResumeSchedule
+                              : &v1::Delayd::Stub::TriggerSchedule;
+    out.push_back({sub, {}, {}, [&g, s, action](Client& c) {
+                     return Act(c, g, *s, action);
+                   }});
+  }
 
   auto a = std::make_shared<SpecArgs>();
   auto* next = schedule->add_subcommand(

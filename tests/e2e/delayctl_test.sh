@@ -359,6 +359,13 @@ expect_out '^nightly +[0-9]+ +0 3 \* \* \* Europe/Berlin +0 +- +20[0-9-]+T0[12]:
 expect_out '^tick '
 expect_code 0 "$C" schedule ls -n sched -o json --prefix night
 expect_out '^\{"namespace":"sched","key":"nightly"'
+expect_code 0 "$C" schedule pause nightly -n sched
+expect_out '^nightly .* paused '
+expect_code 0 "$C" schedule trigger nightly -n sched
+expect_out '^nightly +[0-9]+ +0 3 .* +1 +- +paused '
+expect_code 0 "$C" schedule resume nightly -n sched -o json
+expect_out '"runs":"1"'
+expect_code 4 "$C" schedule pause nothing -n sched
 expect_code 0 "$C" schedule rm tick -n sched
 expect_out '^removed schedule tick \(version [0-9]+\)$'
 expect_code 4 "$C" schedule get tick -n sched
