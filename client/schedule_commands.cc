@@ -22,7 +22,7 @@ struct SpecArgs {
   std::uint64_t max_runs = 0;
   std::uint32_t count = 10;
   // set, get, rm
-  std::string key, payload, catch_up = "latest", jitter;
+  std::string key, payload, catch_up = "latest", overlap = "allow", jitter;
   std::uint32_t catch_up_limit = 0;
   bool if_absent = false;
   std::uint64_t version = 0;
@@ -35,6 +35,19 @@ v1::CatchUp CatchUpFlag(const std::string& v) {
   if (v == "none") return v1::CATCH_UP_NONE;
   if (v == "all") return v1::CATCH_UP_ALL;
   throw Exit{kUsage, "--catch-up: latest, none or all, not " + v};
+}
+
+v1::Overlap OverlapFlag(const std::string& v) {
+  if (v == "allow") return v1::OVERLAP_ALLOW;
+  if (v == "skip") return v1::OVERLAP_SKIP;
+  if (v == "buffer-one") return v1::OVERLAP_BUFFER_ONE;
+  throw Exit{kUsage, "--overlap: allow, skip or buffer-one, not " + v};
+}
+
+std::string OverlapName(v1::Overlap o) {
+  return o == v1::OVERLAP_SKIP         ? "skip"
+         : o == v1::OVERLAP_BUFFER_ONE ? "buffer-one"
+                                       : "allow";
 }
 
 std::string CatchUpName(v1::CatchUp c) {
@@ -122,6 +135,7 @@ int Set(Client& c, const Global& g, const SpecArgs& a) {
   req.set_expected_version(a.version);
   req.set_catch_up(CatchUpFlag(a.catch_up));
   req.set_catch_up_limit(a.catch_up_limit);
+  req.set_overlap(OverlapFlag(a.overlap));
   if (!a.jitter.empty())
     *req.mutable_jitter() = DurationFlag(a.jitter, "--jitter");
   v1::Schedule s;
@@ -141,8 +155,9 @@ int Get(Client& c, const Global& g, const SpecArgs& a) {
     return kOk;
   }
   PrintSchedule(false, s);
-  std::printf("catch-up %s (limit %u), jitter %s\n",
+  std::printf("catch-up %s (limit %u), overlap %s, jitter %s\n",
               CatchUpName(s.catch_up()).c_str(), s.catch_up_limit(),
+              OverlapName(s.overlap()).c_str(),
               TimeUtil::ToString(s.jitter()).c_str());
   return kOk;
 }
@@ -249,6 +264,10 @@ void AddScheduleCommands(CLI::App& app, const Global& g, Commands& out) {
       ->capture_default_str();
   set->add_option("--catch-up-limit", s->catch_up_limit,
                   "With --catch-up all: at most this many runs (default 100)");
+  set->add_option("--overlap", s->overlap,
+                  "A due instant while the last run is unacknowledged: allow, "
+                  "skip, or buffer-one (hold one until it is)")
+      ->capture_default_str();
   set->add_option("--jitter", s->jitter,
                   "Delay each run by up to this, at random (never early)");
   set->add_flag("--if-absent", s->if_absent, "Create only");
@@ -258,6 +277,7 @@ void AddScheduleCommands(CLI::App& app, const Global& g, Commands& out) {
                  [s] {
                    Spec(*s);
                    CatchUpFlag(s->catch_up);
+                   OverlapFlag(s->overlap);
                  },
                  {},
                  [&g, s](Client& c) { return Set(c, g, *s); }});

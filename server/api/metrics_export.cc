@@ -183,7 +183,9 @@ std::vector<MetricFamily> ScrapedFigures::Collect() const {
        {}},
       {"delayd_schedule_runs_total",
        "Runs of recurring schedules fired; caught_up: for instants missed "
-       "while delayd was down (also counted as fired).",
+       "while delayd was down (also counted as fired); dropped: missed "
+       "instants catch-up left out; skipped_overlap: instants the overlap "
+       "policy left out.",
        MetricType::Counter,
        &NamespaceCounters::runs,
        {{"kind", "fired"}}},
@@ -197,6 +199,11 @@ std::vector<MetricFamily> ScrapedFigures::Collect() const {
        MetricType::Counter,
        &NamespaceCounters::runs_dropped,
        {{"kind", "dropped"}}},
+      {"delayd_schedule_runs_total",
+       "",
+       MetricType::Counter,
+       &NamespaceCounters::runs_skipped,
+       {{"kind", "skipped_overlap"}}},
   };
   std::vector<MetricFamily> out;
   std::vector<std::size_t> family_of(defs.size());

@@ -51,6 +51,10 @@ void ToProto(std::string_view ns, const Partition::ScheduleInfo& info,
   if (info.next) SetTimestamp(*info.next, out->mutable_next_instant());
   SetTimestamp(r.created_at, out->mutable_create_time());
   out->set_paused(r.state.paused);
+  out->set_overlap(r.overlap == schedule::Overlap::kSkip ? v1::OVERLAP_SKIP
+                   : r.overlap == schedule::Overlap::kBufferOne
+                       ? v1::OVERLAP_BUFFER_ONE
+                       : v1::OVERLAP_ALLOW);
 }
 
 }  // namespace

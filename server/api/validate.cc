@@ -482,6 +482,20 @@ Status Validator::SetSchedule(const v1::SetScheduleRequest& req, WallNanos now,
       return Status::InvalidArgument("catch_up: unknown value " +
                                      std::to_string(req.catch_up()));
   }
+  switch (req.overlap()) {
+    case v1::OVERLAP_ALLOW:
+      r.overlap = schedule::Overlap::kAllow;
+      break;
+    case v1::OVERLAP_SKIP:
+      r.overlap = schedule::Overlap::kSkip;
+      break;
+    case v1::OVERLAP_BUFFER_ONE:
+      r.overlap = schedule::Overlap::kBufferOne;
+      break;
+    default:
+      return Status::InvalidArgument("overlap: unknown value " +
+                                     std::to_string(req.overlap()));
+  }
   if (req.catch_up_limit() > 10'000) {
     return Status::InvalidArgument("catch_up_limit: at most 10000");
   }

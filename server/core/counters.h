@@ -35,15 +35,17 @@ struct alignas(64) NamespaceCounters {
   std::atomic<std::uint64_t> redelivered{0};
   std::atomic<std::uint64_t> acked{0};
   // Schedules' runs: fired; fired for missed instants (catch-up); instants
-  // dropped (catch-up, or a run that could not be set).
+  // dropped (catch-up, or a run that could not be set); skipped by the
+  // overlap policy.
   std::atomic<std::uint64_t> runs{0};
   std::atomic<std::uint64_t> runs_caught_up{0};
   std::atomic<std::uint64_t> runs_dropped{0};
+  std::atomic<std::uint64_t> runs_skipped{0};
 
   void ResetTotals() {
-    for (auto* t : {&set, &moved, &removed, &expired, &drained, &delivered,
-                    &redelivered, &acked, &runs, &runs_caught_up,
-                    &runs_dropped}) {
+    for (auto* t :
+         {&set, &moved, &removed, &expired, &drained, &delivered, &redelivered,
+          &acked, &runs, &runs_caught_up, &runs_dropped, &runs_skipped}) {
       t->store(0, std::memory_order_relaxed);
     }
   }

@@ -248,6 +248,7 @@ void Dispatcher::Ack(std::vector<std::uint64_t> ids,
       if (store_ != nullptr) {
         batch.RemoveEvent(id, PayloadIdOf(o.event.blob), o.fate_stored);
       }
+      CloseRun(o);
       Forget(it);
       ++result.acked;
     }

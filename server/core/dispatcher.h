@@ -152,6 +152,13 @@ class Dispatcher {
   Dispatcher(const Dispatcher&) = delete;
   Dispatcher& operator=(const Dispatcher&) = delete;
 
+  // Told, on the dispatcher's strand, when an event under a schedule's run
+  // key (schedule_record.h) is acknowledged or becomes a dead letter: the
+  // run is closed. Set once, before the dispatcher is used.
+  void SetRunClosed(std::function<void(NamespaceId, std::string_view)> f) {
+    run_closed_ = std::move(f);
+  }
+
   // The namespace's name; empty while its id is free. Changed only by the
   // scheduler under its namespace lock, while nothing uses the namespace
   // (so read without one by whoever holds a pin on it).
@@ -329,6 +336,8 @@ class Dispatcher {
   void Retry(std::uint64_t event_id, Outstanding& o,
              std::chrono::nanoseconds wait) REQUIRES(on_strand_);
   void Bury(std::uint64_t event_id, Outstanding& o) REQUIRES(on_strand_);
+  // Tells run_closed_ if `o` is a schedule's run.
+  void CloseRun(const Outstanding& o) REQUIRES(on_strand_);
   // A RequeueDeadLetters or PurgeDeadLetters call (dispatcher_dead.cc).
   // "All" goes through the dead letters in id order, kDeadChunk at a time,
   // each chunk one strand handler and one store batch, the next posted once
@@ -400,6 +409,7 @@ class Dispatcher {
   static constexpr std::chrono::seconds kRetryRead{1};
 
   std::string name_;
+  std::function<void(NamespaceId, std::string_view)> run_closed_;
   const NamespaceId id_;
   NamespaceRefs* const refs_;
   Counters& counters_;

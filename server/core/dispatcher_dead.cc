@@ -8,8 +8,14 @@
 
 namespace delayd {
 
+void Dispatcher::CloseRun(const Outstanding& o) {
+  const std::string_view key = o.event.blob.key();
+  if (run_closed_ && !key.empty() && key[0] == '\0') run_closed_(id_, key);
+}
+
 void Dispatcher::Bury(std::uint64_t event_id, Outstanding& o) {
   LeaveFlight(o);
+  CloseRun(o);
   o.dead = true;
   dead_.insert(event_id);
   counters_.dead_letters.fetch_add(1);

@@ -191,14 +191,17 @@ class Partition {
   // Trigger: a run now, outside the spec (the next run number). NOT_FOUND,
   // ABORTED as above; the version stays.
   enum class ScheduleAction { kPause, kResume, kTrigger };
-  std::optional<ScheduleResult> ActOnSchedule(NamespaceId ns,
-                                              const std::string& key,
-                                              ScheduleAction action,
-                                              std::uint64_t expected_version,
-                                              ScheduleDone& durable)
-      EXCLUDES(mu_);
+  std::optional<ScheduleResult> ActOnSchedule(
+      NamespaceId ns, const std::string& key, ScheduleAction action,
+      std::uint64_t expected_version, ScheduleDone& durable) EXCLUDES(mu_);
   std::optional<ScheduleInfo> GetSchedule(NamespaceId ns,
                                           std::string_view key) const
+      EXCLUDES(mu_);
+  // Run `run_key` of a schedule here was acknowledged or dead-lettered (or,
+  // with `open`, is recovered pending or unacknowledged): whether a run is
+  // open is what the overlap policy asks. Closing the open run fires the
+  // run its policy held back (buffer-one).
+  void RunState(NamespaceId ns, std::string_view run_key, bool open)
       EXCLUDES(mu_);
   // Appends the first `limit` keys of schedules of `ns` that start with
   // `prefix` and sort after `after`, in order.
@@ -270,7 +273,14 @@ class Partition {
     schedule::Policies policies;
     wheel::TimingWheel::Handle handle = wheel::TimingWheel::kNoHandle;
     std::optional<WallNanos> wake;  // the instant it is armed for
+    // The number of its last run while that run's event may be open (set,
+    // pending, or delivered and not acknowledged); 0 when closed. Not
+    // stored: recovery finds open runs among the pending timers and events.
+    std::uint64_t open_run = 0;
   };
+  // Sets the runs of `plan` as timers (with `e`'s new state in one batch).
+  void SetRuns(ScheduleEntry& e, const schedule::Plan& plan, WallNanos wall_now,
+               SteadyTime steady_now) REQUIRES(mu_);
   // Wheel cookies with this bit are schedules' ids; the rest are records.
   static constexpr std::uint32_t kScheduleCookie = 1u << 31;
   ScheduleInfo InfoOf(const ScheduleEntry& e) const REQUIRES(mu_);

@@ -198,6 +198,7 @@ std::optional<Partition::ScheduleResult> Partition::ActOnSchedule(
         return result;
       }
       e.rec.state = next;
+      e.open_run = run.number;
       counters_.of(ns).runs.fetch_add(1, std::memory_order_relaxed);
       break;
     }
@@ -265,8 +266,19 @@ void Partition::WakeSchedule(std::uint32_t id) {
   const WallNanos wall_now = clock_.Wall();
   const SteadyTime steady_now = clock_.Steady();
   schedule::State next = e.rec.state;
-  schedule::Plan plan =
-      schedule::PlanDue(e.spec, e.policies, &next, wall_now, false);
+  // A run held back (buffer-one) goes first once the open one closed; then
+  // the instants due now, which it overlaps.
+  schedule::Plan plan;
+  if (next.buffered && e.open_run == 0) {
+    plan = schedule::PlanClosed(e.spec, e.policies, &next, wall_now);
+  }
+  const schedule::Plan due =
+      schedule::PlanDue(e.spec, e.policies, &next, wall_now,
+                        e.open_run != 0 || !plan.fire.empty());
+  plan.fire.insert(plan.fire.end(), due.fire.begin(), due.fire.end());
+  plan.dropped_missed += due.dropped_missed;
+  plan.dropped_overlap += due.dropped_overlap;
+  plan.caught_up += due.caught_up;
   // Versions for the runs' timers: if none can be had yet, nothing changed,
   // and the wake-up comes again after kRetryIds.
   if (!plan.fire.empty()) {
@@ -279,8 +291,16 @@ void Partition::WakeSchedule(std::uint32_t id) {
   }
   NamespaceCounters& c = counters_.of(e.ns);
   c.runs_caught_up.fetch_add(plan.caught_up, std::memory_order_relaxed);
-  c.runs_dropped.fetch_add(plan.dropped_missed + plan.dropped_overlap,
-                           std::memory_order_relaxed);
+  c.runs_dropped.fetch_add(plan.dropped_missed, std::memory_order_relaxed);
+  c.runs_skipped.fetch_add(plan.dropped_overlap, std::memory_order_relaxed);
+  e.rec.state = next;
+  SetRuns(e, plan, wall_now, steady_now);
+  ArmSchedule(e, id, wall_now, steady_now);
+}
+
+void Partition::SetRuns(ScheduleEntry& e, const schedule::Plan& plan,
+                        WallNanos wall_now, SteadyTime steady_now) {
+  NamespaceCounters& c = counters_.of(e.ns);
   Batch batch;
   Batch* const into = store_ != nullptr ? &batch : nullptr;
   for (const schedule::Run& run : plan.fire) {
@@ -290,6 +310,7 @@ void Partition::WakeSchedule(std::uint32_t id) {
     const OpResult r = Set(op, wall_now, steady_now, into);
     if (r.status.ok()) {
       c.runs.fetch_add(1, std::memory_order_relaxed);
+      e.open_run = run.number;
     } else {
       c.runs_dropped.fetch_add(1, std::memory_order_relaxed);
       LogLimitHit("schedule-run-dropped",
@@ -298,12 +319,36 @@ void Partition::WakeSchedule(std::uint32_t id) {
                       " dropped: " + r.status.message());
     }
   }
-  e.rec.state = next;
   if (into != nullptr) {
     batch.PutSchedule(e.ns, e.key, EncodeSchedule(e.rec));
     store_->Commit(batch, nullptr);
   }
-  ArmSchedule(e, id, wall_now, steady_now);
+}
+
+void Partition::RunState(NamespaceId ns, std::string_view run_key, bool open) {
+  std::string_view key;
+  std::uint64_t run = 0;
+  if (!SplitRunKey(run_key, &key, &run)) return;
+  MutexLock lock(&mu_);
+  const auto found = schedule_ids_.find({ns, std::string(key)});
+  if (found == schedule_ids_.end()) return;  // deleted since
+  const std::uint32_t id = found->second;
+  ScheduleEntry& e = schedules_.at(id);
+  if (open) {
+    e.open_run = std::max(e.open_run, run);
+    return;
+  }
+  if (run != e.open_run) return;  // an earlier run
+  e.open_run = 0;
+  if (e.rec.state.buffered && !stopped_) {
+    // The held run goes now: a wake-up at once.
+    if (e.handle != wheel::TimingWheel::kNoHandle) {
+      wheel_.wheel().Cancel(e.handle);
+    }
+    e.handle = wheel_.wheel().Schedule(wheel_.ToWheel(clock_.Steady()),
+                                       kScheduleCookie | id);
+    wheel_.Scheduled(e.handle);
+  }
 }
 
 }  // namespace delayd

@@ -69,6 +69,7 @@ std::string EncodeSchedule(const ScheduleRecord& r) {
   record::AppendRaw(out, r.jitter);
   record::AppendRaw(out, static_cast<std::uint8_t>(r.catch_up));
   record::AppendRaw(out, r.catch_up_limit);
+  record::AppendRaw(out, static_cast<std::uint8_t>(r.overlap));
   record::AppendRaw(out, r.version);
   record::AppendRaw(out, r.created_at);
   record::AppendRaw(out, r.state.last_instant);
@@ -81,21 +82,23 @@ std::string EncodeSchedule(const ScheduleRecord& r) {
 bool DecodeSchedule(std::string_view bytes, ScheduleRecord* out) {
   Reader in(bytes);
   ScheduleRecord r;
-  std::uint8_t format = 0, flags = 0, catch_up = 0;
+  std::uint8_t format = 0, flags = 0, catch_up = 0, overlap = 0;
   WallNanos start = 0, end = 0, buffered = 0;
   if (!in.Raw(&format) || format != kFormat || !in.Raw(&flags) ||
       !in.String(&r.cron) || !in.String(&r.zone) || !in.Raw(&r.every) ||
       !in.Raw(&r.anchor) || !in.Raw(&start) || !in.Raw(&end) ||
       !in.Raw(&r.max_runs) || !in.Raw(&r.jitter) || !in.Raw(&catch_up) ||
-      !in.Raw(&r.catch_up_limit) || !in.Raw(&r.version) ||
+      !in.Raw(&r.catch_up_limit) || !in.Raw(&overlap) || !in.Raw(&r.version) ||
       !in.Raw(&r.created_at) || !in.Raw(&r.state.last_instant) ||
       !in.Raw(&r.state.runs) || !in.Raw(&buffered) || !in.String(&r.payload) ||
       !in.done() || catch_up > static_cast<int>(schedule::CatchUp::kAll) ||
+      overlap > static_cast<int>(schedule::Overlap::kBufferOne) ||
       flags >= 32 || r.every < 0 || r.jitter < 0 ||
       (r.cron.empty() == (r.every == 0))) {
     return false;
   }
   r.catch_up = static_cast<schedule::CatchUp>(catch_up);
+  r.overlap = static_cast<schedule::Overlap>(overlap);
   if (flags & kHasStart) r.start = start;
   if (flags & kHasEnd) r.end = end;
   if (flags & kHasBuffered) r.state.buffered = buffered;
@@ -121,6 +124,7 @@ Status SpecOf(const ScheduleRecord& r, schedule::Spec* spec,
   p.seed = r.version;
   p.catch_up = r.catch_up;
   p.catch_up_limit = r.catch_up_limit;
+  p.overlap = r.overlap;
   *policies = p;
   return Status::Ok();
 }

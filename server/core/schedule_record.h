@@ -38,6 +38,7 @@ struct ScheduleRecord {
   std::int64_t jitter = 0;  // nanoseconds
   schedule::CatchUp catch_up = schedule::CatchUp::kLatest;
   std::uint32_t catch_up_limit = 100;
+  schedule::Overlap overlap = schedule::Overlap::kAllow;
   std::string payload;
   // Given anew by every set (as timers' versions are).
   std::uint64_t version = 0;

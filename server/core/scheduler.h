@@ -249,6 +249,9 @@ class Scheduler {
   Status Recover(RecoveryReport* report) EXCLUDES(ns_mutex_);
   // Loads the stored policies into policies_ (before any namespace).
   Status RecoverPolicies() EXCLUDES(ns_mutex_);
+  // Recovery: a pending timer or unacknowledged event under `run_key` is a
+  // schedule's open run (partition.h, RunState).
+  void NoteOpenRun(NamespaceId ns, std::string_view run_key);
   // The policy of `name`.
   const Policy& PolicyLocked(const std::string& name) const
       REQUIRES_SHARED(ns_mutex_);

@@ -19,6 +19,15 @@ NamespaceId Scheduler::AddNamespace(std::string name) {
       io_, ReadExecutor(), clock_, name, id, counters_, metrics_,
       options_.limits, store_.get(), refs_.get()));
   dispatchers_[id] = owned_dispatchers_.back().get();
+  // A schedule's run closed: its schedule's partition hears of it (that may
+  // release a run its overlap policy held back).
+  dispatchers_[id]->SetRunClosed([this](NamespaceId ns, std::string_view run) {
+    std::string_view key;
+    std::uint64_t number = 0;
+    if (SplitRunKey(run, &key, &number)) {
+      partitions_[PartitionOf(ns, key)]->RunState(ns, run, /*open=*/false);
+    }
+  });
   if (!name.empty()) dispatchers_[id]->SetPolicy(PolicyLocked(name));
   if (name.empty()) {
     free_ids_.push_back(id);  // Recovery: an id freed before the restart.

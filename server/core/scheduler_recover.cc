@@ -8,6 +8,14 @@
 
 namespace delayd {
 
+void Scheduler::NoteOpenRun(NamespaceId ns, std::string_view run_key) {
+  std::string_view key;
+  std::uint64_t run = 0;
+  if (SplitRunKey(run_key, &key, &run)) {
+    partitions_[PartitionOf(ns, key)]->RunState(ns, run_key, /*open=*/true);
+  }
+}
+
 Status Scheduler::Recover(RecoveryReport* report) {
   const auto started = std::chrono::steady_clock::now();
   if (Status s = RecoverPolicies(); !s.ok()) return s;
@@ -32,24 +40,10 @@ Status Scheduler::Recover(RecoveryReport* report) {
   const WallNanos wall_now = clock_.Wall();
   const SteadyTime steady_now = clock_.Steady();
   bool bad_namespace = false;
-  Status s = store_->ForEachTimer([&](const StoredTimer& t) {
-    if (t.ns >= ids) {
-      bad_namespace = true;
-      return;
-    }
-    if (dispatchers_[t.ns]->name().empty()) {
-      bad_namespace = true;
-      return;
-    }
-    partitions_[PartitionOf(t.ns, t.key)]->Restore(t, wall_now, steady_now);
-    next_version = std::max(next_version, (t.version >> 10) + 1);
-    ++report->timers;
-    if (t.fire_time <= wall_now) ++report->overdue;
-  });
-  if (!s.ok()) return s;
-  // Recurring schedules, armed for their next instants.
+  // Recurring schedules, armed for their next instants (first: the timers
+  // and events below tell them which of their runs are open).
   Status bad_schedule;
-  s = store_->ForEachSchedule(
+  Status s = store_->ForEachSchedule(
       [&](NamespaceId ns, std::string_view key, std::string_view encoded) {
         if (ns >= ids || dispatchers_[ns]->name().empty()) {
           bad_namespace = true;
@@ -65,6 +59,22 @@ Status Scheduler::Recover(RecoveryReport* report) {
       });
   if (!s.ok()) return s;
   if (!bad_schedule.ok()) return bad_schedule;
+  s = store_->ForEachTimer([&](const StoredTimer& t) {
+    if (t.ns >= ids) {
+      bad_namespace = true;
+      return;
+    }
+    if (dispatchers_[t.ns]->name().empty()) {
+      bad_namespace = true;
+      return;
+    }
+    partitions_[PartitionOf(t.ns, t.key)]->Restore(t, wall_now, steady_now);
+    NoteOpenRun(t.ns, t.key);
+    next_version = std::max(next_version, (t.version >> 10) + 1);
+    ++report->timers;
+    if (t.fire_time <= wall_now) ++report->overdue;
+  });
+  if (!s.ok()) return s;
   // Events that failed deliveries: their attempts, and the dead letters.
   struct Fate {
     std::uint32_t attempts;
@@ -98,10 +108,12 @@ Status Scheduler::Recover(RecoveryReport* report) {
     next_event_seq = std::max(next_event_seq, (e.id >> 10) + 1);
     auto f = fates.find(e.id);
     if (f == fates.end()) {
+      NoteOpenRun(e.ns, e.key);
       events[e.ns].push_back(std::move(event));
       ++report->events;
       return;
     }
+    if (!f->second.dead) NoteOpenRun(e.ns, e.key);
     event.attempt = f->second.attempts;
     if (f->second.dead) {
       dead[e.ns].push_back({std::move(event), std::move(f->second.error)});

@@ -351,9 +351,12 @@ expect_code 0 "$C" watch -n sched --count 2 -o json
 expect_out '"key":"tick".*"schedule_run":"1"'
 expect_out '"schedule_run":"2"'
 expect_code 0 "$C" schedule get tick -n sched
-expect_out '^catch-up latest \(limit 100\), jitter 0s$'
+expect_out '^catch-up latest \(limit 100\), overlap allow, jitter 0s$'
 expect_code 0 "$C" schedule set nightly report --cron '0 3 * * *' \
-  --tz Europe/Berlin -n sched
+  --tz Europe/Berlin --overlap skip --catch-up none -n sched -o json
+expect_out '"overlap":"OVERLAP_SKIP"'
+expect_out '"catch_up":"CATCH_UP_NONE"'
+expect_code 1 "$C" schedule set x --every 1s --overlap sometimes
 expect_code 0 "$C" schedule ls -n sched
 expect_out '^nightly +[0-9]+ +0 3 \* \* \* Europe/Berlin +0 +- +20[0-9-]+T0[12]:00:00Z'
 expect_out '^tick '

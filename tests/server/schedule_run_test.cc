@@ -69,8 +69,9 @@ class ScheduleRuns : public ::testing::TestWithParam<Backend> {
     return false;
   }
   std::unique_ptr<TestStream> Worker() {
-    auto w = std::make_unique<TestStream>(d_->stub(),
-                                          TestStream::Worker("jobs", 100));
+    // (An hour to acknowledge: the fake clock jumps minutes at a time.)
+    auto w = std::make_unique<TestStream>(
+        d_->stub(), TestStream::Worker("jobs", 100, 3'600'000));
     EXPECT_TRUE(w->WaitRegistered());
     return w;
   }
@@ -212,6 +213,62 @@ TEST_P(ScheduleRuns, PauseHoldsRunsResumeCatchesUpTriggerRunsNow) {
   none.set_key("nothing");
   EXPECT_EQ(d_->stub().PauseSchedule(Within().get(), none, &s).error_code(),
             grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_P(ScheduleRuns, OverlapSkipDropsInstantsWhileTheLastRunIsOpen) {
+  Start();
+  auto w = Worker();
+  const std::int64_t t0 = FakeClock::kStart;
+  auto req = Every("tick", 60, t0 + 60 * kSecond);
+  req.set_overlap(v1::OVERLAP_SKIP);
+  v1::Schedule set;
+  ASSERT_TRUE(Set(req, &set).ok());
+  EXPECT_EQ(set.overlap(), v1::OVERLAP_SKIP);
+  clock_.Advance(60s);
+  auto got = w->WaitFor(1);
+  ASSERT_EQ(got.size(), 1u);
+  clock_.Advance(60s);  // run 1 unacknowledged: t0 + 120 s is skipped
+  EXPECT_EQ(Get("tick").runs(), 1u);
+  ASSERT_TRUE(testing::Ack(d_->stub(), "jobs", {got[0].id()}).ok());
+  clock_.Advance(60s);
+  ASSERT_TRUE(WaitRuns("tick", 2));
+  got = w->WaitFor(2);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(ToNanos(got[1].fire_time()), t0 + 180 * kSecond);
+  // Run 2 still open across a restart: t0 + 240 s is skipped too.
+  w.reset();
+  Restart();
+  clock_.Advance(60s);
+  EXPECT_EQ(Get("tick").runs(), 2u);
+  w = Worker();
+  got = w->WaitFor(1);  // run 2, redelivered
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].schedule_run(), 2u);
+  ASSERT_TRUE(testing::Ack(d_->stub(), "jobs", {got[0].id()}).ok());
+  clock_.Advance(60s);
+  ASSERT_TRUE(WaitRuns("tick", 3));
+}
+
+TEST_P(ScheduleRuns, OverlapBufferOneRunsTheHeldInstantWhenTheOpenRunCloses) {
+  Start();
+  auto w = Worker();
+  const std::int64_t t0 = FakeClock::kStart;
+  auto req = Every("tick", 60, t0 + 60 * kSecond);
+  req.set_overlap(v1::OVERLAP_BUFFER_ONE);
+  ASSERT_TRUE(Set(req).ok());
+  clock_.Advance(60s);
+  auto got = w->WaitFor(1);
+  ASSERT_EQ(got.size(), 1u);
+  clock_.Advance(60s);  // held: t0 + 120 s
+  clock_.Advance(60s);  // dropped: t0 + 180 s
+  EXPECT_EQ(Get("tick").runs(), 1u);
+  ASSERT_TRUE(testing::Ack(d_->stub(), "jobs", {got[0].id()}).ok());
+  ASSERT_TRUE(WaitRuns("tick", 2));
+  got = w->WaitFor(2);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[1].schedule_run(), 2u);
+  EXPECT_EQ(ToNanos(got[1].fire_time()), t0 + 120 * kSecond);
+  EXPECT_EQ(Get("tick").next_instant().seconds(), t0 / kSecond + 240);
 }
 
 TEST_P(ScheduleRuns, DowntimeIsCaughtUpByOneRunForTheNewestInstant) {
