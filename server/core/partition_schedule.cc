@@ -81,9 +81,11 @@ std::optional<Partition::ScheduleResult> Partition::SetSchedule(
   // numbers, under the new version's run keys).
   rec.state = schedule::State{};
   rec.state.last_instant = wall_now;
+  std::uint64_t open_run = 0;
   if (exists) {
     ScheduleEntry& old = schedules_.at(found->second);
     rec.state.runs = old.rec.state.runs;
+    open_run = old.open_run;  // (its overlap policy still waits for it)
     wheel_.wheel().Cancel(old.handle);
     schedules_.erase(found->second);
     schedule_ids_.erase(found);
@@ -111,7 +113,9 @@ std::optional<Partition::ScheduleResult> Partition::SetSchedule(
     result.status = s;
     return result;
   }
-  result.info = InfoOf(schedules_.at(schedule_ids_.at({ns, key})));
+  ScheduleEntry& added = schedules_.at(schedule_ids_.at({ns, key}));
+  added.open_run = open_run;
+  result.info = InfoOf(added);
   if (store_ == nullptr) return result;
   batch.PutSchedule(ns, key, encoded);
   store_->Commit(batch,

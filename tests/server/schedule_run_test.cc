@@ -235,7 +235,12 @@ TEST_P(ScheduleRuns, OverlapSkipDropsInstantsWhileTheLastRunIsOpen) {
   got = w->WaitFor(2);
   ASSERT_EQ(got.size(), 2u);
   EXPECT_EQ(ToNanos(got[1].fire_time()), t0 + 180 * kSecond);
-  // Run 2 still open across a restart: t0 + 240 s is skipped too.
+  // Replaced (a new version), it still waits for the open run 2.
+  req.set_payload("p-tick-2");
+  ASSERT_TRUE(Set(req).ok());
+  clock_.Advance(60s);  // t0 + 240 s: skipped
+  EXPECT_EQ(Get("tick").runs(), 2u);
+  // Run 2 still open across a restart: t0 + 300 s is skipped too.
   w.reset();
   Restart();
   clock_.Advance(60s);
@@ -269,6 +274,42 @@ TEST_P(ScheduleRuns, OverlapBufferOneRunsTheHeldInstantWhenTheOpenRunCloses) {
   EXPECT_EQ(got[1].schedule_run(), 2u);
   EXPECT_EQ(ToNanos(got[1].fire_time()), t0 + 120 * kSecond);
   EXPECT_EQ(Get("tick").next_instant().seconds(), t0 / kSecond + 240);
+}
+
+TEST_P(ScheduleRuns, ARestartInsideADaylightSavingGapRunsItsInstantOnce) {
+  // 2026-03-29T00:00:00Z: an hour before Berlin's clocks spring forward.
+  constexpr std::int64_t kGapDay = 1'774'742'400 * kSecond;
+  clock_.Advance(std::chrono::nanoseconds(kGapDay - FakeClock::kStart));
+  Start();
+  auto w = Worker();
+  v1::SetScheduleRequest req;
+  req.set_namespace_("jobs");
+  req.set_key("night");
+  req.mutable_spec()->set_cron("30 2 * * *");
+  req.mutable_spec()->set_time_zone("Europe/Berlin");
+  v1::Schedule set;
+  ASSERT_TRUE(Set(req, &set).ok());
+  // 02:30 does not exist that night: 03:00 CEST, 01:00 UTC.
+  EXPECT_EQ(set.next_instant().seconds(), kGapDay / kSecond + 3600);
+  clock_.Advance(59min);
+  w.reset();
+  Restart();
+  w = Worker();
+  clock_.Advance(1min);
+  ASSERT_TRUE(WaitRuns("night", 1));
+  auto got = w->WaitFor(1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(ToNanos(got[0].fire_time()), kGapDay + 3600 * kSecond);
+  ASSERT_TRUE(testing::Ack(d_->stub(), "jobs", {got[0].id()}).ok());
+  Restart();
+  w = Worker();
+  clock_.Advance(std::chrono::hours(23) + 30min);  // 02:30 CEST the next day
+  ASSERT_TRUE(WaitRuns("night", 2));
+  got = w->WaitFor(1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].schedule_run(), 2u);
+  EXPECT_EQ(ToNanos(got[0].fire_time()),
+            kGapDay + (24 * 3600 + 1800) * kSecond);
 }
 
 TEST_P(ScheduleRuns, DowntimeIsCaughtUpByOneRunForTheNewestInstant) {
