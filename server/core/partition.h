@@ -284,6 +284,12 @@ class Partition {
   // Wheel cookies with this bit are schedules' ids; the rest are records.
   static constexpr std::uint32_t kScheduleCookie = 1u << 31;
   ScheduleInfo InfoOf(const ScheduleEntry& e) const REQUIRES(mu_);
+  // Queues `batch` (a schedule's change) for the store; `durable` gets
+  // `result` once it is durable, or the store's error. Returns nullopt.
+  std::optional<ScheduleResult> CommitSchedule(Batch& batch,
+                                               ScheduleResult result,
+                                               ScheduleDone& durable)
+      REQUIRES(mu_);
   // Arms `e`'s wake-up for its next instant (at once if that passed);
   // with `alarm`, the alarm too (recovery leaves that to FireOverdue).
   void ArmSchedule(ScheduleEntry& e, std::uint32_t id, WallNanos wall_now,

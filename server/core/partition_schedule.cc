@@ -6,6 +6,28 @@
 #include "server/core/partition.h"
 
 namespace delayd {
+namespace {
+
+// ABORTED unless `expected` is 0 or schedule `key`'s version.
+Status CheckVersion(const std::string& key, std::uint64_t version,
+                    std::uint64_t expected) {
+  if (expected == 0 || expected == version) return Status::Ok();
+  return Status::Aborted("schedule '" + key + "' has version " +
+                         std::to_string(version) + ", not " +
+                         std::to_string(expected));
+}
+
+}  // namespace
+
+std::optional<Partition::ScheduleResult> Partition::CommitSchedule(
+    Batch& batch, ScheduleResult result, ScheduleDone& durable) {
+  store_->Commit(batch,
+                 [result, durable = std::move(durable)](Status s) mutable {
+                   if (!s.ok()) result.status = std::move(s);
+                   durable(std::move(result));
+                 });
+  return std::nullopt;
+}
 
 Partition::ScheduleInfo Partition::InfoOf(const ScheduleEntry& e) const {
   return ScheduleInfo{e.ns, e.key, e.rec,
@@ -64,13 +86,9 @@ std::optional<Partition::ScheduleResult> Partition::SetSchedule(
       result.status = Status::NotFound("no schedule '" + key + "'");
       return result;
     }
-    const std::uint64_t v = schedules_.at(found->second).rec.version;
-    if (v != expected_version) {
-      result.status = Status::Aborted("schedule '" + key + "' has version " +
-                                      std::to_string(v) + ", not " +
-                                      std::to_string(expected_version));
-      return result;
-    }
+    result.status = CheckVersion(key, schedules_.at(found->second).rec.version,
+                                 expected_version);
+    if (!result.status.ok()) return result;
   }
   if (result.status = ReserveIds(1, 0); !result.status.ok()) return result;
   const WallNanos wall_now = clock_.Wall();
@@ -118,12 +136,7 @@ std::optional<Partition::ScheduleResult> Partition::SetSchedule(
   result.info = InfoOf(added);
   if (store_ == nullptr) return result;
   batch.PutSchedule(ns, key, encoded);
-  store_->Commit(batch,
-                 [result, durable = std::move(durable)](Status s) mutable {
-                   if (!s.ok()) result.status = std::move(s);
-                   durable(std::move(result));
-                 });
-  return std::nullopt;
+  return CommitSchedule(batch, std::move(result), durable);
 }
 
 std::optional<Partition::ScheduleResult> Partition::RemoveSchedule(
@@ -139,12 +152,8 @@ std::optional<Partition::ScheduleResult> Partition::RemoveSchedule(
     return result;
   }
   ScheduleEntry& e = schedules_.at(found->second);
-  if (expected_version != 0 && e.rec.version != expected_version) {
-    result.status = Status::Aborted("schedule '" + key + "' has version " +
-                                    std::to_string(e.rec.version) + ", not " +
-                                    std::to_string(expected_version));
-    return result;
-  }
+  result.status = CheckVersion(key, e.rec.version, expected_version);
+  if (!result.status.ok()) return result;
   result.info = InfoOf(e);
   result.removed = true;
   counters_.of(ns).schedules.fetch_sub(1, std::memory_order_relaxed);
@@ -153,12 +162,7 @@ std::optional<Partition::ScheduleResult> Partition::RemoveSchedule(
   schedule_ids_.erase(found);
   if (store_ == nullptr) return result;
   batch.PutSchedule(ns, key, "");
-  store_->Commit(batch,
-                 [result, durable = std::move(durable)](Status s) mutable {
-                   if (!s.ok()) result.status = std::move(s);
-                   durable(std::move(result));
-                 });
-  return std::nullopt;
+  return CommitSchedule(batch, std::move(result), durable);
 }
 
 std::optional<Partition::ScheduleResult> Partition::ActOnSchedule(
@@ -176,12 +180,8 @@ std::optional<Partition::ScheduleResult> Partition::ActOnSchedule(
   }
   const std::uint32_t id = found->second;
   ScheduleEntry& e = schedules_.at(id);
-  if (expected_version != 0 && e.rec.version != expected_version) {
-    result.status = Status::Aborted("schedule '" + key + "' has version " +
-                                    std::to_string(e.rec.version) + ", not " +
-                                    std::to_string(expected_version));
-    return result;
-  }
+  result.status = CheckVersion(key, e.rec.version, expected_version);
+  if (!result.status.ok()) return result;
   const WallNanos wall_now = clock_.Wall();
   const SteadyTime steady_now = clock_.Steady();
   switch (action) {
@@ -211,12 +211,7 @@ std::optional<Partition::ScheduleResult> Partition::ActOnSchedule(
   result.info = InfoOf(e);
   if (into == nullptr) return result;
   batch.PutSchedule(ns, key, EncodeSchedule(e.rec));
-  store_->Commit(batch,
-                 [result, durable = std::move(durable)](Status s) mutable {
-                   if (!s.ok()) result.status = std::move(s);
-                   durable(std::move(result));
-                 });
-  return std::nullopt;
+  return CommitSchedule(batch, std::move(result), durable);
 }
 
 std::optional<Partition::ScheduleInfo> Partition::GetSchedule(

@@ -386,7 +386,14 @@ TEST_P(ScheduleRuns, CreateOnlyVersionsListingAndDelete) {
   EXPECT_EQ(s.payload(), "p-e");
   clock_.Advance(3600s);
   EXPECT_TRUE(WaitRuns("e", 1));
+  // The four runs, set as timers due now, fire (on the partitions' alarms).
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (NamespaceStats(d_->stub(), "jobs").pending_timers() != 0 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(5ms);  // The pause of a bounded poll.
+  }
   EXPECT_EQ(NamespaceStats(d_->stub(), "jobs").pending_timers(), 0u);
+  EXPECT_EQ(NamespaceStats(d_->stub(), "jobs").timers_expired(), 4u);
 }
 
 TEST_P(ScheduleRuns, BadRequestsAreRefusedAndChangeNothing) {
