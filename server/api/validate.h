@@ -15,8 +15,8 @@
 #include "server/common/status.h"
 #include "server/common/types.h"
 #include "server/core/dispatcher.h"
-#include "server/core/scheduler.h"
 #include "server/core/schedule_record.h"
+#include "server/core/scheduler.h"
 #include "server/schedule/planner.h"
 #include "server/schedule/spec.h"
 

@@ -67,8 +67,7 @@ struct Candidate {
   bool late;             // for a missed instant
 };
 
-Run Fire(const Policies& p, State* s, WallNanos instant,
-         std::uint64_t missed) {
+Run Fire(const Policies& p, State* s, WallNanos instant, std::uint64_t missed) {
   ++s->runs;
   return Run{instant, FireAt(p, instant, s->runs), s->runs, missed};
 }

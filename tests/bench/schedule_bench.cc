@@ -55,7 +55,8 @@ void BM_NaiveMinuteSearch(benchmark::State& state) {
                  date::sys_time<std::chrono::nanoseconds>(
                      std::chrono::nanoseconds(Moment(i++)))) +
              std::chrono::minutes(1);
-    for (int steps = 0; steps < 600'000; ++steps, t += std::chrono::minutes(1)) {
+    for (int steps = 0; steps < 600'000;
+         ++steps, t += std::chrono::minutes(1)) {
       const auto wall = date::floor<std::chrono::seconds>(zone->to_local(t));
       if (expr.Matches(wall)) break;
     }

@@ -366,7 +366,7 @@ TEST(Metrics, SchedulesAndTheirRunsAreCountedPerNamespace) {
     v1::Schedule resp;
     ASSERT_TRUE(d.stub().SetSchedule(Within().get(), req, &resp).ok());
   }
-  clock.Advance(std::chrono::seconds(60));  // one run each, on time
+  clock.Advance(std::chrono::seconds(60));   // one run each, on time
   clock.Advance(std::chrono::seconds(600));  // ten instants at once: latest
   const Scrape s = ScrapeUntil(d, [](const Scrape& s) {
     return s.Get("delayd_schedule_runs_total",

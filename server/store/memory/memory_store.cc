@@ -100,8 +100,8 @@ void MemoryStore::Disk::Apply(const Batch& batch) {
         }
         break;
       case Batch::Kind::kPutSchedule: {
-        auto id = std::make_pair(static_cast<NamespaceId>(c.id),
-                                 std::string(c.name));
+        auto id =
+            std::make_pair(static_cast<NamespaceId>(c.id), std::string(c.name));
         if (c.data.empty()) {
           schedules_.erase(id);
         } else {
@@ -183,7 +183,8 @@ Status MemoryStore::ForEachSchedule(
     const std::function<void(NamespaceId, std::string_view, std::string_view)>&
         visit) {
   MutexLock lock(&disk_->mu_);
-  for (const auto& [id, data] : disk_->schedules_) visit(id.first, id.second, data);
+  for (const auto& [id, data] : disk_->schedules_)
+    visit(id.first, id.second, data);
   return Status::Ok();
 }
 

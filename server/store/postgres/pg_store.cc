@@ -331,10 +331,9 @@ std::uint32_t PgStore::PartitionOf(std::string_view ns,
 
 Status PgStore::LoadNamespaces(std::vector<std::string>* names) {
   pg::Result r;
-  if (Status s =
-          Query("SELECT ns FROM delayd_jobs UNION SELECT ns FROM "
-                "delayd_schedules ORDER BY ns",
-                0, &r);
+  if (Status s = Query("SELECT ns FROM delayd_jobs UNION SELECT ns FROM "
+                       "delayd_schedules ORDER BY ns",
+                       0, &r);
       !s.ok()) {
     return s;
   }
