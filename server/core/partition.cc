@@ -313,10 +313,11 @@ void Partition::ClockChanged(bool rederive) {
       wheel_.wheel().Reschedule(rec.handle,
                                 Deadline(rec.fire_time, wall_now, steady_now));
     }
-    for (auto& [id, e] : schedules_) {
-      if (e.wake) {
+    for (std::uint32_t id = 0; id < schedules_.capacity(); ++id) {
+      const ScheduleSet::Slot& e = schedules_.slot(id);
+      if (schedules_.live(id) && e.wake != ScheduleSet::kNoWake) {
         wheel_.wheel().Reschedule(e.handle,
-                                  Deadline(*e.wake, wall_now, steady_now));
+                                  Deadline(e.wake, wall_now, steady_now));
       }
     }
   }

@@ -45,6 +45,7 @@
 #include "server/core/key_index.h"
 #include "server/core/namespace_refs.h"
 #include "server/core/schedule_record.h"
+#include "server/core/schedule_set.h"
 #include "server/store/store.h"
 
 namespace delayd {
@@ -264,42 +265,35 @@ class Partition {
   // Fires what is due now, then re-arms.
   void FireDue() REQUIRES(mu_);
 
-  // A schedule, with its spec parsed.
-  struct ScheduleEntry {
-    NamespaceId ns = 0;
-    std::string key;
-    ScheduleRecord rec;
-    schedule::Spec spec;
-    schedule::Policies policies;
-    wheel::TimingWheel::Handle handle = wheel::TimingWheel::kNoHandle;
-    std::optional<WallNanos> wake;  // the instant it is armed for
-    // The number of its last run while that run's event may be open (set,
-    // pending, or delivered and not acknowledged); 0 when closed. Not
-    // stored: recovery finds open runs among the pending timers and events.
-    std::uint64_t open_run = 0;
-  };
-  // Sets the runs of `plan` as timers (with `e`'s new state in one batch).
-  void SetRuns(ScheduleEntry& e, const schedule::Plan& plan, WallNanos wall_now,
-               SteadyTime steady_now) REQUIRES(mu_);
+  using Loaded = ScheduleSet::Loaded;
+  // Sets the runs of `plan` as timers (with schedule `id`'s new state,
+  // `l.rec.state`, in one batch).
+  void SetRuns(std::uint32_t id, const Loaded& l, const schedule::Plan& plan,
+               WallNanos wall_now, SteadyTime steady_now) REQUIRES(mu_);
   // Wheel cookies with this bit are schedules' ids; the rest are records.
   static constexpr std::uint32_t kScheduleCookie = 1u << 31;
-  ScheduleInfo InfoOf(const ScheduleEntry& e) const REQUIRES(mu_);
+  ScheduleInfo InfoOf(std::uint32_t id, const Loaded& l) const REQUIRES(mu_);
+  ScheduleInfo InfoOf(std::uint32_t id) const REQUIRES(mu_) {
+    return InfoOf(id, schedules_.Load(id));
+  }
   // Queues `batch` (a schedule's change) for the store; `durable` gets
   // `result` once it is durable, or the store's error. Returns nullopt.
   std::optional<ScheduleResult> CommitSchedule(Batch& batch,
                                                ScheduleResult result,
                                                ScheduleDone& durable)
       REQUIRES(mu_);
-  // Arms `e`'s wake-up for its next instant (at once if that passed);
-  // with `alarm`, the alarm too (recovery leaves that to FireOverdue).
-  void ArmSchedule(ScheduleEntry& e, std::uint32_t id, WallNanos wall_now,
+  // Arms schedule `id`'s wake-up for its next instant (at once if that
+  // passed); with `alarm`, the alarm too (recovery leaves that to
+  // FireOverdue).
+  void ArmSchedule(std::uint32_t id, const Loaded& l, WallNanos wall_now,
                    SteadyTime steady_now, bool alarm = true) REQUIRES(mu_);
   // Schedule `id`'s wake-up went off: fires its due runs.
   void WakeSchedule(std::uint32_t id) REQUIRES(mu_);
-  // A new entry for `rec` under a new id, armed; `error` if its spec does
-  // not parse.
-  Status AddSchedule(NamespaceId ns, std::string_view key, ScheduleRecord rec,
-                     WallNanos wall_now, SteadyTime steady_now,
+  // Adds `rec` as schedule `key`, armed; its id in `*id`. An error (nothing
+  // added) if its spec does not parse.
+  Status AddSchedule(NamespaceId ns, std::string_view key,
+                     const ScheduleRecord& rec, WallNanos wall_now,
+                     SteadyTime steady_now, std::uint32_t* id,
                      bool alarm = true) REQUIRES(mu_);
   void OnExpired(const std::vector<AlarmWheel::Expired>& due) REQUIRES(mu_);
   // Turns records into events, removing them and recording that in `batch`
@@ -355,11 +349,7 @@ class Partition {
   bool stopped_ GUARDED_BY(mu_) = false;
   std::vector<std::uint32_t> overdue_ GUARDED_BY(mu_);    // During recovery.
   std::vector<AlarmWheel::Expired> due_ GUARDED_BY(mu_);  // Reused.
-  // Schedules by id, and their ids by namespace and key.
-  std::unordered_map<std::uint32_t, ScheduleEntry> schedules_ GUARDED_BY(mu_);
-  std::map<std::pair<NamespaceId, std::string>, std::uint32_t> schedule_ids_
-      GUARDED_BY(mu_);
-  std::uint32_t next_schedule_id_ GUARDED_BY(mu_) = 0;
+  ScheduleSet schedules_ GUARDED_BY(mu_);
 };
 
 }  // namespace delayd

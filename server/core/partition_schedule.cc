@@ -29,41 +29,39 @@ std::optional<Partition::ScheduleResult> Partition::CommitSchedule(
   return std::nullopt;
 }
 
-Partition::ScheduleInfo Partition::InfoOf(const ScheduleEntry& e) const {
-  return ScheduleInfo{e.ns, e.key, e.rec,
-                      schedule::NextInstant(e.spec, e.policies, e.rec.state,
-                                            e.rec.state.last_instant)};
+Partition::ScheduleInfo Partition::InfoOf(std::uint32_t id,
+                                          const Loaded& l) const {
+  return ScheduleInfo{schedules_.slot(id).ns, std::string(schedules_.key(id)),
+                      l.rec,
+                      schedule::NextInstant(l.spec(), l.policies, l.rec.state,
+                                            l.rec.state.last_instant)};
 }
 
-void Partition::ArmSchedule(ScheduleEntry& e, std::uint32_t id,
+void Partition::ArmSchedule(std::uint32_t id, const Loaded& l,
                             WallNanos wall_now, SteadyTime steady_now,
                             bool alarm) {
+  ScheduleSet::Slot& e = schedules_.slot(id);
   if (e.handle != wheel::TimingWheel::kNoHandle) {
     wheel_.wheel().Cancel(e.handle);
     e.handle = wheel::TimingWheel::kNoHandle;
   }
   // The next instant after the last one acted on: one that passed while
   // the daemon was down is due at once.
-  e.wake = schedule::NextInstant(e.spec, e.policies, e.rec.state,
-                                 e.rec.state.last_instant);
-  if (!e.wake) return;
-  e.handle = wheel_.wheel().Schedule(Deadline(*e.wake, wall_now, steady_now),
+  const std::optional<WallNanos> wake = schedule::NextInstant(
+      l.spec(), l.policies, l.rec.state, l.rec.state.last_instant);
+  e.wake = wake.value_or(ScheduleSet::kNoWake);
+  if (!wake) return;
+  e.handle = wheel_.wheel().Schedule(Deadline(*wake, wall_now, steady_now),
                                      kScheduleCookie | id);
   if (alarm) wheel_.Scheduled(e.handle);
 }
 
 Status Partition::AddSchedule(NamespaceId ns, std::string_view key,
-                              ScheduleRecord rec, WallNanos wall_now,
-                              SteadyTime steady_now, bool alarm) {
-  ScheduleEntry e;
-  if (Status s = SpecOf(rec, &e.spec, &e.policies); !s.ok()) return s;
-  e.ns = ns;
-  e.key = std::string(key);
-  e.rec = std::move(rec);
-  const std::uint32_t id = next_schedule_id_++ & ~kScheduleCookie;
-  schedule_ids_[{ns, e.key}] = id;
-  ScheduleEntry& in = schedules_[id] = std::move(e);
-  ArmSchedule(in, id, wall_now, steady_now, alarm);
+                              const ScheduleRecord& rec, WallNanos wall_now,
+                              SteadyTime steady_now, std::uint32_t* id,
+                              bool alarm) {
+  if (Status s = schedules_.Add(ns, key, rec, id); !s.ok()) return s;
+  ArmSchedule(*id, schedules_.Load(*id), wall_now, steady_now, alarm);
   return Status::Ok();
 }
 
@@ -74,8 +72,8 @@ std::optional<Partition::ScheduleResult> Partition::SetSchedule(
   MutexLock lock(&mu_);
   ScheduleResult result;
   if (stopped_) return ScheduleResult::Error(ShuttingDown());
-  const auto found = schedule_ids_.find({ns, key});
-  const bool exists = found != schedule_ids_.end();
+  const std::uint32_t found = schedules_.Find(ns, key);
+  const bool exists = found != ScheduleSet::kNone;
   if (exists && if_absent) {
     result.status =
         Status::AlreadyExists("schedule '" + key + "' already exists");
@@ -86,8 +84,8 @@ std::optional<Partition::ScheduleResult> Partition::SetSchedule(
       result.status = Status::NotFound("no schedule '" + key + "'");
       return result;
     }
-    result.status = CheckVersion(key, schedules_.at(found->second).rec.version,
-                                 expected_version);
+    result.status =
+        CheckVersion(key, schedules_.slot(found).version, expected_version);
     if (!result.status.ok()) return result;
   }
   if (result.status = ReserveIds(1, 0); !result.status.ok()) return result;
@@ -101,12 +99,11 @@ std::optional<Partition::ScheduleResult> Partition::SetSchedule(
   rec.state.last_instant = wall_now;
   std::uint64_t open_run = 0;
   if (exists) {
-    ScheduleEntry& old = schedules_.at(found->second);
-    rec.state.runs = old.rec.state.runs;
+    const ScheduleSet::Slot& old = schedules_.slot(found);
+    rec.state.runs = old.runs;
     open_run = old.open_run;  // (its overlap policy still waits for it)
     wheel_.wheel().Cancel(old.handle);
-    schedules_.erase(found->second);
-    schedule_ids_.erase(found);
+    schedules_.Remove(found);
     result.replaced = true;
   } else {
     std::atomic<std::uint64_t>& count = counters_.of(ns).schedules;
@@ -120,8 +117,8 @@ std::optional<Partition::ScheduleResult> Partition::SetSchedule(
     }
     refs_->Add(ns);  // (The caller's pin keeps it above zero.)
   }
-  const std::string encoded = EncodeSchedule(rec);
-  if (Status s = AddSchedule(ns, key, std::move(rec), wall_now, steady_now);
+  std::uint32_t id = 0;
+  if (Status s = AddSchedule(ns, key, rec, wall_now, steady_now, &id);
       !s.ok()) {
     // (Validated before: only a zone gone from the tz database since.)
     if (!exists) {
@@ -131,11 +128,10 @@ std::optional<Partition::ScheduleResult> Partition::SetSchedule(
     result.status = s;
     return result;
   }
-  ScheduleEntry& added = schedules_.at(schedule_ids_.at({ns, key}));
-  added.open_run = open_run;
-  result.info = InfoOf(added);
+  schedules_.slot(id).open_run = open_run;
+  result.info = InfoOf(id);
   if (store_ == nullptr) return result;
-  batch.PutSchedule(ns, key, encoded);
+  batch.PutSchedule(ns, key, EncodeSchedule(rec));
   return CommitSchedule(batch, std::move(result), durable);
 }
 
@@ -146,20 +142,19 @@ std::optional<Partition::ScheduleResult> Partition::RemoveSchedule(
   MutexLock lock(&mu_);
   ScheduleResult result;
   if (stopped_) return ScheduleResult::Error(ShuttingDown());
-  const auto found = schedule_ids_.find({ns, key});
-  if (found == schedule_ids_.end()) {
+  const std::uint32_t found = schedules_.Find(ns, key);
+  if (found == ScheduleSet::kNone) {
     result.status = Status::NotFound("no schedule '" + key + "'");
     return result;
   }
-  ScheduleEntry& e = schedules_.at(found->second);
-  result.status = CheckVersion(key, e.rec.version, expected_version);
+  result.status =
+      CheckVersion(key, schedules_.slot(found).version, expected_version);
   if (!result.status.ok()) return result;
-  result.info = InfoOf(e);
+  result.info = InfoOf(found);
   result.removed = true;
   counters_.of(ns).schedules.fetch_sub(1, std::memory_order_relaxed);
-  wheel_.wheel().Cancel(e.handle);
-  schedules_.erase(found->second);
-  schedule_ids_.erase(found);
+  wheel_.wheel().Cancel(schedules_.slot(found).handle);
+  schedules_.Remove(found);
   if (store_ == nullptr) return result;
   batch.PutSchedule(ns, key, "");
   return CommitSchedule(batch, std::move(result), durable);
@@ -173,67 +168,61 @@ std::optional<Partition::ScheduleResult> Partition::ActOnSchedule(
   MutexLock lock(&mu_);
   ScheduleResult result;
   if (stopped_) return ScheduleResult::Error(ShuttingDown());
-  const auto found = schedule_ids_.find({ns, key});
-  if (found == schedule_ids_.end()) {
+  const std::uint32_t id = schedules_.Find(ns, key);
+  if (id == ScheduleSet::kNone) {
     result.status = Status::NotFound("no schedule '" + key + "'");
     return result;
   }
-  const std::uint32_t id = found->second;
-  ScheduleEntry& e = schedules_.at(id);
-  result.status = CheckVersion(key, e.rec.version, expected_version);
+  result.status =
+      CheckVersion(key, schedules_.slot(id).version, expected_version);
   if (!result.status.ok()) return result;
   const WallNanos wall_now = clock_.Wall();
   const SteadyTime steady_now = clock_.Steady();
+  Loaded l = schedules_.Load(id);
   switch (action) {
     case ScheduleAction::kPause:
-      e.rec.state.paused = true;
+      l.rec.state.paused = true;
       break;
     case ScheduleAction::kResume:
-      e.rec.state.paused = false;
+      l.rec.state.paused = false;
       break;
     case ScheduleAction::kTrigger: {
       if (result.status = ReserveIds(1, 0); !result.status.ok()) return result;
-      schedule::State next = e.rec.state;
+      schedule::State next = l.rec.state;
       const schedule::Run run = schedule::Trigger(&next, wall_now);
-      SetOp op{ns, Blob(RunKey(key, e.rec.version, run.number), e.rec.payload),
+      SetOp op{ns, Blob(RunKey(key, l.rec.version, run.number), l.rec.payload),
                run.fire_at};
       if (result.status = Set(op, wall_now, steady_now, into).status;
           !result.status.ok()) {
         return result;
       }
-      e.rec.state = next;
-      e.open_run = run.number;
+      l.rec.state = next;
+      schedules_.slot(id).open_run = run.number;
       counters_.of(ns).runs.fetch_add(1, std::memory_order_relaxed);
       break;
     }
   }
-  ArmSchedule(e, id, wall_now, steady_now);
-  result.info = InfoOf(e);
+  schedules_.SetState(id, l.rec.state);
+  ArmSchedule(id, l, wall_now, steady_now);
+  result.info = InfoOf(id, l);
   if (into == nullptr) return result;
-  batch.PutSchedule(ns, key, EncodeSchedule(e.rec));
+  batch.PutSchedule(ns, key, EncodeSchedule(l.rec));
   return CommitSchedule(batch, std::move(result), durable);
 }
 
 std::optional<Partition::ScheduleInfo> Partition::GetSchedule(
     NamespaceId ns, std::string_view key) const {
   MutexLock lock(&mu_);
-  const auto found = schedule_ids_.find({ns, std::string(key)});
-  if (found == schedule_ids_.end()) return std::nullopt;
-  return InfoOf(schedules_.at(found->second));
+  const std::uint32_t found = schedules_.Find(ns, key);
+  if (found == ScheduleSet::kNone) return std::nullopt;
+  return InfoOf(found);
 }
 
 void Partition::ListSchedules(NamespaceId ns, std::string_view prefix,
                               const std::string& after, std::size_t limit,
                               std::vector<std::string>* keys) const {
   MutexLock lock(&mu_);
-  auto it = schedule_ids_.upper_bound({ns, after});
-  if (after < prefix) it = schedule_ids_.lower_bound({ns, std::string(prefix)});
-  for (std::size_t n = 0;
-       n < limit && it != schedule_ids_.end() && it->first.first == ns &&
-       it->first.second.starts_with(prefix);
-       ++it, ++n) {
-    keys->push_back(it->first.second);
-  }
+  schedules_.List(ns, prefix, after, limit, keys);
 }
 
 Status Partition::RestoreSchedule(NamespaceId ns, std::string_view key,
@@ -246,8 +235,9 @@ Status Partition::RestoreSchedule(NamespaceId ns, std::string_view key,
                             "' is stored malformed");
   }
   *version = rec.version;
-  if (Status s = AddSchedule(ns, key, std::move(rec), clock_.Wall(),
-                             clock_.Steady(), /*alarm=*/false);
+  std::uint32_t id = 0;
+  if (Status s = AddSchedule(ns, key, rec, clock_.Wall(), clock_.Steady(), &id,
+                             /*alarm=*/false);
       !s.ok()) {
     return Status::Internal("the schedule '" + std::string(key) +
                             "' no longer parses: " + s.message());
@@ -258,21 +248,21 @@ Status Partition::RestoreSchedule(NamespaceId ns, std::string_view key,
 }
 
 void Partition::WakeSchedule(std::uint32_t id) {
-  const auto it = schedules_.find(id);
-  if (it == schedules_.end()) return;  // removed since
-  ScheduleEntry& e = it->second;
+  if (!schedules_.live(id)) return;  // removed since
+  ScheduleSet::Slot& e = schedules_.slot(id);
   e.handle = wheel::TimingWheel::kNoHandle;
   const WallNanos wall_now = clock_.Wall();
   const SteadyTime steady_now = clock_.Steady();
-  schedule::State next = e.rec.state;
+  Loaded l = schedules_.Load(id);
+  schedule::State next = l.rec.state;
   // A run held back (buffer-one) goes first once the open one closed; then
   // the instants due now, which it overlaps.
   schedule::Plan plan;
   if (next.buffered && e.open_run == 0) {
-    plan = schedule::PlanClosed(e.spec, e.policies, &next, wall_now);
+    plan = schedule::PlanClosed(l.spec(), l.policies, &next, wall_now);
   }
   const schedule::Plan due =
-      schedule::PlanDue(e.spec, e.policies, &next, wall_now,
+      schedule::PlanDue(l.spec(), l.policies, &next, wall_now,
                         e.open_run != 0 || !plan.fire.empty());
   plan.fire.insert(plan.fire.end(), due.fire.begin(), due.fire.end());
   plan.dropped_missed += due.dropped_missed;
@@ -292,34 +282,37 @@ void Partition::WakeSchedule(std::uint32_t id) {
   c.runs_caught_up.fetch_add(plan.caught_up, std::memory_order_relaxed);
   c.runs_dropped.fetch_add(plan.dropped_missed, std::memory_order_relaxed);
   c.runs_skipped.fetch_add(plan.dropped_overlap, std::memory_order_relaxed);
-  e.rec.state = next;
-  SetRuns(e, plan, wall_now, steady_now);
-  ArmSchedule(e, id, wall_now, steady_now);
+  l.rec.state = next;
+  schedules_.SetState(id, next);
+  SetRuns(id, l, plan, wall_now, steady_now);
+  ArmSchedule(id, l, wall_now, steady_now);
 }
 
-void Partition::SetRuns(ScheduleEntry& e, const schedule::Plan& plan,
-                        WallNanos wall_now, SteadyTime steady_now) {
-  NamespaceCounters& c = counters_.of(e.ns);
+void Partition::SetRuns(std::uint32_t id, const Loaded& l,
+                        const schedule::Plan& plan, WallNanos wall_now,
+                        SteadyTime steady_now) {
+  const NamespaceId ns = schedules_.slot(id).ns;
+  const std::string_view key = schedules_.key(id);
+  NamespaceCounters& c = counters_.of(ns);
   Batch batch;
   Batch* const into = store_ != nullptr ? &batch : nullptr;
   for (const schedule::Run& run : plan.fire) {
-    SetOp op{e.ns,
-             Blob(RunKey(e.key, e.rec.version, run.number), e.rec.payload),
+    SetOp op{ns, Blob(RunKey(key, l.rec.version, run.number), l.rec.payload),
              run.fire_at};
     const OpResult r = Set(op, wall_now, steady_now, into);
     if (r.status.ok()) {
       c.runs.fetch_add(1, std::memory_order_relaxed);
-      e.open_run = run.number;
+      schedules_.slot(id).open_run = run.number;
     } else {
       c.runs_dropped.fetch_add(1, std::memory_order_relaxed);
       LogLimitHit("schedule-run-dropped",
-                  "schedule '" + e.key + "': run " +
+                  "schedule '" + std::string(key) + "': run " +
                       std::to_string(run.number) +
                       " dropped: " + r.status.message());
     }
   }
   if (into != nullptr) {
-    batch.PutSchedule(e.ns, e.key, EncodeSchedule(e.rec));
+    batch.PutSchedule(ns, key, EncodeSchedule(l.rec));
     store_->Commit(batch, nullptr);
   }
 }
@@ -329,17 +322,16 @@ void Partition::RunState(NamespaceId ns, std::string_view run_key, bool open) {
   std::uint64_t run = 0;
   if (!SplitRunKey(run_key, &key, &run)) return;
   MutexLock lock(&mu_);
-  const auto found = schedule_ids_.find({ns, std::string(key)});
-  if (found == schedule_ids_.end()) return;  // deleted since
-  const std::uint32_t id = found->second;
-  ScheduleEntry& e = schedules_.at(id);
+  const std::uint32_t id = schedules_.Find(ns, key);
+  if (id == ScheduleSet::kNone) return;  // deleted since
+  ScheduleSet::Slot& e = schedules_.slot(id);
   if (open) {
     e.open_run = std::max(e.open_run, run);
     return;
   }
   if (run != e.open_run) return;  // an earlier run
   e.open_run = 0;
-  if (e.rec.state.buffered && !stopped_) {
+  if (schedules_.holds_run(id) && !stopped_) {
     // The held run goes now: a wake-up at once.
     if (e.handle != wheel::TimingWheel::kNoHandle) {
       wheel_.wheel().Cancel(e.handle);

@@ -108,14 +108,7 @@ bool DecodeSchedule(std::string_view bytes, ScheduleRecord* out) {
   return true;
 }
 
-Status SpecOf(const ScheduleRecord& r, schedule::Spec* spec,
-              schedule::Policies* policies) {
-  const Status s =
-      r.cron.empty()
-          ? schedule::Spec::Every(std::chrono::nanoseconds(r.every), r.anchor,
-                                  std::chrono::nanoseconds(1), spec)
-          : schedule::Spec::Cron(r.cron, r.zone, spec);
-  if (!s.ok()) return s;
+schedule::Policies PoliciesOf(const ScheduleRecord& r) {
   schedule::Policies p;
   p.start = r.start;
   p.end = r.end;
@@ -125,7 +118,18 @@ Status SpecOf(const ScheduleRecord& r, schedule::Spec* spec,
   p.catch_up = r.catch_up;
   p.catch_up_limit = r.catch_up_limit;
   p.overlap = r.overlap;
-  *policies = p;
+  return p;
+}
+
+Status SpecOf(const ScheduleRecord& r, schedule::Spec* spec,
+              schedule::Policies* policies) {
+  const Status s =
+      r.cron.empty()
+          ? schedule::Spec::Every(std::chrono::nanoseconds(r.every), r.anchor,
+                                  std::chrono::nanoseconds(1), spec)
+          : schedule::Spec::Cron(r.cron, r.zone, spec);
+  if (!s.ok()) return s;
+  *policies = PoliciesOf(r);
   return Status::Ok();
 }
 

@@ -55,6 +55,7 @@ bool DecodeSchedule(std::string_view bytes, ScheduleRecord* out);
 // tz database, is an error naming it).
 Status SpecOf(const ScheduleRecord& r, schedule::Spec* spec,
               schedule::Policies* policies);
+schedule::Policies PoliciesOf(const ScheduleRecord& r);
 
 // The key of run `run` of version `version` of schedule `key`, and back:
 // false for a key that is not a run key.

@@ -18,6 +18,9 @@
 //   churn       data directory size through millions of set/move/remove on
 //               the same keys;
 //   recovery    start-up time with 1M and 10M pending timers.
+//   schedules   (not run unless named) recurring schedules against one-shot
+//               timers: RSS, a burst of 10k runs (--rounds N, default 3),
+//               start-up with 1M (load_gen_schedule.cc).
 // Every loop is bounded in time and count; only loopback is used.
 //
 //   security    SetTimer/s and Batch items/s with TLS and tokens, as ratios
@@ -403,6 +406,7 @@ int Main(int argc, char** argv) {
   if (want("payload")) Payload(daemon, scratch);
   if (want("churn")) Churn(daemon, scratch);
   if (want("recovery")) Recovery(daemon, scratch);
+  if (only == "schedules") Schedules(daemon, scratch, rounds > 0 ? rounds : 3);
   if (want("security")) {
     Security(daemon, scratch, dur, rounds > 0 ? rounds : 3);
   }

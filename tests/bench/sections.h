@@ -15,6 +15,11 @@ void Payload(const std::string& binary, const std::string& scratch);
 void Churn(const std::string& binary, const std::string& scratch);
 void Recovery(const std::string& binary, const std::string& scratch);
 
+// load_gen_schedule.cc: recurring schedules against one-shot timers (RSS,
+// a burst of runs, start-up); the burst `rounds` times.
+void Schedules(const std::string& binary, const std::string& scratch,
+               int rounds);
+
 }  // namespace delayd::bench
 
 #endif  // DELAYD_TESTS_BENCH_SECTIONS_H_

@@ -1,0 +1,272 @@
+#include "server/core/schedule_set.h"
+
+#include <cstring>
+
+#include "server/common/keyed_hash.h"
+
+namespace delayd {
+namespace {
+
+// Slot::flags.
+constexpr std::uint16_t kPaused = 1;
+constexpr std::uint16_t kFinished = 2;
+constexpr std::uint16_t kHasStart = 4;
+constexpr std::uint16_t kHasEnd = 8;
+constexpr std::uint16_t kHasMaxRuns = 16;
+constexpr std::uint16_t kHasJitter = 32;
+constexpr std::uint16_t kHasLimit = 64;  // a catch-up limit not the default
+constexpr std::uint16_t kHasBuffered = 128;
+constexpr std::uint16_t kEvery = 256;  // an interval: period and anchor
+constexpr int kCatchUpShift = 9;       // 2 bits
+constexpr int kOverlapShift = 11;      // 2 bits
+constexpr std::uint32_t kDefaultLimit = ScheduleRecord{}.catch_up_limit;
+
+// The block: key size (2 B), payload size (4 B), the key, the fields the
+// flags name (in the order of Fields), the payload.
+constexpr std::size_t kHeader = 6;
+
+// Reads and writes the block's optional fields in one order, so that the
+// two cannot disagree.
+template <typename Io>
+void Fields(std::uint16_t flags, Io&& io, ScheduleRecord& r) {
+  io(r.created_at);
+  if (flags & kHasStart) io(*r.start);
+  if (flags & kHasEnd) io(*r.end);
+  if (flags & kHasMaxRuns) io(r.max_runs);
+  if (flags & kHasJitter) io(r.jitter);
+  if (flags & kHasLimit) io(r.catch_up_limit);
+  if (flags & kHasBuffered) io(*r.state.buffered);
+  if (flags & kEvery) {
+    io(r.every);
+    io(r.anchor);
+  }
+}
+
+std::uint16_t FlagsOf(const ScheduleRecord& r) {
+  std::uint16_t f = 0;
+  if (r.state.paused) f |= kPaused;
+  if (r.state.finished) f |= kFinished;
+  if (r.start) f |= kHasStart;
+  if (r.end) f |= kHasEnd;
+  if (r.max_runs != 0) f |= kHasMaxRuns;
+  if (r.jitter != 0) f |= kHasJitter;
+  if (r.catch_up_limit != kDefaultLimit) f |= kHasLimit;
+  if (r.state.buffered) f |= kHasBuffered;
+  if (r.cron.empty()) f |= kEvery;
+  f |= static_cast<std::uint16_t>(static_cast<int>(r.catch_up)
+                                  << kCatchUpShift);
+  f |= static_cast<std::uint16_t>(static_cast<int>(r.overlap)
+                                  << kOverlapShift);
+  return f;
+}
+
+}  // namespace
+
+std::uint32_t ScheduleSet::Hash(NamespaceId ns, std::string_view key) {
+  const std::uint64_t h = KeyedHash(ns, key);
+  return static_cast<std::uint32_t>(h ^ (h >> 32));
+}
+
+std::uint32_t ScheduleSet::Find(NamespaceId ns, std::string_view key) const {
+  return keys_.Find(Hash(ns, key), [&](std::uint32_t id) {
+    return slots_[id].ns == ns && this->key(id) == key;
+  });
+}
+
+std::string_view ScheduleSet::key(std::uint32_t id) const {
+  const char* p = slots_[id].data.get();
+  std::uint16_t n = 0;
+  std::memcpy(&n, p, sizeof n);
+  return {p + kHeader, n};
+}
+
+std::string_view ScheduleSet::payload(std::uint32_t id) const {
+  const char* p = slots_[id].data.get();
+  std::uint32_t n = 0;
+  std::memcpy(&n, p + 2, sizeof n);
+  // The payload ends the block, whose size the header does not keep: it
+  // follows from the key's size, the flags and the payload's.
+  std::size_t fields = 0;
+  ScheduleRecord scratch;
+  scratch.start = scratch.end = scratch.state.buffered = 0;
+  Fields(slots_[id].flags, [&](auto& v) { fields += sizeof v; }, scratch);
+  return {p + kHeader + key(id).size() + fields, n};
+}
+
+Status ScheduleSet::InternCron(const ScheduleRecord& rec,
+                               std::uint32_t* spec) {
+  std::string name = rec.cron;
+  name.push_back('\0');
+  name.append(rec.zone);
+  if (auto it = spec_ids_.find(name); it != spec_ids_.end()) {
+    ++specs_[it->second].refs;
+    *spec = it->second;
+    return Status::Ok();
+  }
+  schedule::Spec parsed;
+  if (Status s = schedule::Spec::Cron(rec.cron, rec.zone, &parsed); !s.ok()) {
+    return s;
+  }
+  std::uint32_t id;
+  if (!free_specs_.empty()) {
+    id = free_specs_.back();
+    free_specs_.pop_back();
+  } else {
+    id = static_cast<std::uint32_t>(specs_.size());
+    specs_.emplace_back();
+  }
+  specs_[id] = CronSpec{rec.cron, rec.zone, std::move(parsed), 1};
+  spec_ids_.emplace(std::move(name), id);
+  *spec = id;
+  return Status::Ok();
+}
+
+void ScheduleSet::ReleaseCron(std::uint32_t spec) {
+  CronSpec& c = specs_[spec];
+  if (--c.refs != 0) return;
+  std::string name = c.cron;
+  name.push_back('\0');
+  name.append(c.zone);
+  spec_ids_.erase(name);
+  c = CronSpec{};
+  free_specs_.push_back(spec);
+}
+
+void ScheduleSet::Pack(std::uint32_t id, std::string_view key,
+                       const ScheduleRecord& rec) {
+  Slot& s = slots_[id];
+  s.flags = FlagsOf(rec);
+  ScheduleRecord fields = rec;
+  std::size_t size = kHeader + key.size() + rec.payload.size();
+  Fields(s.flags, [&](auto& v) { size += sizeof v; }, fields);
+  auto block = std::make_unique<char[]>(size);
+  char* p = block.get();
+  const auto key_size = static_cast<std::uint16_t>(key.size());
+  const auto payload_size = static_cast<std::uint32_t>(rec.payload.size());
+  std::memcpy(p, &key_size, 2);
+  std::memcpy(p + 2, &payload_size, 4);
+  p += kHeader;
+  std::memcpy(p, key.data(), key.size());
+  p += key.size();
+  Fields(
+      s.flags,
+      [&](auto& v) {
+        std::memcpy(p, &v, sizeof v);
+        p += sizeof v;
+      },
+      fields);
+  if (!rec.payload.empty()) {
+    std::memcpy(p, rec.payload.data(), rec.payload.size());
+  }
+  s.data = std::move(block);
+}
+
+Status ScheduleSet::Add(NamespaceId ns, std::string_view key,
+                        const ScheduleRecord& rec, std::uint32_t* id) {
+  std::uint32_t spec = kNone;
+  if (!rec.cron.empty()) {
+    if (Status s = InternCron(rec, &spec); !s.ok()) return s;
+  } else if (rec.every <= 0) {
+    return Status::InvalidArgument("an interval must be positive");
+  }
+  std::uint32_t at;
+  if (!free_.empty()) {
+    at = free_.back();
+    free_.pop_back();
+  } else {
+    at = static_cast<std::uint32_t>(slots_.size());
+    slots_.emplace_back();
+  }
+  Slot& s = slots_[at];
+  s = Slot{};
+  s.ns = ns;
+  s.spec = spec;
+  s.version = rec.version;
+  s.last_instant = rec.state.last_instant;
+  s.runs = rec.state.runs;
+  Pack(at, key, rec);
+  keys_.Insert(Hash(ns, key), at);
+  order_.insert(at);
+  *id = at;
+  return Status::Ok();
+}
+
+void ScheduleSet::Remove(std::uint32_t id) {
+  Slot& s = slots_[id];
+  order_.erase(id);  // (while its key is still there to compare)
+  keys_.Erase(Hash(s.ns, key(id)), id);
+  if (s.spec != kNone) ReleaseCron(s.spec);
+  s = Slot{};
+  free_.push_back(id);
+}
+
+ScheduleSet::Loaded ScheduleSet::Load(std::uint32_t id) const {
+  const Slot& s = slots_[id];
+  Loaded out;
+  ScheduleRecord& r = out.rec;
+  if (s.flags & kHasStart) r.start = 0;
+  if (s.flags & kHasEnd) r.end = 0;
+  if (s.flags & kHasBuffered) r.state.buffered = 0;
+  const char* p = s.data.get() + kHeader + key(id).size();
+  Fields(
+      s.flags,
+      [&](auto& v) {
+        std::memcpy(&v, p, sizeof v);
+        p += sizeof v;
+      },
+      r);
+  r.payload = std::string(payload(id));
+  r.catch_up = static_cast<schedule::CatchUp>((s.flags >> kCatchUpShift) & 3);
+  r.overlap = static_cast<schedule::Overlap>((s.flags >> kOverlapShift) & 3);
+  r.version = s.version;
+  r.state.last_instant = s.last_instant;
+  r.state.runs = s.runs;
+  r.state.paused = (s.flags & kPaused) != 0;
+  r.state.finished = (s.flags & kFinished) != 0;
+  if (s.spec != kNone) {
+    const CronSpec& c = specs_[s.spec];
+    r.cron = c.cron;
+    r.zone = c.zone;
+    out.cron = &c.spec;
+  } else {
+    // (Checked when added: an interval's spec always builds.)
+    schedule::Spec::Every(std::chrono::nanoseconds(r.every), r.anchor,
+                          std::chrono::nanoseconds(1), &out.every);
+  }
+  out.policies = PoliciesOf(r);
+  return out;
+}
+
+void ScheduleSet::SetState(std::uint32_t id, const schedule::State& state) {
+  Slot& s = slots_[id];
+  s.last_instant = state.last_instant;
+  s.runs = state.runs;
+  s.flags = static_cast<std::uint16_t>(
+      (s.flags & ~(kPaused | kFinished)) | (state.paused ? kPaused : 0) |
+      (state.finished ? kFinished : 0));
+  // A held run (buffer-one) is in the block: rewritten when it changes.
+  if (!(s.flags & kHasBuffered) && !state.buffered) return;
+  Loaded now = Load(id);
+  if (now.rec.state.buffered == state.buffered) return;
+  now.rec.state.buffered = state.buffered;
+  const std::string k(key(id));
+  Pack(id, k, now.rec);
+}
+
+bool ScheduleSet::holds_run(std::uint32_t id) const {
+  return (slots_[id].flags & kHasBuffered) != 0;
+}
+
+void ScheduleSet::List(NamespaceId ns, std::string_view prefix,
+                       const std::string& after, std::size_t limit,
+                       std::vector<std::string>* keys) const {
+  auto it = after < prefix ? order_.lower_bound(Probe{ns, prefix})
+                           : order_.upper_bound(Probe{ns, after});
+  for (std::size_t n = 0; n < limit && it != order_.end(); ++it, ++n) {
+    const std::uint32_t id = *it;
+    if (slots_[id].ns != ns || !key(id).starts_with(prefix)) break;
+    keys->emplace_back(key(id));
+  }
+}
+
+}  // namespace delayd

@@ -1,0 +1,219 @@
+// load_gen's recurring-schedule section (`--only schedules`): each figure is
+// measured against one-shot timers in the same run, on daemons of the same
+// flags:
+//   memory   RSS per pending schedule with 1 M schedules (half cron in six
+//            zones, half intervals, 16 B keys and payloads, none due during
+//            the run) against RSS per pending timer with 1 M timers;
+//   burst    10 k schedule runs due within one second (intervals starting
+//            then) against 10 k one-shot timers due at the same offsets:
+//            lateness of the last delivery, p50 and p99;
+//   restart  a durable daemon's start-up with 1 M schedules against the same
+//            with 1 M timers (exec to serving).
+#include "tests/bench/bench_client.h"
+#include "tests/bench/sections.h"
+
+namespace delayd::bench {
+namespace {
+
+constexpr std::int64_t kSecond = 1'000'000'000;
+
+// Sets schedule i of `n` for each i, through unary SetSchedule from several
+// threads; `fill(i, req)` fills in its spec. Returns the failures.
+std::uint64_t SetSchedules(
+    Bench& bench, std::uint64_t n, const std::string& ns,
+    const std::function<void(std::uint64_t, v1::SetScheduleRequest&)>& fill) {
+  constexpr int kThreads = 16;
+  std::atomic<std::uint64_t> next{0}, failed{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      for (std::uint64_t i; (i = next.fetch_add(1)) < n;) {
+        v1::SetScheduleRequest req;
+        req.set_namespace_(ns);
+        char key[32];
+        std::snprintf(key, sizeof key, "key-%012llu",
+                      static_cast<unsigned long long>(i));
+        req.set_key(key);
+        std::string* payload = req.mutable_payload();
+        payload->resize(16);
+        const std::uint64_t r[2] = {Mix(i * 1024), Mix(i * 1024 + 8)};
+        std::memcpy(payload->data(), r, 16);
+        fill(i, req);
+        v1::Schedule resp;
+        grpc::ClientContext ctx;
+        ctx.set_deadline(std::chrono::system_clock::now() + 60s);
+        if (!bench.stub().SetSchedule(&ctx, req, &resp).ok()) {
+          if (failed.fetch_add(1) == 0) {
+            std::printf("  SetSchedule failed (first of these)\n");
+          }
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return failed.load();
+}
+
+// The mix of the memory and restart figures: cron expressions in zones and
+// intervals, all starting a day from now (nothing runs during the figure).
+void MixedSpec(std::uint64_t i, std::int64_t day_ahead,
+               v1::SetScheduleRequest& req) {
+  static const char* const kCron[] = {
+      "0 9 * * 1-5", "*/5 * * * *", "0 0 1 * *",    "30 2 * * 0",
+      "0 */6 * * *", "15 10 L * ?", "0 12 * * 5#2", "0 0 * * *"};
+  static const char* const kZones[] = {
+      "UTC",           "Europe/Berlin",       "America/New_York",
+      "Asia/Kathmandu", "Australia/Lord_Howe", "Asia/Tokyo"};
+  static const std::int64_t kEvery[] = {30, 300, 3600, 5400, 86400};
+  auto* spec = req.mutable_spec();
+  const std::uint64_t m = Mix(i);
+  if (i % 2 == 0) {
+    spec->set_cron(kCron[m % 8]);
+    spec->set_time_zone(kZones[(m >> 8) % 6]);
+    *spec->mutable_start_time() = Ts(day_ahead);
+  } else {
+    spec->mutable_every()->set_seconds(kEvery[m % 5]);
+    *spec->mutable_start_time() =
+        Ts(day_ahead + static_cast<std::int64_t>((m >> 8) % 86400) * kSecond);
+  }
+}
+
+// RSS growth per item for 1 M timers, then 1 M schedules, each on a fresh
+// daemon; returns the ratio.
+double Memory(const std::string& binary, const std::string& scratch,
+              const std::vector<std::string>& flags) {
+  constexpr std::uint64_t kN = 1'000'000;
+  double per[2] = {0, 0};
+  for (int kind = 0; kind < 2; ++kind) {
+    ScratchDaemon sd(binary, scratch, "schedules-memory", flags);
+    if (!sd.d().ok()) return 0;
+    Bench bench(sd.d().address(), 4);
+    const std::int64_t before = RssBytes(sd.d().pid());
+    const std::int64_t day_ahead = WallNanos() + 86400 * kSecond;
+    const auto t0 = Clock::now();
+    if (kind == 0) {
+      bench.Fill(kN, "m", [&](std::uint64_t i) {
+        return day_ahead + static_cast<std::int64_t>(Mix(i) % (86400 * kSecond));
+      });
+    } else {
+      SetSchedules(bench, kN, "m", [&](std::uint64_t i, auto& req) {
+        MixedSpec(i, day_ahead, req);
+      });
+    }
+    const double took =
+        std::chrono::duration<double>(Clock::now() - t0).count();
+    const std::int64_t after = RssBytes(sd.d().pid());
+    per[kind] = static_cast<double>(after - before) / kN;
+    std::printf("  %-9s RSS %.1f -> %.1f MiB: %.1f B each (set in %.1f s)\n",
+                kind == 0 ? "timers" : "schedules", before / 1048576.0,
+                after / 1048576.0, per[kind], took);
+  }
+  return per[0] > 0 ? per[1] / per[0] : 0;
+}
+
+// 10 k runs due within one second, as schedules and as one-shot timers, on
+// one daemon; prints both and returns last-delivery lateness (ms) of each.
+std::pair<double, double> Burst(Bench& bench, int round) {
+  constexpr std::uint64_t kN = 10'000;
+  double last[2] = {0, 0};
+  for (int kind = 0; kind < 2; ++kind) {
+    const std::string ns =
+        std::string(kind == 0 ? "t" : "s") + std::to_string(round);
+    const std::int64_t t0 = WallNanos() + 3 * kSecond;
+    auto at = [&](std::uint64_t i) {
+      return t0 + static_cast<std::int64_t>(i * kSecond / kN);
+    };
+    std::int64_t set_by = 0;  // when the last was set
+    auto late = bench.Lateness(ns, kN, 30s, [&] {
+      if (kind == 0) {
+        bench.Fill(kN, ns, at);
+      } else {
+        SetSchedules(bench, kN, ns, [&](std::uint64_t i, auto& req) {
+          req.mutable_spec()->mutable_every()->set_seconds(3600);
+          *req.mutable_spec()->mutable_start_time() = Ts(at(i));
+        });
+      }
+      set_by = WallNanos();
+    });
+    const Percentiles p = Summarize(late);
+    last[kind] = p.max;
+    std::printf(
+        "  %-9s n=%zu p50 %.2f ms p99 %.2f ms last %.2f ms (all set %.2f s "
+        "before the first was due)\n",
+        kind == 0 ? "timers" : "schedules", p.n, p.p50, p.p99, p.max,
+        static_cast<double>(t0 - set_by) / 1e9);
+    if (p.n != kN) std::printf("  (only %zu of %llu arrived)\n", p.n, kN * 1ull);
+  }
+  return {last[0], last[1]};
+}
+
+// Start-up with 1 M timers, then 1 M schedules, durable; returns the ratio.
+double Restart(const std::string& binary, const std::string& scratch) {
+  constexpr std::uint64_t kN = 1'000'000;
+  double took[2] = {0, 0};
+  const std::string dir = scratch + "/schedules-restart";
+  for (int kind = 0; kind < 2; ++kind) {
+    std::filesystem::remove_all(dir);
+    {
+      delayd::testing::DaemonProcess d(
+          binary,
+          {"--data-dir", dir, "--fsync", "never", "--max-schedules", "1000000"},
+          60s);
+      if (!d.ok()) return 0;
+      Bench bench(d.address(), 4);
+      const std::int64_t day_ahead = WallNanos() + 86400 * kSecond;
+      if (kind == 0) {
+        bench.Fill(kN, "r", [&](std::uint64_t i) {
+          return day_ahead +
+                 static_cast<std::int64_t>(Mix(i) % (86400 * kSecond));
+        });
+      } else {
+        SetSchedules(bench, kN, "r", [&](std::uint64_t i, auto& req) {
+          MixedSpec(i, day_ahead, req);
+        });
+      }
+      d.Stop(SIGTERM, 120s);
+    }
+    const auto t0 = Clock::now();
+    delayd::testing::DaemonProcess d(
+        binary, {"--data-dir", dir, "--max-schedules", "1000000"}, 300s);
+    took[kind] = std::chrono::duration<double>(Clock::now() - t0).count();
+    std::printf("  %-9s ready to serve %.2f s after exec; RSS %.0f MiB, data "
+                "dir %.0f MiB\n",
+                kind == 0 ? "timers" : "schedules", took[kind],
+                RssBytes(d.pid()) / 1048576.0, DirBytes(dir) / 1048576.0);
+    d.Stop(SIGTERM, 120s);
+  }
+  std::filesystem::remove_all(dir);
+  return took[0] > 0 ? took[1] / took[0] : 0;
+}
+
+}  // namespace
+
+void Schedules(const std::string& binary, const std::string& scratch,
+               int rounds) {
+  std::printf("schedules: memory, 1 M pending (in memory)\n");
+  const double mem =
+      Memory(binary, scratch, {"--in-memory", "--max-schedules", "1000000"});
+  std::printf("  schedule / timer RSS = %.2fx (target <= 2x)\n", mem);
+
+  std::printf("schedules: 10 k runs due within one second (in memory)\n");
+  {
+    ScratchDaemon sd(binary, scratch, "schedules-burst",
+                     {"--in-memory", "--max-schedules", "100000"});
+    if (!sd.d().ok()) return;
+    Bench bench(sd.d().address(), 4);
+    for (int r = 0; r < rounds; ++r) {
+      const auto [timers, schedules] = Burst(bench, r);
+      std::printf("  round %d: last delivery schedules / timers = %.2fx\n", r,
+                  timers > 0 ? schedules / timers : 0);
+    }
+  }
+
+  std::printf("schedules: restart with 1 M (--fsync never)\n");
+  const double restart = Restart(binary, scratch);
+  std::printf("  schedules / timers start-up = %.2fx (target 0.8-1.2x)\n",
+              restart);
+}
+
+}  // namespace delayd::bench
