@@ -45,6 +45,18 @@ class KeyIndex {
     if (!slots_.empty()) __builtin_prefetch(&slots_[hash & mask_]);
   }
 
+  // Makes room for `n` entries in all: adding up to that many does not grow
+  // the slot array.
+  void Reserve(std::size_t n) {
+    std::size_t capacity = slots_.empty() ? 16 : slots_.size();
+    while (n * 4 > capacity * 3) capacity *= 2;
+    if (capacity > slots_.size()) Rehash(capacity);
+  }
+  // The slot where a lookup of `hash` begins: inserting many entries in the
+  // order of this (after Reserve) writes the slot array in sequence rather
+  // than at random.
+  std::size_t Home(std::uint32_t hash) const { return hash & mask_; }
+
   // Adds `record` (not present) with `hash`.
   void Insert(std::uint32_t hash, std::uint32_t record) {
     if ((size_ + 1) * 4 > slots_.size() * 3) Grow();
@@ -83,9 +95,9 @@ class KeyIndex {
     while (slots_[i].record != kNone) i = (i + 1) & mask_;
     slots_[i] = Slot{record, hash};
   }
-  void Grow() {
+  void Grow() { Rehash(slots_.empty() ? 16 : slots_.size() * 2); }
+  void Rehash(std::size_t capacity) {
     std::vector<Slot> old = std::move(slots_);
-    const std::size_t capacity = old.empty() ? 16 : old.size() * 2;
     slots_.assign(capacity, Slot{});
     mask_ = capacity - 1;
     for (const Slot& s : old) {

@@ -214,8 +214,13 @@ class Partition {
   // decides).
   // Its version goes to `*version`.
   Status RestoreSchedule(NamespaceId ns, std::string_view key,
-                         std::string_view encoded, std::uint64_t* version)
+                         std::string_view encoded, WallNanos wall_now,
+                         SteadyTime steady_now, std::uint64_t* version)
       EXCLUDES(mu_);
+  // Schedules restored between these two are found by key only after the
+  // second, which indexes them all at once (ScheduleSet::DeferIndexing).
+  void BeginScheduleRestore() EXCLUDES(mu_);
+  void EndScheduleRestore() EXCLUDES(mu_);
 
  private:
   // 64 bytes, with a short key and payload inline in `blob` and the
@@ -350,6 +355,9 @@ class Partition {
   std::vector<std::uint32_t> overdue_ GUARDED_BY(mu_);    // During recovery.
   std::vector<AlarmWheel::Expired> due_ GUARDED_BY(mu_);  // Reused.
   ScheduleSet schedules_ GUARDED_BY(mu_);
+  // Scratch of restoring and arming schedules (their buffers used again).
+  ScheduleRecord decoded_ GUARDED_BY(mu_);
+  Loaded loaded_ GUARDED_BY(mu_);
 };
 
 }  // namespace delayd

@@ -61,7 +61,8 @@ Status Partition::AddSchedule(NamespaceId ns, std::string_view key,
                               SteadyTime steady_now, std::uint32_t* id,
                               bool alarm) {
   if (Status s = schedules_.Add(ns, key, rec, id); !s.ok()) return s;
-  ArmSchedule(*id, schedules_.Load(*id), wall_now, steady_now, alarm);
+  schedules_.Load(*id, &loaded_);
+  ArmSchedule(*id, loaded_, wall_now, steady_now, alarm);
   return Status::Ok();
 }
 
@@ -227,16 +228,17 @@ void Partition::ListSchedules(NamespaceId ns, std::string_view prefix,
 
 Status Partition::RestoreSchedule(NamespaceId ns, std::string_view key,
                                   std::string_view encoded,
+                                  WallNanos wall_now, SteadyTime steady_now,
                                   std::uint64_t* version) {
   MutexLock lock(&mu_);
-  ScheduleRecord rec;
+  ScheduleRecord& rec = decoded_;
   if (!DecodeSchedule(encoded, &rec)) {
     return Status::Internal("the schedule '" + std::string(key) +
                             "' is stored malformed");
   }
   *version = rec.version;
   std::uint32_t id = 0;
-  if (Status s = AddSchedule(ns, key, rec, clock_.Wall(), clock_.Steady(), &id,
+  if (Status s = AddSchedule(ns, key, rec, wall_now, steady_now, &id,
                              /*alarm=*/false);
       !s.ok()) {
     return Status::Internal("the schedule '" + std::string(key) +
@@ -245,6 +247,16 @@ Status Partition::RestoreSchedule(NamespaceId ns, std::string_view key,
   refs_->Add(ns);
   counters_.of(ns).schedules.fetch_add(1, std::memory_order_relaxed);
   return Status::Ok();
+}
+
+void Partition::BeginScheduleRestore() {
+  MutexLock lock(&mu_);
+  schedules_.DeferIndexing();
+}
+
+void Partition::EndScheduleRestore() {
+  MutexLock lock(&mu_);
+  schedules_.IndexDeferred();
 }
 
 void Partition::WakeSchedule(std::uint32_t id) {

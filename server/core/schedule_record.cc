@@ -81,7 +81,8 @@ std::string EncodeSchedule(const ScheduleRecord& r) {
 
 bool DecodeSchedule(std::string_view bytes, ScheduleRecord* out) {
   Reader in(bytes);
-  ScheduleRecord r;
+  ScheduleRecord& r = *out;  // (its strings' buffers are used again)
+  r.start = r.end = r.state.buffered = std::nullopt;
   std::uint8_t format = 0, flags = 0, catch_up = 0, overlap = 0;
   WallNanos start = 0, end = 0, buffered = 0;
   if (!in.Raw(&format) || format != kFormat || !in.Raw(&flags) ||
@@ -104,7 +105,6 @@ bool DecodeSchedule(std::string_view bytes, ScheduleRecord* out) {
   if (flags & kHasBuffered) r.state.buffered = buffered;
   r.state.paused = (flags & kPaused) != 0;
   r.state.finished = (flags & kFinished) != 0;
-  *out = std::move(r);
   return true;
 }
 

@@ -46,7 +46,8 @@ struct ScheduleRecord {
   schedule::State state;
 };
 
-// The record's stored form, and back; false if `bytes` is not one.
+// The record's stored form, and back; false if `bytes` is not one (`*out`
+// is then unspecified).
 std::string EncodeSchedule(const ScheduleRecord& r);
 bool DecodeSchedule(std::string_view bytes, ScheduleRecord* out);
 

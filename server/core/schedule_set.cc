@@ -1,5 +1,6 @@
 #include "server/core/schedule_set.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "server/common/keyed_hash.h"
@@ -27,8 +28,8 @@ constexpr std::size_t kHeader = 6;
 
 // Reads and writes the block's optional fields in one order, so that the
 // two cannot disagree.
-template <typename Io>
-void Fields(std::uint16_t flags, Io&& io, ScheduleRecord& r) {
+template <typename Io, typename Record>
+void Fields(std::uint16_t flags, Io&& io, Record& r) {
   io(r.created_at);
   if (flags & kHasStart) io(*r.start);
   if (flags & kHasEnd) io(*r.end);
@@ -87,16 +88,19 @@ std::string_view ScheduleSet::payload(std::uint32_t id) const {
   // The payload ends the block, whose size the header does not keep: it
   // follows from the key's size, the flags and the payload's.
   std::size_t fields = 0;
-  ScheduleRecord scratch;
-  scratch.start = scratch.end = scratch.state.buffered = 0;
-  Fields(slots_[id].flags, [&](auto& v) { fields += sizeof v; }, scratch);
+  static const ScheduleRecord kAll = [] {
+    ScheduleRecord r;
+    r.start = r.end = r.state.buffered = 0;
+    return r;
+  }();
+  Fields(slots_[id].flags, [&](const auto& v) { fields += sizeof v; }, kAll);
   return {p + kHeader + key(id).size() + fields, n};
 }
 
 Status ScheduleSet::InternCron(const ScheduleRecord& rec,
                                std::uint32_t* spec) {
-  std::string name = rec.cron;
-  name.push_back('\0');
+  std::string& name = spec_name_;  // (reused: no allocation per lookup)
+  name.assign(rec.cron).push_back('\0');
   name.append(rec.zone);
   if (auto it = spec_ids_.find(name); it != spec_ids_.end()) {
     ++specs_[it->second].refs;
@@ -116,7 +120,7 @@ Status ScheduleSet::InternCron(const ScheduleRecord& rec,
     specs_.emplace_back();
   }
   specs_[id] = CronSpec{rec.cron, rec.zone, std::move(parsed), 1};
-  spec_ids_.emplace(std::move(name), id);
+  spec_ids_.emplace(name, id);
   *spec = id;
   return Status::Ok();
 }
@@ -136,10 +140,10 @@ void ScheduleSet::Pack(std::uint32_t id, std::string_view key,
                        const ScheduleRecord& rec) {
   Slot& s = slots_[id];
   s.flags = FlagsOf(rec);
-  ScheduleRecord fields = rec;
   std::size_t size = kHeader + key.size() + rec.payload.size();
-  Fields(s.flags, [&](auto& v) { size += sizeof v; }, fields);
-  auto block = std::make_unique<char[]>(size);
+  Fields(s.flags, [&](const auto& v) { size += sizeof v; }, rec);
+  // (Every byte is written below: no zeroing first.)
+  std::unique_ptr<char[]> block(new char[size]);
   char* p = block.get();
   const auto key_size = static_cast<std::uint16_t>(key.size());
   const auto payload_size = static_cast<std::uint32_t>(rec.payload.size());
@@ -150,11 +154,11 @@ void ScheduleSet::Pack(std::uint32_t id, std::string_view key,
   p += key.size();
   Fields(
       s.flags,
-      [&](auto& v) {
+      [&](const auto& v) {
         std::memcpy(p, &v, sizeof v);
         p += sizeof v;
       },
-      fields);
+      rec);
   if (!rec.payload.empty()) {
     std::memcpy(p, rec.payload.data(), rec.payload.size());
   }
@@ -185,10 +189,26 @@ Status ScheduleSet::Add(NamespaceId ns, std::string_view key,
   s.last_instant = rec.state.last_instant;
   s.runs = rec.state.runs;
   Pack(at, key, rec);
-  keys_.Insert(Hash(ns, key), at);
-  order_.insert(at);
+  if (defer_) {
+    deferred_.emplace_back(Hash(ns, key), at);
+  } else {
+    keys_.Insert(Hash(ns, key), at);
+  }
+  // (Recovery adds in key order: the hint makes that a constant-time insert.)
+  order_.insert(order_.end(), at);
   *id = at;
   return Status::Ok();
+}
+
+void ScheduleSet::IndexDeferred() {
+  defer_ = false;
+  keys_.Reserve(keys_.size() + deferred_.size());
+  std::sort(deferred_.begin(), deferred_.end(), [&](auto a, auto b) {
+    return keys_.Home(a.first) < keys_.Home(b.first);
+  });
+  for (const auto& [hash, id] : deferred_) keys_.Insert(hash, id);
+  deferred_.clear();
+  deferred_.shrink_to_fit();
 }
 
 void ScheduleSet::Remove(std::uint32_t id) {
@@ -200,10 +220,14 @@ void ScheduleSet::Remove(std::uint32_t id) {
   free_.push_back(id);
 }
 
-ScheduleSet::Loaded ScheduleSet::Load(std::uint32_t id) const {
+void ScheduleSet::Load(std::uint32_t id, Loaded* out) const {
   const Slot& s = slots_[id];
-  Loaded out;
-  ScheduleRecord& r = out.rec;
+  ScheduleRecord& r = out->rec;
+  r.start = r.end = r.state.buffered = std::nullopt;
+  r.max_runs = 0;
+  r.jitter = 0;
+  r.catch_up_limit = kDefaultLimit;
+  r.every = r.anchor = 0;
   if (s.flags & kHasStart) r.start = 0;
   if (s.flags & kHasEnd) r.end = 0;
   if (s.flags & kHasBuffered) r.state.buffered = 0;
@@ -215,7 +239,7 @@ ScheduleSet::Loaded ScheduleSet::Load(std::uint32_t id) const {
         p += sizeof v;
       },
       r);
-  r.payload = std::string(payload(id));
+  r.payload.assign(payload(id));
   r.catch_up = static_cast<schedule::CatchUp>((s.flags >> kCatchUpShift) & 3);
   r.overlap = static_cast<schedule::Overlap>((s.flags >> kOverlapShift) & 3);
   r.version = s.version;
@@ -225,16 +249,18 @@ ScheduleSet::Loaded ScheduleSet::Load(std::uint32_t id) const {
   r.state.finished = (s.flags & kFinished) != 0;
   if (s.spec != kNone) {
     const CronSpec& c = specs_[s.spec];
-    r.cron = c.cron;
-    r.zone = c.zone;
-    out.cron = &c.spec;
+    r.cron.assign(c.cron);
+    r.zone.assign(c.zone);
+    out->cron = &c.spec;
   } else {
+    r.cron.clear();
+    r.zone.clear();
+    out->cron = nullptr;
     // (Checked when added: an interval's spec always builds.)
     schedule::Spec::Every(std::chrono::nanoseconds(r.every), r.anchor,
-                          std::chrono::nanoseconds(1), &out.every);
+                          std::chrono::nanoseconds(1), &out->every);
   }
-  out.policies = PoliciesOf(r);
-  return out;
+  out->policies = PoliciesOf(r);
 }
 
 void ScheduleSet::SetState(std::uint32_t id, const schedule::State& state) {

@@ -73,7 +73,7 @@ class ScheduleSet {
   ScheduleSet(const ScheduleSet&) = delete;
   ScheduleSet& operator=(const ScheduleSet&) = delete;
 
-  std::size_t size() const { return keys_.size(); }
+  std::size_t size() const { return order_.size(); }
 
   // Schedule `key` of `ns`, or kNone.
   std::uint32_t Find(NamespaceId ns, std::string_view key) const;
@@ -81,6 +81,12 @@ class ScheduleSet {
   // error (nothing added) if its spec does not parse.
   Status Add(NamespaceId ns, std::string_view key, const ScheduleRecord& rec,
              std::uint32_t* id);
+  // Recovery adds many schedules before any is looked up: between these two
+  // calls, Add leaves them out of the hash index, and the second puts them
+  // all in at once, in the index's own order (a sequential pass over it, not
+  // one cache miss per schedule). Find does not see them until then.
+  void DeferIndexing() { defer_ = true; }
+  void IndexDeferred();
   // Removes schedule `id` (its wheel handle is the caller's to cancel).
   void Remove(std::uint32_t id);
 
@@ -88,7 +94,13 @@ class ScheduleSet {
   const Slot& slot(std::uint32_t id) const { return slots_[id]; }
   std::string_view key(std::uint32_t id) const;
   std::string_view payload(std::uint32_t id) const;
-  Loaded Load(std::uint32_t id) const;
+  Loaded Load(std::uint32_t id) const {
+    Loaded out;
+    Load(id, &out);
+    return out;
+  }
+  // The same into `*out`, whose strings' buffers are used again.
+  void Load(std::uint32_t id, Loaded* out) const;
   // Writes `state` as schedule `id`'s.
   void SetState(std::uint32_t id, const schedule::State& state);
 
@@ -154,6 +166,9 @@ class ScheduleSet {
   std::deque<CronSpec> specs_;
   std::vector<std::uint32_t> free_specs_;
   std::unordered_map<std::string, std::uint32_t> spec_ids_;
+  std::string spec_name_;  // InternCron's scratch
+  bool defer_ = false;
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> deferred_;  // hash, id
 };
 
 }  // namespace delayd

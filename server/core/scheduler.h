@@ -247,6 +247,12 @@ class Scheduler {
   Status Admit() const;
   std::uint32_t PartitionOf(NamespaceId ns, std::string_view key) const;
   Status Recover(RecoveryReport* report) EXCLUDES(ns_mutex_);
+  // Recovery's schedules (scheduler_recover_schedules.cc): the highest
+  // version among them goes to `*max_version`; a schedule of a namespace id
+  // not among the first `ids` sets `*bad_namespace`.
+  Status RecoverSchedules(std::size_t ids, WallNanos wall_now,
+                          SteadyTime steady_now, std::uint64_t* max_version,
+                          bool* bad_namespace);
   // Loads the stored policies into policies_ (before any namespace).
   Status RecoverPolicies() EXCLUDES(ns_mutex_);
   // Recovery: a pending timer or unacknowledged event under `run_key` is a

@@ -42,23 +42,11 @@ Status Scheduler::Recover(RecoveryReport* report) {
   bool bad_namespace = false;
   // Recurring schedules, armed for their next instants (first: the timers
   // and events below tell them which of their runs are open).
-  Status bad_schedule;
-  Status s = store_->ForEachSchedule(
-      [&](NamespaceId ns, std::string_view key, std::string_view encoded) {
-        if (ns >= ids || dispatchers_[ns]->name().empty()) {
-          bad_namespace = true;
-          return;
-        }
-        std::uint64_t version = 0;
-        Status r = partitions_[PartitionOf(ns, key)]->RestoreSchedule(
-            ns, key, encoded, &version);
-        if (!r.ok() && bad_schedule.ok()) {
-          bad_schedule = Status::Internal(store_->where() + ": " + r.message());
-        }
-        next_version = std::max(next_version, (version >> 10) + 1);
-      });
+  std::uint64_t schedule_version = 0;
+  Status s = RecoverSchedules(ids, wall_now, steady_now, &schedule_version,
+                              &bad_namespace);
   if (!s.ok()) return s;
-  if (!bad_schedule.ok()) return bad_schedule;
+  next_version = std::max(next_version, (schedule_version >> 10) + 1);
   s = store_->ForEachTimer([&](const StoredTimer& t) {
     if (t.ns >= ids) {
       bad_namespace = true;
