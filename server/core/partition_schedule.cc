@@ -227,8 +227,8 @@ void Partition::ListSchedules(NamespaceId ns, std::string_view prefix,
 }
 
 Status Partition::RestoreSchedule(NamespaceId ns, std::string_view key,
-                                  std::string_view encoded,
-                                  WallNanos wall_now, SteadyTime steady_now,
+                                  std::string_view encoded, WallNanos wall_now,
+                                  SteadyTime steady_now,
                                   std::uint64_t* version) {
   MutexLock lock(&mu_);
   ScheduleRecord& rec = decoded_;

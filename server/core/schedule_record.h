@@ -26,6 +26,8 @@
 
 namespace delayd {
 
+inline constexpr std::uint32_t kDefaultCatchUpLimit = 100;
+
 struct ScheduleRecord {
   // When: a cron expression in `zone`, or every `every` from `anchor`.
   std::string cron;
@@ -37,7 +39,7 @@ struct ScheduleRecord {
   std::uint64_t max_runs = 0;
   std::int64_t jitter = 0;  // nanoseconds
   schedule::CatchUp catch_up = schedule::CatchUp::kLatest;
-  std::uint32_t catch_up_limit = 100;
+  std::uint32_t catch_up_limit = kDefaultCatchUpLimit;
   schedule::Overlap overlap = schedule::Overlap::kAllow;
   std::string payload;
   // Given anew by every set (as timers' versions are).

@@ -15,12 +15,11 @@ constexpr std::uint16_t kHasStart = 4;
 constexpr std::uint16_t kHasEnd = 8;
 constexpr std::uint16_t kHasMaxRuns = 16;
 constexpr std::uint16_t kHasJitter = 32;
-constexpr std::uint16_t kHasLimit = 64;  // a catch-up limit not the default
+constexpr std::uint16_t kHasLimit = 64;  // not kDefaultCatchUpLimit
 constexpr std::uint16_t kHasBuffered = 128;
 constexpr std::uint16_t kEvery = 256;  // an interval: period and anchor
 constexpr int kCatchUpShift = 9;       // 2 bits
 constexpr int kOverlapShift = 11;      // 2 bits
-constexpr std::uint32_t kDefaultLimit = ScheduleRecord{}.catch_up_limit;
 
 // The block: key size (2 B), payload size (4 B), the key, the fields the
 // flags name (in the order of Fields), the payload.
@@ -51,13 +50,12 @@ std::uint16_t FlagsOf(const ScheduleRecord& r) {
   if (r.end) f |= kHasEnd;
   if (r.max_runs != 0) f |= kHasMaxRuns;
   if (r.jitter != 0) f |= kHasJitter;
-  if (r.catch_up_limit != kDefaultLimit) f |= kHasLimit;
+  if (r.catch_up_limit != kDefaultCatchUpLimit) f |= kHasLimit;
   if (r.state.buffered) f |= kHasBuffered;
   if (r.cron.empty()) f |= kEvery;
-  f |= static_cast<std::uint16_t>(static_cast<int>(r.catch_up)
-                                  << kCatchUpShift);
-  f |= static_cast<std::uint16_t>(static_cast<int>(r.overlap)
-                                  << kOverlapShift);
+  f |=
+      static_cast<std::uint16_t>(static_cast<int>(r.catch_up) << kCatchUpShift);
+  f |= static_cast<std::uint16_t>(static_cast<int>(r.overlap) << kOverlapShift);
   return f;
 }
 
@@ -93,12 +91,12 @@ std::string_view ScheduleSet::payload(std::uint32_t id) const {
     r.start = r.end = r.state.buffered = 0;
     return r;
   }();
-  Fields(slots_[id].flags, [&](const auto& v) { fields += sizeof v; }, kAll);
+  Fields(
+      slots_[id].flags, [&](const auto& v) { fields += sizeof v; }, kAll);
   return {p + kHeader + key(id).size() + fields, n};
 }
 
-Status ScheduleSet::InternCron(const ScheduleRecord& rec,
-                               std::uint32_t* spec) {
+Status ScheduleSet::InternCron(const ScheduleRecord& rec, std::uint32_t* spec) {
   std::string& name = spec_name_;  // (reused: no allocation per lookup)
   name.assign(rec.cron).push_back('\0');
   name.append(rec.zone);
@@ -141,7 +139,8 @@ void ScheduleSet::Pack(std::uint32_t id, std::string_view key,
   Slot& s = slots_[id];
   s.flags = FlagsOf(rec);
   std::size_t size = kHeader + key.size() + rec.payload.size();
-  Fields(s.flags, [&](const auto& v) { size += sizeof v; }, rec);
+  Fields(
+      s.flags, [&](const auto& v) { size += sizeof v; }, rec);
   // (Every byte is written below: no zeroing first.)
   std::unique_ptr<char[]> block(new char[size]);
   char* p = block.get();
@@ -226,7 +225,7 @@ void ScheduleSet::Load(std::uint32_t id, Loaded* out) const {
   r.start = r.end = r.state.buffered = std::nullopt;
   r.max_runs = 0;
   r.jitter = 0;
-  r.catch_up_limit = kDefaultLimit;
+  r.catch_up_limit = kDefaultCatchUpLimit;
   r.every = r.anchor = 0;
   if (s.flags & kHasStart) r.start = 0;
   if (s.flags & kHasEnd) r.end = 0;
@@ -267,9 +266,9 @@ void ScheduleSet::SetState(std::uint32_t id, const schedule::State& state) {
   Slot& s = slots_[id];
   s.last_instant = state.last_instant;
   s.runs = state.runs;
-  s.flags = static_cast<std::uint16_t>(
-      (s.flags & ~(kPaused | kFinished)) | (state.paused ? kPaused : 0) |
-      (state.finished ? kFinished : 0));
+  s.flags = static_cast<std::uint16_t>((s.flags & ~(kPaused | kFinished)) |
+                                       (state.paused ? kPaused : 0) |
+                                       (state.finished ? kFinished : 0));
   // A held run (buffer-one) is in the block: rewritten when it changes.
   if (!(s.flags & kHasBuffered) && !state.buffered) return;
   Loaded now = Load(id);

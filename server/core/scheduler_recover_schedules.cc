@@ -3,11 +3,10 @@
 // partition's own lock: decoding a schedule, finding its shared spec and
 // arming it for its next instant cost about twice what reading it does, and
 // partitions share nothing (1 M schedules: tests/bench/README.md).
-#include <condition_variable>
 #include <deque>
-#include <mutex>
 #include <thread>
 
+#include "server/common/mutex.h"
 #include "server/common/record_codec.h"
 #include "server/core/scheduler.h"
 
@@ -20,9 +19,8 @@ namespace {
 class Lane {
  public:
   Lane(Partition& p, WallNanos wall_now, SteadyTime steady_now)
-      : partition_(p), thread_([this, wall_now, steady_now] {
-          Run(wall_now, steady_now);
-        }) {}
+      : partition_(p),
+        thread_([this, wall_now, steady_now] { Run(wall_now, steady_now); }) {}
 
   // Queues a schedule (may wait for the thread to catch up).
   void Add(NamespaceId ns, std::string_view key, std::string_view encoded) {
@@ -37,10 +35,10 @@ class Lane {
   Status Finish(std::uint64_t* max_version) {
     Push();
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       closed_ = true;
     }
-    cv_.notify_all();
+    cv_.SignalAll();
     thread_.join();
     *max_version = std::max(*max_version, max_version_);
     return error_;
@@ -52,8 +50,8 @@ class Lane {
 
   void Push() {
     if (filling_.empty()) return;
-    std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return queue_.size() < kMaxChunks; });
+    MutexLock lock(&mu_);
+    while (queue_.size() >= kMaxChunks) cv_.Wait(&mu_);
     queue_.push_back(std::move(filling_));
     filling_.clear();
     // A restored chunk's buffer again, if there is one: its pages are
@@ -62,23 +60,23 @@ class Lane {
       filling_ = std::move(spare_.back());
       spare_.pop_back();
     }
-    cv_.notify_all();
+    cv_.SignalAll();
   }
   void Run(WallNanos wall_now, SteadyTime steady_now) {
     partition_.BeginScheduleRestore();
     for (;;) {
       std::string chunk;
       {
-        std::unique_lock lock(mu_);
-        cv_.wait(lock, [&] { return !queue_.empty() || closed_; });
+        MutexLock lock(&mu_);
+        while (queue_.empty() && !closed_) cv_.Wait(&mu_);
         if (queue_.empty()) break;
         chunk = std::move(queue_.front());
         queue_.pop_front();
       }
-      cv_.notify_all();
+      cv_.SignalAll();
       Restore(chunk, wall_now, steady_now);
       chunk.clear();
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       if (spare_.size() < kMaxChunks) spare_.push_back(std::move(chunk));
     }
     partition_.EndScheduleRestore();
@@ -105,11 +103,11 @@ class Lane {
 
   Partition& partition_;
   std::string filling_;  // the chunk being filled (the reading thread's)
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::string> queue_;  // guarded by mu_
-  std::vector<std::string> spare_;  // guarded by mu_: emptied chunks
-  bool closed_ = false;            // guarded by mu_
+  Mutex mu_;
+  CondVar cv_;
+  std::deque<std::string> queue_ GUARDED_BY(mu_);
+  std::vector<std::string> spare_ GUARDED_BY(mu_);  // emptied chunks
+  bool closed_ GUARDED_BY(mu_) = false;
   // The restoring thread's until joined.
   std::uint64_t max_version_ = 0;
   Status error_;

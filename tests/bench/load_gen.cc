@@ -19,8 +19,10 @@
 //               the same keys;
 //   recovery    start-up time with 1M and 10M pending timers.
 //   schedules   (not run unless named) recurring schedules against one-shot
-//               timers: RSS, a burst of 10k runs (--rounds N, default 3),
-//               start-up with 1M (load_gen_schedule.cc).
+//               timers: RSS, a burst of 10k runs and start-up with 1M
+//               (--rounds N of each of the last two, default 3); one of
+//               them alone as schedules-memory, -burst or -restart
+//               (load_gen_schedule.cc).
 // Every loop is bounded in time and count; only loopback is used.
 //
 //   security    SetTimer/s and Batch items/s with TLS and tokens, as ratios
@@ -230,6 +232,7 @@ int Main(int argc, char** argv) {
   // As in the daemon: Debian's Abseil checks lock order on every absl::Mutex
   // operation, CPU this process would take from the daemon it measures.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // Lines as they come, to a file.
   std::string daemon = DELAYD_BINARY;
   std::string daemon_b;
   std::string only;
@@ -406,7 +409,9 @@ int Main(int argc, char** argv) {
   if (want("payload")) Payload(daemon, scratch);
   if (want("churn")) Churn(daemon, scratch);
   if (want("recovery")) Recovery(daemon, scratch);
-  if (only == "schedules") Schedules(daemon, scratch, rounds > 0 ? rounds : 3);
+  if (only.rfind("schedules", 0) == 0) {
+    Schedules(daemon, scratch, rounds > 0 ? rounds : 3, only);
+  }
   if (want("security")) {
     Security(daemon, scratch, dur, rounds > 0 ? rounds : 3);
   }

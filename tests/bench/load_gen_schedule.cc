@@ -61,9 +61,12 @@ void MixedSpec(std::uint64_t i, std::int64_t day_ahead,
   static const char* const kCron[] = {
       "0 9 * * 1-5", "*/5 * * * *", "0 0 1 * *",    "30 2 * * 0",
       "0 */6 * * *", "15 10 L * ?", "0 12 * * 5#2", "0 0 * * *"};
-  static const char* const kZones[] = {
-      "UTC",           "Europe/Berlin",       "America/New_York",
-      "Asia/Kathmandu", "Australia/Lord_Howe", "Asia/Tokyo"};
+  static const char* const kZones[] = {"UTC",
+                                       "Europe/Berlin",
+                                       "America/New_York",
+                                       "Asia/Kathmandu",
+                                       "Australia/Lord_Howe",
+                                       "Asia/Tokyo"};
   static const std::int64_t kEvery[] = {30, 300, 3600, 5400, 86400};
   auto* spec = req.mutable_spec();
   const std::uint64_t m = Mix(i);
@@ -93,7 +96,8 @@ double Memory(const std::string& binary, const std::string& scratch,
     const auto t0 = Clock::now();
     if (kind == 0) {
       bench.Fill(kN, "m", [&](std::uint64_t i) {
-        return day_ahead + static_cast<std::int64_t>(Mix(i) % (86400 * kSecond));
+        return day_ahead +
+               static_cast<std::int64_t>(Mix(i) % (86400 * kSecond));
       });
     } else {
       SetSchedules(bench, kN, "m", [&](std::uint64_t i, auto& req) {
@@ -142,7 +146,8 @@ std::pair<double, double> Burst(Bench& bench, int round) {
         "before the first was due)\n",
         kind == 0 ? "timers" : "schedules", p.n, p.p50, p.p99, p.max,
         static_cast<double>(t0 - set_by) / 1e9);
-    if (p.n != kN) std::printf("  (only %zu of %llu arrived)\n", p.n, kN * 1ull);
+    if (p.n != kN)
+      std::printf("  (only %zu of %llu arrived)\n", p.n, kN * 1ull);
   }
   return {last[0], last[1]};
 }
@@ -182,10 +187,11 @@ double StartUp(const std::string& binary, const std::string& dir, int kind) {
         binary, {"--data-dir", dir, "--max-schedules", "1000000"}, 300s);
     took = std::chrono::duration<double>(Clock::now() - t0).count();
     if (start == 1) {
-      std::printf("  %-9s ready to serve %.2f s after exec; RSS %.0f MiB, "
-                  "data dir %.0f MiB\n",
-                  kind == 0 ? "timers" : "schedules", took,
-                  RssBytes(d.pid()) / 1048576.0, DirBytes(dir) / 1048576.0);
+      std::printf(
+          "  %-9s ready to serve %.2f s after exec; RSS %.0f MiB, "
+          "data dir %.0f MiB\n",
+          kind == 0 ? "timers" : "schedules", took,
+          RssBytes(d.pid()) / 1048576.0, DirBytes(dir) / 1048576.0);
     }
     d.Stop(SIGTERM, 120s);
   }
@@ -196,14 +202,18 @@ double StartUp(const std::string& binary, const std::string& dir, int kind) {
 }  // namespace
 
 void Schedules(const std::string& binary, const std::string& scratch,
-               int rounds) {
-  std::printf("schedules: memory, 1 M pending (in memory)\n");
-  const double mem =
-      Memory(binary, scratch, {"--in-memory", "--max-schedules", "1000000"});
-  std::printf("  schedule / timer RSS = %.2fx (target <= 2x)\n", mem);
-
-  std::printf("schedules: 10 k runs due within one second (in memory)\n");
-  {
+               int rounds, const std::string& only) {
+  auto want = [&](const std::string& part) {
+    return only == "schedules" || only == "schedules-" + part;
+  };
+  if (want("memory")) {
+    std::printf("schedules: memory, 1 M pending (in memory)\n");
+    const double mem =
+        Memory(binary, scratch, {"--in-memory", "--max-schedules", "1000000"});
+    std::printf("  schedule / timer RSS = %.2fx (target <= 2x)\n", mem);
+  }
+  if (want("burst")) {
+    std::printf("schedules: 10 k runs due within one second (in memory)\n");
     ScratchDaemon sd(binary, scratch, "schedules-burst",
                      {"--in-memory", "--max-schedules", "100000"});
     if (!sd.d().ok()) return;
@@ -214,15 +224,16 @@ void Schedules(const std::string& binary, const std::string& scratch,
                   timers > 0 ? schedules / timers : 0);
     }
   }
-
+  if (!want("restart")) return;
   std::printf("schedules: restart with 1 M (--fsync never)\n");
   for (int r = 0; r < rounds; ++r) {
     const std::string dir = scratch + "/schedules-restart";
     const double timers = StartUp(binary, dir, 0);
     const double schedules = StartUp(binary, dir, 1);
-    std::printf("  round %d: schedules / timers start-up = %.2fx (target "
-                "0.8-1.2x)\n",
-                r, timers > 0 ? schedules / timers : 0);
+    std::printf(
+        "  round %d: schedules / timers start-up = %.2fx (target "
+        "0.8-1.2x)\n",
+        r, timers > 0 ? schedules / timers : 0);
   }
 }
 

@@ -18,7 +18,7 @@ void Recovery(const std::string& binary, const std::string& scratch);
 // load_gen_schedule.cc: recurring schedules against one-shot timers (RSS,
 // a burst of runs, start-up); the burst `rounds` times.
 void Schedules(const std::string& binary, const std::string& scratch,
-               int rounds);
+               int rounds, const std::string& only);
 
 }  // namespace delayd::bench
 

@@ -4,6 +4,7 @@
 // twice, and catch up after downtime by their policy.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -394,6 +395,59 @@ TEST_P(ScheduleRuns, CreateOnlyVersionsListingAndDelete) {
   }
   EXPECT_EQ(NamespaceStats(d_->stub(), "jobs").pending_timers(), 0u);
   EXPECT_EQ(NamespaceStats(d_->stub(), "jobs").timers_expired(), 4u);
+}
+
+// Recovery restores schedules on one thread per partition, in chunks, and
+// indexes them at the end: every schedule comes back, found by key, listed
+// in order, with its version; new versions continue past them.
+TEST_P(ScheduleRuns, ManySchedulesComeBackWholeAfterARestart) {
+  Start();
+  const std::int64_t t0 = FakeClock::kStart;
+  constexpr int kCount = 700;  // more than one recovery chunk
+  std::vector<std::string> keys;
+  std::map<std::string, std::uint64_t> versions;
+  std::uint64_t highest = 0;
+  for (int i = 0; i < kCount; ++i) {
+    char key[16];
+    std::snprintf(key, sizeof key, "k%04d", i);
+    auto req = Every(key, 60 + i, t0 + (60 + i) * kSecond);
+    req.set_payload(std::string(100, static_cast<char>('a' + i % 26)));
+    v1::Schedule s;
+    ASSERT_TRUE(Set(req, &s).ok()) << key;
+    keys.push_back(key);
+    versions[key] = s.version();
+    highest = std::max(highest, s.version());
+  }
+  Restart();
+  std::vector<std::string> listed;
+  std::string token;
+  for (int page = 0; page < 10; ++page) {
+    v1::ListSchedulesRequest req;
+    req.set_namespace_("jobs");
+    req.set_page_size(100);
+    req.set_page_token(token);
+    v1::ListSchedulesResponse resp;
+    ASSERT_TRUE(d_->stub().ListSchedules(Within().get(), req, &resp).ok());
+    for (const auto& s : resp.schedules()) {
+      listed.push_back(s.key());
+      EXPECT_EQ(s.version(), versions[s.key()]) << s.key();
+    }
+    token = resp.next_page_token();
+    if (token.empty()) break;
+  }
+  EXPECT_EQ(listed, keys);
+  for (const std::string& key : {keys.front(), keys[kCount / 2], keys.back()}) {
+    const v1::Schedule s = Get(key);
+    EXPECT_EQ(s.version(), versions[key]);
+    EXPECT_EQ(s.payload().size(), 100u);
+  }
+  v1::Schedule fresh;
+  ASSERT_TRUE(Set(Every("fresh", 60, t0 + 60 * kSecond), &fresh).ok());
+  EXPECT_GT(fresh.version(), highest);
+  // Each one still runs at its first instant.
+  clock_.Advance(std::chrono::seconds(60 + kCount));
+  EXPECT_TRUE(WaitRuns(keys.back(), 1));
+  EXPECT_TRUE(WaitRuns(keys.front(), 1));
 }
 
 TEST_P(ScheduleRuns, BadRequestsAreRefusedAndChangeNothing) {

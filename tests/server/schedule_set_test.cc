@@ -96,7 +96,8 @@ TEST(ScheduleSet, MatchesAReferenceMapUnderRandomChurn) {
     std::vector<std::string> expected;
     for (const auto& [k, r] : want) {
       if (k.first == ns) expected.push_back(k.second);
-      if (k.first == ns) ExpectSame(r, set.Load(set.Find(ns, k.second)).rec, -1);
+      if (k.first == ns)
+        ExpectSame(r, set.Load(set.Find(ns, k.second)).rec, -1);
     }
     EXPECT_EQ(listed, expected);
   }
