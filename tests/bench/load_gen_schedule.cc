@@ -81,6 +81,22 @@ void MixedSpec(std::uint64_t i, std::int64_t day_ahead,
   }
 }
 
+// Sets 1 M timers (kind 0) or 1 M schedules (kind 1, the mix above) in
+// `ns`, all due a day or more from now.
+void FillKind(Bench& bench, int kind, const std::string& ns) {
+  constexpr std::uint64_t kN = 1'000'000;
+  const std::int64_t day_ahead = WallNanos() + 86400 * kSecond;
+  if (kind == 0) {
+    bench.Fill(kN, ns, [&](std::uint64_t i) {
+      return day_ahead + static_cast<std::int64_t>(Mix(i) % (86400 * kSecond));
+    });
+  } else {
+    SetSchedules(bench, kN, ns, [&](std::uint64_t i, auto& req) {
+      MixedSpec(i, day_ahead, req);
+    });
+  }
+}
+
 // RSS growth per item for 1 M timers, then 1 M schedules, each on a fresh
 // daemon; returns the ratio.
 double Memory(const std::string& binary, const std::string& scratch,
@@ -92,18 +108,8 @@ double Memory(const std::string& binary, const std::string& scratch,
     if (!sd.d().ok()) return 0;
     Bench bench(sd.d().address(), 4);
     const std::int64_t before = RssBytes(sd.d().pid());
-    const std::int64_t day_ahead = WallNanos() + 86400 * kSecond;
     const auto t0 = Clock::now();
-    if (kind == 0) {
-      bench.Fill(kN, "m", [&](std::uint64_t i) {
-        return day_ahead +
-               static_cast<std::int64_t>(Mix(i) % (86400 * kSecond));
-      });
-    } else {
-      SetSchedules(bench, kN, "m", [&](std::uint64_t i, auto& req) {
-        MixedSpec(i, day_ahead, req);
-      });
-    }
+    FillKind(bench, kind, "m");
     const double took =
         std::chrono::duration<double>(Clock::now() - t0).count();
     const std::int64_t after = RssBytes(sd.d().pid());
@@ -156,7 +162,6 @@ std::pair<double, double> Burst(Bench& bench, int round) {
 // (kind 1), then returns how long a daemon over it takes from exec to
 // serving.
 double StartUp(const std::string& binary, const std::string& dir, int kind) {
-  constexpr std::uint64_t kN = 1'000'000;
   std::filesystem::remove_all(dir);
   {
     delayd::testing::DaemonProcess d(
@@ -165,17 +170,7 @@ double StartUp(const std::string& binary, const std::string& dir, int kind) {
         60s);
     if (!d.ok()) return 0;
     Bench bench(d.address(), 4);
-    const std::int64_t day_ahead = WallNanos() + 86400 * kSecond;
-    if (kind == 0) {
-      bench.Fill(kN, "r", [&](std::uint64_t i) {
-        return day_ahead +
-               static_cast<std::int64_t>(Mix(i) % (86400 * kSecond));
-      });
-    } else {
-      SetSchedules(bench, kN, "r", [&](std::uint64_t i, auto& req) {
-        MixedSpec(i, day_ahead, req);
-      });
-    }
+    FillKind(bench, kind, "r");
     d.Stop(SIGTERM, 120s);
   }
   // Each start-up is timed twice: the first after the fill, the second
