@@ -188,15 +188,9 @@ grpc::ServerUnaryReactor* DelaydService::PreviewSchedule(
   if (s.ok())
     s = validator_.PreviewSchedule(req, scheduler_.clock().Wall(), &p);
   if (!s.ok()) return call.Reply(s);
-  // As a schedule created at `after` would run.
-  schedule::State state;
-  state.last_instant = p.after;
-  for (std::uint64_t i = 0; i < p.count; ++i) {
-    const auto next =
-        schedule::NextInstant(p.spec, p.bounds, state, state.last_instant);
-    if (!next) break;
-    SetTimestamp(*next, call.resp()->add_instants());
-    state.last_instant = *next;
+  for (const WallNanos at :
+       schedule::Preview(p.spec, p.bounds, p.after, p.count)) {
+    SetTimestamp(at, call.resp()->add_instants());
   }
   return call.Reply(Status::Ok());
 }

@@ -119,6 +119,20 @@ std::optional<WallNanos> NextInstant(const Spec& spec, const Policies& p,
   return next;
 }
 
+std::vector<WallNanos> Preview(const Spec& spec, const Policies& p,
+                               WallNanos after, std::size_t n) {
+  std::vector<WallNanos> out;
+  State state;
+  state.last_instant = after;
+  while (out.size() < n) {
+    const auto next = NextInstant(spec, p, state, state.last_instant);
+    if (!next) break;
+    out.push_back(*next);
+    state.last_instant = *next;
+  }
+  return out;
+}
+
 Plan PlanDue(const Spec& spec, const Policies& p, State* state, WallNanos now,
              bool previous_open) {
   Plan plan;

@@ -103,6 +103,11 @@ Run Trigger(State* state, WallNanos now);
 std::optional<WallNanos> NextInstant(const Spec& spec, const Policies& p,
                                      const State& state, WallNanos after);
 
+// The first `n` instants (fewer if the bounds end first) a schedule created
+// at `after` would act on: a preview.
+std::vector<WallNanos> Preview(const Spec& spec, const Policies& p,
+                               WallNanos after, std::size_t n);
+
 }  // namespace delayd::schedule
 
 #endif  // DELAYD_SERVER_SCHEDULE_PLANNER_H_

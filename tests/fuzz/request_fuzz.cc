@@ -157,16 +157,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data,
       }
       Check(p.count >= 1 && p.count <= Validator::kMaxPreview);
       // Its instants come in order, after `after`, within the bounds.
-      schedule::State state;
-      state.last_instant = p.after;
-      for (std::uint64_t i = 0; i < p.count; ++i) {
-        const auto next =
-            schedule::NextInstant(p.spec, p.bounds, state, state.last_instant);
-        if (!next) break;
-        Check(*next > state.last_instant);
-        Check(!p.bounds.start || *next >= *p.bounds.start);
-        Check(!p.bounds.end || *next <= *p.bounds.end);
-        state.last_instant = *next;
+      const std::vector<WallNanos> instants =
+          schedule::Preview(p.spec, p.bounds, p.after, p.count);
+      Check(instants.size() <= p.count);
+      WallNanos last = p.after;
+      for (const WallNanos at : instants) {
+        Check(at > last);
+        Check(!p.bounds.start || at >= *p.bounds.start);
+        Check(!p.bounds.end || at <= *p.bounds.end);
+        last = at;
       }
       break;
     }

@@ -31,6 +31,20 @@ class Planner : public ::testing::Test {
   State state_;
 };
 
+// A preview is what a schedule created at `after` would run: its instants
+// after `after`, none before start or after end, at most `n`.
+TEST_F(Planner, APreviewKeepsToTheBoundsAndTheCount) {
+  EXPECT_EQ(Preview(spec_, policies_, kT0 - kSecond, 3),
+            (std::vector<WallNanos>{kT0, kT0 + kMinute, kT0 + 2 * kMinute}));
+  policies_.start = kT0 + 90 * kSecond;
+  policies_.end = kT0 + 4 * kMinute;
+  EXPECT_EQ(Preview(spec_, policies_, kT0 - kSecond, 10),
+            (std::vector<WallNanos>{kT0 + 2 * kMinute, kT0 + 3 * kMinute,
+                                    kT0 + 4 * kMinute}));
+  EXPECT_TRUE(Preview(spec_, policies_, kT0 + 4 * kMinute, 10).empty());
+  EXPECT_TRUE(Preview(spec_, policies_, kT0, 0).empty());
+}
+
 TEST_F(Planner, AnOnTimeInstantFiresOnceAndWakesForTheNext) {
   Plan plan = Due(kT0 - kSecond);
   EXPECT_TRUE(plan.fire.empty());
