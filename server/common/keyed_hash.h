@@ -28,6 +28,14 @@ inline std::uint64_t KeyedHash(std::uint32_t ns, std::string_view key) {
 }
 
 // For unordered containers keyed by client strings.
+// The 32 bits a KeyIndex keeps of KeyedHash(ns, key). (The scheduler picks
+// partitions from the high half alone, so the low bits mixed in here still
+// spread keys over a partition's slots.)
+inline std::uint32_t KeyedHash32(std::uint32_t ns, std::string_view key) {
+  const std::uint64_t h = KeyedHash(ns, key);
+  return static_cast<std::uint32_t>(h ^ (h >> 32));
+}
+
 struct KeyedStringHash {
   using is_transparent = void;
   std::size_t operator()(std::string_view s) const { return KeyedHash(s); }

@@ -26,8 +26,7 @@ Partition::Partition(asio::io_context& io, std::uint32_t index,
 }
 
 std::uint32_t Partition::Hash(NamespaceId ns, std::string_view key) {
-  const std::uint64_t h = KeyedHash(ns, key);
-  return static_cast<std::uint32_t>(h ^ (h >> 32));
+  return KeyedHash32(ns, key);
 }
 
 std::uint32_t Partition::Find(NamespaceId ns, std::string_view key,

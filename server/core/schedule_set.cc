@@ -59,15 +59,28 @@ std::uint16_t FlagsOf(const ScheduleRecord& r) {
   return f;
 }
 
-}  // namespace
-
-std::uint32_t ScheduleSet::Hash(NamespaceId ns, std::string_view key) {
-  const std::uint64_t h = KeyedHash(ns, key);
-  return static_cast<std::uint32_t>(h ^ (h >> 32));
+// The shared spec table's key for (cron, zone), in `*out`.
+void SpecName(std::string_view cron, std::string_view zone, std::string* out) {
+  out->assign(cron).push_back('\0');
+  out->append(zone);
 }
 
+// A free number from `free`, or a new item at the end of `items`.
+template <typename T>
+std::uint32_t Allocate(std::vector<std::uint32_t>& free, std::deque<T>& items) {
+  if (free.empty()) {
+    items.emplace_back();
+    return static_cast<std::uint32_t>(items.size() - 1);
+  }
+  const std::uint32_t at = free.back();
+  free.pop_back();
+  return at;
+}
+
+}  // namespace
+
 std::uint32_t ScheduleSet::Find(NamespaceId ns, std::string_view key) const {
-  return keys_.Find(Hash(ns, key), [&](std::uint32_t id) {
+  return keys_.Find(KeyedHash32(ns, key), [&](std::uint32_t id) {
     return slots_[id].ns == ns && this->key(id) == key;
   });
 }
@@ -98,8 +111,7 @@ std::string_view ScheduleSet::payload(std::uint32_t id) const {
 
 Status ScheduleSet::InternCron(const ScheduleRecord& rec, std::uint32_t* spec) {
   std::string& name = spec_name_;  // (reused: no allocation per lookup)
-  name.assign(rec.cron).push_back('\0');
-  name.append(rec.zone);
+  SpecName(rec.cron, rec.zone, &name);
   if (auto it = spec_ids_.find(name); it != spec_ids_.end()) {
     ++specs_[it->second].refs;
     *spec = it->second;
@@ -109,14 +121,7 @@ Status ScheduleSet::InternCron(const ScheduleRecord& rec, std::uint32_t* spec) {
   if (Status s = schedule::Spec::Cron(rec.cron, rec.zone, &parsed); !s.ok()) {
     return s;
   }
-  std::uint32_t id;
-  if (!free_specs_.empty()) {
-    id = free_specs_.back();
-    free_specs_.pop_back();
-  } else {
-    id = static_cast<std::uint32_t>(specs_.size());
-    specs_.emplace_back();
-  }
+  const std::uint32_t id = Allocate(free_specs_, specs_);
   specs_[id] = CronSpec{rec.cron, rec.zone, std::move(parsed), 1};
   spec_ids_.emplace(name, id);
   *spec = id;
@@ -126,10 +131,8 @@ Status ScheduleSet::InternCron(const ScheduleRecord& rec, std::uint32_t* spec) {
 void ScheduleSet::ReleaseCron(std::uint32_t spec) {
   CronSpec& c = specs_[spec];
   if (--c.refs != 0) return;
-  std::string name = c.cron;
-  name.push_back('\0');
-  name.append(c.zone);
-  spec_ids_.erase(name);
+  SpecName(c.cron, c.zone, &spec_name_);
+  spec_ids_.erase(spec_name_);
   c = CronSpec{};
   free_specs_.push_back(spec);
 }
@@ -172,14 +175,7 @@ Status ScheduleSet::Add(NamespaceId ns, std::string_view key,
   } else if (rec.every <= 0) {
     return Status::InvalidArgument("an interval must be positive");
   }
-  std::uint32_t at;
-  if (!free_.empty()) {
-    at = free_.back();
-    free_.pop_back();
-  } else {
-    at = static_cast<std::uint32_t>(slots_.size());
-    slots_.emplace_back();
-  }
+  const std::uint32_t at = Allocate(free_, slots_);
   Slot& s = slots_[at];
   s = Slot{};
   s.ns = ns;
@@ -189,9 +185,9 @@ Status ScheduleSet::Add(NamespaceId ns, std::string_view key,
   s.runs = rec.state.runs;
   Pack(at, key, rec);
   if (defer_) {
-    deferred_.emplace_back(Hash(ns, key), at);
+    deferred_.emplace_back(KeyedHash32(ns, key), at);
   } else {
-    keys_.Insert(Hash(ns, key), at);
+    keys_.Insert(KeyedHash32(ns, key), at);
   }
   // (Recovery adds in key order: the hint makes that a constant-time insert.)
   order_.insert(order_.end(), at);
@@ -213,7 +209,7 @@ void ScheduleSet::IndexDeferred() {
 void ScheduleSet::Remove(std::uint32_t id) {
   Slot& s = slots_[id];
   order_.erase(id);  // (while its key is still there to compare)
-  keys_.Erase(Hash(s.ns, key(id)), id);
+  keys_.Erase(KeyedHash32(s.ns, key(id)), id);
   if (s.spec != kNone) ReleaseCron(s.spec);
   s = Slot{};
   free_.push_back(id);
