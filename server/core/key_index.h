@@ -26,6 +26,7 @@ class KeyIndex {
   static constexpr std::uint32_t kNone = 0xFFFFFFFFu;
 
   std::size_t size() const { return size_; }
+  std::size_t capacity() const { return slots_.size(); }
 
   // The record whose hash is `hash` and for which `matches(record)` holds,
   // or kNone.

@@ -290,8 +290,14 @@ class Partition {
   // Arms schedule `id`'s wake-up for its next instant (at once if that
   // passed); with `alarm`, the alarm too (recovery leaves that to
   // FireOverdue).
-  void ArmSchedule(std::uint32_t id, const Loaded& l, WallNanos wall_now,
+  void ArmSchedule(std::uint32_t id, const schedule::Spec& spec,
+                   const schedule::Policies& policies,
+                   const schedule::State& state, WallNanos wall_now,
                    SteadyTime steady_now, bool alarm = true) REQUIRES(mu_);
+  void ArmSchedule(std::uint32_t id, const Loaded& l, WallNanos wall_now,
+                   SteadyTime steady_now) REQUIRES(mu_) {
+    ArmSchedule(id, l.spec(), l.policies, l.rec.state, wall_now, steady_now);
+  }
   // Schedule `id`'s wake-up went off: fires its due runs.
   void WakeSchedule(std::uint32_t id) REQUIRES(mu_);
   // Adds `rec` as schedule `key`, armed; its id in `*id`. An error (nothing

@@ -37,9 +37,10 @@ Partition::ScheduleInfo Partition::InfoOf(std::uint32_t id,
                                             l.rec.state.last_instant)};
 }
 
-void Partition::ArmSchedule(std::uint32_t id, const Loaded& l,
-                            WallNanos wall_now, SteadyTime steady_now,
-                            bool alarm) {
+void Partition::ArmSchedule(std::uint32_t id, const schedule::Spec& spec,
+                            const schedule::Policies& policies,
+                            const schedule::State& state, WallNanos wall_now,
+                            SteadyTime steady_now, bool alarm) {
   ScheduleSet::Slot& e = schedules_.slot(id);
   if (e.handle != wheel::TimingWheel::kNoHandle) {
     wheel_.wheel().Cancel(e.handle);
@@ -48,7 +49,7 @@ void Partition::ArmSchedule(std::uint32_t id, const Loaded& l,
   // The next instant after the last one acted on: one that passed while
   // the daemon was down is due at once.
   const std::optional<WallNanos> wake = schedule::NextInstant(
-      l.spec(), l.policies, l.rec.state, l.rec.state.last_instant);
+      spec, policies, state, state.last_instant, schedules_.memo(id));
   e.wake = wake.value_or(ScheduleSet::kNoWake);
   if (!wake) return;
   e.handle = wheel_.wheel().Schedule(Deadline(*wake, wall_now, steady_now),
@@ -61,8 +62,14 @@ Status Partition::AddSchedule(NamespaceId ns, std::string_view key,
                               SteadyTime steady_now, std::uint32_t* id,
                               bool alarm) {
   if (Status s = schedules_.Add(ns, key, rec, id); !s.ok()) return s;
-  schedules_.Load(*id, &loaded_);
-  ArmSchedule(*id, loaded_, wall_now, steady_now, alarm);
+  // Armed from `rec` as given: loading it back from the set would copy it.
+  const schedule::Spec* spec = schedules_.cron(*id);
+  if (spec == nullptr) {
+    IntervalOf(rec, &loaded_.every);
+    spec = &loaded_.every;
+  }
+  ArmSchedule(*id, *spec, PoliciesOf(rec), rec.state, wall_now, steady_now,
+              alarm);
   return Status::Ok();
 }
 

@@ -46,6 +46,8 @@ struct ScheduleRecord {
   std::uint64_t version = 0;
   WallNanos created_at = 0;
   schedule::State state;
+
+  bool operator==(const ScheduleRecord&) const = default;
 };
 
 // The record's stored form, and back; false if `bytes` is not one (`*out`
@@ -59,6 +61,9 @@ bool DecodeSchedule(std::string_view bytes, ScheduleRecord* out);
 Status SpecOf(const ScheduleRecord& r, schedule::Spec* spec,
               schedule::Policies* policies);
 schedule::Policies PoliciesOf(const ScheduleRecord& r);
+// The spec of an interval record (`every` > 0; the floor was checked when it
+// was set).
+Status IntervalOf(const ScheduleRecord& r, schedule::Spec* spec);
 
 // The key of run `run` of version `version` of schedule `key`, and back:
 // false for a key that is not a run key.

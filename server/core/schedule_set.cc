@@ -1,6 +1,7 @@
 #include "server/core/schedule_set.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 
 #include "server/common/keyed_hash.h"
@@ -122,7 +123,7 @@ Status ScheduleSet::InternCron(const ScheduleRecord& rec, std::uint32_t* spec) {
     return s;
   }
   const std::uint32_t id = Allocate(free_specs_, specs_);
-  specs_[id] = CronSpec{rec.cron, rec.zone, std::move(parsed), 1};
+  specs_[id] = CronSpec{rec.cron, rec.zone, std::move(parsed), 1, {}};
   spec_ids_.emplace(name, id);
   *spec = id;
   return Status::Ok();
@@ -198,10 +199,21 @@ Status ScheduleSet::Add(NamespaceId ns, std::string_view key,
 void ScheduleSet::IndexDeferred() {
   defer_ = false;
   keys_.Reserve(keys_.size() + deferred_.size());
-  std::sort(deferred_.begin(), deferred_.end(), [&](auto a, auto b) {
-    return keys_.Home(a.first) < keys_.Home(b.first);
-  });
-  for (const auto& [hash, id] : deferred_) keys_.Insert(hash, id);
+  // One pass of a counting sort by the top 11 bits of each entry's home slot
+  // inserts in 2048 runs, each within a few KiB of the slot array, which
+  // stays in cache: a full sort by home slot took 3.6 % of start-up with 1 M
+  // schedules, and inserting in slot order 13 %.
+  constexpr int kBits = 11;
+  const int shift = std::max(
+      0, static_cast<int>(std::bit_width(keys_.capacity() - 1)) - kBits);
+  std::vector<std::uint32_t> start((1u << kBits) + 1, 0);
+  for (const auto& e : deferred_) ++start[(keys_.Home(e.first) >> shift) + 1];
+  for (std::size_t i = 1; i < start.size(); ++i) start[i] += start[i - 1];
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> sorted(deferred_.size());
+  for (const auto& e : deferred_) {
+    sorted[start[keys_.Home(e.first) >> shift]++] = e;
+  }
+  for (const auto& [hash, id] : sorted) keys_.Insert(hash, id);
   deferred_.clear();
   deferred_.shrink_to_fit();
 }
@@ -252,10 +264,19 @@ void ScheduleSet::Load(std::uint32_t id, Loaded* out) const {
     r.zone.clear();
     out->cron = nullptr;
     // (Checked when added: an interval's spec always builds.)
-    schedule::Spec::Every(std::chrono::nanoseconds(r.every), r.anchor,
-                          std::chrono::nanoseconds(1), &out->every);
+    IntervalOf(r, &out->every);
   }
   out->policies = PoliciesOf(r);
+}
+
+const schedule::Spec* ScheduleSet::cron(std::uint32_t id) const {
+  const std::uint32_t spec = slots_[id].spec;
+  return spec == kNone ? nullptr : &specs_[spec].spec;
+}
+
+schedule::NextMemo* ScheduleSet::memo(std::uint32_t id) {
+  const std::uint32_t spec = slots_[id].spec;
+  return spec == kNone ? nullptr : &specs_[spec].memo;
 }
 
 void ScheduleSet::SetState(std::uint32_t id, const schedule::State& state) {

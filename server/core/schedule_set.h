@@ -75,6 +75,12 @@ class ScheduleSet {
 
   std::size_t size() const { return order_.size(); }
 
+  // Schedule `id`'s cron spec (shared; lives while `id` does), or null for
+  // an interval.
+  const schedule::Spec* cron(std::uint32_t id) const;
+  // The memo of schedule `id`'s cron spec (shared likewise), or null for an
+  // interval (whose Next is arithmetic).
+  schedule::NextMemo* memo(std::uint32_t id);
   // Schedule `key` of `ns`, or kNone.
   std::uint32_t Find(NamespaceId ns, std::string_view key) const;
   // Adds schedule `key` of `ns` (absent) as `rec`; its id in `*id`. An
@@ -150,6 +156,7 @@ class ScheduleSet {
     std::string cron, zone;
     schedule::Spec spec;
     std::uint32_t refs = 0;
+    schedule::NextMemo memo;
   };
 
   // The spec id for `rec`'s cron, parsed if new (one more reference).

@@ -110,11 +110,18 @@ void Finish(const Spec& spec, const Policies& p, State* s, WallNanos now,
 }  // namespace
 
 std::optional<WallNanos> NextInstant(const Spec& spec, const Policies& p,
-                                     const State& state, WallNanos after) {
+                                     const State& state, WallNanos after,
+                                     NextMemo* memo) {
   if (state.finished || state.paused) return std::nullopt;
   WallNanos from = std::max(after, state.last_instant);
   if (p.start && *p.start - 1 > from) from = *p.start - 1;
-  const auto next = spec.Next(from);
+  std::optional<WallNanos> next;
+  if (memo != nullptr && memo->asked == from) {
+    next = memo->next;
+  } else {
+    next = spec.Next(from);
+    if (memo != nullptr) *memo = NextMemo{from, next};
+  }
   if (!next || (p.end && *next > *p.end)) return std::nullopt;
   return next;
 }

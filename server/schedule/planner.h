@@ -31,6 +31,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <vector>
 
@@ -63,6 +64,8 @@ struct State {
   bool paused = false;
   std::optional<WallNanos> buffered;  // kBufferOne: waiting for a close
   bool finished = false;
+
+  bool operator==(const State&) const = default;
 };
 
 struct Run {
@@ -98,10 +101,20 @@ Plan PlanClosed(const Spec& spec, const Policies& p, State* state,
 // instants go on as before.
 Run Trigger(State* state, WallNanos now);
 
+// A spec's last answer to Next, and what it was asked: schedules sharing a
+// cron spec mostly ask the same (they fired at the same instant, or start
+// together), and a cron spec's Next walks the calendar in its zone.
+struct NextMemo {
+  WallNanos asked = std::numeric_limits<WallNanos>::min();
+  std::optional<WallNanos> next;
+};
+
 // The next instant the schedule will act on after `after`, within its
-// bounds; none when it is finished.
+// bounds; none when it is finished. With `memo` (the spec's, used by one
+// thread at a time), an answer the spec gave last is not computed again.
 std::optional<WallNanos> NextInstant(const Spec& spec, const Policies& p,
-                                     const State& state, WallNanos after);
+                                     const State& state, WallNanos after,
+                                     NextMemo* memo = nullptr);
 
 // The first `n` instants (fewer if the bounds end first) a schedule created
 // at `after` would act on: a preview.

@@ -59,10 +59,11 @@ Status Spec::Every(nanoseconds period, WallNanos anchor, nanoseconds floor,
   if (period <= nanoseconds{0}) {
     return Status::InvalidArgument("every: the interval must be positive");
   }
-  Spec s;
-  s.period_ = period;
-  s.anchor_ = anchor;
-  *out = std::move(s);
+  // (Set in place: start-up builds one for each interval schedule.)
+  out->zone_ = nullptr;
+  out->zone_name_.clear();
+  out->period_ = period;
+  out->anchor_ = anchor;
   return Status::Ok();
 }
 

@@ -257,5 +257,34 @@ TEST(PlannerCron, OneRunThroughASpringForwardGap) {
                        kStart + 90 * kMinute, kStart + 120 * kMinute}));
 }
 
+// A spec's memo answers what the spec would: the same question from another
+// schedule (its bounds and state moved `from` alike) gets the memo's answer,
+// and a new question is computed.
+TEST(PlannerCron, AMemoAnswersAsTheSpecWould) {
+  Spec spec;
+  ASSERT_TRUE(Spec::Cron("0 9 * * 1-5", "Europe/Berlin", &spec).ok());
+  NextMemo memo;
+  for (int i = 0; i < 200; ++i) {
+    Policies p;
+    State s;
+    // Ten schedules created together, then some with their own starts.
+    s.last_instant = kT0 + (i % 10 == 9 ? i * 7 * kMinute : 0);
+    if (i % 3 == 0) p.start = kT0 + (i % 4) * 86400 * kSecond;
+    if (i % 5 == 0) s.paused = true;
+    EXPECT_EQ(NextInstant(spec, p, s, s.last_instant, &memo),
+              NextInstant(spec, p, s, s.last_instant))
+        << i;
+  }
+  // A memo of another question is not taken for this one.
+  memo = NextMemo{kT0, kT0 + 1};
+  State s;
+  s.last_instant = kT0 + kSecond;
+  EXPECT_EQ(NextInstant(spec, Policies{}, s, s.last_instant, &memo),
+            NextInstant(spec, Policies{}, s, s.last_instant));
+  // One asked before is: the memo is what answers it.
+  memo = NextMemo{kT0 + kSecond, kT0 + 5};
+  EXPECT_EQ(NextInstant(spec, Policies{}, s, s.last_instant, &memo), kT0 + 5);
+}
+
 }  // namespace
 }  // namespace delayd::schedule
