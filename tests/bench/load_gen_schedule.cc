@@ -8,7 +8,11 @@
 //            then) against 10 k one-shot timers due at the same offsets:
 //            lateness of the last delivery, p50 and p99;
 //   restart  a durable daemon's start-up with 1 M schedules against the same
-//            with 1 M timers (exec to serving), --rounds N times (default 3).
+//            with 1 M timers (exec to serving), five start-ups of each in
+//            turn compared by their medians, --rounds N times (default 3).
+#include <algorithm>
+#include <vector>
+
 #include "tests/bench/bench_client.h"
 #include "tests/bench/sections.h"
 
@@ -158,40 +162,74 @@ std::pair<double, double> Burst(Bench& bench, int round) {
   return {last[0], last[1]};
 }
 
-// Fills a durable data directory with 1 M timers (kind 0) or 1 M schedules
-// (kind 1), then returns how long a daemon over it takes from exec to
-// serving.
-double StartUp(const std::string& binary, const std::string& dir, int kind) {
+// Fills durable data directory `dir` with 1 M timers (kind 0) or 1 M
+// schedules (kind 1), and starts a daemon over it once (its first start
+// after a fill reads files the fill's daemon wrote; later ones read them as
+// a restart does).
+void FillDir(const std::string& binary, const std::string& dir, int kind) {
   std::filesystem::remove_all(dir);
-  {
-    delayd::testing::DaemonProcess d(
-        binary,
-        {"--data-dir", dir, "--fsync", "never", "--max-schedules", "1000000"},
-        60s);
-    if (!d.ok()) return 0;
-    Bench bench(d.address(), 4);
-    FillKind(bench, kind, "r");
-    d.Stop(SIGTERM, 120s);
+  delayd::testing::DaemonProcess d(
+      binary,
+      {"--data-dir", dir, "--fsync", "never", "--max-schedules", "1000000"},
+      60s);
+  if (!d.ok()) return;
+  Bench bench(d.address(), 4);
+  FillKind(bench, kind, "r");
+  d.Stop(SIGTERM, 120s);
+}
+
+// How long a daemon over `dir` takes from exec to serving; with `label`, its
+// RSS and the directory's size are printed.
+double StartUp(const std::string& binary, const std::string& dir,
+               const char* label) {
+  const auto t0 = Clock::now();
+  delayd::testing::DaemonProcess d(
+      binary, {"--data-dir", dir, "--max-schedules", "1000000"}, 300s);
+  const double took = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (label != nullptr) {
+    std::printf("  %-9s RSS %.0f MiB once serving, data dir %.0f MiB\n", label,
+                RssBytes(d.pid()) / 1048576.0, DirBytes(dir) / 1048576.0);
   }
-  // Each start-up is timed twice: the first after the fill, the second
-  // after a restart, so that both kinds are read from the same cache state.
-  double took = 0;
-  for (int start = 0; start < 2; ++start) {
-    const auto t0 = Clock::now();
-    delayd::testing::DaemonProcess d(
-        binary, {"--data-dir", dir, "--max-schedules", "1000000"}, 300s);
-    took = std::chrono::duration<double>(Clock::now() - t0).count();
-    if (start == 1) {
-      std::printf(
-          "  %-9s ready to serve %.2f s after exec; RSS %.0f MiB, "
-          "data dir %.0f MiB\n",
-          kind == 0 ? "timers" : "schedules", took,
-          RssBytes(d.pid()) / 1048576.0, DirBytes(dir) / 1048576.0);
-    }
-    d.Stop(SIGTERM, 120s);
-  }
-  std::filesystem::remove_all(dir);
+  d.Stop(SIGTERM, 120s);
   return took;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// One round of the restart figure: both directories filled, then start-ups
+// of each kind in turn (so that both see the same moments of a shared
+// machine), compared by their medians.
+void RestartRound(const std::string& binary, const std::string& scratch,
+                  int round) {
+  constexpr int kStarts = 5;
+  const std::string dirs[2] = {scratch + "/restart-timers",
+                               scratch + "/restart-schedules"};
+  std::vector<double> took[2];
+  for (int kind = 0; kind < 2; ++kind) {
+    FillDir(binary, dirs[kind], kind);
+    StartUp(binary, dirs[kind], nullptr);
+  }
+  const char* const names[2] = {"timers", "schedules"};
+  for (int i = 0; i < kStarts; ++i) {
+    for (int kind = 0; kind < 2; ++kind) {
+      took[kind].push_back(
+          StartUp(binary, dirs[kind], i == 0 ? names[kind] : nullptr));
+    }
+  }
+  for (int kind = 0; kind < 2; ++kind) {
+    std::printf("  %-9s ready to serve after exec:", names[kind]);
+    for (double t : took[kind]) std::printf(" %.2f", t);
+    std::printf(" s (median %.2f)\n", Median(took[kind]));
+    std::filesystem::remove_all(dirs[kind]);
+  }
+  const double base = Median(took[0]);
+  std::printf(
+      "  round %d: schedules / timers start-up = %.2fx (medians of %d; "
+      "target 0.8-1.2x)\n",
+      round, base > 0 ? Median(took[1]) / base : 0, kStarts);
 }
 
 }  // namespace
@@ -221,15 +259,7 @@ void Schedules(const std::string& binary, const std::string& scratch,
   }
   if (!want("restart")) return;
   std::printf("schedules: restart with 1 M (--fsync never)\n");
-  for (int r = 0; r < rounds; ++r) {
-    const std::string dir = scratch + "/schedules-restart";
-    const double timers = StartUp(binary, dir, 0);
-    const double schedules = StartUp(binary, dir, 1);
-    std::printf(
-        "  round %d: schedules / timers start-up = %.2fx (target "
-        "0.8-1.2x)\n",
-        r, timers > 0 ? schedules / timers : 0);
-  }
+  for (int r = 0; r < rounds; ++r) RestartRound(binary, scratch, r);
 }
 
 }  // namespace delayd::bench
