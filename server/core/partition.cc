@@ -344,21 +344,27 @@ void Partition::OnAlarm(AlarmWheel::Time at) {
 }
 
 void Partition::FireDue() {
-  wheel_.TakeDue(&due_);
-  if (!due_.empty()) OnExpired(due_);
+  // A second pass takes the runs that schedules' wake-ups set in the first:
+  // their timers are due now (or were, for a caught-up run).
+  for (int pass = 0; pass < 2; ++pass) {
+    wheel_.TakeDue(&due_);
+    if (due_.empty() || !OnExpired(due_)) break;
+  }
   wheel_.Rearm();
 }
 
-void Partition::OnExpired(const std::vector<AlarmWheel::Expired>& due) {
+bool Partition::OnExpired(const std::vector<AlarmWheel::Expired>& due) {
   // Never early by the wall clock either: if it reads earlier than a fire
   // time (it stepped back), wait out the difference.
   const WallNanos wall_now = clock_.Wall();
   const SteadyTime steady_now = clock_.Steady();
   std::vector<std::uint32_t> fire;
   fire.reserve(due.size());
+  bool woke = false;
   for (const auto& e : due) {
     if (e.cookie & kScheduleCookie) {
       WakeSchedule(e.cookie & ~kScheduleCookie);
+      woke = true;
       continue;
     }
     Record& rec = records_[e.cookie];
@@ -370,6 +376,7 @@ void Partition::OnExpired(const std::vector<AlarmWheel::Expired>& due) {
     }
   }
   FireRecords(fire, Reason::kExpired, nullptr);
+  return woke;
 }
 
 std::vector<Event> Partition::TakeEvents(

@@ -267,7 +267,8 @@ class Partition {
   void Forget(std::uint32_t r) REQUIRES(mu_);
   // The alarm armed for wheel time `at` went off (on the pool).
   void OnAlarm(AlarmWheel::Time at) EXCLUDES(mu_);
-  // Fires what is due now, then re-arms.
+  // Fires what is due now, then re-arms. The runs a schedule's wake-up sets
+  // due now fire in the same call, not after another alarm.
   void FireDue() REQUIRES(mu_);
 
   using Loaded = ScheduleSet::Loaded;
@@ -306,7 +307,9 @@ class Partition {
                      const ScheduleRecord& rec, WallNanos wall_now,
                      SteadyTime steady_now, std::uint32_t* id,
                      bool alarm = true) REQUIRES(mu_);
-  void OnExpired(const std::vector<AlarmWheel::Expired>& due) REQUIRES(mu_);
+  // Fires `due` (schedules' wake-ups set their runs); whether any schedule
+  // woke.
+  bool OnExpired(const std::vector<AlarmWheel::Expired>& due) REQUIRES(mu_);
   // Turns records into events, removing them and recording that in `batch`
   // (if any).
   std::vector<Event> TakeEvents(const std::vector<std::uint32_t>& records,

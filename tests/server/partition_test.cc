@@ -5,8 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <condition_variable>
 #include <future>
 #include <map>
+#include <mutex>
 #include <thread>
 
 #include "server/store/memory/memory_store.h"
@@ -203,6 +205,47 @@ TEST_P(PartitionTest, StoppedPartitionRefusesAndFiresNothing) {
             Code::kUnavailable);
   Advance(2s);
   EXPECT_EQ(Published(), 0u);
+}
+
+// A schedule's run fires in the same pass as the wake-up that set it, not
+// after another alarm: with both pool threads held, no alarm can run, and
+// the clock's change alone must publish the run.
+TEST_P(PartitionTest, AScheduleRunFiresWithTheWakeUpThatSetIt) {
+  if (GetParam())
+    GTEST_SKIP() << "a store publishes once the firing is written";
+  ScheduleRecord rec;
+  rec.every = 60 * kSecond;
+  rec.anchor = clock_.Wall() + 60 * kSecond;
+  rec.payload = "p";
+  Partition::ScheduleDone durable = [](Partition::ScheduleResult) {};
+  const auto set = partition_->SetSchedule(0, "s", rec, false, 0, durable);
+  ASSERT_TRUE(set.has_value() && set->status.ok());
+  std::mutex hold_mu;
+  std::condition_variable hold_cv;
+  int held = 0;
+  bool release = false;
+  for (int t = 0; t < 2; ++t) {
+    asio::post(io_, [&] {
+      std::unique_lock lock(hold_mu);
+      ++held;
+      hold_cv.notify_all();
+      hold_cv.wait(lock, [&] { return release; });
+    });
+  }
+  bool all_held = false;
+  {
+    std::unique_lock lock(hold_mu);
+    all_held = hold_cv.wait_for(lock, 10s, [&] { return held == 2; });
+  }
+  if (all_held) Advance(60s);
+  const std::size_t published = Published();
+  {
+    std::lock_guard lock(hold_mu);
+    release = true;
+  }
+  hold_cv.notify_all();
+  ASSERT_TRUE(all_held);
+  EXPECT_EQ(published, 1u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Store, PartitionTest, ::testing::Bool(),
