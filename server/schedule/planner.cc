@@ -116,7 +116,7 @@ std::optional<WallNanos> NextInstant(const Spec& spec, const Policies& p,
   WallNanos from = std::max(after, state.last_instant);
   if (p.start && *p.start - 1 > from) from = *p.start - 1;
   std::optional<WallNanos> next;
-  if (memo != nullptr && memo->asked == from) {
+  if (memo != nullptr && memo->asked && *memo->asked == from) {
     next = memo->next;
   } else {
     next = spec.Next(from);

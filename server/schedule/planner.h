@@ -31,7 +31,6 @@
 
 #include <chrono>
 #include <cstdint>
-#include <limits>
 #include <optional>
 #include <vector>
 
@@ -105,7 +104,7 @@ Run Trigger(State* state, WallNanos now);
 // cron spec mostly ask the same (they fired at the same instant, or start
 // together), and a cron spec's Next walks the calendar in its zone.
 struct NextMemo {
-  WallNanos asked = std::numeric_limits<WallNanos>::min();
+  std::optional<WallNanos> asked;  // none yet
   std::optional<WallNanos> next;
 };
 
