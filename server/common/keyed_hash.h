@@ -27,7 +27,6 @@ inline std::uint64_t KeyedHash(std::uint32_t ns, std::string_view key) {
   return absl::HashOf(HashSeed(), ns, key);
 }
 
-// For unordered containers keyed by client strings.
 // The 32 bits a KeyIndex keeps of KeyedHash(ns, key). (The scheduler picks
 // partitions from the high half alone, so the low bits mixed in here still
 // spread keys over a partition's slots.)
@@ -36,6 +35,7 @@ inline std::uint32_t KeyedHash32(std::uint32_t ns, std::string_view key) {
   return static_cast<std::uint32_t>(h ^ (h >> 32));
 }
 
+// For unordered containers keyed by client strings.
 struct KeyedStringHash {
   using is_transparent = void;
   std::size_t operator()(std::string_view s) const { return KeyedHash(s); }
