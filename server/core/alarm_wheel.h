@@ -19,6 +19,7 @@
 
 #include <asio.hpp>
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <vector>
@@ -56,9 +57,13 @@ class AlarmWheel {
   // it is due before the armed wake-up. Removing timers needs no call: the
   // armed wake-up (never later than the earliest timer) then finds nothing
   // due and re-arms for the exact next deadline. So operations never pay for
-  // NextDeadline(), and an idle owner never wakes for nothing.
+  // NextDeadline(), and an idle owner never wakes for nothing. Between
+  // TakeDue() and Rearm() it does nothing: Rearm() arms once for what the
+  // pass scheduled (a timer set due now in a pass would otherwise arm the
+  // timer, then be taken by the pass and the wake-up re-armed: a system
+  // call and a spent completion each).
   void Scheduled(wheel::TimingWheel::Handle handle) {
-    if (stopped_) return;
+    if (stopped_ || in_pass_) return;
     const auto due = wheel_.Due(handle);
     if (due && (!armed_ || *due < *armed_)) ArmAt(*due);
   }
@@ -73,10 +78,12 @@ class AlarmWheel {
   }
 
   // Takes every timer due now out of the wheel into `due` (cleared first),
-  // in order. Nothing if stopped.
+  // in order. Nothing if stopped. Begins a pass, which the owner ends with
+  // Rearm().
   void TakeDue(std::vector<Expired>* due) {
     due->clear();
     if (stopped_) return;
+    in_pass_ = true;
     const Time now = Now();
     // An armed wake-up already passed (the clock jumped past it): its
     // completion will find itself superseded.
@@ -85,8 +92,9 @@ class AlarmWheel {
   }
 
   // Arms the timer for the wheel's next deadline, if that comes before the
-  // armed wake-up.
+  // armed wake-up. Ends a pass.
   void Rearm() {
+    in_pass_ = false;
     if (stopped_) return;
     if (const auto next = wheel_.NextDeadline()) {
       if (!armed_ || *next < *armed_) ArmAt(*next);
@@ -94,6 +102,9 @@ class AlarmWheel {
   }
 
   bool stopped() const { return stopped_; }
+  // How many times the timer was armed: each is a system call, and each
+  // superseded one a spent completion.
+  std::uint64_t arms() const { return arms_; }
 
   // Fires nothing more.
   void Stop() {
@@ -105,6 +116,7 @@ class AlarmWheel {
  private:
   void ArmAt(Time at) {
     armed_ = at;
+    ++arms_;
     // (Waits out the difference on the clock: exact for the system clock;
     // a fake clock's changes come through the owner.)
     timer_.expires_after(epoch_ + at - clock_.Steady());
@@ -119,6 +131,8 @@ class AlarmWheel {
   wheel::TimingWheel wheel_;
   std::function<void(Time)> on_alarm_;
   std::optional<Time> armed_;
+  bool in_pass_ = false;  // between TakeDue() and Rearm()
+  std::uint64_t arms_ = 0;
   bool stopped_ = false;
 };
 
