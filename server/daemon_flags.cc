@@ -217,6 +217,16 @@ void AddFlags(CLI::App& app, DaemonFlags& f) {
   Flag(app, "--metrics-namespace-labels", o.metrics_namespace_labels,
        "Give each namespace its own metric series (at most --max-namespaces); "
        "false: one series, summed");
+  Flag(app, "--http-listen", f.http.listen,
+       "Serve the HTTP/JSON API on this address, IPv4 host:port (unset: no "
+       "HTTP door)");
+  Flag(app, "--http-threads", f.http.threads,
+       "HTTP requests served at once; more wait in the listen queue")
+      ->check(CLI::Range(1, 1024));
+  DurationFlag(app, "--http-request-timeout", f.http.request_timeout, "10s",
+               milliseconds(100), std::chrono::minutes(5),
+               "Time an HTTP request's headers and body get to arrive, and "
+               "an idle keep-alive connection is kept");
   DurationFlag(app, "--tick", o.scheduler.tick, "1us", nanoseconds(1),
                seconds(1), "Timing-wheel tick: timers fire at most this late");
   AddLimits(app, o.scheduler.limits, f);
@@ -254,6 +264,9 @@ PgOptions PostgresOptions(const DaemonFlags& f) {
 }
 
 Status FinishFlags(DaemonFlags& f) {
+  // A JSON body carries bytes in base64 (4/3 of them) and field names: room
+  // for the largest Batch the gRPC port takes.
+  f.http.max_body_bytes = 2 * f.server.max_batch_bytes + (64 << 10);
   if (f.in_memory) return Status::Ok();
   f.server.scheduler.on_store_error = [](const Status& s) {
     LogRepeated("store-error", s.message());

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "server/api/server.h"
+#include "server/http/http_door.h"
 #include "server/store/postgres/pg_store.h"
 
 namespace delayd {
@@ -17,6 +18,8 @@ namespace delayd {
 struct DaemonFlags {
   // What most flags set directly.
   DelaydServer::Options server;
+  // The HTTP/JSON door (off while http.listen is empty).
+  http::HttpDoor::Options http;
   // The store: PostgreSQL if `store` is a connection string or URL, else
   // RocksDB in `data_dir`, unless `in_memory`.
   std::string store;

@@ -200,6 +200,25 @@ int main(int argc, char** argv) {
     return 2;
   }
   LogStart(flags, server);
+  std::unique_ptr<delayd::http::HttpDoor> http;
+  if (!flags.http.listen.empty()) {
+    if (grpc::Status s = delayd::http::HttpDoor::Start(
+            flags.http, server.InProcessChannel(), &http);
+        !s.ok()) {
+      spdlog::error("{}", s.error_message());
+      server.Shutdown(std::chrono::milliseconds(0));
+      return 2;
+    }
+    spdlog::info("HTTP/JSON API on http://{}/v1 (port {}, {} at once)",
+                 flags.http.listen, http->port(), flags.http.threads);
+    if (flags.server.auth_tokens.empty() &&
+        !delayd::IsLoopback(flags.http.listen)) {
+      spdlog::warn(
+          "HTTP on {} without tokens: anyone who can reach this port can "
+          "read, change and drain every namespace (see --auth-tokens)",
+          flags.http.listen);
+    }
+  }
 
   signals.async_wait([&](const asio::error_code& ec, int signo) {
     if (ec) return;

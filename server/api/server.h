@@ -76,6 +76,11 @@ class DelaydServer {
   // then the scheduler stops. Idempotent.
   void Shutdown(std::chrono::milliseconds grace);
   Scheduler& scheduler() { return *scheduler_; }
+  // A channel to the service in this process (after Start()): calls on it
+  // pass the same checks as a client's, tokens included.
+  std::shared_ptr<grpc::Channel> InProcessChannel() {
+    return server_->InProcessChannel(grpc::ChannelArguments());
+  }
   // Reads the token file and the TLS certificates again (SIGHUP). What fails
   // to load is not applied and is said in the result; the rest is.
   Status Reload();

@@ -1,0 +1,201 @@
+#include "server/http/http_door.h"
+
+#include <civetweb.h>
+#include <google/protobuf/message.h>
+#include <grpcpp/client_context.h>
+#include <spdlog/spdlog.h>
+
+#include <condition_variable>
+#include <mutex>
+
+#include "server/http/routes.h"
+#include "server/http/transcode.h"
+
+namespace delayd::http {
+namespace {
+
+namespace pb = google::protobuf;
+
+void Send(mg_connection* conn, int status, const std::string& body) {
+  mg_response_header_start(conn, status);
+  mg_response_header_add(conn, "Content-Type", "application/json", -1);
+  mg_response_header_add(conn, "Cache-Control", "no-store", -1);
+  mg_response_header_add(conn, "Content-Length",
+                         std::to_string(body.size()).c_str(), -1);
+  mg_response_header_send(conn);
+  mg_write(conn, body.data(), body.size());
+}
+
+void SendError(mg_connection* conn, const grpc::Status& status, int http = 0) {
+  Send(conn, http != 0 ? http : HttpStatusOf(status.error_code()),
+       ErrorBody(status));
+}
+
+// One unary call, waited for: the door's threads are civetweb's, one per
+// request in progress.
+grpc::Status Call(grpc::GenericStub& stub, grpc::ClientContext& ctx,
+                  const std::string& method, const pb::Message& request,
+                  pb::Message* response) {
+  const std::string bytes = request.SerializeAsString();
+  grpc::Slice slice(bytes);
+  const grpc::ByteBuffer in(&slice, 1);
+  grpc::ByteBuffer out;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  grpc::Status status;
+  stub.UnaryCall(&ctx, method, grpc::StubOptions(), &in, &out,
+                 [&](grpc::Status s) {
+                   std::lock_guard lock(mu);
+                   status = std::move(s);
+                   done = true;
+                   cv.notify_one();
+                 });
+  std::unique_lock lock(mu);
+  cv.wait(lock, [&] { return done; });
+  if (!status.ok()) return status;
+  std::vector<grpc::Slice> slices;
+  std::string joined;
+  if (out.Dump(&slices).ok()) {
+    for (const grpc::Slice& s : slices) {
+      joined.append(reinterpret_cast<const char*>(s.begin()), s.size());
+    }
+  }
+  if (!response->ParseFromString(joined)) {
+    return grpc::Status(grpc::StatusCode::INTERNAL, "unreadable response");
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace
+
+HttpDoor::HttpDoor(const Options& options,
+                   std::shared_ptr<grpc::Channel> channel)
+    : options_(options), channel_(std::move(channel)), stub_(channel_) {}
+
+HttpDoor::~HttpDoor() {
+  if (ctx_ != nullptr) mg_stop(ctx_);
+  mg_exit_library();
+}
+
+grpc::Status HttpDoor::Start(const Options& options,
+                             std::shared_ptr<grpc::Channel> channel,
+                             std::unique_ptr<HttpDoor>* out) {
+  mg_init_library(0);
+  std::unique_ptr<HttpDoor> door(new HttpDoor(options, std::move(channel)));
+  const std::string threads = std::to_string(options.threads);
+  const std::string timeout = std::to_string(options.request_timeout.count());
+  const char* config[] = {"listening_ports",
+                          options.listen.c_str(),
+                          "num_threads",
+                          threads.c_str(),
+                          "request_timeout_ms",
+                          timeout.c_str(),
+                          "enable_keep_alive",
+                          "yes",
+                          "keep_alive_timeout_ms",
+                          timeout.c_str(),
+                          nullptr};
+  mg_callbacks callbacks{};
+  // civetweb's own messages (a bad request line, a closed connection) are
+  // a client's doing: logged at debug.
+  callbacks.log_message = [](const mg_connection*, const char* message) {
+    spdlog::debug("http: {}", message);
+    return 1;
+  };
+  door->ctx_ = mg_start(&callbacks, door.get(), config);
+  if (door->ctx_ == nullptr) {
+    return grpc::Status(
+        grpc::StatusCode::UNAVAILABLE,
+        "cannot listen on " + options.listen + " (--http-listen)");
+  }
+  mg_server_port ports[1];
+  if (mg_get_server_ports(door->ctx_, 1, ports) == 1) {
+    door->port_ = ports[0].port;
+  }
+  mg_set_request_handler(door->ctx_, "/", &HttpDoor::Handle, door.get());
+  *out = std::move(door);
+  return grpc::Status::OK;
+}
+
+int HttpDoor::Handle(mg_connection* conn, void* self) {
+  static_cast<HttpDoor*>(self)->Serve(conn);
+  return 1;  // handled
+}
+
+bool HttpDoor::ReadBody(mg_connection* conn, std::string* body) {
+  const mg_request_info* ri = mg_get_request_info(conn);
+  if (ri->content_length > 0 && static_cast<std::uint64_t>(ri->content_length) >
+                                    options_.max_body_bytes) {
+    SendError(
+        conn,
+        grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                     "the body is larger than " +
+                         std::to_string(options_.max_body_bytes) + " bytes"),
+        413);
+    return false;
+  }
+  char buf[16384];
+  for (;;) {
+    const int n = mg_read(conn, buf, sizeof buf);
+    if (n == 0) return true;
+    if (n < 0) return false;  // The client went away or timed out.
+    if (body->size() + n > options_.max_body_bytes) {
+      SendError(
+          conn,
+          grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                       "the body is larger than " +
+                           std::to_string(options_.max_body_bytes) + " bytes"),
+          413);
+      return false;
+    }
+    body->append(buf, n);
+  }
+}
+
+void HttpDoor::Serve(mg_connection* conn) {
+  const mg_request_info* ri = mg_get_request_info(conn);
+  const std::string_view path =
+      ri->local_uri_raw != nullptr ? ri->local_uri_raw : ri->local_uri;
+  bool known = false;
+  const std::optional<Match> m = MatchRoute(ri->request_method, path, &known);
+  if (!m) {
+    SendError(conn,
+              grpc::Status(grpc::StatusCode::NOT_FOUND,
+                           known ? "this path does not take " +
+                                       std::string(ri->request_method)
+                                 : "no such route: " + std::string(path)),
+              known ? 405 : 404);
+    return;
+  }
+  std::string body;
+  if (!ReadBody(conn, &body)) return;
+  const pb::Message* prototype =
+      pb::MessageFactory::generated_factory()->GetPrototype(
+          m->rpc->input_type());
+  std::unique_ptr<pb::Message> request(prototype->New());
+  const char* query = ri->query_string != nullptr ? ri->query_string : "";
+  if (grpc::Status s = BuildRequest(*m, query, body, request.get()); !s.ok()) {
+    SendError(conn, s);
+    return;
+  }
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + options_.call_deadline);
+  if (const char* auth = mg_get_header(conn, "Authorization")) {
+    ctx.AddMetadata("authorization", auth);
+  }
+  std::unique_ptr<pb::Message> response(
+      pb::MessageFactory::generated_factory()
+          ->GetPrototype(m->rpc->output_type())
+          ->New());
+  const grpc::Status s = Call(
+      stub_, ctx, "/" + m->rpc->service()->full_name() + "/" + m->rpc->name(),
+      *request, response.get());
+  if (!s.ok()) {
+    SendError(conn, s);
+    return;
+  }
+  Send(conn, 200, ToJson(*response));
+}
+
+}  // namespace delayd::http

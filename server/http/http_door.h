@@ -1,0 +1,71 @@
+// The HTTP/JSON door: delayd's unary RPCs over HTTP/1.1 (routes.h), served
+// by civetweb (already in the binary through prometheus-cpp's metrics
+// endpoint; Debian-packaged; bounded threads, request size and timeouts).
+//
+// Each request becomes a call to the daemon's own gRPC service over an
+// in-process channel, with the request's `Authorization` header as the
+// call's `authorization` metadata: the same validation, tokens and
+// permissions, bounds and metrics as a gRPC client gets, with nothing to
+// keep in step. What the door adds is HTTP's own limits:
+//   - at most `threads` requests at once (each holds a civetweb thread);
+//     further connections wait in the listen queue;
+//   - a request's headers and body must arrive within `request_timeout` (a
+//     client that sends a byte at a time loses its connection), and a body
+//     is at most `max_body_bytes` (413 beyond it, before it is read);
+//   - a call is given `call_deadline`.
+//
+// Thread safety: civetweb calls Serve() on its worker threads; the door
+// holds no mutable state of its own after Start().
+#ifndef DELAYD_SERVER_HTTP_HTTP_DOOR_H_
+#define DELAYD_SERVER_HTTP_HTTP_DOOR_H_
+
+#include <grpcpp/channel.h>
+#include <grpcpp/generic/generic_stub.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+struct mg_connection;
+struct mg_context;
+
+namespace delayd::http {
+
+class HttpDoor {
+ public:
+  struct Options {
+    std::string listen;  // host:port (IPv4), port 0 for any
+    int threads = 16;
+    std::chrono::milliseconds request_timeout = std::chrono::seconds(10);
+    std::size_t max_body_bytes = 4 << 20;
+    std::chrono::milliseconds call_deadline = std::chrono::seconds(30);
+  };
+
+  // Starts listening. Fails (with why) if the address cannot be bound.
+  static grpc::Status Start(const Options& options,
+                            std::shared_ptr<grpc::Channel> channel,
+                            std::unique_ptr<HttpDoor>* out);
+  ~HttpDoor();  // Stops: waits for requests in progress.
+  HttpDoor(const HttpDoor&) = delete;
+  HttpDoor& operator=(const HttpDoor&) = delete;
+
+  int port() const { return port_; }
+
+ private:
+  HttpDoor(const Options& options, std::shared_ptr<grpc::Channel> channel);
+  static int Handle(mg_connection* conn, void* self);
+  void Serve(mg_connection* conn);
+  // Reads the body into *body; false (the response sent) if it is too big or
+  // does not arrive whole.
+  bool ReadBody(mg_connection* conn, std::string* body);
+
+  const Options options_;
+  std::shared_ptr<grpc::Channel> channel_;
+  grpc::GenericStub stub_;
+  mg_context* ctx_ = nullptr;
+  int port_ = 0;
+};
+
+}  // namespace delayd::http
+
+#endif  // DELAYD_SERVER_HTTP_HTTP_DOOR_H_

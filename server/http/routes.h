@@ -1,0 +1,53 @@
+// The HTTP/JSON door's routes: each (HTTP method, path template) names one
+// unary RPC of delayd.v1.Delayd, and which path variables fill which fields
+// of its request.
+//
+// Templates are literal segments and variables. `{namespace}` matches one or
+// more segments (namespaces may contain `/`), the fewest that let the rest
+// match; `{key}` is always last and takes the rest of the path. A template
+// may end in `:verb` (AIP-136 custom methods), matched against the end of
+// the path first, so a key or namespace may itself contain `:`. Paths are
+// matched after percent-decoding.
+#ifndef DELAYD_SERVER_HTTP_ROUTES_H_
+#define DELAYD_SERVER_HTTP_ROUTES_H_
+
+#include <google/protobuf/descriptor.h>
+
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace delayd::http {
+
+struct Route {
+  const char* method;  // GET, PUT, POST or DELETE
+  std::string path;    // the template
+  const char* rpc;     // a method of delayd.v1.Delayd
+  // Whether the request body (a JSON object) fills the request message;
+  // otherwise the query string does.
+  bool body;
+  const char* summary;  // one line, for the OpenAPI document
+};
+
+// Every route, in the order they are documented.
+std::span<const Route> Routes();
+
+struct Match {
+  const Route* route = nullptr;
+  const google::protobuf::MethodDescriptor* rpc = nullptr;
+  // Path variables: (field name, decoded value).
+  std::vector<std::pair<std::string, std::string>> bindings;
+};
+
+// The route for `method` and `path` (without the query string). If none
+// matches, nullopt; *path_known then says whether the path matched a
+// template under another method (405 rather than 404).
+std::optional<Match> MatchRoute(std::string_view method, std::string_view path,
+                                bool* path_known);
+
+}  // namespace delayd::http
+
+#endif  // DELAYD_SERVER_HTTP_ROUTES_H_

@@ -1,0 +1,276 @@
+// The HTTP/JSON door end to end: the real daemon, a plain HTTP client, and
+// a gRPC client beside it for what HTTP does not do (the event stream).
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <thread>
+
+#include "delayd/v1/delayd.grpc.pb.h"
+#include "server/http/routes.h"
+#include "tests/common/daemon_process.h"
+#include "tests/common/http_client.h"
+#include "tests/common/temp_dir.h"
+
+namespace delayd {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::DaemonProcess;
+using testing::HttpRequest;
+using testing::HttpResponse;
+
+// The HTTP port from the daemon's log line ("HTTP/JSON API on ... (port N").
+int HttpPort(DaemonProcess& d) {
+  if (!d.WaitForOutput("HTTP/JSON API on", 10s)) return 0;
+  const std::string out = d.output();
+  const std::size_t line = out.find("HTTP/JSON API on");
+  const std::size_t at = out.find("(port ", line);
+  return at == std::string::npos ? 0 : std::stoi(out.substr(at + 6));
+}
+
+template <typename M>
+M Parse(const HttpResponse& r) {
+  M m;
+  EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(r.body, &m).ok())
+      << r.body;
+  return m;
+}
+
+// The error body's "status" (the gRPC code's name).
+std::string ErrorStatus(const HttpResponse& r) {
+  const auto s = Parse<google::protobuf::Struct>(r);
+  const auto& e = s.fields().at("error").struct_value().fields();
+  EXPECT_EQ(static_cast<int>(e.at("code").number_value()), r.status);
+  return e.at("status").string_value();
+}
+
+class HttpTest : public ::testing::Test {
+ protected:
+  void Start(std::vector<std::string> args) {
+    args.insert(args.end(), {"--in-memory", "--http-listen", "127.0.0.1:0"});
+    d_ = std::make_unique<DaemonProcess>(DELAYD_BINARY, args);
+    ASSERT_TRUE(d_->ok()) << d_->output();
+    port_ = HttpPort(*d_);
+    ASSERT_NE(port_, 0) << d_->output();
+  }
+  HttpResponse Do(const std::string& method, const std::string& target,
+                  const std::string& body = "",
+                  const std::vector<std::string>& headers = {}) {
+    return HttpRequest(port_, method, target, body, headers);
+  }
+
+  std::unique_ptr<DaemonProcess> d_;
+  int port_ = 0;
+};
+
+TEST_F(HttpTest, ATimerSetGotMovedListedAndRemoved) {
+  Start({});
+  HttpResponse r = Do("PUT", "/v1/namespaces/shop/timers/order-42",
+                      R"({"payload": "eyJvIjo0Mn0=", "delay": "900s"})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_NE(r.head.find("Content-Type: application/json"), std::string::npos);
+  const auto set = Parse<v1::SetTimerResponse>(r);
+  EXPECT_GT(set.version(), 0u);
+  EXPECT_NE(r.body.find(R"("replaced":false)"), std::string::npos);
+
+  r = Do("GET", "/v1/namespaces/shop/timers/order-42");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const auto timer = Parse<v1::Timer>(r);
+  EXPECT_EQ(timer.payload(), R"({"o":42})");
+  EXPECT_EQ(timer.version(), set.version());
+
+  r = Do("POST", "/v1/namespaces/shop/timers/order-42:move",
+         R"({"delay": "60s"})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_LT(Parse<v1::MoveTimerResponse>(r).fire_time().seconds(),
+            set.fire_time().seconds());
+
+  Do("PUT", "/v1/namespaces/shop/timers/other", R"({"delay": "900s"})");
+  r = Do("GET", "/v1/namespaces/shop/timers?pageSize=1&keyPrefix=order");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const auto list = Parse<v1::ListTimersResponse>(r);
+  ASSERT_EQ(list.timers_size(), 1);
+  EXPECT_EQ(list.timers(0).key(), "order-42");
+
+  r = Do("DELETE", "/v1/namespaces/shop/timers/order-42?expectedVersion=7");
+  EXPECT_EQ(r.status, 409) << r.body;
+  EXPECT_EQ(ErrorStatus(r), "ABORTED");
+  r = Do("DELETE", "/v1/namespaces/shop/timers/order-42");
+  EXPECT_EQ(r.status, 200) << r.body;
+  r = Do("GET", "/v1/namespaces/shop/timers/order-42");
+  EXPECT_EQ(r.status, 404) << r.body;
+  EXPECT_EQ(ErrorStatus(r), "NOT_FOUND");
+}
+
+TEST_F(HttpTest, ErrorsMapToHttpStatusesWithTheGrpcCodeInTheBody) {
+  Start({});
+  ASSERT_EQ(
+      Do("PUT", "/v1/namespaces/s/timers/k", R"({"delay": "60s"})").status,
+      200);
+  HttpResponse r = Do("PUT", "/v1/namespaces/s/timers/k",
+                      R"({"delay": "60s", "ifAbsent": true})");
+  EXPECT_EQ(r.status, 409);
+  EXPECT_EQ(ErrorStatus(r), "ALREADY_EXISTS");
+  r = Do("PUT", "/v1/namespaces/s/timers/k", R"({"delay": )");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(ErrorStatus(r), "INVALID_ARGUMENT");
+  r = Do("PUT", "/v1/namespaces/s/timers/k", R"({"delay": "15m"})");
+  EXPECT_EQ(r.status, 400);  // proto3 JSON durations are in seconds: "900s"
+  r = Do("PUT", "/v1/namespaces/bad%20name/timers/k", R"({"delay": "1s"})");
+  EXPECT_EQ(r.status, 400);  // the service's own check
+  EXPECT_NE(r.body.find("namespace"), std::string::npos) << r.body;
+  r = Do("POST", "/v1:backup");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(ErrorStatus(r), "FAILED_PRECONDITION");
+  r = Do("GET", "/v1/nothing/here");
+  EXPECT_EQ(r.status, 404);
+  EXPECT_NE(r.body.find("no such route"), std::string::npos);
+  r = Do("PATCH", "/v1/namespaces/s/timers/k", "{}");
+  EXPECT_EQ(r.status, 405);
+  r = Do("GET", "/v1/namespaces/s/timers?colour=red");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(r.body.find("colour"), std::string::npos);
+}
+
+// Every route reaches its method: the answer is the method's (a result or
+// its own error), never the router's.
+TEST_F(HttpTest, EveryRouteReachesItsMethod) {
+  Start({});
+  for (const http::Route& route : http::Routes()) {
+    std::string path = route.path;
+    for (const auto& [var, value] :
+         {std::pair<std::string, std::string>{"{namespace}", "n"},
+          {"{key}", "k"}}) {
+      if (const auto at = path.find(var); at != std::string::npos) {
+        path.replace(at, var.size(), value);
+      }
+    }
+    const HttpResponse r =
+        Do(route.method, path, route.body ? std::string("{}") : "");
+    SCOPED_TRACE(std::string(route.method) + " " + path + ": " + r.body);
+    ASSERT_NE(r.status, 0);
+    EXPECT_NE(r.status, 405);
+    EXPECT_EQ(r.body.find("no such route"), std::string::npos);
+    EXPECT_EQ(r.body.find("this route takes"), std::string::npos);
+  }
+}
+
+TEST_F(HttpTest, TokensAndPermissionsAreTheGrpcPorts) {
+  testing::TempDir dir;
+  std::ofstream(dir / "tokens") << "reader shop read\n"
+                                   "writer shop write,read\n";
+  Start({"--auth-tokens", dir / "tokens"});
+  const std::string body = R"({"delay": "60s"})";
+  HttpResponse r = Do("PUT", "/v1/namespaces/shop/timers/k", body);
+  EXPECT_EQ(r.status, 401) << r.body;
+  EXPECT_EQ(ErrorStatus(r), "UNAUTHENTICATED");
+  r = Do("PUT", "/v1/namespaces/shop/timers/k", body,
+         {"Authorization: Bearer nobody"});
+  EXPECT_EQ(r.status, 401) << r.body;
+  r = Do("PUT", "/v1/namespaces/shop/timers/k", body,
+         {"Authorization: Bearer reader"});
+  EXPECT_EQ(r.status, 403) << r.body;
+  EXPECT_EQ(ErrorStatus(r), "PERMISSION_DENIED");
+  r = Do("PUT", "/v1/namespaces/other/timers/k", body,
+         {"Authorization: Bearer writer"});
+  EXPECT_EQ(r.status, 403) << r.body;
+  r = Do("PUT", "/v1/namespaces/shop/timers/k", body,
+         {"Authorization: Bearer writer"});
+  EXPECT_EQ(r.status, 200) << r.body;
+  r = Do("GET", "/v1/namespaces/shop/timers/k", "",
+         {"Authorization: Bearer reader"});
+  EXPECT_EQ(r.status, 200) << r.body;
+}
+
+TEST_F(HttpTest, AnOversizedBodyIsRefusedUnread) {
+  // A body may be 2 x --max-batch-bytes + 64 KiB: here 192 KiB.
+  Start({"--max-batch-bytes", "65536"});
+  const std::string huge(300 << 10, 'x');
+  HttpResponse r = Do("POST", "/v1/timers:batch", huge);
+  EXPECT_EQ(r.status, 413) << r.body;
+  // Within the door's bound, the service's own bounds still hold.
+  std::string payload(100 << 10, 'A');  // base64 of 75 KiB
+  r = Do("PUT", "/v1/namespaces/s/timers/k",
+         R"({"delay": "1s", "payload": ")" + payload + R"("})");
+  EXPECT_EQ(r.status, 429) << r.body;
+  EXPECT_EQ(ErrorStatus(r), "RESOURCE_EXHAUSTED");
+  EXPECT_NE(r.body.find("larger than max"), std::string::npos) << r.body;
+  r = Do("GET", "/v1/stats");
+  EXPECT_EQ(r.status, 200) << r.body;
+}
+
+TEST_F(HttpTest, AClientThatSendsSlowlyLosesItsConnection) {
+  Start({"--http-request-timeout", "500ms", "--http-threads", "2"});
+  // Two connections dribble their headers, a byte at a time, each holding
+  // one of the two threads until the timeout closes it.
+  auto slow = [&](bool* closed, std::chrono::milliseconds* took) {
+    const int fd = testing::HttpConnect(port_);
+    ASSERT_GE(fd, 0);
+    const std::string req = "GET /v1/stats HTTP/1.1\r\nHost: a\r\nX-Slow: ";
+    const auto t0 = std::chrono::steady_clock::now();
+    testing::SendAll(fd, req);
+    for (int i = 0; i < 100 && !*closed; ++i) {
+      // One byte per 100 ms until the server ends the request: the send
+      // fails, or what it sends (an error, if any) ends in a close.
+      if (!testing::SendAll(fd, "x")) {
+        *closed = true;
+        break;
+      }
+      pollfd p{fd, POLLIN, 0};
+      if (poll(&p, 1, 100) > 0) {
+        char buf[512];
+        while (recv(fd, buf, sizeof buf, 0) > 0) {
+        }
+        *closed = true;
+      }
+    }
+    *took = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - t0);
+    close(fd);
+  };
+  bool closed[2] = {false, false};
+  std::chrono::milliseconds took[2]{};
+  std::thread a(slow, &closed[0], &took[0]);
+  std::thread b(slow, &closed[1], &took[1]);
+  a.join();
+  b.join();
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_TRUE(closed[i]);
+    EXPECT_LT(took[i], 5s);  // not the 10 s the client would have taken
+  }
+  // The threads are free again.
+  EXPECT_EQ(Do("GET", "/v1/stats").status, 200);
+}
+
+TEST_F(HttpTest, AnEventSetOverHttpIsDeliveredOverGrpcAndAckedOverHttp) {
+  Start({});
+  auto channel =
+      grpc::CreateChannel(d_->address(), grpc::InsecureChannelCredentials());
+  auto stub = v1::Delayd::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 20s);
+  v1::SubscribeRequest sub;
+  sub.set_namespace_("jobs");
+  auto reader = stub->Subscribe(&ctx, sub);
+  v1::SubscribeResponse msg;
+  ASSERT_TRUE(reader->Read(&msg));  // registered
+  ASSERT_EQ(Do("PUT", "/v1/namespaces/jobs/timers/now",
+               R"({"payload": "aGk=", "delay": "0s"})")
+                .status,
+            200);
+  ASSERT_TRUE(reader->Read(&msg));
+  ASSERT_EQ(msg.events_size(), 1);
+  EXPECT_EQ(msg.events(0).payload(), "hi");
+  const std::string id = std::to_string(msg.events(0).id());
+  HttpResponse r = Do("POST", "/v1/namespaces/jobs/events:ack",
+                      R"({"eventIds": [")" + id + R"("]})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(Parse<v1::AckResponse>(r).acked(), 1u);
+  ctx.TryCancel();
+}
+
+}  // namespace
+}  // namespace delayd

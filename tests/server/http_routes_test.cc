@@ -1,0 +1,190 @@
+// The HTTP door's routes and JSON mapping, without a server.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "delayd/v1/delayd.pb.h"
+#include "server/http/routes.h"
+#include "server/http/transcode.h"
+
+namespace delayd::http {
+namespace {
+
+std::string Var(const Match& m, const std::string& name) {
+  for (const auto& [n, v] : m.bindings) {
+    if (n == name) return v;
+  }
+  return "<unset>";
+}
+
+std::optional<Match> Find(const char* method, const char* path) {
+  bool known = false;
+  return MatchRoute(method, path, &known);
+}
+
+TEST(HttpRoutes, EveryUnaryMethodHasARouteAndEveryRouteAMethod) {
+  const auto* service =
+      v1::SetTimerRequest::descriptor()->file()->FindServiceByName("Delayd");
+  std::set<std::string> routed;
+  for (const Route& r : Routes()) {
+    const auto* m = service->FindMethodByName(r.rpc);
+    ASSERT_NE(m, nullptr) << r.rpc;
+    EXPECT_FALSE(m->server_streaming()) << r.rpc;
+    routed.insert(r.rpc);
+  }
+  for (int i = 0; i < service->method_count(); ++i) {
+    const auto* m = service->method(i);
+    if (m->server_streaming()) continue;  // events: not a unary route
+    EXPECT_TRUE(routed.count(m->name())) << m->name() << " has no route";
+  }
+}
+
+TEST(HttpRoutes, ResourcePathsBindNamespaceAndKey) {
+  auto m = Find("PUT", "/v1/namespaces/shop/timers/order-42");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->rpc->name(), "SetTimer");
+  EXPECT_EQ(Var(*m, "namespace"), "shop");
+  EXPECT_EQ(Var(*m, "key"), "order-42");
+  m = Find("GET", "/v1/namespaces/shop/timers");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->rpc->name(), "ListTimers");
+  m = Find("POST", "/v1/namespaces/shop:drain");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->rpc->name(), "Drain");
+  EXPECT_EQ(Var(*m, "namespace"), "shop");
+}
+
+TEST(HttpRoutes, NamespacesAndKeysMayHoldSlashesAndColons) {
+  auto m = Find("GET", "/v1/namespaces/team/a:b/timers/x/y:z");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(Var(*m, "namespace"), "team/a:b");
+  EXPECT_EQ(Var(*m, "key"), "x/y:z");
+  // The verb is matched at the end first.
+  m = Find("POST", "/v1/namespaces/a:b/timers/k:move:move");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->rpc->name(), "MoveTimer");
+  EXPECT_EQ(Var(*m, "namespace"), "a:b");
+  EXPECT_EQ(Var(*m, "key"), "k:move");
+  m = Find("POST", "/v1/namespaces/x:drain:drain");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(Var(*m, "namespace"), "x:drain");
+  // A PUT's key keeps a colon.
+  m = Find("PUT", "/v1/namespaces/n/timers/k:move");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->rpc->name(), "SetTimer");
+  EXPECT_EQ(Var(*m, "key"), "k:move");
+}
+
+TEST(HttpRoutes, UnknownPathsAndOtherMethodsAreToldApart) {
+  bool known = true;
+  EXPECT_FALSE(MatchRoute("GET", "/v1/nothing", &known));
+  EXPECT_FALSE(known);
+  EXPECT_FALSE(MatchRoute("GET", "/v1/namespaces/shop/timers/", &known));
+  EXPECT_FALSE(known);  // an empty key
+  EXPECT_FALSE(MatchRoute("GET", "/v1/namespaces//timers/k", &known));
+  EXPECT_FALSE(known);  // an empty namespace
+  EXPECT_FALSE(MatchRoute("PATCH", "/v1/namespaces/shop/timers/k", &known));
+  EXPECT_TRUE(known);
+  EXPECT_FALSE(MatchRoute("GET", "/v1/namespaces/shop:drain", &known));
+  EXPECT_TRUE(known);
+}
+
+grpc::Status Build(const char* method, const char* path, const char* query,
+                   const char* body, google::protobuf::Message* out) {
+  bool known = false;
+  const auto m = MatchRoute(method, path, &known);
+  EXPECT_TRUE(m);
+  return BuildRequest(*m, query, body, out);
+}
+
+TEST(HttpTranscode, BodyAndPathFillTheRequest) {
+  v1::SetTimerRequest req;
+  ASSERT_TRUE(Build("PUT", "/v1/namespaces/shop/timers/k", "",
+                    R"({"payload": "aGk=", "delay": "1.5s", "ifAbsent": true})",
+                    &req)
+                  .ok());
+  EXPECT_EQ(req.namespace_(), "shop");
+  EXPECT_EQ(req.key(), "k");
+  EXPECT_EQ(req.payload(), "hi");
+  EXPECT_EQ(req.delay().seconds(), 1);
+  EXPECT_EQ(req.delay().nanos(), 500'000'000);
+  EXPECT_TRUE(req.if_absent());
+}
+
+TEST(HttpTranscode, TheQueryFillsARequestWithoutABody) {
+  v1::ListTimersRequest req;
+  ASSERT_TRUE(Build("GET", "/v1/namespaces/shop/timers",
+                    "pageSize=5&key_prefix=a%2Fb+c&withoutPayloads=true", "",
+                    &req)
+                  .ok());
+  EXPECT_EQ(req.page_size(), 5u);
+  EXPECT_EQ(req.key_prefix(), "a/b c");
+  EXPECT_TRUE(req.without_payloads());
+  v1::RemoveTimerRequest rm;
+  ASSERT_TRUE(Build("DELETE", "/v1/namespaces/shop/timers/k",
+                    "expectedVersion=18446744073709551615", "", &rm)
+                  .ok());
+  EXPECT_EQ(rm.expected_version(), 18446744073709551615ull);
+}
+
+TEST(HttpTranscode, BadRequestsSayWhatIsWrong) {
+  v1::SetTimerRequest req;
+  grpc::Status s =
+      Build("PUT", "/v1/namespaces/shop/timers/k", "", R"({"payload": )", &req);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("body"), std::string::npos);
+  s = Build("PUT", "/v1/namespaces/shop/timers/k", "", R"({"colour": 1})",
+            &req);
+  EXPECT_NE(s.error_message().find("colour"), std::string::npos);
+  s = Build("PUT", "/v1/namespaces/shop/timers/k", "",
+            R"({"namespace": "other"})", &req);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("the path 'shop'"), std::string::npos);
+  s = Build("PUT", "/v1/namespaces/shop/timers/k", "a=1", "{}", &req);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  v1::ListTimersRequest list;
+  s = Build("GET", "/v1/namespaces/shop/timers", "pageSize=many", "", &list);
+  EXPECT_NE(s.error_message().find("page_size"), std::string::npos);
+  s = Build("GET", "/v1/namespaces/shop/timers", "colour=red", "", &list);
+  EXPECT_NE(s.error_message().find("colour"), std::string::npos);
+  s = Build("GET", "/v1/namespaces/shop/timers", "withoutPayloads=yes", "",
+            &list);
+  EXPECT_NE(s.error_message().find("true or false"), std::string::npos);
+  s = Build("GET", "/v1/namespaces/shop/timers", "pageSize=1&pageSize=2", "",
+            &list);
+  EXPECT_NE(s.error_message().find("more than once"), std::string::npos);
+  s = Build("GET", "/v1/namespaces/shop/timers", "", "{}", &list);
+  EXPECT_NE(s.error_message().find("no body"), std::string::npos);
+}
+
+TEST(HttpTranscode, GrpcCodesMapAsGooglesGuideDoes) {
+  using C = grpc::StatusCode;
+  const std::pair<C, int> expected[] = {
+      {C::OK, 200},
+      {C::CANCELLED, 499},
+      {C::UNKNOWN, 500},
+      {C::INVALID_ARGUMENT, 400},
+      {C::DEADLINE_EXCEEDED, 504},
+      {C::NOT_FOUND, 404},
+      {C::ALREADY_EXISTS, 409},
+      {C::PERMISSION_DENIED, 403},
+      {C::RESOURCE_EXHAUSTED, 429},
+      {C::FAILED_PRECONDITION, 400},
+      {C::ABORTED, 409},
+      {C::OUT_OF_RANGE, 400},
+      {C::UNIMPLEMENTED, 501},
+      {C::INTERNAL, 500},
+      {C::UNAVAILABLE, 503},
+      {C::DATA_LOSS, 500},
+      {C::UNAUTHENTICATED, 401},
+  };
+  for (const auto& [code, http] : expected) {
+    EXPECT_EQ(HttpStatusOf(code), http) << code;
+  }
+  EXPECT_EQ(
+      ErrorBody(grpc::Status(C::NOT_FOUND, "no timer \"k\"")),
+      R"({"error":{"code":404,"status":"NOT_FOUND","message":"no timer \"k\""}})");
+}
+
+}  // namespace
+}  // namespace delayd::http
