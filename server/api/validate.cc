@@ -181,6 +181,7 @@ Status Validator::Subscribe(const v1::SubscribeRequest& req,
   }
   if (req.max_in_flight() != 0) options->max_in_flight = req.max_in_flight();
   options->max_events = req.max_events();
+  options->keep_leases = req.keep_leases();
   if (req.has_ack_timeout()) {
     std::chrono::nanoseconds t;
     if (Status s =

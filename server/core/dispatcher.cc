@@ -171,7 +171,8 @@ void Dispatcher::Subscribe(std::uint64_t id,
                                     ? options.max_events
                                     : std::numeric_limits<std::uint64_t>::max(),
                                 {},
-                                0});
+                                0,
+                                options.keep_leases});
       counters_.workers.fetch_add(1);
       mine_.workers.fetch_add(1, std::memory_order_relaxed);
     }
@@ -193,9 +194,13 @@ void Dispatcher::Unsubscribe(std::uint64_t id) {
                                [id](const Worker& w) { return w.id == id; });
     if (worker == workers_.end()) return;
     // Its unacknowledged events go back to the front of the queue, oldest
-    // first.
-    std::vector<std::uint64_t> mine(worker->in_flight.begin(),
-                                    worker->in_flight.end());
+    // first; or, if it keeps its leases, stay in flight until acknowledged,
+    // nacked or past their deadlines (each path finds no worker, and is
+    // done with it).
+    std::vector<std::uint64_t> mine;
+    if (!worker->keep_leases) {
+      mine.assign(worker->in_flight.begin(), worker->in_flight.end());
+    }
     std::sort(mine.rbegin(), mine.rend());
     // One that has had its last attempt becomes a dead letter: a poison
     // event that crashes every worker it reaches is never nacked.

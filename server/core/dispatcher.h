@@ -104,6 +104,9 @@ struct SubscribeOptions {
   std::uint64_t max_events = 0;
   // 0: the namespace policy's.
   std::chrono::nanoseconds ack_timeout{0};
+  // Its events in flight when it leaves keep their leases (see the proto's
+  // SubscribeRequest.keep_leases).
+  bool keep_leases = false;
 };
 
 // An event whose last attempt failed, kept until requeued or purged.
@@ -240,6 +243,7 @@ class Dispatcher {
     std::unordered_set<std::uint64_t> in_flight;
     // Events given to it whose payloads are being read.
     std::size_t reading = 0;
+    bool keep_leases = false;
   };
   // One per event in memory, up to millions: its fields are ordered to
   // leave no padding, and the rare error text is kept in errors_ (why: see

@@ -8,6 +8,8 @@
 #include <condition_variable>
 #include <mutex>
 
+#include "server/http/http_events.h"
+#include "server/http/respond.h"
 #include "server/http/routes.h"
 #include "server/http/transcode.h"
 
@@ -15,21 +17,6 @@ namespace delayd::http {
 namespace {
 
 namespace pb = google::protobuf;
-
-void Send(mg_connection* conn, int status, const std::string& body) {
-  mg_response_header_start(conn, status);
-  mg_response_header_add(conn, "Content-Type", "application/json", -1);
-  mg_response_header_add(conn, "Cache-Control", "no-store", -1);
-  mg_response_header_add(conn, "Content-Length",
-                         std::to_string(body.size()).c_str(), -1);
-  mg_response_header_send(conn);
-  mg_write(conn, body.data(), body.size());
-}
-
-void SendError(mg_connection* conn, const grpc::Status& status, int http = 0) {
-  Send(conn, http != 0 ? http : HttpStatusOf(status.error_code()),
-       ErrorBody(status));
-}
 
 // One unary call, waited for: the door's threads are civetweb's, one per
 // request in progress.
@@ -71,7 +58,10 @@ grpc::Status Call(grpc::GenericStub& stub, grpc::ClientContext& ctx,
 
 HttpDoor::HttpDoor(const Options& options,
                    std::shared_ptr<grpc::Channel> channel)
-    : options_(options), channel_(std::move(channel)), stub_(channel_) {}
+    : options_(options),
+      channel_(std::move(channel)),
+      stub_(channel_),
+      events_stub_(v1::Delayd::NewStub(channel_)) {}
 
 HttpDoor::~HttpDoor() {
   if (ctx_ != nullptr) mg_stop(ctx_);
@@ -170,12 +160,43 @@ void HttpDoor::Serve(mg_connection* conn) {
   }
   std::string body;
   if (!ReadBody(conn, &body)) return;
+  const char* query = ri->query_string != nullptr ? ri->query_string : "";
+  const EventCall events{events_stub_.get(),
+                         mg_get_header(conn, "Authorization")};
+  if (m->route->kind == Route::kPull) {
+    ServePull(conn, *m, body, events);
+    return;
+  }
+  if (m->route->kind == Route::kWatch) {
+    Watch(conn, *m, query, events);
+    return;
+  }
+  ServeUnary(conn, *m, query, body);
+}
+
+void HttpDoor::Watch(mg_connection* conn, const Match& m,
+                     std::string_view query, const EventCall& events) {
+  if (!IsWatch(query)) {
+    ServeWatch(conn, m, query, events);  // (which refuses it)
+    return;
+  }
+  if (watches_.fetch_add(1) < std::max(1, options_.threads / 2)) {
+    ServeWatch(conn, m, query, events);
+  } else {
+    SendError(conn, grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                 "too many watches on the HTTP door (half of "
+                                 "--http-threads)"));
+  }
+  watches_.fetch_sub(1);
+}
+
+void HttpDoor::ServeUnary(mg_connection* conn, const Match& m,
+                          std::string_view query, std::string_view body) {
   const pb::Message* prototype =
       pb::MessageFactory::generated_factory()->GetPrototype(
-          m->rpc->input_type());
+          m.rpc->input_type());
   std::unique_ptr<pb::Message> request(prototype->New());
-  const char* query = ri->query_string != nullptr ? ri->query_string : "";
-  if (grpc::Status s = BuildRequest(*m, query, body, request.get()); !s.ok()) {
+  if (grpc::Status s = BuildRequest(m, query, body, request.get()); !s.ok()) {
     SendError(conn, s);
     return;
   }
@@ -184,12 +205,11 @@ void HttpDoor::Serve(mg_connection* conn) {
   if (const char* auth = mg_get_header(conn, "Authorization")) {
     ctx.AddMetadata("authorization", auth);
   }
-  std::unique_ptr<pb::Message> response(
-      pb::MessageFactory::generated_factory()
-          ->GetPrototype(m->rpc->output_type())
-          ->New());
+  std::unique_ptr<pb::Message> response(pb::MessageFactory::generated_factory()
+                                            ->GetPrototype(m.rpc->output_type())
+                                            ->New());
   const grpc::Status s = Call(
-      stub_, ctx, "/" + m->rpc->service()->full_name() + "/" + m->rpc->name(),
+      stub_, ctx, "/" + m.rpc->service()->full_name() + "/" + m.rpc->name(),
       *request, response.get());
   if (!s.ok()) {
     SendError(conn, s);

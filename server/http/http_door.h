@@ -12,7 +12,9 @@
 //   - a request's headers and body must arrive within `request_timeout` (a
 //     client that sends a byte at a time loses its connection), and a body
 //     is at most `max_body_bytes` (413 beyond it, before it is read);
-//   - a call is given `call_deadline`.
+//   - a call is given `call_deadline`;
+//   - watches (Server-Sent Events, http_events.h) take at most half the
+//     threads; another gets 429.
 //
 // Thread safety: civetweb calls Serve() on its worker threads; the door
 // holds no mutable state of its own after Start().
@@ -22,9 +24,14 @@
 #include <grpcpp/channel.h>
 #include <grpcpp/generic/generic_stub.h>
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
+
+#include "delayd/v1/delayd.grpc.pb.h"
+#include "server/http/http_events.h"
+#include "server/http/routes.h"
 
 struct mg_connection;
 struct mg_context;
@@ -55,6 +62,11 @@ class HttpDoor {
   HttpDoor(const Options& options, std::shared_ptr<grpc::Channel> channel);
   static int Handle(mg_connection* conn, void* self);
   void Serve(mg_connection* conn);
+  void ServeUnary(mg_connection* conn, const Match& m, std::string_view query,
+                  std::string_view body);
+  // A watch, if fewer than half the threads hold one.
+  void Watch(mg_connection* conn, const Match& m, std::string_view query,
+             const EventCall& events);
   // Reads the body into *body; false (the response sent) if it is too big or
   // does not arrive whole.
   bool ReadBody(mg_connection* conn, std::string* body);
@@ -62,6 +74,10 @@ class HttpDoor {
   const Options options_;
   std::shared_ptr<grpc::Channel> channel_;
   grpc::GenericStub stub_;
+  std::unique_ptr<v1::Delayd::Stub> events_stub_;  // pulls and watches
+  // Watches hold a thread each for as long as they last: at most half the
+  // threads, so that calls are still served.
+  std::atomic<int> watches_{0};
   mg_context* ctx_ = nullptr;
   int port_ = 0;
 };

@@ -23,6 +23,9 @@
 namespace delayd::http {
 
 struct Route {
+  // A unary RPC; or, over Subscribe, a pull (PullRequest) or a watch
+  // (Server-Sent Events).
+  enum Kind { kUnary, kPull, kWatch };
   const char* method;  // GET, PUT, POST or DELETE
   std::string path;    // the template
   const char* rpc;     // a method of delayd.v1.Delayd
@@ -30,6 +33,7 @@ struct Route {
   // otherwise the query string does.
   bool body;
   const char* summary;  // one line, for the OpenAPI document
+  Kind kind = kUnary;
 };
 
 // Every route, in the order they are documented.

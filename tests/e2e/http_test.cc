@@ -148,8 +148,10 @@ TEST_F(HttpTest, EveryRouteReachesItsMethod) {
         path.replace(at, var.size(), value);
       }
     }
-    const HttpResponse r =
-        Do(route.method, path, route.body ? std::string("{}") : "");
+    const std::string body = route.kind == http::Route::kPull
+                                 ? R"({"wait": "0.1s"})"
+                                 : (route.body ? "{}" : "");
+    const HttpResponse r = Do(route.method, path, body);
     SCOPED_TRACE(std::string(route.method) + " " + path + ": " + r.body);
     ASSERT_NE(r.status, 0);
     EXPECT_NE(r.status, 405);
@@ -270,6 +272,121 @@ TEST_F(HttpTest, AnEventSetOverHttpIsDeliveredOverGrpcAndAckedOverHttp) {
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(Parse<v1::AckResponse>(r).acked(), 1u);
   ctx.TryCancel();
+}
+
+TEST_F(HttpTest, APullLeasesEventsUntilAckedNackedOrPastTheirDeadline) {
+  Start({});
+  for (const char* key : {"a", "b", "c"}) {
+    ASSERT_EQ(Do("PUT", std::string("/v1/namespaces/jobs/timers/") + key,
+                 R"({"delay": "0s"})")
+                  .status,
+              200);
+  }
+  // Up to maxEvents, then the rest.
+  auto first = Parse<v1::PullResponse>(Do(
+      "POST", "/v1/namespaces/jobs/events:pull", R"({"maxEvents": 2})"));
+  auto rest = Parse<v1::PullResponse>(
+      Do("POST", "/v1/namespaces/jobs/events:pull", R"({"wait": "5s"})"));
+  ASSERT_EQ(first.events_size() + rest.events_size(), 3)
+      << first.DebugString() << rest.DebugString();
+  ASSERT_EQ(first.events_size(), 2);
+  std::string ids;
+  for (const auto& e : first.events()) {
+    ids += std::string(ids.empty() ? "" : ",") + "\"" +
+           std::to_string(e.id()) + "\"";
+  }
+  HttpResponse r = Do("POST", "/v1/namespaces/jobs/events:ack",
+                      R"({"eventIds": [)" + ids + "]}");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(Parse<v1::AckResponse>(r).acked(), 2u);
+  // Nacked: back at once with its next attempt.
+  const std::string third = std::to_string(rest.events(0).id());
+  r = Do("POST", "/v1/namespaces/jobs/events:nack",
+         R"({"eventIds": [")" + third + R"("], "retryAfter": "0s"})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  auto again = Parse<v1::PullResponse>(Do(
+      "POST", "/v1/namespaces/jobs/events:pull",
+      R"({"wait": "10s", "ackTimeout": "0.2s"})"));
+  ASSERT_EQ(again.events_size(), 1);
+  EXPECT_EQ(again.events(0).attempt(), 2u);
+  // Not acknowledged within its ack timeout: back after the backoff.
+  auto late = Parse<v1::PullResponse>(
+      Do("POST", "/v1/namespaces/jobs/events:pull", R"({"wait": "20s"})"));
+  ASSERT_EQ(late.events_size(), 1);
+  EXPECT_EQ(late.events(0).id(), again.events(0).id());
+  EXPECT_EQ(late.events(0).attempt(), 3u);
+}
+
+TEST_F(HttpTest, APullWaitsForTheFirstEventOrAnswersEmpty) {
+  Start({});
+  HttpResponse r = Do("POST", "/v1/namespaces/idle/events:pull",
+                      R"({"wait": "0.2s"})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(Parse<v1::PullResponse>(r).events_size(), 0);
+  EXPECT_NE(r.body.find(R"("events":[])"), std::string::npos);
+  v1::PullResponse got;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::thread puller([&] {
+    got = Parse<v1::PullResponse>(Do("POST", "/v1/namespaces/q/events:pull",
+                                     R"({"wait": "30s"})"));
+  });
+  // Set once the pull is waiting: the namespace has a worker.
+  for (int i = 0; i < 500; ++i) {
+    const auto stats = Parse<v1::StatsResponse>(Do("GET", "/v1/stats"));
+    bool waiting = false;
+    for (const auto& ns : stats.namespaces()) {
+      waiting |= ns.namespace_() == "q" && ns.workers() == 1;
+    }
+    if (waiting) break;
+    std::this_thread::sleep_for(10ms);  // (polls a condition, bounded)
+  }
+  ASSERT_EQ(Do("PUT", "/v1/namespaces/q/timers/k", R"({"delay": "0s"})")
+                .status,
+            200);
+  puller.join();
+  ASSERT_EQ(got.events_size(), 1);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 20s);
+  r = Do("POST", "/v1/namespaces/q/events:pull", R"({"maxEvents": 5000})");
+  EXPECT_EQ(r.status, 400);
+  r = Do("POST", "/v1/namespaces/q/events:pull", R"({"wait": "61s"})");
+  EXPECT_EQ(r.status, 400);
+}
+
+// Reads from `fd` until `text` has arrived (or 10 s, the socket's timeout).
+bool ReadUntil(int fd, const std::string& text, std::string* got) {
+  char buf[4096];
+  while (got->find(text) == std::string::npos) {
+    const ssize_t n = recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) return false;
+    got->append(buf, static_cast<std::size_t>(n));
+  }
+  return true;
+}
+
+TEST_F(HttpTest, AWatchRelaysEventsAsServerSentEvents) {
+  Start({"--http-threads", "2"});
+  const int fd = testing::HttpConnect(port_);
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(testing::SendAll(
+      fd, "GET /v1/namespaces/w/events?watch=1 HTTP/1.1\r\nHost: a\r\n\r\n"));
+  std::string got;
+  ASSERT_TRUE(ReadUntil(fd, ": watching w", &got)) << got;
+  EXPECT_NE(got.find("Content-Type: text/event-stream"), std::string::npos);
+  // One watch at a time on two threads: another is refused.
+  HttpResponse r = Do("GET", "/v1/namespaces/w/events?watch=1");
+  EXPECT_EQ(r.status, 429) << r.body;
+  ASSERT_EQ(Do("PUT", "/v1/namespaces/w/timers/k",
+               R"({"delay": "0s", "payload": "aGk="})")
+                .status,
+            200);
+  ASSERT_TRUE(ReadUntil(fd, "\n\n", &got));
+  ASSERT_TRUE(ReadUntil(fd, R"("key":"k")", &got)) << got;
+  EXPECT_NE(got.find("event: expired\n"), std::string::npos) << got;
+  EXPECT_NE(got.find(R"("payload":"aGk=")"), std::string::npos) << got;
+  close(fd);
+  r = Do("GET", "/v1/namespaces/w/events");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(r.body.find("events:pull"), std::string::npos);
 }
 
 }  // namespace

@@ -49,11 +49,13 @@ class DispatcherTest : public ::testing::TestWithParam<bool> {
 
   std::shared_ptr<FakeSubscriber> Subscribe(
       std::uint32_t max_in_flight = 100,
-      std::chrono::seconds ack_timeout = std::chrono::seconds(60)) {
+      std::chrono::seconds ack_timeout = std::chrono::seconds(60),
+      bool keep_leases = false) {
     auto sub = std::make_shared<FakeSubscriber>();
     SubscribeOptions o;
     o.max_in_flight = max_in_flight;
     o.ack_timeout = ack_timeout;
+    o.keep_leases = keep_leases;
     std::promise<void> registered;
     dispatcher_->Subscribe(next_id_++, sub, o, [&] { registered.set_value(); });
     registered.get_future().wait();
@@ -219,6 +221,31 @@ TEST_P(DispatcherTest, ALeavingWorkersEventsGoToOthersAtOnce) {
   ASSERT_EQ(got.size(), 2u);
   EXPECT_EQ(got[0].key, "k0");  // Oldest first.
   EXPECT_EQ(got[0].attempt, 2u);
+}
+
+TEST_P(DispatcherTest, AWorkerThatKeepsLeasesLeavesItsEventsInFlight) {
+  auto pulling = Subscribe(100, 60s, /*keep_leases=*/true);
+  Publish(2);
+  const auto got = pulling->WaitFor(2, 10s);
+  ASSERT_EQ(got.size(), 2u);
+  auto staying = Subscribe();
+  dispatcher_->Unsubscribe(1);
+  Advance(0ns);  // (A barrier through the strand.)
+  EXPECT_EQ(counters_.of(0).in_flight.load(), 2u);
+  EXPECT_EQ(counters_.of(0).ready.load(), 0u);
+  EXPECT_TRUE(staying->got().empty());
+  // Acknowledged by id after the stream is gone...
+  const AckResult acked = Ack({got[0].id});
+  EXPECT_EQ(acked.acked, 1u);
+  EXPECT_TRUE(acked.unknown.empty());
+  // ...and the other goes to another worker once its deadline (and the
+  // first retry's backoff) passed.
+  Advance(61s);
+  Advance(2s);
+  const auto again = staying->WaitFor(1, 10s);
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].id, got[1].id);
+  EXPECT_EQ(again[0].attempt, 2u);
 }
 
 TEST_P(DispatcherTest, LastFailedAttemptMakesADeadLetter) {

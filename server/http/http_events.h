@@ -1,0 +1,45 @@
+// Events over HTTP, both over the service's Subscribe through the door's
+// channel:
+//   - a pull (POST .../events:pull, PullRequest): a worker stream that keeps
+//     its leases, read until its first events arrive or the wait ends, then
+//     closed; the events stay leased until acknowledged, nacked, extended or
+//     past their ack deadline. (Events the daemon hands to the stream as it
+//     closes are not in the answer: they come back after their ack
+//     deadline, as any unacknowledged event does.)
+//   - a watch (GET .../events?watch=1): a watcher stream relayed as
+//     Server-Sent Events, each event as `id: ID`, `event: expired|drained|
+//     dead_lettered` and `data: <the Event as JSON>`, with a comment line
+//     every 5 s so that a client gone away is noticed. A watcher gets live
+//     copies, never a replay, so Last-Event-ID has nothing to resume.
+// One message at a time is read from the stream, and the next only after
+// the previous one is written to the HTTP client: a slow HTTP client slows
+// its own stream, which the daemon bounds as it does any watcher's.
+#ifndef DELAYD_SERVER_HTTP_HTTP_EVENTS_H_
+#define DELAYD_SERVER_HTTP_HTTP_EVENTS_H_
+
+#include <chrono>
+#include <string_view>
+
+#include "delayd/v1/delayd.grpc.pb.h"
+#include "server/http/routes.h"
+
+struct mg_connection;
+
+namespace delayd::http {
+
+struct EventCall {
+  v1::Delayd::Stub* stub;
+  const char* authorization;  // or null
+};
+
+void ServePull(mg_connection* conn, const Match& m, std::string_view body,
+               const EventCall& call);
+// Whether a GET .../events asks for a watch (workers pull instead).
+bool IsWatch(std::string_view query);
+// A watch; or 400 if `query` does not ask for one.
+void ServeWatch(mg_connection* conn, const Match& m, std::string_view query,
+                const EventCall& call);
+
+}  // namespace delayd::http
+
+#endif  // DELAYD_SERVER_HTTP_HTTP_EVENTS_H_

@@ -1,0 +1,21 @@
+// Writing answers on a civetweb connection.
+#ifndef DELAYD_SERVER_HTTP_RESPOND_H_
+#define DELAYD_SERVER_HTTP_RESPOND_H_
+
+#include <grpcpp/support/status.h>
+
+#include <string>
+
+struct mg_connection;
+
+namespace delayd::http {
+
+// A whole JSON answer.
+void Send(mg_connection* conn, int status, const std::string& json);
+// An error answer (transcode.h's ErrorBody); `http` overrides the status
+// that the gRPC code maps to.
+void SendError(mg_connection* conn, const grpc::Status& status, int http = 0);
+
+}  // namespace delayd::http
+
+#endif  // DELAYD_SERVER_HTTP_RESPOND_H_
