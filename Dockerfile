@@ -23,7 +23,7 @@ FROM debian:bookworm-slim
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       libgrpc++1.51 libprotobuf32 libspdlog1.10 libpq5 libdate-tz3 tzdata \
-      libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 \
+      libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 libcivetweb1 \
       libsnappy1v5 liblz4-1 libzstd1 libbz2-1.0 zlib1g \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --uid 10001 --no-create-home --home-dir /var/lib/delayd \
@@ -36,13 +36,15 @@ USER delayd
 # check and Kubernetes' probes work whether or not TLS and tokens are on
 # (DELAYD_TLS_CERT, DELAYD_TLS_KEY, DELAYD_AUTH_TOKENS: see the README).
 # Port 9464 serves Prometheus metrics over plain HTTP (/metrics).
+# Port 8080 serves the HTTP/JSON API (/v1/...; the same tokens as 7070).
 ENV DELAYD_LISTEN=0.0.0.0:7070 \
     DELAYD_HEALTH_LISTEN=0.0.0.0:7071 \
     DELAYD_METRICS_LISTEN=0.0.0.0:9464 \
+    DELAYD_HTTP_LISTEN=0.0.0.0:8080 \
     DELAYD_DATA_DIR=/var/lib/delayd \
     DELAYD_SHUTDOWN_GRACE=5s
 VOLUME /var/lib/delayd
-EXPOSE 7070 7071 9464
+EXPOSE 7070 7071 8080 9464
 HEALTHCHECK --interval=10s --timeout=3s --start-period=30s --retries=3 \
   CMD ["delayctl", "--endpoint", "127.0.0.1:7071", "--timeout", "2s", "health"]
 STOPSIGNAL SIGTERM

@@ -19,7 +19,7 @@ if [ "${DELAYD_DEPS:-all}" != build ]; then
     # faster rebuilds
     ccache
     # tests and benchmarks
-    libgtest-dev libgmock-dev libbenchmark-dev openssl
+    libgtest-dev libgmock-dev libbenchmark-dev openssl curl
     # fuzz targets: clang with libFuzzer
     clang libclang-rt-14-dev
     # the other-language client tests: Debian's Python gRPC; Node.js, whose

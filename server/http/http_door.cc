@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "server/http/http_events.h"
+#include "server/http/openapi.h"
 #include "server/http/respond.h"
 #include "server/http/routes.h"
 #include "server/http/transcode.h"
@@ -61,7 +62,8 @@ HttpDoor::HttpDoor(const Options& options,
     : options_(options),
       channel_(std::move(channel)),
       stub_(channel_),
-      events_stub_(v1::Delayd::NewStub(channel_)) {}
+      events_stub_(v1::Delayd::NewStub(channel_)),
+      openapi_(OpenApiDocument()) {}
 
 HttpDoor::~HttpDoor() {
   if (ctx_ != nullptr) mg_stop(ctx_);
@@ -147,6 +149,11 @@ void HttpDoor::Serve(mg_connection* conn) {
   const mg_request_info* ri = mg_get_request_info(conn);
   const std::string_view path =
       ri->local_uri_raw != nullptr ? ri->local_uri_raw : ri->local_uri;
+  if (path == "/v1/openapi.json" &&
+      std::string_view(ri->request_method) == "GET") {
+    Send(conn, 200, openapi_);
+    return;
+  }
   bool known = false;
   const std::optional<Match> m = MatchRoute(ri->request_method, path, &known);
   if (!m) {

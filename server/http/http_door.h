@@ -78,6 +78,7 @@ class HttpDoor {
   // Watches hold a thread each for as long as they last: at most half the
   // threads, so that calls are still served.
   std::atomic<int> watches_{0};
+  const std::string openapi_;  // GET /v1/openapi.json
   mg_context* ctx_ = nullptr;
   int port_ = 0;
 };

@@ -3,9 +3,10 @@
 //   - a pull (POST .../events:pull, PullRequest): a worker stream that keeps
 //     its leases, read until its first events arrive or the wait ends, then
 //     closed; the events stay leased until acknowledged, nacked, extended or
-//     past their ack deadline. (Events the daemon hands to the stream as it
-//     closes are not in the answer: they come back after their ack
-//     deadline, as any unacknowledged event does.)
+//     past their ack deadline. The answer is the first message with events;
+//     events the daemon hands to the stream in the moment it answers are
+//     not in it, and come back after their ack deadline, as any
+//     unacknowledged event does.
 //   - a watch (GET .../events?watch=1): a watcher stream relayed as
 //     Server-Sent Events, each event as `id: ID`, `event: expired|drained|
 //     dead_lettered` and `data: <the Event as JSON>`, with a comment line

@@ -40,11 +40,13 @@ trap cleanup EXIT
 # Starts a container on the volume; sets `endpoint` once delayctl health
 # answers SERVING (bounded).
 start() {
-  "${cli[@]}" run -d --name "$name" -p 127.0.0.1::7070 --health-interval 2s \
-    -v "$volume:/var/lib/delayd" "$tag" >/dev/null
+  "${cli[@]}" run -d --name "$name" -p 127.0.0.1::7070 -p 127.0.0.1::8080 \
+    --health-interval 2s -v "$volume:/var/lib/delayd" "$tag" >/dev/null
   local mapping
   mapping=$("${cli[@]}" port "$name" 7070 | head -1)
   endpoint=127.0.0.1:${mapping##*:}
+  mapping=$("${cli[@]}" port "$name" 8080 | head -1)
+  http=http://127.0.0.1:${mapping##*:}
   local deadline=$((SECONDS + 60))
   until "$delayctl" --endpoint "$endpoint" --timeout 1s health >/dev/null 2>&1; do
     if [ $SECONDS -ge $deadline ]; then
@@ -108,6 +110,17 @@ out=$(timeout 30 "$delayctl" --endpoint "$endpoint" watch --count 1 -o json)
 echo "$out"
 echo "$out" | grep -q '"key":"soon"' || fail "watch did not see the timer"
 "$delayctl" --endpoint "$endpoint" set later "still here" --in 1h >/dev/null
+
+step "the HTTP/JSON API on port 8080, from curl"
+out=$(curl -sS --max-time 5 -X PUT "$http/v1/namespaces/web/timers/order-42" \
+  -d '{"payload": "aGk=", "delay": "900s"}') || fail "PUT over HTTP failed"
+echo "$out"
+echo "$out" | grep -q '"version"' || fail "no version in: $out"
+out=$(curl -sS --max-time 5 "$http/v1/namespaces/web/timers/order-42")
+echo "$out" | grep -q '"payload":"aGk="' || fail "GET over HTTP: $out"
+code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 \
+  "$http/v1/namespaces/web/timers/none")
+[ "$code" = 404 ] || fail "a missing timer over HTTP: $code, not 404"
 
 step "the image's daemon reads time zones (the tz database is in it)"
 out=$("$delayctl" --endpoint "$endpoint" schedule next --cron '30 2 * * *' \

@@ -125,6 +125,9 @@ TEST_F(HttpTest, ErrorsMapToHttpStatusesWithTheGrpcCodeInTheBody) {
   r = Do("POST", "/v1:backup");
   EXPECT_EQ(r.status, 400);
   EXPECT_EQ(ErrorStatus(r), "FAILED_PRECONDITION");
+  r = Do("GET", "/v1/openapi.json");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_NE(r.body.find(R"("openapi":"3.0.3")"), std::string::npos);
   r = Do("GET", "/v1/nothing/here");
   EXPECT_EQ(r.status, 404);
   EXPECT_NE(r.body.find("no such route"), std::string::npos);

@@ -1,9 +1,13 @@
 // The HTTP door's routes and JSON mapping, without a server.
 #include <gtest/gtest.h>
 
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
+
 #include <set>
 
 #include "delayd/v1/delayd.pb.h"
+#include "server/http/openapi.h"
 #include "server/http/routes.h"
 #include "server/http/transcode.h"
 
@@ -184,6 +188,43 @@ TEST(HttpTranscode, GrpcCodesMapAsGooglesGuideDoes) {
   EXPECT_EQ(
       ErrorBody(grpc::Status(C::NOT_FOUND, "no timer \"k\"")),
       R"({"error":{"code":404,"status":"NOT_FOUND","message":"no timer \"k\""}})");
+}
+
+// The OpenAPI document has every route, and every schema it refers to.
+TEST(HttpOpenApi, DescribesEveryRouteWithSchemasThatResolve) {
+  google::protobuf::Struct doc;
+  ASSERT_TRUE(
+      google::protobuf::util::JsonStringToMessage(OpenApiDocument(), &doc)
+          .ok());
+  const auto& paths = doc.fields().at("paths").struct_value().fields();
+  for (const Route& r : Routes()) {
+    ASSERT_TRUE(paths.count(r.path)) << r.path;
+    std::string method = r.method;
+    for (char& c : method) c = static_cast<char>(std::tolower(c));
+    EXPECT_TRUE(paths.at(r.path).struct_value().fields().count(method))
+        << r.method << " " << r.path;
+  }
+  const auto& schemas = doc.fields()
+                            .at("components")
+                            .struct_value()
+                            .fields()
+                            .at("schemas")
+                            .struct_value()
+                            .fields();
+  EXPECT_TRUE(schemas.count("SetTimerRequest"));
+  EXPECT_TRUE(schemas.count("Event"));
+  // Every $ref names a schema that is there.
+  const std::string text = OpenApiDocument();
+  const std::string mark = "#/components/schemas/";
+  int refs = 0;
+  for (std::size_t at = text.find(mark); at != std::string::npos;
+       at = text.find(mark, at + 1)) {
+    const std::size_t start = at + mark.size();
+    const std::string name = text.substr(start, text.find('"', start) - start);
+    EXPECT_TRUE(schemas.count(name)) << name;
+    ++refs;
+  }
+  EXPECT_GT(refs, 40);
 }
 
 }  // namespace
