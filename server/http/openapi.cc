@@ -1,12 +1,10 @@
 #include "server/http/openapi.h"
 
-#include <google/protobuf/struct.pb.h>
-#include <google/protobuf/util/json_util.h>
-
 #include <map>
 #include <set>
 
 #include "delayd/v1/delayd.pb.h"
+#include "server/http/json_text.h"
 #include "server/http/routes.h"
 
 namespace delayd::http {
@@ -14,161 +12,138 @@ namespace {
 
 namespace pb = google::protobuf;
 using FD = pb::FieldDescriptor;
+using json::Array;
+using json::Members;
+using json::Object;
+using json::Quote;
 
-pb::Value Str(const std::string& s) {
-  pb::Value v;
-  v.set_string_value(s);
-  return v;
+std::string Ref(const std::string& name) {
+  return Object({{"$ref", Quote("#/components/schemas/" + name)}});
 }
 
-pb::Struct& Obj(pb::Value& v) { return *v.mutable_struct_value(); }
-pb::Value& At(pb::Struct& s, const std::string& key) {
-  return (*s.mutable_fields())[key];
-}
-pb::Value Ref(const pb::Descriptor* d) {
-  pb::Value v;
-  At(Obj(v), "$ref") = Str("#/components/schemas/" + d->name());
-  return v;
+std::string Typed(const char* type, const char* format = nullptr) {
+  Members m{{"type", Quote(type)}};
+  if (format != nullptr) m.emplace_back("format", Quote(format));
+  return Object(m);
 }
 
+// The schemas of messages, each once, by name (so in name order).
 class Schemas {
  public:
-  // Adds `d` (and what it refers to) once.
   void Add(const pb::Descriptor* d) {
     if (!seen_.insert(d).second) return;
-    pb::Value& schema = At(out_, d->name());
-    At(Obj(schema), "type") = Str("object");
-    pb::Value& props = At(Obj(schema), "properties");
-    Obj(props);
+    Members props;
     for (int i = 0; i < d->field_count(); ++i) {
       const FD* f = d->field(i);
-      pb::Value type = TypeOf(f);
+      std::string type = TypeOf(f);
       if (f->is_repeated()) {
-        pb::Value array;
-        At(Obj(array), "type") = Str("array");
-        At(Obj(array), "items") = std::move(type);
-        type = std::move(array);
+        type = Object({{"type", Quote("array")}, {"items", type}});
       }
-      At(Obj(props), f->json_name()) = std::move(type);
+      props.emplace_back(f->json_name(), std::move(type));
     }
+    out_[d->name()] =
+        Object({{"type", Quote("object")}, {"properties", Object(props)}});
   }
-  pb::Struct& schemas() { return out_; }
+  void AddRaw(const std::string& name, std::string schema) {
+    out_[name] = std::move(schema);
+  }
+  std::string Json() const {
+    Members m(out_.begin(), out_.end());
+    return Object(m);
+  }
 
  private:
-  pb::Value TypeOf(const FD* f) {
-    pb::Value v;
-    pb::Struct& s = Obj(v);
+  std::string TypeOf(const FD* f) {
     switch (f->cpp_type()) {
       case FD::CPPTYPE_BOOL:
-        At(s, "type") = Str("boolean");
-        break;
+        return Typed("boolean");
       case FD::CPPTYPE_INT32:
       case FD::CPPTYPE_UINT32:
-        At(s, "type") = Str("integer");
-        break;
-      case FD::CPPTYPE_INT64:
-      case FD::CPPTYPE_UINT64:  // proto3 JSON: a string of digits
-        At(s, "type") = Str("string");
-        At(s, "format") =
-            Str(f->cpp_type() == FD::CPPTYPE_INT64 ? "int64" : "uint64");
-        break;
+        return Typed("integer");
+      case FD::CPPTYPE_INT64:  // proto3 JSON: a string of digits
+        return Typed("string", "int64");
+      case FD::CPPTYPE_UINT64:
+        return Typed("string", "uint64");
       case FD::CPPTYPE_DOUBLE:
       case FD::CPPTYPE_FLOAT:
-        At(s, "type") = Str("number");
-        break;
+        return Typed("number");
       case FD::CPPTYPE_ENUM: {
-        At(s, "type") = Str("string");
-        pb::Value& values = At(s, "enum");
+        std::vector<std::string> values;
         for (int i = 0; i < f->enum_type()->value_count(); ++i) {
-          *values.mutable_list_value()->add_values() =
-              Str(f->enum_type()->value(i)->name());
+          values.push_back(Quote(f->enum_type()->value(i)->name()));
         }
-        break;
+        return Object({{"type", Quote("string")}, {"enum", Array(values)}});
       }
       case FD::CPPTYPE_STRING:
-        At(s, "type") = Str("string");
-        if (f->type() == FD::TYPE_BYTES) At(s, "format") = Str("byte");
-        break;
+        return f->type() == FD::TYPE_BYTES ? Typed("string", "byte")
+                                           : Typed("string");
       case FD::CPPTYPE_MESSAGE:
-        return MessageType(f->message_type());
+        break;
     }
-    return v;
-  }
-  pb::Value MessageType(const pb::Descriptor* d) {
-    pb::Value v;
+    const pb::Descriptor* d = f->message_type();
     if (d->full_name() == "google.protobuf.Timestamp") {
-      At(Obj(v), "type") = Str("string");
-      At(Obj(v), "format") = Str("date-time");
-    } else if (d->full_name() == "google.protobuf.Duration") {
-      At(Obj(v), "type") = Str("string");
-      At(Obj(v), "example") = Str("1.5s");
-    } else {
-      Add(d);
-      v = Ref(d);
+      return Typed("string", "date-time");
     }
-    return v;
+    if (d->full_name() == "google.protobuf.Duration") {
+      return Object({{"type", Quote("string")}, {"example", Quote("1.5s")}});
+    }
+    Add(d);
+    return Ref(d->name());
   }
 
   std::set<const pb::Descriptor*> seen_;
-  pb::Struct out_;
+  std::map<std::string, std::string> out_;
 };
 
-pb::Value Parameter(const std::string& name, const char* in,
-                    const std::string& type) {
-  pb::Value p;
-  At(Obj(p), "name") = Str(name);
-  At(Obj(p), "in") = Str(in);
-  if (std::string(in) == "path") At(Obj(p), "required").set_bool_value(true);
-  At(Obj(At(Obj(p), "schema")), "type") = Str(type);
-  return p;
+std::string Parameter(const std::string& name, const char* in,
+                      const char* type) {
+  Members m{{"name", Quote(name)}, {"in", Quote(in)}};
+  if (std::string_view(in) == "path") m.emplace_back("required", "true");
+  m.emplace_back("schema", Typed(type));
+  return Object(m);
 }
 
-pb::Value Content(const char* type, pb::Value schema) {
-  pb::Value c;
-  At(Obj(At(Obj(c), type)), "schema") = std::move(schema);
-  return c;
+std::string JsonContent(const std::string& schema) {
+  return Object({{"application/json", Object({{"schema", schema}})}});
+}
+
+const pb::MethodDescriptor* Rpc(const Route& r) {
+  return v1::SetTimerRequest::descriptor()
+      ->file()
+      ->FindServiceByName("Delayd")
+      ->FindMethodByName(r.rpc);
 }
 
 // A route's operation: parameters, body and answers.
-pb::Value Operation(const Route& r, Schemas& schemas, const std::string& id) {
-  const pb::Descriptor* in = r.kind == Route::kPull
-                                 ? v1::PullRequest::descriptor()
-                                 : v1::SetTimerRequest::descriptor()
-                                       ->file()
-                                       ->FindServiceByName("Delayd")
-                                       ->FindMethodByName(r.rpc)
-                                       ->input_type();
-  const pb::Descriptor* out = r.kind == Route::kPull
-                                  ? v1::PullResponse::descriptor()
-                                  : in->file()
-                                        ->FindServiceByName("Delayd")
-                                        ->FindMethodByName(r.rpc)
-                                        ->output_type();
-  pb::Value op;
-  pb::Struct& o = Obj(op);
-  At(o, "operationId") = Str(id);
-  At(o, "summary") = Str(r.summary);
-  pb::Value& params = At(o, "parameters");
-  params.mutable_list_value();
+std::string Operation(const Route& r, Schemas& schemas, const std::string& id) {
+  const bool pull = r.kind == Route::kPull;
+  const pb::Descriptor* in =
+      pull ? v1::PullRequest::descriptor() : Rpc(r)->input_type();
+  const pb::Descriptor* out =
+      pull ? v1::PullResponse::descriptor() : Rpc(r)->output_type();
+  std::vector<std::string> params;
   std::set<std::string> bound;
   for (const char* var : {"namespace", "key"}) {
     if (r.path.find(std::string("{") + var + "}") != std::string::npos) {
-      *params.mutable_list_value()->add_values() =
-          Parameter(var, "path", "string");
+      params.push_back(Parameter(var, "path", "string"));
       bound.insert(var);
     }
   }
+  Members op{{"operationId", Quote(id)}, {"summary", Quote(r.summary)}};
   if (r.kind == Route::kWatch) {
-    *params.mutable_list_value()->add_values() =
-        Parameter("watch", "query", "integer");
-    At(Obj(At(Obj(At(o, "responses")), "200")), "description") =
-        Str("text/event-stream: one event per fired timer");
-    return op;
+    params.push_back(Parameter("watch", "query", "integer"));
+    op.emplace_back("parameters", Array(params));
+    op.emplace_back(
+        "responses",
+        Object({{"200", Object({{"description",
+                                 Quote("text/event-stream: one event per "
+                                       "fired timer")}})}}));
+    return Object(op);
   }
   if (r.body) {
     schemas.Add(in);
-    At(Obj(At(o, "requestBody")), "content") =
-        Content("application/json", Ref(in));
+    op.emplace_back("requestBody",
+                    Object({{"content", JsonContent(Ref(in->name()))}}));
   } else {
     for (int i = 0; i < in->field_count(); ++i) {
       const FD* f = in->field(i);
@@ -177,49 +152,42 @@ pb::Value Operation(const Route& r, Schemas& schemas, const std::string& id) {
       }
       const bool integer = f->cpp_type() == FD::CPPTYPE_INT32 ||
                            f->cpp_type() == FD::CPPTYPE_UINT32;
-      const char* type = f->cpp_type() == FD::CPPTYPE_BOOL
-                             ? "boolean"
-                             : (integer ? "integer" : "string");
-      *params.mutable_list_value()->add_values() =
-          Parameter(f->json_name(), "query", type);
+      params.push_back(Parameter(f->json_name(), "query",
+                                 f->cpp_type() == FD::CPPTYPE_BOOL
+                                     ? "boolean"
+                                     : (integer ? "integer" : "string")));
     }
   }
+  op.emplace_back("parameters", Array(params));
   schemas.Add(out);
-  pb::Value& answers = At(o, "responses");
-  pb::Value& ok = At(Obj(answers), "200");
-  At(Obj(ok), "description") = Str("OK");
-  At(Obj(ok), "content") = Content("application/json", Ref(out));
-  pb::Value& error = At(Obj(answers), "default");
-  At(Obj(error), "description") =
-      Str("An error: the gRPC code's name and message");
-  pb::Value ref;
-  At(Obj(ref), "$ref") = Str("#/components/schemas/Error");
-  At(Obj(error), "content") = Content("application/json", std::move(ref));
-  return op;
+  op.emplace_back(
+      "responses",
+      Object({{"200", Object({{"description", Quote("OK")},
+                              {"content", JsonContent(Ref(out->name()))}})},
+              {"default",
+               Object({{"description",
+                        Quote("An error: the gRPC code's name and message")},
+                       {"content", JsonContent(Ref("Error"))}})}}));
+  return Object(op);
 }
 
-pb::Value ErrorSchema() {
-  pb::Value inner;
-  At(Obj(inner), "type") = Str("object");
-  pb::Struct& props = Obj(At(Obj(inner), "properties"));
-  At(Obj(At(props, "code")), "type") = Str("integer");
-  At(Obj(At(props, "status")), "type") = Str("string");
-  At(Obj(At(props, "message")), "type") = Str("string");
-  pb::Value schema;
-  At(Obj(schema), "type") = Str("object");
-  At(Obj(At(Obj(schema), "properties")), "error") = std::move(inner);
-  return schema;
+std::string ErrorSchema() {
+  const std::string inner =
+      Object({{"type", Quote("object")},
+              {"properties", Object({{"code", Typed("integer")},
+                                     {"status", Typed("string")},
+                                     {"message", Typed("string")}})}});
+  return Object(
+      {{"type", Quote("object")}, {"properties", Object({{"error", inner}})}});
 }
 
 }  // namespace
 
 std::string OpenApiDocument() {
-  pb::Struct doc;
-  At(doc, "openapi") = Str("3.0.3");
-  At(Obj(At(doc, "info")), "title") = Str("delayd HTTP/JSON API");
-  At(Obj(At(doc, "info")), "version") = Str("v1");
   Schemas schemas;
-  pb::Struct& paths = Obj(At(doc, "paths"));
+  schemas.AddRaw("Error", ErrorSchema());
+  // Paths in the table's order, each with its methods.
+  std::vector<std::pair<std::string, Members>> paths;
   std::map<std::string, int> ids;
   for (const Route& r : Routes()) {
     std::string id = r.rpc;
@@ -228,21 +196,28 @@ std::string OpenApiDocument() {
     if (const int n = ids[id]++; n > 0) id += std::to_string(n + 1);
     std::string method = r.method;
     for (char& c : method) c = static_cast<char>(std::tolower(c));
-    At(Obj(At(paths, r.path)), method) = Operation(r, schemas, id);
+    auto it = std::find_if(paths.begin(), paths.end(),
+                           [&](const auto& p) { return p.first == r.path; });
+    if (it == paths.end()) {
+      paths.emplace_back(r.path, Members{});
+      it = paths.end() - 1;
+    }
+    it->second.emplace_back(method, Operation(r, schemas, id));
   }
-  pb::Struct& components = Obj(At(doc, "components"));
-  At(schemas.schemas(), "Error") = ErrorSchema();
-  *At(components, "schemas").mutable_struct_value() = schemas.schemas();
-  pb::Struct& bearer =
-      Obj(At(Obj(At(components, "securitySchemes")), "bearer"));
-  At(bearer, "type") = Str("http");
-  At(bearer, "scheme") = Str("bearer");
-  pb::Value requirement;
-  At(Obj(requirement), "bearer").mutable_list_value();
-  *At(doc, "security").mutable_list_value()->add_values() = requirement;
-  std::string out;
-  (void)pb::util::MessageToJsonString(doc, &out);
-  return out;
+  Members path_members;
+  for (const auto& [path, methods] : paths) {
+    path_members.emplace_back(path, Object(methods));
+  }
+  const std::string bearer =
+      Object({{"type", Quote("http")}, {"scheme", Quote("bearer")}});
+  return Object({{"openapi", Quote("3.0.3")},
+                 {"info", Object({{"title", Quote("delayd HTTP/JSON API")},
+                                  {"version", Quote("v1")}})},
+                 {"paths", Object(path_members)},
+                 {"components",
+                  Object({{"schemas", schemas.Json()},
+                          {"securitySchemes", Object({{"bearer", bearer}})}})},
+                 {"security", Array({Object({{"bearer", Array({})}})})}});
 }
 
 }  // namespace delayd::http

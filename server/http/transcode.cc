@@ -1,7 +1,10 @@
 #include "server/http/transcode.h"
 
-#include <google/protobuf/struct.pb.h>
 #include <google/protobuf/util/json_util.h>
+
+#include <algorithm>
+
+#include "server/http/json_text.h"
 
 namespace delayd::http {
 namespace {
@@ -24,12 +27,13 @@ const FD* FieldNamed(const pb::Descriptor* d, std::string_view name) {
 // A query value as the JSON value its field takes: bools as literals,
 // everything else as a string (the JSON parser reads numbers, enums,
 // durations and timestamps from strings).
-grpc::Status QueryValue(const FD* f, const std::string& text, pb::Value* v) {
+grpc::Status QueryValue(const FD* f, const std::string& text,
+                        std::string* json) {
   if (f->cpp_type() == FD::CPPTYPE_BOOL) {
     if (text != "true" && text != "false") {
       return Invalid(f->json_name() + ": true or false, not '" + text + "'");
     }
-    v->set_bool_value(text == "true");
+    *json = text;
     return grpc::Status::OK;
   }
   if (f->cpp_type() == FD::CPPTYPE_MESSAGE &&
@@ -37,13 +41,14 @@ grpc::Status QueryValue(const FD* f, const std::string& text, pb::Value* v) {
       f->message_type()->full_name() != "google.protobuf.Timestamp") {
     return Invalid(f->json_name() + ": cannot be given in the query string");
   }
-  v->set_string_value(text);
+  *json = json::Quote(text);
   return grpc::Status::OK;
 }
 
 grpc::Status QueryToJson(const pb::Descriptor* d, std::string_view query,
-                         std::string* json) {
-  pb::Struct fields;
+                         std::string* out) {
+  // (field, its values as JSON), in the order first given.
+  std::vector<std::pair<const FD*, std::vector<std::string>>> fields;
   while (!query.empty()) {
     const std::size_t amp = query.find('&');
     const std::string_view pair = query.substr(0, amp);
@@ -56,21 +61,25 @@ grpc::Status QueryToJson(const pb::Descriptor* d, std::string_view query,
                                   : DecodeQueryPart(pair.substr(eq + 1));
     const FD* f = FieldNamed(d, name);
     if (f == nullptr) return Invalid("unknown query parameter '" + name + "'");
-    pb::Value& slot = (*fields.mutable_fields())[f->json_name()];
-    pb::Value one;
+    std::string one;
     if (grpc::Status s = QueryValue(f, value, &one); !s.ok()) return s;
-    if (f->is_repeated()) {
-      *slot.mutable_list_value()->add_values() = std::move(one);
-    } else if (slot.kind_case() != pb::Value::KIND_NOT_SET) {
+    auto it = std::find_if(fields.begin(), fields.end(),
+                           [f](const auto& e) { return e.first == f; });
+    if (it == fields.end()) {
+      fields.emplace_back(f, std::vector<std::string>{});
+      it = fields.end() - 1;
+    } else if (!f->is_repeated()) {
       return Invalid(f->json_name() + ": given more than once");
-    } else {
-      slot = std::move(one);
     }
+    it->second.push_back(std::move(one));
   }
-  json->clear();
-  if (!pb::util::MessageToJsonString(fields, json).ok()) {
-    return Invalid("the query string cannot be read");
+  json::Members members;
+  for (auto& [f, values] : fields) {
+    members.emplace_back(f->json_name(), f->is_repeated()
+                                             ? json::Array(values)
+                                             : std::move(values[0]));
   }
+  *out = json::Object(members);
   return grpc::Status::OK;
 }
 
@@ -189,15 +198,11 @@ std::string ErrorBody(const grpc::Status& status) {
                                        "DATA_LOSS",
                                        "UNAUTHENTICATED"};
   const int code = static_cast<int>(status.error_code());
-  pb::Value message;  // (the JSON printer escapes it)
-  message.set_string_value(status.error_message());
-  std::string quoted;
-  (void)pb::util::MessageToJsonString(message, &quoted);
   return "{\"error\":{\"code\":" +
          std::to_string(HttpStatusOf(status.error_code())) + ",\"status\":\"" +
          (code >= 0 && code < static_cast<int>(std::size(kNames)) ? kNames[code]
                                                                   : "UNKNOWN") +
-         "\",\"message\":" + quoted + "}}";
+         "\",\"message\":" + json::Quote(status.error_message()) + "}}";
 }
 
 }  // namespace delayd::http
