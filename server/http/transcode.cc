@@ -1,5 +1,6 @@
 #include "server/http/transcode.h"
 
+#include <google/protobuf/stubs/common.h>
 #include <google/protobuf/util/json_util.h>
 
 #include <algorithm>
@@ -129,6 +130,12 @@ grpc::Status BuildRequest(const Match& m, std::string_view query,
   const pb::Reflection* r = out->GetReflection();
   for (const auto& [name, value] : m.bindings) {
     const FD* f = d->FindFieldByName(name);
+    // (A proto3 string holds UTF-8; the body's and the query's are checked
+    // by the JSON parser, the path's here, with protobuf's own check.)
+    if (!pb::internal::IsStructurallyValidUTF8(
+            value.data(), static_cast<int>(value.size()))) {
+      return Invalid(f->json_name() + ": the path's is not valid UTF-8");
+    }
     const std::string given = r->GetString(*out, f);
     if (!given.empty() && given != value) {
       return Invalid(f->json_name() + ": the body says '" + given +

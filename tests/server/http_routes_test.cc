@@ -144,6 +144,8 @@ TEST(HttpTranscode, BadRequestsSayWhatIsWrong) {
   EXPECT_NE(s.error_message().find("the path 'shop'"), std::string::npos);
   s = Build("PUT", "/v1/namespaces/shop/timers/k", "a=1", "{}", &req);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  s = Build("PUT", "/v1/namespaces/shop/timers/k\xfa", "", "{}", &req);
+  EXPECT_NE(s.error_message().find("not valid UTF-8"), std::string::npos);
   v1::ListTimersRequest list;
   s = Build("GET", "/v1/namespaces/shop/timers", "pageSize=many", "", &list);
   EXPECT_NE(s.error_message().find("page_size"), std::string::npos);
