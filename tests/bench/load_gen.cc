@@ -23,6 +23,8 @@
 //               (--rounds N of each of the last two, default 3); one of
 //               them alone as schedules-memory, -burst or -restart
 //               (load_gen_schedule.cc).
+//   http        (not run unless named) the HTTP door's SetTimer and Batch
+//               against the gRPC port's (load_gen_http.cc).
 // Every loop is bounded in time and count; only loopback is used.
 //
 //   security    SetTimer/s and Batch items/s with TLS and tokens, as ratios
@@ -412,6 +414,7 @@ int Main(int argc, char** argv) {
   if (only.rfind("schedules", 0) == 0) {
     Schedules(daemon, scratch, rounds > 0 ? rounds : 3, only);
   }
+  if (only == "http") Http(daemon, dur);
   if (want("security")) {
     Security(daemon, scratch, dur, rounds > 0 ? rounds : 3);
   }

@@ -20,6 +20,10 @@ void Recovery(const std::string& binary, const std::string& scratch);
 void Schedules(const std::string& binary, const std::string& scratch,
                int rounds, const std::string& only);
 
+// load_gen_http.cc: the HTTP door's SetTimer and Batch against the gRPC
+// port's on one daemon.
+void Http(const std::string& binary, std::chrono::milliseconds dur);
+
 }  // namespace delayd::bench
 
 #endif  // DELAYD_TESTS_BENCH_SECTIONS_H_
