@@ -3,10 +3,8 @@
 #include <civetweb.h>
 #include <google/protobuf/message.h>
 #include <grpcpp/client_context.h>
+#include <grpcpp/impl/client_unary_call.h>
 #include <spdlog/spdlog.h>
-
-#include <condition_variable>
-#include <mutex>
 
 #include "server/http/http_events.h"
 #include "server/http/openapi.h"
@@ -19,51 +17,25 @@ namespace {
 
 namespace pb = google::protobuf;
 
-// One unary call, waited for: the door's threads are civetweb's, one per
-// request in progress.
-grpc::Status Call(grpc::GenericStub& stub, grpc::ClientContext& ctx,
-                  const std::string& method, const pb::Message& request,
-                  pb::Message* response) {
-  const std::string bytes = request.SerializeAsString();
-  grpc::Slice slice(bytes);
-  const grpc::ByteBuffer in(&slice, 1);
-  grpc::ByteBuffer out;
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  grpc::Status status;
-  stub.UnaryCall(&ctx, method, grpc::StubOptions(), &in, &out,
-                 [&](grpc::Status s) {
-                   std::lock_guard lock(mu);
-                   status = std::move(s);
-                   done = true;
-                   cv.notify_one();
-                 });
-  std::unique_lock lock(mu);
-  cv.wait(lock, [&] { return done; });
-  if (!status.ok()) return status;
-  std::vector<grpc::Slice> slices;
-  std::string joined;
-  if (out.Dump(&slices).ok()) {
-    for (const grpc::Slice& s : slices) {
-      joined.append(reinterpret_cast<const char*>(s.begin()), s.size());
-    }
-  }
-  if (!response->ParseFromString(joined)) {
-    return grpc::Status(grpc::StatusCode::INTERNAL, "unreadable response");
-  }
-  return grpc::Status::OK;
-}
-
 }  // namespace
 
 HttpDoor::HttpDoor(const Options& options,
                    std::shared_ptr<grpc::Channel> channel)
     : options_(options),
       channel_(std::move(channel)),
-      stub_(channel_),
       events_stub_(v1::Delayd::NewStub(channel_)),
-      openapi_(OpenApiDocument()) {}
+      openapi_(OpenApiDocument()) {
+  const pb::ServiceDescriptor* service =
+      v1::SetTimerRequest::descriptor()->file()->FindServiceByName("Delayd");
+  for (int i = 0; i < service->method_count(); ++i) {
+    const pb::MethodDescriptor* m = service->method(i);
+    if (m->server_streaming()) continue;
+    Method& out = methods_[m];
+    out.path = "/" + service->full_name() + "/" + m->name();
+    out.rpc = std::make_unique<grpc::internal::RpcMethod>(
+        out.path.c_str(), grpc::internal::RpcMethod::NORMAL_RPC, channel_);
+  }
+}
 
 HttpDoor::~HttpDoor() {
   if (ctx_ != nullptr) mg_stop(ctx_);
@@ -77,22 +49,14 @@ grpc::Status HttpDoor::Start(const Options& options,
   std::unique_ptr<HttpDoor> door(new HttpDoor(options, std::move(channel)));
   const std::string threads = std::to_string(options.threads);
   const std::string timeout = std::to_string(options.request_timeout.count());
-  const char* config[] = {"listening_ports",
-                          options.listen.c_str(),
-                          "num_threads",
-                          threads.c_str(),
-                          "request_timeout_ms",
-                          timeout.c_str(),
-                          "enable_keep_alive",
-                          "yes",
-                          "keep_alive_timeout_ms",
-                          timeout.c_str(),
+  const char* config[] = {"listening_ports", options.listen.c_str(),
+                          "num_threads", threads.c_str(), "request_timeout_ms",
+                          timeout.c_str(), "enable_keep_alive", "yes",
+                          "keep_alive_timeout_ms", timeout.c_str(),
                           // Headers and body leave in two writes: without
                           // it, Nagle's algorithm holds the body for the
                           // client's delayed ACK (40 ms a request).
-                          "tcp_nodelay",
-                          "1",
-                          nullptr};
+                          "tcp_nodelay", "1", nullptr};
   mg_callbacks callbacks{};
   // civetweb's own messages (a bad request line, a closed connection) are
   // a client's doing: logged at debug.
@@ -220,9 +184,13 @@ void HttpDoor::ServeUnary(mg_connection* conn, const Match& m,
   std::unique_ptr<pb::Message> response(pb::MessageFactory::generated_factory()
                                             ->GetPrototype(m.rpc->output_type())
                                             ->New());
-  const grpc::Status s = Call(
-      stub_, ctx, "/" + m.rpc->service()->full_name() + "/" + m.rpc->name(),
-      *request, response.get());
+  // gRPC's blocking call, as generated sync stubs make it: the call runs on
+  // this thread's own completion queue, with no hand-over to gRPC's threads
+  // and back.
+  const grpc::Status s =
+      grpc::internal::BlockingUnaryCall<pb::Message, pb::Message>(
+          channel_.get(), *methods_.at(m.rpc).rpc, &ctx, *request,
+          response.get());
   if (!s.ok()) {
     SendError(conn, s);
     return;

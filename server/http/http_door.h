@@ -22,12 +22,13 @@
 #define DELAYD_SERVER_HTTP_HTTP_DOOR_H_
 
 #include <grpcpp/channel.h>
-#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/impl/rpc_method.h>
 
 #include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
+#include <unordered_map>
 
 #include "delayd/v1/delayd.grpc.pb.h"
 #include "server/http/http_events.h"
@@ -73,7 +74,14 @@ class HttpDoor {
 
   const Options options_;
   std::shared_ptr<grpc::Channel> channel_;
-  grpc::GenericStub stub_;
+  // The unary methods, by descriptor (built once: a method registered with
+  // the channel skips its lookup on each call).
+  struct Method {
+    std::string path;  // "/delayd.v1.Delayd/SetTimer"
+    std::unique_ptr<grpc::internal::RpcMethod> rpc;
+  };
+  std::unordered_map<const google::protobuf::MethodDescriptor*, Method>
+      methods_;
   std::unique_ptr<v1::Delayd::Stub> events_stub_;  // pulls and watches
   // Watches hold a thread each for as long as they last: at most half the
   // threads, so that calls are still served.
