@@ -1,29 +1,12 @@
 #include "server/api/rpc_metrics.h"
 
+#include "delayd/text/code_name.h"
 #include "server/common/metrics.h"
 
 namespace delayd {
 
 const char* CodeName(grpc::StatusCode code) {
-  static constexpr const char* kNames[] = {"OK",
-                                           "CANCELLED",
-                                           "UNKNOWN",
-                                           "INVALID_ARGUMENT",
-                                           "DEADLINE_EXCEEDED",
-                                           "NOT_FOUND",
-                                           "ALREADY_EXISTS",
-                                           "PERMISSION_DENIED",
-                                           "RESOURCE_EXHAUSTED",
-                                           "FAILED_PRECONDITION",
-                                           "ABORTED",
-                                           "OUT_OF_RANGE",
-                                           "UNIMPLEMENTED",
-                                           "INTERNAL",
-                                           "UNAVAILABLE",
-                                           "DATA_LOSS",
-                                           "UNAUTHENTICATED"};
-  const auto i = static_cast<std::size_t>(code);
-  return i < std::size(kNames) ? kNames[i] : "UNKNOWN";
+  return GrpcCodeName(static_cast<int>(code));
 }
 
 MethodMetrics::MethodMetrics(std::string method,

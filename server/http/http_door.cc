@@ -85,9 +85,7 @@ int HttpDoor::Handle(mg_connection* conn, void* self) {
 }
 
 bool HttpDoor::ReadBody(mg_connection* conn, std::string* body) {
-  const mg_request_info* ri = mg_get_request_info(conn);
-  if (ri->content_length > 0 && static_cast<std::uint64_t>(ri->content_length) >
-                                    options_.max_body_bytes) {
+  auto too_big = [&] {
     SendError(
         conn,
         grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
@@ -95,21 +93,18 @@ bool HttpDoor::ReadBody(mg_connection* conn, std::string* body) {
                          std::to_string(options_.max_body_bytes) + " bytes"),
         413);
     return false;
+  };
+  const mg_request_info* ri = mg_get_request_info(conn);
+  if (ri->content_length > 0 && static_cast<std::uint64_t>(ri->content_length) >
+                                    options_.max_body_bytes) {
+    return too_big();
   }
   char buf[16384];
   for (;;) {
     const int n = mg_read(conn, buf, sizeof buf);
     if (n == 0) return true;
     if (n < 0) return false;  // The client went away or timed out.
-    if (body->size() + n > options_.max_body_bytes) {
-      SendError(
-          conn,
-          grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                       "the body is larger than " +
-                           std::to_string(options_.max_body_bytes) + " bytes"),
-          413);
-      return false;
-    }
+    if (body->size() + n > options_.max_body_bytes) return too_big();
     body->append(buf, n);
   }
 }

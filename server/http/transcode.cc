@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "delayd/text/code_name.h"
 #include "server/http/json_text.h"
 
 namespace delayd::http {
@@ -187,28 +188,9 @@ int HttpStatusOf(grpc::StatusCode code) {
 }
 
 std::string ErrorBody(const grpc::Status& status) {
-  static const char* const kNames[] = {"OK",
-                                       "CANCELLED",
-                                       "UNKNOWN",
-                                       "INVALID_ARGUMENT",
-                                       "DEADLINE_EXCEEDED",
-                                       "NOT_FOUND",
-                                       "ALREADY_EXISTS",
-                                       "PERMISSION_DENIED",
-                                       "RESOURCE_EXHAUSTED",
-                                       "FAILED_PRECONDITION",
-                                       "ABORTED",
-                                       "OUT_OF_RANGE",
-                                       "UNIMPLEMENTED",
-                                       "INTERNAL",
-                                       "UNAVAILABLE",
-                                       "DATA_LOSS",
-                                       "UNAUTHENTICATED"};
-  const int code = static_cast<int>(status.error_code());
   return "{\"error\":{\"code\":" +
          std::to_string(HttpStatusOf(status.error_code())) + ",\"status\":\"" +
-         (code >= 0 && code < static_cast<int>(std::size(kNames)) ? kNames[code]
-                                                                  : "UNKNOWN") +
+         GrpcCodeName(static_cast<int>(status.error_code())) +
          "\",\"message\":" + json::Quote(status.error_message()) + "}}";
 }
 
