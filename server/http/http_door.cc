@@ -25,8 +25,7 @@ HttpDoor::HttpDoor(const Options& options,
       channel_(std::move(channel)),
       events_stub_(v1::Delayd::NewStub(channel_)),
       openapi_(OpenApiDocument()) {
-  const pb::ServiceDescriptor* service =
-      v1::SetTimerRequest::descriptor()->file()->FindServiceByName("Delayd");
+  const pb::ServiceDescriptor* service = DelaydService();
   for (int i = 0; i < service->method_count(); ++i) {
     const pb::MethodDescriptor* m = service->method(i);
     if (m->server_streaming()) continue;

@@ -16,8 +16,8 @@
 //   - watches (Server-Sent Events, http_events.h) take at most half the
 //     threads; another gets 429.
 //
-// Thread safety: civetweb calls Serve() on its worker threads; the door
-// holds no mutable state of its own after Start().
+// Thread safety: civetweb calls Serve() on its worker threads; after
+// Start() the door's only mutable state is the atomic count of watches.
 #ifndef DELAYD_SERVER_HTTP_HTTP_DOOR_H_
 #define DELAYD_SERVER_HTTP_HTTP_DOOR_H_
 

@@ -108,10 +108,7 @@ std::string JsonContent(const std::string& schema) {
 }
 
 const pb::MethodDescriptor* Rpc(const Route& r) {
-  return v1::SetTimerRequest::descriptor()
-      ->file()
-      ->FindServiceByName("Delayd")
-      ->FindMethodByName(r.rpc);
+  return DelaydService()->FindMethodByName(r.rpc);
 }
 
 // A route's operation: parameters, body and answers.

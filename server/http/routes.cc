@@ -136,18 +136,22 @@ bool MatchPath(const Route& r, std::string_view path, Match* m) {
 
 std::span<const Route> Routes() { return Table(); }
 
+const google::protobuf::ServiceDescriptor* DelaydService() {
+  static const google::protobuf::ServiceDescriptor* const service =
+      v1::SetTimerRequest::descriptor()->file()->FindServiceByName("Delayd");
+  return service;
+}
+
 std::optional<Match> MatchRoute(std::string_view method, std::string_view path,
                                 bool* path_known) {
   *path_known = false;
-  const google::protobuf::ServiceDescriptor* service =
-      v1::SetTimerRequest::descriptor()->file()->FindServiceByName("Delayd");
   for (const Route& r : Table()) {
     Match m;
     if (!MatchPath(r, path, &m)) continue;
     *path_known = true;
     if (method != r.method) continue;
     m.route = &r;
-    m.rpc = service->FindMethodByName(r.rpc);
+    m.rpc = DelaydService()->FindMethodByName(r.rpc);
     return m;
   }
   return std::nullopt;

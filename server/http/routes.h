@@ -39,6 +39,9 @@ struct Route {
 // Every route, in the order they are documented.
 std::span<const Route> Routes();
 
+// delayd.v1.Delayd, whose methods the routes name.
+const google::protobuf::ServiceDescriptor* DelaydService();
+
 struct Match {
   const Route* route = nullptr;
   const google::protobuf::MethodDescriptor* rpc = nullptr;

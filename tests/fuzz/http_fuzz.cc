@@ -45,10 +45,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data,
   const auto m = delayd::http::MatchRoute(method, target, &known);
   if (!m) return 0;
   Check(known && m->rpc != nullptr);
-  const pb::Descriptor* type =
-      m->route->kind == delayd::http::Route::kPull
-          ? delayd::v1::PullRequest::descriptor()
-          : m->rpc->input_type();
+  const pb::Descriptor* type = m->route->kind == delayd::http::Route::kPull
+                                   ? delayd::v1::PullRequest::descriptor()
+                                   : m->rpc->input_type();
   std::unique_ptr<pb::Message> req(
       pb::MessageFactory::generated_factory()->GetPrototype(type)->New());
   if (m->route->kind == delayd::http::Route::kWatch) return 0;
