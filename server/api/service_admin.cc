@@ -28,6 +28,19 @@ void Fill(const NamespaceCounters& c, v1::NamespaceStats* out) {
   out->set_events_acked(c.acked.load(std::memory_order_relaxed));
 }
 
+void Fill(const prometheus::Histogram& h, v1::LatencySummary* out) {
+  const Quantiles q = QuantilesOf(h);
+  out->set_count(q.count);
+  if (q.count == 0) return;
+  auto set = [](double seconds, google::protobuf::Duration* d) {
+    const auto ns = static_cast<std::int64_t>(seconds * 1e9);
+    d->set_seconds(ns / 1'000'000'000);
+    d->set_nanos(static_cast<std::int32_t>(ns % 1'000'000'000));
+  };
+  set(q.p50, out->mutable_p50());
+  set(q.p99, out->mutable_p99());
+}
+
 }  // namespace
 
 grpc::ServerUnaryReactor* DelaydService::Backup(
@@ -117,6 +130,7 @@ grpc::ServerUnaryReactor* DelaydService::Stats(grpc::CallbackServerContext* ctx,
     scheduler_.FiguresOf(
         req.namespace_(),
         [figures](const NamespaceCounters& c) { Fill(c, figures); });
+    figures->set_paused(scheduler_.PolicyOf(req.namespace_()).paused);
     return call.Reply(Status::Ok());
   }
   if (Status s = call.caller().May("", kAdmin); !s.ok()) return call.Reply(s);
@@ -147,6 +161,12 @@ grpc::ServerUnaryReactor* DelaydService::Stats(grpc::CallbackServerContext* ctx,
             [](const auto& a, const auto& b) {
               return a.namespace_() < b.namespace_();
             });
+  for (auto& ns : *resp->mutable_namespaces()) {
+    ns.set_paused(scheduler_.PolicyOf(ns.namespace_()).paused);
+  }
+  Fill(scheduler_.metrics().firing_lateness(), resp->mutable_firing_lateness());
+  Fill(scheduler_.metrics().delivery_lateness(),
+       resp->mutable_delivery_lateness());
   return call.Reply(Status::Ok());
 }
 

@@ -1,6 +1,7 @@
 #include "server/common/metrics.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace delayd {
 
@@ -25,6 +26,25 @@ void Observations::AddTo(prometheus::Histogram& h) {
   std::fill(counts_.begin(), counts_.end(), 0.0);
   sum_ = 0;
   any_ = false;
+}
+
+Quantiles QuantilesOf(const prometheus::Histogram& h) {
+  const prometheus::ClientMetric::Histogram hist = h.Collect().histogram;
+  Quantiles q;
+  q.count = hist.sample_count;
+  if (q.count == 0 || hist.bucket.empty()) return q;
+  auto at = [&](double quantile) {
+    const double rank = quantile * static_cast<double>(q.count);
+    double finite = 0;
+    for (const auto& b : hist.bucket) {  // cumulative counts
+      if (std::isfinite(b.upper_bound)) finite = b.upper_bound;
+      if (static_cast<double>(b.cumulative_count) >= rank) return finite;
+    }
+    return finite;
+  };
+  q.p50 = at(0.5);
+  q.p99 = at(0.99);
+  return q;
 }
 
 namespace {

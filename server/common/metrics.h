@@ -13,6 +13,7 @@
 #include <prometheus/registry.h>
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -39,6 +40,16 @@ class Observations {
   double sum_ = 0;
   bool any_ = false;
 };
+
+// A histogram read as quantiles: each the upper bound of the bucket the
+// quantile falls in (the largest finite bound if it falls beyond it), in
+// seconds; zero while the histogram is empty.
+struct Quantiles {
+  std::uint64_t count = 0;
+  double p50 = 0;
+  double p99 = 0;
+};
+Quantiles QuantilesOf(const prometheus::Histogram& h);
 
 class Metrics {
  public:

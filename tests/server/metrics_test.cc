@@ -91,6 +91,23 @@ void RunKnownSequence(TestDaemon& d) {
   }
 }
 
+TEST(Metrics, QuantilesAreTheBoundsOfTheBucketsTheyFallIn) {
+  prometheus::Histogram h(LatencyBuckets());
+  EXPECT_EQ(QuantilesOf(h).count, 0u);
+  EXPECT_EQ(QuantilesOf(h).p99, 0.0);
+  for (int i = 0; i < 98; ++i) h.Observe(0.0003);  // (0.25 ms, 0.5 ms]
+  h.Observe(0.02);                                 // (10 ms, 25 ms]
+  h.Observe(0.02);
+  Quantiles q = QuantilesOf(h);
+  EXPECT_EQ(q.count, 100u);
+  EXPECT_EQ(q.p50, 0.0005);
+  EXPECT_EQ(q.p99, 0.025);
+  for (int i = 0; i < 100; ++i) h.Observe(1000);  // beyond the last bound
+  q = QuantilesOf(h);
+  EXPECT_EQ(q.p50, 0.025);
+  EXPECT_EQ(q.p99, 300.0);  // the largest finite bound
+}
+
 TEST(Metrics, EachFamilyHoldsWhatAKnownSequenceDid) {
   TestDaemon d(WithMetrics());
   ASSERT_TRUE(d.started());
@@ -151,6 +168,17 @@ TEST(Metrics, EachFamilyHoldsWhatAKnownSequenceDid) {
   // Every event fired within the minute.
   EXPECT_EQ(s.Get("delayd_firing_lateness_seconds_bucket", {{"le", "60"}}),
             3.0);
+  // The same histograms, read as quantiles by Stats.
+  {
+    grpc::ClientContext ctx;
+    v1::StatsResponse all;
+    ASSERT_TRUE(d.stub().Stats(&ctx, {}, &all).ok());
+    EXPECT_EQ(all.firing_lateness().count(), 3u);
+    EXPECT_EQ(all.delivery_lateness().count(), 1u);
+    const auto& p99 = all.firing_lateness().p99();
+    EXPECT_GT(p99.seconds() * 1'000'000'000LL + p99.nanos(), 0);
+    EXPECT_LE(p99.seconds(), 60);
+  }
   // gRPC calls by method and code, and their latency.
   EXPECT_EQ(s.Get("delayd_grpc_requests_total",
                   {{"method", "SetTimer"}, {"code", "OK"}}),

@@ -235,7 +235,9 @@ TEST_F(PolicyTest, PauseHoldsEventsAndResumeDeliversEachOnce) {
   WaitReady(d, "jobs", 5);
   EXPECT_EQ(worker.Events().size(), 0u);
   EXPECT_EQ(Stats(d, "jobs").in_flight_events(), 0u);
+  EXPECT_TRUE(Stats(d, "jobs").paused());
   ASSERT_TRUE(SetPolicy(d, "jobs", v1::Policy()).ok());  // Resume.
+  EXPECT_FALSE(Stats(d, "jobs").paused());
   auto got = worker.WaitFor(5);
   ASSERT_EQ(got.size(), 5u);
   std::set<std::string> keys;
