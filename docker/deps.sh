@@ -29,6 +29,9 @@ if [ "${DELAYD_DEPS:-all}" != build ]; then
     prometheus
     # the PostgreSQL store's tests start their own servers
     postgresql-15
+    # the web console's test drives Debian's Chromium with Playwright
+    # (tests/console/package-lock.json)
+    chromium
   )
   # Node.js from elsewhere (e.g. NodeSource) brings its own npm; Debian's
   # nodejs needs Debian's npm.

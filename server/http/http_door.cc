@@ -6,6 +6,7 @@
 #include <grpcpp/impl/client_unary_call.h>
 #include <spdlog/spdlog.h>
 
+#include "server/http/console_assets.h"
 #include "server/http/http_events.h"
 #include "server/http/openapi.h"
 #include "server/http/respond.h"
@@ -112,6 +113,11 @@ void HttpDoor::Serve(mg_connection* conn) {
   const mg_request_info* ri = mg_get_request_info(conn);
   const std::string_view path =
       ri->local_uri_raw != nullptr ? ri->local_uri_raw : ri->local_uri;
+  const std::string_view method = ri->request_method;
+  if ((method == "GET" || method == "HEAD") && !path.starts_with("/v1") &&
+      ServeConsole(conn, path)) {
+    return;
+  }
   if (path == "/v1/openapi.json" &&
       std::string_view(ri->request_method) == "GET") {
     Send(conn, 200, openapi_);

@@ -116,7 +116,9 @@ bool Write(mg_connection* conn, const std::string& text) {
 
 }  // namespace
 
-bool IsWatch(std::string_view query) { return query == "watch=1"; }
+bool IsWatch(std::string_view query) {
+  return query == "watch=1" || query == "watch=true";
+}
 
 void ServePull(mg_connection* conn, const Match& m, std::string_view body,
                const EventCall& call) {

@@ -280,6 +280,31 @@ TEST_F(HttpTest, AnEventSetOverHttpIsDeliveredOverGrpcAndAckedOverHttp) {
   ctx.TryCancel();
 }
 
+TEST_F(HttpTest, TheConsoleIsServedFromTheBinaryAndMayRunOnlyItsOwnScript) {
+  Start({});
+  HttpResponse r = Do("GET", "/");
+  ASSERT_EQ(r.status, 200);
+  EXPECT_NE(r.head.find("Content-Type: text/html"), std::string::npos);
+  EXPECT_NE(r.body.find("/console/console.js"), std::string::npos);
+  // No inline script, no other origin, no framing.
+  EXPECT_NE(r.head.find("Content-Security-Policy: default-src 'none'; "
+                        "script-src 'self'"),
+            std::string::npos)
+      << r.head;
+  EXPECT_NE(r.head.find("frame-ancestors 'none'"), std::string::npos);
+  EXPECT_NE(r.head.find("X-Content-Type-Options: nosniff"), std::string::npos);
+  r = Do("GET", "/console/console.js");
+  ASSERT_EQ(r.status, 200);
+  EXPECT_NE(r.head.find("Content-Type: text/javascript"), std::string::npos);
+  EXPECT_NE(r.body.find("function route()"), std::string::npos);
+  EXPECT_EQ(Do("GET", "/console/console.css").status, 200);
+  r = Do("GET", "/console/missing.js");
+  EXPECT_EQ(r.status, 404);
+  EXPECT_EQ(ErrorStatus(r), "NOT_FOUND");
+  // The console's files answer GET alone.
+  EXPECT_EQ(Do("POST", "/", "{}").status, 404);
+}
+
 TEST_F(HttpTest, APullLeasesEventsUntilAckedNackedOrPastTheirDeadline) {
   Start({});
   for (const char* key : {"a", "b", "c"}) {

@@ -1,0 +1,27 @@
+# Writes OUT, a C++ source holding each of FILES (a ;-list of
+# name=path) as bytes, and the table ConsoleAssets() of
+# server/http/console_assets.h. Run by the build when an asset changes.
+set(body "// Generated from server/http/console/ by embed.cmake.\n")
+string(APPEND body "#include \"server/http/console_assets.h\"\n\n")
+string(APPEND body "namespace delayd::http {\nnamespace {\n")
+set(table "")
+set(i 0)
+foreach(entry IN LISTS FILES)
+  string(REPLACE "=" ";" parts "${entry}")
+  list(GET parts 0 name)
+  list(GET parts 1 path)
+  file(READ "${path}" hex HEX)
+  string(LENGTH "${hex}" hex_length)
+  math(EXPR size "${hex_length} / 2")
+  string(REGEX REPLACE "([0-9a-f][0-9a-f])" "0x\\1," bytes "${hex}")
+  string(APPEND body "const unsigned char kAsset${i}[] = {${bytes}0};\n")
+  string(APPEND table "    {\"${name}\",\n"
+         "     {reinterpret_cast<const char*>(kAsset${i}), ${size}}},\n")
+  math(EXPR i "${i} + 1")
+endforeach()
+string(APPEND body "}  // namespace\n\n")
+string(APPEND body "std::span<const Asset> ConsoleAssets() {\n")
+string(APPEND body "  static const Asset kAssets[] = {\n${table}  };\n")
+string(APPEND body "  return kAssets;\n}\n\n}  // namespace delayd::http\n")
+file(WRITE "${OUT}.tmp" "${body}")
+file(COPY_FILE "${OUT}.tmp" "${OUT}" ONLY_IF_DIFFERENT)
