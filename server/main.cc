@@ -201,6 +201,12 @@ int main(int argc, char** argv) {
   }
   LogStart(flags, server);
   std::unique_ptr<delayd::http::HttpDoor> http;
+  // The HTTP door serves TLS with the gRPC port's certificates.
+  auto http_tls = [&server] {
+    const auto pem = server.tls()->current();
+    return delayd::http::TlsPem{pem.cert, pem.key, pem.client_ca};
+  };
+  if (server.tls() != nullptr) flags.http.tls = http_tls();
   if (!flags.http.listen.empty()) {
     if (grpc::Status s = delayd::http::HttpDoor::Start(
             flags.http, server.InProcessChannel(), &http);
@@ -209,8 +215,9 @@ int main(int argc, char** argv) {
       server.Shutdown(std::chrono::milliseconds(0));
       return 2;
     }
-    spdlog::info("HTTP/JSON API on http://{}/v1 (port {}, {} at once)",
-                 flags.http.listen, http->port(), flags.http.threads);
+    spdlog::info("HTTP/JSON API on {}://{}/v1 (port {}, {} at once)",
+                 flags.http.tls ? "https" : "http", flags.http.listen,
+                 http->port(), flags.http.threads);
     if (flags.server.auth_tokens.empty() &&
         !delayd::IsLoopback(flags.http.listen)) {
       spdlog::warn(
@@ -232,7 +239,15 @@ int main(int argc, char** argv) {
   std::function<void()> wait_reload = [&] {
     reload.async_wait([&](const asio::error_code& ec, int) {
       if (ec) return;
-      if (delayd::Status s = server.Reload(); s.ok()) {
+      delayd::Status s = server.Reload();
+      // (A set that did not load was not published: the HTTP door gets
+      // the set in use either way.)
+      if (http && server.tls() != nullptr) {
+        if (grpc::Status h = http->SetTls(http_tls()); !h.ok()) {
+          spdlog::error("SIGHUP: {}", h.error_message());
+        }
+      }
+      if (s.ok()) {
         spdlog::info("SIGHUP: tokens and certificates reloaded");
       } else {
         spdlog::error("SIGHUP: {}; keeping what was in use", s.message());

@@ -84,6 +84,8 @@ class DelaydServer {
   // Reads the token file and the TLS certificates again (SIGHUP). What fails
   // to load is not applied and is said in the result; the rest is.
   Status Reload();
+  // The port's certificates, or null without TLS.
+  const TlsCertificates* tls() const { return tls_.get(); }
   // Whether anything guards the port: TLS or tokens.
   bool secured() const { return tls_ != nullptr || auth_.enabled(); }
 

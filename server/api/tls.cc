@@ -136,6 +136,11 @@ TlsCertificates::~TlsCertificates() {
 
 Status TlsCertificates::Reload() { return Publish(); }
 
+TlsCertificates::Pem TlsCertificates::current() const {
+  MutexLock lock(&mutex_);
+  return current_;
+}
+
 Status TlsCertificates::Publish() {
   std::string cert, key, ca;
   if (!ReadFile(files_.cert, &cert)) {
@@ -172,6 +177,10 @@ Status TlsCertificates::Publish() {
   if (symlink(gen.c_str(), link_tmp.c_str()) != 0 ||
       rename(link_tmp.c_str(), (dir_ + "/current").c_str()) != 0) {
     return Status::Internal("cannot switch TLS certificates in " + dir_);
+  }
+  {
+    MutexLock lock(&mutex_);
+    current_ = Pem{std::move(cert), std::move(key), std::move(ca)};
   }
   // The set before the previous one is no longer read by anyone.
   if (generation_ > 2) {

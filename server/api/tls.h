@@ -11,7 +11,8 @@
 // connections keep their session either way, new handshakes use the new set
 // within a second.
 //
-// Thread safety: Reload() may be called from any thread, one at a time.
+// Thread safety: Reload() may be called from any thread, one at a time;
+// current() from any thread.
 #ifndef DELAYD_SERVER_API_TLS_H_
 #define DELAYD_SERVER_API_TLS_H_
 
@@ -21,6 +22,7 @@
 #include <memory>
 #include <string>
 
+#include "server/common/mutex.h"
 #include "server/common/status.h"
 
 namespace delayd {
@@ -46,12 +48,20 @@ class TlsCertificates {
   // keeps the set in use.
   Status Reload();
 
+  // The set in use, as validated PEM text (for the HTTP door's own TLS).
+  struct Pem {
+    std::string cert, key, client_ca;
+  };
+  Pem current() const;
+
  private:
   explicit TlsCertificates(Files files) : files_(std::move(files)) {}
   // Validates the files and publishes a copy as the current set.
   Status Publish();
 
   const Files files_;
+  mutable Mutex mutex_;
+  Pem current_ GUARDED_BY(mutex_);
   std::string dir_;  // Private: <dir>/current -> <dir>/gen-N.
   unsigned generation_ = 0;
   std::shared_ptr<grpc::experimental::CertificateProviderInterface> provider_;

@@ -45,12 +45,20 @@ HttpDoor::~HttpDoor() {
 grpc::Status HttpDoor::Start(const Options& options,
                              std::shared_ptr<grpc::Channel> channel,
                              std::unique_ptr<HttpDoor>* out) {
-  mg_init_library(0);
   std::unique_ptr<HttpDoor> door(new HttpDoor(options, std::move(channel)));
+  std::string listening = options.listen;
+  if (options.tls) {
+    if (grpc::Status s = HttpTls::Create(*options.tls, &door->tls_); !s.ok()) {
+      return s;
+    }
+    listening += "s";  // civetweb's mark of a TLS port
+  }
+  // (civetweb loads OpenSSL by dlopen("libssl.so") when asked for TLS.)
+  mg_init_library(options.tls ? MG_FEATURES_TLS : 0);
   const std::string threads = std::to_string(options.threads);
   const std::string timeout = std::to_string(options.request_timeout.count());
-  const char* config[] = {"listening_ports", options.listen.c_str(),
-                          "num_threads", threads.c_str(), "request_timeout_ms",
+  const char* config[] = {"listening_ports", listening.c_str(), "num_threads",
+                          threads.c_str(), "request_timeout_ms",
                           timeout.c_str(), "enable_keep_alive", "yes",
                           "keep_alive_timeout_ms", timeout.c_str(),
                           // Headers and body leave in two writes: without
@@ -64,11 +72,19 @@ grpc::Status HttpDoor::Start(const Options& options,
     spdlog::debug("http: {}", message);
     return 1;
   };
-  door->ctx_ = mg_start(&callbacks, door.get(), config);
+  callbacks.init_ssl = [](void* ssl_ctx, void* self) {
+    return static_cast<HttpDoor*>(self)->tls_->Install(ssl_ctx);
+  };
+  mg_init_data init{&callbacks, door.get(), config};
+  char error[256] = "";
+  mg_error_data err{};
+  err.text = error;
+  err.text_buffer_size = sizeof error;
+  door->ctx_ = mg_start2(&init, &err);
   if (door->ctx_ == nullptr) {
     return grpc::Status(
         grpc::StatusCode::UNAVAILABLE,
-        "cannot listen on " + options.listen + " (--http-listen)");
+        "cannot listen on " + options.listen + " (--http-listen): " + error);
   }
   mg_server_port ports[1];
   if (mg_get_server_ports(door->ctx_, 1, ports) == 1) {
@@ -77,6 +93,14 @@ grpc::Status HttpDoor::Start(const Options& options,
   mg_set_request_handler(door->ctx_, "/", &HttpDoor::Handle, door.get());
   *out = std::move(door);
   return grpc::Status::OK;
+}
+
+grpc::Status HttpDoor::SetTls(const TlsPem& pem) {
+  if (!tls_) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "the HTTP door has no TLS");
+  }
+  return tls_->Set(pem);
 }
 
 int HttpDoor::Handle(mg_connection* conn, void* self) {

@@ -27,11 +27,13 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
 #include "delayd/v1/delayd.grpc.pb.h"
 #include "server/http/http_events.h"
+#include "server/http/http_tls.h"
 #include "server/http/routes.h"
 
 struct mg_connection;
@@ -47,6 +49,8 @@ class HttpDoor {
     std::chrono::milliseconds request_timeout = std::chrono::seconds(10);
     std::size_t max_body_bytes = 4 << 20;
     std::chrono::milliseconds call_deadline = std::chrono::seconds(30);
+    // HTTPS with these certificates (http_tls.h); plain HTTP if unset.
+    std::optional<TlsPem> tls;
   };
 
   // Starts listening. Fails (with why) if the address cannot be bound.
@@ -58,6 +62,9 @@ class HttpDoor {
   HttpDoor& operator=(const HttpDoor&) = delete;
 
   int port() const { return port_; }
+  // New certificates for handshakes from now on (SIGHUP); FAILED_PRECONDITION
+  // without TLS.
+  grpc::Status SetTls(const TlsPem& pem);
 
  private:
   HttpDoor(const Options& options, std::shared_ptr<grpc::Channel> channel);
@@ -87,6 +94,7 @@ class HttpDoor {
   // threads, so that calls are still served.
   std::atomic<int> watches_{0};
   const std::string openapi_;  // GET /v1/openapi.json
+  std::unique_ptr<HttpTls> tls_;
   mg_context* ctx_ = nullptr;
   int port_ = 0;
 };

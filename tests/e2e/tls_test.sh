@@ -2,7 +2,8 @@
 # End-to-end test of delayd's TLS, mutual TLS, tokens and certificate
 # rotation, with certificates made here by openssl: who is let in and who is
 # refused, and that SIGHUP switches certificates without a restart while an
-# open stream keeps working. Usage: tls_test.sh DELAYD DELAYCTL
+# open stream keeps working; the same for the HTTP door (curl), which serves
+# TLS with the same certificates. Usage: tls_test.sh DELAYD DELAYCTL
 set -uo pipefail
 DELAYD=$(realpath "$1")
 DELAYCTL=$(realpath "$2")
@@ -23,6 +24,17 @@ expect_code() {  # expect_code WANT CMD...
   local got=$?
   if [ "$got" -ne "$want" ]; then
     fail "exit $got, want $want: $* (stderr: $(cat err))"
+  else
+    pass
+  fi
+}
+expect_http() {  # expect_http WANT_STATUS CURL_ARGS... (000: no answer)
+  local want=$1
+  shift
+  local got
+  got=$(timeout 20 curl -s -o body -w '%{http_code}' "$@" 2>err)
+  if [ "$got" != "$want" ]; then
+    fail "HTTP $got, want $want: curl $* ($(cat body err 2>/dev/null))"
   else
     pass
   fi
@@ -65,15 +77,24 @@ cert rogueca rogue
 printf 'writer-token default write,read\nadmin-token * admin\n' >tokens
 
 start() {  # start ARGS...: delayd with ARGS; sets C (delayctl with endpoint)
+  # and H (the HTTP door's https:// address)
   # Emptied here, not by the background job's redirection: that may run
   # after wait_for has read the previous daemon's log.
   : >delayd.log
-  "$DELAYD" --in-memory --listen 127.0.0.1:0 "$@" >>delayd.log 2>&1 &
+  "$DELAYD" --in-memory --listen 127.0.0.1:0 --http-listen 127.0.0.1:0 "$@" \
+    >>delayd.log 2>&1 &
   daemon_pid=$!
-  wait_for delayd.log " port [0-9]+ " || exit 1
+  wait_for delayd.log "HTTP/JSON API on .*port [0-9]+," || exit 1
   local port
   port=$(grep -oE ' port [0-9]+ ' delayd.log | grep -oE '[0-9]+')
   C=("$DELAYCTL" --endpoint "127.0.0.1:$port" --timeout 3s)
+  port=$(grep -oE 'HTTP/JSON API on .*\(port [0-9]+' delayd.log | grep -oE '[0-9]+$')
+  H="https://127.0.0.1:$port"
+  grep -q "HTTP/JSON API on https://" delayd.log && pass ||
+    fail "the HTTP door is not on TLS: $(cat delayd.log)"
+}
+T() {  # T TOKEN: curl's header for a bearer token
+  printf 'Authorization: Bearer %s' "$1"
 }
 stop() {
   kill "$daemon_pid"
@@ -98,6 +119,13 @@ expect_code 0 "${C[@]}" --tls-ca ca1.pem --token writer-token set k v --in 1h
 expect_code 3 "${C[@]}" --tls-ca ca1.pem --token writer-token drain
 expect_err PERMISSION_DENIED
 DELAYD_TOKEN=admin-token DELAYD_TLS_CA=ca1.pem expect_code 0 "${C[@]}" stats
+# The HTTP door: the same certificate and the same tokens.
+expect_http 000 "${H/https/http}/v1/stats"                   # plaintext client
+expect_http 000 --cacert ca2.pem "$H/v1/stats"                # server not trusted
+expect_http 000 --cacert ca1.pem --tls-max 1.1 "$H/v1/stats"  # TLS 1.2 at least
+expect_http 401 --cacert ca1.pem -X PUT "$H/v1/namespaces/default/timers/h" -d '{"delay":"3600s"}'
+expect_http 403 --cacert ca1.pem -H "$(T writer-token)" -X POST "$H/v1/namespaces/default:drain" -d '{}'
+expect_http 200 --cacert ca1.pem -H "$(T writer-token)" -X PUT "$H/v1/namespaces/default/timers/h" -d '{"delay":"3600s"}'
 
 # --- rotation: SIGHUP switches to a certificate of another CA ---
 DELAYD_TOKEN=admin-token "${C[@]}" --tls-ca ca1.pem watch >watch.out 2>&1 &
@@ -125,6 +153,9 @@ until timeout 5 "${C[@]}" --tls-ca ca2.pem health >/dev/null 2>&1; do
   sleep 0.1
 done
 expect_code 2 "${C[@]}" --tls-ca ca1.pem health       # the old one is gone
+# The HTTP door switched with it.
+expect_http 200 --cacert ca2.pem -H "$(T admin-token)" "$H/v1/stats"
+expect_http 000 --cacert ca1.pem -H "$(T admin-token)" "$H/v1/stats"
 # The stream opened before the switch still works.
 expect_code 0 "${C[@]}" --tls-ca ca2.pem --token writer-token set after x --in 1ms
 wait_for watch.out " after "
@@ -150,6 +181,9 @@ expect_code 2 "${C[@]}" --tls-ca ca1.pem health                    # no client c
 expect_code 2 "${C[@]}" --tls-ca ca1.pem --tls-cert rogue.pem --tls-key rogue.key health
 expect_code 0 "${C[@]}" --tls-ca ca1.pem --tls-cert client.pem --tls-key client.key health
 expect_code 0 "${C[@]}" --tls-ca ca1.pem --tls-cert client.pem --tls-key client.key set m v --in 1h
+expect_http 000 --cacert ca1.pem "$H/v1/stats"
+expect_http 000 --cacert ca1.pem --cert rogue.pem --key rogue.key "$H/v1/stats"
+expect_http 200 --cacert ca1.pem --cert client.pem --key client.key "$H/v1/stats"
 stop
 
 # --- bad configurations stop the start with a clear message ---
