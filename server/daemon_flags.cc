@@ -223,6 +223,24 @@ void AddFlags(CLI::App& app, DaemonFlags& f) {
   Flag(app, "--http-threads", f.http.threads,
        "HTTP requests served at once; more wait in the listen queue")
       ->check(CLI::Range(1, 1024));
+  Flag(app, "--http-cors-origin", f.http.cors_origins,
+       "Let web pages from this origin (scheme://host[:port], or * for any) "
+       "call the HTTP API from a browser; repeat it or separate origins with "
+       "commas (unset: browsers refuse cross-origin calls)")
+      ->delimiter(',')
+      ->check(CLI::Validator(
+          [](std::string& origin) -> std::string {
+            const bool web =
+                origin.starts_with("http://") || origin.starts_with("https://");
+            const auto host = origin.find("://");
+            if (origin == "*" ||
+                (web && origin.size() > host + 3 &&
+                 origin.find('/', host + 3) == std::string::npos)) {
+              return "";
+            }
+            return "an origin is scheme://host[:port] (no path) or *";
+          },
+          "ORIGIN"));
   DurationFlag(app, "--http-request-timeout", f.http.request_timeout, "10s",
                milliseconds(100), std::chrono::minutes(5),
                "Time an HTTP request's headers and body get to arrive, and "

@@ -57,7 +57,10 @@ grpc::Status HttpDoor::Start(const Options& options,
   mg_init_library(options.tls ? MG_FEATURES_TLS : 0);
   const std::string threads = std::to_string(options.threads);
   const std::string timeout = std::to_string(options.request_timeout.count());
-  const char* config[] = {"listening_ports", listening.c_str(), "num_threads",
+  const char* config[] = {"listening_ports", listening.c_str(),
+                          // civetweb's own CORS (on, for any origin, by
+                          // default) is off: Preflight() decides.
+                          "access_control_allow_origin", "", "num_threads",
                           threads.c_str(), "request_timeout_ms",
                           timeout.c_str(), "enable_keep_alive", "yes",
                           "keep_alive_timeout_ms", timeout.c_str(),
@@ -133,11 +136,67 @@ bool HttpDoor::ReadBody(mg_connection* conn, std::string* body) {
   }
 }
 
+const std::string* HttpDoor::AllowedOrigin(mg_connection* conn) const {
+  const char* origin = mg_get_header(conn, "Origin");
+  if (origin == nullptr) return nullptr;
+  for (const std::string& allowed : options_.cors_origins) {
+    if (allowed == "*" || allowed == origin) return &allowed;
+  }
+  return nullptr;
+}
+
+bool HttpDoor::SameOrigin(mg_connection* conn) const {
+  const char* origin = mg_get_header(conn, "Origin");
+  if (origin == nullptr) return true;  // not from a browser's page
+  const char* host = mg_get_header(conn, "Host");
+  return host != nullptr &&
+         std::string_view(origin) ==
+             std::string(tls_ ? "https://" : "http://") + host;
+}
+
+void HttpDoor::Preflight(mg_connection* conn, const std::string* origin) {
+  if (origin == nullptr) {
+    SendError(conn, grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                                 "cross-origin calls from this origin are not "
+                                 "allowed (--http-cors-origin)"));
+    return;
+  }
+  mg_response_header_start(conn, 204);
+  AddCorsHeaders(conn);
+  mg_response_header_add(conn, "Access-Control-Allow-Methods",
+                         "GET, PUT, POST, DELETE", -1);
+  mg_response_header_add(conn, "Access-Control-Allow-Headers",
+                         "Authorization, Content-Type, Last-Event-ID", -1);
+  mg_response_header_add(conn, "Access-Control-Max-Age", "600", -1);
+  mg_response_header_add(conn, "Content-Length", "0", -1);
+  mg_response_header_send(conn);
+}
+
 void HttpDoor::Serve(mg_connection* conn) {
   const mg_request_info* ri = mg_get_request_info(conn);
   const std::string_view path =
       ri->local_uri_raw != nullptr ? ri->local_uri_raw : ri->local_uri;
   const std::string_view method = ri->request_method;
+  // The origin answers carry (respond.h), for this request alone: a
+  // keep-alive connection's next request may come from elsewhere.
+  const std::string* origin = AllowedOrigin(conn);
+  mg_set_user_connection_data(conn, const_cast<std::string*>(origin));
+  if (method == "OPTIONS" &&
+      mg_get_header(conn, "Access-Control-Request-Method") != nullptr) {
+    Preflight(conn, origin);
+    return;
+  }
+  // A browser sends some cross-origin POSTs without asking first (a form's,
+  // or fetch's no-cors), and a page could so change a daemon it can reach:
+  // a call that may change something, from a page of another origin not
+  // listed, is refused. (Only browsers send Origin; curl and SDKs do not.)
+  if (method != "GET" && method != "HEAD" && origin == nullptr &&
+      !SameOrigin(conn)) {
+    SendError(conn, grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                                 "calls from pages of other origins are "
+                                 "refused (see --http-cors-origin)"));
+    return;
+  }
   if ((method == "GET" || method == "HEAD") && !path.starts_with("/v1") &&
       ServeConsole(conn, path)) {
     return;

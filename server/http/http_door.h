@@ -30,6 +30,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "delayd/v1/delayd.grpc.pb.h"
 #include "server/http/http_events.h"
@@ -49,6 +50,10 @@ class HttpDoor {
     std::chrono::milliseconds request_timeout = std::chrono::seconds(10);
     std::size_t max_body_bytes = 4 << 20;
     std::chrono::milliseconds call_deadline = std::chrono::seconds(30);
+    // Origins whose pages may call the API from a browser (CORS): exact
+    // "scheme://host[:port]" strings, or "*". Empty: no CORS headers, and
+    // a preflight is refused.
+    std::vector<std::string> cors_origins;
     // HTTPS with these certificates (http_tls.h); plain HTTP if unset.
     std::optional<TlsPem> tls;
   };
@@ -75,6 +80,13 @@ class HttpDoor {
   // A watch, if fewer than half the threads hold one.
   void Watch(mg_connection* conn, const Match& m, std::string_view query,
              const EventCall& events);
+  // The allowed origin matching the request's Origin header, or null.
+  const std::string* AllowedOrigin(mg_connection* conn) const;
+  // Whether the request has no Origin or comes from a page of the door's
+  // own origin (the console's).
+  bool SameOrigin(mg_connection* conn) const;
+  // Answers a CORS preflight (OPTIONS with Access-Control-Request-Method).
+  void Preflight(mg_connection* conn, const std::string* origin);
   // Reads the body into *body; false (the response sent) if it is too big or
   // does not arrive whole.
   bool ReadBody(mg_connection* conn, std::string* body);

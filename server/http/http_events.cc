@@ -181,6 +181,7 @@ void ServeWatch(mg_connection* conn, const Match& m, std::string_view query,
   Stream stream(call, req);
   if (!Registered(conn, stream)) return;
   mg_response_header_start(conn, 200);
+  AddCorsHeaders(conn);
   mg_response_header_add(conn, "Content-Type", "text/event-stream", -1);
   mg_response_header_add(conn, "Cache-Control", "no-store", -1);
   mg_response_header_add(conn, "Connection", "close", -1);

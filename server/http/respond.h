@@ -10,6 +10,9 @@ struct mg_connection;
 
 namespace delayd::http {
 
+// The CORS headers for the connection's current request: if the door set
+// its user data to an allowed origin (a std::string), that origin.
+void AddCorsHeaders(mg_connection* conn);
 // A whole JSON answer.
 void Send(mg_connection* conn, int status, const std::string& json);
 // An error answer (transcode.h's ErrorBody); `http` overrides the status

@@ -305,6 +305,62 @@ TEST_F(HttpTest, TheConsoleIsServedFromTheBinaryAndMayRunOnlyItsOwnScript) {
   EXPECT_EQ(Do("POST", "/", "{}").status, 404);
 }
 
+TEST_F(HttpTest, CrossOriginCallsAreRefusedUnlessTheOriginIsListed) {
+  Start({});
+  const std::vector<std::string> preflight = {
+      "Origin: https://ops.example", "Access-Control-Request-Method: PUT"};
+  // Off by default: no CORS header, and a preflight is refused.
+  HttpResponse r = Do("OPTIONS", "/v1/namespaces/n/timers/k", "", preflight);
+  EXPECT_EQ(r.status, 403);
+  EXPECT_EQ(r.head.find("Access-Control-Allow-Origin"), std::string::npos);
+  r = Do("GET", "/v1/stats", "", {"Origin: https://ops.example"});
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.head.find("Access-Control-Allow-Origin"), std::string::npos);
+
+  Start({"--http-cors-origin", "https://ops.example,http://localhost:3000"});
+  r = Do("OPTIONS", "/v1/namespaces/n/timers/k", "", preflight);
+  EXPECT_EQ(r.status, 204);
+  EXPECT_NE(r.head.find("Access-Control-Allow-Origin: https://ops.example"),
+            std::string::npos)
+      << r.head;
+  EXPECT_NE(r.head.find("Access-Control-Allow-Headers: Authorization"),
+            std::string::npos);
+  r = Do("GET", "/v1/stats", "", {"Origin: https://ops.example"});
+  EXPECT_NE(r.head.find("Access-Control-Allow-Origin: https://ops.example"),
+            std::string::npos);
+  EXPECT_NE(r.head.find("Vary: Origin"), std::string::npos);
+  // Another origin gets nothing, on the same kept-alive connection too.
+  r = Do("GET", "/v1/stats", "", {"Origin: https://evil.example"});
+  EXPECT_EQ(r.head.find("Access-Control-Allow-Origin"), std::string::npos);
+  r = Do(
+      "OPTIONS", "/v1/stats", "",
+      {"Origin: https://evil.example", "Access-Control-Request-Method: GET"});
+  EXPECT_EQ(r.status, 403);
+  // A call that changes something, sent by a page of an origin not listed
+  // without a preflight (a form's POST), is refused and changes nothing;
+  // the door's own pages (the console) are let through.
+  r = Do("POST", "/v1/namespaces/n:drain", "{}",
+         {"Origin: https://evil.example", "Content-Type: text/plain"});
+  EXPECT_EQ(r.status, 403);
+  EXPECT_NE(r.body.find("other origins"), std::string::npos) << r.body;
+  // (The test client's Host header is "127.0.0.1".)
+  r = Do("PUT", "/v1/namespaces/n/timers/k", R"({"delay": "60s"})",
+         {"Origin: http://127.0.0.1"});
+  EXPECT_EQ(r.status, 200) << r.body;
+  r = Do("POST", "/v1/namespaces/n:drain", "{}",
+         {"Origin: https://ops.example"});
+  EXPECT_EQ(r.status, 200) << r.body;
+  // A bad origin is refused at start.
+  DaemonProcess bad(DELAYD_BINARY,
+                    {"--in-memory", "--http-listen", "127.0.0.1:0",
+                     "--http-cors-origin", "https://ops.example/path"},
+                    5s);
+  EXPECT_FALSE(bad.ok());
+  EXPECT_EQ(bad.Stop(0, 5s), 1);
+  EXPECT_NE(bad.output().find("scheme://host"), std::string::npos)
+      << bad.output();
+}
+
 TEST_F(HttpTest, APullLeasesEventsUntilAckedNackedOrPastTheirDeadline) {
   Start({});
   for (const char* key : {"a", "b", "c"}) {
