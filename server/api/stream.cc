@@ -7,7 +7,10 @@ StreamSink::Backlog StreamSink::Deliver(std::string_view ns,
   Action next;
   {
     MutexLock lock(&mu_);
-    if (reactor_ == nullptr || ending_) return {};
+    if (reactor_ == nullptr || ending_) {
+      for (const Event* e : events) unwritten_ids_.push_back(e->id);
+      return {};
+    }
     std::size_t bytes = 0;
     for (const Event* e : events) {
       const std::size_t b = EventBytes(ns, *e);
@@ -61,6 +64,11 @@ void StreamSink::OnWriteDone(bool ok) {
     unwritten_events_.fetch_sub(in_write_);
     unwritten_bytes_.fetch_sub(in_write_bytes_);
     in_write_ = in_write_bytes_ = 0;
+    if (!ok) {
+      unwritten_ids_.insert(unwritten_ids_.end(), in_write_ids_.begin(),
+                            in_write_ids_.end());
+    }
+    in_write_ids_.clear();
     if (!ok && !ending_) {
       ending_ = true;
       end_status_ = Status::Unavailable("stream broken");
@@ -70,6 +78,20 @@ void StreamSink::OnWriteDone(bool ok) {
   }
   Run(next);
   if (drained) drained();
+}
+
+std::vector<std::uint64_t> StreamSink::TakeUnwritten() {
+  MutexLock lock(&mu_);
+  std::vector<std::uint64_t> ids = std::move(unwritten_ids_);
+  unwritten_ids_.clear();
+  // (A write still under way when the stream is over never completed.)
+  ids.insert(ids.end(), in_write_ids_.begin(), in_write_ids_.end());
+  in_write_ids_.clear();
+  for (const Message& m : queue_) {
+    for (const v1::Event& e : m.msg.events()) ids.push_back(e.id());
+  }
+  queue_.clear();
+  return ids;
 }
 
 grpc::StatusCode StreamSink::Detach() {
@@ -100,6 +122,7 @@ StreamSink::Action StreamSink::Next() {
     msg = &queue_.front().msg;
     in_write_ = static_cast<std::size_t>(msg->events_size());
     in_write_bytes_ = queue_.front().bytes;
+    for (const v1::Event& e : msg->events()) in_write_ids_.push_back(e.id());
   }
   bool own_buffer;
   in_flight_.Clear();

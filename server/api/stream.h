@@ -75,6 +75,7 @@ class StreamSink : public Subscriber {
     return {unwritten_events_.load(), unwritten_bytes_.load()};
   }
   void End(const Status& status) override EXCLUDES(mu_);
+  std::vector<std::uint64_t> TakeUnwritten() override EXCLUDES(mu_);
   // Tells the subscriber it is registered: an empty first message.
   void SendRegistered() EXCLUDES(mu_);
   // The reactor's OnWriteDone.
@@ -123,6 +124,11 @@ class StreamSink : public Subscriber {
   // The message being written (read by gRPC while writing_).
   grpc::ByteBuffer in_flight_;
   std::size_t in_write_ GUARDED_BY(mu_) = 0;
+  // The ids of the events in the write under way.
+  std::vector<std::uint64_t> in_write_ids_ GUARDED_BY(mu_);
+  // Events its client was never written: delivered after the stream's end,
+  // or in a write that failed (TakeUnwritten adds those still queued).
+  std::vector<std::uint64_t> unwritten_ids_ GUARDED_BY(mu_);
   std::size_t in_write_bytes_ GUARDED_BY(mu_) = 0;
   std::atomic<std::size_t> unwritten_events_{0};
   std::atomic<std::size_t> unwritten_bytes_{0};

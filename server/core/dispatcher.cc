@@ -200,6 +200,17 @@ void Dispatcher::Unsubscribe(std::uint64_t id) {
     std::vector<std::uint64_t> mine;
     if (!worker->keep_leases) {
       mine.assign(worker->in_flight.begin(), worker->in_flight.end());
+    } else {
+      // What its client never got is not leased to it.
+      std::vector<std::uint64_t> back = worker->sink->TakeUnwritten();
+      std::sort(back.rbegin(), back.rend());
+      for (std::uint64_t event_id : back) {
+        auto it = outstanding_.find(event_id);
+        if (it != outstanding_.end() && it->second.worker == id &&
+            worker->in_flight.erase(event_id) == 1) {
+          TakeBack(event_id, it->second);
+        }
+      }
     }
     std::sort(mine.rbegin(), mine.rend());
     // One that has had its last attempt becomes a dead letter: a poison
@@ -322,6 +333,15 @@ void Dispatcher::Requeue(std::uint64_t event_id, Outstanding& o) {
   counters_.redelivered.fetch_add(1);
   mine_.ready.fetch_add(1, std::memory_order_relaxed);
   mine_.redelivered.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Dispatcher::TakeBack(std::uint64_t event_id, Outstanding& o) {
+  LeaveFlight(o);
+  if (o.event.attempt > 0) --o.event.attempt;
+  ready_.push_front(event_id);
+  counters_.ready.fetch_add(1);
+  mine_.ready.fetch_add(1, std::memory_order_relaxed);
+  mine_.delivered.fetch_sub(1, std::memory_order_relaxed);
 }
 
 void Dispatcher::StartAckTimer(std::uint64_t event_id, Outstanding& o,

@@ -90,6 +90,11 @@ class Subscriber : public std::enable_shared_from_this<Subscriber> {
   virtual Backlog Unwritten() const = 0;
   // Ends the stream with `status` once queued writes are done.
   virtual void End(const Status& status) = 0;
+  // Once the stream is over (the dispatcher's Unsubscribe): the ids of the
+  // events delivered to it that its client was never written, because the
+  // stream ended first (queued, in a write that failed, or delivered after
+  // its end). Their leases are taken back (a worker that keeps its leases).
+  virtual std::vector<std::uint64_t> TakeUnwritten() { return {}; }
 
   // Set by the dispatcher before anything is delivered; the subscriber
   // calls it (from any thread) each time its backlog has been written out,
@@ -331,6 +336,9 @@ class Dispatcher {
   // caller says where it goes).
   void LeaveFlight(Outstanding& o) REQUIRES(on_strand_);
   void Requeue(std::uint64_t event_id, Outstanding& o) REQUIRES(on_strand_);
+  // Undoes `o`'s delivery, which its worker never got: ready again, at the
+  // front, its attempt not counted.
+  void TakeBack(std::uint64_t event_id, Outstanding& o) REQUIRES(on_strand_);
   // Ends `o`'s delivery as failed: it retries after `wait` (at once if 0),
   // or becomes a dead letter after its last attempt. Its fate goes to
   // fates_ (written by WriteFates).

@@ -2,6 +2,7 @@
 
 #include <civetweb.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <mutex>
 
@@ -21,7 +22,9 @@ grpc::Status Invalid(std::string message) {
 
 // A Subscribe call read one message at a time by a thread that waits for
 // each with a deadline. The reactor's callbacks (gRPC's threads) only hand
-// over under mu_.
+// over under mu_. A hold keeps the call from completing (OnDone) between
+// a read's end and the next StartRead; it is let go once no read is to
+// follow.
 class Stream : public grpc::ClientReadReactor<v1::SubscribeResponse> {
  public:
   enum Got { kMessage, kEnded, kTimedOut };
@@ -31,12 +34,14 @@ class Stream : public grpc::ClientReadReactor<v1::SubscribeResponse> {
       ctx_.AddMetadata("authorization", call.authorization);
     }
     call.stub->async()->Subscribe(&ctx_, &req, this);
+    AddHold();
     StartRead(&msg_);
     StartCall();
   }
   // Cancels the call if it is still on, and waits for its end.
   ~Stream() override {
     ctx_.TryCancel();
+    LetGo();
     std::unique_lock lock(mu_);
     cv_.wait(lock, [&] { return done_; });
   }
@@ -55,14 +60,31 @@ class Stream : public grpc::ClientReadReactor<v1::SubscribeResponse> {
     StartRead(&msg_);
     return kMessage;
   }
+  // Cancels the call and adds the events of every message that still
+  // arrives, until it ends, to *out: events handed to the stream are this
+  // client's, and what its server never wrote goes back to the others (the
+  // dispatcher takes back a keep-leases stream's unwritten events).
+  void CancelAndDrain(v1::PullResponse* out) {
+    ctx_.TryCancel();
+    v1::SubscribeResponse msg;
+    while (Next(Clock::now() + seconds(60), &msg) == kMessage) {
+      for (v1::Event& e : *msg.mutable_events()) {
+        *out->add_events() = std::move(e);
+      }
+    }
+  }
   // After kEnded: why (waits for it).
   grpc::Status status() {
+    LetGo();
     std::unique_lock lock(mu_);
     cv_.wait(lock, [&] { return done_; });
     return status_;
   }
 
  private:
+  void LetGo() {
+    if (!let_go_.exchange(true)) RemoveHold();
+  }
   void OnReadDone(bool ok) override {
     std::lock_guard lock(mu_);
     (ok ? has_ : ended_) = true;
@@ -82,6 +104,7 @@ class Stream : public grpc::ClientReadReactor<v1::SubscribeResponse> {
   bool has_ = false;
   bool ended_ = false;
   bool done_ = false;
+  std::atomic<bool> let_go_{false};
   grpc::Status status_;
 };
 
@@ -163,6 +186,7 @@ void ServePull(mg_connection* conn, const Match& m, std::string_view body,
     }
     out.mutable_events()->Swap(msg.mutable_events());
   }
+  stream.CancelAndDrain(&out);
   Send(conn, 200, ToJson(out));
 }
 

@@ -1,12 +1,12 @@
 // Events over HTTP, both over the service's Subscribe through the door's
 // channel:
 //   - a pull (POST .../events:pull, PullRequest): a worker stream that keeps
-//     its leases, read until its first events arrive or the wait ends, then
-//     closed; the events stay leased until acknowledged, nacked, extended or
-//     past their ack deadline. The answer is the first message with events;
-//     events the daemon hands to the stream in the moment it answers are
-//     not in it, and come back after their ack deadline, as any
-//     unacknowledged event does.
+//     its leases and takes at most max_events, read until its first events
+//     arrive or the wait ends, then cancelled and read to its end: the
+//     answer holds every event the stream got, and those its server had not
+//     yet written are taken back by the dispatcher (ready again, no attempt
+//     counted). The events answered stay leased until acknowledged, nacked,
+//     extended or past their ack deadline.
 //   - a watch (GET .../events?watch=1): a watcher stream relayed as
 //     Server-Sent Events, each event as `id: ID`, `event: expired|drained|
 //     dead_lettered` and `data: <the Event as JSON>`, with a comment line

@@ -21,8 +21,8 @@ const std::string& DateHeader() {
     std::tm tm;
     gmtime_r(&now, &tm);
     char buf[64];
-    value.assign(buf, std::strftime(buf, sizeof buf,
-                                    "%a, %d %b %Y %H:%M:%S GMT", &tm));
+    value.assign(
+        buf, std::strftime(buf, sizeof buf, "%a, %d %b %Y %H:%M:%S GMT", &tm));
   }
   return value;
 }

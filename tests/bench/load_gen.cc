@@ -415,6 +415,7 @@ int Main(int argc, char** argv) {
     Schedules(daemon, scratch, rounds > 0 ? rounds : 3, only);
   }
   if (only == "http") Http(daemon, dur);
+  if (only == "pull") Pull(daemon, dur);
   if (want("security")) {
     Security(daemon, scratch, dur, rounds > 0 ? rounds : 3);
   }

@@ -1,7 +1,13 @@
 // The HTTP door against the gRPC port on one daemon: SetTimer with 64 in
 // flight (HTTP: 64 keep-alive connections, one request at a time each) and
-// Batch of 100 with 16 in flight, in alternating rounds, medians compared.
+// Batch of 100 with 16 in flight, in alternating rounds, medians compared
+// (`--only http`); and a worker that pulls over HTTP against a gRPC
+// worker, at a steady 2k timers/s and draining a burst (`--only pull`).
+#include <google/protobuf/util/time_util.h>
+
+#include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <thread>
 
 #include "tests/bench/bench_client.h"
@@ -47,9 +53,12 @@ class KeepAlive {
     while (buf_.size() < need) {
       if (!Fill()) return false;
     }
+    body_.assign(buf_, end + 4, need - end - 4);
     buf_.erase(0, need);
     return ok;
   }
+  // The body of the last answer.
+  const std::string& body() const { return body_; }
 
  private:
   bool Fill() {
@@ -61,6 +70,7 @@ class KeepAlive {
   }
   int fd_;
   std::string buf_;
+  std::string body_;
 };
 
 // Requests/s over `connections` connections for `d`, each sending
@@ -113,7 +123,143 @@ Request HttpBatch(std::uint64_t i) {
   return {"POST", "/v1/timers:batch", body + "]}"};
 }
 
+// The events of a PullResponse in JSON: each id (a string) and fire time.
+struct Pulled {
+  std::vector<std::string> ids;
+  std::vector<std::int64_t> fire_ns;
+};
+Pulled ParsePull(const std::string& json) {
+  Pulled out;
+  auto field = [&](std::size_t from, const char* name, std::string* value) {
+    const std::size_t at = json.find(name, from);
+    if (at == std::string::npos) return std::string::npos;
+    const std::size_t start = at + std::strlen(name);
+    const std::size_t end = json.find('"', start);
+    *value = json.substr(start, end - start);
+    return end;
+  };
+  std::size_t pos = 0;
+  std::string id, fire;
+  while ((pos = field(pos, "{\"id\":\"", &id)) != std::string::npos) {
+    pos = field(pos, "\"fireTime\":\"", &fire);
+    if (pos == std::string::npos) break;
+    google::protobuf::Timestamp t;
+    google::protobuf::util::TimeUtil::FromString(fire, &t);
+    out.ids.push_back(id);
+    out.fire_ns.push_back(t.seconds() * 1'000'000'000 + t.nanos());
+  }
+  return out;
+}
+
+// A worker that pulls over HTTP (up to 1000 events, waiting up to 1 s) and
+// acknowledges what it got, on one keep-alive connection, until `expect`
+// events came or `timeout` passed. Lateness of each: arrival minus fire
+// time, ms.
+std::vector<double> PullWorker(int port, const std::string& ns,
+                               std::size_t expect,
+                               std::chrono::milliseconds timeout) {
+  KeepAlive conn(port);
+  std::vector<double> late;
+  const auto deadline = Clock::now() + timeout;
+  const std::string path = "/v1/namespaces/" + ns + "/events";
+  while (late.size() < expect && Clock::now() < deadline) {
+    if (!conn.Call("POST", path + ":pull",
+                   R"({"maxEvents": 1000, "wait": "1s"})")) {
+      break;
+    }
+    const std::int64_t now = WallNanos();
+    const Pulled p = ParsePull(conn.body());
+    if (p.ids.empty()) continue;
+    std::string ack = R"({"eventIds": [)";
+    for (std::size_t i = 0; i < p.ids.size(); ++i) {
+      late.push_back(static_cast<double>(now - p.fire_ns[i]) / 1e6);
+      ack += i ? ",\"" : "\"";
+      ack += p.ids[i];
+      ack += '"';
+    }
+    if (!conn.Call("POST", path + ":ack", ack + "]}")) break;
+  }
+  return late;
+}
+
+// Sets n timers, 2k/s, one at a time over gRPC, each 50 ms ahead.
+void SetSteady(Bench& bench, const std::string& ns, std::size_t n) {
+  const auto start = Clock::now();
+  for (std::size_t i = 0; i < n; ++i) {
+    std::this_thread::sleep_until(start + std::chrono::microseconds(500 * i));
+    v1::SetTimerRequest req;
+    req.set_namespace_(ns);
+    req.set_key("s" + std::to_string(i));
+    req.mutable_delay()->set_nanos(50'000'000);
+    v1::SetTimerResponse resp;
+    grpc::ClientContext ctx;
+    bench.stub().SetTimer(&ctx, req, &resp);
+  }
+}
+
+void PrintLate(const char* what, std::vector<double> late, double seconds) {
+  const Percentiles p = Summarize(std::move(late));
+  std::printf(
+      "  %-34s n=%zu in %.2f s (%.0f/s): p50 %.2f ms p99 %.2f ms max %.2f "
+      "ms\n",
+      what, p.n, seconds, static_cast<double>(p.n) / seconds, p.p50, p.p99,
+      p.max);
+}
+
 }  // namespace
+
+void Pull(const std::string& binary, std::chrono::milliseconds dur) {
+  delayd::testing::DaemonProcess d(
+      binary, {"--in-memory", "--http-listen", "127.0.0.1:0"});
+  const int port = HttpPort(d);
+  if (!d.ok() || port == 0) {
+    std::fprintf(stderr, "daemon did not start:\n%s\n", d.output().c_str());
+    return;
+  }
+  Bench bench(d.address(), 4);
+  const std::size_t n = static_cast<std::size_t>(
+      2 * std::chrono::duration_cast<std::chrono::milliseconds>(dur).count());
+  constexpr std::size_t kBurst = 50'000;
+  for (int round = 0; round < 3; ++round) {
+    std::printf("round %d\n", round + 1);
+    // Steady 2k/s: a gRPC worker, then an HTTP pull worker.
+    auto t0 = Clock::now();
+    auto late = bench.Lateness("sg" + std::to_string(round), n, dur + 20s, [&] {
+      SetSteady(bench, "sg" + std::to_string(round), n);
+    });
+    PrintLate("steady 2k/s, gRPC worker", std::move(late),
+              std::chrono::duration<double>(Clock::now() - t0).count());
+    const std::string sh = "sh" + std::to_string(round);
+    t0 = Clock::now();
+    std::thread setter([&] { SetSteady(bench, sh, n); });
+    late = PullWorker(port, sh, n, dur + 20s);
+    setter.join();
+    PrintLate("steady 2k/s, HTTP pull worker", std::move(late),
+              std::chrono::duration<double>(Clock::now() - t0).count());
+    // A burst: kBurst timers due at one instant 2 s ahead (set
+    // beforehand), drained by one worker; its rate is kBurst over the last
+    // event's lateness.
+    for (const bool http : {false, true}) {
+      const std::string ns = (http ? "bh" : "bg") + std::to_string(round);
+      const std::int64_t due = WallNanos() + 2'000'000'000;
+      auto fill = [&] {
+        bench.Fill(kBurst, ns, [&](std::uint64_t) { return due; });
+      };
+      std::vector<double> got;
+      if (http) {
+        std::thread filler(fill);
+        got = PullWorker(port, ns, kBurst, 60s);
+        filler.join();
+      } else {
+        got = bench.Lateness(ns, kBurst, 60s, fill);
+      }
+      const double last =
+          got.empty() ? 0 : *std::max_element(got.begin(), got.end()) / 1e3;
+      PrintLate(http ? "burst 50k, HTTP pull worker" : "burst 50k, gRPC worker",
+                std::move(got), last);
+    }
+  }
+}
 
 void Http(const std::string& binary, std::chrono::milliseconds dur) {
   delayd::testing::DaemonProcess d(

@@ -23,6 +23,7 @@ void Schedules(const std::string& binary, const std::string& scratch,
 // load_gen_http.cc: the HTTP door's SetTimer and Batch against the gRPC
 // port's on one daemon.
 void Http(const std::string& binary, std::chrono::milliseconds dur);
+void Pull(const std::string& binary, std::chrono::milliseconds dur);
 
 }  // namespace delayd::bench
 

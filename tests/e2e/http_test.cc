@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <set>
 #include <thread>
 
 #include "delayd/v1/delayd.grpc.pb.h"
@@ -402,6 +403,49 @@ TEST_F(HttpTest, APullLeasesEventsUntilAckedNackedOrPastTheirDeadline) {
   ASSERT_EQ(late.events_size(), 1);
   EXPECT_EQ(late.events(0).id(), again.events(0).id());
   EXPECT_EQ(late.events(0).attempt(), 3u);
+}
+
+TEST_F(HttpTest, PullsGetEveryEventWithNoneLeftLeasedToAClosedPull) {
+  // Events handed to a pull's stream as it answers are either in its answer
+  // or back with the others, not leased until their ack timeout (30 s). To
+  // have events handed over while a pull answers, they fall due one by one
+  // over 1.5 s, and a puller takes them as they come.
+  Start({});
+  constexpr int kEvents = 3000;
+  for (int b = 0; b < kEvents / 500; ++b) {
+    std::string ops;
+    for (int k = 0; k < 500; ++k) {
+      const int i = b * 500 + k;
+      ops += std::string(ops.empty() ? "" : ",") +
+             R"({"set": {"namespace": "due", "key": "k)" + std::to_string(i) +
+             R"(", "delay": ")" + std::to_string(1 + i / 2000.0) + R"(s"}})";
+    }
+    ASSERT_EQ(Do("POST", "/v1/timers:batch", R"({"operations": [)" + ops + "]}")
+                  .status,
+              200);
+  }
+  std::set<std::uint64_t> got;
+  const auto deadline = std::chrono::steady_clock::now() + 15s;
+  while (got.size() < kEvents && std::chrono::steady_clock::now() < deadline) {
+    auto pulled =
+        Parse<v1::PullResponse>(Do("POST", "/v1/namespaces/due/events:pull",
+                                   R"({"maxEvents": 1000, "wait": "1s"})"));
+    ASSERT_LE(pulled.events_size(), 1000);
+    std::string ids;
+    for (const auto& e : pulled.events()) {
+      EXPECT_TRUE(got.insert(e.id()).second) << "delivered twice: " << e.id();
+      EXPECT_EQ(e.attempt(), 1u);  // an event taken back counts no attempt
+      ids += std::string(ids.empty() ? "" : ",") + "\"" +
+             std::to_string(e.id()) + "\"";
+    }
+    if (!ids.empty()) {
+      ASSERT_EQ(Do("POST", "/v1/namespaces/due/events:ack",
+                   R"({"eventIds": [)" + ids + "]}")
+                    .status,
+                200);
+    }
+  }
+  EXPECT_EQ(got.size(), static_cast<std::size_t>(kEvents));
 }
 
 TEST_F(HttpTest, APullWaitsForTheFirstEventOrAnswersEmpty) {
