@@ -223,6 +223,7 @@ TEST_P(PartitionTest, AScheduleRunFiresWithTheWakeUpThatSetIt) {
   std::mutex hold_mu;
   std::condition_variable hold_cv;
   int held = 0;
+  int left = 0;
   bool release = false;
   for (int t = 0; t < 2; ++t) {
     asio::post(io_, [&] {
@@ -230,6 +231,8 @@ TEST_P(PartitionTest, AScheduleRunFiresWithTheWakeUpThatSetIt) {
       ++held;
       hold_cv.notify_all();
       hold_cv.wait(lock, [&] { return release; });
+      ++left;
+      hold_cv.notify_all();
     });
   }
   bool all_held = false;
@@ -240,10 +243,13 @@ TEST_P(PartitionTest, AScheduleRunFiresWithTheWakeUpThatSetIt) {
   if (all_held) Advance(60s);
   const std::size_t published = Published();
   {
-    std::lock_guard lock(hold_mu);
+    std::unique_lock lock(hold_mu);
     release = true;
+    hold_cv.notify_all();
+    // The handlers use this frame's mutex and condition: they must be done
+    // with them before it ends.
+    hold_cv.wait(lock, [&] { return left == 2; });
   }
-  hold_cv.notify_all();
   ASSERT_TRUE(all_held);
   EXPECT_EQ(published, 1u);
 }
