@@ -14,10 +14,16 @@
 //     is at most `max_body_bytes` (413 beyond it, before it is read);
 //   - a call is given `call_deadline`;
 //   - watches (Server-Sent Events, http_events.h) take at most half the
-//     threads; another gets 429.
+//     threads; another gets 429;
+//   - TLS with the gRPC port's certificates, if it has them (http_tls.h);
+//   - browsers: CORS only for `cors_origins`, and a call other than GET
+//     from a page of another origin is refused (a browser sends some
+//     cross-origin POSTs without asking first).
+// It also serves the web console's files (console_assets.h).
 //
 // Thread safety: civetweb calls Serve() on its worker threads; after
-// Start() the door's only mutable state is the atomic count of watches.
+// Start() the door's only mutable state is the atomic count of watches and
+// the TLS identity (swapped under HttpTls's mutex).
 #ifndef DELAYD_SERVER_HTTP_HTTP_DOOR_H_
 #define DELAYD_SERVER_HTTP_HTTP_DOOR_H_
 
