@@ -341,7 +341,8 @@ void Dispatcher::TakeBack(std::uint64_t event_id, Outstanding& o) {
   ready_.push_front(event_id);
   counters_.ready.fetch_add(1);
   mine_.ready.fetch_add(1, std::memory_order_relaxed);
-  mine_.delivered.fetch_sub(1, std::memory_order_relaxed);
+  // (It stays counted as delivered, when it was handed over: the total
+  // only grows, as a Prometheus counter must.)
 }
 
 void Dispatcher::StartAckTimer(std::uint64_t event_id, Outstanding& o,
