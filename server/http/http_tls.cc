@@ -68,19 +68,20 @@ grpc::Status LoadCompatObjects() {
   std::call_once(once, [] {
     for (const Asset& a : TlsCompatObjects()) {
       const std::string name(a.path);
+      // The descriptor stays open for the life of the process: glibc knows
+      // a loaded object by its path, and a closed descriptor's number (so
+      // its /proc path) would be reused by the next object.
       const int fd = memfd_create(name.c_str(), MFD_CLOEXEC);
       if (fd < 0 || write(fd, a.body.data(), a.body.size()) !=
                         static_cast<ssize_t>(a.body.size())) {
         error = "cannot write " + name + " to memory";
-      } else {
-        const std::string path = "/proc/self/fd/" + std::to_string(fd);
-        // Kept loaded for the life of the process.
-        if (dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL) == nullptr) {
-          error = "cannot load " + name + ": " + dlerror();
-        }
+        return;
       }
-      if (fd >= 0) close(fd);
-      if (!error.empty()) return;
+      const std::string path = "/proc/self/fd/" + std::to_string(fd);
+      if (dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL) == nullptr) {
+        error = "cannot load " + name + ": " + dlerror();
+        return;
+      }
     }
   });
   if (error.empty()) return grpc::Status::OK;
