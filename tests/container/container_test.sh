@@ -154,7 +154,8 @@ openssl x509 -req -in "$secrets/server.csr" -CA "$secrets/ca.pem" \
 echo "test-token * admin" >"$secrets/tokens"
 chmod 755 "$secrets"
 chmod 644 "$secrets"/*  # Read by the image's user (a test's throwaway key).
-"${cli[@]}" run -d --name "$name-tls" -p 127.0.0.1::7070 --health-interval 2s \
+"${cli[@]}" run -d --name "$name-tls" -p 127.0.0.1::7070 -p 127.0.0.1::8080 \
+  --health-interval 2s \
   -v "$secrets:/etc/delayd:ro" -e DELAYD_IN_MEMORY=true \
   -e DELAYD_TLS_CERT=/etc/delayd/server.pem \
   -e DELAYD_TLS_KEY=/etc/delayd/server.key \
@@ -176,6 +177,15 @@ done
 "${tls[@]}" set k v --in 1h >/dev/null 2>&1 && fail "a call without a token was served"
 "${tls[@]}" --token test-token set k v --in 1h >/dev/null ||
   fail "a call with TLS and the token failed"
+# The HTTP port serves the same certificate (OpenSSL loaded without the
+# -dev package's names, which the image does not have).
+http_mapping=$("${cli[@]}" port "$name-tls" 8080 | head -1)
+https=https://127.0.0.1:${http_mapping##*:}
+curl -sf --cacert "$secrets/ca.pem" -H 'Authorization: Bearer test-token' \
+  "$https/v1/namespaces/default/timers/k" | grep -q '"key":"k"' ||
+  fail "the timer was not read over HTTPS"
+code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:${http_mapping##*:}/v1/stats" || true)
+[ "$code" = 000 ] || fail "the HTTP port answered plaintext ($code) with TLS on"
 # The image's health check uses the plaintext health-only port.
 health=
 deadline=$((SECONDS + 60))
@@ -185,7 +195,7 @@ until [ "$health" = healthy ] || [ $SECONDS -ge $deadline ]; do
   [ "$health" = healthy ] || sleep 0.5  # Bounded by the deadline.
 done
 [ "$health" = healthy ] || fail "with TLS on, health status is '$health'"
-echo "TLS + tokens: plaintext and token-less calls refused, health $health"
+echo "TLS + tokens: plaintext and token-less calls refused, HTTPS served, health $health"
 "${cli[@]}" rm -f "$name-tls" >/dev/null
 
 if [ $failures -ne 0 ]; then
