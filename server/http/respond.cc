@@ -2,7 +2,6 @@
 
 #include <civetweb.h>
 
-#include <chrono>
 #include <ctime>
 #include <string>
 

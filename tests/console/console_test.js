@@ -116,9 +116,12 @@ async function run(page) {
   check(pendingCard.replace(/,/g, '') === stats.pendingTimers, `the pending card shows ${stats.pendingTimers}`);
   await page.locator('svg.chart polyline').first().waitFor({state: 'attached', timeout: TIMEOUT});
   await shot('namespaces');
+  const theme = () => page.evaluate(() => document.documentElement.dataset.theme);
+  const before = await theme();
   await page.click('button#theme');
-  check(await page.evaluate(() => document.documentElement.dataset.theme) === 'dark' ||
-        await page.evaluate(() => document.documentElement.dataset.theme) === 'light', 'the theme switches');
+  const after = await theme();
+  check(['dark', 'light'].includes(before) && after !== before,
+    `the theme switches from ${before} to ${after}`);
   await shot('namespaces-other-theme');
   await page.click('button#theme');
 
