@@ -4,9 +4,12 @@
 #include <google/protobuf/message.h>
 #include <grpcpp/client_context.h>
 #include <grpcpp/impl/client_unary_call.h>
+#include <grpcpp/support/byte_buffer.h>
+#include <grpcpp/support/proto_buffer_reader.h>
 #include <spdlog/spdlog.h>
 
 #include "server/http/console_assets.h"
+#include "server/http/fast_json.h"
 #include "server/http/http_events.h"
 #include "server/http/openapi.h"
 #include "server/http/respond.h"
@@ -17,6 +20,33 @@ namespace delayd::http {
 namespace {
 
 namespace pb = google::protobuf;
+
+// The request's wire bytes, if fast_json.h reads it; nullopt leaves the
+// body to protobuf's JSON parser.
+std::optional<std::string> FastRequest(const Match& m, std::string_view query,
+                                       const std::string& body) {
+  if (!query.empty()) return std::nullopt;
+  if (m.rpc->name() == "Batch") return fast::BatchRequestWire(body);
+  if (m.rpc->name() != "SetTimer") return std::nullopt;
+  const std::string *ns = nullptr, *key = nullptr;
+  for (const auto& [field, value] : m.bindings) {
+    (field == "namespace" ? ns : key) = &value;
+  }
+  if (ns == nullptr || key == nullptr) return std::nullopt;
+  return fast::SetTimerRequestWire(body, *ns, *key);
+}
+
+template <typename Response>
+std::optional<std::string> FastAnswer(const grpc::ByteBuffer& wire) {
+  Response response;
+  if (!grpc::SerializationTraits<Response>::Deserialize(
+           const_cast<grpc::ByteBuffer*>(&wire), &response)
+           .ok()) {
+    return std::nullopt;
+  }
+  if (auto json = fast::ResponseJson(response)) return json;
+  return ToJson(response);
+}
 
 }  // namespace
 
@@ -125,6 +155,11 @@ bool HttpDoor::ReadBody(mg_connection* conn, std::string* body) {
   if (ri->content_length > 0 && static_cast<std::uint64_t>(ri->content_length) >
                                     options_.max_body_bytes) {
     return too_big();
+  }
+  // Room past the end for fast_json.h's reader to parse the body in place.
+  if (ri->content_length > 0) {
+    body->reserve(static_cast<std::size_t>(ri->content_length) +
+                  fast::kPadding);
   }
   char buf[16384];
   for (;;) {
@@ -249,8 +284,45 @@ void HttpDoor::Watch(mg_connection* conn, const Match& m,
   watches_.fetch_sub(1);
 }
 
+void HttpDoor::PrepareCall(mg_connection* conn,
+                           grpc::ClientContext* ctx) const {
+  ctx->set_deadline(std::chrono::system_clock::now() + options_.call_deadline);
+  if (const char* auth = mg_get_header(conn, "Authorization")) {
+    ctx->AddMetadata("authorization", auth);
+  }
+}
+
+bool HttpDoor::ServeFast(mg_connection* conn, const Match& m,
+                         std::string_view query, const std::string& body) {
+  std::optional<std::string> wire = FastRequest(m, query, body);
+  if (!wire) return false;
+  grpc::Slice slice(std::move(*wire));
+  const grpc::ByteBuffer request(&slice, 1);
+  grpc::ByteBuffer response;
+  grpc::ClientContext ctx;
+  PrepareCall(conn, &ctx);
+  const grpc::Status s =
+      grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
+          channel_.get(), *methods_.at(m.rpc).rpc, &ctx, request, &response);
+  if (!s.ok()) {
+    SendError(conn, s);
+    return true;
+  }
+  const std::optional<std::string> json =
+      m.rpc->name() == "Batch" ? FastAnswer<v1::BatchResponse>(response)
+                               : FastAnswer<v1::SetTimerResponse>(response);
+  if (json) {
+    Send(conn, 200, *json);
+  } else {
+    SendError(conn, grpc::Status(grpc::StatusCode::INTERNAL,
+                                 "could not read the daemon's answer"));
+  }
+  return true;
+}
+
 void HttpDoor::ServeUnary(mg_connection* conn, const Match& m,
-                          std::string_view query, std::string_view body) {
+                          std::string_view query, const std::string& body) {
+  if (ServeFast(conn, m, query, body)) return;
   const pb::Message* prototype =
       pb::MessageFactory::generated_factory()->GetPrototype(
           m.rpc->input_type());
@@ -260,10 +332,7 @@ void HttpDoor::ServeUnary(mg_connection* conn, const Match& m,
     return;
   }
   grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + options_.call_deadline);
-  if (const char* auth = mg_get_header(conn, "Authorization")) {
-    ctx.AddMetadata("authorization", auth);
-  }
+  PrepareCall(conn, &ctx);
   std::unique_ptr<pb::Message> response(pb::MessageFactory::generated_factory()
                                             ->GetPrototype(m.rpc->output_type())
                                             ->New());

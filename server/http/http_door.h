@@ -82,7 +82,13 @@ class HttpDoor {
   static int Handle(mg_connection* conn, void* self);
   void Serve(mg_connection* conn);
   void ServeUnary(mg_connection* conn, const Match& m, std::string_view query,
-                  std::string_view body);
+                  const std::string& body);
+  // SetTimer and Batch in their plain JSON form (fast_json.h), passed as
+  // wire bytes; false, having sent nothing, for any other request.
+  bool ServeFast(mg_connection* conn, const Match& m, std::string_view query,
+                 const std::string& body);
+  // The deadline and the caller's Authorization header.
+  void PrepareCall(mg_connection* conn, grpc::ClientContext* ctx) const;
   // A watch, if fewer than half the threads hold one.
   void Watch(mg_connection* conn, const Match& m, std::string_view query,
              const EventCall& events);

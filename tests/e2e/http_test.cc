@@ -109,6 +109,50 @@ TEST_F(HttpTest, ATimerSetGotMovedListedAndRemoved) {
   EXPECT_EQ(ErrorStatus(r), "NOT_FOUND");
 }
 
+// The door reads the plain form of SetTimer and Batch bodies itself
+// (server/http/fast_json.h) and leaves every other form to protobuf: both
+// roads give the same answers.
+TEST_F(HttpTest, PlainAndOtherJsonFormsOfABatchAnswerAlike) {
+  Start({});
+  const std::string plain =
+      R"({"operations": [{"set": {"namespace": "b", "key": "k1",
+          "payload": "MDEy", "delay": "60s"}},
+          {"remove": {"namespace": "b", "key": "gone"}}]})";
+  const std::string other =  // an escaped key, a "60.s" duration
+      R"({"operations": [{"set": {"namespace": "b", "key": "k\u0032",
+          "payload": "MDEy", "delay": "60.s"}},
+          {"remove": {"namespace": "b", "key": "gone"}}]})";
+  HttpResponse a = Do("POST", "/v1/timers:batch", plain);
+  HttpResponse b = Do("POST", "/v1/timers:batch", other);
+  ASSERT_EQ(a.status, 200) << a.body;
+  ASSERT_EQ(b.status, 200) << b.body;
+  const auto ra = Parse<v1::BatchResponse>(a), rb = Parse<v1::BatchResponse>(b);
+  ASSERT_EQ(ra.results_size(), 2);
+  ASSERT_EQ(rb.results_size(), 2);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(ra.results(i).code(), rb.results(i).code());
+    EXPECT_EQ(ra.results(i).message(), rb.results(i).message());
+    EXPECT_EQ(ra.results(i).has_fire_time(), rb.results(i).has_fire_time());
+  }
+  EXPECT_EQ(ra.results(0).code(), 0);
+  EXPECT_EQ(ra.results(1).code(), 5);  // NOT_FOUND
+  for (const char* key : {"k1", "k2"}) {
+    const HttpResponse got =
+        Do("GET", std::string("/v1/namespaces/b/timers/") + key);
+    ASSERT_EQ(got.status, 200) << key << ": " << got.body;
+    EXPECT_EQ(Parse<v1::Timer>(got).payload(), "012");
+  }
+  // A plain SetTimer whose body names another namespace than its path is
+  // refused as protobuf's road refuses it.
+  HttpResponse r = Do("PUT", "/v1/namespaces/b/timers/k3",
+                      R"({"namespace": "c", "delay": "60s"})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(r.body.find("the body says 'c'"), std::string::npos) << r.body;
+  r = Do("PUT", "/v1/namespaces/b/timers/k3", R"({"delay": "60s"})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.body.rfind(R"({"version":")", 0), 0u) << r.body;
+}
+
 TEST_F(HttpTest, ErrorsMapToHttpStatusesWithTheGrpcCodeInTheBody) {
   Start({});
   ASSERT_EQ(
