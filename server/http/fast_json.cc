@@ -224,11 +224,9 @@ void Tag(int field, int wire_type, std::string* out) {
   Varint(static_cast<std::uint64_t>(field) << 3 | wire_type, out);
 }
 
-// A length-delimited field (omitted when empty, as proto3 omits it, unless
-// `always`: a message that is set).
-void Delimited(int field, std::string_view bytes, std::string* out,
-               bool always = false) {
-  if (bytes.empty() && !always) return;
+// A string or bytes field (omitted when empty, as proto3 omits it).
+void Delimited(int field, std::string_view bytes, std::string* out) {
+  if (bytes.empty()) return;
   Tag(field, kLen, out);
   Varint(bytes.size(), out);
   out->append(bytes);
@@ -240,29 +238,45 @@ void Uint(int field, std::uint64_t v, std::string* out) {
   Varint(v, out);
 }
 
-void TimeField(int field, Time t, std::string* out) {
-  std::string message;
-  Uint(1, static_cast<std::uint64_t>(t.seconds), &message);
-  Uint(2, static_cast<std::uint64_t>(static_cast<std::int64_t>(t.nanos)),
-       &message);
-  Delimited(field, message, out, /*always=*/true);
+// A message field written by `write` in place after its tag, its length
+// put in front once known (no copy while it fits one byte, as an
+// operation does).
+template <typename Write>
+void Nested(int field, std::string* out, Write write) {
+  Tag(field, kLen, out);
+  const std::size_t at = out->size();
+  out->push_back(0);
+  write(out);
+  const std::size_t length = out->size() - at - 1;
+  std::string prefix;
+  Varint(length, &prefix);
+  out->replace(at, 1, prefix);
 }
 
-// The canonical standard base64 of `text` decoded.
-bool Base64(std::string_view text, std::string* out) {
-  std::string check;
+void TimeField(int field, Time t, std::string* out) {
+  Nested(field, out, [&](std::string* m) {
+    Uint(1, static_cast<std::uint64_t>(t.seconds), m);
+    Uint(2, static_cast<std::uint64_t>(static_cast<std::int64_t>(t.nanos)), m);
+  });
+}
+
+// The canonical standard base64 of `text` decoded, appended as field
+// `field`. (The decoded bytes and the check use buffers kept per thread.)
+bool Base64Field(int field, std::string_view text, std::string* out) {
+  thread_local std::string bytes, check;
   const absl::string_view in(text.data(), text.size());
-  return absl::Base64Unescape(in, out) &&
-         (absl::Base64Escape(*out, &check), check == text);
+  if (!absl::Base64Unescape(in, &bytes)) return false;
+  absl::Base64Escape(bytes, &check);
+  if (check != text) return false;
+  Delimited(field, bytes, out);
+  return true;
 }
 
 // A SetTimerRequest's (Move's, Remove's) fields, numbered as in delayd.proto.
 bool WriteSet(const Op& op, std::string* out) {
-  std::string payload;
-  if (!Base64(op.payload64, &payload)) return false;
   Delimited(1, op.ns, out);
   Delimited(2, op.key, out);
-  Delimited(3, payload, out);
+  if (!Base64Field(3, op.payload64, out)) return false;
   if (op.seen & kDelay) TimeField(4, op.delay, out);
   if (op.seen & kFireTime) TimeField(5, op.fire_time, out);
   Uint(6, op.if_absent ? 1 : 0, out);
@@ -301,23 +315,17 @@ bool ReadBatchOperation(od::object object, std::string* out) {
     }
     one = true;
     Op op;
-    std::string fields;
-    if (name == "set") {
-      if (!ReadOp(inner, kSetFields, &op) || !WriteSet(op, &fields)) {
-        return false;
-      }
-      Delimited(1, fields, out, true);
-    } else if (name == "move") {
-      if (!ReadOp(inner, kMoveFields, &op)) return false;
-      WriteMove(op, &fields);
-      Delimited(2, fields, out, true);
-    } else if (name == "remove") {
-      if (!ReadOp(inner, kRemoveFields, &op)) return false;
-      WriteRemove(op, &fields);
-      Delimited(3, fields, out, true);
+    bool ok = true;
+    if (name == "set" && ReadOp(inner, kSetFields, &op)) {
+      Nested(1, out, [&](std::string* m) { ok = WriteSet(op, m); });
+    } else if (name == "move" && ReadOp(inner, kMoveFields, &op)) {
+      Nested(2, out, [&](std::string* m) { WriteMove(op, m); });
+    } else if (name == "remove" && ReadOp(inner, kRemoveFields, &op)) {
+      Nested(3, out, [&](std::string* m) { WriteRemove(op, m); });
     } else {
       return false;
     }
+    if (!ok) return false;
   }
   return true;
 }
@@ -346,6 +354,7 @@ std::optional<std::string> Parse(const std::string& body, Read read) {
     return std::nullopt;
   }
   std::string wire;
+  wire.reserve(body.size());  // (never longer than its JSON)
   // (With the top object read, the document must have nothing after it.)
   if (!read(top, &wire) ||
       doc.current_location().error() != simdjson::OUT_OF_BOUNDS) {
@@ -374,12 +383,11 @@ std::optional<std::string> BatchRequestWire(const std::string& body) {
       one = true;
       for (auto element : ops) {
         od::object object;
-        std::string fields;
-        if (element.get_object().get(object) ||
-            !ReadBatchOperation(object, &fields)) {
-          return false;
-        }
-        Delimited(1, fields, wire, /*always=*/true);
+        if (element.get_object().get(object)) return false;
+        bool ok = false;
+        Nested(1, wire,
+               [&](std::string* m) { ok = ReadBatchOperation(object, m); });
+        if (!ok) return false;
       }
     }
     return one;
