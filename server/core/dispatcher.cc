@@ -193,24 +193,24 @@ void Dispatcher::Unsubscribe(std::uint64_t id) {
     auto worker = std::find_if(workers_.begin(), workers_.end(),
                                [id](const Worker& w) { return w.id == id; });
     if (worker == workers_.end()) return;
-    // Its unacknowledged events go back to the front of the queue, oldest
-    // first; or, if it keeps its leases, stay in flight until acknowledged,
-    // nacked or past their deadlines (each path finds no worker, and is
-    // done with it).
+    // What its client never got was not an attempt: back to the queue, its
+    // attempt not counted.
+    std::vector<std::uint64_t> back = worker->sink->TakeUnwritten();
+    std::sort(back.rbegin(), back.rend());
+    for (std::uint64_t event_id : back) {
+      auto it = outstanding_.find(event_id);
+      if (it != outstanding_.end() && it->second.worker == id &&
+          worker->in_flight.erase(event_id) == 1) {
+        TakeBack(event_id, it->second);
+      }
+    }
+    // Its other unacknowledged events go back to the front of the queue,
+    // oldest first; or, if it keeps its leases, stay in flight until
+    // acknowledged, nacked or past their deadlines (each path finds no
+    // worker, and is done with it).
     std::vector<std::uint64_t> mine;
     if (!worker->keep_leases) {
       mine.assign(worker->in_flight.begin(), worker->in_flight.end());
-    } else {
-      // What its client never got is not leased to it.
-      std::vector<std::uint64_t> back = worker->sink->TakeUnwritten();
-      std::sort(back.rbegin(), back.rend());
-      for (std::uint64_t event_id : back) {
-        auto it = outstanding_.find(event_id);
-        if (it != outstanding_.end() && it->second.worker == id &&
-            worker->in_flight.erase(event_id) == 1) {
-          TakeBack(event_id, it->second);
-        }
-      }
     }
     std::sort(mine.rbegin(), mine.rend());
     // One that has had its last attempt becomes a dead letter: a poison

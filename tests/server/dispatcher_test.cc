@@ -50,8 +50,8 @@ class DispatcherTest : public ::testing::TestWithParam<bool> {
   std::shared_ptr<FakeSubscriber> Subscribe(
       std::uint32_t max_in_flight = 100,
       std::chrono::seconds ack_timeout = std::chrono::seconds(60),
-      bool keep_leases = false) {
-    auto sub = std::make_shared<FakeSubscriber>();
+      bool keep_leases = false, bool stalled = false) {
+    auto sub = std::make_shared<FakeSubscriber>(stalled);
     SubscribeOptions o;
     o.max_in_flight = max_in_flight;
     o.ack_timeout = ack_timeout;
@@ -221,6 +221,24 @@ TEST_P(DispatcherTest, ALeavingWorkersEventsGoToOthersAtOnce) {
   ASSERT_EQ(got.size(), 2u);
   EXPECT_EQ(got[0].key, "k0");  // Oldest first.
   EXPECT_EQ(got[0].attempt, 2u);
+}
+
+TEST_P(DispatcherTest, WhatAWorkerNeverGotIsNotCountedAsAnAttempt) {
+  Policy p;
+  p.max_attempts = 1;
+  SetPolicy(p);
+  // Handed to its stream, never written to its client.
+  auto stalled = Subscribe(100, 60s, /*keep_leases=*/false, /*stalled=*/true);
+  Publish(2);
+  ASSERT_EQ(stalled->WaitFor(2, 10s).size(), 2u);
+  auto staying = Subscribe();
+  dispatcher_->Unsubscribe(1);
+  const auto got = staying->WaitFor(2, 10s);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].key, "k0");  // Oldest first.
+  EXPECT_EQ(got[0].attempt, 1u);
+  EXPECT_EQ(got[1].attempt, 1u);
+  EXPECT_EQ(counters_.of(0).dead_letters.load(), 0u);
 }
 
 TEST_P(DispatcherTest, AWorkerThatKeepsLeasesLeavesItsEventsInFlight) {

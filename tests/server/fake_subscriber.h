@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "server/core/dispatcher.h"
@@ -35,6 +36,7 @@ class FakeSubscriber : public Subscriber {
       got_.push_back({e->id, std::string(e->blob.key()), e->fire_time,
                       WallNow(), std::string(e->blob.payload()), e->attempt});
       if (stalled_) {
+        unwritten_ids_.push_back(e->id);
         ++unwritten_.events;
         unwritten_.bytes += e->blob.key().size() + e->blob.payload().size();
       }
@@ -46,12 +48,18 @@ class FakeSubscriber : public Subscriber {
     std::lock_guard lock(mu_);
     return unwritten_;
   }
+  std::vector<std::uint64_t> TakeUnwritten() override {
+    std::lock_guard lock(mu_);
+    unwritten_ = {};
+    return std::exchange(unwritten_ids_, {});
+  }
   // Everything unwritten is written now.
   void Unstall() {
     {
       std::lock_guard lock(mu_);
       stalled_ = false;
       unwritten_ = {};
+      unwritten_ids_.clear();
     }
     on_drained();
   }
@@ -86,6 +94,7 @@ class FakeSubscriber : public Subscriber {
   std::vector<Got> got_;
   bool stalled_ = false;
   Backlog unwritten_;
+  std::vector<std::uint64_t> unwritten_ids_;
   bool ended_ = false;
   Code end_code_ = Code::kOk;
 };
