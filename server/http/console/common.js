@@ -106,11 +106,11 @@ const nsPath = (ns) => `/v1/namespaces/${enc(ns)}`;
 
 let pageTimer = null;    // the polling of the page shown
 let pageAbort = null;    // ends the page's watch, if any
-const history = new Map();  // series name → [{t, v}]
+const remembered = new Map();  // series name → [{t, v}]
 
 function remember(name, value) {
-  let s = history.get(name);
-  if (!s) history.set(name, (s = []));
+  let s = remembered.get(name);
+  if (!s) remembered.set(name, (s = []));
   s.push({t: Date.now(), v: value});
   if (s.length > HISTORY) s.shift();
   return s;

@@ -75,7 +75,7 @@ async function overview() {
       chart([
         {name: 'pending', color: 'c1', points: remember('pending', num(s.pendingTimers))},
         {name: 'ready', color: 'c2', points: remember('ready', num(s.readyEvents))},
-        {name: 'delivered/s', color: 'c3', points: r == null ? history.get('delivered/s') || [] : remember('delivered/s', r)},
+        {name: 'delivered/s', color: 'c3', points: r == null ? remembered.get('delivered/s') || [] : remember('delivered/s', r)},
       ]));
     body.replaceChildren(...(s.namespaces || []).map((n) => {
       const nr = rate(`ns:${n.namespace}`, num(n.eventsDelivered));
