@@ -178,7 +178,8 @@ async function run(page) {
 
   // Policy: a bad value shows the daemon's error and changes nothing.
   await page.click('text=Policy');
-  await page.locator('#p-maxAttempts').waitFor({timeout: TIMEOUT});
+  // (The form is disabled until the policy in force is on it.)
+  await page.locator('#p-maxAttempts:enabled').waitFor({timeout: TIMEOUT});
   check(await page.inputValue('#p-maxAttempts') === '1', 'the form shows the policy in force');
   await page.fill('#p-maxDispatchRate', '1e9');
   await page.click('text=Save policy');

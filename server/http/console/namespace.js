@@ -224,8 +224,15 @@ function policyTab(ns, el) {
   }
   form.append(h('div', {class: 'row actions'}, h('button', {type: 'submit'}, 'Save policy'),
     h('button', {type: 'button', class: 'ghost', onclick: () => fill(current)}, 'Undo changes')));
+  // Nothing can be saved until the policy in force is on the form: a
+  // save from an empty form would set every field to 0.
+  const controls = () => form.querySelectorAll('input, button');
+  controls().forEach((c) => { c.disabled = true; });
+  form.setAttribute('aria-busy', 'true');
   function fill(p) {
     current = p;
+    controls().forEach((c) => { c.disabled = false; });
+    form.removeAttribute('aria-busy');
     for (const [f, , kind] of POLICY_FIELDS) {
       inputs[f].value = kind === 'duration' ? (p[f] || '0s') : String(p[f] ?? 0);
       inputs[f].removeAttribute('aria-invalid');
