@@ -58,6 +58,39 @@ CREATE TABLE delayd_schedules (
   PRIMARY KEY (ns, key)
 );
 )sql",
+      // 3: nodes and partition leases (pg_lease.h).
+      R"sql(
+CREATE TABLE delayd_nodes (
+  node text PRIMARY KEY,
+  advertise text NOT NULL,
+  heartbeat_at timestamptz NOT NULL,
+  started_at timestamptz NOT NULL
+);
+CREATE TABLE delayd_leases (
+  part integer PRIMARY KEY,
+  owner text,
+  epoch bigint NOT NULL,
+  expires_at timestamptz NOT NULL
+);
+INSERT INTO delayd_leases (part, owner, epoch, expires_at)
+  SELECT g, NULL, 0, now()
+  FROM generate_series(0, (SELECT partitions FROM delayd_schema) - 1) AS g;
+CREATE FUNCTION delayd_fence(node text, parts int4[], epochs int8[])
+RETURNS void LANGUAGE plpgsql AS $fence$
+BEGIN
+  -- Shared locks: a node taking one of these leases waits for this
+  -- transaction to end, and then reads what it wrote.
+  PERFORM 1 FROM delayd_leases WHERE part = ANY(parts) FOR SHARE;
+  IF (SELECT count(*) FROM delayd_leases l,
+        unnest(parts, epochs) AS h(part, epoch)
+      WHERE l.part = h.part AND l.epoch = h.epoch AND l.owner = node)
+     <> cardinality(parts) THEN
+    RAISE EXCEPTION 'a partition lease of node % was lost', node
+      USING ERRCODE = 'DL001';
+  END IF;
+END
+$fence$;
+)sql",
   };
   return kMigrations;
 }

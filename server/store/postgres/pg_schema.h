@@ -16,6 +16,9 @@
 //   delayd_policies  namespace policies, by name
 //   delayd_commits   per daemon, the id of its last committed write group
 //                    (how a commit whose answer was lost is told)
+//   delayd_schedules recurring schedules
+//   delayd_nodes     nodes of a cluster and their heartbeats (pg_lease.h)
+//   delayd_leases    per partition, its owner, epoch and lease expiry
 #ifndef DELAYD_SERVER_STORE_POSTGRES_PG_SCHEMA_H_
 #define DELAYD_SERVER_STORE_POSTGRES_PG_SCHEMA_H_
 
@@ -26,7 +29,7 @@
 namespace delayd::pg {
 
 // The schema this binary writes.
-inline constexpr int kSchemaVersion = 2;
+inline constexpr int kSchemaVersion = 3;
 
 struct Schema {
   int version = 0;

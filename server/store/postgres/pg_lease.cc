@@ -1,0 +1,209 @@
+#include "server/store/postgres/pg_lease.h"
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+namespace delayd::pg {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Runs `sql` with `p`, results in binary; OK with the result in *out if it
+// ran, else why not.
+Status Run(PGconn* conn, const char* sql, Params& p, const char* what,
+           Result* out) {
+  out->reset(PQexecParams(conn, sql, p.count(), nullptr, p.values(),
+                          p.lengths(), p.formats(), 1));
+  const ExecStatusType s = PQresultStatus(out->get());
+  if (s == PGRES_COMMAND_OK || s == PGRES_TUPLES_OK) return Status::Ok();
+  const std::string error = std::string(what) + ": " + ErrorOf(out->get());
+  return IsUnavailable(out->get()) || PQstatus(conn) != CONNECTION_OK
+             ? Status::Unavailable(error)
+             : Status::Internal(error);
+}
+
+void AddLeases(const std::vector<Lease>& held, Params* p) {
+  Array parts(kInt4), epochs(kInt8);
+  for (const Lease& l : held) {
+    parts.Int32(l.part);
+    epochs.Int64(l.epoch);
+  }
+  p->Add(parts.Encode());
+  p->Add(epochs.Encode());
+}
+
+// Rows of (part int4, epoch int8) as leases valid until `valid_until`.
+void ReadLeases(const PGresult* r, Clock::time_point valid_until,
+                std::vector<Lease>* out) {
+  out->clear();
+  for (int i = 0; i < PQntuples(r); ++i) {
+    out->push_back({GetInt32(PQgetvalue(r, i, 0)),
+                    GetInt64(PQgetvalue(r, i, 1)), valid_until});
+  }
+  std::sort(out->begin(), out->end(),
+            [](const Lease& a, const Lease& b) { return a.part < b.part; });
+}
+
+}  // namespace
+
+Status Heartbeat(PGconn* conn, std::string_view node,
+                 std::string_view advertise) {
+  Params p;
+  p.Bytes(node);
+  p.Bytes(advertise);
+  Result r;
+  return Run(conn,
+             "INSERT INTO delayd_nodes (node, advertise, heartbeat_at, "
+             "started_at) VALUES ($1::text, $2::text, now(), now()) "
+             "ON CONFLICT (node) DO UPDATE SET advertise = EXCLUDED.advertise, "
+             "heartbeat_at = now()",
+             p, "recording the node's heartbeat", &r);
+}
+
+Status LiveNodes(PGconn* conn, std::chrono::milliseconds ttl,
+                 std::vector<std::string>* out) {
+  Params p;
+  p.Int64(ttl.count());
+  Result r;
+  if (Status s = Run(conn,
+                     "SELECT node FROM delayd_nodes WHERE heartbeat_at > "
+                     "now() - $1::int8 * interval '1 millisecond' ORDER BY "
+                     "node",
+                     p, "reading the live nodes", &r);
+      !s.ok()) {
+    return s;
+  }
+  out->clear();
+  for (int i = 0; i < PQntuples(r.get()); ++i) {
+    out->emplace_back(PQgetvalue(r.get(), i, 0), PQgetlength(r.get(), i, 0));
+  }
+  return Status::Ok();
+}
+
+Status Owners(PGconn* conn, std::map<int, std::string>* out) {
+  Params p;
+  Result r;
+  if (Status s = Run(conn,
+                     "SELECT part, owner FROM delayd_leases WHERE owner IS "
+                     "NOT NULL AND expires_at > now()",
+                     p, "reading the partitions' owners", &r);
+      !s.ok()) {
+    return s;
+  }
+  out->clear();
+  for (int i = 0; i < PQntuples(r.get()); ++i) {
+    (*out)[GetInt32(PQgetvalue(r.get(), i, 0))] =
+        std::string(PQgetvalue(r.get(), i, 1), PQgetlength(r.get(), i, 1));
+  }
+  return Status::Ok();
+}
+
+Status Acquire(PGconn* conn, std::string_view node,
+               const std::vector<int>& parts, const LeaseTerms& terms,
+               std::vector<Lease>* taken) {
+  Params p;
+  p.Bytes(node);
+  Array array(kInt4);
+  for (int part : parts) array.Int32(part);
+  p.Add(array.Encode());
+  p.Int64(terms.ttl.count());
+  const Clock::time_point sent = Clock::now();
+  Result r;
+  // (Two nodes taking one row: the second's UPDATE waits for the first's,
+  // then finds the row no longer free and skips it.)
+  if (Status s = Run(conn,
+                     "UPDATE delayd_leases SET owner = $1::text, epoch = epoch "
+                     "+ 1, expires_at = now() + $3::int8 * interval '1 "
+                     "millisecond' WHERE part = ANY($2::int4[]) AND (owner IS "
+                     "NULL OR expires_at <= now()) RETURNING part, epoch",
+                     p, "taking partition leases", &r);
+      !s.ok()) {
+    return s;
+  }
+  ReadLeases(r.get(), sent + terms.ttl - terms.margin, taken);
+  return Status::Ok();
+}
+
+Status Renew(PGconn* conn, std::string_view node,
+             const std::vector<Lease>& held, const LeaseTerms& terms,
+             std::vector<Lease>* kept) {
+  Params p;
+  p.Bytes(node);
+  AddLeases(held, &p);
+  p.Int64(terms.ttl.count());
+  const Clock::time_point sent = Clock::now();
+  Result r;
+  if (Status s = Run(conn,
+                     "UPDATE delayd_leases l SET expires_at = now() + "
+                     "$4::int8 * interval '1 millisecond' FROM "
+                     "unnest($2::int4[], $3::int8[]) AS h(part, epoch) WHERE "
+                     "l.part = h.part AND l.epoch = h.epoch AND l.owner = "
+                     "$1::text RETURNING l.part, l.epoch",
+                     p, "renewing partition leases", &r);
+      !s.ok()) {
+    return s;
+  }
+  ReadLeases(r.get(), sent + terms.ttl - terms.margin, kept);
+  return Status::Ok();
+}
+
+Status Release(PGconn* conn, std::string_view node,
+               const std::vector<Lease>& held) {
+  Params p;
+  p.Bytes(node);
+  AddLeases(held, &p);
+  Result r;
+  return Run(conn,
+             "UPDATE delayd_leases l SET owner = NULL, expires_at = now() "
+             "FROM unnest($2::int4[], $3::int8[]) AS h(part, epoch) WHERE "
+             "l.part = h.part AND l.epoch = h.epoch AND l.owner = $1::text",
+             p, "releasing partition leases", &r);
+}
+
+Params FenceParams(std::string_view node, const std::vector<Lease>& held) {
+  Params p;
+  p.Bytes(node);
+  AddLeases(held, &p);
+  return p;
+}
+
+bool IsFenced(const PGresult* result) {
+  const char* state = PQresultErrorField(result, PG_DIAG_SQLSTATE);
+  return state != nullptr && std::strcmp(state, "DL001") == 0;
+}
+
+Rebalance Balance(int partitions, const std::vector<std::string>& live,
+                  std::string_view me,
+                  const std::map<int, std::string>& owners) {
+  Rebalance out;
+  std::vector<std::string> nodes = live;
+  if (std::find(nodes.begin(), nodes.end(), me) == nodes.end()) {
+    nodes.emplace_back(me);
+  }
+  std::sort(nodes.begin(), nodes.end());
+  const int n = static_cast<int>(nodes.size());
+  const int rank = static_cast<int>(std::find(nodes.begin(), nodes.end(), me) -
+                                    nodes.begin());
+  const int share = partitions / n + (rank < partitions % n ? 1 : 0);
+  const std::set<std::string_view> alive(nodes.begin(), nodes.end());
+  std::vector<int> mine, free;
+  for (int part = 0; part < partitions; ++part) {
+    const auto it = owners.find(part);
+    if (it != owners.end() && it->second == me) {
+      mine.push_back(part);
+    } else if (it == owners.end() || !alive.contains(it->second)) {
+      free.push_back(part);
+    }
+  }
+  const int have = static_cast<int>(mine.size());
+  if (have > share) {
+    out.give.assign(mine.end() - (have - share), mine.end());
+  } else {
+    const int want = std::min<int>(share - have, static_cast<int>(free.size()));
+    out.take.assign(free.begin(), free.begin() + want);
+  }
+  return out;
+}
+
+}  // namespace delayd::pg

@@ -1,0 +1,214 @@
+// Partition leases (pg_lease.h) against a real PostgreSQL the test starts:
+// a lease has one owner, moves only when free or expired and then with a
+// new epoch; a deposed owner's fenced writes fail; a taker waits for a
+// fenced write in progress and then sees it. And the even split Balance
+// plans, without a database.
+#include "server/store/postgres/pg_lease.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "server/store/postgres/pg_schema.h"
+#include "tests/server/test_stores.h"
+
+namespace delayd::pg {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::PostgresServer;
+
+// A migrated database with 8 partitions, and connections to it.
+class PgLeaseTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    pg_ = testing::SharedPostgres();
+    ASSERT_NE(pg_, nullptr);
+    url_ = pg_->Url(pg_->NewDatabase());
+    Conn c = Connect();
+    Schema schema;
+    ASSERT_TRUE(Migrate(c.get(), 8, &schema).ok());
+    ASSERT_EQ(schema.version, kSchemaVersion);
+  }
+  Conn Connect() {
+    Conn c(PQconnectdb(url_.c_str()));
+    EXPECT_EQ(PQstatus(c.get()), CONNECTION_OK) << ErrorOf(c.get());
+    return c;
+  }
+  static std::vector<int> Parts(const std::vector<Lease>& leases) {
+    std::vector<int> out;
+    for (const Lease& l : leases) out.push_back(l.part);
+    return out;
+  }
+  // Runs `sql` on `c`; true if it succeeded.
+  static bool Ok(PGconn* c, const char* sql) {
+    Result r(PQexec(c, sql));
+    return PQresultStatus(r.get()) == PGRES_COMMAND_OK ||
+           PQresultStatus(r.get()) == PGRES_TUPLES_OK;
+  }
+  // BEGIN, the fence for `held` as `node`; the fence's result.
+  static Result BeginFenced(PGconn* c, std::string_view node,
+                            const std::vector<Lease>& held) {
+    EXPECT_TRUE(Ok(c, "BEGIN"));
+    Params p = FenceParams(node, held);
+    return Result(PQexecParams(c, kFenceSql, p.count(), nullptr, p.values(),
+                               p.lengths(), p.formats(), 1));
+  }
+  // Takes `parts` as `node`, trying until taken (they must expire first),
+  // for at most 10 s.
+  std::vector<Lease> TakeWhenExpired(PGconn* c, std::string_view node,
+                                     const std::vector<int>& parts,
+                                     const LeaseTerms& terms) {
+    std::vector<Lease> taken;
+    const auto end = std::chrono::steady_clock::now() + 10s;
+    while (taken.size() < parts.size() &&
+           std::chrono::steady_clock::now() < end) {
+      std::vector<Lease> got;
+      EXPECT_TRUE(Acquire(c, node, parts, terms, &got).ok());
+      taken.insert(taken.end(), got.begin(), got.end());
+      std::this_thread::yield();
+    }
+    return taken;
+  }
+
+  PostgresServer* pg_ = nullptr;
+  std::string url_;
+};
+
+TEST_F(PgLeaseTest, ALeaseHasOneOwnerAndEachTakingANewEpoch) {
+  Conn a = Connect(), b = Connect();
+  const LeaseTerms terms{60s, 1s};
+  std::vector<Lease> held, other;
+  ASSERT_TRUE(Acquire(a.get(), "a", {0, 1, 2, 3}, terms, &held).ok());
+  ASSERT_EQ(Parts(held), (std::vector<int>{0, 1, 2, 3}));
+  for (const Lease& l : held) EXPECT_EQ(l.epoch, 1);
+  EXPECT_GT(held[0].valid_until, std::chrono::steady_clock::now() + 55s);
+  EXPECT_LT(held[0].valid_until, std::chrono::steady_clock::now() + 60s);
+  ASSERT_TRUE(Acquire(b.get(), "b", {0, 1, 2, 3, 4}, terms, &other).ok());
+  EXPECT_EQ(Parts(other), (std::vector<int>{4}));  // only the free one
+  std::map<int, std::string> owners;
+  ASSERT_TRUE(Owners(a.get(), &owners).ok());
+  EXPECT_EQ(owners, (std::map<int, std::string>{
+                        {0, "a"}, {1, "a"}, {2, "a"}, {3, "a"}, {4, "b"}}));
+  // Given up, a lease is free at once; the next owner's epoch is new.
+  ASSERT_TRUE(Release(a.get(), "a", {held[0], held[1]}).ok());
+  ASSERT_TRUE(Acquire(b.get(), "b", {0, 1}, terms, &other).ok());
+  ASSERT_EQ(Parts(other), (std::vector<int>{0, 1}));
+  EXPECT_EQ(other[0].epoch, 2);
+  // The old owner can neither renew nor release what it lost.
+  std::vector<Lease> kept;
+  ASSERT_TRUE(Renew(a.get(), "a", held, terms, &kept).ok());
+  EXPECT_EQ(Parts(kept), (std::vector<int>{2, 3}));
+  ASSERT_TRUE(Release(a.get(), "a", {held[0]}).ok());
+  ASSERT_TRUE(Owners(a.get(), &owners).ok());
+  EXPECT_EQ(owners[0], "b");
+}
+
+TEST_F(PgLeaseTest, AnExpiredLeaseMovesAndItsOldOwnersWritesAreFenced) {
+  Conn a = Connect(), b = Connect();
+  const LeaseTerms terms{200ms, 100ms};
+  std::vector<Lease> mine;
+  ASSERT_TRUE(Acquire(a.get(), "a", {5}, terms, &mine).ok());
+  ASSERT_EQ(mine.size(), 1u);
+  // While held, a's fenced transaction goes through.
+  Result fence = BeginFenced(a.get(), "a", mine);
+  ASSERT_EQ(PQresultStatus(fence.get()), PGRES_TUPLES_OK)
+      << ErrorOf(fence.get());
+  ASSERT_TRUE(Ok(a.get(), "COMMIT"));
+  // Not renewed, it expires and b takes it.
+  const std::vector<Lease> theirs = TakeWhenExpired(b.get(), "b", {5}, terms);
+  ASSERT_EQ(theirs.size(), 1u);
+  EXPECT_EQ(theirs[0].epoch, mine[0].epoch + 1);
+  // a's next write fails as fenced, and its transaction with it.
+  fence = BeginFenced(a.get(), "a", mine);
+  EXPECT_EQ(PQresultStatus(fence.get()), PGRES_FATAL_ERROR);
+  EXPECT_TRUE(IsFenced(fence.get())) << ErrorOf(fence.get());
+  EXPECT_FALSE(Ok(a.get(), "SELECT 1"));  // the transaction is aborted
+  ASSERT_TRUE(Ok(a.get(), "ROLLBACK"));
+  std::vector<Lease> kept;
+  ASSERT_TRUE(Renew(a.get(), "a", mine, terms, &kept).ok());
+  EXPECT_TRUE(kept.empty());
+  // b's goes through.
+  fence = BeginFenced(b.get(), "b", theirs);
+  EXPECT_EQ(PQresultStatus(fence.get()), PGRES_TUPLES_OK)
+      << ErrorOf(fence.get());
+  ASSERT_TRUE(Ok(b.get(), "COMMIT"));
+}
+
+TEST_F(PgLeaseTest, ATakerWaitsForAFencedWriteInProgressThenSeesIt) {
+  Conn a = Connect(), b = Connect(), watch = Connect();
+  ASSERT_TRUE(Ok(watch.get(), "CREATE TABLE t (v int)"));
+  const LeaseTerms terms{200ms, 100ms};
+  std::vector<Lease> mine;
+  ASSERT_TRUE(Acquire(a.get(), "a", {2}, terms, &mine).ok());
+  Result fence = BeginFenced(a.get(), "a", mine);
+  ASSERT_EQ(PQresultStatus(fence.get()), PGRES_TUPLES_OK);
+  ASSERT_TRUE(Ok(a.get(), "INSERT INTO t VALUES (42)"));
+  // The lease expires while a's transaction is open; b's taking waits.
+  std::vector<Lease> theirs;
+  std::thread taker(
+      [&] { theirs = TakeWhenExpired(b.get(), "b", {2}, terms); });
+  const std::string b_pid = std::to_string(PQbackendPID(b.get()));
+  bool waiting = false;
+  for (const auto end = std::chrono::steady_clock::now() + 10s;
+       !waiting && std::chrono::steady_clock::now() < end;) {
+    Result r(PQexec(watch.get(), ("SELECT wait_event_type FROM "
+                                  "pg_stat_activity WHERE pid = " +
+                                  b_pid)
+                                     .c_str()));
+    waiting = PQntuples(r.get()) == 1 &&
+              std::string_view(PQgetvalue(r.get(), 0, 0)) == "Lock";
+  }
+  ASSERT_TRUE(waiting) << "b's UPDATE of the lease should wait on a's lock";
+  ASSERT_TRUE(Ok(a.get(), "COMMIT"));
+  taker.join();
+  ASSERT_EQ(theirs.size(), 1u);
+  EXPECT_EQ(theirs[0].epoch, mine[0].epoch + 1);
+  Result seen(PQexec(b.get(), "SELECT v FROM t"));
+  ASSERT_EQ(PQntuples(seen.get()), 1);
+  EXPECT_STREQ(PQgetvalue(seen.get(), 0, 0), "42");
+}
+
+TEST_F(PgLeaseTest, NodesAreLiveWhileTheirHeartbeatIsYoung) {
+  Conn c = Connect();
+  ASSERT_TRUE(Heartbeat(c.get(), "n2", "127.0.0.1:7002").ok());
+  ASSERT_TRUE(Heartbeat(c.get(), "n1", "127.0.0.1:7001").ok());
+  ASSERT_TRUE(Heartbeat(c.get(), "n1", "127.0.0.1:7011").ok());  // moved
+  std::vector<std::string> live;
+  ASSERT_TRUE(LiveNodes(c.get(), 60s, &live).ok());
+  EXPECT_EQ(live, (std::vector<std::string>{"n1", "n2"}));
+  ASSERT_TRUE(LiveNodes(c.get(), 0ms, &live).ok());
+  EXPECT_TRUE(live.empty());
+  Result r(PQexec(c.get(),
+                  "SELECT advertise FROM delayd_nodes WHERE node = "
+                  "'n1'"));
+  EXPECT_STREQ(PQgetvalue(r.get(), 0, 0), "127.0.0.1:7011");
+}
+
+TEST(PgLeaseBalance, LiveNodesGetEvenSharesAndNeverTakeFromEachOther) {
+  const std::vector<std::string> live = {"a", "b", "c"};
+  // Nothing owned yet: 16 over 3 is 6, 5, 5, each taking the lowest free.
+  Rebalance r = Balance(16, live, "a", {});
+  EXPECT_EQ(r.take.size(), 6u);
+  EXPECT_TRUE(r.give.empty());
+  EXPECT_EQ(Balance(16, live, "c", {}).take.size(), 5u);
+  // a owns everything: it gives up the ten highest.
+  std::map<int, std::string> owners;
+  for (int p = 0; p < 16; ++p) owners[p] = "a";
+  r = Balance(16, live, "a", owners);
+  EXPECT_TRUE(r.take.empty());
+  EXPECT_EQ(r.give, (std::vector<int>{6, 7, 8, 9, 10, 11, 12, 13, 14, 15}));
+  // b may take nothing a live node owns...
+  EXPECT_TRUE(Balance(16, live, "b", owners).take.empty());
+  // ...but what a dead node owns, lowest first.
+  for (int p = 8; p < 16; ++p) owners[p] = "gone";
+  r = Balance(16, live, "b", owners);
+  EXPECT_EQ(r.take, (std::vector<int>{8, 9, 10, 11, 12}));
+  // A node not yet in the live list counts itself.
+  r = Balance(4, {"a"}, "b", {{0, "a"}, {1, "a"}});
+  EXPECT_EQ(r.take, (std::vector<int>{2, 3}));
+}
+
+}  // namespace
+}  // namespace delayd::pg
