@@ -3,6 +3,7 @@
 #include <string>
 
 #include "server/http/console_assets.h"
+#include "server/http/respond.h"
 
 namespace delayd::http {
 namespace {
@@ -21,25 +22,18 @@ bool ServeConsole(mg_connection* conn, std::string_view path) {
   if (path == "/index.html") path = "/";
   for (const Asset& a : ConsoleAssets()) {
     if (a.path != path) continue;
-    mg_response_header_start(conn, 200);
-    mg_response_header_add(conn, "Content-Type", ContentType(path), -1);
     // Revalidated on each load, so a new daemon's console is never mixed
     // with an old one's cached script.
-    mg_response_header_add(conn, "Cache-Control", "no-cache", -1);
-    mg_response_header_add(
-        conn, "Content-Security-Policy",
-        "default-src 'none'; script-src 'self'; style-src 'self'; "
-        "img-src 'self'; connect-src 'self'; form-action 'none'; "
-        "base-uri 'none'; frame-ancestors 'none'",
-        -1);
-    mg_response_header_add(conn, "X-Content-Type-Options", "nosniff", -1);
-    mg_response_header_add(conn, "Referrer-Policy", "no-referrer", -1);
-    mg_response_header_add(conn, "Content-Length",
-                           std::to_string(a.body.size()).c_str(), -1);
-    mg_response_header_send(conn);
-    if (std::string_view(mg_get_request_info(conn)->request_method) != "HEAD") {
-      mg_write(conn, a.body.data(), a.body.size());
-    }
+    static constexpr std::string_view kHeaders =
+        "Cache-Control: no-cache\r\n"
+        "Content-Security-Policy: default-src 'none'; script-src 'self'; "
+        "style-src 'self'; img-src 'self'; connect-src 'self'; "
+        "form-action 'none'; base-uri 'none'; frame-ancestors 'none'\r\n"
+        "X-Content-Type-Options: nosniff\r\n"
+        "Referrer-Policy: no-referrer\r\n";
+    SendWhole(
+        conn, 200, ContentType(path), kHeaders, a.body,
+        std::string_view(mg_get_request_info(conn)->request_method) != "HEAD");
     return true;
   }
   return false;

@@ -4,6 +4,7 @@
 
 #include <ctime>
 #include <string>
+#include <string_view>
 
 #include "server/http/transcode.h"
 
@@ -40,25 +41,35 @@ void AddCorsHeaders(mg_connection* conn) {
   mg_response_header_add(conn, "Vary", "Origin", -1);
 }
 
-void Send(mg_connection* conn, int status, const std::string& json) {
+void SendWhole(mg_connection* conn, int status, std::string_view content_type,
+               std::string_view headers, std::string_view body,
+               bool with_body) {
   // Status line, headers and body in one write, so one segment and one
   // wake-up of the client: civetweb's header calls write the headers
   // apart, which cost a system call and a wake-up more per answer (about a
   // quarter of the door's CPU under load).
   std::string out;
-  out.reserve(json.size() + 256);
+  out.reserve(body.size() + headers.size() + 256);
   out += "HTTP/1.1 ";
   out += std::to_string(status);
   out += ' ';
   out += mg_get_response_code_text(conn, status);
-  out += "\r\nContent-Type: application/json\r\nCache-Control: no-store\r\n";
+  out += "\r\nContent-Type: ";
+  out += content_type;
+  out += "\r\n";
+  out += headers;
   out += "Date: " + DateHeader() + "\r\n";
   if (const std::string* origin = CorsOrigin(conn)) {
     out += "Access-Control-Allow-Origin: " + *origin + "\r\nVary: Origin\r\n";
   }
-  out += "Content-Length: " + std::to_string(json.size()) + "\r\n\r\n";
-  out += json;
+  out += "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n";
+  if (with_body) out += body;
   mg_write(conn, out.data(), out.size());
+}
+
+void Send(mg_connection* conn, int status, const std::string& json) {
+  SendWhole(conn, status, "application/json", "Cache-Control: no-store\r\n",
+            json);
 }
 
 void SendError(mg_connection* conn, const grpc::Status& status, int http) {

@@ -338,6 +338,14 @@ TEST_F(HttpTest, TheConsoleIsServedFromTheBinaryAndMayRunOnlyItsOwnScript) {
       << r.head;
   EXPECT_NE(r.head.find("frame-ancestors 'none'"), std::string::npos);
   EXPECT_NE(r.head.find("X-Content-Type-Options: nosniff"), std::string::npos);
+  // HEAD: the length, not the body.
+  const std::size_t length = r.body.size();
+  r = Do("HEAD", "/");
+  ASSERT_EQ(r.status, 200);
+  EXPECT_NE(r.head.find("Content-Length: " + std::to_string(length)),
+            std::string::npos)
+      << r.head;
+  EXPECT_TRUE(r.body.empty());
   r = Do("GET", "/console/console.js");
   ASSERT_EQ(r.status, 200);
   EXPECT_NE(r.head.find("Content-Type: text/javascript"), std::string::npos);
