@@ -7,9 +7,11 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <thread>
 
+#include "server/store/postgres/pg_lease_keeper.h"
 #include "server/store/postgres/pg_schema.h"
 #include "tests/server/test_stores.h"
 
@@ -18,6 +20,17 @@ namespace {
 
 using namespace std::chrono_literals;
 using testing::PostgresServer;
+
+// Whether `done()` came true within 10 s (checked every millisecond).
+template <typename Done>
+bool Eventually(Done done) {
+  const auto end = std::chrono::steady_clock::now() + 10s;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(1ms);
+  }
+  return true;
+}
 
 // A migrated database with 8 partitions, and connections to it.
 class PgLeaseTest : public ::testing::Test {
@@ -184,6 +197,89 @@ TEST_F(PgLeaseTest, NodesAreLiveWhileTheirHeartbeatIsYoung) {
                   "SELECT advertise FROM delayd_nodes WHERE node = "
                   "'n1'"));
   EXPECT_STREQ(PQgetvalue(r.get(), 0, 0), "127.0.0.1:7011");
+}
+
+// A keeper of node `node`, and what it was told.
+struct Node {
+  Node(const std::string& url, const std::string& node, LeaseTerms terms)
+      : keeper({url, node, "127.0.0.1:1", 8, terms},
+               [this](const std::vector<Lease>& gained,
+                      const std::vector<int>& lost) {
+                 for (const Lease& l : gained) epochs[l.part] = l.epoch;
+                 gains += gained.size();
+                 losses += lost.size();
+               }) {}
+  std::size_t holds() const { return keeper.held().size(); }
+  std::map<int, std::int64_t> epochs;  // (its thread only, read after Stop)
+  std::atomic<std::size_t> gains{0}, losses{0};
+  LeaseKeeper keeper;  // (last: stopped before what it tells is gone)
+};
+
+TEST_F(PgLeaseTest, KeepersSplitEvenlyAndAGracefulStopHandsOverAtOnce) {
+  const LeaseTerms terms{3s, 1s};  // a round every second
+  Node a(url_, "a", terms);
+  a.keeper.Start();
+  ASSERT_TRUE(Eventually([&] { return a.holds() == 8; }));
+  Node b(url_, "b", terms);
+  b.keeper.Start();
+  ASSERT_TRUE(Eventually([&] { return a.holds() == 4 && b.holds() == 4; }))
+      << a.holds() << " and " << b.holds();
+  for (const Lease& l : a.keeper.held()) EXPECT_LT(l.part, 4);  // its lowest
+  // Stopped with its leases given back: b has them at its next round,
+  // sooner than they could have expired (2 s at least after the stop: a's
+  // last renewal was at most a round before it).
+  const auto stopped = std::chrono::steady_clock::now();
+  a.keeper.Stop(/*release=*/true);
+  EXPECT_EQ(a.losses.load(), 8u);  // 4 given to b, then 4 at the stop
+  ASSERT_TRUE(Eventually([&] { return b.holds() == 8; }));
+  EXPECT_LT(std::chrono::steady_clock::now() - stopped, 2s);
+  b.keeper.Stop(/*release=*/true);
+  for (const auto& [part, epoch] : b.epochs) {
+    EXPECT_EQ(epoch, 2) << "partition " << part;  // a's, then b's
+  }
+}
+
+TEST_F(PgLeaseTest, ACrashedKeepersLeasesMoveOnlyOnceExpired) {
+  const LeaseTerms terms{600ms, 200ms};
+  Node a(url_, "a", terms), b(url_, "b", terms);
+  a.keeper.Start();
+  b.keeper.Start();
+  ASSERT_TRUE(Eventually([&] { return a.holds() == 4 && b.holds() == 4; }));
+  std::vector<Lease> crashed = a.keeper.held();
+  a.keeper.Stop(/*release=*/false);  // as if killed: the rows stay a's
+  const auto died = std::chrono::steady_clock::now();
+  ASSERT_TRUE(Eventually([&] { return b.holds() == 8; }));
+  // Not before a's leases could have expired (its last renewal was at most
+  // a round before it stopped).
+  EXPECT_GT(std::chrono::steady_clock::now() - died, 600ms - 200ms);
+  b.keeper.Stop(/*release=*/true);
+  for (const Lease& l : crashed) {
+    EXPECT_EQ(b.epochs[l.part], l.epoch + 1) << "partition " << l.part;
+  }
+}
+
+TEST_F(PgLeaseTest, AKeeperCutOffFromTheDatabaseLetsGoOnItsOwnClock) {
+  std::string error;
+  auto own = PostgresServer::Start(&error);
+  ASSERT_NE(own, nullptr) << error;
+  const std::string url = own->Url(own->NewDatabase());
+  {
+    Conn c(PQconnectdb(url.c_str()));
+    Schema schema;
+    ASSERT_TRUE(Migrate(c.get(), 8, &schema).ok());
+  }
+  const LeaseTerms terms{600ms, 200ms};
+  Node a(url, "a", terms);
+  a.keeper.Start();
+  ASSERT_TRUE(Eventually([&] { return a.holds() == 8; }));
+  const std::vector<Lease> held = a.keeper.held();
+  own->Stop();
+  ASSERT_TRUE(Eventually([&] { return a.holds() == 0; }));
+  // Let go no later than the validity its own clock gave each lease.
+  const auto now = std::chrono::steady_clock::now();
+  for (const Lease& l : held) EXPECT_LT(l.valid_until, now);
+  EXPECT_EQ(a.losses.load(), 8u);
+  a.keeper.Stop(/*release=*/true);
 }
 
 TEST(PgLeaseBalance, LiveNodesGetEvenSharesAndNeverTakeFromEachOther) {

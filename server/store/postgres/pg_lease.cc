@@ -61,6 +61,14 @@ Status Heartbeat(PGconn* conn, std::string_view node,
              p, "recording the node's heartbeat", &r);
 }
 
+Status Leave(PGconn* conn, std::string_view node) {
+  Params p;
+  p.Bytes(node);
+  Result r;
+  return Run(conn, "DELETE FROM delayd_nodes WHERE node = $1::text", p,
+             "taking the node out of the live nodes", &r);
+}
+
 Status LiveNodes(PGconn* conn, std::chrono::milliseconds ttl,
                  std::vector<std::string>* out) {
   Params p;

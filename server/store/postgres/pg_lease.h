@@ -54,6 +54,10 @@ struct LeaseTerms {
 Status Heartbeat(PGconn* conn, std::string_view node,
                  std::string_view advertise);
 
+// Takes node `node` out of the live nodes at once (a graceful stop), so
+// that the others' shares grow without waiting for its heartbeat to age.
+Status Leave(PGconn* conn, std::string_view node);
+
 // The nodes whose heartbeat is younger than `ttl`, by name.
 Status LiveNodes(PGconn* conn, std::chrono::milliseconds ttl,
                  std::vector<std::string>* out);

@@ -1,0 +1,150 @@
+#include "server/store/postgres/pg_lease_keeper.h"
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+namespace delayd::pg {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::vector<int> PartsOf(const std::vector<Lease>& leases) {
+  std::vector<int> out;
+  for (const Lease& l : leases) out.push_back(l.part);
+  return out;
+}
+
+bool Has(const std::vector<int>& parts, int part) {
+  return std::find(parts.begin(), parts.end(), part) != parts.end();
+}
+
+}  // namespace
+
+LeaseKeeper::LeaseKeeper(Options options, OnChange on_change)
+    : options_(std::move(options)), on_change_(std::move(on_change)) {}
+
+LeaseKeeper::~LeaseKeeper() { Stop(/*release=*/true); }
+
+void LeaseKeeper::Start() {
+  thread_ = std::thread([this] { Run(); });
+}
+
+void LeaseKeeper::Stop(bool release) {
+  if (!thread_.joinable()) return;
+  {
+    MutexLock lock(&mu_);
+    stopping_ = true;
+    release_ = release;
+  }
+  wake_.SignalAll();
+  thread_.join();
+}
+
+std::vector<Lease> LeaseKeeper::held() const {
+  MutexLock lock(&mu_);
+  return held_;
+}
+
+void LeaseKeeper::Tell(const std::vector<Lease>& gained,
+                       const std::vector<int>& lost) {
+  if (!gained.empty() || !lost.empty()) on_change_(gained, lost);
+}
+
+std::vector<int> LeaseKeeper::DropExpired() {
+  const Clock::time_point now = Clock::now();
+  std::vector<int> lost;
+  std::erase_if(held_, [&](const Lease& l) {
+    if (l.valid_until > now) return false;
+    lost.push_back(l.part);
+    return true;
+  });
+  return lost;
+}
+
+void LeaseKeeper::Run() {
+  Conn conn;
+  for (;;) {
+    bool stopping, release;
+    {
+      MutexLock lock(&mu_);
+      stopping = stopping_;
+      release = release_;
+    }
+    if (!conn || PQstatus(conn.get()) != CONNECTION_OK) {
+      conn.reset(PQconnectdb(options_.conninfo.c_str()));
+    }
+    const bool connected = PQstatus(conn.get()) == CONNECTION_OK;
+    if (stopping) {
+      std::vector<Lease> held;
+      {
+        MutexLock lock(&mu_);
+        held.swap(held_);
+      }
+      // Told lost before they are given back: the node stops first.
+      Tell({}, PartsOf(held));
+      if (release && connected) {
+        (void)Leave(conn.get(), options_.node);
+        if (!held.empty()) (void)Release(conn.get(), options_.node, held);
+      }
+      return;
+    }
+    if (connected) Round(conn.get());
+    std::vector<int> expired;
+    {
+      MutexLock lock(&mu_);
+      expired = DropExpired();
+    }
+    Tell({}, expired);
+    MutexLock lock(&mu_);
+    const Clock::time_point next = Clock::now() + options_.terms.ttl / 3;
+    while (!stopping_ && wake_.WaitUntil(&mu_, next)) {
+    }
+  }
+}
+
+void LeaseKeeper::Round(PGconn* conn) {
+  const LeaseTerms& terms = options_.terms;
+  if (!Heartbeat(conn, options_.node, options_.advertise).ok()) return;
+  std::vector<Lease> held = this->held(), kept;
+  if (!held.empty() && !Renew(conn, options_.node, held, terms, &kept).ok()) {
+    return;  // (kept until their own-clock validity passes)
+  }
+  std::vector<int> lost;
+  for (int part : PartsOf(held)) {
+    if (!Has(PartsOf(kept), part)) lost.push_back(part);
+  }
+  std::vector<std::string> live;
+  std::map<int, std::string> owners;
+  Rebalance plan;
+  if (LiveNodes(conn, terms.ttl, &live).ok() && Owners(conn, &owners).ok()) {
+    plan = Balance(options_.partitions, live, options_.node, owners);
+  }
+  std::vector<Lease> giving;
+  std::erase_if(kept, [&](const Lease& l) {
+    if (!Has(plan.give, l.part)) return false;
+    giving.push_back(l);
+    lost.push_back(l.part);
+    return true;
+  });
+  {
+    MutexLock lock(&mu_);
+    held_ = kept;
+  }
+  Tell({}, lost);
+  if (!giving.empty()) (void)Release(conn, options_.node, giving);
+  std::vector<Lease> gained;
+  if (plan.take.empty() ||
+      !Acquire(conn, options_.node, plan.take, terms, &gained).ok()) {
+    return;
+  }
+  {
+    MutexLock lock(&mu_);
+    held_.insert(held_.end(), gained.begin(), gained.end());
+    std::sort(held_.begin(), held_.end(),
+              [](const Lease& a, const Lease& b) { return a.part < b.part; });
+  }
+  Tell(gained, {});
+}
+
+}  // namespace delayd::pg

@@ -1,0 +1,75 @@
+// A node's partition leases, kept (pg_lease.h): a thread with a database
+// connection of its own that, every third of the lease TTL, records the
+// node's heartbeat, renews what it holds, and takes or gives up partitions
+// toward an even share of the live nodes (Balance). What it gains and loses
+// is told to `on_change`, on its thread, gains with their epochs (the
+// fencing tokens of the node's writes).
+//
+// A lease is dropped, and told as lost, when it is not renewed (another node
+// took it) or when its own-clock validity passes without a renewal (the
+// database cannot be reached): a node never acts for a partition longer
+// than the database would let it.
+//
+// Locking: mu_ guards held_ and stopping_; the connection is the thread's.
+// on_change runs without mu_ held.
+#ifndef DELAYD_SERVER_STORE_POSTGRES_PG_LEASE_KEEPER_H_
+#define DELAYD_SERVER_STORE_POSTGRES_PG_LEASE_KEEPER_H_
+
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "server/common/mutex.h"
+#include "server/store/postgres/pg_lease.h"
+
+namespace delayd::pg {
+
+class LeaseKeeper {
+ public:
+  struct Options {
+    std::string conninfo;
+    std::string node;       // unique in the cluster
+    std::string advertise;  // how peers reach this node
+    int partitions = 0;     // the schema's
+    LeaseTerms terms;
+  };
+  using OnChange = std::function<void(const std::vector<Lease>& gained,
+                                      const std::vector<int>& lost)>;
+
+  LeaseKeeper(Options options, OnChange on_change);
+  ~LeaseKeeper();  // Stop(/*release=*/true) if running
+  LeaseKeeper(const LeaseKeeper&) = delete;
+  LeaseKeeper& operator=(const LeaseKeeper&) = delete;
+
+  void Start();
+  // Stops the thread. With `release`, leaves the live nodes and gives every
+  // lease back, for others to take at their next round (a graceful stop);
+  // without, leaves them to expire (as a crash would). Told as lost either
+  // way.
+  void Stop(bool release) EXCLUDES(mu_);
+
+  // The leases held now, by partition.
+  std::vector<Lease> held() const EXCLUDES(mu_);
+
+ private:
+  void Run() EXCLUDES(mu_);
+  // One round: heartbeat, renew, rebalance. Needs a connection.
+  void Round(PGconn* conn) EXCLUDES(mu_);
+  // Drops leases whose own-clock validity passed; returns their parts.
+  std::vector<int> DropExpired() REQUIRES(mu_);
+  void Tell(const std::vector<Lease>& gained, const std::vector<int>& lost);
+
+  const Options options_;
+  const OnChange on_change_;
+  mutable Mutex mu_;
+  CondVar wake_;
+  std::vector<Lease> held_ GUARDED_BY(mu_);
+  bool stopping_ GUARDED_BY(mu_) = false;
+  bool release_ GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+}  // namespace delayd::pg
+
+#endif  // DELAYD_SERVER_STORE_POSTGRES_PG_LEASE_KEEPER_H_
