@@ -1,100 +1,37 @@
 // The writers of fast_json.h.
-#include "server/http/fast_json.h"
+#include <google/protobuf/util/time_util.h>
 
-#include <chrono>
-#include <cstdint>
 #include <string>
+
+#include "server/http/fast_json.h"
+#include "server/http/json_text.h"
 
 namespace delayd::http::fast {
 namespace {
 
 // `s` as protobuf's printer quotes it, or false if it holds a byte beyond
-// ASCII.
+// ASCII (whose escapes, e.g. of U+2028, the printer decides).
 bool Quote(std::string_view s, std::string* out) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  out->push_back('"');
-  for (const char ch : s) {
-    const auto c = static_cast<unsigned char>(ch);
-    if (c >= 0x80) return false;
-    switch (c) {
-      case '"':
-        *out += "\\\"";
-        break;
-      case '\\':
-        *out += "\\\\";
-        break;
-      case '\b':
-        *out += "\\b";
-        break;
-      case '\f':
-        *out += "\\f";
-        break;
-      case '\n':
-        *out += "\\n";
-        break;
-      case '\r':
-        *out += "\\r";
-        break;
-      case '\t':
-        *out += "\\t";
-        break;
-      default:
-        if (c < 0x20 || c == '<' || c == '>' || c == 0x7f) {
-          *out += "\\u00";
-          out->push_back(kHex[c >> 4]);
-          out->push_back(kHex[c & 15]);
-        } else {
-          out->push_back(ch);
-        }
-    }
+  for (const char c : s) {
+    if (static_cast<unsigned char>(c) >= 0x80) return false;
   }
-  out->push_back('"');
+  *out += json::Quote(s);
   return true;
 }
 
-void Pad(unsigned v, int width, std::string* out) {
-  char buf[10];
-  for (int i = width - 1; i >= 0; --i, v /= 10) buf[i] = '0' + v % 10;
-  out->append(buf, width);
-}
-
-// RFC 3339 in UTC with 0, 3, 6 or 9 digits of fraction, as protobuf writes
-// a google.protobuf.Timestamp; false outside the range it writes (years 1 to
-// 9999), which the daemon's fire times never leave.
+// As protobuf writes a google.protobuf.Timestamp (TimeUtil::ToString: RFC
+// 3339 in UTC, 0, 3, 6 or 9 digits of fraction); false outside the range it
+// writes (years 1 to 9999), which the daemon's fire times never leave.
 bool Timestamp(const google::protobuf::Timestamp& t, std::string* out) {
-  using namespace std::chrono;
-  if (t.seconds() < -62'135'596'800 || t.seconds() > 253'402'300'799 ||
-      t.nanos() < 0 || t.nanos() > 999'999'999) {
+  using google::protobuf::util::TimeUtil;
+  if (t.seconds() < TimeUtil::kTimestampMinSeconds ||
+      t.seconds() > TimeUtil::kTimestampMaxSeconds || t.nanos() < 0 ||
+      t.nanos() > 999'999'999) {
     return false;
   }
-  const sys_seconds at{seconds(t.seconds())};
-  const sys_days day = floor<days>(at);
-  const year_month_day ymd(day);
-  const hh_mm_ss<seconds> hms(at - day);
   out->push_back('"');
-  Pad(static_cast<unsigned>(static_cast<int>(ymd.year())), 4, out);
-  out->push_back('-');
-  Pad(static_cast<unsigned>(ymd.month()), 2, out);
-  out->push_back('-');
-  Pad(static_cast<unsigned>(ymd.day()), 2, out);
-  out->push_back('T');
-  Pad(static_cast<unsigned>(hms.hours().count()), 2, out);
-  out->push_back(':');
-  Pad(static_cast<unsigned>(hms.minutes().count()), 2, out);
-  out->push_back(':');
-  Pad(static_cast<unsigned>(hms.seconds().count()), 2, out);
-  const auto nanos = static_cast<unsigned>(t.nanos());
-  if (nanos != 0) {
-    out->push_back('.');
-    if (nanos % 1'000'000 == 0) {
-      Pad(nanos / 1'000'000, 3, out);
-    } else if (nanos % 1000 == 0) {
-      Pad(nanos / 1000, 6, out);
-    } else {
-      Pad(nanos, 9, out);
-    }
-  }
-  *out += "Z\"";
+  *out += TimeUtil::ToString(t);
+  out->push_back('"');
   return true;
 }
 

@@ -14,7 +14,9 @@
 
 namespace delayd::http::json {
 
-// `s` as a JSON string, quoted and escaped.
+// `s` as a JSON string, quoted and escaped as protobuf's JSON printer
+// escapes ASCII: `"`, `\`, control characters (\b \f \n \r \t by name),
+// `<`, `>` and DEL as \u00XX. Other bytes pass through.
 std::string Quote(std::string_view s);
 
 // An object from (name, JSON value) pairs, in their order.
