@@ -5,7 +5,6 @@
 #include <grpcpp/client_context.h>
 #include <grpcpp/impl/client_unary_call.h>
 #include <grpcpp/support/byte_buffer.h>
-#include <grpcpp/support/proto_buffer_reader.h>
 #include <spdlog/spdlog.h>
 
 #include "server/http/console_assets.h"
@@ -36,12 +35,11 @@ std::optional<std::string> FastRequest(const Match& m, std::string_view query,
   return fast::SetTimerRequestWire(body, *ns, *key);
 }
 
+// The answer's JSON, `wire` read (and used up) as a Response.
 template <typename Response>
-std::optional<std::string> FastAnswer(const grpc::ByteBuffer& wire) {
+std::optional<std::string> FastAnswer(grpc::ByteBuffer* wire) {
   Response response;
-  if (!grpc::SerializationTraits<Response>::Deserialize(
-           const_cast<grpc::ByteBuffer*>(&wire), &response)
-           .ok()) {
+  if (!grpc::SerializationTraits<Response>::Deserialize(wire, &response).ok()) {
     return std::nullopt;
   }
   if (auto json = fast::ResponseJson(response)) return json;
@@ -309,8 +307,8 @@ bool HttpDoor::ServeFast(mg_connection* conn, const Match& m,
     return true;
   }
   const std::optional<std::string> json =
-      m.rpc->name() == "Batch" ? FastAnswer<v1::BatchResponse>(response)
-                               : FastAnswer<v1::SetTimerResponse>(response);
+      m.rpc->name() == "Batch" ? FastAnswer<v1::BatchResponse>(&response)
+                               : FastAnswer<v1::SetTimerResponse>(&response);
   if (json) {
     Send(conn, 200, *json);
   } else {

@@ -111,8 +111,9 @@ void LeaseKeeper::Round(PGconn* conn) {
     return;  // (kept until their own-clock validity passes)
   }
   std::vector<int> lost;
-  for (int part : PartsOf(held)) {
-    if (!Has(PartsOf(kept), part)) lost.push_back(part);
+  const std::vector<int> renewed = PartsOf(kept);
+  for (const Lease& l : held) {
+    if (!Has(renewed, l.part)) lost.push_back(l.part);
   }
   std::vector<std::string> live;
   std::map<int, std::string> owners;
