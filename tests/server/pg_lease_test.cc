@@ -163,16 +163,14 @@ TEST_F(PgLeaseTest, ATakerWaitsForAFencedWriteInProgressThenSeesIt) {
   std::thread taker(
       [&] { theirs = TakeWhenExpired(b.get(), "b", {2}, terms); });
   const std::string b_pid = std::to_string(PQbackendPID(b.get()));
-  bool waiting = false;
-  for (const auto end = std::chrono::steady_clock::now() + 10s;
-       !waiting && std::chrono::steady_clock::now() < end;) {
+  const bool waiting = Eventually([&] {
     Result r(PQexec(watch.get(), ("SELECT wait_event_type FROM "
                                   "pg_stat_activity WHERE pid = " +
                                   b_pid)
                                      .c_str()));
-    waiting = PQntuples(r.get()) == 1 &&
-              std::string_view(PQgetvalue(r.get(), 0, 0)) == "Lock";
-  }
+    return PQntuples(r.get()) == 1 &&
+           std::string_view(PQgetvalue(r.get(), 0, 0)) == "Lock";
+  });
   ASSERT_TRUE(waiting) << "b's UPDATE of the lease should wait on a's lock";
   ASSERT_TRUE(Ok(a.get(), "COMMIT"));
   taker.join();
