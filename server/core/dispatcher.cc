@@ -263,6 +263,7 @@ void Dispatcher::Ack(std::vector<std::uint64_t> ids,
       }
       if (store_ != nullptr) {
         batch.RemoveEvent(id, PayloadIdOf(o.event.blob), o.fate_stored);
+        Touch(batch, o.event);
       }
       CloseRun(o);
       Forget(it);

@@ -166,6 +166,13 @@ class Dispatcher {
   void SetRunClosed(std::function<void(NamespaceId, std::string_view)> f) {
     run_closed_ = std::move(f);
   }
+  // With a store whose partitions are shared (Store::SharedPartitions): the
+  // partition of a key, so that each batch says which it touches. Set once,
+  // before the dispatcher is used.
+  void SetPartitionOf(
+      std::function<std::uint32_t(NamespaceId, std::string_view)> f) {
+    partition_of_ = std::move(f);
+  }
 
   // The namespace's name; empty while its id is free. Changed only by the
   // scheduler under its namespace lock, while nothing uses the namespace
@@ -422,6 +429,11 @@ class Dispatcher {
 
   std::string name_;
   std::function<void(NamespaceId, std::string_view)> run_closed_;
+  std::function<std::uint32_t(NamespaceId, std::string_view)> partition_of_;
+  // Records in `batch` that it changes the partition of `e`.
+  void Touch(Batch& batch, const Event& e) const {
+    if (partition_of_) batch.Touch(partition_of_(id_, e.blob.key()));
+  }
   const NamespaceId id_;
   NamespaceRefs* const refs_;
   Counters& counters_;

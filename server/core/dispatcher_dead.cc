@@ -22,6 +22,7 @@ void Dispatcher::Bury(std::uint64_t event_id, Outstanding& o) {
   mine_.dead_letters.fetch_add(1, std::memory_order_relaxed);
   if (store_ != nullptr) {
     fates_.PutFate(event_id, {o.event.attempt, true, ErrorOf(event_id, o)});
+    Touch(fates_, o.event);
     o.fate_stored = true;
   }
   LogRepeated(
@@ -225,6 +226,7 @@ void Dispatcher::RequeueOrPurge(bool purge,
     if (purge) {
       if (store_ != nullptr) {
         batch.RemoveEvent(id, PayloadIdOf(o.event.blob), true);
+        Touch(batch, o.event);
       }
       Forget(it);
       continue;
@@ -235,6 +237,7 @@ void Dispatcher::RequeueOrPurge(bool purge,
     ready_.push_back(id);
     if (store_ != nullptr && o.fate_stored) {
       batch.RemoveFate(id);
+      Touch(batch, o.event);
       o.fate_stored = false;
     }
   }

@@ -107,6 +107,7 @@ void Dispatcher::Fail(std::uint64_t event_id, Outstanding& o,
         wait.count() > 0 ? clock_.Wall() + wait.count() : 0;
     fates_.PutFate(event_id,
                    {o.event.attempt, false, ErrorOf(event_id, o), retry_at});
+    Touch(fates_, o.event);
     o.fate_stored = true;
   }
   if (wait.count() <= 0) {

@@ -71,6 +71,7 @@ std::optional<OpResult> Partition::Apply(Op& op, Done& durable) {
   if (batch.empty()) return r;
   // (If the store failed, the change stays in memory only, the completion
   // answers with the store's error, and the daemon stops.)
+  batch.Touch(partition_);
   store_->Commit(batch, [r, durable = std::move(durable)](Status s) mutable {
     if (!s.ok()) r.status = std::move(s);
     durable(std::move(r));
@@ -117,6 +118,7 @@ bool Partition::ApplyGroup(std::vector<Op>& ops,
     results[i] = ApplyOne(ops[i], wall, steady, into);
   }
   if (batch.empty()) return false;
+  batch.Touch(partition_);
   store_->Commit(batch, std::move(durable));
   return true;
 }
@@ -154,6 +156,7 @@ void Partition::ReserveAhead(std::uint64_t versions, std::uint64_t events) {
   Batch batch;
   batch.ReserveIds(partition_, version_limit, event_limit);
   reserving_ = true;
+  batch.Touch(partition_);
   store_->CommitSynced(batch, [this, version_limit, event_limit](Status s) {
     MutexLock lock(&mu_);
     reserving_ = false;
@@ -467,6 +470,7 @@ std::optional<Status> Partition::FireRecords(
   // (a Drain's answer) waits for durability. If the write fails, the store
   // refuses every later write and the daemon stops (store.h): the timers,
   // still stored, fire after the restart, and nothing is published.
+  batch.Touch(partition_);
   store_->Write(
       batch,
       [this, by_ns] {
@@ -521,6 +525,7 @@ Status Partition::RestoreCounters(std::uint64_t next_version,
     event_seq_limit_ = next_event_seq_ + overdue_.size() + kIdBlock;
     batch.ReserveIds(partition_, version_limit_, event_seq_limit_);
   }
+  batch.Touch(partition_);
   return store_->WriteNow(batch);
 }
 
@@ -564,6 +569,7 @@ std::vector<Event> Partition::FireOverdue(std::function<void(Status)> durable) {
   // and until this firing is written the timers are, so a crash fires
   // them again.)
   overdue_ = {};
+  batch.Touch(partition_);
   store_->Commit(batch, std::move(durable));
   // Arms the wake-up for the timers still pending.
   wheel_.Rearm();

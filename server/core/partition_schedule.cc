@@ -21,6 +21,7 @@ Status CheckVersion(const std::string& key, std::uint64_t version,
 
 std::optional<Partition::ScheduleResult> Partition::CommitSchedule(
     Batch& batch, ScheduleResult result, ScheduleDone& durable) {
+  batch.Touch(partition_);
   store_->Commit(batch,
                  [result, durable = std::move(durable)](Status s) mutable {
                    if (!s.ok()) result.status = std::move(s);
@@ -332,6 +333,7 @@ void Partition::SetRuns(std::uint32_t id, const Loaded& l,
   }
   if (into != nullptr) {
     batch.PutSchedule(ns, key, EncodeSchedule(l.rec));
+    batch.Touch(partition_);
     store_->Commit(batch, nullptr);
   }
 }

@@ -4,6 +4,7 @@
 #include <future>
 
 #include "server/common/keyed_hash.h"
+#include "server/common/stable_hash.h"
 
 namespace delayd {
 Scheduler::Scheduler(Options options)
@@ -13,6 +14,7 @@ Scheduler::Scheduler(Options options)
       work_(asio::make_work_guard(io_)),
       counters_(options_.limits.max_namespaces),
       dispatchers_(new Dispatcher*[options_.limits.max_namespaces]()),
+      stable_seeds_(new std::uint64_t[options_.limits.max_namespaces]()),
       refs_(std::make_unique<NamespaceRefs>(options_.limits.max_namespaces,
                                             [this](NamespaceId id) {
                                               asio::post(io_, [this, id] {
@@ -24,6 +26,7 @@ Scheduler::Scheduler(Options options)
                             : nullptr),
       derived_offset_(clock_.Offset()) {
   assert(options_.partitions >= 1 && options_.partitions <= 1024);
+  partition_count_ = options_.partitions;
 }
 
 Scheduler::~Scheduler() { Stop(); }
@@ -42,8 +45,12 @@ Status Scheduler::Start(RecoveryReport* report) {
     if (Status s = options_.store(std::move(hooks), &store_); !s.ok()) {
       return s;
     }
+    if (const std::uint32_t shared = store_->SharedPartitions(); shared != 0) {
+      partition_count_ = shared;
+      shared_partitions_ = true;
+    }
   }
-  for (std::uint32_t p = 0; p < options_.partitions; ++p) {
+  for (std::uint32_t p = 0; p < partition_count_; ++p) {
     partitions_.push_back(std::make_unique<Partition>(
         io_, p, clock_, options_.tick, epoch_, options_.limits, counters_,
         store_.get(), refs_.get(),
@@ -98,9 +105,12 @@ void Scheduler::Stop() {
 
 std::uint32_t Scheduler::PartitionOf(NamespaceId ns,
                                      std::string_view key) const {
+  if (shared_partitions_) {
+    return StablePartition(stable_seeds_[ns], key, partition_count_);
+  }
   // (The high half: the partition's key index takes its slot from the low.)
   const std::uint64_t h = KeyedHash(ns, key);
-  return static_cast<std::uint32_t>((h >> 32) % options_.partitions);
+  return static_cast<std::uint32_t>((h >> 32) % partition_count_);
 }
 
 std::string_view Scheduler::KeyOf(const Op& op) {

@@ -201,7 +201,9 @@ class Scheduler {
   // The pool's io_context (for timers of the layers above).
   asio::io_context& io() { return io_; }
   const Limits& limits() const { return options_.limits; }
-  std::uint32_t partitions() const { return options_.partitions; }
+  // Options::partitions, or the store's shared partitions (see
+  // Store::SharedPartitions). Set by Start.
+  std::uint32_t partitions() const { return partition_count_; }
   bool shutting_down() const { return shutting_down_.load(); }
   bool durable() const { return store_ != nullptr; }
   // See Store::Gauges; none without a store.
@@ -299,6 +301,9 @@ class Scheduler {
   Metrics metrics_;
   std::unique_ptr<Store> store_;
   std::vector<std::unique_ptr<Partition>> partitions_;
+  // Written by Start before anything runs; read-only after.
+  std::uint32_t partition_count_ = 1;
+  bool shared_partitions_ = false;
 
   // The namespace table. dispatchers_[id] is written once, before the id is
   // published under the lock, so readers of a pinned id need no lock.
@@ -306,6 +311,9 @@ class Scheduler {
   std::unordered_map<std::string, NamespaceId, KeyedStringHash, std::equal_to<>>
       ns_ids_ GUARDED_BY(ns_mutex_);
   std::unique_ptr<Dispatcher*[]> dispatchers_;
+  // With shared partitions, each namespace id's StableSeed, written as
+  // dispatchers_[id] is (with its name).
+  std::unique_ptr<std::uint64_t[]> stable_seeds_;
   std::unique_ptr<NamespaceRefs> refs_;
   std::unique_ptr<asio::thread_pool> reads_;
   // Ids of freed namespaces, for reuse; a freed id's dispatcher has an

@@ -1,6 +1,7 @@
 // Scheduler: the namespace table. A namespace is created by its first write
 // (Intern), found by reads (Find), and freed once nothing uses it (Free);
 // subscribers may wait for one that does not exist yet.
+#include "server/common/stable_hash.h"
 #include "server/core/scheduler.h"
 
 namespace delayd {
@@ -8,6 +9,7 @@ NamespaceId Scheduler::AddNamespace(std::string name) {
   if (!name.empty() && !free_ids_.empty()) {
     const NamespaceId id = free_ids_.back();
     free_ids_.pop_back();
+    stable_seeds_[id] = StableSeed(name);
     dispatchers_[id]->Rename(name);
     dispatchers_[id]->SetPolicy(PolicyLocked(name));
     counters_.of(id).ResetTotals();
@@ -15,10 +17,17 @@ NamespaceId Scheduler::AddNamespace(std::string name) {
     return id;
   }
   const auto id = static_cast<NamespaceId>(owned_dispatchers_.size());
+  stable_seeds_[id] = StableSeed(name);
   owned_dispatchers_.push_back(std::make_unique<Dispatcher>(
       io_, ReadExecutor(), clock_, name, id, counters_, metrics_,
       options_.limits, store_.get(), refs_.get()));
   dispatchers_[id] = owned_dispatchers_.back().get();
+  if (shared_partitions_) {
+    dispatchers_[id]->SetPartitionOf(
+        [this](NamespaceId ns, std::string_view key) {
+          return PartitionOf(ns, key);
+        });
+  }
   // A schedule's run closed: its schedule's partition hears of it (that may
   // release a run its overlap policy held back).
   dispatchers_[id]->SetRunClosed([this](NamespaceId ns, std::string_view run) {

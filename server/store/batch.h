@@ -20,6 +20,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "server/common/types.h"
 
@@ -112,6 +113,17 @@ class Batch {
   void PutSchedule(NamespaceId ns, std::string_view key,
                    std::string_view encoded);
 
+  // Records that the batch changes partition `partition`'s records (see
+  // Store::SharedPartitions; other stores ignore it).
+  void Touch(std::uint32_t partition) {
+    for (std::uint32_t p : touched_) {
+      if (p == partition) return;
+    }
+    touched_.push_back(partition);
+  }
+  // The partitions touched, in the order first touched.
+  std::span<const std::uint32_t> touched() const { return touched_; }
+
   bool empty() const { return count_ == 0; }
   std::uint32_t count() const { return count_; }
   // About what the batch holds, for backlog accounting.
@@ -119,11 +131,13 @@ class Batch {
   void Clear() {
     rep_.clear();
     count_ = 0;
+    touched_.clear();
   }
   // Appends another batch's changes after this one's.
   void Append(const Batch& other) {
     rep_ += other.rep_;
     count_ += other.count_;
+    for (std::uint32_t p : other.touched_) Touch(p);
   }
 
   // Reads a batch's changes in order. The batch must outlive the reader and
@@ -147,6 +161,7 @@ class Batch {
   }
   std::string rep_;
   std::uint32_t count_ = 0;
+  std::vector<std::uint32_t> touched_;
 };
 
 // What `batches`, in order, say of each payload id they touch: its data, or

@@ -68,6 +68,12 @@ class Store {
 
   // Where the store is, for messages: "store in DIR", "PostgreSQL HOST/DB".
   virtual const std::string& where() const = 0;
+  // 0: the core partitions keys as it likes. Otherwise the store's
+  // partitions are shared with other daemons (pg_lease.h): the core uses
+  // exactly this many, each key in StablePartition(ns, key, n)
+  // (server/common/stable_hash.h), and tells the store which partitions
+  // each batch changes (Batch::Touch).
+  virtual std::uint32_t SharedPartitions() const { return 0; }
 
   // --- Recovery, before any write. ---
   // Namespace names by id (ids are dense from 0; an empty name is a freed

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "server/common/stable_hash.h"
+
 namespace delayd {
 
 // What a view keeps: the batches queued when it was taken.
@@ -52,10 +54,78 @@ std::optional<StoredFate> MemoryStore::Disk::FateOf(std::uint64_t id) const {
                     it->second.retry_at};
 }
 
+void MemoryStore::Disk::SharePartitions(std::uint32_t n) {
+  MutexLock lock(&mu_);
+  shared_ = n;
+}
+
+std::uint32_t MemoryStore::Disk::shared_partitions() const {
+  MutexLock lock(&mu_);
+  return shared_;
+}
+
+std::uint64_t MemoryStore::Disk::untouched() const {
+  MutexLock lock(&mu_);
+  return untouched_;
+}
+
+std::uint64_t MemoryStore::Disk::touched() const {
+  MutexLock lock(&mu_);
+  return touched_;
+}
+
+void MemoryStore::Disk::Check(const Batch& batch, std::uint32_t partition) {
+  if (shared_ == 0) return;
+  const auto t = batch.touched();
+  ++(std::find(t.begin(), t.end(), partition) != t.end() ? touched_
+                                                         : untouched_);
+}
+
+void MemoryStore::Disk::Check(const Batch& batch, NamespaceId ns,
+                              std::string_view key) {
+  if (shared_ == 0) return;
+  Check(batch, StablePartition(ns < namespaces_.size() ? namespaces_[ns] : "",
+                               key, shared_));
+}
+
+void MemoryStore::Disk::CheckPartition(const Batch& batch,
+                                       const Batch::Change& c) {
+  if (shared_ == 0) return;
+  auto event = [&](std::uint64_t id) {
+    if (auto it = events_.find(id); it != events_.end()) {
+      Check(batch, it->second.event.ns, it->second.key);
+    }
+  };
+  switch (c.kind) {
+    case Batch::Kind::kAddTimer:
+    case Batch::Kind::kMoveTimer:
+      return Check(batch, c.timer.ns, c.timer.key);
+    case Batch::Kind::kRemoveTimer:
+      if (auto it = timers_.find(c.payload_id); it != timers_.end()) {
+        Check(batch, it->second.ns, it->second.key);
+      }
+      return;
+    case Batch::Kind::kFireTimer:
+      return Check(batch, c.event.ns, c.event.key);
+    case Batch::Kind::kRemoveEvent:
+    case Batch::Kind::kPutFate:
+    case Batch::Kind::kRemoveFate:
+      return event(c.id);
+    case Batch::Kind::kReserveIds:
+      return Check(batch, c.partition);
+    case Batch::Kind::kPutSchedule:
+      return Check(batch, static_cast<NamespaceId>(c.id), c.name);
+    case Batch::Kind::kPutNamespace:
+    case Batch::Kind::kPutPolicy:
+      return;  // Not of a partition.
+  }
+}
+
 void MemoryStore::Disk::Apply(const Batch& batch) {
   Batch::Reader reader(batch);
   Batch::Change c;
   while (reader.Next(&c)) {
+    CheckPartition(batch, c);
     switch (c.kind) {
       case Batch::Kind::kAddTimer:
         payloads_[c.timer.payload_id] = std::string(c.data);

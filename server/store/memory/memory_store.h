@@ -39,6 +39,15 @@ class MemoryStore final : public Store {
     std::size_t fates() const EXCLUDES(mu_);
     // The fate of event `id`, if stored.
     std::optional<StoredFate> FateOf(std::uint64_t id) const EXCLUDES(mu_);
+    // Makes stores opened from now on share `n` partitions
+    // (Store::SharedPartitions); the disk then checks each change's
+    // partition against what its batch says it touches.
+    void SharePartitions(std::uint32_t n) EXCLUDES(mu_);
+    std::uint32_t shared_partitions() const EXCLUDES(mu_);
+    // Changes written of a partition their batch did not name, and of one
+    // it named.
+    std::uint64_t untouched() const EXCLUDES(mu_);
+    std::uint64_t touched() const EXCLUDES(mu_);
 
    private:
     friend class MemoryStore;
@@ -59,6 +68,13 @@ class MemoryStore final : public Store {
       WallNanos retry_at;
     };
     void Apply(const Batch& batch) REQUIRES(mu_);
+    // Counts a change of `ns`'s `key` in touched_ or untouched_.
+    void Check(const Batch& batch, NamespaceId ns, std::string_view key)
+        REQUIRES(mu_);
+    void Check(const Batch& batch, std::uint32_t partition) REQUIRES(mu_);
+    // Checks change `c` of `batch` (before it is applied).
+    void CheckPartition(const Batch& batch, const Batch::Change& c)
+        REQUIRES(mu_);
 
     mutable Mutex mu_;
     CondVar released_;
@@ -74,6 +90,9 @@ class MemoryStore final : public Store {
     std::map<std::string, std::string> policies_ GUARDED_BY(mu_);
     std::map<std::pair<NamespaceId, std::string>, std::string> schedules_
         GUARDED_BY(mu_);
+    std::uint32_t shared_ GUARDED_BY(mu_) = 0;
+    std::uint64_t touched_ GUARDED_BY(mu_) = 0;
+    std::uint64_t untouched_ GUARDED_BY(mu_) = 0;
   };
 
   // Opens a store on `disk` for whoever calls the opener (a scheduler).
@@ -82,6 +101,9 @@ class MemoryStore final : public Store {
   ~MemoryStore() override;  // Close().
 
   const std::string& where() const override { return where_; }
+  std::uint32_t SharedPartitions() const override {
+    return disk_->shared_partitions();
+  }
   Status LoadNamespaces(std::vector<std::string>* names) override;
   Status LoadCounters(std::uint64_t* next_version,
                       std::uint64_t* next_event_seq) override;

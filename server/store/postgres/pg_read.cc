@@ -144,7 +144,7 @@ Status PgStore::Copy(
 void PgStore::CacheWritten(const std::vector<Queued>& group) {
   MutexLock lock(&cache_mu_);
   for (const Queued& q : group) {
-    if (!q.batch) continue;
+    if (!q.batch || !q.refused.ok()) continue;
     Batch::Reader reader(*q.batch);
     Batch::Change c;
     while (reader.Next(&c)) {

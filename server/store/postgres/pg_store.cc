@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "server/common/stable_hash.h"
+
 namespace delayd {
 namespace {
 
@@ -59,6 +61,7 @@ constexpr Statement kStatements[] = {
      "UPDATE SET schedule = EXCLUDED.schedule"},
     {"unschedule",
      "DELETE FROM delayd_schedules WHERE ns = $1::text AND key = $2::bytea"},
+    {"fence", pg::kFenceSql},
     {"mark",
      "INSERT INTO delayd_commits (node, group_id) VALUES ($1::text, "
      "$2::int8) ON CONFLICT (node) DO UPDATE SET group_id = "
@@ -240,9 +243,11 @@ Status PgStore::Connect(pg::Conn* out, bool writer, std::string* why) {
         return s;
       }
     }
-    if (Status s = TakeDatabase(conn.get()); !s.ok()) {
-      *why = s.message();
-      return s;
+    if (!options_.shared) {
+      if (Status s = TakeDatabase(conn.get()); !s.ok()) {
+        *why = s.message();
+        return s;
+      }
     }
     if (Status s = Prepare(conn.get()); !s.ok()) {
       *why = s.message();
@@ -287,7 +292,7 @@ void PgStore::ReleaseDatabase() {
   // (Ending the session would release it too, but the server may take a
   // moment to notice: a delayd started right after would wait for it.)
   PGconn* conn = writer_conn_.get();
-  if (conn == nullptr || PQstatus(conn) != CONNECTION_OK ||
+  if (options_.shared || conn == nullptr || PQstatus(conn) != CONNECTION_OK ||
       PQexitPipelineMode(conn) != 1) {
     return;
   }
@@ -313,20 +318,8 @@ Status PgStore::Error(const std::string& what) const {
 
 std::uint32_t PgStore::PartitionOf(std::string_view ns,
                                    std::string_view key) const {
-  // FNV-1a over the namespace, a 0 byte and the key: the same on every
-  // daemon, every run (unlike the seeded hashes of memory's indexes).
-  std::uint64_t h = 14695981039346656037ull;
-  auto mix = [&h](std::string_view s) {
-    for (unsigned char c : s) {
-      h ^= c;
-      h *= 1099511628211ull;
-    }
-  };
-  mix(ns);
-  mix(std::string_view("\0", 1));
-  mix(key);
-  return static_cast<std::uint32_t>(
-      h % static_cast<std::uint64_t>(std::max(1, schema_.partitions)));
+  return StablePartition(
+      ns, key, static_cast<std::uint32_t>(std::max(1, schema_.partitions)));
 }
 
 Status PgStore::LoadNamespaces(std::vector<std::string>* names) {
@@ -399,7 +392,8 @@ Status PgStore::ForEachTimer(
     const std::function<void(const StoredTimer&)>& visit) {
   return Copy(
       "COPY (SELECT id, ns, key, fire_time, version FROM delayd_jobs WHERE "
-      "event_id IS NULL) TO STDOUT (FORMAT binary)",
+      "event_id IS NULL" +
+          HeldFilter() + ") TO STDOUT (FORMAT binary)",
       5, [&](const std::vector<std::string_view>& f, const std::vector<bool>&) {
         StoredTimer t;
         t.payload_id = static_cast<std::uint64_t>(pg::GetInt64(f[0].data()));
@@ -415,8 +409,8 @@ Status PgStore::ForEachSchedule(
     const std::function<void(NamespaceId, std::string_view, std::string_view)>&
         visit) {
   return Copy(
-      "COPY (SELECT ns, key, schedule FROM delayd_schedules) TO STDOUT "
-      "(FORMAT binary)",
+      "COPY (SELECT ns, key, schedule FROM delayd_schedules WHERE true" +
+          HeldFilter() + ") TO STDOUT (FORMAT binary)",
       3, [&](const std::vector<std::string_view>& f, const std::vector<bool>&) {
         visit(IdOf(names_, f[0]), f[1], f[2]);
       });
@@ -426,8 +420,8 @@ Status PgStore::ForEachEvent(
     const std::function<void(const StoredEvent&)>& visit) {
   return Copy(
       "COPY (SELECT event_id, ns, key, version, fire_time, fired_at, reason, "
-      "id FROM delayd_jobs WHERE event_id IS NOT NULL) TO STDOUT (FORMAT "
-      "binary)",
+      "id FROM delayd_jobs WHERE event_id IS NOT NULL" +
+          HeldFilter() + ") TO STDOUT (FORMAT binary)",
       8, [&](const std::vector<std::string_view>& f, const std::vector<bool>&) {
         StoredEvent e;
         e.id = static_cast<std::uint64_t>(pg::GetInt64(f[0].data()));
@@ -446,8 +440,8 @@ Status PgStore::ForEachFate(
     const std::function<void(std::uint64_t, const StoredFate&)>& visit) {
   return Copy(
       "COPY (SELECT event_id, attempts, dead, error, retry_at FROM "
-      "delayd_jobs WHERE event_id IS NOT NULL AND attempts IS NOT NULL) TO "
-      "STDOUT (FORMAT binary)",
+      "delayd_jobs WHERE event_id IS NOT NULL AND attempts IS NOT NULL" +
+          HeldFilter() + ") TO STDOUT (FORMAT binary)",
       5,
       [&](const std::vector<std::string_view>& f,
           const std::vector<bool>& null) {
@@ -458,6 +452,23 @@ Status PgStore::ForEachFate(
         if (!null[4]) fate.retry_at = pg::GetInt64(f[4].data());
         visit(static_cast<std::uint64_t>(pg::GetInt64(f[0].data())), fate);
       });
+}
+
+std::string PgStore::HeldFilter() {
+  if (!options_.shared) return "";
+  std::string out = " AND part = ANY('{";
+  MutexLock lock(&mu_);
+  for (const auto& [part, epoch] : leases_) {
+    if (out.back() != '{') out += ',';
+    out += std::to_string(part);
+  }
+  return out + "}'::int4[])";
+}
+
+void PgStore::SetLeases(const std::vector<pg::Lease>& held) {
+  MutexLock lock(&mu_);
+  leases_.clear();
+  for (const pg::Lease& l : held) leases_[l.part] = l.epoch;
 }
 
 Status PgStore::WriteNow(Batch& batch) {

@@ -31,16 +31,18 @@
 // the queued batches seen through a View; the payloads of recent writes are
 // kept in a bounded cache (ReadCached).
 //
-// One daemon per database: the writer holds a session advisory lock (and
-// lets go of it on Close); a second delayd on the same database waits
-// lock_wait for it, then is refused.
+// One daemon per database, unless it is `shared`: the writer holds a
+// session advisory lock (and lets go of it on Close); a second delayd on the
+// same database waits lock_wait for it, then is refused. Shared, each
+// node's writes are fenced by its partition leases instead (SetLeases).
 //
 // Locking: mu_ guards the queue (with how much of it the writer has taken
-// into groups, and whether it polls), the views' batches and the closing
-// state; the groups formed and in flight, and the writer's connection, are
-// the writer thread's alone; cache_mu_ the payload cache; readers_mu_ the pool
-// of read connections; busy_mu_ the running database operations. None is held
-// across a call to the database, and none is taken under another.
+// into groups, and whether it polls), the views' batches, the leases held
+// and the closing state; the groups formed and in flight, and the writer's
+// connection, are the writer thread's alone; cache_mu_ the payload cache;
+// readers_mu_ the pool of read connections; busy_mu_ the running database
+// operations. None is held across a call to the database, and none is taken
+// under another.
 #ifndef DELAYD_SERVER_STORE_POSTGRES_PG_STORE_H_
 #define DELAYD_SERVER_STORE_POSTGRES_PG_STORE_H_
 
@@ -58,6 +60,7 @@
 #include <vector>
 
 #include "server/common/mutex.h"
+#include "server/store/postgres/pg_lease.h"
 #include "server/store/postgres/pg_schema.h"
 #include "server/store/postgres/pg_wire.h"
 #include "server/store/store.h"
@@ -69,8 +72,16 @@ struct PgOptions {
   // for fail-over, sslmode, PGPASSFILE and the PG* variables all work as
   // they do for psql.
   std::string conninfo;
-  // Names this daemon's commit record (delayd_commits).
+  // Names this daemon's commit record (delayd_commits), and with `shared`
+  // its leases: unique among the daemons on one database.
   std::string node = "delayd";
+  // Whether the database's partitions are shared by several delayd nodes
+  // (a cluster), each owning some through a lease (pg_lease.h). Then no
+  // node takes the database for itself; the core partitions keys as the
+  // database does (SharedPartitions); every write transaction is fenced by
+  // the leases SetLeases gave; and the recovery scans see only the
+  // partitions held when they run.
+  bool shared = false;
   // Logical partitions, when the schema is created (1..1024).
   int partitions = 64;
   // How long a connection waits for another delayd to let go of the
@@ -115,6 +126,17 @@ class PgStore final : public Store {
   ~PgStore() override;  // Close().
 
   const std::string& where() const override { return where_; }
+  std::uint32_t SharedPartitions() const override {
+    return options_.shared ? static_cast<std::uint32_t>(schema_.partitions) : 0;
+  }
+  // With `shared`: the leases this node holds now (pg_lease_keeper.h tells
+  // them). A batch that touches a partition not among them is not written:
+  // its completion gets UNAVAILABLE. Each transaction starts with
+  // delayd_fence over the partitions its batches touch, so a lease lost
+  // meanwhile fails it in the database (DL001): then the group's batches
+  // get UNAVAILABLE, the writer drops the leases the database no longer
+  // says are this node's, and sends the groups behind it again.
+  void SetLeases(const std::vector<pg::Lease>& held) EXCLUDES(mu_);
   Status LoadNamespaces(std::vector<std::string>* names) override;
   Status LoadCounters(std::uint64_t* next_version,
                       std::uint64_t* next_event_seq) override;
@@ -175,6 +197,8 @@ class PgStore final : public Store {
     std::shared_ptr<const Batch> batch;  // Null: a Flush marker.
     std::function<void()> written;
     Done done;
+    // Not OK: not written (a partition not held); `done` gets this.
+    Status refused;
   };
   class Op;
   // A run of queued batches written as one transaction (pg_writer.cc).
@@ -214,11 +238,26 @@ class PgStore final : public Store {
   // After a lost connection: answers the unsent groups that had committed.
   bool Resolve() EXCLUDES(mu_);
   // Sends `group`'s transaction, without waiting for its answers.
-  bool Send(PGconn* conn, Group& group, std::string* error);
+  bool Send(PGconn* conn, Group& group, std::string* error) EXCLUDES(mu_);
+  // With `shared`: refuses the group's batches that touch a partition not
+  // held, and gives the fence over the partitions the others touch (none:
+  // false).
+  bool FenceOf(Group& group, pg::Params* fence) EXCLUDES(mu_);
+  // The database failed the first group in flight by its fence: answers it
+  // (UNAVAILABLE), and sends those behind it again on a new connection.
+  void Fenced(const std::string& error) EXCLUDES(mu_);
+  // Keeps of leases_ only what the database says this node holds.
+  Status CheckLeases(PGconn* conn) EXCLUDES(mu_);
+  // " AND part = ANY('{...}')" over the leases held, for recovery scans
+  // (with `shared`; else empty).
+  std::string HeldFilter() EXCLUDES(mu_);
   // Reads the answers that have arrived, or waits for answers or for new
   // batches.
   void Await() EXCLUDES(mu_);
   bool ReadAnswers() EXCLUDES(mu_);
+  // What was in flight goes back in line, to be resolved and sent again on
+  // a new connection.
+  void SendAgain();
   // The connection failed or the database refused a statement: what was in
   // flight is sent again (or, if `rejected`, the store fails).
   void Trouble(const std::string& error, bool rejected) EXCLUDES(mu_);
@@ -245,6 +284,7 @@ class PgStore final : public Store {
   std::deque<Group> in_flight_;   // Sent, in order.
   bool between_results_ = false;  // A query's result read, its end not.
   std::chrono::milliseconds backoff_{0};
+  bool check_leases_ = false;  // A fence failed: CheckLeases before sending.
   // Namespace names by id as the batches written so far say (the writer's).
   std::vector<std::string> names_;
   std::uint32_t PartitionOf(std::string_view ns, std::string_view key) const;
@@ -321,6 +361,8 @@ class PgStore final : public Store {
   int running_ GUARDED_BY(mu_) = 0;
   std::string unwritable_why_ GUARDED_BY(mu_);
   std::function<void(std::function<void()>)> executor_ GUARDED_BY(mu_);
+  // With `shared`: the epoch of each partition held, by partition.
+  std::map<int, std::int64_t> leases_ GUARDED_BY(mu_);
   std::thread writer_;
   int wake_fd_ = -1;  // An eventfd (Wake); closed by the destructor.
 

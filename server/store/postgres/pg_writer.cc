@@ -29,7 +29,7 @@ void PgStore::Enqueue(Batch& batch, std::function<void()> written, Done done) {
       wake = polling_ &&
              (written != nullptr || untaken_bytes_ >= kEarlyGroupBytes);
       queue_.push_back(
-          Queued{std::move(shared), std::move(written), std::move(done)});
+          Queued{std::move(shared), std::move(written), std::move(done), {}});
     } else if (done) {
       std::vector<Done> one;
       one.push_back(std::move(done));
@@ -115,7 +115,7 @@ bool PgStore::TakeQueued() {
       for (std::size_t i = taken_; i < queue_.size(); ++i) {
         Queued& q = queue_[i];
         group.batches.push_back(
-            Queued{q.batch, std::move(q.written), std::move(q.done)});
+            Queued{q.batch, std::move(q.written), std::move(q.done), {}});
       }
       taken_ = queue_.size();
       firings_queued_ = 0;
@@ -157,6 +157,12 @@ void PgStore::SendNext() {
   }
   if (!Resolve()) return;
   if (unsent_.empty()) return;
+  if (check_leases_) {
+    if (Status s = CheckLeases(writer_conn_.get()); !s.ok()) {
+      return Trouble(s.message(), false);
+    }
+    check_leases_ = false;
+  }
   Group& group = unsent_.front();
   if (group.id == 0) group.id = next_group_.fetch_add(1);
   std::string error;
@@ -193,10 +199,14 @@ bool PgStore::Send(PGconn* conn, Group& group, std::string* error) {
       names_, [this](std::string_view ns, std::string_view key) {
         return PartitionOf(ns, key);
       });
+  pg::Params fence;
+  const bool fenced = FenceOf(group, &fence);
   for (const Queued& q : group.batches) {
-    if (q.batch) builder.Add(*q.batch);
+    if (q.batch && q.refused.ok()) builder.Add(*q.batch);
   }
-  std::vector<pg::GroupStatements::Statement> statements = builder.Finish();
+  std::vector<pg::GroupStatements::Statement> statements;
+  if (fenced) statements.push_back({"fence", std::move(fence)});
+  for (auto& st : builder.Finish()) statements.push_back(std::move(st));
   pg::Params mark;
   mark.Bytes(options_.node);
   mark.Int64(group.id);
@@ -264,6 +274,10 @@ bool PgStore::ReadAnswers() {
     }
     between_results_ = true;
     const ExecStatusType s = PQresultStatus(r.get());
+    if (s == PGRES_FATAL_ERROR && pg::IsFenced(r.get())) {
+      Fenced(pg::ErrorOf(r.get()));
+      return false;
+    }
     if (s == PGRES_FATAL_ERROR || s == PGRES_PIPELINE_ABORTED) {
       // Not committed, nor anything sent after it.
       const bool rejected = s == PGRES_FATAL_ERROR &&
@@ -286,7 +300,7 @@ bool PgStore::ReadAnswers() {
   return true;
 }
 
-void PgStore::Trouble(const std::string& error, bool rejected) {
+void PgStore::SendAgain() {
   // What was in flight goes first in line again, its fate unknown until
   // Resolve reads it back on a new connection (dropping this one rolls back
   // whatever had not committed).
@@ -299,6 +313,10 @@ void PgStore::Trouble(const std::string& error, bool rejected) {
   }
   between_results_ = false;
   writer_conn_.reset();
+}
+
+void PgStore::Trouble(const std::string& error, bool rejected) {
+  SendAgain();
   if (rejected) {
     Status status = Error("the database refused a write: " + error);
     if (!failed_.exchange(true) && hooks_.on_write_failure) {
@@ -327,10 +345,100 @@ void PgStore::Complete(const Status& status) {
   queued_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
   std::vector<Done> done;
   for (Queued& q : group.batches) {
-    if (q.done) done.push_back(std::move(q.done));
+    if (!q.done) continue;
+    if (q.refused.ok()) {
+      done.push_back(std::move(q.done));
+    } else {
+      std::vector<Done> one;
+      one.push_back(std::move(q.done));
+      RunDone(std::move(one), q.refused);
+    }
   }
   RunDone(std::move(done), status);
   idle_cv_.SignalAll();
+}
+
+bool PgStore::FenceOf(Group& group, pg::Params* fence) {
+  if (!options_.shared) return false;
+  std::map<int, std::int64_t> held;
+  {
+    MutexLock lock(&mu_);
+    held = leases_;
+  }
+  std::map<int, std::int64_t> touched;
+  for (Queued& q : group.batches) {
+    if (!q.batch || !q.refused.ok()) continue;
+    for (std::uint32_t p : q.batch->touched()) {
+      auto it = held.find(static_cast<int>(p));
+      if (it == held.end()) {
+        q.refused = Status::Unavailable(
+            "partition " + std::to_string(p) + " is not held by node '" +
+            options_.node + "' (it moved to another node): not written");
+        break;
+      }
+    }
+    if (!q.refused.ok()) continue;
+    for (std::uint32_t p : q.batch->touched()) {
+      touched.emplace(static_cast<int>(p), held[static_cast<int>(p)]);
+    }
+  }
+  if (touched.empty()) return false;
+  std::vector<pg::Lease> leases;
+  for (const auto& [part, epoch] : touched) {
+    leases.push_back(pg::Lease{part, epoch, {}});
+  }
+  *fence = pg::FenceParams(options_.node, leases);
+  return true;
+}
+
+void PgStore::Fenced(const std::string& error) {
+  spdlog::warn(
+      "{}: a write of node '{}' was fenced ({}): a partition it "
+      "wrote moved to another node",
+      where_, options_.node, error);
+  for (Queued& q : in_flight_.front().batches) {
+    if (q.refused.ok()) {
+      q.refused = Status::Unavailable(
+          "a partition lease of node '" + options_.node +
+          "' was lost (another node took the partition): not written");
+    }
+  }
+  Complete(Status::Ok());
+  // The server skipped the groups behind it (no sync point lies between
+  // them): they go again on a new connection, after CheckLeases.
+  SendAgain();
+  check_leases_ = true;
+}
+
+Status PgStore::CheckLeases(PGconn* conn) {
+  pg::Params p;
+  p.Bytes(options_.node);
+  Op op(*this);
+  if (PQsendQueryParams(conn,
+                        "SELECT part, epoch FROM delayd_leases WHERE owner = "
+                        "$1 AND expires_at > now()",
+                        1, nullptr, p.values(), p.lengths(), p.formats(),
+                        0) != 1 ||
+      PQpipelineSync(conn) != 1) {
+    return Status::Unavailable(pg::ErrorOf(conn));
+  }
+  pg::Result r(PQgetResult(conn));
+  pg::Result end(PQgetResult(conn));
+  pg::Result sync(PQgetResult(conn));
+  if (!r || PQresultStatus(r.get()) != PGRES_TUPLES_OK) {
+    return Status::Unavailable(r ? pg::ErrorOf(r.get()) : pg::ErrorOf(conn));
+  }
+  std::map<int, std::int64_t> db;
+  for (int i = 0; i < PQntuples(r.get()); ++i) {
+    db[std::stoi(PQgetvalue(r.get(), i, 0))] =
+        std::stoll(PQgetvalue(r.get(), i, 1));
+  }
+  MutexLock lock(&mu_);
+  std::erase_if(leases_, [&db](const auto& lease) {
+    auto it = db.find(lease.first);
+    return it == db.end() || it->second != lease.second;
+  });
+  return Status::Ok();
 }
 
 void PgStore::FinishAll(const Status& status) {
@@ -347,7 +455,7 @@ void PgStore::GroupSent(std::vector<Queued>& group) {
   // fails and the daemon stops: what `written` published fires again after
   // the restart.
   for (Queued& q : group) {
-    if (q.written) std::exchange(q.written, nullptr)();
+    if (q.written && q.refused.ok()) std::exchange(q.written, nullptr)();
   }
 }
 
@@ -440,8 +548,8 @@ void PgStore::Flush(std::function<void()> done) {
   {
     MutexLock lock(&mu_);
     if (!closing_) {
-      queue_.push_back(Queued{nullptr, nullptr,
-                              [done = std::move(done)](Status) { done(); }});
+      queue_.push_back(Queued{
+          nullptr, nullptr, [done = std::move(done)](Status) { done(); }, {}});
       cv_.Signal();
       if (polling_) Wake();
       return;

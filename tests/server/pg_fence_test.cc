@@ -1,0 +1,169 @@
+// The PostgreSQL store shared by several nodes (PgOptions::shared), against
+// a real server the test starts: no node takes the database for itself; a
+// node writes only partitions it holds a lease on; a node whose lease moved
+// on has its writes, deletes included, refused by the database (the fence),
+// and goes on writing the partitions it still holds; the recovery scans see
+// only the partitions held.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <future>
+#include <thread>
+
+#include "server/common/stable_hash.h"
+#include "server/store/postgres/pg_lease.h"
+#include "server/store/postgres/pg_store.h"
+#include "tests/server/test_stores.h"
+
+namespace delayd {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::PostgresServer;
+
+constexpr int kParts = 8;
+
+class PgFenceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    pg_ = testing::SharedPostgres();
+    ASSERT_NE(pg_, nullptr);
+    db_ = pg_->NewDatabase();
+    leases_ = pg::Conn(PQconnectdb(pg_->Url(db_).c_str()));
+  }
+  std::unique_ptr<PgStore> Open(const std::string& node) {
+    PgOptions o;
+    o.conninfo = pg_->Url(db_);
+    o.node = node;
+    o.shared = true;
+    o.partitions = kParts;
+    o.reconnect_first = 20ms;
+    o.reconnect_last = 200ms;
+    std::unique_ptr<PgStore> store;
+    const Status s = PgStore::Open(o, StoreHooks{}, &store);
+    EXPECT_TRUE(s.ok()) << s.message();
+    return store;
+  }
+  // Takes `parts` for `node` (free ones only).
+  std::vector<pg::Lease> Take(const std::string& node,
+                              const std::vector<int>& parts,
+                              pg::LeaseTerms terms = {60s, 1s}) {
+    std::vector<pg::Lease> got;
+    EXPECT_TRUE(pg::Acquire(leases_.get(), node, parts, terms, &got).ok());
+    return got;
+  }
+  // A key of namespace "orders" in partition `part`.
+  static std::string KeyIn(int part, int n = 0) {
+    for (int i = 0;; ++i) {
+      std::string key = "k" + std::to_string(i);
+      if (StablePartition("orders", key, kParts) ==
+              static_cast<std::uint32_t>(part) &&
+          n-- == 0) {
+        return key;
+      }
+    }
+  }
+  // Adds timer `key` (payload id `id`), naming its partition.
+  static Batch Add(const std::string& key, std::uint64_t id) {
+    Batch b;
+    b.PutNamespace(0, "orders");
+    b.AddTimer(StoredTimer{0, key, WallNow() + 3'600'000'000'000, id, id}, "p");
+    b.Touch(StablePartition("orders", key, kParts));
+    return b;
+  }
+  static Status CommitNow(PgStore& store, Batch batch) {
+    std::promise<Status> done;
+    store.Commit(batch, [&](Status s) { done.set_value(std::move(s)); });
+    return done.get_future().get();
+  }
+  std::string Rows(const std::string& key) {
+    return pg_->Exec(db_, "SELECT count(*) FROM delayd_jobs WHERE key = '" +
+                              key + "'::bytea");
+  }
+
+  PostgresServer* pg_ = nullptr;
+  std::string db_;
+  pg::Conn leases_;
+};
+
+TEST_F(PgFenceTest, NodesShareTheDatabaseAndWriteOnlyWhatTheyHold) {
+  auto a = Open("a"), b = Open("b");  // Neither waits for the other.
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(a->SharedPartitions(), static_cast<std::uint32_t>(kParts));
+  a->SetLeases(Take("a", {0, 1, 2, 3}));
+  b->SetLeases(Take("b", {4, 5, 6, 7}));
+  EXPECT_TRUE(CommitNow(*a, Add(KeyIn(1), 1)).ok());
+  EXPECT_EQ(Rows(KeyIn(1)), "1");
+  // A partition held by another node: not written, and retryable.
+  Status s = CommitNow(*a, Add(KeyIn(5), 2));
+  EXPECT_EQ(s.code(), Code::kUnavailable);
+  EXPECT_NE(s.message().find("partition 5 is not held by node 'a'"),
+            std::string::npos)
+      << s.message();
+  EXPECT_EQ(Rows(KeyIn(5)), "0");
+  // A batch touching one held and one not: none of it.
+  Batch both = Add(KeyIn(2), 3);
+  both.Append(Add(KeyIn(6), 4));
+  EXPECT_EQ(CommitNow(*a, std::move(both)).code(), Code::kUnavailable);
+  EXPECT_EQ(Rows(KeyIn(2)), "0");
+  EXPECT_EQ(Rows(KeyIn(6)), "0");
+  EXPECT_TRUE(CommitNow(*b, Add(KeyIn(5), 5)).ok());
+  // Each node's scan sees its own partitions only.
+  std::vector<std::string> names;
+  ASSERT_TRUE(a->LoadNamespaces(&names).ok());
+  std::vector<std::string> seen;
+  ASSERT_TRUE(a->ForEachTimer([&](const StoredTimer& t) {
+                 seen.emplace_back(t.key);
+               }).ok());
+  EXPECT_EQ(seen, std::vector<std::string>{KeyIn(1)});
+}
+
+// Temporal's lesson (their PR #12016): a deposed owner's delete must not
+// remove its successor's timer. Node a's lease on partition 2 expires and b
+// takes it while a still believes it holds it: a's delete and a's add fail
+// in the database, the row stays for b, and a goes on writing the partition
+// it still holds.
+TEST_F(PgFenceTest, ADeposedNodesWritesAndDeletesAreFenced) {
+  auto a = Open("a"), b = Open("b");
+  ASSERT_TRUE(a && b);
+  const std::vector<pg::Lease> mine = Take("a", {2}, {300ms, 100ms});
+  ASSERT_EQ(mine.size(), 1u);
+  a->SetLeases(mine);
+  ASSERT_TRUE(CommitNow(*a, Add(KeyIn(2), 1)).ok());
+  std::vector<pg::Lease> theirs;
+  const auto end = std::chrono::steady_clock::now() + 10s;
+  while (theirs.empty() && std::chrono::steady_clock::now() < end) {
+    theirs = Take("b", {2});
+    std::this_thread::sleep_for(10ms);  // (Polling the lease's expiry.)
+  }
+  ASSERT_EQ(theirs.size(), 1u);
+  EXPECT_EQ(theirs[0].epoch, mine[0].epoch + 1);
+  b->SetLeases(theirs);
+  // a's delete: refused by the fence, the row kept.
+  Batch remove;
+  remove.RemoveTimer(1);
+  remove.Touch(2);
+  Status s = CommitNow(*a, std::move(remove));
+  EXPECT_EQ(s.code(), Code::kUnavailable);
+  EXPECT_NE(s.message().find("lease of node 'a' was lost"), std::string::npos)
+      << s.message();
+  EXPECT_EQ(Rows(KeyIn(2)), "1");
+  // a now knows it lost partition 2: refused before it is sent.
+  s = CommitNow(*a, Add(KeyIn(2, 1), 2));
+  EXPECT_NE(s.message().find("partition 2 is not held"), std::string::npos)
+      << s.message();
+  EXPECT_EQ(Rows(KeyIn(2, 1)), "0");
+  // b owns the row now.
+  Batch taken;
+  taken.RemoveTimer(1);
+  taken.Touch(2);
+  EXPECT_TRUE(CommitNow(*b, std::move(taken)).ok());
+  EXPECT_EQ(Rows(KeyIn(2)), "0");
+  // a's writer goes on with what it holds.
+  a->SetLeases(Take("a", {3}));
+  EXPECT_TRUE(CommitNow(*a, Add(KeyIn(3), 3)).ok());
+  EXPECT_EQ(Rows(KeyIn(3)), "1");
+}
+
+}  // namespace
+}  // namespace delayd
