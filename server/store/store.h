@@ -74,6 +74,29 @@ class Store {
   // (server/common/stable_hash.h), and tells the store which partitions
   // each batch changes (Batch::Touch).
   virtual std::uint32_t SharedPartitions() const { return 0; }
+  // What LoadPartition visits. Namespaces are named (ids are each node's
+  // own): the records' `ns` fields are not set.
+  struct PartitionVisitor {
+    std::function<void(std::string_view ns, const StoredTimer&)> timer;
+    // `fate`: null if the event has none.
+    std::function<void(std::string_view ns, const StoredEvent&,
+                       const StoredFate* fate)>
+        event;
+    std::function<void(std::string_view ns, std::string_view key,
+                       std::string_view encoded)>
+        schedule;
+  };
+  // With shared partitions: visits partition `part`'s records, and gives
+  // the limits below which its versions and event sequence numbers were
+  // handed out (for a node that has just taken the partition; the scans
+  // of recovery visit none of a shared store's records). Blocks.
+  virtual Status LoadPartition(std::uint32_t part, std::uint64_t* version_limit,
+                               std::uint64_t* event_seq_limit,
+                               const PartitionVisitor& visit) {
+    (void)part, (void)version_limit, (void)event_seq_limit, (void)visit;
+    return Status::FailedPrecondition(where() +
+                                      " does not share its partitions");
+  }
 
   // --- Recovery, before any write. ---
   // Namespace names by id (ids are dense from 0; an empty name is a freed

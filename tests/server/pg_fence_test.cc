@@ -108,14 +108,47 @@ TEST_F(PgFenceTest, NodesShareTheDatabaseAndWriteOnlyWhatTheyHold) {
   EXPECT_EQ(Rows(KeyIn(2)), "0");
   EXPECT_EQ(Rows(KeyIn(6)), "0");
   EXPECT_TRUE(CommitNow(*b, Add(KeyIn(5), 5)).ok());
-  // Each node's scan sees its own partitions only.
-  std::vector<std::string> names;
-  ASSERT_TRUE(a->LoadNamespaces(&names).ok());
+  // A node taking a partition reads its records (and its id limits).
+  Batch fire;  // (A second timer, fired, with a failed delivery.)
+  fire.Append(Add(KeyIn(5, 1), 6));
+  fire.FireTimer(StoredEvent{77, 0, KeyIn(5, 1), 6, 1, 2, Reason::kExpired, 6});
+  fire.PutFate(77, StoredFate{2, false, "busy", 123});
+  EXPECT_TRUE(CommitNow(*b, std::move(fire)).ok());
+  Batch reserve;
+  reserve.ReserveIds(5, 100, 200);
+  reserve.Touch(5);
+  EXPECT_TRUE(CommitNow(*b, std::move(reserve)).ok());
+  std::uint64_t versions = 0, events = 0;
   std::vector<std::string> seen;
-  ASSERT_TRUE(a->ForEachTimer([&](const StoredTimer& t) {
-                 seen.emplace_back(t.key);
-               }).ok());
-  EXPECT_EQ(seen, std::vector<std::string>{KeyIn(1)});
+  Store::PartitionVisitor visit;
+  visit.timer = [&](std::string_view ns, const StoredTimer& t) {
+    seen.push_back(std::string(ns) + "/" + std::string(t.key));
+  };
+  std::vector<std::string> fired;
+  visit.event = [&](std::string_view ns, const StoredEvent& e,
+                    const StoredFate* f) {
+    fired.push_back(std::string(ns) + "/" + std::string(e.key) + " " +
+                    std::to_string(e.id) + " payload " +
+                    std::to_string(e.payload_id) + " attempts " +
+                    (f ? std::to_string(f->attempts) + " " +
+                             std::string(f->error) + " " +
+                             std::to_string(f->retry_at)
+                       : "none"));
+  };
+  visit.schedule = [&](std::string_view, std::string_view, std::string_view) {
+    ADD_FAILURE() << "no schedule was written";
+  };
+  ASSERT_TRUE(a->LoadPartition(5, &versions, &events, visit).ok());
+  EXPECT_EQ(seen, std::vector<std::string>{"orders/" + KeyIn(5)});
+  EXPECT_EQ(fired,
+            std::vector<std::string>{"orders/" + KeyIn(5, 1) +
+                                     " 77 payload 6 attempts 2 busy 123"});
+  EXPECT_EQ(versions, 100u);
+  EXPECT_EQ(events, 200u);
+  seen.clear();
+  ASSERT_TRUE(a->LoadPartition(1, &versions, &events, visit).ok());
+  EXPECT_EQ(seen, std::vector<std::string>{"orders/" + KeyIn(1)});
+  EXPECT_EQ(versions, 0u);
 }
 
 // Temporal's lesson (their PR #12016): a deposed owner's delete must not

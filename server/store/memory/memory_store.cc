@@ -242,6 +242,51 @@ Status MemoryStore::ForEachFate(
   return Status::Ok();
 }
 
+Status MemoryStore::LoadPartition(std::uint32_t part,
+                                  std::uint64_t* version_limit,
+                                  std::uint64_t* event_seq_limit,
+                                  const PartitionVisitor& visit) {
+  MutexLock lock(&disk_->mu_);
+  if (disk_->shared_ == 0)
+    return Store::LoadPartition(part, nullptr, nullptr, {});
+  const auto& names = disk_->namespaces_;
+  auto name = [&names](NamespaceId ns) -> std::string_view {
+    return ns < names.size() ? names[ns] : "";
+  };
+  auto in = [&](NamespaceId ns, std::string_view key) {
+    return StablePartition(name(ns), key, disk_->shared_) == part;
+  };
+  auto counters = disk_->counters_.find(part);
+  *version_limit =
+      counters == disk_->counters_.end() ? 0 : counters->second.first;
+  *event_seq_limit =
+      counters == disk_->counters_.end() ? 0 : counters->second.second;
+  for (const auto& [id, t] : disk_->timers_) {
+    if (in(t.ns, t.key)) {
+      visit.timer(name(t.ns),
+                  StoredTimer{t.ns, t.key, t.fire_time, t.version, id});
+    }
+  }
+  for (const auto& [id, e] : disk_->events_) {
+    if (!in(e.event.ns, e.key)) continue;
+    StoredEvent event = e.event;
+    event.key = e.key;
+    auto f = disk_->fates_.find(id);
+    if (f == disk_->fates_.end()) {
+      visit.event(name(e.event.ns), event, nullptr);
+      continue;
+    }
+    const StoredFate fate{f->second.attempts, f->second.dead, f->second.error,
+                          f->second.retry_at};
+    visit.event(name(e.event.ns), event, &fate);
+  }
+  for (const auto& [id, data] : disk_->schedules_) {
+    if (in(id.first, id.second))
+      visit.schedule(name(id.first), id.second, data);
+  }
+  return Status::Ok();
+}
+
 Status MemoryStore::LoadPolicies(
     std::vector<std::pair<std::string, std::string>>* policies) {
   MutexLock lock(&disk_->mu_);

@@ -104,6 +104,9 @@ class MemoryStore final : public Store {
   std::uint32_t SharedPartitions() const override {
     return disk_->shared_partitions();
   }
+  Status LoadPartition(std::uint32_t part, std::uint64_t* version_limit,
+                       std::uint64_t* event_seq_limit,
+                       const PartitionVisitor& visit) override;
   Status LoadNamespaces(std::vector<std::string>* names) override;
   Status LoadCounters(std::uint64_t* next_version,
                       std::uint64_t* next_event_seq) override;

@@ -392,8 +392,7 @@ Status PgStore::ForEachTimer(
     const std::function<void(const StoredTimer&)>& visit) {
   return Copy(
       "COPY (SELECT id, ns, key, fire_time, version FROM delayd_jobs WHERE "
-      "event_id IS NULL" +
-          HeldFilter() + ") TO STDOUT (FORMAT binary)",
+      "event_id IS NULL) TO STDOUT (FORMAT binary)",
       5, [&](const std::vector<std::string_view>& f, const std::vector<bool>&) {
         StoredTimer t;
         t.payload_id = static_cast<std::uint64_t>(pg::GetInt64(f[0].data()));
@@ -409,8 +408,8 @@ Status PgStore::ForEachSchedule(
     const std::function<void(NamespaceId, std::string_view, std::string_view)>&
         visit) {
   return Copy(
-      "COPY (SELECT ns, key, schedule FROM delayd_schedules WHERE true" +
-          HeldFilter() + ") TO STDOUT (FORMAT binary)",
+      "COPY (SELECT ns, key, schedule FROM delayd_schedules) TO STDOUT "
+      "(FORMAT binary)",
       3, [&](const std::vector<std::string_view>& f, const std::vector<bool>&) {
         visit(IdOf(names_, f[0]), f[1], f[2]);
       });
@@ -420,8 +419,8 @@ Status PgStore::ForEachEvent(
     const std::function<void(const StoredEvent&)>& visit) {
   return Copy(
       "COPY (SELECT event_id, ns, key, version, fire_time, fired_at, reason, "
-      "id FROM delayd_jobs WHERE event_id IS NOT NULL" +
-          HeldFilter() + ") TO STDOUT (FORMAT binary)",
+      "id FROM delayd_jobs WHERE event_id IS NOT NULL) TO STDOUT (FORMAT "
+      "binary)",
       8, [&](const std::vector<std::string_view>& f, const std::vector<bool>&) {
         StoredEvent e;
         e.id = static_cast<std::uint64_t>(pg::GetInt64(f[0].data()));
@@ -440,8 +439,8 @@ Status PgStore::ForEachFate(
     const std::function<void(std::uint64_t, const StoredFate&)>& visit) {
   return Copy(
       "COPY (SELECT event_id, attempts, dead, error, retry_at FROM "
-      "delayd_jobs WHERE event_id IS NOT NULL AND attempts IS NOT NULL" +
-          HeldFilter() + ") TO STDOUT (FORMAT binary)",
+      "delayd_jobs WHERE event_id IS NOT NULL AND attempts IS NOT NULL) TO "
+      "STDOUT (FORMAT binary)",
       5,
       [&](const std::vector<std::string_view>& f,
           const std::vector<bool>& null) {
@@ -454,15 +453,70 @@ Status PgStore::ForEachFate(
       });
 }
 
-std::string PgStore::HeldFilter() {
-  if (!options_.shared) return "";
-  std::string out = " AND part = ANY('{";
-  MutexLock lock(&mu_);
-  for (const auto& [part, epoch] : leases_) {
-    if (out.back() != '{') out += ',';
-    out += std::to_string(part);
+Status PgStore::LoadPartition(std::uint32_t part, std::uint64_t* version_limit,
+                              std::uint64_t* event_seq_limit,
+                              const PartitionVisitor& visit) {
+  if (!options_.shared) return Store::LoadPartition(part, nullptr, nullptr, {});
+  const std::string where = " WHERE part = " + std::to_string(part);
+  pg::Result r;
+  if (Status s = Query(("SELECT version_limit, event_limit FROM "
+                        "delayd_counters" +
+                        where)
+                           .c_str(),
+                       0, &r);
+      !s.ok()) {
+    return s;
   }
-  return out + "}'::int4[])";
+  if (PQresultStatus(r.get()) != PGRES_TUPLES_OK) {
+    return Error("reading counters: " + pg::ErrorOf(r.get()));
+  }
+  *version_limit = *event_seq_limit = 0;
+  if (PQntuples(r.get()) == 1) {
+    *version_limit = std::stoull(PQgetvalue(r.get(), 0, 0));
+    *event_seq_limit = std::stoull(PQgetvalue(r.get(), 0, 1));
+  }
+  Status s = Copy(
+      "COPY (SELECT id, ns, key, fire_time, version FROM delayd_jobs" + where +
+          " AND event_id IS NULL) TO STDOUT (FORMAT binary)",
+      5, [&](const std::vector<std::string_view>& f, const std::vector<bool>&) {
+        StoredTimer t{};
+        t.payload_id = static_cast<std::uint64_t>(pg::GetInt64(f[0].data()));
+        t.key = f[2];
+        t.fire_time = pg::GetInt64(f[3].data());
+        t.version = static_cast<std::uint64_t>(pg::GetInt64(f[4].data()));
+        visit.timer(f[1], t);
+      });
+  if (!s.ok()) return s;
+  s = Copy(
+      "COPY (SELECT event_id, ns, key, version, fire_time, fired_at, reason, "
+      "id, attempts, dead, error, retry_at FROM delayd_jobs" +
+          where + " AND event_id IS NOT NULL) TO STDOUT (FORMAT binary)",
+      12,
+      [&](const std::vector<std::string_view>& f,
+          const std::vector<bool>& null) {
+        StoredEvent e{};
+        e.id = static_cast<std::uint64_t>(pg::GetInt64(f[0].data()));
+        e.key = f[2];
+        e.version = static_cast<std::uint64_t>(pg::GetInt64(f[3].data()));
+        e.fire_time = pg::GetInt64(f[4].data());
+        e.fired_at = pg::GetInt64(f[5].data());
+        e.reason = static_cast<Reason>(pg::GetInt16(f[6].data()));
+        e.payload_id = static_cast<std::uint64_t>(pg::GetInt64(f[7].data()));
+        if (null[8]) return visit.event(f[1], e, nullptr);
+        StoredFate fate;
+        fate.attempts = static_cast<std::uint32_t>(pg::GetInt32(f[8].data()));
+        fate.dead = !null[9] && f[9][0] != 0;
+        if (!null[10]) fate.error = f[10];
+        if (!null[11]) fate.retry_at = pg::GetInt64(f[11].data());
+        visit.event(f[1], e, &fate);
+      });
+  if (!s.ok()) return s;
+  return Copy(
+      "COPY (SELECT ns, key, schedule FROM delayd_schedules" + where +
+          ") TO STDOUT (FORMAT binary)",
+      3, [&](const std::vector<std::string_view>& f, const std::vector<bool>&) {
+        visit.schedule(f[0], f[1], f[2]);
+      });
 }
 
 void PgStore::SetLeases(const std::vector<pg::Lease>& held) {

@@ -79,8 +79,8 @@ struct PgOptions {
   // (a cluster), each owning some through a lease (pg_lease.h). Then no
   // node takes the database for itself; the core partitions keys as the
   // database does (SharedPartitions); every write transaction is fenced by
-  // the leases SetLeases gave; and the recovery scans see only the
-  // partitions held when they run.
+  // the leases SetLeases gave; and a node reads a partition's records when
+  // it takes it (LoadPartition).
   bool shared = false;
   // Logical partitions, when the schema is created (1..1024).
   int partitions = 64;
@@ -137,6 +137,9 @@ class PgStore final : public Store {
   // get UNAVAILABLE, the writer drops the leases the database no longer
   // says are this node's, and sends the groups behind it again.
   void SetLeases(const std::vector<pg::Lease>& held) EXCLUDES(mu_);
+  Status LoadPartition(std::uint32_t part, std::uint64_t* version_limit,
+                       std::uint64_t* event_seq_limit,
+                       const PartitionVisitor& visit) override;
   Status LoadNamespaces(std::vector<std::string>* names) override;
   Status LoadCounters(std::uint64_t* next_version,
                       std::uint64_t* next_event_seq) override;
@@ -248,9 +251,7 @@ class PgStore final : public Store {
   void Fenced(const std::string& error) EXCLUDES(mu_);
   // Keeps of leases_ only what the database says this node holds.
   Status CheckLeases(PGconn* conn) EXCLUDES(mu_);
-  // " AND part = ANY('{...}')" over the leases held, for recovery scans
-  // (with `shared`; else empty).
-  std::string HeldFilter() EXCLUDES(mu_);
+
   // Reads the answers that have arrived, or waits for answers or for new
   // batches.
   void Await() EXCLUDES(mu_);
