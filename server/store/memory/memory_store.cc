@@ -84,8 +84,9 @@ void MemoryStore::Disk::Check(const Batch& batch, std::uint32_t partition) {
 void MemoryStore::Disk::Check(const Batch& batch, NamespaceId ns,
                               std::string_view key) {
   if (shared_ == 0) return;
-  Check(batch, StablePartition(ns < namespaces_.size() ? namespaces_[ns] : "",
-                               key, shared_));
+  const std::string_view name =
+      ns < namespaces_.size() ? std::string_view(namespaces_[ns]) : "";
+  Check(batch, StablePartition(name, key, shared_));
 }
 
 void MemoryStore::Disk::CheckPartition(const Batch& batch,
@@ -251,7 +252,8 @@ Status MemoryStore::LoadPartition(std::uint32_t part,
     return Store::LoadPartition(part, nullptr, nullptr, {});
   const auto& names = disk_->namespaces_;
   auto name = [&names](NamespaceId ns) -> std::string_view {
-    return ns < names.size() ? names[ns] : "";
+    if (ns < names.size()) return names[ns];
+    return {};
   };
   auto in = [&](NamespaceId ns, std::string_view key) {
     return StablePartition(name(ns), key, disk_->shared_) == part;
