@@ -292,6 +292,43 @@ void Dispatcher::Ack(std::vector<std::uint64_t> ids,
   });
 }
 
+void Dispatcher::DropPartition(std::uint32_t part,
+                               std::function<void(std::uint64_t)> done) {
+  asio::post(strand_, [this, part, done = std::move(done)] {
+    on_strand_.Enter();
+    std::uint64_t dropped = 0;
+    for (auto it = outstanding_.begin(); it != outstanding_.end();) {
+      Outstanding& o = it->second;
+      if (!partition_of_ || partition_of_(id_, o.event.blob.key()) != part) {
+        ++it;
+        continue;
+      }
+      // As an ack takes it out of each state (ready_ and held_ skip ids no
+      // longer outstanding).
+      if (o.dead) {
+        dead_.erase(it->first);
+        counters_.dead_letters.fetch_sub(1);
+        mine_.dead_letters.fetch_sub(1, std::memory_order_relaxed);
+      } else if (o.worker != 0) {
+        if (Worker* w = FindWorker(o.worker)) w->in_flight.erase(it->first);
+        LeaveFlight(o);
+      } else if (o.retrying) {
+        CancelAckTimer(o);
+        counters_.retrying.fetch_sub(1);
+        mine_.retrying.fetch_sub(1, std::memory_order_relaxed);
+      } else {
+        counters_.ready.fetch_sub(1);
+        mine_.ready.fetch_sub(1, std::memory_order_relaxed);
+      }
+      Forget(it++);
+      ++dropped;
+    }
+    Pump();
+    if (dropped != 0) refs_->Release(id_, static_cast<std::int64_t>(dropped));
+    if (done) done(dropped);
+  });
+}
+
 void Dispatcher::Close(const Status& status, std::function<void()> done) {
   asio::post(strand_, [this, status, done = std::move(done)] {
     on_strand_.Enter();

@@ -238,6 +238,13 @@ class Dispatcher {
   void PurgeDeadLetters(std::vector<std::uint64_t> ids,
                         std::function<void(Status, LeaseResult)> done);
 
+  // Forgets the events of partition `part` (see SetPartitionOf), whatever
+  // their state: another node owns them now and delivers them again (an
+  // ack of one from now on reads as unknown). `done` gets how many, on the
+  // strand.
+  void DropPartition(std::uint32_t part,
+                     std::function<void(std::uint64_t)> done);
+
   // Ends every stream with `status` and stops the ack timer. `done` runs on
   // the strand afterwards.
   void Close(const Status& status, std::function<void()> done);

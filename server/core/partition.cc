@@ -65,7 +65,7 @@ OpResult Partition::ApplyOne(Op& op, WallNanos wall_now, SteadyTime steady_now,
 std::optional<OpResult> Partition::Apply(Op& op, Done& durable) {
   Batch batch;
   MutexLock lock(&mu_);
-  if (stopped_) return OpResult{ShuttingDown()};
+  if (auto refused = Refusal()) return OpResult{*std::move(refused)};
   OpResult r = ApplyOne(op, clock_.Wall(), clock_.Steady(),
                         store_ != nullptr ? &batch : nullptr);
   if (batch.empty()) return r;
@@ -86,8 +86,8 @@ bool Partition::ApplyGroup(std::vector<Op>& ops,
   Batch batch;
   Batch* const into = store_ != nullptr ? &batch : nullptr;
   MutexLock lock(&mu_);
-  if (stopped_) {
-    for (std::uint32_t i : indices) results[i] = {ShuttingDown()};
+  if (auto refused = Refusal()) {
+    for (std::uint32_t i : indices) results[i] = {*refused};
     return false;
   }
   const WallNanos wall = clock_.Wall();
@@ -306,7 +306,7 @@ OpResult Partition::Remove(RemoveOp& op, Batch* batch) {
 
 void Partition::ClockChanged(bool rederive) {
   MutexLock lock(&mu_);
-  if (stopped_) return;
+  if (stopped_ || !owned_) return;
   if (rederive) {
     const WallNanos wall_now = clock_.Wall();
     const SteadyTime steady_now = clock_.Steady();
@@ -343,7 +343,49 @@ void Partition::Forget(std::uint32_t r) {
 
 void Partition::OnAlarm(AlarmWheel::Time at) {
   MutexLock lock(&mu_);
-  if (wheel_.Alarmed(at)) FireDue();
+  if (wheel_.Alarmed(at) && owned_) FireDue();
+}
+
+std::optional<Status> Partition::Refusal() const {
+  if (stopped_) return ShuttingDown();
+  if (!owned_) {
+    return Status::Unavailable("partition " + std::to_string(partition_) +
+                               " is owned by another node");
+  }
+  return std::nullopt;
+}
+
+bool Partition::owned() const {
+  MutexLock lock(&mu_);
+  return owned_;
+}
+
+void Partition::Own() {
+  MutexLock lock(&mu_);
+  owned_ = true;
+  if (!stopped_) FireDue();
+}
+
+void Partition::Disown() {
+  MutexLock lock(&mu_);
+  owned_ = false;
+  for (std::uint32_t r = 0; r < records_.size(); ++r) {
+    Record& rec = records_[r];
+    if (!rec.blob) continue;  // A free record.
+    const NamespaceId ns = rec.ns();
+    wheel_.wheel().Cancel(rec.handle);
+    Forget(r);
+    refs_->Release(ns);
+  }
+  overdue_.clear();
+  for (std::uint32_t id = 0; id < schedules_.capacity(); ++id) {
+    if (!schedules_.live(id)) continue;
+    const ScheduleSet::Slot& e = schedules_.slot(id);
+    const NamespaceId ns = e.ns;
+    if (e.wake != ScheduleSet::kNoWake) wheel_.wheel().Cancel(e.handle);
+    schedules_.Remove(id);
+    refs_->Release(ns);
+  }
 }
 
 void Partition::FireDue() {
@@ -488,7 +530,7 @@ void Partition::Drain(NamespaceId ns,
   std::uint64_t count = 0;
   {
     MutexLock lock(&mu_);
-    if (stopped_) {
+    if (stopped_) {  // (Not owned, it holds nothing to drain.)
       now = ShuttingDown();
     } else {
       std::vector<std::uint32_t> fire;

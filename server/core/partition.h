@@ -94,6 +94,17 @@ class Partition {
   // operations from now on get UNAVAILABLE.
   void Stop() EXCLUDES(mu_);
 
+  // Ownership, with a store whose partitions nodes share (Store::
+  // SharedPartitions). A partition not owned holds nothing, fires nothing,
+  // and refuses operations (UNAVAILABLE, naming the partition): another
+  // node owns it. Disown() forgets every timer and schedule at once (they
+  // stay in the store, for the next owner); the owner-to-be restores them
+  // (Restore, RestoreSchedule, RestoreCounters, FireOverdue) and then calls
+  // Own(), which fires what is due and arms the wake-up.
+  void Disown() EXCLUDES(mu_);
+  void Own() EXCLUDES(mu_);
+  bool owned() const EXCLUDES(mu_);
+
   // After the clock's offset moved (clock.h): derives every pending timer's
   // deadline anew from its fire time, then fires what is due now and
   // re-arms. Without `rederive`, only the latter (time jumped on a fake
@@ -237,6 +248,8 @@ class Partition {
   static Status ShuttingDown() {
     return Status::Unavailable("delayd is shutting down");
   }
+  // Why an operation cannot be applied now (stopped, or not owned).
+  std::optional<Status> Refusal() const REQUIRES(mu_);
   static std::uint32_t Hash(NamespaceId ns, std::string_view key);
   std::uint32_t Find(NamespaceId ns, std::string_view key,
                      std::uint32_t hash) const REQUIRES(mu_);
@@ -361,6 +374,7 @@ class Partition {
   std::uint64_t event_seq_limit_ GUARDED_BY(mu_) = 0;
   bool reserving_ GUARDED_BY(mu_) = false;  // A block is being written.
   bool stopped_ GUARDED_BY(mu_) = false;
+  bool owned_ GUARDED_BY(mu_) = true;
   std::vector<std::uint32_t> overdue_ GUARDED_BY(mu_);    // During recovery.
   std::vector<AlarmWheel::Expired> due_ GUARDED_BY(mu_);  // Reused.
   ScheduleSet schedules_ GUARDED_BY(mu_);

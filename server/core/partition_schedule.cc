@@ -80,7 +80,7 @@ std::optional<Partition::ScheduleResult> Partition::SetSchedule(
   Batch batch;
   MutexLock lock(&mu_);
   ScheduleResult result;
-  if (stopped_) return ScheduleResult::Error(ShuttingDown());
+  if (auto refused = Refusal()) return ScheduleResult::Error(*refused);
   const std::uint32_t found = schedules_.Find(ns, key);
   const bool exists = found != ScheduleSet::kNone;
   if (exists && if_absent) {
@@ -150,7 +150,7 @@ std::optional<Partition::ScheduleResult> Partition::RemoveSchedule(
   Batch batch;
   MutexLock lock(&mu_);
   ScheduleResult result;
-  if (stopped_) return ScheduleResult::Error(ShuttingDown());
+  if (auto refused = Refusal()) return ScheduleResult::Error(*refused);
   const std::uint32_t found = schedules_.Find(ns, key);
   if (found == ScheduleSet::kNone) {
     result.status = Status::NotFound("no schedule '" + key + "'");
@@ -176,7 +176,7 @@ std::optional<Partition::ScheduleResult> Partition::ActOnSchedule(
   Batch* const into = store_ != nullptr ? &batch : nullptr;
   MutexLock lock(&mu_);
   ScheduleResult result;
-  if (stopped_) return ScheduleResult::Error(ShuttingDown());
+  if (auto refused = Refusal()) return ScheduleResult::Error(*refused);
   const std::uint32_t id = schedules_.Find(ns, key);
   if (id == ScheduleSet::kNone) {
     result.status = Status::NotFound("no schedule '" + key + "'");

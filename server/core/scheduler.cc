@@ -58,6 +58,10 @@ Status Scheduler::Start(RecoveryReport* report) {
           dispatchers_[ns]->Publish(std::move(events));
         }));
   }
+  // Shared, a partition is this node's only once taken (TakePartition).
+  if (shared_partitions_) {
+    for (auto& p : partitions_) p->Disown();
+  }
   if (store_) {
     RecoveryReport local;
     if (Status s = Recover(report ? report : &local); !s.ok()) {
@@ -268,6 +272,13 @@ void Scheduler::Get(
     return;
   }
   Partition& p = *partitions_[PartitionOf(ns, key)];
+  if (!p.owned()) {
+    done(Status::Unavailable("partition " +
+                             std::to_string(PartitionOf(ns, key)) +
+                             " is owned by another node"),
+         std::nullopt);
+    return;
+  }
   auto found = std::make_shared<Partition::Found>();
   p.Get(ns, key, *found);
   auto answer = [&p, found, key = std::move(key), done = std::move(done)] {

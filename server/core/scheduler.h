@@ -188,6 +188,24 @@ class Scheduler {
                                          const std::string& after,
                                          std::size_t limit);
 
+  // Partitions shared with other nodes (scheduler_partitions.cc; see
+  // Store::SharedPartitions): a node owns only those it holds a lease on,
+  // and starts owning none. TakePartition makes partition `part` this
+  // node's under its lease's `epoch` (the store fences writes by it), loads
+  // its records on the read pool (blocking reads), fires its overdue
+  // timers, and hands its events to the dispatchers; `done` gets the
+  // outcome there (an error leaves it not owned). DropPartition stops
+  // acting for `part` at once (its lease is lost or given back): its
+  // timers, schedules and events are forgotten (the store keeps them for
+  // the next owner) and its writes refused; `done` runs once every
+  // dispatcher has let go. Called by one thread (the lease keeper's).
+  void TakePartition(std::uint32_t part, std::int64_t epoch,
+                     std::function<void(Status)> done) EXCLUDES(held_mu_);
+  void DropPartition(std::uint32_t part, std::function<void()> done)
+      EXCLUDES(held_mu_, ns_mutex_);
+  // The partitions held now, with their epochs.
+  Store::Held held() const EXCLUDES(held_mu_);
+
   std::uint64_t NewSubscriberId() { return next_subscriber_id_.fetch_add(1); }
   Clock& clock() const { return clock_; }
   // Acts on a change of the clock other than time passing
@@ -249,6 +267,8 @@ class Scheduler {
   Status Admit() const;
   std::uint32_t PartitionOf(NamespaceId ns, std::string_view key) const;
   Status Recover(RecoveryReport* report) EXCLUDES(ns_mutex_);
+  // TakePartition's work, on the read pool.
+  Status LoadPartition(std::uint32_t part) EXCLUDES(held_mu_);
   // Recovery's schedules (scheduler_recover_schedules.cc): the highest
   // version among them goes to `*max_version`; a schedule of a namespace id
   // not among the first `ids` sets `*bad_namespace`.
@@ -304,6 +324,11 @@ class Scheduler {
   // Written by Start before anything runs; read-only after.
   std::uint32_t partition_count_ = 1;
   bool shared_partitions_ = false;
+  // With shared partitions: those held, with their epochs, as the store was
+  // last told. A partition's Own() and its events' hand-over happen under
+  // it, so a DropPartition after them undoes them all.
+  mutable Mutex held_mu_;
+  Store::Held held_ GUARDED_BY(held_mu_);
 
   // The namespace table. dispatchers_[id] is written once, before the id is
   // published under the lock, so readers of a pinned id need no lock.

@@ -1,6 +1,7 @@
 // Scheduler: recovery from the store at start. Policies first, then
 // namespaces, counters, timers, schedules, event fates and events; overdue
-// timers are fired, and namespaces left empty freed.
+// timers are fired, and namespaces left empty freed. (With shared
+// partitions, only the policies: see scheduler_partitions.cc.)
 #include <algorithm>
 
 #include "server/core/payload_ref.h"
@@ -19,6 +20,14 @@ void Scheduler::NoteOpenRun(NamespaceId ns, std::string_view run_key) {
 Status Scheduler::Recover(RecoveryReport* report) {
   const auto started = std::chrono::steady_clock::now();
   if (Status s = RecoverPolicies(); !s.ok()) return s;
+  if (shared_partitions_) {
+    // Each partition's records are loaded when it is taken
+    // (scheduler_partitions.cc).
+    report->took = std::chrono::steady_clock::now() - started;
+    report->notes = store_->OpenNotes();
+    report->store = store_->where();
+    return Status::Ok();
+  }
   std::vector<std::string> names;  // By id; empty: a freed id.
   if (Status s = store_->LoadNamespaces(&names); !s.ok()) return s;
   if (names.size() > options_.limits.max_namespaces) {

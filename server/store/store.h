@@ -29,6 +29,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -86,7 +87,14 @@ class Store {
                        std::string_view encoded)>
         schedule;
   };
-  // With shared partitions: visits partition `part`'s records, and gives
+  // With shared partitions: the partitions this node holds now, by
+  // partition, with the epochs of their leases (pg_lease.h). The store
+  // writes no batch that touches another, and fences what it writes by
+  // these epochs.
+  using Held = std::map<std::uint32_t, std::int64_t>;
+  virtual void SetHeld(const Held& held) { (void)held; }
+  // With shared partitions: visits partition `part`'s records (schedules
+  // first, then timers, then events), and gives
   // the limits below which its versions and event sequence numbers were
   // handed out (for a node that has just taken the partition; the scans
   // of recovery visit none of a shared store's records). Blocks.

@@ -52,6 +52,11 @@ class PgFenceTest : public ::testing::Test {
     EXPECT_TRUE(pg::Acquire(leases_.get(), node, parts, terms, &got).ok());
     return got;
   }
+  static Store::Held Held(const std::vector<pg::Lease>& leases) {
+    Store::Held held;
+    for (const pg::Lease& l : leases) held[l.part] = l.epoch;
+    return held;
+  }
   // A key of namespace "orders" in partition `part`.
   static std::string KeyIn(int part, int n = 0) {
     for (int i = 0;; ++i) {
@@ -90,8 +95,8 @@ TEST_F(PgFenceTest, NodesShareTheDatabaseAndWriteOnlyWhatTheyHold) {
   auto a = Open("a"), b = Open("b");  // Neither waits for the other.
   ASSERT_TRUE(a && b);
   EXPECT_EQ(a->SharedPartitions(), static_cast<std::uint32_t>(kParts));
-  a->SetLeases(Take("a", {0, 1, 2, 3}));
-  b->SetLeases(Take("b", {4, 5, 6, 7}));
+  a->SetHeld(Held(Take("a", {0, 1, 2, 3})));
+  b->SetHeld(Held(Take("b", {4, 5, 6, 7})));
   EXPECT_TRUE(CommitNow(*a, Add(KeyIn(1), 1)).ok());
   EXPECT_EQ(Rows(KeyIn(1)), "1");
   // A partition held by another node: not written, and retryable.
@@ -161,7 +166,7 @@ TEST_F(PgFenceTest, ADeposedNodesWritesAndDeletesAreFenced) {
   ASSERT_TRUE(a && b);
   const std::vector<pg::Lease> mine = Take("a", {2}, {300ms, 100ms});
   ASSERT_EQ(mine.size(), 1u);
-  a->SetLeases(mine);
+  a->SetHeld(Held(mine));
   ASSERT_TRUE(CommitNow(*a, Add(KeyIn(2), 1)).ok());
   std::vector<pg::Lease> theirs;
   const auto end = std::chrono::steady_clock::now() + 10s;
@@ -171,7 +176,7 @@ TEST_F(PgFenceTest, ADeposedNodesWritesAndDeletesAreFenced) {
   }
   ASSERT_EQ(theirs.size(), 1u);
   EXPECT_EQ(theirs[0].epoch, mine[0].epoch + 1);
-  b->SetLeases(theirs);
+  b->SetHeld(Held(theirs));
   // a's delete: refused by the fence, the row kept.
   Batch remove;
   remove.RemoveTimer(1);
@@ -193,7 +198,7 @@ TEST_F(PgFenceTest, ADeposedNodesWritesAndDeletesAreFenced) {
   EXPECT_TRUE(CommitNow(*b, std::move(taken)).ok());
   EXPECT_EQ(Rows(KeyIn(2)), "0");
   // a's writer goes on with what it holds.
-  a->SetLeases(Take("a", {3}));
+  a->SetHeld(Held(Take("a", {3})));
   EXPECT_TRUE(CommitNow(*a, Add(KeyIn(3), 3)).ok());
   EXPECT_EQ(Rows(KeyIn(3)), "1");
 }

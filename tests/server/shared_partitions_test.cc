@@ -23,6 +23,18 @@ using testing::FakeSubscriber;
 
 constexpr std::uint32_t kShared = 8;
 
+Status Take(Scheduler& s, std::uint32_t part, std::int64_t epoch) {
+  std::promise<Status> taken;
+  s.TakePartition(part, epoch, [&](Status st) { taken.set_value(st); });
+  return taken.get_future().get();
+}
+
+void Drop(Scheduler& s, std::uint32_t part) {
+  std::promise<void> dropped;
+  s.DropPartition(part, [&] { dropped.set_value(); });
+  dropped.get_future().wait();
+}
+
 class SharedPartitionsTest : public ::testing::Test {
  protected:
   SharedPartitionsTest()
@@ -35,6 +47,9 @@ class SharedPartitionsTest : public ::testing::Test {
           return o;
         }()) {
     EXPECT_TRUE(scheduler_.Start().ok());
+    for (std::uint32_t p = 0; p < kShared; ++p) {
+      EXPECT_TRUE(Take(scheduler_, p, 1).ok());
+    }
     EXPECT_TRUE(scheduler_.Intern("orders", &pin_).ok());
     ns_ = pin_.id();
   }
@@ -126,6 +141,98 @@ TEST_F(SharedPartitionsTest, KeysGoWhereTheStoreSaysAndBatchesNameThem) {
   EXPECT_EQ(disk_->untouched(), 0u);
   // Sets, moves, removes, firings, acks, fates, a requeue and a purge.
   EXPECT_GE(disk_->touched(), 64u + 16u + 56u + 28u + 28u + 3u);
+}
+
+// Two nodes on one store: a partition moves from a to b. a stops acting for
+// it at once (its calls refused, its events forgotten, its writes refused
+// by the store); b loads its timers and its events in flight (delivered
+// again: at least once), and its versions go on past a's.
+TEST(SharedPartitions, APartitionMovesBetweenNodes) {
+  auto disk = std::make_shared<MemoryStore::Disk>();
+  disk->SharePartitions(kShared);
+  auto options = [&disk] {
+    Scheduler::Options o;
+    o.threads = 2;
+    o.store = MemoryStore::Opener(disk);
+    return o;
+  };
+  Scheduler a(options()), b(options());
+  ASSERT_TRUE(a.Start().ok());
+  ASSERT_TRUE(b.Start().ok());
+  for (std::uint32_t p = 0; p < kShared; ++p) ASSERT_TRUE(Take(a, p, 1).ok());
+  NamespacePin pa, pb;
+  ASSERT_TRUE(a.Intern("orders", &pa).ok());
+  ASSERT_TRUE(b.Intern("orders", &pb).ok());
+  auto apply = [](Scheduler& s, Op op) {
+    std::promise<OpResult> r;
+    s.Submit(std::move(op), [&](OpResult res) { r.set_value(res); });
+    return r.get_future().get();
+  };
+  auto worker = [](Scheduler& s, NamespaceId ns) {
+    auto sub = std::make_shared<FakeSubscriber>();
+    std::promise<void> registered;
+    SubscribeOptions o;
+    o.max_in_flight = 1000;
+    s.dispatcher(ns).Subscribe(s.NewSubscriberId(), sub, o,
+                               [&] { registered.set_value(); });
+    registered.get_future().wait();
+    return sub;
+  };
+  // Partition 3 gets 3 timers: 2 pending, 1 fired and in flight at a.
+  const WallNanos later = WallNow() + 3'600'000'000'000;
+  std::vector<std::string> keys;
+  for (int i = 0; keys.size() < 3; ++i) {
+    std::string key = "order-" + std::to_string(i);
+    if (StablePartition("orders", key, kShared) == 3) keys.push_back(key);
+  }
+  std::uint64_t old_version = 0;
+  for (const std::string& key : keys) {
+    const OpResult r = apply(a, SetOp{pa.id(), Blob(key, "p-" + key), later});
+    ASSERT_TRUE(r.status.ok());
+    old_version = std::max(old_version, r.version);
+  }
+  ASSERT_TRUE(
+      apply(a, SetOp{pa.id(), Blob("elsewhere", "p"), later}).status.ok());
+  ASSERT_NE(StablePartition("orders", "elsewhere", kShared), 3u);
+  auto at_a = worker(a, pa.id());
+  ASSERT_TRUE(apply(a, MoveOp{pa.id(), keys[0], WallNow() - 1}).status.ok());
+  ASSERT_EQ(at_a->WaitFor(1, 10s).size(), 1u);
+  // b does not own it yet.
+  EXPECT_EQ(apply(b, RemoveOp{pb.id(), keys[1]}).status.code(),
+            Code::kUnavailable);
+
+  Drop(a, 3);
+  const OpResult refused = apply(a, RemoveOp{pa.id(), keys[1]});
+  EXPECT_EQ(refused.status.code(), Code::kUnavailable);
+  EXPECT_NE(refused.status.message().find("partition 3"), std::string::npos);
+  std::promise<AckResult> acked;
+  a.dispatcher(pa.id()).Ack({at_a->WaitFor(1, 0ms)[0].id},
+                            [&](AckResult r) { acked.set_value(r); });
+  EXPECT_EQ(acked.get_future().get().unknown.size(), 1u);  // Forgotten.
+  EXPECT_EQ(disk->events(), 1u);                           // Kept for b.
+  EXPECT_EQ(a.counters().pending.load(), 1u);              // "elsewhere"
+
+  auto at_b = worker(b, pb.id());
+  ASSERT_TRUE(Take(b, 3, 2).ok());
+  // The event in flight at a is delivered again, from b.
+  const auto again = at_b->WaitFor(1, 10s);
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].key, keys[0]);
+  EXPECT_EQ(again[0].payload, "p-" + keys[0]);
+  std::promise<AckResult> acked_b;
+  b.dispatcher(pb.id()).Ack({again[0].id},
+                            [&](AckResult r) { acked_b.set_value(r); });
+  const AckResult ab = acked_b.get_future().get();
+  EXPECT_TRUE(ab.error.ok());
+  EXPECT_EQ(ab.acked, 1u);
+  EXPECT_EQ(b.counters().pending.load(), 2u);
+  const OpResult moved = apply(b, SetOp{pb.id(), Blob(keys[1], "q"), later});
+  ASSERT_TRUE(moved.status.ok());
+  EXPECT_TRUE(moved.replaced);
+  EXPECT_GT(moved.version, old_version);
+  EXPECT_TRUE(apply(b, RemoveOp{pb.id(), keys[2]}).status.ok());
+  EXPECT_EQ(disk->timers(), 2u);  // keys[1] and "elsewhere"
+  EXPECT_EQ(disk->events(), 0u);
 }
 
 // Without a shared store the core keeps its own partition count and the

@@ -192,7 +192,9 @@ StoreOpener MemoryStore::Opener(std::shared_ptr<Disk> disk) {
 }
 
 MemoryStore::MemoryStore(std::shared_ptr<Disk> disk, StoreHooks hooks)
-    : disk_(std::move(disk)), hooks_(std::move(hooks)) {
+    : disk_(std::move(disk)),
+      hooks_(std::move(hooks)),
+      shared_(disk_->shared_partitions()) {
   writer_ = std::thread([this] { WriterLoop(); });
 }
 
@@ -263,6 +265,10 @@ Status MemoryStore::LoadPartition(std::uint32_t part,
       counters == disk_->counters_.end() ? 0 : counters->second.first;
   *event_seq_limit =
       counters == disk_->counters_.end() ? 0 : counters->second.second;
+  for (const auto& [id, data] : disk_->schedules_) {
+    if (in(id.first, id.second))
+      visit.schedule(name(id.first), id.second, data);
+  }
   for (const auto& [id, t] : disk_->timers_) {
     if (in(t.ns, t.key)) {
       visit.timer(name(t.ns),
@@ -282,11 +288,12 @@ Status MemoryStore::LoadPartition(std::uint32_t part,
                           f->second.retry_at};
     visit.event(name(e.event.ns), event, &fate);
   }
-  for (const auto& [id, data] : disk_->schedules_) {
-    if (in(id.first, id.second))
-      visit.schedule(name(id.first), id.second, data);
-  }
   return Status::Ok();
+}
+
+void MemoryStore::SetHeld(const Held& held) {
+  MutexLock lock(&mu_);
+  held_ = held;
 }
 
 Status MemoryStore::LoadPolicies(
@@ -313,6 +320,14 @@ void MemoryStore::Enqueue(Batch& batch, std::function<void()> written,
     MutexLock lock(&mu_);
     if (failed_) refused = Status::Unavailable("memory store: failed before");
     if (closing_) refused = Status::Unavailable("the store is closed");
+    if (refused.ok() && shared_ != 0) {
+      for (std::uint32_t p : batch.touched()) {
+        if (!held_.contains(p)) {
+          refused = Status::Unavailable("partition " + std::to_string(p) +
+                                        " is not held: not written");
+        }
+      }
+    }
     if (refused.ok()) {
       queue_.push_back(Queued{std::make_shared<const Batch>(std::move(batch)),
                               std::move(written), std::move(done)});

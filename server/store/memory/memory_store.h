@@ -101,9 +101,11 @@ class MemoryStore final : public Store {
   ~MemoryStore() override;  // Close().
 
   const std::string& where() const override { return where_; }
-  std::uint32_t SharedPartitions() const override {
-    return disk_->shared_partitions();
-  }
+  // As the disk's when the store was opened. Shared, a batch touching a
+  // partition not held (SetHeld) is refused, as the PostgreSQL store's
+  // fence would.
+  std::uint32_t SharedPartitions() const override { return shared_; }
+  void SetHeld(const Held& held) override EXCLUDES(mu_);
   Status LoadPartition(std::uint32_t part, std::uint64_t* version_limit,
                        std::uint64_t* event_seq_limit,
                        const PartitionVisitor& visit) override;
@@ -161,7 +163,9 @@ class MemoryStore final : public Store {
   const std::shared_ptr<Disk> disk_;
   const StoreHooks hooks_;
   const std::string where_ = "memory store";
+  const std::uint32_t shared_;
   mutable Mutex mu_;
+  Held held_ GUARDED_BY(mu_);
   CondVar cv_;
   CondVar idle_;
   std::deque<Queued> queue_ GUARDED_BY(mu_);

@@ -476,6 +476,13 @@ Status PgStore::LoadPartition(std::uint32_t part, std::uint64_t* version_limit,
     *event_seq_limit = std::stoull(PQgetvalue(r.get(), 0, 1));
   }
   Status s = Copy(
+      "COPY (SELECT ns, key, schedule FROM delayd_schedules" + where +
+          ") TO STDOUT (FORMAT binary)",
+      3, [&](const std::vector<std::string_view>& f, const std::vector<bool>&) {
+        visit.schedule(f[0], f[1], f[2]);
+      });
+  if (!s.ok()) return s;
+  s = Copy(
       "COPY (SELECT id, ns, key, fire_time, version FROM delayd_jobs" + where +
           " AND event_id IS NULL) TO STDOUT (FORMAT binary)",
       5, [&](const std::vector<std::string_view>& f, const std::vector<bool>&) {
@@ -510,19 +517,12 @@ Status PgStore::LoadPartition(std::uint32_t part, std::uint64_t* version_limit,
         if (!null[11]) fate.retry_at = pg::GetInt64(f[11].data());
         visit.event(f[1], e, &fate);
       });
-  if (!s.ok()) return s;
-  return Copy(
-      "COPY (SELECT ns, key, schedule FROM delayd_schedules" + where +
-          ") TO STDOUT (FORMAT binary)",
-      3, [&](const std::vector<std::string_view>& f, const std::vector<bool>&) {
-        visit.schedule(f[0], f[1], f[2]);
-      });
+  return s;
 }
 
-void PgStore::SetLeases(const std::vector<pg::Lease>& held) {
+void PgStore::SetHeld(const Held& held) {
   MutexLock lock(&mu_);
-  leases_.clear();
-  for (const pg::Lease& l : held) leases_[l.part] = l.epoch;
+  leases_ = held;
 }
 
 Status PgStore::WriteNow(Batch& batch) {

@@ -129,14 +129,14 @@ class PgStore final : public Store {
   std::uint32_t SharedPartitions() const override {
     return options_.shared ? static_cast<std::uint32_t>(schema_.partitions) : 0;
   }
-  // With `shared`: the leases this node holds now (pg_lease_keeper.h tells
-  // them). A batch that touches a partition not among them is not written:
+  // With `shared` (pg_lease_keeper.h tells the leases). A batch that
+  // touches a partition not held is not written:
   // its completion gets UNAVAILABLE. Each transaction starts with
   // delayd_fence over the partitions its batches touch, so a lease lost
   // meanwhile fails it in the database (DL001): then the group's batches
   // get UNAVAILABLE, the writer drops the leases the database no longer
   // says are this node's, and sends the groups behind it again.
-  void SetLeases(const std::vector<pg::Lease>& held) EXCLUDES(mu_);
+  void SetHeld(const Held& held) override EXCLUDES(mu_);
   Status LoadPartition(std::uint32_t part, std::uint64_t* version_limit,
                        std::uint64_t* event_seq_limit,
                        const PartitionVisitor& visit) override;
@@ -363,7 +363,7 @@ class PgStore final : public Store {
   std::string unwritable_why_ GUARDED_BY(mu_);
   std::function<void(std::function<void()>)> executor_ GUARDED_BY(mu_);
   // With `shared`: the epoch of each partition held, by partition.
-  std::map<int, std::int64_t> leases_ GUARDED_BY(mu_);
+  Held leases_ GUARDED_BY(mu_);
   std::thread writer_;
   int wake_fd_ = -1;  // An eventfd (Wake); closed by the destructor.
 

@@ -360,16 +360,16 @@ void PgStore::Complete(const Status& status) {
 
 bool PgStore::FenceOf(Group& group, pg::Params* fence) {
   if (!options_.shared) return false;
-  std::map<int, std::int64_t> held;
+  Held held;
   {
     MutexLock lock(&mu_);
     held = leases_;
   }
-  std::map<int, std::int64_t> touched;
+  Held touched;
   for (Queued& q : group.batches) {
     if (!q.batch || !q.refused.ok()) continue;
     for (std::uint32_t p : q.batch->touched()) {
-      auto it = held.find(static_cast<int>(p));
+      auto it = held.find(p);
       if (it == held.end()) {
         q.refused = Status::Unavailable(
             "partition " + std::to_string(p) + " is not held by node '" +
@@ -378,14 +378,12 @@ bool PgStore::FenceOf(Group& group, pg::Params* fence) {
       }
     }
     if (!q.refused.ok()) continue;
-    for (std::uint32_t p : q.batch->touched()) {
-      touched.emplace(static_cast<int>(p), held[static_cast<int>(p)]);
-    }
+    for (std::uint32_t p : q.batch->touched()) touched.emplace(p, held[p]);
   }
   if (touched.empty()) return false;
   std::vector<pg::Lease> leases;
   for (const auto& [part, epoch] : touched) {
-    leases.push_back(pg::Lease{part, epoch, {}});
+    leases.push_back(pg::Lease{static_cast<int>(part), epoch, {}});
   }
   *fence = pg::FenceParams(options_.node, leases);
   return true;
@@ -428,9 +426,9 @@ Status PgStore::CheckLeases(PGconn* conn) {
   if (!r || PQresultStatus(r.get()) != PGRES_TUPLES_OK) {
     return Status::Unavailable(r ? pg::ErrorOf(r.get()) : pg::ErrorOf(conn));
   }
-  std::map<int, std::int64_t> db;
+  Held db;
   for (int i = 0; i < PQntuples(r.get()); ++i) {
-    db[std::stoi(PQgetvalue(r.get(), i, 0))] =
+    db[static_cast<std::uint32_t>(std::stoul(PQgetvalue(r.get(), i, 0)))] =
         std::stoll(PQgetvalue(r.get(), i, 1));
   }
   MutexLock lock(&mu_);
