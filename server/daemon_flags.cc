@@ -121,6 +121,15 @@ void AddStore(CLI::App& app, DaemonFlags& f) {
        "in --data-dir");
   Flag(app, "--node-id", f.node_id,
        "This daemon's name in the store (default: the host's name)");
+  Flag(app, "--advertise", f.advertise,
+       "Makes this daemon a node of a cluster on the PostgreSQL --store: "
+       "the address (host:port) the other nodes reach its gRPC port at. "
+       "--node-id must then be unique among the nodes");
+  DurationFlag(app, "--lease-ttl", f.lease_ttl, "5s", milliseconds(1000),
+               std::chrono::minutes(1),
+               "A cluster node's partition leases: how long one outlives "
+               "the node's last renewal (a failed node's partitions move "
+               "after at most this)");
   Flag(app, "--data-dir", f.data_dir,
        "Directory of the RocksDB store (created if missing)");
   Flag(app, "--fsync", f.fsync,
@@ -278,6 +287,7 @@ PgOptions PostgresOptions(const DaemonFlags& f) {
     }
   }
   o.readers = static_cast<int>(std::max(2u, f.server.scheduler.threads));
+  o.shared = IsClusterNode(f);
   return o;
 }
 
@@ -285,6 +295,10 @@ Status FinishFlags(DaemonFlags& f) {
   // A JSON body carries bytes in base64 (4/3 of them) and field names: room
   // for the largest Batch the gRPC port takes.
   f.http.max_body_bytes = 2 * f.server.max_batch_bytes + (64 << 10);
+  if (IsClusterNode(f) && (f.in_memory || !IsPostgres(f.store))) {
+    return Status::InvalidArgument(
+        "--advertise: a cluster's nodes share a PostgreSQL --store");
+  }
   if (f.in_memory) return Status::Ok();
   f.server.scheduler.on_store_error = [](const Status& s) {
     LogRepeated("store-error", s.message());

@@ -24,6 +24,10 @@ struct DaemonFlags {
   // RocksDB in `data_dir`, unless `in_memory`.
   std::string store;
   std::string node_id;
+  // A cluster node (with a PostgreSQL store): how the other nodes reach
+  // this one, and the term of its partition leases.
+  std::string advertise;
+  std::chrono::milliseconds lease_ttl{5000};
   std::string data_dir = "delayd-data";
   std::string fsync = "always";
   bool salvage = false;
@@ -55,6 +59,11 @@ bool IsPostgres(std::string_view store);
 
 // The PostgreSQL store's options from the flags.
 PgOptions PostgresOptions(const DaemonFlags& flags);
+
+// Whether the flags make this daemon a node of a cluster (--advertise).
+inline bool IsClusterNode(const DaemonFlags& flags) {
+  return !flags.advertise.empty();
+}
 
 }  // namespace delayd
 

@@ -14,6 +14,7 @@
 #include <functional>
 
 #include "server/api/server.h"
+#include "server/cluster_node.h"
 #include "server/common/json_log.h"
 #include "server/daemon_flags.h"
 #include "server/store/rocksdb/check.h"
@@ -200,6 +201,24 @@ int main(int argc, char** argv) {
     return 2;
   }
   LogStart(flags, server);
+  std::unique_ptr<delayd::ClusterNode> cluster;
+  if (delayd::IsClusterNode(flags)) {
+    const delayd::PgOptions pg = delayd::PostgresOptions(flags);
+    delayd::pg::LeaseKeeper::Options keeper;
+    keeper.conninfo = pg.conninfo;
+    keeper.node = pg.node;
+    keeper.advertise = flags.advertise;
+    keeper.partitions = static_cast<int>(server.scheduler().partitions());
+    keeper.terms.ttl = flags.lease_ttl;
+    keeper.terms.margin = flags.lease_ttl / 5;
+    cluster = std::make_unique<delayd::ClusterNode>(keeper, server.scheduler());
+    cluster->Start();
+    spdlog::info(
+        "cluster node '{}' (peers reach it at {}): {} partitions, "
+        "leases of {} ms",
+        keeper.node, keeper.advertise, keeper.partitions,
+        keeper.terms.ttl.count());
+  }
   std::unique_ptr<delayd::http::HttpDoor> http;
   // The HTTP door serves TLS with the gRPC port's certificates.
   auto http_tls = [&server] {
@@ -232,6 +251,9 @@ int main(int argc, char** argv) {
     spdlog::info("signal {}: shutting down", signo);
     server.Shutdown(std::chrono::duration_cast<std::chrono::milliseconds>(
         flags.shutdown_grace));
+    // Its writes finished, the node gives its leases back: the others take
+    // its partitions at their next round.
+    if (cluster) cluster->Stop(/*release=*/!g_store_failed.load());
     reload.cancel();
   });
   // SIGHUP: the token file and the TLS certificates are read again; what

@@ -46,6 +46,11 @@ std::vector<Lease> LeaseKeeper::held() const {
   return held_;
 }
 
+void LeaseKeeper::Drop(int part) {
+  MutexLock lock(&mu_);
+  std::erase_if(held_, [part](const Lease& l) { return l.part == part; });
+}
+
 void LeaseKeeper::Tell(const std::vector<Lease>& gained,
                        const std::vector<int>& lost) {
   if (!gained.empty() || !lost.empty()) on_change_(gained, lost);

@@ -51,6 +51,9 @@ class LeaseKeeper {
 
   // The leases held now, by partition.
   std::vector<Lease> held() const EXCLUDES(mu_);
+  // Stops renewing the lease of `part` (the node could not act for it): it
+  // expires, and any node may take it then, this one included. Not told.
+  void Drop(int part) EXCLUDES(mu_);
 
  private:
   void Run() EXCLUDES(mu_);
