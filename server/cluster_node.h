@@ -5,7 +5,7 @@
 // dropped at once.
 //
 // Thread safety: Start and Stop from one thread; the keeper's callbacks run
-// on its thread.
+// on its threads, one at a time.
 #ifndef DELAYD_SERVER_CLUSTER_NODE_H_
 #define DELAYD_SERVER_CLUSTER_NODE_H_
 

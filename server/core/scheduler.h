@@ -198,7 +198,8 @@ class Scheduler {
   // acting for `part` at once (its lease is lost or given back): its
   // timers, schedules and events are forgotten (the store keeps them for
   // the next owner) and its writes refused; `done` runs once every
-  // dispatcher has let go. Called by one thread (the lease keeper's).
+  // dispatcher has let go. Called one at a time (the lease keeper tells
+  // its changes in order).
   void TakePartition(std::uint32_t part, std::int64_t epoch,
                      std::function<void(Status)> done) EXCLUDES(held_mu_);
   void DropPartition(std::uint32_t part, std::function<void()> done)

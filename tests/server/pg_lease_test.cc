@@ -280,6 +280,33 @@ TEST_F(PgLeaseTest, AKeeperCutOffFromTheDatabaseLetsGoOnItsOwnClock) {
   a.keeper.Stop(/*release=*/true);
 }
 
+// A database call of the keeper's that hangs (here: its heartbeat waits for
+// a row lock this test holds) does not keep the node acting for its
+// partitions: they are let go as their own-clock validity passes.
+TEST_F(PgLeaseTest, AKeeperWhoseDatabaseCallHangsLetsGoOnItsOwnClock) {
+  const LeaseTerms terms{600ms, 200ms};
+  Node a(url_, "a", terms);
+  a.keeper.Start();
+  ASSERT_TRUE(Eventually([&] { return a.holds() == 8; }));
+  Conn lock = Connect();
+  ASSERT_TRUE(Ok(lock.get(), "BEGIN"));
+  ASSERT_TRUE(
+      Ok(lock.get(), "SELECT * FROM delayd_nodes WHERE node = 'a' FOR UPDATE"));
+  const auto locked = std::chrono::steady_clock::now();
+  ASSERT_TRUE(Eventually([&] { return a.holds() == 0; }));
+  // No later than a lease's validity after the lock (which is at most the
+  // lease's term past its last renewal), and while the call still hangs.
+  EXPECT_LT(std::chrono::steady_clock::now() - locked, 600ms);
+  EXPECT_EQ(a.losses.load(), 8u);
+  ASSERT_TRUE(Ok(lock.get(), "ROLLBACK"));
+  // The call returns; the keeper takes them again, under new epochs.
+  ASSERT_TRUE(Eventually([&] { return a.holds() == 8; }));
+  a.keeper.Stop(/*release=*/true);
+  for (const auto& [part, epoch] : a.epochs) {
+    EXPECT_EQ(epoch, 2) << "partition " << part;
+  }
+}
+
 TEST(PgLeaseBalance, LiveNodesGetEvenSharesAndNeverTakeFromEachOther) {
   const std::vector<std::string> live = {"a", "b", "c"};
   // Nothing owned yet: 16 over 3 is 6, 5, 5, each taking the lowest free.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <utility>
 
 namespace delayd::pg {
@@ -28,6 +29,7 @@ LeaseKeeper::~LeaseKeeper() { Stop(/*release=*/true); }
 
 void LeaseKeeper::Start() {
   thread_ = std::thread([this] { Run(); });
+  watchdog_ = std::thread([this] { Watch(); });
 }
 
 void LeaseKeeper::Stop(bool release) {
@@ -38,6 +40,8 @@ void LeaseKeeper::Stop(bool release) {
     release_ = release;
   }
   wake_.SignalAll();
+  changed_.SignalAll();
+  watchdog_.join();
   thread_.join();
 }
 
@@ -49,6 +53,35 @@ std::vector<Lease> LeaseKeeper::held() const {
 void LeaseKeeper::Drop(int part) {
   MutexLock lock(&mu_);
   std::erase_if(held_, [part](const Lease& l) { return l.part == part; });
+  changed_.SignalAll();
+}
+
+void LeaseKeeper::Watch() {
+  for (;;) {
+    {
+      MutexLock lock(&mu_);
+      for (;;) {
+        if (stopping_) return;
+        std::optional<Clock::time_point> earliest;
+        for (const Lease& l : held_) {
+          if (!earliest || l.valid_until < *earliest) earliest = l.valid_until;
+        }
+        if (earliest && *earliest <= Clock::now()) break;
+        if (earliest) {
+          changed_.WaitUntil(&mu_, *earliest);
+        } else {
+          changed_.Wait(&mu_);
+        }
+      }
+    }
+    MutexLock tell(&tell_mu_);
+    std::vector<int> expired;
+    {
+      MutexLock lock(&mu_);
+      expired = DropExpired();
+    }
+    Tell({}, expired);
+  }
 }
 
 void LeaseKeeper::Tell(const std::vector<Lease>& gained,
@@ -77,17 +110,20 @@ void LeaseKeeper::Run() {
       release = release_;
     }
     if (!conn || PQstatus(conn.get()) != CONNECTION_OK) {
-      conn.reset(PQconnectdb(options_.conninfo.c_str()));
+      conn = ConnectTo(options_.conninfo);
     }
     const bool connected = PQstatus(conn.get()) == CONNECTION_OK;
     if (stopping) {
       std::vector<Lease> held;
       {
-        MutexLock lock(&mu_);
-        held.swap(held_);
+        MutexLock tell(&tell_mu_);
+        {
+          MutexLock lock(&mu_);
+          held.swap(held_);
+        }
+        // Told lost before they are given back: the node stops first.
+        Tell({}, PartsOf(held));
       }
-      // Told lost before they are given back: the node stops first.
-      Tell({}, PartsOf(held));
       if (release && connected) {
         (void)Leave(conn.get(), options_.node);
         if (!held.empty()) (void)Release(conn.get(), options_.node, held);
@@ -95,12 +131,6 @@ void LeaseKeeper::Run() {
       return;
     }
     if (connected) Round(conn.get());
-    std::vector<int> expired;
-    {
-      MutexLock lock(&mu_);
-      expired = DropExpired();
-    }
-    Tell({}, expired);
     MutexLock lock(&mu_);
     const Clock::time_point next = Clock::now() + options_.terms.ttl / 3;
     while (!stopping_ && wake_.WaitUntil(&mu_, next)) {
@@ -134,21 +164,35 @@ void LeaseKeeper::Round(PGconn* conn) {
     return true;
   });
   {
-    MutexLock lock(&mu_);
-    held_ = kept;
+    MutexLock tell(&tell_mu_);
+    std::vector<int> told;
+    {
+      MutexLock lock(&mu_);
+      // Only what is still held: the watchdog may have dropped (and told)
+      // some meanwhile, renewed or not; those are left to expire.
+      const std::vector<int> still = PartsOf(held_);
+      std::erase_if(kept, [&](const Lease& l) { return !Has(still, l.part); });
+      for (int part : lost) {
+        if (Has(still, part)) told.push_back(part);
+      }
+      held_ = kept;
+      changed_.SignalAll();
+    }
+    Tell({}, told);
   }
-  Tell({}, lost);
   if (!giving.empty()) (void)Release(conn, options_.node, giving);
   std::vector<Lease> gained;
   if (plan.take.empty() ||
       !Acquire(conn, options_.node, plan.take, terms, &gained).ok()) {
     return;
   }
+  MutexLock tell(&tell_mu_);
   {
     MutexLock lock(&mu_);
     held_.insert(held_.end(), gained.begin(), gained.end());
     std::sort(held_.begin(), held_.end(),
               [](const Lease& a, const Lease& b) { return a.part < b.part; });
+    changed_.SignalAll();
   }
   Tell(gained, {});
 }

@@ -8,10 +8,13 @@
 // A lease is dropped, and told as lost, when it is not renewed (another node
 // took it) or when its own-clock validity passes without a renewal (the
 // database cannot be reached): a node never acts for a partition longer
-// than the database would let it.
+// than the database would let it. The second is watched by a thread of its
+// own, which no database call can hold up.
 //
-// Locking: mu_ guards held_ and stopping_; the connection is the thread's.
-// on_change runs without mu_ held.
+// Locking: mu_ guards held_ and stopping_; the connection is the keeper
+// thread's. tell_mu_ is held from a change of held_ until on_change has
+// been told of it (so the two threads tell changes in the order they made
+// them), and is taken before mu_; on_change runs without mu_ held.
 #ifndef DELAYD_SERVER_STORE_POSTGRES_PG_LEASE_KEEPER_H_
 #define DELAYD_SERVER_STORE_POSTGRES_PG_LEASE_KEEPER_H_
 
@@ -56,21 +59,27 @@ class LeaseKeeper {
   void Drop(int part) EXCLUDES(mu_);
 
  private:
-  void Run() EXCLUDES(mu_);
+  void Run() EXCLUDES(mu_, tell_mu_);
   // One round: heartbeat, renew, rebalance. Needs a connection.
-  void Round(PGconn* conn) EXCLUDES(mu_);
+  void Round(PGconn* conn) EXCLUDES(mu_, tell_mu_);
   // Drops leases whose own-clock validity passed; returns their parts.
   std::vector<int> DropExpired() REQUIRES(mu_);
-  void Tell(const std::vector<Lease>& gained, const std::vector<int>& lost);
+  // The watchdog: drops and tells each lease as its validity passes.
+  void Watch() EXCLUDES(mu_, tell_mu_);
+  void Tell(const std::vector<Lease>& gained, const std::vector<int>& lost)
+      REQUIRES(tell_mu_);
 
   const Options options_;
   const OnChange on_change_;
+  Mutex tell_mu_;
   mutable Mutex mu_;
   CondVar wake_;
+  CondVar changed_;  // held_ changed, or stopping: for the watchdog.
   std::vector<Lease> held_ GUARDED_BY(mu_);
   bool stopping_ GUARDED_BY(mu_) = false;
   bool release_ GUARDED_BY(mu_) = false;
   std::thread thread_;
+  std::thread watchdog_;
 };
 
 }  // namespace delayd::pg

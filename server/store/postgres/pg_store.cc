@@ -68,25 +68,6 @@ constexpr Statement kStatements[] = {
      "EXCLUDED.group_id"},
 };
 
-// A connection with delayd's defaults for what `conninfo` does not say: a
-// bounded connect, TCP keepalives and a user timeout, so that a database
-// that vanished without closing the connection is noticed in seconds, not
-// when the kernel gives up.
-pg::Conn ConnectTo(const std::string& conninfo) {
-  const char* keys[] = {"connect_timeout",
-                        "keepalives_idle",
-                        "keepalives_interval",
-                        "keepalives_count",
-                        "tcp_user_timeout",
-                        "application_name",
-                        "dbname",
-                        nullptr};
-  const char* values[] = {
-      "5", "5", "2", "3", "10000", "delayd", conninfo.c_str(), nullptr};
-  // (Given after the defaults, the connection string's own settings win.)
-  return pg::Conn(PQconnectdbParams(keys, values, /*expand_dbname=*/1));
-}
-
 std::string Where(PGconn* conn) {
   const char* host = PQhost(conn);
   const char* port = PQport(conn);
@@ -112,7 +93,7 @@ void WaitForPostgres(const PgOptions& options,
   auto backoff = options.reconnect_first;
   std::string last;
   for (;;) {
-    pg::Conn conn = ConnectTo(options.conninfo);
+    pg::Conn conn = pg::ConnectTo(options.conninfo);
     std::string why;
     if (PQstatus(conn.get()) != CONNECTION_OK) {
       why = "cannot connect to PostgreSQL: " + pg::ErrorOf(conn.get());
@@ -132,7 +113,7 @@ void WaitForPostgres(const PgOptions& options,
 }
 
 Status MigratePostgres(const PgOptions& options, std::string* report) {
-  pg::Conn conn = ConnectTo(options.conninfo);
+  pg::Conn conn = pg::ConnectTo(options.conninfo);
   if (PQstatus(conn.get()) != CONNECTION_OK) {
     return Status::Unavailable("cannot connect to PostgreSQL: " +
                                pg::ErrorOf(conn.get()));
@@ -208,7 +189,7 @@ Status PgStore::Open(const PgOptions& options, StoreHooks hooks,
 }
 
 Status PgStore::Connect(pg::Conn* out, bool writer, std::string* why) {
-  pg::Conn conn = ConnectTo(options_.conninfo);
+  pg::Conn conn = pg::ConnectTo(options_.conninfo);
   if (PQstatus(conn.get()) != CONNECTION_OK) {
     *why = pg::ErrorOf(conn.get());
     return Status::Unavailable("cannot connect to PostgreSQL: " + *why);

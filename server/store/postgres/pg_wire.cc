@@ -207,4 +207,23 @@ bool IsUnavailable(const PGresult* result) {
          s == "40001" || s == "40P01";
 }
 
+// A connection with delayd's defaults for what `conninfo` does not say: a
+// bounded connect, TCP keepalives and a user timeout, so that a database
+// that vanished without closing the connection is noticed in seconds, not
+// when the kernel gives up.
+Conn ConnectTo(const std::string& conninfo) {
+  const char* keys[] = {"connect_timeout",
+                        "keepalives_idle",
+                        "keepalives_interval",
+                        "keepalives_count",
+                        "tcp_user_timeout",
+                        "application_name",
+                        "dbname",
+                        nullptr};
+  const char* values[] = {
+      "5", "5", "2", "3", "10000", "delayd", conninfo.c_str(), nullptr};
+  // (Given after the defaults, the connection string's own settings win.)
+  return Conn(PQconnectdbParams(keys, values, /*expand_dbname=*/1));
+}
+
 }  // namespace delayd::pg

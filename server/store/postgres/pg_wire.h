@@ -123,6 +123,10 @@ std::string ErrorOf(const PGresult* result);
 // tried again, rather than that the statement is wrong.
 bool IsUnavailable(const PGresult* result);
 
+// A connection with delayd's defaults for what `conninfo` does not say: a
+// bounded connect, TCP keepalives and a user timeout.
+Conn ConnectTo(const std::string& conninfo);
+
 }  // namespace delayd::pg
 
 #endif  // DELAYD_SERVER_STORE_POSTGRES_PG_WIRE_H_
