@@ -169,6 +169,20 @@ Status Release(PGconn* conn, std::string_view node,
              p, "releasing partition leases", &r);
 }
 
+Status Listen(PGconn* conn) {
+  Params p;
+  Result r;
+  return Run(conn, (std::string("LISTEN ") + kLeaseChannel).c_str(), p,
+             "listening for lease changes", &r);
+}
+
+Status Notify(PGconn* conn) {
+  Params p;
+  Result r;
+  return Run(conn, (std::string("NOTIFY ") + kLeaseChannel).c_str(), p,
+             "telling the nodes of a lease change", &r);
+}
+
 Params FenceParams(std::string_view node, const std::vector<Lease>& held) {
   Params p;
   p.Bytes(node);

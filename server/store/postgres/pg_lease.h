@@ -81,6 +81,15 @@ Status Renew(PGconn* conn, std::string_view node,
 Status Release(PGconn* conn, std::string_view node,
                const std::vector<Lease>& held);
 
+// Nodes tell each other that leases were given back or that a node joined
+// (LISTEN/NOTIFY on kLeaseChannel), for their keepers to run a round at
+// once. Only a hint: rounds run on their own schedule anyway, since a
+// notification is best-effort (lost across a fail-over, and not delivered
+// through a pooler in transaction mode).
+inline constexpr const char* kLeaseChannel = "delayd_leases";
+Status Listen(PGconn* conn);
+Status Notify(PGconn* conn);
+
 // The statement a write transaction starts with, and its parameters.
 inline constexpr const char* kFenceSql =
     "SELECT delayd_fence($1::text, $2::int4[], $3::int8[])";

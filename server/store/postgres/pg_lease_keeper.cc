@@ -1,5 +1,9 @@
 #include "server/store/postgres/pg_lease_keeper.h"
 
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <optional>
@@ -23,9 +27,14 @@ bool Has(const std::vector<int>& parts, int part) {
 }  // namespace
 
 LeaseKeeper::LeaseKeeper(Options options, OnChange on_change)
-    : options_(std::move(options)), on_change_(std::move(on_change)) {}
+    : options_(std::move(options)),
+      on_change_(std::move(on_change)),
+      wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
 
-LeaseKeeper::~LeaseKeeper() { Stop(/*release=*/true); }
+LeaseKeeper::~LeaseKeeper() {
+  Stop(/*release=*/true);
+  if (wake_fd_ >= 0) close(wake_fd_);
+}
 
 void LeaseKeeper::Start() {
   thread_ = std::thread([this] { Run(); });
@@ -41,6 +50,8 @@ void LeaseKeeper::Stop(bool release) {
   }
   wake_.SignalAll();
   changed_.SignalAll();
+  const std::uint64_t one = 1;
+  [[maybe_unused]] const auto n = ::write(wake_fd_, &one, sizeof one);
   watchdog_.join();
   thread_.join();
 }
@@ -111,6 +122,7 @@ void LeaseKeeper::Run() {
     }
     if (!conn || PQstatus(conn.get()) != CONNECTION_OK) {
       conn = ConnectTo(options_.conninfo);
+      if (PQstatus(conn.get()) == CONNECTION_OK) (void)Listen(conn.get());
     }
     const bool connected = PQstatus(conn.get()) == CONNECTION_OK;
     if (stopping) {
@@ -127,20 +139,57 @@ void LeaseKeeper::Run() {
       if (release && connected) {
         (void)Leave(conn.get(), options_.node);
         if (!held.empty()) (void)Release(conn.get(), options_.node, held);
+        (void)Notify(conn.get());
       }
       return;
     }
     if (connected) Round(conn.get());
-    MutexLock lock(&mu_);
-    const Clock::time_point next = Clock::now() + options_.terms.ttl / 3;
-    while (!stopping_ && wake_.WaitUntil(&mu_, next)) {
+    WaitForRound(connected ? conn.get() : nullptr,
+                 Clock::now() + options_.terms.ttl / 3);
+  }
+}
+
+void LeaseKeeper::WaitForRound(PGconn* conn, Clock::time_point until) {
+  // Notifications read while the round's statements ran wait in libpq.
+  if (conn != nullptr) {
+    bool told = false;
+    while (PGnotify* n = PQnotifies(conn)) {
+      told = true;
+      PQfreemem(n);
     }
+    if (told) return;
+  }
+  for (;;) {
+    {
+      MutexLock lock(&mu_);
+      if (stopping_) return;
+      if (conn == nullptr) {
+        while (!stopping_ && wake_.WaitUntil(&mu_, until)) {
+        }
+        return;
+      }
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        until - Clock::now());
+    if (left.count() <= 0) return;
+    pollfd fds[2] = {{PQsocket(conn), POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+    if (::poll(fds, 2, static_cast<int>(left.count()) + 1) <= 0) continue;
+    if (fds[1].revents != 0) return;  // Stop.
+    if (PQconsumeInput(conn) != 1) return;  // The next round reconnects.
+    bool told = false;
+    while (PGnotify* n = PQnotifies(conn)) {
+      told = true;
+      PQfreemem(n);
+    }
+    if (told) return;
   }
 }
 
 void LeaseKeeper::Round(PGconn* conn) {
   const LeaseTerms& terms = options_.terms;
   if (!Heartbeat(conn, options_.node, options_.advertise).ok()) return;
+  // Joined: the others give up their excess at once, not at their rounds.
+  if (!std::exchange(joined_, true)) (void)Notify(conn);
   std::vector<Lease> held = this->held(), kept;
   if (!held.empty() && !Renew(conn, options_.node, held, terms, &kept).ok()) {
     return;  // (kept until their own-clock validity passes)
@@ -180,7 +229,10 @@ void LeaseKeeper::Round(PGconn* conn) {
     }
     Tell({}, told);
   }
-  if (!giving.empty()) (void)Release(conn, options_.node, giving);
+  if (!giving.empty()) {
+    (void)Release(conn, options_.node, giving);
+    (void)Notify(conn);
+  }
   std::vector<Lease> gained;
   if (plan.take.empty() ||
       !Acquire(conn, options_.node, plan.take, terms, &gained).ok()) {
