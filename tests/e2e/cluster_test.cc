@@ -213,8 +213,8 @@ TEST_F(Cluster, ANodeStoppedWithSigtermHandsItsPartitionsOverAtOnce) {
          &placed);
   EXPECT_EQ(a->Stop(SIGTERM, 30s), 0) << a->output();
   const auto stopped = std::chrono::steady_clock::now();
-  // Given back, not expired: b takes them at its next round (a third of
-  // the lease's term) and loads them.
+  // Given back and told, not expired: b takes and loads them at once (the
+  // bound leaves room for a loaded machine).
   ASSERT_TRUE(Eventually(
       [&] {
         v1::GetTimerRequest req;
@@ -229,7 +229,7 @@ TEST_F(Cluster, ANodeStoppedWithSigtermHandsItsPartitionsOverAtOnce) {
       },
       10s))
       << b->output();
-  EXPECT_LT(std::chrono::steady_clock::now() - stopped, 1s);
+  EXPECT_LT(std::chrono::steady_clock::now() - stopped, 2s);
 }
 
 }  // namespace

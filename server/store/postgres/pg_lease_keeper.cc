@@ -174,7 +174,7 @@ void LeaseKeeper::WaitForRound(PGconn* conn, Clock::time_point until) {
     if (left.count() <= 0) return;
     pollfd fds[2] = {{PQsocket(conn), POLLIN, 0}, {wake_fd_, POLLIN, 0}};
     if (::poll(fds, 2, static_cast<int>(left.count()) + 1) <= 0) continue;
-    if (fds[1].revents != 0) return;  // Stop.
+    if (fds[1].revents != 0) return;        // Stop.
     if (PQconsumeInput(conn) != 1) return;  // The next round reconnects.
     bool told = false;
     while (PGnotify* n = PQnotifies(conn)) {

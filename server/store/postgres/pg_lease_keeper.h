@@ -2,8 +2,8 @@
 // connection of its own that, every third of the lease TTL (and at once
 // when another node gives leases back or joins: kLeaseChannel), records
 // the node's heartbeat, renews what it holds, and takes or gives up
-// partitions toward an even share of the live nodes (Balance). What it gains and loses
-// is told to `on_change`, on its thread, gains with their epochs (the
+// partitions toward an even share of the live nodes (Balance). What it gains
+// and loses is told to `on_change`, on its thread, gains with their epochs (the
 // fencing tokens of the node's writes).
 //
 // A lease is dropped, and told as lost, when it is not renewed (another node
@@ -64,8 +64,7 @@ class LeaseKeeper {
   // One round: heartbeat, renew, rebalance. Needs a connection.
   void Round(PGconn* conn) EXCLUDES(mu_, tell_mu_);
   // Waits until `until`, a notification on `conn` (if connected), or Stop.
-  void WaitForRound(PGconn* conn,
-                    std::chrono::steady_clock::time_point until)
+  void WaitForRound(PGconn* conn, std::chrono::steady_clock::time_point until)
       EXCLUDES(mu_);
   // Drops leases whose own-clock validity passed; returns their parts.
   std::vector<int> DropExpired() REQUIRES(mu_);
@@ -85,7 +84,7 @@ class LeaseKeeper {
   bool release_ GUARDED_BY(mu_) = false;
   std::thread thread_;
   std::thread watchdog_;
-  int wake_fd_ = -1;  // An eventfd: Stop wakes WaitForRound's poll.
+  int wake_fd_ = -1;     // An eventfd: Stop wakes WaitForRound's poll.
   bool joined_ = false;  // The keeper thread's: told the others it came.
 };
 
