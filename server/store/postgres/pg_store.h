@@ -242,9 +242,9 @@ class PgStore final : public Store {
   bool Resolve() EXCLUDES(mu_);
   // Sends `group`'s transaction, without waiting for its answers.
   bool Send(PGconn* conn, Group& group, std::string* error) EXCLUDES(mu_);
-  // With `shared`: refuses the group's batches that touch a partition not
-  // held, and gives the fence over the partitions the others touch (none:
-  // false).
+  // With `shared` (pg_fence.cc): refuses the group's batches that touch a
+  // partition not held, and gives the fence over the partitions the others
+  // touch (none: false).
   bool FenceOf(Group& group, pg::Params* fence) EXCLUDES(mu_);
   // The database failed the first group in flight by its fence: answers it
   // (UNAVAILABLE), and sends those behind it again on a new connection.
@@ -267,6 +267,10 @@ class PgStore final : public Store {
   void FinishAll(const Status& status) EXCLUDES(mu_);
   // The group's payloads into the cache, and its `written` callbacks run.
   void GroupSent(std::vector<Queued>& group);
+  // Runs `sql` on the writer's connection, in pipeline mode, alone; its
+  // rows (in `format`) to `out`. UNAVAILABLE if it fails.
+  Status QueryOnWriter(PGconn* conn, const char* sql, pg::Params& params,
+                       int format, pg::Result* out);
   // The id of the last group of this daemon's node that committed.
   Status LastCommitted(PGconn* conn, std::int64_t* last);
   // Connects the writer (if it is not), with backoff, until it is or the

@@ -358,87 +358,6 @@ void PgStore::Complete(const Status& status) {
   idle_cv_.SignalAll();
 }
 
-bool PgStore::FenceOf(Group& group, pg::Params* fence) {
-  if (!options_.shared) return false;
-  Held held;
-  {
-    MutexLock lock(&mu_);
-    held = leases_;
-  }
-  Held touched;
-  for (Queued& q : group.batches) {
-    if (!q.batch || !q.refused.ok()) continue;
-    for (std::uint32_t p : q.batch->touched()) {
-      auto it = held.find(p);
-      if (it == held.end()) {
-        q.refused = Status::Unavailable(
-            "partition " + std::to_string(p) + " is not held by node '" +
-            options_.node + "' (it moved to another node): not written");
-        break;
-      }
-    }
-    if (!q.refused.ok()) continue;
-    for (std::uint32_t p : q.batch->touched()) touched.emplace(p, held[p]);
-  }
-  if (touched.empty()) return false;
-  std::vector<pg::Lease> leases;
-  for (const auto& [part, epoch] : touched) {
-    leases.push_back(pg::Lease{static_cast<int>(part), epoch, {}});
-  }
-  *fence = pg::FenceParams(options_.node, leases);
-  return true;
-}
-
-void PgStore::Fenced(const std::string& error) {
-  spdlog::warn(
-      "{}: a write of node '{}' was fenced ({}): a partition it "
-      "wrote moved to another node",
-      where_, options_.node, error);
-  for (Queued& q : in_flight_.front().batches) {
-    if (q.refused.ok()) {
-      q.refused = Status::Unavailable(
-          "a partition lease of node '" + options_.node +
-          "' was lost (another node took the partition): not written");
-    }
-  }
-  Complete(Status::Ok());
-  // The server skipped the groups behind it (no sync point lies between
-  // them): they go again on a new connection, after CheckLeases.
-  SendAgain();
-  check_leases_ = true;
-}
-
-Status PgStore::CheckLeases(PGconn* conn) {
-  pg::Params p;
-  p.Bytes(options_.node);
-  Op op(*this);
-  if (PQsendQueryParams(conn,
-                        "SELECT part, epoch FROM delayd_leases WHERE owner = "
-                        "$1 AND expires_at > now()",
-                        1, nullptr, p.values(), p.lengths(), p.formats(),
-                        0) != 1 ||
-      PQpipelineSync(conn) != 1) {
-    return Status::Unavailable(pg::ErrorOf(conn));
-  }
-  pg::Result r(PQgetResult(conn));
-  pg::Result end(PQgetResult(conn));
-  pg::Result sync(PQgetResult(conn));
-  if (!r || PQresultStatus(r.get()) != PGRES_TUPLES_OK) {
-    return Status::Unavailable(r ? pg::ErrorOf(r.get()) : pg::ErrorOf(conn));
-  }
-  Held db;
-  for (int i = 0; i < PQntuples(r.get()); ++i) {
-    db[static_cast<std::uint32_t>(std::stoul(PQgetvalue(r.get(), i, 0)))] =
-        std::stoll(PQgetvalue(r.get(), i, 1));
-  }
-  MutexLock lock(&mu_);
-  std::erase_if(leases_, [&db](const auto& lease) {
-    auto it = db.find(lease.first);
-    return it == db.end() || it->second != lease.second;
-  });
-  return Status::Ok();
-}
-
 void PgStore::FinishAll(const Status& status) {
   while (!in_flight_.empty() || !unsent_.empty()) Complete(status);
 }
@@ -465,13 +384,11 @@ bool PgStore::Pause(std::chrono::milliseconds d) {
   return !closing_;
 }
 
-Status PgStore::LastCommitted(PGconn* conn, std::int64_t* last) {
-  pg::Params p;
-  p.Bytes(options_.node);
+Status PgStore::QueryOnWriter(PGconn* conn, const char* sql, pg::Params& params,
+                              int format, pg::Result* out) {
   Op op(*this);
-  if (PQsendQueryParams(
-          conn, "SELECT group_id FROM delayd_commits WHERE node = $1", 1,
-          nullptr, p.values(), p.lengths(), p.formats(), 1) != 1 ||
+  if (PQsendQueryParams(conn, sql, params.count(), nullptr, params.values(),
+                        params.lengths(), params.formats(), format) != 1 ||
       PQpipelineSync(conn) != 1) {
     return Status::Unavailable(pg::ErrorOf(conn));
   }
@@ -480,6 +397,20 @@ Status PgStore::LastCommitted(PGconn* conn, std::int64_t* last) {
   pg::Result sync(PQgetResult(conn));
   if (!r || PQresultStatus(r.get()) != PGRES_TUPLES_OK) {
     return Status::Unavailable(r ? pg::ErrorOf(r.get()) : pg::ErrorOf(conn));
+  }
+  *out = std::move(r);
+  return Status::Ok();
+}
+
+Status PgStore::LastCommitted(PGconn* conn, std::int64_t* last) {
+  pg::Params p;
+  p.Bytes(options_.node);
+  pg::Result r;
+  if (Status s = QueryOnWriter(
+          conn, "SELECT group_id FROM delayd_commits WHERE node = $1", p, 1,
+          &r);
+      !s.ok()) {
+    return s;
   }
   *last = PQntuples(r.get()) == 1 ? pg::GetInt64(PQgetvalue(r.get(), 0, 0)) : 0;
   return Status::Ok();
