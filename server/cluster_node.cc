@@ -7,11 +7,19 @@
 namespace delayd {
 
 ClusterNode::ClusterNode(pg::LeaseKeeper::Options options, Scheduler& scheduler)
-    : scheduler_(scheduler),
-      keeper_(std::make_unique<pg::LeaseKeeper>(
-          std::move(options),
-          [this](const std::vector<pg::Lease>& gained,
-                 const std::vector<int>& lost) { OnChange(gained, lost); })) {}
+    : scheduler_(scheduler) {
+  // A policy set on any node applies on every node.
+  options.on_policies = [this] {
+    if (stopping_) return;
+    scheduler_.ReloadPolicies([](Status s) {
+      if (!s.ok()) spdlog::error("reading the policies: {}", s.message());
+    });
+  };
+  keeper_ = std::make_unique<pg::LeaseKeeper>(
+      std::move(options),
+      [this](const std::vector<pg::Lease>& gained,
+             const std::vector<int>& lost) { OnChange(gained, lost); });
+}
 
 ClusterNode::~ClusterNode() { Stop(/*release=*/false); }
 

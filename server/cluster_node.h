@@ -2,7 +2,7 @@
 // owning the partitions it holds a lease on (pg_lease.h). The node's lease
 // keeper takes and gives up leases toward an even share; each partition
 // gained is taken by the scheduler (its records loaded), each lost one
-// dropped at once.
+// dropped at once; and a policy another node set is read again.
 //
 // Thread safety: Start and Stop from one thread; the keeper's callbacks run
 // on its threads, one at a time.

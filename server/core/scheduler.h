@@ -132,6 +132,11 @@ class Scheduler {
   void SetPolicy(std::string_view name, const Policy& policy,
                  std::function<void(Status)> done) EXCLUDES(ns_mutex_);
   Policy PolicyOf(std::string_view name) EXCLUDES(ns_mutex_);
+  // Reads the policies from the store again and applies those that changed
+  // (another node of a cluster set them), on the read pool; `done` (may be
+  // null) gets the outcome there.
+  void ReloadPolicies(std::function<void(Status)> done)
+      EXCLUDES(policy_mutex_, ns_mutex_);
 
   // Registers a subscriber of namespace `name`, which need not exist yet:
   // then it waits outside the namespace table (it does not count against

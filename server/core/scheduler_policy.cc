@@ -83,4 +83,39 @@ void Scheduler::SetPolicy(std::string_view name, const Policy& policy,
   done(std::move(status));
 }
 
+void Scheduler::ReloadPolicies(std::function<void(Status)> done) {
+  asio::post(*reads_, [this, done = std::move(done)] {
+    std::vector<std::pair<std::string, std::string>> stored;
+    Status s = store_->LoadPolicies(&stored);
+    std::unordered_map<std::string, Policy> read;
+    for (auto& [name, bytes] : stored) {
+      if (!s.ok()) break;
+      if (auto policy = DecodePolicy(bytes)) {
+        read.emplace(std::move(name), *policy);
+      } else {
+        s = Status::Internal(store_->where() + ": the policy of namespace '" +
+                             name + "' is malformed");
+      }
+    }
+    if (s.ok()) {
+      MutexLock one_at_a_time(&policy_mutex_);
+      std::vector<std::pair<std::string, Policy>> changed;
+      {
+        ReaderLock lock(&ns_mutex_);
+        for (const auto& [name, policy] : read) {
+          if (PolicyLocked(name) != policy) changed.emplace_back(name, policy);
+        }
+        for (const auto& [name, policy] : policies_) {
+          if (!read.contains(name)) changed.emplace_back(name, Policy());
+        }
+      }
+      // (A policy this node is writing applies once written, in order.)
+      for (const auto& [name, policy] : changed) {
+        if (!policies_queued_.contains(name)) ApplyPolicy(name, policy);
+      }
+    }
+    if (done) done(std::move(s));
+  });
+}
+
 }  // namespace delayd

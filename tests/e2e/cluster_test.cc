@@ -232,5 +232,49 @@ TEST_F(Cluster, ANodeStoppedWithSigtermHandsItsPartitionsOverAtOnce) {
   EXPECT_LT(std::chrono::steady_clock::now() - stopped, 2s);
 }
 
+// Policies live in the database for the whole cluster: one set on node a
+// applies on node b at once (a notification; b also reads them every
+// 30 s, longer than this test waits).
+TEST_F(Cluster, APolicySetOnOneNodeAppliesOnTheOther) {
+  auto a = Node(url_, "a");
+  ASSERT_TRUE(a->WaitForPort(30s)) << a->output();
+  auto b = Node(url_, "b");
+  ASSERT_TRUE(b->WaitForPort(30s)) << b->output();
+  auto stub_a = StubOf(*a), stub_b = StubOf(*b);
+  v1::SetPolicyRequest set;
+  set.set_namespace_("jobs");
+  set.mutable_policy()->set_max_attempts(3);
+  set.mutable_policy()->set_paused(true);
+  v1::Policy stored;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(stub_a->SetPolicy(&ctx, set, &stored).ok());
+  auto policy_at_b = [&] {
+    v1::GetPolicyRequest get;
+    get.set_namespace_("jobs");
+    grpc::ClientContext c;
+    v1::Policy p;
+    EXPECT_TRUE(stub_b->GetPolicy(&c, get, &p).ok());
+    return p;
+  };
+  ASSERT_TRUE(Eventually(
+      [&] {
+        const v1::Policy p = policy_at_b();
+        return p.max_attempts() == 3 && p.paused();
+      },
+      5s))
+      << b->output();
+  // And back to the default.
+  set.clear_policy();
+  grpc::ClientContext reset;
+  ASSERT_TRUE(stub_a->SetPolicy(&reset, set, &stored).ok());
+  ASSERT_TRUE(Eventually(
+      [&] {
+        const v1::Policy p = policy_at_b();
+        return p.max_attempts() == 0 && !p.paused();
+      },
+      5s))
+      << b->output();
+}
+
 }  // namespace
 }  // namespace delayd

@@ -200,7 +200,7 @@ TEST_F(PgLeaseTest, NodesAreLiveWhileTheirHeartbeatIsYoung) {
 // A keeper of node `node`, and what it was told.
 struct Node {
   Node(const std::string& url, const std::string& node, LeaseTerms terms)
-      : keeper({url, node, "127.0.0.1:1", 8, terms},
+      : keeper({url, node, "127.0.0.1:1", 8, terms, {}},
                [this](const std::vector<Lease>& gained,
                       const std::vector<int>& lost) {
                  for (const Lease& l : gained) epochs[l.part] = l.epoch;

@@ -136,12 +136,15 @@ class GroupStatements {
         FlushRun();
         pg::Params p;
         p.Bytes(c.name);
+        pg::Params notify;
+        notify.Bytes(c.name);
         if (c.data.empty()) {
           out_.push_back({"unpolicy", std::move(p)});
         } else {
           p.Bytes(c.data);
           out_.push_back({"policy", std::move(p)});
         }
+        out_.push_back({"notify_policy", std::move(notify)});
         break;
       }
       case Batch::Kind::kPutSchedule: {

@@ -170,10 +170,16 @@ Status Release(PGconn* conn, std::string_view node,
 }
 
 Status Listen(PGconn* conn) {
-  Params p;
-  Result r;
-  return Run(conn, (std::string("LISTEN ") + kLeaseChannel).c_str(), p,
-             "listening for lease changes", &r);
+  for (const char* channel : {kLeaseChannel, kPolicyChannel}) {
+    Params p;
+    Result r;
+    if (Status s = Run(conn, (std::string("LISTEN ") + channel).c_str(), p,
+                       "listening for lease and policy changes", &r);
+        !s.ok()) {
+      return s;
+    }
+  }
+  return Status::Ok();
 }
 
 Status Notify(PGconn* conn) {

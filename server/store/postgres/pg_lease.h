@@ -87,6 +87,10 @@ Status Release(PGconn* conn, std::string_view node,
 // notification is best-effort (lost across a fail-over, and not delivered
 // through a pooler in transaction mode).
 inline constexpr const char* kLeaseChannel = "delayd_leases";
+// And that a namespace's policy changed (sent by the store's transaction
+// that wrote it), for every node to read the policies again.
+inline constexpr const char* kPolicyChannel = "delayd_policies";
+// Listens on both channels.
 Status Listen(PGconn* conn);
 Status Notify(PGconn* conn);
 

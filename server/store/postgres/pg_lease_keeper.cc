@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <optional>
 #include <utility>
 
@@ -144,6 +145,11 @@ void LeaseKeeper::Run() {
       return;
     }
     if (connected) Round(conn.get());
+    if (options_.on_policies &&
+        Clock::now() - policies_told_ >= kPolicyRefresh) {
+      policies_told_ = Clock::now();
+      options_.on_policies();
+    }
     WaitForRound(connected ? conn.get() : nullptr,
                  Clock::now() + options_.terms.ttl / 3);
   }
@@ -151,14 +157,7 @@ void LeaseKeeper::Run() {
 
 void LeaseKeeper::WaitForRound(PGconn* conn, Clock::time_point until) {
   // Notifications read while the round's statements ran wait in libpq.
-  if (conn != nullptr) {
-    bool told = false;
-    while (PGnotify* n = PQnotifies(conn)) {
-      told = true;
-      PQfreemem(n);
-    }
-    if (told) return;
-  }
+  if (conn != nullptr && TakeNotifications(conn)) return;
   for (;;) {
     {
       MutexLock lock(&mu_);
@@ -176,13 +175,22 @@ void LeaseKeeper::WaitForRound(PGconn* conn, Clock::time_point until) {
     if (::poll(fds, 2, static_cast<int>(left.count()) + 1) <= 0) continue;
     if (fds[1].revents != 0) return;        // Stop.
     if (PQconsumeInput(conn) != 1) return;  // The next round reconnects.
-    bool told = false;
-    while (PGnotify* n = PQnotifies(conn)) {
-      told = true;
-      PQfreemem(n);
-    }
-    if (told) return;
+    if (TakeNotifications(conn)) return;
   }
+}
+
+bool LeaseKeeper::TakeNotifications(PGconn* conn) {
+  bool leases = false, policies = false;
+  while (PGnotify* n = PQnotifies(conn)) {
+    leases = leases || std::strcmp(n->relname, kLeaseChannel) == 0;
+    policies = policies || std::strcmp(n->relname, kPolicyChannel) == 0;
+    PQfreemem(n);
+  }
+  if (policies && options_.on_policies) {
+    policies_told_ = Clock::now();
+    options_.on_policies();
+  }
+  return leases;
 }
 
 void LeaseKeeper::Round(PGconn* conn) {

@@ -37,7 +37,12 @@ class LeaseKeeper {
     std::string advertise;  // how peers reach this node
     int partitions = 0;     // the schema's
     LeaseTerms terms;
+    // Told (on the keeper's thread) when another node changed a policy
+    // (kPolicyChannel), and every kPolicyRefresh whatever the channel says
+    // (a notification is lost across a fail-over). May be null.
+    std::function<void()> on_policies;
   };
+  static constexpr std::chrono::seconds kPolicyRefresh{30};
   using OnChange = std::function<void(const std::vector<Lease>& gained,
                                       const std::vector<int>& lost)>;
 
@@ -86,6 +91,11 @@ class LeaseKeeper {
   std::thread watchdog_;
   int wake_fd_ = -1;     // An eventfd: Stop wakes WaitForRound's poll.
   bool joined_ = false;  // The keeper thread's: told the others it came.
+  // The keeper thread's: when on_policies was last told.
+  std::chrono::steady_clock::time_point policies_told_;
+  // Reads the notifications libpq holds: true if one is of kLeaseChannel
+  // (time for a round); tells on_policies of kPolicyChannel's.
+  bool TakeNotifications(PGconn* conn);
 };
 
 }  // namespace delayd::pg

@@ -55,6 +55,8 @@ constexpr Statement kStatements[] = {
      "INSERT INTO delayd_policies (name, policy) VALUES ($1::text, "
      "$2::bytea) ON CONFLICT (name) DO UPDATE SET policy = EXCLUDED.policy"},
     {"unpolicy", "DELETE FROM delayd_policies WHERE name = $1::text"},
+    // (Delivered on commit to the nodes of a cluster: pg_lease.h.)
+    {"notify_policy", "SELECT pg_notify('delayd_policies', $1::text)"},
     {"schedule",
      "INSERT INTO delayd_schedules (part, ns, key, schedule) VALUES "
      "($1::int2, $2::text, $3::bytea, $4::bytea) ON CONFLICT (ns, key) DO "
