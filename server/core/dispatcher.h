@@ -214,13 +214,15 @@ class Dispatcher {
                    std::chrono::nanoseconds extension,
                    std::function<void(LeaseResult)> done);
 
-  // Recovery hands back events waiting for their retry time, before
-  // anything else reaches the dispatcher: each is ready again at its retry
+  // Recovery (before anything else reaches the dispatcher), or the taking
+  // of a shared partition, hands back events waiting for their retry time
+  // (ids the dispatcher does not hold): each is ready again at its retry
   // time (dispatcher_retry.cc).
   void RestoreRetrying(std::vector<RetryingEvent> events);
 
-  // Dead letters (dispatcher_dead.cc). Recovery hands back those the store
-  // kept, before anything else reaches the dispatcher.
+  // Dead letters (dispatcher_dead.cc). Recovery, or the taking of a shared
+  // partition, hands back those the store kept (ids the dispatcher does not
+  // hold).
   void RestoreDeadLetters(std::vector<DeadLetter> letters);
   // Up to `limit` dead letters with ids from `from`, in id order, and about
   // `max_bytes` of keys, payloads and errors at most (at least one); a

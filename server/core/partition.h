@@ -111,12 +111,13 @@ class Partition {
   // clock).
   void ClockChanged(bool rederive) EXCLUDES(mu_);
 
-  // Recovery, before anything is served (no lock is contended then): each
-  // stored timer, then the counters (past every version and event id
-  // stored in any partition), then FireOverdue(), which fires those whose
-  // time passed while the daemon was down and returns their events in
-  // fire-time order (unpublished); `durable` runs once that firing is on
-  // disk. RestoreCounters() reserves the first ids (a synced write).
+  // Recovery, before anything is served (no lock is contended then), or the
+  // taking of a partition not owned yet (which refuses every operation
+  // meanwhile: see Own): each stored timer, then the counters (past every
+  // version and event id stored in any partition), then FireOverdue(), which
+  // fires those whose time passed while the daemon was down and returns their
+  // events in fire-time order (unpublished); `durable` runs once that firing is
+  // on disk. RestoreCounters() reserves the first ids (a synced write).
   Status RestoreCounters(std::uint64_t next_version,
                          std::uint64_t next_event_seq) EXCLUDES(mu_);
   void Restore(const StoredTimer& timer, WallNanos wall_now,
@@ -220,7 +221,8 @@ class Partition {
   void ListSchedules(NamespaceId ns, std::string_view prefix,
                      const std::string& after, std::size_t limit,
                      std::vector<std::string>* keys) const EXCLUDES(mu_);
-  // Recovery, before anything is served: a stored schedule, armed for its
+  // Recovery, or the taking of a partition not owned yet (as Restore): a
+  // stored schedule, armed for its
   // next instant (one already past is due at once: its catch-up policy
   // decides).
   // Its version goes to `*version`.

@@ -9,7 +9,9 @@
 //     writes, the publishing of fired events once written) run on one
 //     strand of the pool, replies_, in the order the store finished them;
 //   - the namespace table is under ns_mutex_, the policies under it too
-//     (written one SetPolicy at a time, policy_mutex_).
+//     (written one SetPolicy at a time, policy_mutex_);
+//   - with shared partitions, the leases held are under held_mu_, taken
+//     before a partition's mutex (scheduler_partitions.cc).
 // Nothing holds a lock across I/O, a wait, a callback or a reply. Calls
 // that only change memory answer on the caller's thread once the lock is
 // let go; calls that wait for the store answer from its completions; reads
