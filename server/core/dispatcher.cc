@@ -235,61 +235,50 @@ void Dispatcher::Unsubscribe(std::uint64_t id) {
 
 void Dispatcher::Ack(std::vector<std::uint64_t> ids,
                      std::function<void(AckResult)> done) {
-  asio::post(strand_, [this, ids = std::move(ids),
-                       done = std::move(done)]() mutable {
-    on_strand_.Enter();
-    AckResult result;
-    const SteadyTime now = clock_.Steady();
-    Batch batch;
-    for (std::uint64_t id : ids) {
-      auto it = outstanding_.find(id);
-      // (A dead letter is requeued or purged, not acknowledged.)
-      if (it == outstanding_.end() || it->second.dead) {
-        result.unknown.push_back(id);
-        continue;
-      }
-      Outstanding& o = it->second;
-      if (o.worker != 0) {
-        if (Worker* w = FindWorker(o.worker)) w->in_flight.erase(id);
-        LeaveFlight(o);
-        observed_.Add(now - o.delivered_at);
-      } else if (o.retrying) {
-        CancelAckTimer(o);
-        counters_.retrying.fetch_sub(1);
-        mine_.retrying.fetch_sub(1, std::memory_order_relaxed);
-      } else {
-        counters_.ready.fetch_sub(1);  // Acked while waiting for redelivery.
-        mine_.ready.fetch_sub(1, std::memory_order_relaxed);
-      }
-      if (store_ != nullptr) {
-        batch.RemoveEvent(id, PayloadIdOf(o.event.blob), o.fate_stored);
-        Touch(batch, o.event);
-      }
-      CloseRun(o);
-      Forget(it);
-      ++result.acked;
-    }
-    counters_.acked.fetch_add(result.acked);
-    mine_.acked.fetch_add(result.acked, std::memory_order_relaxed);
-    observed_.AddTo(metrics_.ack_latency());
-    Pump();
-    if (batch.empty()) {
-      refs_->Release(id_, result.acked);
-      done(std::move(result));
-      return;
-    }
-    store_->Commit(batch, [this, done = std::move(done),
-                           result = std::move(result)](Status s) mutable {
-      // Not durable: the events come back after a restart (at least once),
-      // so the acknowledgement fails.
-      if (!s.ok()) {
-        result.error = s;
-      } else {
-        refs_->Release(id_, result.acked);
-      }
-      done(std::move(result));
-    });
-  });
+  asio::post(
+      strand_, [this, ids = std::move(ids), done = std::move(done)]() mutable {
+        on_strand_.Enter();
+        AckResult result;
+        const SteadyTime now = clock_.Steady();
+        Batch batch;
+        for (std::uint64_t id : ids) {
+          auto it = outstanding_.find(id);
+          // (A dead letter is requeued or purged, not acknowledged.)
+          if (it == outstanding_.end() || it->second.dead) {
+            result.unknown.push_back(id);
+            continue;
+          }
+          Outstanding& o = it->second;
+          if (LeaveState(id, o)) observed_.Add(now - o.delivered_at);
+          if (store_ != nullptr) {
+            batch.RemoveEvent(id, PayloadIdOf(o.event.blob), o.fate_stored);
+            Touch(batch, o.event);
+          }
+          CloseRun(o);
+          Forget(it);
+          ++result.acked;
+        }
+        counters_.acked.fetch_add(result.acked);
+        mine_.acked.fetch_add(result.acked, std::memory_order_relaxed);
+        observed_.AddTo(metrics_.ack_latency());
+        Pump();
+        if (batch.empty()) {
+          refs_->Release(id_, result.acked);
+          done(std::move(result));
+          return;
+        }
+        store_->Commit(batch, [this, done = std::move(done),
+                               result = std::move(result)](Status s) mutable {
+          // Not durable: the events come back after a restart (at least once),
+          // so the acknowledgement fails.
+          if (!s.ok()) {
+            result.error = s;
+          } else {
+            refs_->Release(id_, result.acked);
+          }
+          done(std::move(result));
+        });
+      });
 }
 
 void Dispatcher::DropPartition(std::uint32_t part,
@@ -303,22 +292,12 @@ void Dispatcher::DropPartition(std::uint32_t part,
         ++it;
         continue;
       }
-      // As an ack takes it out of each state (ready_ and held_ skip ids no
-      // longer outstanding).
       if (o.dead) {
         dead_.erase(it->first);
         counters_.dead_letters.fetch_sub(1);
         mine_.dead_letters.fetch_sub(1, std::memory_order_relaxed);
-      } else if (o.worker != 0) {
-        if (Worker* w = FindWorker(o.worker)) w->in_flight.erase(it->first);
-        LeaveFlight(o);
-      } else if (o.retrying) {
-        CancelAckTimer(o);
-        counters_.retrying.fetch_sub(1);
-        mine_.retrying.fetch_sub(1, std::memory_order_relaxed);
       } else {
-        counters_.ready.fetch_sub(1);
-        mine_.ready.fetch_sub(1, std::memory_order_relaxed);
+        LeaveState(it->first, o);
       }
       Forget(it++);
       ++dropped;
@@ -354,6 +333,24 @@ Dispatcher::Worker* Dispatcher::FindWorker(std::uint64_t id) {
     if (w.id == id) return &w;
   }
   return nullptr;
+}
+
+bool Dispatcher::LeaveState(std::uint64_t event_id, Outstanding& o) {
+  if (o.worker != 0) {
+    if (Worker* w = FindWorker(o.worker)) w->in_flight.erase(event_id);
+    LeaveFlight(o);
+    return true;
+  }
+  if (o.retrying) {
+    CancelAckTimer(o);
+    counters_.retrying.fetch_sub(1);
+    mine_.retrying.fetch_sub(1, std::memory_order_relaxed);
+  } else {
+    // Ready: (ready_ and held_ skip ids no longer outstanding).
+    counters_.ready.fetch_sub(1);
+    mine_.ready.fetch_sub(1, std::memory_order_relaxed);
+  }
+  return false;
 }
 
 void Dispatcher::LeaveFlight(Outstanding& o) {

@@ -351,6 +351,10 @@ class Dispatcher {
   // Ends `o`'s time in flight: its ack timer cancelled, counted out (the
   // caller says where it goes).
   void LeaveFlight(Outstanding& o) REQUIRES(on_strand_);
+  // Takes `o` (not a dead letter) out of its state, in flight, retrying or
+  // ready, as an ack or a drop does (the caller forgets it); true if it was
+  // in flight.
+  bool LeaveState(std::uint64_t event_id, Outstanding& o) REQUIRES(on_strand_);
   void Requeue(std::uint64_t event_id, Outstanding& o) REQUIRES(on_strand_);
   // Undoes `o`'s delivery, which its worker never got: ready again, at the
   // front, its attempt not counted.
