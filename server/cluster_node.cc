@@ -6,8 +6,15 @@
 
 namespace delayd {
 
-ClusterNode::ClusterNode(pg::LeaseKeeper::Options options, Scheduler& scheduler)
+ClusterNode::ClusterNode(pg::LeaseKeeper::Options options, Scheduler& scheduler,
+                         Forwarder* forwarder)
     : scheduler_(scheduler) {
+  if (forwarder != nullptr) {
+    options.on_owners = [forwarder, self = options.advertise](
+                            std::map<int, std::string> owners) {
+      forwarder->SetOwners(self, std::move(owners));
+    };
+  }
   // A policy set on any node applies on every node.
   options.on_policies = [this] {
     if (stopping_) return;

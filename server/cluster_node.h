@@ -2,7 +2,8 @@
 // owning the partitions it holds a lease on (pg_lease.h). The node's lease
 // keeper takes and gives up leases toward an even share; each partition
 // gained is taken by the scheduler (its records loaded), each lost one
-// dropped at once; and a policy another node set is read again.
+// dropped at once; a policy another node set is read again; and the
+// forwarder is told who owns each partition.
 //
 // Thread safety: Start and Stop from one thread; the keeper's callbacks run
 // on its threads, one at a time.
@@ -13,6 +14,7 @@
 #include <memory>
 #include <string>
 
+#include "server/api/forward.h"
 #include "server/core/scheduler.h"
 #include "server/store/postgres/pg_lease_keeper.h"
 
@@ -20,9 +22,10 @@ namespace delayd {
 
 class ClusterNode {
  public:
-  // `scheduler` runs on a shared PostgreSQL store (PgOptions::shared) and
-  // outlives the node.
-  ClusterNode(pg::LeaseKeeper::Options options, Scheduler& scheduler);
+  // `scheduler` runs on a shared PostgreSQL store (PgOptions::shared);
+  // it and `forwarder` outlive the node.
+  ClusterNode(pg::LeaseKeeper::Options options, Scheduler& scheduler,
+              Forwarder* forwarder);
   ~ClusterNode();  // Stop(/*release=*/false) if running.
 
   void Start();

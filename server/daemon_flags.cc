@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "delayd/text/duration.h"
+#include "server/api/tls.h"
 #include "server/common/limit_log.h"
 #include "server/store/rocksdb/rocks_store.h"
 
@@ -123,8 +124,17 @@ void AddStore(CLI::App& app, DaemonFlags& f) {
        "This daemon's name in the store (default: the host's name)");
   Flag(app, "--advertise", f.advertise,
        "Makes this daemon a node of a cluster on the PostgreSQL --store: "
-       "the address (host:port) the other nodes reach its gRPC port at. "
-       "--node-id must then be unique among the nodes");
+       "the address (host:port) the other nodes reach its gRPC port at "
+       "(port 0: the port it listens on). --node-id must then be unique "
+       "among the nodes, and --cluster-token-file is required");
+  Flag(app, "--cluster-token-file", f.cluster_token_file,
+       "A cluster node: the file holding the token the nodes present to "
+       "each other when one forwards a call to the owner of its key (the "
+       "same on every node; at least 16 characters, no spaces). Its holder "
+       "may do anything: keep it secret");
+  Flag(app, "--peer-ca", f.server.peer_ca,
+       "A cluster node serving TLS: PEM CA certificates that signed the "
+       "other nodes' certificates (default: --tls-client-ca)");
   DurationFlag(app, "--lease-ttl", f.lease_ttl, "5s", milliseconds(1000),
                std::chrono::minutes(1),
                "A cluster node's partition leases: how long one outlives "
@@ -291,6 +301,38 @@ PgOptions PostgresOptions(const DaemonFlags& f) {
   return o;
 }
 
+namespace {
+
+// Node-to-node calls are never open: a cluster node needs the token.
+Status ReadClusterToken(DaemonFlags& f) {
+  const std::string flag = "--cluster-token-file";
+  if (f.cluster_token_file.empty()) {
+    return Status::InvalidArgument(
+        "--advertise: a cluster node needs " + flag +
+        " (the token the nodes present to each other)");
+  }
+  std::string text;
+  if (!ReadFile(f.cluster_token_file, &text)) {
+    return Status::InvalidArgument(flag + ": cannot read " +
+                                   f.cluster_token_file);
+  }
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) {
+    text.pop_back();
+  }
+  const bool printable = std::all_of(text.begin(), text.end(),
+                                     [](char c) { return c > ' ' && c < 127; });
+  if (text.size() < 16 || !printable) {
+    return Status::InvalidArgument(
+        flag + ": the token must be at least 16 printable characters " +
+        "without spaces, on one line");
+  }
+  f.server.peer_token = std::move(text);
+  f.server.node = PostgresOptions(f).node;
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status FinishFlags(DaemonFlags& f) {
   // A JSON body carries bytes in base64 (4/3 of them) and field names: room
   // for the largest Batch the gRPC port takes.
@@ -298,6 +340,9 @@ Status FinishFlags(DaemonFlags& f) {
   if (IsClusterNode(f) && (f.in_memory || !IsPostgres(f.store))) {
     return Status::InvalidArgument(
         "--advertise: a cluster's nodes share a PostgreSQL --store");
+  }
+  if (IsClusterNode(f)) {
+    if (Status s = ReadClusterToken(f); !s.ok()) return s;
   }
   if (f.in_memory) return Status::Ok();
   f.server.scheduler.on_store_error = [](const Status& s) {

@@ -28,6 +28,8 @@ struct DaemonFlags {
   // this one, and the term of its partition leases.
   std::string advertise;
   std::chrono::milliseconds lease_ttl{5000};
+  // The file holding the token the nodes present to each other.
+  std::string cluster_token_file;
   std::string data_dir = "delayd-data";
   std::string fsync = "always";
   bool salvage = false;

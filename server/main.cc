@@ -127,6 +127,34 @@ void LogStart(const delayd::DaemonFlags& flags,
   }
 }
 
+// Joins the cluster: the node's lease keeper, its gains and losses told to
+// the scheduler and its owners to the forwarder.
+std::unique_ptr<delayd::ClusterNode> StartCluster(
+    const delayd::DaemonFlags& flags, delayd::DelaydServer& server) {
+  const delayd::PgOptions pg = delayd::PostgresOptions(flags);
+  delayd::pg::LeaseKeeper::Options keeper;
+  keeper.conninfo = pg.conninfo;
+  keeper.node = pg.node;
+  keeper.advertise = flags.advertise;
+  // (Port 0: the port the server listens on.)
+  if (keeper.advertise.ends_with(":0")) {
+    keeper.advertise.resize(keeper.advertise.size() - 1);
+    keeper.advertise += std::to_string(server.port());
+  }
+  keeper.partitions = static_cast<int>(server.scheduler().partitions());
+  keeper.terms.ttl = flags.lease_ttl;
+  keeper.terms.margin = flags.lease_ttl / 5;
+  auto cluster = std::make_unique<delayd::ClusterNode>(
+      keeper, server.scheduler(), server.forwarder());
+  cluster->Start();
+  spdlog::info(
+      "cluster node '{}' (peers reach it at {}): {} partitions, leases of {} "
+      "ms",
+      keeper.node, keeper.advertise, keeper.partitions,
+      keeper.terms.ttl.count());
+  return cluster;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -202,23 +230,7 @@ int main(int argc, char** argv) {
   }
   LogStart(flags, server);
   std::unique_ptr<delayd::ClusterNode> cluster;
-  if (delayd::IsClusterNode(flags)) {
-    const delayd::PgOptions pg = delayd::PostgresOptions(flags);
-    delayd::pg::LeaseKeeper::Options keeper;
-    keeper.conninfo = pg.conninfo;
-    keeper.node = pg.node;
-    keeper.advertise = flags.advertise;
-    keeper.partitions = static_cast<int>(server.scheduler().partitions());
-    keeper.terms.ttl = flags.lease_ttl;
-    keeper.terms.margin = flags.lease_ttl / 5;
-    cluster = std::make_unique<delayd::ClusterNode>(keeper, server.scheduler());
-    cluster->Start();
-    spdlog::info(
-        "cluster node '{}' (peers reach it at {}): {} partitions, "
-        "leases of {} ms",
-        keeper.node, keeper.advertise, keeper.partitions,
-        keeper.terms.ttl.count());
-  }
+  if (delayd::IsClusterNode(flags)) cluster = StartCluster(flags, server);
   std::unique_ptr<delayd::http::HttpDoor> http;
   // The HTTP door serves TLS with the gRPC port's certificates.
   auto http_tls = [&server] {

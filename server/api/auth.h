@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -108,6 +109,11 @@ class Authorizer {
 
   bool enabled() const { return enabled_; }
 
+  // A cluster's nodes present this token to each other (forward.h): its
+  // holder may do anything, as a caller the entry node already checked.
+  // Before serving (not thread-safe).
+  void SetPeerToken(std::string_view token) { peer_ = Sha256(token); }
+
   // The token from an `authorization` metadata value ("Bearer TOKEN");
   // empty if the value is not of that form.
   static std::string_view BearerToken(std::string_view header);
@@ -132,6 +138,7 @@ class Authorizer {
   std::shared_ptr<const TokenTable> table() const;
 
   bool enabled_ = false;
+  std::optional<Digest> peer_;
   mutable std::mutex mu_;  // Guards table_ (held only to copy the pointer).
   std::shared_ptr<const TokenTable> table_;
 };

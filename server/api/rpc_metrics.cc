@@ -71,8 +71,22 @@ RpcMetrics::RpcMetrics(prometheus::Registry& registry) {
                                                    "TriggerSchedule"};
   // (A name left out would leave the last ones null.)
   static_assert(kNames[kMethods - 1] != nullptr);
+  auto& forwarded =
+      prometheus::BuildCounter()
+          .Name("delayd_forwarded_requests_total")
+          .Help(
+              "Calls forwarded to the node owning their partition, by method "
+              "and the status code of the owner's answer.")
+          .Register(registry);
+  auto& forwarded_latency =
+      prometheus::BuildHistogram()
+          .Name("delayd_forwarded_request_duration_seconds")
+          .Help("A forwarded call's round trip to the owning node.")
+          .Register(registry);
   for (int m = 0; m < kMethods; ++m) {
     methods_[m] = std::make_unique<MethodMetrics>(kNames[m], requests, latency);
+    forwarded_[m] = std::make_unique<MethodMetrics>(kNames[m], forwarded,
+                                                    forwarded_latency);
   }
 }
 

@@ -78,9 +78,13 @@ class RpcMetrics {
   };
   explicit RpcMetrics(prometheus::Registry& registry);
   MethodMetrics& operator[](Method m) { return *methods_[m]; }
+  // Calls a cluster node forwarded to the owner of their partition (see
+  // forward.h), by the owner's answer, and their round trip.
+  MethodMetrics& forwarded(Method m) { return *forwarded_[m]; }
 
  private:
   std::array<std::unique_ptr<MethodMetrics>, kMethods> methods_;
+  std::array<std::unique_ptr<MethodMetrics>, kMethods> forwarded_;
 };
 
 }  // namespace delayd

@@ -23,6 +23,36 @@ DelaydServer::DelaydServer(Options options) : options_(std::move(options)) {}
 
 DelaydServer::~DelaydServer() { Shutdown(std::chrono::milliseconds(0)); }
 
+Status DelaydServer::StartForwarder() {
+  if (options_.peer_token.empty()) return Status::Ok();
+  auth_.SetPeerToken(options_.peer_token);
+  Forwarder::Options f;
+  f.node = options_.node;
+  f.token = options_.peer_token;
+  f.credentials = grpc::InsecureChannelCredentials();
+  if (tls_ != nullptr) {
+    // The other nodes serve TLS as this one does; with mutual TLS this
+    // node presents its own certificate to them.
+    const TlsCertificates::Pem pem = tls_->current();
+    grpc::SslCredentialsOptions ssl;
+    if (!options_.peer_ca.empty()) {
+      if (!ReadFile(options_.peer_ca, &ssl.pem_root_certs)) {
+        return Status::InvalidArgument("--peer-ca: cannot read " +
+                                       options_.peer_ca);
+      }
+    } else {
+      ssl.pem_root_certs = pem.client_ca;
+    }
+    if (tls_->mutual()) {
+      ssl.pem_private_key = pem.key;
+      ssl.pem_cert_chain = pem.cert;
+    }
+    f.credentials = grpc::SslCredentials(ssl);
+  }
+  forwarder_ = std::make_unique<Forwarder>(std::move(f));
+  return Status::Ok();
+}
+
 Status DelaydServer::Start() {
   // Credentials first: a file that does not load stops the start before the
   // store is opened.
@@ -44,6 +74,7 @@ Status DelaydServer::Start() {
     return Status::InvalidArgument(
         "--tls-client-ca needs --tls-cert and --tls-key");
   }
+  if (Status s = StartForwarder(); !s.ok()) return s;
   if (options_.scheduler.store) {
     Scheduler::Options& o = options_.scheduler;
     o.on_store_error = [this,
@@ -79,8 +110,8 @@ Status DelaydServer::Start() {
     scheduler_.reset();
     return s;
   }
-  service_ =
-      std::make_unique<DelaydService>(*scheduler_, auth_, options_.backup_dir);
+  service_ = std::make_unique<DelaydService>(
+      *scheduler_, auth_, options_.backup_dir, forwarder_.get());
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;

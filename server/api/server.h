@@ -10,6 +10,7 @@
 #include <string>
 
 #include "server/api/auth.h"
+#include "server/api/forward.h"
 #include "server/api/metrics_export.h"
 #include "server/api/service.h"
 #include "server/api/tls.h"
@@ -57,6 +58,13 @@ class DelaydServer {
     // sync, a payload read) has run longer than this: a disk that hangs
     // rather than fails. Zero: not watched.
     std::chrono::milliseconds store_stall_limit = std::chrono::seconds(10);
+    // A cluster node (with a shared PostgreSQL store): its name, the token
+    // the nodes present to each other (set: calls are forwarded to the
+    // owner of their key's partition, see forward.h), and with TLS the CA
+    // that signed the other nodes' certificates (empty: --tls-client-ca's).
+    std::string node;
+    std::string peer_token;
+    std::string peer_ca;
   };
 
   explicit DelaydServer(Options options);
@@ -86,13 +94,20 @@ class DelaydServer {
   Status Reload();
   // The port's certificates, or null without TLS.
   const TlsCertificates* tls() const { return tls_.get(); }
+  // A cluster node's forwarder (peer_token set; else null), to be told
+  // who owns what.
+  Forwarder* forwarder() { return forwarder_.get(); }
   // Whether anything guards the port: TLS or tokens.
   bool secured() const { return tls_ != nullptr || auth_.enabled(); }
 
  private:
+  // Sets up forwarder_ from the cluster options (after TLS).
+  Status StartForwarder();
+
   Options options_;
   Authorizer auth_;
   std::unique_ptr<TlsCertificates> tls_;
+  std::unique_ptr<Forwarder> forwarder_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<DelaydService> service_;
   std::unique_ptr<grpc::Server> server_;

@@ -133,6 +133,7 @@ Status DelaydService::ToOp(const OpFields& f, WallNanos now, Op* op,
 
 template <typename Req, typename Resp, typename Fill>
 grpc::ServerUnaryReactor* DelaydService::SubmitOp(const Unary<Req, Resp>& call,
+                                                  RpcMetrics::Method method,
                                                   std::uint8_t permission,
                                                   Fill fill) {
   if (call.answered()) return call.reactor();
@@ -140,6 +141,10 @@ grpc::ServerUnaryReactor* DelaydService::SubmitOp(const Unary<Req, Resp>& call,
   if (Status s = Authorize(call.caller(), req.namespace_(), permission);
       !s.ok()) {
     return call.Reply(s);
+  }
+  // (The owner validates what it is sent.)
+  if (ForwardToOwner(call, method, req.namespace_(), req.key())) {
+    return call.reactor();
   }
   Op op;
   NamespacePin pin;
@@ -161,7 +166,8 @@ grpc::ServerUnaryReactor* DelaydService::SetTimer(
     grpc::ByteBuffer* out) {
   return SubmitOp(Start<v1::SetTimerRequest, v1::SetTimerResponse>(
                       ctx, in, out, RpcMetrics::kSetTimer, request_limits_.set),
-                  kWrite, [](const OpResult& r, v1::SetTimerResponse* resp) {
+                  RpcMetrics::kSetTimer, kWrite,
+                  [](const OpResult& r, v1::SetTimerResponse* resp) {
                     resp->set_version(r.version);
                     SetTimestamp(r.fire_time, resp->mutable_fire_time());
                     resp->set_replaced(r.replaced);
@@ -174,7 +180,8 @@ grpc::ServerUnaryReactor* DelaydService::MoveTimer(
   return SubmitOp(
       Start<v1::MoveTimerRequest, v1::MoveTimerResponse>(
           ctx, in, out, RpcMetrics::kMoveTimer, request_limits_.other),
-      kWrite, [](const OpResult& r, v1::MoveTimerResponse* resp) {
+      RpcMetrics::kMoveTimer, kWrite,
+      [](const OpResult& r, v1::MoveTimerResponse* resp) {
         resp->set_version(r.version);
         SetTimestamp(r.fire_time, resp->mutable_fire_time());
       });
@@ -186,7 +193,8 @@ grpc::ServerUnaryReactor* DelaydService::RemoveTimer(
   return SubmitOp(
       Start<v1::RemoveTimerRequest, v1::RemoveTimerResponse>(
           ctx, in, out, RpcMetrics::kRemoveTimer, request_limits_.other),
-      kWrite, [](const OpResult& r, v1::RemoveTimerResponse* resp) {
+      RpcMetrics::kRemoveTimer, kWrite,
+      [](const OpResult& r, v1::RemoveTimerResponse* resp) {
         resp->set_version(r.version);
       });
 }
@@ -224,11 +232,15 @@ grpc::ServerUnaryReactor* DelaydService::GetTimer(
   Status s = Authorize(call.caller(), req.namespace_(), kRead);
   if (s.ok()) s = validator_.NamespaceName(req.namespace_());
   if (s.ok()) s = validator_.Key(req.key());
-  NamespacePin pin;
-  if (s.ok() && !Namespace(req.namespace_(), &pin).ok()) {
-    s = Status::NotFound("no pending timer '" + req.key() + "'");
-  }
   if (!s.ok()) return call.Reply(s);
+  if (ForwardToOwner(call, RpcMetrics::kGetTimer, req.namespace_(),
+                     req.key())) {
+    return call.reactor();
+  }
+  NamespacePin pin;
+  if (!Namespace(req.namespace_(), &pin).ok()) {
+    return call.Reply(Status::NotFound("no pending timer '" + req.key() + "'"));
+  }
   // (The pin keeps the namespace, and so its name, until the answer.)
   const std::string& name = scheduler_.dispatcher(pin.id()).name();
   scheduler_.Get(pin.id(), req.key(),

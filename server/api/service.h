@@ -15,9 +15,11 @@
 #include "delayd/v1/delayd.grpc.pb.h"
 #include "server/api/auth.h"
 #include "server/api/batch_wire.h"
+#include "server/api/forward.h"
 #include "server/api/rpc_metrics.h"
 #include "server/api/unary_call.h"
 #include "server/api/validate.h"
+#include "server/common/stable_hash.h"
 #include "server/common/status.h"
 #include "server/core/scheduler.h"
 
@@ -94,10 +96,12 @@ struct RequestLimits {
 class DelaydService final : public RawDelayd {
  public:
   // `backup_dir`: where Backup writes (empty: Backup is refused).
+  // `forwarder`: a cluster node's (else null), outliving the service.
   DelaydService(Scheduler& scheduler, const Authorizer& auth,
-                std::string backup_dir = "")
+                std::string backup_dir = "", Forwarder* forwarder = nullptr)
       : scheduler_(scheduler),
         auth_(auth),
+        forwarder_(forwarder),
         backup_dir_(std::move(backup_dir)),
         validator_(scheduler.limits(), scheduler.partitions()),
         request_limits_(RequestLimits::Of(scheduler.limits())),
@@ -233,6 +237,24 @@ class DelaydService final : public RawDelayd {
         ctx, in, out, rpc_[method], limit.bytes, limit.from,
         [this, ctx](Caller* caller) { return Identify(ctx, caller); });
   }
+  // A cluster node: forwards `call` (of `method`, its caller identified,
+  // authorized and its request validated) to the node owning namespace
+  // `ns`'s key `key` if that is another node, answering it with the owner's
+  // answer (forward.h). True if it did.
+  template <typename Req, typename Resp>
+  bool ForwardToOwner(const Unary<Req, Resp>& call, RpcMetrics::Method method,
+                      std::string_view ns, std::string_view key) {
+    if (forwarder_ == nullptr) return false;
+    const std::string owner =
+        forwarder_->OwnerOf(StablePartition(ns.empty() ? "default" : ns, key,
+                                            scheduler_.partitions()),
+                            *call.ctx());
+    if (owner.empty()) return false;
+    forwarder_->Forward(call.ctx(), rpc_[method].name(), call.in(), call.out(),
+                        owner, rpc_.forwarded(method),
+                        [call](grpc::Status s) { call.Relay(std::move(s)); });
+    return true;
+  }
   // Validates a set, move or remove and converts it for the scheduler,
   // pinning its namespace in `pin`.
   Status ToOp(const OpFields& f, WallNanos now, Op* op, NamespacePin* pin,
@@ -242,6 +264,7 @@ class DelaydService final : public RawDelayd {
   // response by `fill` on success.
   template <typename Req, typename Resp, typename Fill>
   grpc::ServerUnaryReactor* SubmitOp(const Unary<Req, Resp>& call,
+                                     RpcMetrics::Method method,
                                      std::uint8_t permission, Fill fill);
 
   // Checks `dir` against --backup-dir and writes the backup there
@@ -250,6 +273,7 @@ class DelaydService final : public RawDelayd {
 
   Scheduler& scheduler_;
   const Authorizer& auth_;
+  Forwarder* const forwarder_;
   const std::string backup_dir_;
   std::atomic<bool> backup_running_{false};  // One backup at a time.
   const Validator validator_;

@@ -70,8 +70,13 @@ grpc::ServerUnaryReactor* DelaydService::SetSchedule(
   ScheduleRecord rec;
   if (s.ok()) s = validator_.NamespaceName(req.namespace_());
   if (s.ok()) s = validator_.SetSchedule(req, scheduler_.clock().Wall(), &rec);
+  if (!s.ok()) return call.Reply(s);
+  if (ForwardToOwner(call, RpcMetrics::kSetSchedule, req.namespace_(),
+                     req.key())) {
+    return call.reactor();
+  }
   NamespacePin pin;
-  if (s.ok()) s = Namespace(req.namespace_(), &pin, nullptr, /*create=*/true);
+  s = Namespace(req.namespace_(), &pin, nullptr, /*create=*/true);
   if (!s.ok()) return call.Reply(s);
   const NamespaceId ns = pin.id();
   // (The pin keeps the namespace, and its name, until the answer.)
@@ -97,6 +102,10 @@ grpc::ServerUnaryReactor* DelaydService::GetSchedule(
   if (s.ok()) s = validator_.NamespaceName(req.namespace_());
   if (s.ok()) s = validator_.Key(req.key());
   if (!s.ok()) return call.Reply(s);
+  if (ForwardToOwner(call, RpcMetrics::kGetSchedule, req.namespace_(),
+                     req.key())) {
+    return call.reactor();
+  }
   NamespacePin pin;
   std::optional<Partition::ScheduleInfo> info;
   if (Namespace(req.namespace_(), &pin).ok()) {
@@ -161,6 +170,10 @@ grpc::ServerUnaryReactor* DelaydService::DeleteSchedule(
   if (s.ok()) s = validator_.NamespaceName(req.namespace_());
   if (s.ok()) s = validator_.Key(req.key());
   if (!s.ok()) return call.Reply(s);
+  if (ForwardToOwner(call, RpcMetrics::kDeleteSchedule, req.namespace_(),
+                     req.key())) {
+    return call.reactor();
+  }
   NamespacePin pin;
   if (!Namespace(req.namespace_(), &pin).ok()) {
     return call.Reply(Status::NotFound("no schedule '" + req.key() + "'"));
@@ -207,6 +220,9 @@ grpc::ServerUnaryReactor* DelaydService::ActOnSchedule(
   if (s.ok()) s = validator_.NamespaceName(req.namespace_());
   if (s.ok()) s = validator_.Key(req.key());
   if (!s.ok()) return call.Reply(s);
+  if (ForwardToOwner(call, method, req.namespace_(), req.key())) {
+    return call.reactor();
+  }
   NamespacePin pin;
   if (!Namespace(req.namespace_(), &pin).ok()) {
     return call.Reply(Status::NotFound("no schedule '" + req.key() + "'"));

@@ -15,9 +15,6 @@
 #include <sstream>
 
 namespace delayd {
-namespace {
-
-namespace fs = std::filesystem;
 
 bool ReadFile(const std::string& path, std::string* out) {
   std::ifstream in(path, std::ios::binary);
@@ -27,6 +24,10 @@ bool ReadFile(const std::string& path, std::string* out) {
   *out = s.str();
   return true;
 }
+
+namespace {
+
+namespace fs = std::filesystem;
 
 bool WriteFile(const std::string& path, const std::string& data) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);

@@ -27,6 +27,9 @@
 
 namespace delayd {
 
+// Reads the whole file at `path` into `out`; false if it cannot be read.
+bool ReadFile(const std::string& path, std::string* out);
+
 class TlsCertificates {
  public:
   struct Files {

@@ -81,4 +81,12 @@ grpc::ServerUnaryReactor* UnaryCall::Reply(
   return reactor;
 }
 
+void UnaryCall::Relay(grpc::Status status) {
+  metrics_.Observe(status.error_code(),
+                   std::chrono::steady_clock::now() - started_);
+  grpc::ServerUnaryReactor* const reactor = reactor_;
+  delete this;
+  reactor->Finish(std::move(status));
+}
+
 }  // namespace delayd

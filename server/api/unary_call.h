@@ -79,6 +79,10 @@ class UnaryCall {
   grpc::ServerUnaryReactor* Reply(
       const Status& status,
       const google::protobuf::MessageLite* response = nullptr);
+  // Finishes the call with `status` as it is, its response (if OK) already
+  // in out() (another node's answer: forward.h), and deletes this.
+  void Relay(grpc::Status status);
+  grpc::ByteBuffer* out() const { return out_; }
 
  private:
   ~UnaryCall() = default;
@@ -105,6 +109,8 @@ class Unary {
         grpc::ByteBuffer* out, MethodMetrics& metrics, std::size_t limit,
         std::string_view limit_from, Identify identify)
       : call_(new UnaryCall(ctx, out, metrics)),
+        ctx_(ctx),
+        in_(in),
         reactor_(call_->reactor()),
         req_(call_->New<Req>()),
         resp_(call_->New<Resp>()) {
@@ -127,9 +133,17 @@ class Unary {
     call_->Reply(status, resp_);
     return reactor_;
   }
+  // The call as gRPC gave it, to forward it (forward.h); Relay answers it
+  // with what came back. Once per call, instead of Reply.
+  grpc::CallbackServerContext* ctx() const { return ctx_; }
+  const grpc::ByteBuffer* in() const { return in_; }
+  grpc::ByteBuffer* out() const { return call_->out(); }
+  void Relay(grpc::Status status) const { call_->Relay(std::move(status)); }
 
  private:
   UnaryCall* call_;
+  grpc::CallbackServerContext* ctx_;
+  const grpc::ByteBuffer* in_;
   grpc::ServerUnaryReactor* reactor_;
   Req* req_;
   Resp* resp_;

@@ -16,6 +16,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -23,6 +24,7 @@
 #include "delayd/v1/delayd.grpc.pb.h"
 #include "tests/common/daemon_process.h"
 #include "tests/common/postgres_server.h"
+#include "tests/common/temp_dir.h"
 #include "tests/server/test_client.h"
 
 namespace delayd::bench {
@@ -194,6 +196,8 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "PostgreSQL: %s\n", error.c_str());
     return 1;
   }
+  testing::TempDir dir;
+  std::ofstream(dir / "cluster-token") << "bench-cluster-token-0123456789\n";
   std::vector<double> kill_first, kill_last, term_first, term_last;
   int term_repeats = 0, early = 0, lost = 0;
   for (int round = 0; round < rounds; ++round) {
@@ -203,8 +207,9 @@ int Main(int argc, char** argv) {
       return std::make_unique<DaemonProcess>(
           DELAYD_BINARY,
           std::vector<std::string>{"--store", url, "--node-id", name,
-                                   "--advertise", name + ":1", "--lease-ttl",
-                                   ttl},
+                                   "--advertise", "127.0.0.1:0",
+                                   "--cluster-token-file",
+                                   dir / "cluster-token", "--lease-ttl", ttl},
           30s);
     };
     auto a = node("a");

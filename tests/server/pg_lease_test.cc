@@ -9,6 +9,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <map>
+#include <mutex>
+#include <string>
 #include <thread>
 
 #include "server/store/postgres/pg_lease_keeper.h"
@@ -200,7 +203,16 @@ TEST_F(PgLeaseTest, NodesAreLiveWhileTheirHeartbeatIsYoung) {
 // A keeper of node `node`, and what it was told.
 struct Node {
   Node(const std::string& url, const std::string& node, LeaseTerms terms)
-      : keeper({url, node, "127.0.0.1:1", 8, terms, {}},
+      : keeper({url,
+                node,
+                node + ".test:7070",
+                8,
+                terms,
+                {},
+                [this](std::map<int, std::string> o) {
+                  std::lock_guard lock(mu);
+                  owners = std::move(o);
+                }},
                [this](const std::vector<Lease>& gained,
                       const std::vector<int>& lost) {
                  for (const Lease& l : gained) epochs[l.part] = l.epoch;
@@ -208,6 +220,13 @@ struct Node {
                  losses += lost.size();
                }) {}
   std::size_t holds() const { return keeper.held().size(); }
+  // The addresses of the partitions' owners, as the last round read them.
+  std::map<int, std::string> addresses() {
+    std::lock_guard lock(mu);
+    return owners;
+  }
+  std::mutex mu;
+  std::map<int, std::string> owners;
   std::map<int, std::int64_t> epochs;  // (its thread only, read after Stop)
   std::atomic<std::size_t> gains{0}, losses{0};
   LeaseKeeper keeper;  // (last: stopped before what it tells is gone)
@@ -226,6 +245,14 @@ TEST_F(PgLeaseTest, KeepersSplitEvenlyAndAGracefulStopHandsOverAtOnce) {
   ASSERT_TRUE(Eventually([&] { return a.holds() == 4 && b.holds() == 4; }))
       << a.holds() << " and " << b.holds();
   for (const Lease& l : a.keeper.held()) EXPECT_LT(l.part, 4);  // its lowest
+  // Each keeper tells who owns what, by address (for forwarding), once its
+  // round sees the split.
+  std::map<int, std::string> split;
+  for (int part = 0; part < 8; ++part) {
+    split[part] = part < 4 ? "a.test:7070" : "b.test:7070";
+  }
+  EXPECT_TRUE(Eventually([&] { return b.addresses() == split; }));
+  EXPECT_TRUE(Eventually([&] { return a.addresses() == split; }));
   // Stopped with its leases given back: b has them at once.
   const auto stopped = std::chrono::steady_clock::now();
   a.keeper.Stop(/*release=*/true);

@@ -107,6 +107,25 @@ Status Owners(PGconn* conn, std::map<int, std::string>* out) {
   return Status::Ok();
 }
 
+Status OwnerAddresses(PGconn* conn, std::map<int, std::string>* out) {
+  Params p;
+  Result r;
+  if (Status s = Run(conn,
+                     "SELECT l.part, n.advertise FROM delayd_leases l JOIN "
+                     "delayd_nodes n ON n.node = l.owner WHERE l.expires_at "
+                     "> now()",
+                     p, "reading the partitions' owners' addresses", &r);
+      !s.ok()) {
+    return s;
+  }
+  out->clear();
+  for (int i = 0; i < PQntuples(r.get()); ++i) {
+    (*out)[GetInt32(PQgetvalue(r.get(), i, 0))] =
+        std::string(PQgetvalue(r.get(), i, 1), PQgetlength(r.get(), i, 1));
+  }
+  return Status::Ok();
+}
+
 Status Acquire(PGconn* conn, std::string_view node,
                const std::vector<int>& parts, const LeaseTerms& terms,
                std::vector<Lease>* taken) {

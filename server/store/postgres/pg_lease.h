@@ -65,6 +65,10 @@ Status LiveNodes(PGconn* conn, std::chrono::milliseconds ttl,
 // Each partition's owner, for leases that have not expired.
 Status Owners(PGconn* conn, std::map<int, std::string>* out);
 
+// The address (--advertise) of each partition's owner, for leases that
+// have not expired.
+Status OwnerAddresses(PGconn* conn, std::map<int, std::string>* out);
+
 // Takes those of `parts` that are free or expired; `taken` gets them with
 // their new epochs.
 Status Acquire(PGconn* conn, std::string_view node,
@@ -81,11 +85,11 @@ Status Renew(PGconn* conn, std::string_view node,
 Status Release(PGconn* conn, std::string_view node,
                const std::vector<Lease>& held);
 
-// Nodes tell each other that leases were given back or that a node joined
-// (LISTEN/NOTIFY on kLeaseChannel), for their keepers to run a round at
-// once. Only a hint: rounds run on their own schedule anyway, since a
-// notification is best-effort (lost across a fail-over, and not delivered
-// through a pooler in transaction mode).
+// Nodes tell each other that a node joined, or gave leases back or took
+// some (LISTEN/NOTIFY on kLeaseChannel), for their keepers to run a round at
+// once (and learn the new owners). Only a hint: rounds run on their own
+// schedule anyway, since a notification is best-effort (lost across a
+// fail-over, and not delivered through a pooler in transaction mode).
 inline constexpr const char* kLeaseChannel = "delayd_leases";
 // And that a namespace's policy changed (sent by the store's transaction
 // that wrote it), for every node to read the policies again.

@@ -144,7 +144,13 @@ void LeaseKeeper::Run() {
       }
       return;
     }
-    if (connected) Round(conn.get());
+    if (connected) {
+      Round(conn.get());
+      std::map<int, std::string> owners;
+      if (options_.on_owners && OwnerAddresses(conn.get(), &owners).ok()) {
+        options_.on_owners(std::move(owners));
+      }
+    }
     if (options_.on_policies &&
         Clock::now() - policies_told_ >= kPolicyRefresh) {
       policies_told_ = Clock::now();
@@ -243,18 +249,23 @@ void LeaseKeeper::Round(PGconn* conn) {
   }
   std::vector<Lease> gained;
   if (plan.take.empty() ||
-      !Acquire(conn, options_.node, plan.take, terms, &gained).ok()) {
+      !Acquire(conn, options_.node, plan.take, terms, &gained).ok() ||
+      gained.empty()) {
     return;
   }
-  MutexLock tell(&tell_mu_);
   {
-    MutexLock lock(&mu_);
-    held_.insert(held_.end(), gained.begin(), gained.end());
-    std::sort(held_.begin(), held_.end(),
-              [](const Lease& a, const Lease& b) { return a.part < b.part; });
-    changed_.SignalAll();
+    MutexLock tell(&tell_mu_);
+    {
+      MutexLock lock(&mu_);
+      held_.insert(held_.end(), gained.begin(), gained.end());
+      std::sort(held_.begin(), held_.end(),
+                [](const Lease& a, const Lease& b) { return a.part < b.part; });
+      changed_.SignalAll();
+    }
+    Tell(gained, {});
   }
-  Tell(gained, {});
+  // The other nodes learn the new owner at once (they forward to it).
+  (void)Notify(conn);
 }
 
 }  // namespace delayd::pg

@@ -1,10 +1,10 @@
 // A node's partition leases, kept (pg_lease.h): a thread with a database
 // connection of its own that, every third of the lease TTL (and at once
-// when another node gives leases back or joins: kLeaseChannel), records
-// the node's heartbeat, renews what it holds, and takes or gives up
-// partitions toward an even share of the live nodes (Balance). What it gains
-// and loses is told to `on_change`, on its thread, gains with their epochs (the
-// fencing tokens of the node's writes).
+// when another node joins, gives leases back or takes some: kLeaseChannel),
+// records the node's heartbeat, renews what it holds, and takes or gives up
+// partitions toward an even share of the live nodes (Balance). What it
+// gains and loses is told to `on_change`, on its thread, gains with their
+// epochs (the fencing tokens of the node's writes).
 //
 // A lease is dropped, and told as lost, when it is not renewed (another node
 // took it) or when its own-clock validity passes without a renewal (the
@@ -20,6 +20,7 @@
 #define DELAYD_SERVER_STORE_POSTGRES_PG_LEASE_KEEPER_H_
 
 #include <functional>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -41,6 +42,9 @@ class LeaseKeeper {
     // (kPolicyChannel), and every kPolicyRefresh whatever the channel says
     // (a notification is lost across a fail-over). May be null.
     std::function<void()> on_policies;
+    // Told (on the keeper's thread) after each round the database took:
+    // each partition's owner's address (OwnerAddresses). May be null.
+    std::function<void(std::map<int, std::string>)> on_owners;
   };
   static constexpr std::chrono::seconds kPolicyRefresh{30};
   using OnChange = std::function<void(const std::vector<Lease>& gained,

@@ -1,0 +1,82 @@
+#include "server/api/forward.h"
+
+#include <set>
+#include <utility>
+
+namespace delayd {
+
+Forwarder::Forwarder(Options options) : options_(std::move(options)) {}
+
+void Forwarder::SetOwners(std::string self, std::map<int, std::string> owners) {
+  std::vector<std::string> by_part;
+  std::set<std::string> live;
+  for (auto& [part, address] : owners) {
+    if (part < 0) continue;
+    if (by_part.size() <= static_cast<std::size_t>(part)) {
+      by_part.resize(part + 1);
+    }
+    live.insert(address);
+    by_part[part] = std::move(address);
+  }
+  MutexLock lock(&mu_);
+  self_ = std::move(self);
+  owners_ = std::move(by_part);
+  // (A call in flight keeps its stub, and so its channel, until answered.)
+  std::erase_if(stubs_, [&](const auto& s) { return !live.contains(s.first); });
+}
+
+std::string Forwarder::OwnerOf(std::uint32_t part,
+                               const grpc::CallbackServerContext& ctx) const {
+  // One hop: a call forwarded here is answered here, whoever owns it now.
+  if (ctx.client_metadata().count(kForwardedBy) != 0) return {};
+  MutexLock lock(&mu_);
+  if (part >= owners_.size() || owners_[part] == self_) return {};
+  return owners_[part];
+}
+
+std::shared_ptr<grpc::GenericStub> Forwarder::StubTo(const std::string& owner) {
+  MutexLock lock(&mu_);
+  auto& stub = stubs_[owner];
+  if (stub == nullptr) {
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(options_.max_message_bytes);
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
+    // (A channel of its own per owner: calls to one do not queue behind
+    // another's connection.)
+    stub = std::make_shared<grpc::GenericStub>(
+        grpc::CreateCustomChannel(owner, options_.credentials, args));
+  }
+  return stub;
+}
+
+void Forwarder::Forward(grpc::CallbackServerContext* ctx,
+                        const std::string& method, const grpc::ByteBuffer* in,
+                        grpc::ByteBuffer* out, const std::string& owner,
+                        MethodMetrics& metrics,
+                        std::function<void(grpc::Status)> done) {
+  struct Call {
+    std::unique_ptr<grpc::ClientContext> ctx;
+    std::shared_ptr<grpc::GenericStub> stub;
+    std::chrono::steady_clock::time_point started;
+  };
+  auto call = std::make_shared<Call>();
+  // The caller's deadline and cancellation carry over (a cancelled call
+  // cancels its forwarded one); the wait is bounded even without them.
+  call->ctx = grpc::ClientContext::FromCallbackServerContext(*ctx);
+  call->ctx->set_deadline(std::chrono::system_clock::now() + options_.max_wait);
+  call->ctx->AddMetadata("authorization", "Bearer " + options_.token);
+  call->ctx->AddMetadata(kForwardedBy, options_.node);
+  call->stub = StubTo(owner);
+  call->started = std::chrono::steady_clock::now();
+  ctx->AddTrailingMetadata(kOwnerTrailer, owner);
+  call->stub->UnaryCall(
+      call->ctx.get(), "/delayd.v1.Delayd/" + method, grpc::StubOptions(), in,
+      out, [call, &metrics, done = std::move(done)](grpc::Status s) {
+        metrics.Observe(s.error_code(),
+                        std::chrono::steady_clock::now() - call->started);
+        done(std::move(s));
+      });
+}
+
+}  // namespace delayd

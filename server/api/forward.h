@@ -1,0 +1,89 @@
+// Calls on a key whose partition another node of the cluster owns are
+// forwarded to that node, one hop, as their bytes: the entry node has
+// identified the caller and checked its permission; the owner takes the call
+// from the entry node's cluster token (auth.h: a peer may do anything) and
+// does not forward it again (kForwardedBy). The answer goes back as the
+// owner gave it, with the owner's address in a trailer (kOwnerTrailer) so
+// that a client may call it directly.
+//
+// Who owns what comes from the partition leases (SetOwners, each lease
+// round): an answer of the former owner during a hand-over is UNAVAILABLE,
+// which a client retries as it would any.
+//
+// Thread safety: every method may be called from any thread; mu_ guards the
+// owners and the channels.
+#ifndef DELAYD_SERVER_API_FORWARD_H_
+#define DELAYD_SERVER_API_FORWARD_H_
+
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "server/api/rpc_metrics.h"
+#include "server/common/mutex.h"
+
+namespace delayd {
+
+class Forwarder {
+ public:
+  // Metadata of a forwarded call: the entry node's name.
+  static constexpr const char* kForwardedBy = "delayd-forwarded-by";
+  // Trailer of a forwarded call's answer: the owner's address.
+  static constexpr const char* kOwnerTrailer = "delayd-owner";
+
+  struct Options {
+    std::string node;   // this node's name
+    std::string token;  // the cluster's token, presented to the owners
+    // How to reach the other nodes (TLS when the daemon serves TLS).
+    std::shared_ptr<grpc::ChannelCredentials> credentials;
+    // A forwarded call's longest wait, if its caller set no shorter one.
+    std::chrono::milliseconds max_wait{30000};
+    // The largest answer taken from an owner.
+    int max_message_bytes = 64 << 20;
+  };
+  explicit Forwarder(Options options);
+
+  // Who owns each partition now: the owners' addresses by partition
+  // (partitions missing: no live owner). `self` is this node's address; its
+  // partitions are not forwarded. Channels to nodes that own nothing are
+  // closed.
+  void SetOwners(std::string self, std::map<int, std::string> owners)
+      EXCLUDES(mu_);
+  // The address of the node owning `part` if it is another node, for a call
+  // that was not forwarded to this one already; empty otherwise.
+  std::string OwnerOf(std::uint32_t part,
+                      const grpc::CallbackServerContext& ctx) const
+      EXCLUDES(mu_);
+
+  // Calls method `method` ("SetTimer") of the node at `owner` with the
+  // request bytes `in`, its answer's bytes into `out`; `done` gets the
+  // owner's status (or the channel's, if it could not be reached). The
+  // call's deadline and cancellation carry over; `in` and `out` must live
+  // until `done`. Counted in `metrics`.
+  void Forward(grpc::CallbackServerContext* ctx, const std::string& method,
+               const grpc::ByteBuffer* in, grpc::ByteBuffer* out,
+               const std::string& owner, MethodMetrics& metrics,
+               std::function<void(grpc::Status)> done) EXCLUDES(mu_);
+
+ private:
+  std::shared_ptr<grpc::GenericStub> StubTo(const std::string& owner)
+      EXCLUDES(mu_);
+
+  const Options options_;
+  mutable Mutex mu_;
+  std::string self_ GUARDED_BY(mu_);
+  std::vector<std::string> owners_ GUARDED_BY(mu_);  // By partition.
+  std::map<std::string, std::shared_ptr<grpc::GenericStub>> stubs_
+      GUARDED_BY(mu_);
+};
+
+}  // namespace delayd
+
+#endif  // DELAYD_SERVER_API_FORWARD_H_

@@ -1,0 +1,203 @@
+// Real delayd nodes of one cluster on a PostgreSQL the test starts: nodes,
+// stubs, an acking worker, and what the database says of the leases.
+#ifndef DELAYD_TESTS_E2E_CLUSTER_HARNESS_H_
+#define DELAYD_TESTS_E2E_CLUSTER_HARNESS_H_
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "delayd/v1/delayd.grpc.pb.h"
+#include "server/common/stable_hash.h"
+#include "tests/common/daemon_process.h"
+#include "tests/common/postgres_server.h"
+#include "tests/common/temp_dir.h"
+#include "tests/server/test_client.h"
+
+namespace delayd::testing {
+
+using namespace std::chrono_literals;
+
+// Whether `done()` came true within `timeout` (checked every 10 ms).
+template <typename Done>
+bool Eventually(Done done, std::chrono::milliseconds timeout) {
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(10ms);
+  }
+  return true;
+}
+
+inline std::unique_ptr<v1::Delayd::Stub> StubOf(const DaemonProcess& d) {
+  return v1::Delayd::NewStub(
+      grpc::CreateChannel(d.address(), grpc::InsecureChannelCredentials()));
+}
+
+// A call's context with a 10 s deadline, and `token` as its bearer token
+// if set.
+inline void Prepare(grpc::ClientContext* ctx, const std::string& token = "") {
+  ctx->set_deadline(std::chrono::system_clock::now() + 10s);
+  if (!token.empty()) ctx->AddMetadata("authorization", "Bearer " + token);
+}
+
+inline grpc::Status Set(v1::Delayd::Stub& stub, const std::string& key,
+                        WallNanos fire_time, v1::SetTimerResponse* out,
+                        const std::string& token = "",
+                        const std::string& ns = "jobs") {
+  v1::SetTimerRequest req;
+  req.set_namespace_(ns);
+  req.set_key(key);
+  req.set_payload("p-" + key);
+  *req.mutable_fire_time() = FromNanos(fire_time);
+  grpc::ClientContext ctx;
+  Prepare(&ctx, token);
+  return stub.SetTimer(&ctx, req, out);
+}
+
+// A worker on one node: reads and acknowledges; remembers each key's
+// delivery time and fire time, and how many times it came.
+class Worker {
+ public:
+  explicit Worker(const DaemonProcess& d, std::string token = "")
+      : stub_(StubOf(d)), token_(std::move(token)) {
+    v1::SubscribeRequest r;
+    r.set_namespace_("jobs");
+    r.set_mode(v1::SubscribeRequest::WORKER);
+    r.set_max_in_flight(1000);
+    if (!token_.empty()) {
+      ctx_.AddMetadata("authorization", "Bearer " + token_);
+    }
+    reader_ = stub_->Subscribe(&ctx_, r);
+    thread_ = std::thread([this] { Run(); });
+  }
+  ~Worker() {
+    ctx_.TryCancel();
+    thread_.join();
+  }
+  // Key -> (received, fire time).
+  std::map<std::string, std::pair<WallNanos, WallNanos>> got() {
+    std::lock_guard lock(mu_);
+    return got_;
+  }
+  // Deliveries of one key beyond its first.
+  int again() {
+    std::lock_guard lock(mu_);
+    return again_;
+  }
+
+ private:
+  void Run() {
+    v1::SubscribeResponse msg;
+    while (reader_->Read(&msg)) {
+      v1::AckRequest ack;
+      ack.set_namespace_("jobs");
+      const WallNanos now = WallNow();
+      {
+        std::lock_guard lock(mu_);
+        for (const auto& e : msg.events()) {
+          again_ += got_.count(e.key());
+          got_[e.key()] = {now, ToNanos(e.fire_time())};
+          ack.add_event_ids(e.id());
+        }
+      }
+      if (ack.event_ids_size() == 0) continue;
+      grpc::ClientContext ctx;
+      Prepare(&ctx, token_);
+      v1::AckResponse resp;
+      stub_->Ack(&ctx, ack, &resp);
+    }
+    reader_->Finish();
+  }
+
+  std::unique_ptr<v1::Delayd::Stub> stub_;
+  const std::string token_;
+  grpc::ClientContext ctx_;
+  std::unique_ptr<grpc::ClientReader<v1::SubscribeResponse>> reader_;
+  std::thread thread_;
+  std::mutex mu_;
+  std::map<std::string, std::pair<WallNanos, WallNanos>> got_;
+  int again_ = 0;
+};
+
+class Cluster : public ::testing::Test {
+ protected:
+  static constexpr const char* kClusterToken = "cluster-secret-0123456789";
+
+  void SetUp() override {
+    std::string error;
+    pg_ = PostgresServer::Start(&error);
+    ASSERT_NE(pg_, nullptr) << error;
+    db_ = pg_->NewDatabase();
+    url_ = pg_->Url(db_);
+    std::ofstream(dir_ / "cluster-token") << kClusterToken << "\n";
+  }
+
+  // Node `name` of the cluster (leases of 1 s), with `extra` flags.
+  std::unique_ptr<DaemonProcess> Node(const std::string& name,
+                                      std::vector<std::string> extra = {}) {
+    std::vector<std::string> args{"--store",
+                                  url_,
+                                  "--node-id",
+                                  name,
+                                  "--advertise",
+                                  "127.0.0.1:0",
+                                  "--cluster-token-file",
+                                  dir_ / "cluster-token",
+                                  "--lease-ttl",
+                                  "1s",
+                                  "--shutdown-grace",
+                                  "0s"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return std::make_unique<DaemonProcess>(DELAYD_BINARY, std::move(args));
+  }
+
+  // Partitions each live owner holds, as the database says.
+  std::string Owners() {
+    return pg_->Exec(db_,
+                     "SELECT string_agg(owner || ':' || n, ',' ORDER BY "
+                     "owner) FROM (SELECT owner, count(*) AS n FROM "
+                     "delayd_leases WHERE expires_at > now() GROUP BY owner) "
+                     "AS o");
+  }
+  // The node owning namespace `ns`'s key `key`, as the database says.
+  std::string OwnerOf(const std::string& key, const std::string& ns = "jobs") {
+    return pg_->Exec(db_, "SELECT owner FROM delayd_leases WHERE part = " +
+                              std::to_string(StablePartition(ns, key, 64)));
+  }
+
+  // Sets `n` timers due at `fire_time`, key i through nodes[i % size] (any
+  // node takes any call), trying again for up to 10 s while partitions
+  // move (UNAVAILABLE).
+  static void SetAll(int n, WallNanos fire_time,
+                     const std::vector<v1::Delayd::Stub*>& nodes) {
+    for (int i = 0; i < n; ++i) {
+      const std::string key = "job-" + std::to_string(i);
+      const bool set = Eventually(
+          [&] {
+            v1::SetTimerResponse resp;
+            const grpc::Status s =
+                Set(*nodes[i % nodes.size()], key, fire_time, &resp);
+            if (!s.ok()) {
+              EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE)
+                  << s.error_message();
+            }
+            return s.ok();
+          },
+          10s);
+      ASSERT_TRUE(set) << key << " taken by no node";
+    }
+  }
+
+  std::unique_ptr<PostgresServer> pg_;
+  std::string db_, url_;
+  TempDir dir_;
+};
+
+}  // namespace delayd::testing
+
+#endif  // DELAYD_TESTS_E2E_CLUSTER_HARNESS_H_
