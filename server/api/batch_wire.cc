@@ -400,6 +400,12 @@ WireTime TimeOf(bool present, const Time& t) {
   return {true, t.seconds(), t.nanos()};
 }
 
+template <typename Time>
+void SetTime(const WireTime& w, Time* t) {
+  t->set_seconds(w.seconds);
+  t->set_nanos(w.nanos);
+}
+
 }  // namespace
 
 OpFields FieldsOf(const v1::SetTimerRequest& req) {
@@ -447,6 +453,41 @@ OpFields FieldsOf(const v1::BatchOperation& op) {
       break;
   }
   return {};
+}
+
+void ToProto(const OpFields& f, v1::BatchOperation* op) {
+  using Kind = OpFields::Kind;
+  switch (f.kind) {
+    case Kind::kSet: {
+      auto* set = op->mutable_set();
+      set->set_namespace_(std::string(f.ns));
+      set->set_key(std::string(f.key));
+      set->set_payload(std::string(f.payload));
+      if (f.delay.present) SetTime(f.delay, set->mutable_delay());
+      if (f.fire_time.present) SetTime(f.fire_time, set->mutable_fire_time());
+      set->set_if_absent(f.if_absent);
+      if (f.jitter.present) SetTime(f.jitter, set->mutable_jitter());
+      return;
+    }
+    case Kind::kMove: {
+      auto* move = op->mutable_move();
+      move->set_namespace_(std::string(f.ns));
+      move->set_key(std::string(f.key));
+      if (f.delay.present) SetTime(f.delay, move->mutable_delay());
+      if (f.fire_time.present) SetTime(f.fire_time, move->mutable_fire_time());
+      move->set_expected_version(f.expected_version);
+      return;
+    }
+    case Kind::kRemove: {
+      auto* remove = op->mutable_remove();
+      remove->set_namespace_(std::string(f.ns));
+      remove->set_key(std::string(f.key));
+      remove->set_expected_version(f.expected_version);
+      return;
+    }
+    case Kind::kNone:
+      return;
+  }
 }
 
 }  // namespace delayd

@@ -83,6 +83,9 @@ OpFields FieldsOf(const v1::SetTimerRequest& req);
 OpFields FieldsOf(const v1::MoveTimerRequest& req);
 OpFields FieldsOf(const v1::RemoveTimerRequest& req);
 OpFields FieldsOf(const v1::BatchOperation& op);
+// And back: an operation whose FieldsOf is `f` (a Batch split between the
+// nodes owning its keys sends each its operations so).
+void ToProto(const OpFields& f, v1::BatchOperation* op);
 
 }  // namespace delayd
 

@@ -8,7 +8,6 @@
 
 #include "server/api/proto_time.h"
 #include "server/api/stream.h"
-#include "server/common/limit_log.h"
 
 namespace delayd {
 
@@ -283,120 +282,6 @@ grpc::ServerUnaryReactor* DelaydService::ListTimers(
         call.Reply(s);
       });
   return call.reactor();
-}
-
-grpc::ServerUnaryReactor* DelaydService::Batch(grpc::CallbackServerContext* ctx,
-                                               const grpc::ByteBuffer* in,
-                                               grpc::ByteBuffer* out) {
-  auto* call = new UnaryCall(ctx, out, rpc_[RpcMetrics::kBatch]);
-  // Only a known token gets its request read; namespaces are checked below.
-  Caller caller;
-  if (Status s = Identify(ctx, &caller); !s.ok()) return call->Reply(s);
-  // The request in one piece: gRPC's own slice when it arrived in one, else
-  // a copy. Operations below are views into it until converted.
-  grpc::Slice slice;
-  if (!in->TrySingleSlice(&slice).ok() && !in->DumpToSingleSlice(&slice).ok()) {
-    return call->Reply(Status::Internal("could not read the request"));
-  }
-  const std::string_view wire(reinterpret_cast<const char*>(slice.begin()),
-                              slice.size());
-  const std::size_t max_ops = scheduler_.limits().max_batch_ops;
-  const Status too_many = Status::InvalidArgument("operations: more than " +
-                                                  std::to_string(max_ops) +
-                                                  " (the max-batch-ops limit)");
-  // Per call, and never longer than max_ops + 1 entries: the reader stops
-  // there, and protobuf parses only requests counted within the limit.
-  std::vector<OpFields> fields;
-  fields.reserve(std::min(max_ops + 1, wire.size() / 8 + 1));
-  switch (ReadBatchRequest(wire, max_ops, &fields)) {
-    case WireRead::kOk:
-      break;
-    case WireRead::kTooMany:
-      LogLimitHit("max-batch-ops", too_many.message());
-      return call->Reply(too_many);
-    case WireRead::kNotPlain: {
-      // Not the plain encoding: protobuf decides what it means.
-      const auto count = CountBatchOperations(wire, max_ops);
-      if (count && *count > max_ops) {
-        LogLimitHit("max-batch-ops", too_many.message());
-        return call->Reply(too_many);
-      }
-      // Parsed without its unknown fields (see KnownFieldsOnly).
-      auto* parsed = call->New<v1::BatchRequest>();
-      const auto known =
-          count ? KnownFieldsOnly(wire, v1::BatchRequest::descriptor())
-                : std::nullopt;
-      if (!known || !parsed->ParseFromString(*known)) {
-        return call->Reply(Status::InvalidArgument(
-            "request: not a valid delayd.v1.BatchRequest"));
-      }
-      fields.clear();
-      for (const auto& o : parsed->operations()) fields.push_back(FieldsOf(o));
-      break;
-    }
-  }
-  const std::size_t n = fields.size();
-  if (n == 0) {
-    return call->Reply(Status::InvalidArgument("operations: empty"));
-  }
-  // A Batch touching a namespace the token may not write is refused whole.
-  if (auth_.enabled()) {
-    std::string_view checked;
-    bool any = false;
-    for (const OpFields& f : fields) {
-      if (any && f.ns == checked) continue;
-      if (Status s = Authorize(caller, f.ns, kWrite); !s.ok())
-        return call->Reply(s);
-      checked = f.ns;
-      any = true;
-    }
-  }
-  if (scheduler_.shutting_down()) {
-    return call->Reply(Status::Unavailable("delayd is shutting down"));
-  }
-  const WallNanos now = scheduler_.clock().Wall();
-  // Invalid operations get their error here; the rest go to the scheduler.
-  auto* resp = call->New<v1::BatchResponse>();
-  resp->mutable_results()->Reserve(static_cast<int>(n));
-  std::vector<Op> ops;
-  std::vector<std::uint32_t> positions;
-  NamespaceCache cache;
-  ops.reserve(n);
-  positions.reserve(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    resp->add_results();
-    Op op;
-    NamespacePin pin;
-    if (Status s = ToOp(fields[i], now, &op, &pin, &cache); !s.ok()) {
-      auto* r = resp->mutable_results(static_cast<int>(i));
-      r->set_code(ToGrpc(s).error_code());
-      r->set_message("operations[" + std::to_string(i) + "]." + s.message());
-      continue;
-    }
-    ops.push_back(std::move(op));
-    positions.push_back(static_cast<std::uint32_t>(i));
-  }
-  if (ops.empty()) return call->Reply(Status::Ok(), resp);
-  auto* reactor = call->reactor();
-  scheduler_.SubmitBatch(
-      std::move(ops),
-      [call, resp, pins = std::move(cache.pins),
-       positions = std::move(positions)](std::vector<OpResult> results) {
-        for (std::size_t k = 0; k < results.size(); ++k) {
-          auto* r = resp->mutable_results(static_cast<int>(positions[k]));
-          const OpResult& res = results[k];
-          r->set_code(ToGrpc(res.status).error_code());
-          r->set_message(res.status.message());
-          if (res.status.ok()) {
-            r->set_version(res.version);
-            if (res.fire_time != 0) {
-              SetTimestamp(res.fire_time, r->mutable_fire_time());
-            }
-          }
-        }
-        call->Reply(Status::Ok(), resp);
-      });
-  return reactor;
 }
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* DelaydService::Subscribe(

@@ -267,6 +267,27 @@ class DelaydService final : public RawDelayd {
                                      RpcMetrics::Method method,
                                      std::uint8_t permission, Fill fill);
 
+  // Batch (service_batch.cc). Reads a request's operations into `fields`
+  // (views into `wire`, or into a message on `call`'s arena), within the
+  // max-batch-ops limit.
+  Status ReadBatch(std::string_view wire, UnaryCall* call,
+                   std::vector<OpFields>* fields);
+  // Validates and submits the operations at `which` (indexes into
+  // `fields`; null: all), writing each one's result into `resp` at its
+  // index; then runs `done`.
+  void SubmitBatchPart(const std::vector<OpFields>& fields,
+                       const std::vector<std::uint32_t>* which,
+                       v1::BatchResponse* resp, std::function<void()> done);
+  // A cluster node: sends the operations other nodes own to them, one
+  // forwarded Batch per owner, submits its own, and answers `call` with
+  // every result in `resp` once all have answered. Null (nothing done) if
+  // this node owns every operation.
+  grpc::ServerUnaryReactor* SplitBatch(grpc::CallbackServerContext* ctx,
+                                       const grpc::ByteBuffer* in,
+                                       UnaryCall* call,
+                                       const std::vector<OpFields>& fields,
+                                       v1::BatchResponse* resp);
+
   // Checks `dir` against --backup-dir and writes the backup there
   // (blocking: run by Scheduler::Offload).
   Status WriteBackup(const std::string& dir, v1::BackupResponse* resp);

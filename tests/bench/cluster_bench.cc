@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "delayd/v1/delayd.grpc.pb.h"
+#include "server/common/stable_hash.h"
 #include "tests/common/daemon_process.h"
 #include "tests/common/postgres_server.h"
 #include "tests/common/temp_dir.h"
@@ -99,63 +100,30 @@ class Worker {
   int repeats_ = 0, early_ = 0;
 };
 
-// Sets `keys` (due at `due`) in Batches on whichever node takes each;
-// `placed` gets each key's node (0: a, 1: b).
+// Sets `keys` (due at `due`) in Batches through node `via` (which sends
+// each operation to its key's owner), setting again what failed while
+// partitions moved.
 void Place(const std::vector<std::string>& keys, WallNanos due,
-           v1::Delayd::Stub& a, v1::Delayd::Stub& b,
-           std::map<std::string, int>* placed) {
+           v1::Delayd::Stub& via) {
   std::vector<std::string> left = keys;
   for (int pass = 0; !left.empty() && pass < 200; ++pass) {
     std::vector<std::string> next;
     for (std::size_t from = 0; from < left.size(); from += 1000) {
       const std::size_t to = std::min(left.size(), from + 1000);
-      for (int node = 0; node < 2 && from < to; ++node) {
-        v1::BatchRequest req;
-        for (std::size_t i = from; i < to; ++i) {
-          auto* set = req.add_operations()->mutable_set();
-          set->set_namespace_("jobs");
-          set->set_key(left[i]);
-          set->set_payload("p");
-          *set->mutable_fire_time() = testing::FromNanos(due);
-        }
-        grpc::ClientContext ctx;
-        v1::BatchResponse resp;
-        if (!(node == 0 ? a : b).Batch(&ctx, req, &resp).ok()) continue;
-        std::vector<std::string> refused;
-        for (int i = 0; i < resp.results_size(); ++i) {
-          const std::string& key = left[from + i];
-          if (resp.results(i).code() == 0) {
-            (*placed)[key] = node;
-          } else if (node == 1) {
-            next.push_back(key);
-          }
-        }
-        if (node == 0) {
-          // What a refused goes to b.
-          v1::BatchRequest again;
-          for (int i = 0; i < resp.results_size(); ++i) {
-            if (resp.results(i).code() == 0) continue;
-            auto* set = again.add_operations()->mutable_set();
-            *set = req.operations(i).set();
-          }
-          if (again.operations_size() == 0) break;
-          grpc::ClientContext ctx_b;
-          v1::BatchResponse resp_b;
-          if (!b.Batch(&ctx_b, again, &resp_b).ok()) {
-            for (const auto& op : again.operations()) {
-              next.push_back(op.set().key());
-            }
-            break;
-          }
-          for (int i = 0; i < resp_b.results_size(); ++i) {
-            const std::string& key = again.operations(i).set().key();
-            if (resp_b.results(i).code() == 0) {
-              (*placed)[key] = 1;
-            } else {
-              next.push_back(key);
-            }
-          }
-          break;
+      v1::BatchRequest req;
+      for (std::size_t i = from; i < to; ++i) {
+        auto* set = req.add_operations()->mutable_set();
+        set->set_namespace_("jobs");
+        set->set_key(left[i]);
+        set->set_payload("p");
+        *set->mutable_fire_time() = testing::FromNanos(due);
+      }
+      grpc::ClientContext ctx;
+      v1::BatchResponse resp;
+      const bool ok = via.Batch(&ctx, req, &resp).ok();
+      for (std::size_t i = from; i < to; ++i) {
+        if (!ok || resp.results(static_cast<int>(i - from)).code() != 0) {
+          next.push_back(left[i]);
         }
       }
     }
@@ -227,17 +195,28 @@ int Main(int argc, char** argv) {
                   "expires_at > now()") != "32";) {
       std::this_thread::sleep_for(20ms);  // Polls the leases.
     }
-    auto sa = StubOf(*a), sb = StubOf(*b);
-    std::map<std::string, int> placed;
+    auto sb = StubOf(*b);
     std::vector<std::string> far;
     for (int i = 0; i < pending; ++i) far.push_back("far-" + std::to_string(i));
-    Place(far, WallNow() + 3'600'000'000'000, *sa, *sb, &placed);
+    Place(far, WallNow() + 3'600'000'000'000, *sb);
     Worker worker(*b);
     std::vector<std::string> soon;
     for (int i = 0; i < 200; ++i) soon.push_back("soon-" + std::to_string(i));
     const WallNanos due = WallNow() + 1'000'000'000;
-    std::map<std::string, int> soon_placed;
-    Place(soon, due, *sa, *sb, &soon_placed);
+    Place(soon, due, *sb);
+    // The keys of a's partitions, as the leases say.
+    const std::string parts_of_a =
+        "," +
+        pg->Exec(db,
+                 "SELECT string_agg(part::text, ',') FROM delayd_leases "
+                 "WHERE owner = 'a'") +
+        ",";
+    std::vector<std::string> of_a;
+    for (const std::string& key : soon) {
+      const std::string part =
+          "," + std::to_string(StablePartition("jobs", key, 64)) + ",";
+      if (parts_of_a.find(part) != std::string::npos) of_a.push_back(key);
+    }
     std::this_thread::sleep_until(
         Steady::now() + std::chrono::nanoseconds(due - WallNow()) - 500ms);
     const auto stopped = Steady::now();
@@ -246,10 +225,6 @@ int Main(int argc, char** argv) {
       a->Stop(SIGKILL, 10s);
     } else {
       ::kill(a->pid(), SIGTERM);
-    }
-    std::vector<std::string> of_a;
-    for (const auto& [key, n] : soon_placed) {
-      if (n == 0) of_a.push_back(key);
     }
     const auto deadline = Steady::now() + 60s;
     std::map<std::string, Steady::time_point> got;

@@ -151,6 +151,73 @@ TEST_F(Forwarding, AnyNodeTakesAnyCallOnAKeyAsItsOwnerWould) {
   }
 }
 
+// A Batch through one node is split between the keys' owners and answered
+// as one, in request order, each operation as its owner answered it.
+TEST_F(Forwarding, ABatchIsSplitBetweenOwnersAndAnsweredInOrder) {
+  const WallNanos far = WallNow() + 3'600'000'000'000;
+  std::vector<std::string> keys;
+  for (int i = 0; i < 60; ++i) keys.push_back("bk-" + std::to_string(i));
+  auto batch_of = [&](const std::vector<std::string>& ks) {
+    v1::BatchRequest req;
+    for (const std::string& k : ks) {
+      auto* set = req.add_operations()->mutable_set();
+      set->set_namespace_("jobs");
+      set->set_key(k);
+      set->set_payload("p-" + k);
+      *set->mutable_fire_time() = FromNanos(far);
+    }
+    return req;
+  };
+  v1::BatchRequest req = batch_of(keys);
+  // Two that fail, one on each node's side: a move with no fire time of a
+  // key b owns (refused by b, which names its own index: renamed), and a
+  // move of a key a owns with a wrong version.
+  std::string on_a, on_b;
+  for (const std::string& k : keys) (OwnerOf(k) == "a" ? on_a : on_b) = k;
+  auto* move_b = req.add_operations()->mutable_move();
+  move_b->set_namespace_("jobs");
+  move_b->set_key(on_b);
+  auto* move_a = req.add_operations()->mutable_move();
+  move_a->set_namespace_("jobs");
+  move_a->set_key(on_a);
+  move_a->set_expected_version(1);
+  *move_a->mutable_fire_time() = FromNanos(far);
+  grpc::ClientContext ctx;
+  Prepare(&ctx, kClient);
+  v1::BatchResponse resp;
+  ASSERT_TRUE(stub_a_->Batch(&ctx, req, &resp).ok());
+  ASSERT_EQ(resp.results_size(), 62);
+  for (int i = 0; i < 60; ++i) {
+    EXPECT_EQ(resp.results(i).code(), 0) << i << resp.results(i).message();
+    // Read back through the other node: the version the Batch answered.
+    v1::GetTimerRequest get;
+    get.set_namespace_("jobs");
+    get.set_key(keys[i]);
+    grpc::ClientContext c;
+    Prepare(&c, kClient);
+    v1::Timer t;
+    ASSERT_TRUE(stub_b_->GetTimer(&c, get, &t).ok()) << keys[i];
+    EXPECT_EQ(t.version(), resp.results(i).version()) << keys[i];
+  }
+  EXPECT_EQ(resp.results(60).code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(resp.results(60).message().starts_with("operations[60]."))
+      << resp.results(60).message();
+  EXPECT_EQ(resp.results(61).code(), grpc::StatusCode::ABORTED);
+  // A Batch whose keys all belong to b goes to b whole.
+  std::vector<std::string> of_b;
+  for (int i = 0; of_b.size() < 10; ++i) {
+    const std::string k = "only-b-" + std::to_string(i);
+    if (OwnerOf(k) == "b") of_b.push_back(k);
+  }
+  grpc::ClientContext whole;
+  Prepare(&whole, kClient);
+  v1::BatchResponse all_b;
+  ASSERT_TRUE(stub_a_->Batch(&whole, batch_of(of_b), &all_b).ok());
+  ASSERT_EQ(all_b.results_size(), 10);
+  for (const auto& r : all_b.results()) EXPECT_EQ(r.code(), 0) << r.message();
+  EXPECT_EQ(OwnerTrailer(whole), b_->address());
+}
+
 TEST_F(Forwarding, SchedulesAreReachedThroughEitherNode) {
   // A key b owns, set through a.
   std::string key;

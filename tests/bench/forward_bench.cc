@@ -1,0 +1,204 @@
+// What forwarding costs in a two-node delayd cluster on one PostgreSQL
+// server this bench starts (127.0.0.1, an OS-picked port, stopped by PID):
+// the same calls, on keys node b owns, sent to b (direct) and to a (which
+// forwards them to b), interleaved, --reps times each:
+//   unary      SetTimer, 1 call in flight (latency) and 32 (throughput);
+//   batch      Batch of 100 sets of b's keys: direct, and through a (sent
+//              on whole), and 100 sets half of each node's keys through a
+//              (split in two and joined).
+// Prints each rate per repetition and the ratio forwarded / direct.
+//
+// Usage: forward_bench [--reps 3] [--seconds 3]
+#include <signal.h>
+
+#include <fstream>
+#include <map>
+
+#include "server/common/stable_hash.h"
+#include "tests/bench/bench_client.h"
+#include "tests/common/postgres_server.h"
+#include "tests/common/temp_dir.h"
+
+namespace delayd::bench {
+namespace {
+
+using testing::DaemonProcess;
+using testing::PostgresServer;
+
+// Keys of namespace "fwd" whose partitions are in `parts` ("," separated
+// list with commas around it), `n` of them from `start`.
+std::vector<std::string> KeysIn(const std::string& parts, int n, int start) {
+  std::vector<std::string> keys;
+  for (int i = start; static_cast<int>(keys.size()) < n; ++i) {
+    // (Appended: GCC 12 warns, falsely, on "," + ... once inlined.)
+    std::string key = "k";
+    key += std::to_string(i);
+    std::string p = ",";
+    p += std::to_string(StablePartition("fwd", key, 64));
+    p += ",";
+    if (parts.find(p) != std::string::npos) keys.push_back(key);
+  }
+  return keys;
+}
+
+// SetTimer/s to `stub` with `concurrency` calls in flight, keys from `keys`
+// in turn (each set again: a replace costs what a new key does).
+double UnaryRate(v1::Delayd::Stub& stub, const std::vector<std::string>& keys,
+                 int concurrency, std::chrono::milliseconds d) {
+  std::vector<CallSlot<v1::SetTimerRequest, v1::SetTimerResponse>> slots(
+      concurrency);
+  std::atomic<std::uint64_t> seq{0};
+  std::atomic<int> failed{0};
+  const double rate = ClosedLoop(concurrency, d, [&](int s, auto done) {
+    auto& slot = slots[s];
+    slot.req.set_namespace_("fwd");
+    slot.req.set_key(keys[seq.fetch_add(1) % keys.size()]);
+    slot.req.set_payload("payload-16-bytes");
+    slot.req.mutable_delay()->set_seconds(3600);
+    stub.async()->SetTimer(slot.NewContext(""), &slot.req, &slot.resp,
+                           [done, &failed](grpc::Status st) {
+                             if (!st.ok()) failed.fetch_add(1);
+                             done(st.ok());
+                           });
+  });
+  if (failed.load() != 0)
+    std::fprintf(stderr, "%d calls failed\n", failed.load());
+  return rate;
+}
+
+// Items/s of Batches of `keys.size()` sets to `stub`, 4 calls in flight.
+double BatchRate(v1::Delayd::Stub& stub, const std::vector<std::string>& keys,
+                 std::chrono::milliseconds d) {
+  v1::BatchRequest req;
+  for (const std::string& k : keys) {
+    auto* set = req.add_operations()->mutable_set();
+    set->set_namespace_("fwd");
+    set->set_key(k);
+    set->set_payload("payload-16-bytes");
+    set->mutable_delay()->set_seconds(3600);
+  }
+  constexpr int kInFlight = 4;
+  std::vector<CallSlot<v1::BatchRequest, v1::BatchResponse>> slots(kInFlight);
+  for (auto& s : slots) s.req = req;
+  std::atomic<int> failed{0};
+  const double calls = ClosedLoop(kInFlight, d, [&](int s, auto done) {
+    auto& slot = slots[s];
+    stub.async()->Batch(slot.NewContext(""), &slot.req, &slot.resp,
+                        [done, &slot, &failed](grpc::Status st) {
+                          bool ok = st.ok();
+                          for (const auto& r : slot.resp.results()) {
+                            ok = ok && r.code() == 0;
+                          }
+                          if (!ok) failed.fetch_add(1);
+                          done(ok);
+                        });
+  });
+  if (failed.load() != 0)
+    std::fprintf(stderr, "%d calls failed\n", failed.load());
+  return calls * static_cast<double>(keys.size());
+}
+
+std::string Range(const std::vector<double>& v) {
+  const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.2f-%.2f", *lo, *hi);
+  return buf;
+}
+
+int Main(int argc, char** argv) {
+  int reps = 3;
+  int seconds = 3;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (flag == "--reps") reps = std::atoi(argv[i + 1]);
+    if (flag == "--seconds") seconds = std::atoi(argv[i + 1]);
+  }
+  const std::chrono::milliseconds d(seconds * 1000);
+  std::string error;
+  auto pg = PostgresServer::Start(&error);
+  if (!pg) {
+    std::fprintf(stderr, "PostgreSQL: %s\n", error.c_str());
+    return 1;
+  }
+  const std::string db = pg->NewDatabase();
+  testing::TempDir dir;
+  std::ofstream(dir / "cluster-token") << "bench-cluster-token-0123456789\n";
+  auto node = [&](const std::string& name) {
+    return std::make_unique<DaemonProcess>(
+        DELAYD_BINARY,
+        std::vector<std::string>{"--store", pg->Url(db), "--node-id", name,
+                                 "--advertise", "127.0.0.1:0",
+                                 "--cluster-token-file", dir / "cluster-token"},
+        30s);
+  };
+  auto a = node("a");
+  auto b = node("b");
+  if (!a->ok() || !b->ok()) {
+    std::fprintf(stderr, "a node did not start\n");
+    return 1;
+  }
+  const auto until = Clock::now() + 30s;
+  while (Clock::now() < until &&
+         pg->Exec(db, "SELECT count(*) FROM delayd_leases WHERE owner = 'b'") !=
+             "32") {
+    std::this_thread::sleep_for(20ms);  // Polls the leases.
+  }
+  auto parts = [&](const char* owner) {
+    std::string list = ",";
+    list += pg->Exec(db, std::string("SELECT string_agg(part::text, ',') FROM "
+                                     "delayd_leases WHERE owner = '") +
+                             owner + "'");
+    list += ",";
+    return list;
+  };
+  const std::string of_a = parts("a"), of_b = parts("b");
+  const std::vector<std::string> b_keys = KeysIn(of_b, 1000, 0);
+  std::vector<std::string> mixed = KeysIn(of_b, 50, 100000);
+  for (const auto& k : KeysIn(of_a, 50, 100000)) mixed.push_back(k);
+  const std::vector<std::string> b_batch(b_keys.begin(), b_keys.begin() + 100);
+  auto stub = [](const DaemonProcess& p) {
+    return v1::Delayd::NewStub(
+        grpc::CreateChannel(p.address(), grpc::InsecureChannelCredentials()));
+  };
+  auto sa = stub(*a), sb = stub(*b);
+  // Each node knows the owners after its next lease round.
+  while (UnaryRate(*sa, b_keys, 1, 200ms) == 0) {
+  }
+  std::map<std::string, std::vector<double>> rate, ratio;
+  for (int r = 0; r < reps; ++r) {
+    for (int c : {1, 32}) {
+      const std::string name = "unary c=" + std::to_string(c);
+      const double direct = UnaryRate(*sb, b_keys, c, d);
+      const double fwd = UnaryRate(*sa, b_keys, c, d);
+      rate[name + " direct"].push_back(direct);
+      rate[name + " forwarded"].push_back(fwd);
+      ratio[name].push_back(fwd / direct);
+    }
+    const double direct = BatchRate(*sb, b_batch, d);
+    const double whole = BatchRate(*sa, b_batch, d);
+    const double split = BatchRate(*sa, mixed, d);
+    rate["batch direct"].push_back(direct);
+    rate["batch forwarded whole"].push_back(whole);
+    rate["batch split in two"].push_back(split);
+    ratio["batch forwarded whole"].push_back(whole / direct);
+    ratio["batch split in two"].push_back(split / direct);
+  }
+  std::printf("two nodes on one PostgreSQL; keys of node b's partitions\n");
+  for (const auto& [name, v] : rate) {
+    std::printf("%-28s", name.c_str());
+    for (double x : v) std::printf(" %9.0f/s", x);
+    std::printf("\n");
+  }
+  for (const auto& [name, v] : ratio) {
+    std::printf("ratio %-22s %s (forwarded / direct, %d reps)\n", name.c_str(),
+                Range(v).c_str(), reps);
+  }
+  b->Stop(SIGTERM, 30s);
+  a->Stop(SIGTERM, 30s);
+  return 0;
+}
+
+}  // namespace
+}  // namespace delayd::bench
+
+int main(int argc, char** argv) { return delayd::bench::Main(argc, argv); }
