@@ -1,20 +1,52 @@
 #include "server/cluster_node.h"
 
+#include <prometheus/family.h>
+#include <prometheus/registry.h>
 #include <spdlog/spdlog.h>
 
 #include <utility>
 
+#include "server/common/metrics.h"
+
 namespace delayd {
 
 ClusterNode::ClusterNode(pg::LeaseKeeper::Options options, Scheduler& scheduler,
-                         Forwarder* forwarder)
-    : scheduler_(scheduler) {
+                         Forwarder* forwarder, OnHealth on_health)
+    : scheduler_(scheduler),
+      on_health_(std::move(on_health)),
+      term_(options.terms.ttl),
+      owned_(prometheus::BuildGauge()
+                 .Name("delayd_cluster_partitions_owned")
+                 .Help("Partitions this node owns now.")
+                 .Register(*scheduler.metrics().registry())
+                 .Add({})),
+      moved_(prometheus::BuildCounter()
+                 .Name("delayd_cluster_partitions_moved_total")
+                 .Help("Partitions this node took (gained) or stopped "
+                       "owning (lost).")
+                 .Register(*scheduler.metrics().registry())),
+      taken_(moved_.Add({{"direction", "gained"}})),
+      given_(moved_.Add({{"direction", "lost"}})),
+      round_(prometheus::BuildHistogram()
+                 .Name("delayd_cluster_lease_round_seconds")
+                 .Help("A lease round: heartbeat, renewal and rebalancing.")
+                 .Register(*scheduler.metrics().registry())
+                 .Add({}, LatencyBuckets())),
+      round_failures_(prometheus::BuildCounter()
+                          .Name("delayd_cluster_lease_rounds_failed_total")
+                          .Help("Lease rounds the database did not take.")
+                          .Register(*scheduler.metrics().registry())
+                          .Add({})),
+      last_round_(std::chrono::steady_clock::now()) {
   if (forwarder != nullptr) {
     options.on_owners = [forwarder, self = options.advertise](
                             std::map<int, std::string> owners) {
       forwarder->SetOwners(self, std::move(owners));
     };
   }
+  options.on_round = [this](bool taken, std::chrono::nanoseconds took) {
+    OnRound(taken, took);
+  };
   // A policy set on any node applies on every node.
   options.on_policies = [this] {
     if (stopping_) return;
@@ -26,6 +58,29 @@ ClusterNode::ClusterNode(pg::LeaseKeeper::Options options, Scheduler& scheduler,
       std::move(options),
       [this](const std::vector<pg::Lease>& gained,
              const std::vector<int>& lost) { OnChange(gained, lost); });
+}
+
+void ClusterNode::OnRound(bool taken, std::chrono::nanoseconds took) {
+  if (taken) {
+    round_.Observe(std::chrono::duration<double>(took).count());
+  } else {
+    round_failures_.Increment();
+  }
+  MutexLock lock(&mu_);
+  if (taken) last_round_ = std::chrono::steady_clock::now();
+  CheckHealth();
+}
+
+void ClusterNode::CheckHealth() {
+  const bool cut_off = std::chrono::steady_clock::now() - last_round_ > term_;
+  const bool serving = held_ > 0 || !cut_off;
+  if (serving == serving_) return;
+  serving_ = serving;
+  if (on_health_) {
+    on_health_(serving, serving ? ""
+                                : "this cluster node owns no partition "
+                                  "and cannot reach the database");
+  }
 }
 
 ClusterNode::~ClusterNode() { Stop(/*release=*/false); }
@@ -41,6 +96,14 @@ void ClusterNode::Stop(bool release) {
 
 void ClusterNode::OnChange(const std::vector<pg::Lease>& gained,
                            const std::vector<int>& lost) {
+  {
+    MutexLock lock(&mu_);
+    held_ += static_cast<int>(gained.size()) - static_cast<int>(lost.size());
+    owned_.Set(held_);
+    CheckHealth();
+  }
+  taken_.Increment(static_cast<double>(gained.size()));
+  given_.Increment(static_cast<double>(lost.size()));
   if (stopping_) return;
   // Losses first, and at once: the node stops acting for a partition before
   // its lease can expire.

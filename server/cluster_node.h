@@ -5,16 +5,28 @@
 // dropped at once; a policy another node set is read again; and the
 // forwarder is told who owns each partition.
 //
+// The node is healthy unless it owns no partition and its lease rounds
+// have failed for a whole lease term (it cannot reach the database): told to
+// `on_health` when that changes. Its figures go to the scheduler's metrics
+// registry: partitions owned, partitions taken and given up, lease rounds.
+//
 // Thread safety: Start and Stop from one thread; the keeper's callbacks run
-// on its threads, one at a time.
+// on its threads, one at a time (mu_ guards what they share).
 #ifndef DELAYD_SERVER_CLUSTER_NODE_H_
 #define DELAYD_SERVER_CLUSTER_NODE_H_
 
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "server/api/forward.h"
+#include "server/common/mutex.h"
 #include "server/core/scheduler.h"
 #include "server/store/postgres/pg_lease_keeper.h"
 
@@ -22,10 +34,13 @@ namespace delayd {
 
 class ClusterNode {
  public:
+  // Told whether the node serves, and if not why.
+  using OnHealth = std::function<void(bool serving, const std::string& why)>;
+
   // `scheduler` runs on a shared PostgreSQL store (PgOptions::shared);
   // it and `forwarder` outlive the node.
   ClusterNode(pg::LeaseKeeper::Options options, Scheduler& scheduler,
-              Forwarder* forwarder);
+              Forwarder* forwarder, OnHealth on_health);
   ~ClusterNode();  // Stop(/*release=*/false) if running.
 
   void Start();
@@ -36,10 +51,25 @@ class ClusterNode {
 
  private:
   void OnChange(const std::vector<pg::Lease>& gained,
-                const std::vector<int>& lost);
+                const std::vector<int>& lost) EXCLUDES(mu_);
+  void OnRound(bool taken, std::chrono::nanoseconds took) EXCLUDES(mu_);
+  // Tells on_health_ if serving changed.
+  void CheckHealth() REQUIRES(mu_);
 
   Scheduler& scheduler_;
+  const OnHealth on_health_;
+  const std::chrono::milliseconds term_;
   std::atomic<bool> stopping_{false};
+  prometheus::Gauge& owned_;
+  prometheus::Family<prometheus::Counter>& moved_;
+  prometheus::Counter& taken_;
+  prometheus::Counter& given_;
+  prometheus::Histogram& round_;
+  prometheus::Counter& round_failures_;
+  Mutex mu_;
+  int held_ GUARDED_BY(mu_) = 0;
+  std::chrono::steady_clock::time_point last_round_ GUARDED_BY(mu_);
+  bool serving_ GUARDED_BY(mu_) = true;
   std::unique_ptr<pg::LeaseKeeper> keeper_;
 };
 

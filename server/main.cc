@@ -88,7 +88,7 @@ void LogStart(const delayd::DaemonFlags& flags,
   }
   spdlog::info(
       "delayd listening on {} port {} ({} partitions, tick {} ns, {}, {})",
-      options.listen, server.port(), options.scheduler.partitions,
+      options.listen, server.port(), server.scheduler().partitions(),
       options.scheduler.tick.count(),
       options.tls.cert.empty()
           ? "plaintext"
@@ -145,7 +145,10 @@ std::unique_ptr<delayd::ClusterNode> StartCluster(
   keeper.terms.ttl = flags.lease_ttl;
   keeper.terms.margin = flags.lease_ttl / 5;
   auto cluster = std::make_unique<delayd::ClusterNode>(
-      keeper, server.scheduler(), server.forwarder());
+      keeper, server.scheduler(), server.forwarder(),
+      [&server](bool serving, const std::string& why) {
+        server.SetClusterHealth(serving, why);
+      });
   cluster->Start();
   spdlog::info(
       "cluster node '{}' (peers reach it at {}): {} partitions, leases of {} "

@@ -213,7 +213,7 @@ Status DelaydServer::Reload() {
 void DelaydServer::SetHealth() {
   if (!started_) return;
   const bool serving = !stopped_ && store_writable_ && !store_stalled_ &&
-                       store_reachable_ && store_whole_;
+                       store_reachable_ && store_whole_ && cluster_serving_;
   for (grpc::Server* server : {server_.get(), health_server_.get()}) {
     if (server == nullptr) continue;
     auto* health = server->GetHealthCheckService();
@@ -221,6 +221,20 @@ void DelaydServer::SetHealth() {
     health->SetServingStatus(v1::Delayd::service_full_name(), serving);
     health->SetServingStatus(kStoreHealthService, serving && store_whole_);
   }
+}
+
+void DelaydServer::SetClusterHealth(bool serving, const std::string& why) {
+  MutexLock lock(&health_mu_);
+  if (serving == cluster_serving_) return;
+  cluster_serving_ = serving;
+  if (serving) {
+    spdlog::warn(
+        "this cluster node reaches the database again: health "
+        "SERVING");
+  } else {
+    spdlog::error("{}: health NOT_SERVING until it can", why);
+  }
+  SetHealth();
 }
 
 void DelaydServer::ReportRedeliveries(std::uint64_t before) {

@@ -84,6 +84,7 @@ class DelaydServer {
   // then the scheduler stops. Idempotent.
   void Shutdown(std::chrono::milliseconds grace);
   Scheduler& scheduler() { return *scheduler_; }
+  const Scheduler& scheduler() const { return *scheduler_; }
   // A channel to the service in this process (after Start()): calls on it
   // pass the same checks as a client's, tokens included.
   std::shared_ptr<grpc::Channel> InProcessChannel() {
@@ -94,6 +95,9 @@ class DelaydServer {
   Status Reload();
   // The port's certificates, or null without TLS.
   const TlsCertificates* tls() const { return tls_.get(); }
+  // A cluster node: whether it can serve (see cluster_node.h), and if not
+  // why. Health is NOT_SERVING while it cannot.
+  void SetClusterHealth(bool serving, const std::string& why);
   // A cluster node's forwarder (peer_token set; else null), to be told
   // who owns what.
   Forwarder* forwarder() { return forwarder_.get(); }
@@ -138,6 +142,7 @@ class DelaydServer {
   Mutex health_mu_;
   bool started_ GUARDED_BY(health_mu_) = false;
   bool stopped_ GUARDED_BY(health_mu_) = false;
+  bool cluster_serving_ GUARDED_BY(health_mu_) = true;
   bool store_writable_ GUARDED_BY(health_mu_) = true;
   bool store_stalled_ GUARDED_BY(health_mu_) = false;
   bool store_whole_ GUARDED_BY(health_mu_) = true;

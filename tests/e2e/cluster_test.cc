@@ -6,6 +6,8 @@
 // them at once.
 #include <signal.h>
 
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "tests/common/metrics_scrape.h"
 #include "tests/e2e/cluster_harness.h"
 
 namespace delayd::testing {
@@ -126,6 +128,79 @@ TEST_F(Cluster, APolicySetOnOneNodeAppliesOnTheOther) {
       },
       5s))
       << b->output();
+}
+
+// A node that cannot reach the database lets its leases go on its own
+// clock and, owning nothing, says so in its health (a probe takes it out of
+// rotation: its calls could only fail); once it reaches the database again
+// it takes partitions and serves. (The store alone would not notice: an
+// idle node writes nothing.)
+// The value of series `series` (its name and labels, as the endpoint
+// writes them) in the metrics on `port`; -1 if absent.
+double Metric(int port, const std::string& series) {
+  const std::string text = HttpGet(port, "/metrics").value_or("");
+  const std::size_t at = text.find("\n" + series + " ");
+  if (at == std::string::npos) return -1;
+  return std::stod(text.substr(at + series.size() + 2));
+}
+
+TEST_F(Cluster, ANodeCutOffFromTheDatabaseIsNotServingUntilItReachesItAgain) {
+  auto a = Node("a", {"--metrics-listen", "127.0.0.1:0"});
+  ASSERT_TRUE(a->WaitForPort(30s)) << a->output();
+  ASSERT_TRUE(a->WaitForOutput("/metrics (port ", 5s));
+  const std::string out = a->output();
+  const int metrics = std::stoi(out.substr(out.find("/metrics (port ") + 15));
+  ASSERT_TRUE(Eventually([&] { return Owners() == "a:64"; }, 20s)) << Owners();
+  auto loaded = [&] {
+    const std::string out = a->output();
+    int n = 0;
+    for (std::size_t at = 0;
+         (at = out.find("taken (epoch", at)) != std::string::npos; ++at) {
+      ++n;
+    }
+    return n;
+  };
+  ASSERT_TRUE(Eventually([&] { return loaded() == 64; }, 20s)) << loaded();
+  auto health = grpc::health::v1::Health::NewStub(
+      grpc::CreateChannel(a->address(), grpc::InsecureChannelCredentials()));
+  auto status = [&] {
+    grpc::health::v1::HealthCheckRequest req;
+    grpc::health::v1::HealthCheckResponse resp;
+    grpc::ClientContext ctx;
+    Prepare(&ctx);
+    EXPECT_TRUE(health->Check(&ctx, req, &resp).ok());
+    return resp.status();
+  };
+  EXPECT_EQ(status(), grpc::health::v1::HealthCheckResponse::SERVING);
+  EXPECT_EQ(Metric(metrics, "delayd_cluster_partitions_owned"), 64);
+  EXPECT_EQ(
+      Metric(metrics,
+             "delayd_cluster_partitions_moved_total{direction=\"gained\"}"),
+      64);
+  EXPECT_GT(Metric(metrics, "delayd_cluster_lease_round_seconds_count"), 0);
+  pg_->Stop();
+  // Its leases end within the term (1 s), its rounds fail for a term more.
+  ASSERT_TRUE(Eventually(
+      [&] {
+        return status() == grpc::health::v1::HealthCheckResponse::NOT_SERVING;
+      },
+      10s))
+      << a->output();
+  EXPECT_TRUE(a->WaitForOutput("owns no partition and cannot reach", 8s))
+      << a->output();
+  EXPECT_EQ(Metric(metrics, "delayd_cluster_partitions_owned"), 0);
+  EXPECT_EQ(Metric(metrics,
+                   "delayd_cluster_partitions_moved_total{direction=\"lost\"}"),
+            64);
+  EXPECT_GT(Metric(metrics, "delayd_cluster_lease_rounds_failed_total"), 0);
+  std::string error;
+  ASSERT_TRUE(pg_->Restart(&error)) << error;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        return status() == grpc::health::v1::HealthCheckResponse::SERVING;
+      },
+      20s))
+      << a->output();
 }
 
 }  // namespace

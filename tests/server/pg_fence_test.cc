@@ -203,5 +203,49 @@ TEST_F(PgFenceTest, ADeposedNodesWritesAndDeletesAreFenced) {
   EXPECT_EQ(Rows(KeyIn(3)), "1");
 }
 
+// A partition read whose connection the database dropped (a fail-over, an
+// operator, a restart) is not reported as a store error (which the daemon
+// takes for damage and keeps NOT_SERVING until a restart): it reads on a
+// new connection, or fails UNAVAILABLE to be tried again.
+TEST(PgStoreRead, AReadOnALostConnectionIsUnavailableNotDamage) {
+  std::string error;
+  auto own = PostgresServer::Start(&error);
+  ASSERT_NE(own, nullptr) << error;
+  const std::string db = own->NewDatabase();
+  PgOptions o;
+  o.conninfo = own->Url(db);
+  o.node = "a";
+  o.shared = true;
+  o.partitions = kParts;
+  o.readers = 1;
+  o.reconnect_first = 20ms;
+  o.reconnect_last = 200ms;
+  std::atomic<int> errors{0};
+  StoreHooks hooks;
+  hooks.on_error = [&](const Status&) { errors.fetch_add(1); };
+  std::unique_ptr<PgStore> store;
+  ASSERT_TRUE(PgStore::Open(o, std::move(hooks), &store).ok());
+  std::uint64_t versions = 0, events = 0;
+  Store::PartitionVisitor visit;
+  visit.timer = [](std::string_view, const StoredTimer&) {};
+  visit.event = [](std::string_view, const StoredEvent&, const StoredFate*) {};
+  visit.schedule = [](std::string_view, std::string_view, std::string_view) {};
+  ASSERT_TRUE(store->LoadPartition(0, &versions, &events, visit).ok());
+  own->Exec(db,
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()");
+  const Status s = store->LoadPartition(1, &versions, &events, visit);
+  EXPECT_TRUE(s.ok() || s.code() == Code::kUnavailable) << s.message();
+  EXPECT_EQ(errors.load(), 0);
+  Status again;
+  for (int i = 0; i < 50; ++i) {
+    again = store->LoadPartition(1, &versions, &events, visit);
+    if (again.ok()) break;
+    std::this_thread::sleep_for(100ms);  // The pool reconnects.
+  }
+  EXPECT_TRUE(again.ok()) << again.message();
+  EXPECT_EQ(errors.load(), 0);
+}
+
 }  // namespace
 }  // namespace delayd

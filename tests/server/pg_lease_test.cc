@@ -212,7 +212,8 @@ struct Node {
                 [this](std::map<int, std::string> o) {
                   std::lock_guard lock(mu);
                   owners = std::move(o);
-                }},
+                },
+                {}},
                [this](const std::vector<Lease>& gained,
                       const std::vector<int>& lost) {
                  for (const Lease& l : gained) epochs[l.part] = l.epoch;

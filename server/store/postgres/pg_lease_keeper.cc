@@ -144,12 +144,13 @@ void LeaseKeeper::Run() {
       }
       return;
     }
-    if (connected) {
-      Round(conn.get());
-      std::map<int, std::string> owners;
-      if (options_.on_owners && OwnerAddresses(conn.get(), &owners).ok()) {
-        options_.on_owners(std::move(owners));
-      }
+    const Clock::time_point started = Clock::now();
+    const bool taken = connected && Round(conn.get());
+    if (options_.on_round) options_.on_round(taken, Clock::now() - started);
+    std::map<int, std::string> owners;
+    if (taken && options_.on_owners &&
+        OwnerAddresses(conn.get(), &owners).ok()) {
+      options_.on_owners(std::move(owners));
     }
     if (options_.on_policies &&
         Clock::now() - policies_told_ >= kPolicyRefresh) {
@@ -199,14 +200,14 @@ bool LeaseKeeper::TakeNotifications(PGconn* conn) {
   return leases;
 }
 
-void LeaseKeeper::Round(PGconn* conn) {
+bool LeaseKeeper::Round(PGconn* conn) {
   const LeaseTerms& terms = options_.terms;
-  if (!Heartbeat(conn, options_.node, options_.advertise).ok()) return;
+  if (!Heartbeat(conn, options_.node, options_.advertise).ok()) return false;
   // Joined: the others give up their excess at once, not at their rounds.
   if (!std::exchange(joined_, true)) (void)Notify(conn);
   std::vector<Lease> held = this->held(), kept;
   if (!held.empty() && !Renew(conn, options_.node, held, terms, &kept).ok()) {
-    return;  // (kept until their own-clock validity passes)
+    return false;  // (kept until their own-clock validity passes)
   }
   std::vector<int> lost;
   const std::vector<int> renewed = PartsOf(kept);
@@ -251,7 +252,7 @@ void LeaseKeeper::Round(PGconn* conn) {
   if (plan.take.empty() ||
       !Acquire(conn, options_.node, plan.take, terms, &gained).ok() ||
       gained.empty()) {
-    return;
+    return true;
   }
   {
     MutexLock tell(&tell_mu_);
@@ -266,6 +267,7 @@ void LeaseKeeper::Round(PGconn* conn) {
   }
   // The other nodes learn the new owner at once (they forward to it).
   (void)Notify(conn);
+  return true;
 }
 
 }  // namespace delayd::pg

@@ -45,6 +45,9 @@ class LeaseKeeper {
     // Told (on the keeper's thread) after each round the database took:
     // each partition's owner's address (OwnerAddresses). May be null.
     std::function<void(std::map<int, std::string>)> on_owners;
+    // Told (on the keeper's thread) after each round, taken by the database
+    // (its heartbeat and renewal) or not, with how long it took. May be null.
+    std::function<void(bool taken, std::chrono::nanoseconds took)> on_round;
   };
   static constexpr std::chrono::seconds kPolicyRefresh{30};
   using OnChange = std::function<void(const std::vector<Lease>& gained,
@@ -70,8 +73,9 @@ class LeaseKeeper {
 
  private:
   void Run() EXCLUDES(mu_, tell_mu_);
-  // One round: heartbeat, renew, rebalance. Needs a connection.
-  void Round(PGconn* conn) EXCLUDES(mu_, tell_mu_);
+  // One round: heartbeat, renew, rebalance. Needs a connection. False if
+  // the database did not take the heartbeat and the renewal.
+  bool Round(PGconn* conn) EXCLUDES(mu_, tell_mu_);
   // Waits until `until`, a notification on `conn` (if connected), or Stop.
   void WaitForRound(PGconn* conn, std::chrono::steady_clock::time_point until)
       EXCLUDES(mu_);

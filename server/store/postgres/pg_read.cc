@@ -87,10 +87,8 @@ Status PgStore::ReadRows(
     return s;
   }
   if (PQresultStatus(r.get()) != PGRES_TUPLES_OK) {
-    return pg::IsUnavailable(r.get())
-               ? Status::Unavailable(
-                     where_ + ": reading payloads: " + pg::ErrorOf(r.get()))
-               : Error("reading payloads: " + pg::ErrorOf(r.get()));
+    return ReadError(nullptr, r.get(),
+                     "reading payloads: " + pg::ErrorOf(r.get()));
   }
   for (int i = 0; i < PQntuples(r.get()); ++i) {
     found->emplace(
@@ -110,7 +108,7 @@ Status PgStore::Copy(
   Op op(*this);
   pg::Result start(PQexec(conn, query.c_str()));
   if (PQresultStatus(start.get()) != PGRES_COPY_OUT) {
-    return Error("reading: " + pg::ErrorOf(start.get()));
+    return ReadError(conn, start.get(), "reading: " + pg::ErrorOf(start.get()));
   }
   pg::CopyReader reader;
   std::vector<std::string_view> values;
@@ -119,7 +117,7 @@ Status PgStore::Copy(
     char* data = nullptr;
     const int n = PQgetCopyData(conn, &data, /*async=*/0);
     if (n == -1) break;  // The end of the copy.
-    if (n < 0) return Error("reading: " + pg::ErrorOf(conn));
+    if (n < 0) return ReadError(conn, nullptr, "reading: " + pg::ErrorOf(conn));
     reader.Feed(data, n);
     PQfreemem(data);
     while (reader.Next(&values, &nulls)) {
@@ -134,7 +132,7 @@ Status PgStore::Copy(
   }
   pg::Result end(PQgetResult(conn));
   if (PQresultStatus(end.get()) != PGRES_COMMAND_OK) {
-    return Error("reading: " + pg::ErrorOf(end.get()));
+    return ReadError(conn, end.get(), "reading: " + pg::ErrorOf(end.get()));
   }
   while (pg::Result more{PQgetResult(conn)}) {
   }

@@ -53,7 +53,8 @@ Status PgStore::LoadNamespaces(std::vector<std::string>* names) {
     return s;
   }
   if (PQresultStatus(r.get()) != PGRES_TUPLES_OK) {
-    return Error("reading namespaces: " + pg::ErrorOf(r.get()));
+    return ReadError(nullptr, r.get(),
+                     "reading namespaces: " + pg::ErrorOf(r.get()));
   }
   for (int i = 0; i < PQntuples(r.get()); ++i) {
     names->push_back(PQgetvalue(r.get(), i, 0));
@@ -73,7 +74,8 @@ Status PgStore::LoadCounters(std::uint64_t* next_version,
     return s;
   }
   if (PQresultStatus(r.get()) != PGRES_TUPLES_OK) {
-    return Error("reading counters: " + pg::ErrorOf(r.get()));
+    return ReadError(nullptr, r.get(),
+                     "reading counters: " + pg::ErrorOf(r.get()));
   }
   *next_version = std::max<std::uint64_t>(
       *next_version, std::stoull(PQgetvalue(r.get(), 0, 0)));
@@ -90,7 +92,8 @@ Status PgStore::LoadPolicies(
     return s;
   }
   if (PQresultStatus(r.get()) != PGRES_TUPLES_OK) {
-    return Error("reading policies: " + pg::ErrorOf(r.get()));
+    return ReadError(nullptr, r.get(),
+                     "reading policies: " + pg::ErrorOf(r.get()));
   }
   for (int i = 0; i < PQntuples(r.get()); ++i) {
     policies->emplace_back(
@@ -173,7 +176,8 @@ Status PgStore::LoadPartition(std::uint32_t part, std::uint64_t* version_limit,
     return s;
   }
   if (PQresultStatus(r.get()) != PGRES_TUPLES_OK) {
-    return Error("reading counters: " + pg::ErrorOf(r.get()));
+    return ReadError(nullptr, r.get(),
+                     "reading counters: " + pg::ErrorOf(r.get()));
   }
   *version_limit = *event_seq_limit = 0;
   if (PQntuples(r.get()) == 1) {

@@ -299,6 +299,15 @@ Status PgStore::Error(const std::string& what) const {
   return status;
 }
 
+Status PgStore::ReadError(PGconn* conn, const PGresult* result,
+                          const std::string& what) const {
+  if ((conn != nullptr && PQstatus(conn) != CONNECTION_OK) ||
+      (result != nullptr && pg::IsUnavailable(result))) {
+    return Status::Unavailable(where_ + ": " + what);
+  }
+  return Error(what);
+}
+
 std::uint32_t PgStore::PartitionOf(std::string_view ns,
                                    std::string_view key) const {
   return StablePartition(

@@ -335,6 +335,11 @@ class PgStore final : public Store {
     std::multiset<std::chrono::steady_clock::time_point>::iterator at_;
   };
   Status Error(const std::string& what) const;
+  // A failed read: UNAVAILABLE, not reported, if the database could not
+  // answer (`result` says so: pg::IsUnavailable, or `conn` is lost);
+  // else Error(what).
+  Status ReadError(PGconn* conn, const PGresult* result,
+                   const std::string& what) const;
 
   const PgOptions options_;
   const StoreHooks hooks_;
