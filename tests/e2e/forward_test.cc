@@ -4,7 +4,9 @@
 // checks the caller's token; nodes present the cluster token to each other,
 // and a call that claims to be forwarded is neither forwarded again nor
 // taken without it. Real processes on one PostgreSQL.
+#include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <set>
 
 #include "tests/e2e/cluster_harness.h"
@@ -297,6 +299,74 @@ TEST_F(Forwarding, TheEntryNodeChecksTheCallerAndPeersTheirToken) {
   }
   EXPECT_TRUE(Set(*stub_b_, on_b, far, &resp, kClusterToken, "reserved").ok());
 }
+
+// Nodes that serve TLS forward over TLS: they check each other's
+// certificate with --peer-ca (or, with mutual TLS, --tls-client-ca) and,
+// with mutual TLS, present their own.
+class TlsForwarding : public Cluster,
+                      public ::testing::WithParamInterface<bool> {
+ protected:
+  void SetUp() override {
+    Cluster::SetUp();
+    const std::string make =
+        "cd '" + dir_.path() +
+        "' && openssl req -x509 -newkey ec -pkeyopt "
+        "ec_paramgen_curve:prime256v1 -nodes -keyout ca.key -out ca.pem "
+        "-days 2 -subj /CN=test-ca 2>/dev/null && openssl req -newkey ec "
+        "-pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout node.key -out "
+        "node.csr -subj /CN=node 2>/dev/null && printf "
+        "'subjectAltName=IP:127.0.0.1\\n' > ext && openssl x509 -req -in "
+        "node.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out node.pem "
+        "-days 2 -extfile ext 2>/dev/null";
+    ASSERT_EQ(std::system(make.c_str()), 0);
+  }
+  static std::string Read(const std::string& path) {
+    std::ifstream in(path);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+};
+
+TEST_P(TlsForwarding, NodesServingTlsForwardOverTls) {
+  const bool mutual = GetParam();
+  std::vector<std::string> tls{"--tls-cert", dir_ / "node.pem", "--tls-key",
+                               dir_ / "node.key"};
+  if (mutual) {
+    tls.insert(tls.end(), {"--tls-client-ca", dir_ / "ca.pem"});
+  } else {
+    tls.insert(tls.end(), {"--peer-ca", dir_ / "ca.pem"});
+  }
+  auto a = Node("a", tls);
+  ASSERT_TRUE(a->WaitForPort(30s)) << a->output();
+  auto b = Node("b", tls);
+  ASSERT_TRUE(b->WaitForPort(30s)) << b->output();
+  ASSERT_TRUE(Eventually([&] { return Owners() == "a:32,b:32"; }, 20s))
+      << Owners();
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs = Read(dir_ / "ca.pem");
+  if (mutual) {
+    ssl.pem_private_key = Read(dir_ / "node.key");
+    ssl.pem_cert_chain = Read(dir_ / "node.pem");
+  }
+  auto stub_a = v1::Delayd::NewStub(
+      grpc::CreateChannel(a->address(), grpc::SslCredentials(ssl)));
+  // Keys b owns, through a.
+  int forwarded = 0;
+  for (int i = 0; forwarded < 5; ++i) {
+    const std::string key = "t-" + std::to_string(i);
+    if (OwnerOf(key) != "b") continue;
+    v1::SetTimerResponse resp;
+    ASSERT_TRUE(Eventually(
+        [&] {
+          return Set(*stub_a, key, WallNow() + 3'600'000'000'000, &resp).ok();
+        },
+        10s))
+        << key << "\n"
+        << a->output();
+    ++forwarded;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(PeerCaOrMutual, TlsForwarding, ::testing::Bool());
 
 TEST_F(Cluster, ANodeWithoutAClusterTokenRefusesToStart) {
   DaemonProcess d(
