@@ -6,6 +6,7 @@
 //   batch      Batch of 100 sets of b's keys: direct, and through a (sent
 //              on whole), and 100 sets half of each node's keys through a
 //              (split in two and joined).
+// Every set is of a key not set before.
 // Prints each rate per repetition and the ratio forwarded / direct.
 //
 // Usage: forward_bench [--reps 3] [--seconds 3]
@@ -41,18 +42,30 @@ std::vector<std::string> KeysIn(const std::string& parts, int n, int start) {
   return keys;
 }
 
-// SetTimer/s to `stub` with `concurrency` calls in flight, keys from `keys`
-// in turn (each set again: a replace costs what a new key does).
-double UnaryRate(v1::Delayd::Stub& stub, const std::vector<std::string>& keys,
-                 int concurrency, std::chrono::milliseconds d) {
+// Keys of one node's partitions, each handed out once (every set is a new
+// timer, as most users' keys are: setting the same few rows again and again
+// measures PostgreSQL's dead rows, not the calls), from any thread.
+class KeyPool {
+ public:
+  KeyPool(const std::string& parts, int n, int start)
+      : keys_(KeysIn(parts, n, start)) {}
+  const std::string& Next() { return keys_[next_.fetch_add(1) % keys_.size()]; }
+
+ private:
+  const std::vector<std::string> keys_;
+  std::atomic<std::size_t> next_{0};
+};
+
+// SetTimer/s to `stub` with `concurrency` calls in flight, keys from `keys`.
+double UnaryRate(v1::Delayd::Stub& stub, KeyPool& keys, int concurrency,
+                 std::chrono::milliseconds d) {
   std::vector<CallSlot<v1::SetTimerRequest, v1::SetTimerResponse>> slots(
       concurrency);
-  std::atomic<std::uint64_t> seq{0};
   std::atomic<int> failed{0};
   const double rate = ClosedLoop(concurrency, d, [&](int s, auto done) {
     auto& slot = slots[s];
     slot.req.set_namespace_("fwd");
-    slot.req.set_key(keys[seq.fetch_add(1) % keys.size()]);
+    slot.req.set_key(keys.Next());
     slot.req.set_payload("payload-16-bytes");
     slot.req.mutable_delay()->set_seconds(3600);
     stub.async()->SetTimer(slot.NewContext(""), &slot.req, &slot.resp,
@@ -61,28 +74,34 @@ double UnaryRate(v1::Delayd::Stub& stub, const std::vector<std::string>& keys,
                              done(st.ok());
                            });
   });
-  if (failed.load() != 0)
+  if (failed.load() != 0) {
     std::fprintf(stderr, "%d calls failed\n", failed.load());
+  }
   return rate;
 }
 
-// Items/s of Batches of `keys.size()` sets to `stub`, 4 calls in flight.
-double BatchRate(v1::Delayd::Stub& stub, const std::vector<std::string>& keys,
+// Items/s of Batches of 100 sets to `stub`, 4 calls in flight, keys from
+// `pools` in turn.
+double BatchRate(v1::Delayd::Stub& stub, const std::vector<KeyPool*>& pools,
                  std::chrono::milliseconds d) {
-  v1::BatchRequest req;
-  for (const std::string& k : keys) {
-    auto* set = req.add_operations()->mutable_set();
-    set->set_namespace_("fwd");
-    set->set_key(k);
-    set->set_payload("payload-16-bytes");
-    set->mutable_delay()->set_seconds(3600);
-  }
+  constexpr int kPerCall = 100;
   constexpr int kInFlight = 4;
   std::vector<CallSlot<v1::BatchRequest, v1::BatchResponse>> slots(kInFlight);
-  for (auto& s : slots) s.req = req;
+  for (auto& slot : slots) {
+    for (int i = 0; i < kPerCall; ++i) {
+      auto* set = slot.req.add_operations()->mutable_set();
+      set->set_namespace_("fwd");
+      set->set_payload("payload-16-bytes");
+      set->mutable_delay()->set_seconds(3600);
+    }
+  }
   std::atomic<int> failed{0};
   const double calls = ClosedLoop(kInFlight, d, [&](int s, auto done) {
     auto& slot = slots[s];
+    for (int i = 0; i < kPerCall; ++i) {
+      slot.req.mutable_operations(i)->mutable_set()->set_key(
+          pools[i % pools.size()]->Next());
+    }
     stub.async()->Batch(slot.NewContext(""), &slot.req, &slot.resp,
                         [done, &slot, &failed](grpc::Status st) {
                           bool ok = st.ok();
@@ -93,9 +112,10 @@ double BatchRate(v1::Delayd::Stub& stub, const std::vector<std::string>& keys,
                           done(ok);
                         });
   });
-  if (failed.load() != 0)
+  if (failed.load() != 0) {
     std::fprintf(stderr, "%d calls failed\n", failed.load());
-  return calls * static_cast<double>(keys.size());
+  }
+  return calls * kPerCall;
 }
 
 std::string Range(const std::vector<double>& v) {
@@ -152,10 +172,7 @@ int Main(int argc, char** argv) {
     return list;
   };
   const std::string of_a = parts("a"), of_b = parts("b");
-  const std::vector<std::string> b_keys = KeysIn(of_b, 1000, 0);
-  std::vector<std::string> mixed = KeysIn(of_b, 50, 100000);
-  for (const auto& k : KeysIn(of_a, 50, 100000)) mixed.push_back(k);
-  const std::vector<std::string> b_batch(b_keys.begin(), b_keys.begin() + 100);
+  KeyPool b_keys(of_b, 1'500'000, 0), a_keys(of_a, 500'000, 0);
   auto stub = [](const DaemonProcess& p) {
     return v1::Delayd::NewStub(
         grpc::CreateChannel(p.address(), grpc::InsecureChannelCredentials()));
@@ -174,9 +191,9 @@ int Main(int argc, char** argv) {
       rate[name + " forwarded"].push_back(fwd);
       ratio[name].push_back(fwd / direct);
     }
-    const double direct = BatchRate(*sb, b_batch, d);
-    const double whole = BatchRate(*sa, b_batch, d);
-    const double split = BatchRate(*sa, mixed, d);
+    const double direct = BatchRate(*sb, {&b_keys}, d);
+    const double whole = BatchRate(*sa, {&b_keys}, d);
+    const double split = BatchRate(*sa, {&b_keys, &a_keys}, d);
     rate["batch direct"].push_back(direct);
     rate["batch forwarded whole"].push_back(whole);
     rate["batch split in two"].push_back(split);
