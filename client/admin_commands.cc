@@ -1,7 +1,9 @@
-// The daemon: stats (and --watch), backup, health.
+// The daemon: stats (and --watch), backup, health, cluster.
 #include <google/protobuf/util/time_util.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <climits>
 #include <cstdio>
 #include <memory>
 
@@ -9,8 +11,8 @@
 #include "client/exit_codes.h"
 #include "client/print.h"
 #include "client/signals.h"
-#include "grpc/health/v1/health.grpc.pb.h"
 #include "delayd/text/duration.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 
 namespace delayctl {
 namespace {
@@ -156,6 +158,59 @@ int Health(Client& c, const std::string& service) {
   return serving ? kOk : kNotFound;
 }
 
+// "0-3,8,10-11": ascending numbers as ranges.
+std::string Ranges(const google::protobuf::RepeatedField<std::uint32_t>& v) {
+  std::string out;
+  for (int i = 0; i < v.size();) {
+    int j = i;
+    while (j + 1 < v.size() && v[j + 1] == v[j] + 1) ++j;
+    if (!out.empty()) out += ",";
+    out += std::to_string(v[i]);
+    if (j > i) out += "-" + std::to_string(v[j]);
+    i = j + 1;
+  }
+  return out.empty() ? "-" : out;
+}
+
+int Cluster(Client& c) {
+  v1::ClusterStatusRequest req;
+  v1::ClusterStatusResponse resp;
+  Check(c.stub().ClusterStatus(c.Context().get(), req, &resp));
+  if (c.json()) {
+    std::printf("%s\n", Json(resp).c_str());
+    return kOk;
+  }
+  using google::protobuf::util::TimeUtil;
+  const auto now = TimeUtil::GetCurrentTime();
+  std::printf("%-20s %-28s %-5s %-10s %-9s %s\n", "NODE", "ADDRESS", "LIVE",
+              "HEARTBEAT", "OWNS", "PARTITIONS");
+  for (const auto& n : resp.nodes()) {
+    const double ago =
+        TimeUtil::DurationToMilliseconds(now - n.heartbeat_time()) / 1000.0;
+    char heartbeat[32];
+    std::snprintf(heartbeat, sizeof heartbeat, "%.1fs ago", ago);
+    std::printf("%-20s %-28s %-5s %-10s %-9d %s%s\n", n.node().c_str(),
+                n.advertise().c_str(), n.live() ? "yes" : "no", heartbeat,
+                n.partitions_size(), Ranges(n.partitions()).c_str(),
+                n.node() == resp.node() ? "  (answered)" : "");
+  }
+  google::protobuf::RepeatedField<std::uint32_t> unowned;
+  std::uint64_t low = UINT64_MAX, high = 0;
+  for (const auto& p : resp.partitions()) {
+    if (p.owner().empty()) unowned.Add(p.partition());
+    low = std::min<std::uint64_t>(low, p.epoch());
+    high = std::max<std::uint64_t>(high, p.epoch());
+  }
+  std::printf(
+      "\n%d partitions, %d without an owner (%s); epochs %llu-%llu; "
+      "lease term %s\n",
+      resp.partitions_size(), unowned.size(), Ranges(unowned).c_str(),
+      static_cast<unsigned long long>(resp.partitions_size() ? low : 0),
+      static_cast<unsigned long long>(high),
+      TimeUtil::ToString(resp.lease_ttl()).c_str());
+  return kOk;
+}
+
 }  // namespace
 
 void AddAdminCommands(CLI::App& app, const Global& g, Commands& out) {
@@ -191,6 +246,12 @@ void AddAdminCommands(CLI::App& app, const Global& g, Commands& out) {
                    "New directory (relative to the daemon's --backup-dir)")
       ->required();
   out.push_back({backup, {}, {}, [dir](Client& c) { return Backup(c, *dir); }});
+
+  auto* cluster = app.add_subcommand(
+      "cluster",
+      "A cluster node's view of its cluster: the nodes, their addresses and "
+      "heartbeats, the partitions each owns, epochs (admin on *)");
+  out.push_back({cluster, {}, {}, [](Client& c) { return Cluster(c); }});
 
   auto service = std::make_shared<std::string>();
   auto* health =

@@ -4,9 +4,12 @@
 #include <prometheus/registry.h>
 #include <spdlog/spdlog.h>
 
+#include <map>
 #include <utility>
 
+#include "server/api/proto_time.h"
 #include "server/common/metrics.h"
+#include "server/store/postgres/pg_wire.h"
 
 namespace delayd {
 
@@ -14,6 +17,8 @@ ClusterNode::ClusterNode(pg::LeaseKeeper::Options options, Scheduler& scheduler,
                          Forwarder* forwarder, OnHealth on_health)
     : scheduler_(scheduler),
       on_health_(std::move(on_health)),
+      conninfo_(options.conninfo),
+      node_(options.node),
       term_(options.terms.ttl),
       owned_(prometheus::BuildGauge()
                  .Name("delayd_cluster_partitions_owned")
@@ -84,6 +89,47 @@ void ClusterNode::CheckHealth() {
 }
 
 ClusterNode::~ClusterNode() { Stop(/*release=*/false); }
+
+Status ClusterNode::Describe(v1::ClusterStatusResponse* out) {
+  pg::Conn conn = pg::ConnectTo(conninfo_);
+  if (PQstatus(conn.get()) != CONNECTION_OK) {
+    return Status::Unavailable("cannot reach the database: " +
+                               std::string(PQerrorMessage(conn.get())));
+  }
+  std::vector<pg::NodeRow> nodes;
+  std::vector<pg::LeaseRow> leases;
+  if (Status s = pg::Describe(conn.get(), term_, &nodes, &leases); !s.ok()) {
+    return s;
+  }
+  out->set_node(node_);
+  out->mutable_lease_ttl()->set_seconds(term_.count() / 1000);
+  out->mutable_lease_ttl()->set_nanos(
+      static_cast<std::int32_t>(term_.count() % 1000 * 1'000'000));
+  std::map<std::string, v1::ClusterNodeStatus*> by_name;
+  for (const pg::NodeRow& n : nodes) {
+    auto* status = out->add_nodes();
+    status->set_node(n.node);
+    status->set_advertise(n.advertise);
+    SetTimestamp(n.heartbeat_us * 1000, status->mutable_heartbeat_time());
+    SetTimestamp(n.started_us * 1000, status->mutable_start_time());
+    status->set_live(n.live);
+    by_name[n.node] = status;
+  }
+  for (const pg::LeaseRow& l : leases) {
+    auto* lease = out->add_partitions();
+    lease->set_partition(static_cast<std::uint32_t>(l.part));
+    lease->set_epoch(static_cast<std::uint64_t>(l.epoch));
+    if (l.expires_us != 0) {
+      SetTimestamp(l.expires_us * 1000, lease->mutable_expire_time());
+    }
+    if (!l.held) continue;
+    lease->set_owner(l.owner);
+    if (auto it = by_name.find(l.owner); it != by_name.end()) {
+      it->second->add_partitions(static_cast<std::uint32_t>(l.part));
+    }
+  }
+  return Status::Ok();
+}
 
 void ClusterNode::Start() { keeper_->Start(); }
 

@@ -11,7 +11,8 @@
 // registry: partitions owned, partitions taken and given up, lease rounds.
 //
 // Thread safety: Start and Stop from one thread; the keeper's callbacks run
-// on its threads, one at a time (mu_ guards what they share).
+// on its threads, one at a time (mu_ guards what they share); Describe from
+// any thread.
 #ifndef DELAYD_SERVER_CLUSTER_NODE_H_
 #define DELAYD_SERVER_CLUSTER_NODE_H_
 
@@ -25,6 +26,7 @@
 #include <memory>
 #include <string>
 
+#include "server/api/cluster_view.h"
 #include "server/api/forward.h"
 #include "server/common/mutex.h"
 #include "server/core/scheduler.h"
@@ -32,7 +34,7 @@
 
 namespace delayd {
 
-class ClusterNode {
+class ClusterNode : public ClusterView {
  public:
   // Told whether the node serves, and if not why.
   using OnHealth = std::function<void(bool serving, const std::string& why)>;
@@ -49,6 +51,9 @@ class ClusterNode {
   // back for the other nodes to take at once; without, they expire.
   void Stop(bool release);
 
+  // ClusterView: on a connection of its own, opened per call.
+  Status Describe(v1::ClusterStatusResponse* out) override;
+
  private:
   void OnChange(const std::vector<pg::Lease>& gained,
                 const std::vector<int>& lost) EXCLUDES(mu_);
@@ -58,6 +63,7 @@ class ClusterNode {
 
   Scheduler& scheduler_;
   const OnHealth on_health_;
+  const std::string conninfo_, node_;
   const std::chrono::milliseconds term_;
   std::atomic<bool> stopping_{false};
   prometheus::Gauge& owned_;

@@ -150,6 +150,7 @@ std::unique_ptr<delayd::ClusterNode> StartCluster(
         server.SetClusterHealth(serving, why);
       });
   cluster->Start();
+  server.SetClusterView(cluster.get());
   spdlog::info(
       "cluster node '{}' (peers reach it at {}): {} partitions, leases of {} "
       "ms",

@@ -68,7 +68,8 @@ RpcMetrics::RpcMetrics(prometheus::Registry& registry) {
                                                    "DeleteSchedule",
                                                    "PauseSchedule",
                                                    "ResumeSchedule",
-                                                   "TriggerSchedule"};
+                                                   "TriggerSchedule",
+                                                   "ClusterStatus"};
   // (A name left out would leave the last ones null.)
   static_assert(kNames[kMethods - 1] != nullptr);
   auto& forwarded =

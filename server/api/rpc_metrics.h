@@ -74,6 +74,7 @@ class RpcMetrics {
     kPauseSchedule,
     kResumeSchedule,
     kTriggerSchedule,
+    kClusterStatus,
     kMethods
   };
   explicit RpcMetrics(prometheus::Registry& registry);

@@ -98,6 +98,9 @@ class DelaydServer {
   // A cluster node: whether it can serve (see cluster_node.h), and if not
   // why. Health is NOT_SERVING while it cannot.
   void SetClusterHealth(bool serving, const std::string& why);
+  // A cluster node's view of its cluster, for ClusterStatus (outliving the
+  // server).
+  void SetClusterView(ClusterView* view) { service_->SetClusterView(view); }
   // A cluster node's forwarder (peer_token set; else null), to be told
   // who owns what.
   Forwarder* forwarder() { return forwarder_.get(); }

@@ -15,6 +15,7 @@
 #include "delayd/v1/delayd.grpc.pb.h"
 #include "server/api/auth.h"
 #include "server/api/batch_wire.h"
+#include "server/api/cluster_view.h"
 #include "server/api/forward.h"
 #include "server/api/rpc_metrics.h"
 #include "server/api/unary_call.h"
@@ -71,7 +72,8 @@ using RawDelayd =
         v1::Delayd::WithRawCallbackMethod_DeleteSchedule,
         v1::Delayd::WithRawCallbackMethod_PauseSchedule,
         v1::Delayd::WithRawCallbackMethod_ResumeSchedule,
-        v1::Delayd::WithRawCallbackMethod_TriggerSchedule>::type;
+        v1::Delayd::WithRawCallbackMethod_TriggerSchedule,
+        v1::Delayd::WithRawCallbackMethod_ClusterStatus>::type;
 
 // The most bytes a request may have, by method, and the flags that set it.
 struct RequestLimit {
@@ -186,6 +188,14 @@ class DelaydService final : public RawDelayd {
   grpc::ServerUnaryReactor* TriggerSchedule(grpc::CallbackServerContext* ctx,
                                             const grpc::ByteBuffer* in,
                                             grpc::ByteBuffer* out) override;
+  // Answered by the cluster view (SetClusterView) off the gRPC threads.
+  grpc::ServerUnaryReactor* ClusterStatus(grpc::CallbackServerContext* ctx,
+                                          const grpc::ByteBuffer* in,
+                                          grpc::ByteBuffer* out) override;
+
+  // A cluster node's view of its cluster (outliving the service), once the
+  // node has joined; until then ClusterStatus is refused.
+  void SetClusterView(ClusterView* view) { cluster_view_.store(view); }
 
  private:
   // PauseSchedule, ResumeSchedule and TriggerSchedule: the same request
@@ -295,6 +305,7 @@ class DelaydService final : public RawDelayd {
   Scheduler& scheduler_;
   const Authorizer& auth_;
   Forwarder* const forwarder_;
+  std::atomic<ClusterView*> cluster_view_{nullptr};
   const std::string backup_dir_;
   std::atomic<bool> backup_running_{false};  // One backup at a time.
   const Validator validator_;

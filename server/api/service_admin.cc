@@ -170,4 +170,22 @@ grpc::ServerUnaryReactor* DelaydService::Stats(grpc::CallbackServerContext* ctx,
   return call.Reply(Status::Ok());
 }
 
+grpc::ServerUnaryReactor* DelaydService::ClusterStatus(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+    grpc::ByteBuffer* out) {
+  const auto call = Start<v1::ClusterStatusRequest, v1::ClusterStatusResponse>(
+      ctx, in, out, RpcMetrics::kClusterStatus, request_limits_.other);
+  if (call.answered()) return call.reactor();
+  if (Status s = call.caller().May("", kAdmin); !s.ok()) return call.Reply(s);
+  ClusterView* view = cluster_view_.load();
+  if (view == nullptr) {
+    return call.Reply(Status::FailedPrecondition(
+        "not a cluster node (started without --advertise), or not joined "
+        "yet"));
+  }
+  // It reads the database: off this thread.
+  scheduler_.Offload([call, view] { call.Reply(view->Describe(call.resp())); });
+  return call.reactor();
+}
+
 }  // namespace delayd

@@ -63,6 +63,8 @@ const std::vector<Route>& Table() {
          "The next instants of a spec"},
         {"POST", "/v1:backup", "Backup", true,
          "Write a consistent copy of the store"},
+        {"GET", "/v1/cluster", "ClusterStatus", false,
+         "A cluster node's nodes and partition leases"},
     };
   }();
   return table;

@@ -203,5 +203,63 @@ TEST_F(Cluster, ANodeCutOffFromTheDatabaseIsNotServingUntilItReachesItAgain) {
       << a->output();
 }
 
+// ClusterStatus (and delayctl cluster, which prints it): the nodes, their
+// addresses, and the partitions each owns under its epochs, as the database
+// says, from any node; refused by a daemon that is not a cluster node.
+TEST_F(Cluster, ClusterStatusShowsTheNodesAndWhatEachOwns) {
+  auto a = Node("a");
+  ASSERT_TRUE(a->WaitForPort(30s)) << a->output();
+  auto b = Node("b");
+  ASSERT_TRUE(b->WaitForPort(30s)) << b->output();
+  ASSERT_TRUE(Eventually([&] { return Owners() == "a:32,b:32"; }, 20s))
+      << Owners();
+  ASSERT_TRUE(Eventually(
+      [&] { return a->output().find("cluster node 'a'") != std::string::npos; },
+      10s));
+  v1::ClusterStatusResponse status;
+  grpc::ClientContext ctx;
+  Prepare(&ctx);
+  ASSERT_TRUE(StubOf(*a)
+                  ->ClusterStatus(&ctx, v1::ClusterStatusRequest(), &status)
+                  .ok());
+  EXPECT_EQ(status.node(), "a");
+  EXPECT_EQ(status.lease_ttl().seconds(), 1);
+  ASSERT_EQ(status.nodes_size(), 2);
+  for (const auto& n : status.nodes()) {
+    EXPECT_TRUE(n.live()) << n.node();
+    EXPECT_EQ(n.partitions_size(), 32) << n.node();
+    EXPECT_EQ(n.advertise(), (n.node() == "a" ? a : b)->address());
+  }
+  ASSERT_EQ(status.partitions_size(), 64);
+  for (const auto& p : status.partitions()) {
+    EXPECT_FALSE(p.owner().empty()) << p.partition();
+    EXPECT_GE(p.epoch(), 1u) << p.partition();
+  }
+  // The same through delayctl, as an operator reads it.
+  const std::string command = std::string(DELAYCTL_BINARY) + " --endpoint " +
+                              b->address() + " cluster 2>&1";
+  std::string printed;
+  if (FILE* f = popen(command.c_str(), "r")) {
+    char buf[4096];
+    while (std::size_t n = fread(buf, 1, sizeof buf, f)) printed.append(buf, n);
+    EXPECT_EQ(pclose(f), 0) << printed;
+  }
+  EXPECT_NE(printed.find("NODE"), std::string::npos) << printed;
+  EXPECT_NE(printed.find(b->address()), std::string::npos) << printed;
+  EXPECT_NE(printed.find("(answered)"), std::string::npos) << printed;
+  EXPECT_NE(printed.find("64 partitions, 0 without an owner"),
+            std::string::npos)
+      << printed;
+  // A daemon that is not a cluster node has no cluster to show.
+  DaemonProcess alone(DELAYD_BINARY, {"--in-memory"});
+  ASSERT_TRUE(alone.ok()) << alone.output();
+  grpc::ClientContext c2;
+  Prepare(&c2);
+  EXPECT_EQ(StubOf(alone)
+                ->ClusterStatus(&c2, v1::ClusterStatusRequest(), &status)
+                .error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+}
+
 }  // namespace
 }  // namespace delayd::testing

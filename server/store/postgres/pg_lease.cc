@@ -126,6 +126,52 @@ Status OwnerAddresses(PGconn* conn, std::map<int, std::string>* out) {
   return Status::Ok();
 }
 
+Status Describe(PGconn* conn, std::chrono::milliseconds ttl,
+                std::vector<NodeRow>* nodes, std::vector<LeaseRow>* leases) {
+  Params p;
+  p.Int64(ttl.count());
+  Result r;
+  if (Status s = Run(conn,
+                     "SELECT node, advertise, (extract(epoch FROM "
+                     "heartbeat_at) * 1000000)::int8, (extract(epoch FROM "
+                     "started_at) * 1000000)::int8, (heartbeat_at > now() - "
+                     "$1::int8 * interval '1 millisecond')::int4 FROM "
+                     "delayd_nodes ORDER BY node",
+                     p, "reading the nodes", &r);
+      !s.ok()) {
+    return s;
+  }
+  auto text = [&](int row, int col) {
+    return std::string(PQgetvalue(r.get(), row, col),
+                       PQgetlength(r.get(), row, col));
+  };
+  nodes->clear();
+  for (int i = 0; i < PQntuples(r.get()); ++i) {
+    nodes->push_back({text(i, 0), text(i, 1),
+                      GetInt64(PQgetvalue(r.get(), i, 2)),
+                      GetInt64(PQgetvalue(r.get(), i, 3)),
+                      GetInt32(PQgetvalue(r.get(), i, 4)) != 0});
+  }
+  Params none;
+  if (Status s = Run(conn,
+                     "SELECT part, coalesce(owner, ''), epoch, "
+                     "coalesce((extract(epoch FROM expires_at) * "
+                     "1000000)::int8, 0), (owner IS NOT NULL AND expires_at "
+                     "> now())::int4 FROM delayd_leases ORDER BY part",
+                     none, "reading the leases", &r);
+      !s.ok()) {
+    return s;
+  }
+  leases->clear();
+  for (int i = 0; i < PQntuples(r.get()); ++i) {
+    leases->push_back({GetInt32(PQgetvalue(r.get(), i, 0)), text(i, 1),
+                       GetInt64(PQgetvalue(r.get(), i, 2)),
+                       GetInt64(PQgetvalue(r.get(), i, 3)),
+                       GetInt32(PQgetvalue(r.get(), i, 4)) != 0});
+  }
+  return Status::Ok();
+}
+
 Status Acquire(PGconn* conn, std::string_view node,
                const std::vector<int>& parts, const LeaseTerms& terms,
                std::vector<Lease>* taken) {

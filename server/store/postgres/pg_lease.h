@@ -69,6 +69,24 @@ Status Owners(PGconn* conn, std::map<int, std::string>* out);
 // have not expired.
 Status OwnerAddresses(PGconn* conn, std::map<int, std::string>* out);
 
+// What the database says of the cluster (for operators): every node
+// registered, and every partition's lease. Times in microseconds since the
+// Unix epoch; `live`: heartbeat younger than the term, `held`: the lease
+// has not expired.
+struct NodeRow {
+  std::string node, advertise;
+  std::int64_t heartbeat_us = 0, started_us = 0;
+  bool live = false;
+};
+struct LeaseRow {
+  int part = 0;
+  std::string owner;  // empty: never taken, or given back
+  std::int64_t epoch = 0, expires_us = 0;
+  bool held = false;
+};
+Status Describe(PGconn* conn, std::chrono::milliseconds ttl,
+                std::vector<NodeRow>* nodes, std::vector<LeaseRow>* leases);
+
 // Takes those of `parts` that are free or expired; `taken` gets them with
 // their new epochs.
 Status Acquire(PGconn* conn, std::string_view node,
