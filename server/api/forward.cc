@@ -34,6 +34,17 @@ std::string Forwarder::OwnerOf(std::uint32_t part,
   return owners_[part];
 }
 
+std::vector<std::string> Forwarder::Peers(
+    const grpc::CallbackServerContext& ctx) const {
+  if (ctx.client_metadata().count(kForwardedBy) != 0) return {};
+  std::set<std::string> peers;
+  MutexLock lock(&mu_);
+  for (const std::string& owner : owners_) {
+    if (!owner.empty() && owner != self_) peers.insert(owner);
+  }
+  return {peers.begin(), peers.end()};
+}
+
 std::shared_ptr<grpc::GenericStub> Forwarder::StubTo(const std::string& owner) {
   MutexLock lock(&mu_);
   auto& stub = stubs_[owner];

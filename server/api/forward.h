@@ -62,6 +62,12 @@ class Forwarder {
                       const grpc::CallbackServerContext& ctx) const
       EXCLUDES(mu_);
 
+  // The addresses of the other nodes that own partitions now, for a call
+  // that was not forwarded to this one already (empty otherwise): a call on
+  // a whole namespace (Drain) goes to each.
+  std::vector<std::string> Peers(const grpc::CallbackServerContext& ctx) const
+      EXCLUDES(mu_);
+
   // Calls method `method` ("SetTimer") of the node at `owner` with the
   // request bytes `in`, its answer's bytes into `out`; `done` gets the
   // owner's status (or the channel's, if it could not be reached). The

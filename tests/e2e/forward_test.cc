@@ -16,6 +16,7 @@ namespace {
 
 constexpr const char* kClient = "client-token-0123456789";
 constexpr const char* kOther = "other-token-0123456789";
+constexpr const char* kAdmin = "admin-token-0123456789";
 
 // The delayd-owner trailer of a finished call; empty if none.
 std::string OwnerTrailer(const grpc::ClientContext& ctx) {
@@ -30,7 +31,8 @@ class Forwarding : public Cluster {
   void SetUp() override {
     Cluster::SetUp();
     std::ofstream(dir_ / "tokens") << kClient << " jobs read,write,work\n"
-                                   << kOther << " other write\n";
+                                   << kOther << " other write\n"
+                                   << kAdmin << " * admin\n";
     a_ = Node("a", {"--auth-tokens", dir_ / "tokens"});
     ASSERT_TRUE(a_->WaitForPort(30s)) << a_->output();
     b_ = Node("b", {"--auth-tokens", dir_ / "tokens"});
@@ -218,6 +220,34 @@ TEST_F(Forwarding, ABatchIsSplitBetweenOwnersAndAnsweredInOrder) {
   ASSERT_EQ(all_b.results_size(), 10);
   for (const auto& r : all_b.results()) EXPECT_EQ(r.code(), 0) << r.message();
   EXPECT_EQ(OwnerTrailer(whole), b_->address());
+}
+
+// Drain on one node fires the namespace's timers on every node, and
+// answers how many in all.
+TEST_F(Forwarding, ADrainOnOneNodeFiresTheTimersOfEveryNode) {
+  Worker at_a(*a_, kClient), at_b(*b_, kClient);
+  const WallNanos far = WallNow() + 3'600'000'000'000;
+  int of_b = 0;
+  for (int i = 0; i < 30; ++i) {
+    const std::string key = "d-" + std::to_string(i);
+    v1::SetTimerResponse resp;
+    ASSERT_TRUE(Set(*stub_a_, key, far, &resp, kClient).ok()) << key;
+    of_b += OwnerOf(key) == "b";
+  }
+  ASSERT_GT(of_b, 0);
+  ASSERT_LT(of_b, 30);
+  v1::DrainRequest drain;
+  drain.set_namespace_("jobs");
+  grpc::ClientContext ctx;
+  Prepare(&ctx, kAdmin);
+  v1::DrainResponse drained;
+  ASSERT_TRUE(stub_a_->Drain(&ctx, drain, &drained).ok());
+  // The 20 warm-up timers of SetUp are due in an hour too.
+  EXPECT_EQ(drained.drained(), 50u);
+  ASSERT_TRUE(Eventually(
+      [&] { return at_a.got().size() + at_b.got().size() >= 50; }, 10s));
+  EXPECT_EQ(at_a.got().size() + at_b.got().size(), 50u);
+  EXPECT_EQ(at_a.again() + at_b.again(), 0);
 }
 
 TEST_F(Forwarding, SchedulesAreReachedThroughEitherNode) {
