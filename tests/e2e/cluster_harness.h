@@ -156,6 +156,20 @@ class Cluster : public ::testing::Test {
     return std::make_unique<DaemonProcess>(DELAYD_BINARY, std::move(args));
   }
 
+  // Nodes a and b (with `extra` flags), once each owns half the
+  // partitions. Call through ASSERT_NO_FATAL_FAILURE.
+  void StartTwo(std::unique_ptr<DaemonProcess>* a,
+                std::unique_ptr<DaemonProcess>* b,
+                const std::vector<std::string>& extra = {}) {
+    *a = Node("a", extra);
+    ASSERT_TRUE((*a)->WaitForPort(30s)) << (*a)->output();
+    *b = Node("b", extra);
+    ASSERT_TRUE((*b)->WaitForPort(30s)) << (*b)->output();
+    ASSERT_TRUE(Eventually([&] { return Owners() == "a:32,b:32"; }, 20s))
+        << Owners() << "\n"
+        << (*a)->output() << (*b)->output();
+  }
+
   // Partitions each live owner holds, as the database says.
   std::string Owners() {
     return pg_->Exec(db_,

@@ -14,13 +14,8 @@ namespace delayd::testing {
 namespace {
 
 TEST_F(Cluster, AKilledNodesTimersFireOnTheOtherNoneEarlyNoneLost) {
-  auto a = Node("a");
-  ASSERT_TRUE(a->WaitForPort(30s)) << a->output();
-  auto b = Node("b");
-  ASSERT_TRUE(b->WaitForPort(30s)) << b->output();
-  ASSERT_TRUE(Eventually([&] { return Owners() == "a:32,b:32"; }, 20s))
-      << Owners() << "\n"
-      << a->output() << b->output();
+  std::unique_ptr<DaemonProcess> a, b;
+  ASSERT_NO_FATAL_FAILURE(StartTwo(&a, &b));
   ASSERT_TRUE(a->WaitForOutput("loaded in", 10s)) << a->output();
   ASSERT_TRUE(b->WaitForOutput("loaded in", 10s)) << b->output();
   Worker at_b(*b);
@@ -57,12 +52,8 @@ TEST_F(Cluster, AKilledNodesTimersFireOnTheOtherNoneEarlyNoneLost) {
 }
 
 TEST_F(Cluster, ANodeStoppedWithSigtermHandsItsPartitionsOverAtOnce) {
-  auto a = Node("a");
-  ASSERT_TRUE(a->WaitForPort(30s)) << a->output();
-  auto b = Node("b");
-  ASSERT_TRUE(b->WaitForPort(30s)) << b->output();
-  ASSERT_TRUE(Eventually([&] { return Owners() == "a:32,b:32"; }, 20s))
-      << Owners();
+  std::unique_ptr<DaemonProcess> a, b;
+  ASSERT_NO_FATAL_FAILURE(StartTwo(&a, &b));
   auto stub_a = StubOf(*a), stub_b = StubOf(*b);
   SetAll(40, WallNow() + 3'600'000'000'000, {stub_a.get(), stub_b.get()});
   EXPECT_EQ(a->Stop(SIGTERM, 30s), 0) << a->output();
@@ -207,12 +198,8 @@ TEST_F(Cluster, ANodeCutOffFromTheDatabaseIsNotServingUntilItReachesItAgain) {
 // addresses, and the partitions each owns under its epochs, as the database
 // says, from any node; refused by a daemon that is not a cluster node.
 TEST_F(Cluster, ClusterStatusShowsTheNodesAndWhatEachOwns) {
-  auto a = Node("a");
-  ASSERT_TRUE(a->WaitForPort(30s)) << a->output();
-  auto b = Node("b");
-  ASSERT_TRUE(b->WaitForPort(30s)) << b->output();
-  ASSERT_TRUE(Eventually([&] { return Owners() == "a:32,b:32"; }, 20s))
-      << Owners();
+  std::unique_ptr<DaemonProcess> a, b;
+  ASSERT_NO_FATAL_FAILURE(StartTwo(&a, &b));
   ASSERT_TRUE(Eventually(
       [&] { return a->output().find("cluster node 'a'") != std::string::npos; },
       10s));

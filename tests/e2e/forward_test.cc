@@ -33,12 +33,8 @@ class Forwarding : public Cluster {
     std::ofstream(dir_ / "tokens") << kClient << " jobs read,write,work\n"
                                    << kOther << " other write\n"
                                    << kAdmin << " * admin\n";
-    a_ = Node("a", {"--auth-tokens", dir_ / "tokens"});
-    ASSERT_TRUE(a_->WaitForPort(30s)) << a_->output();
-    b_ = Node("b", {"--auth-tokens", dir_ / "tokens"});
-    ASSERT_TRUE(b_->WaitForPort(30s)) << b_->output();
-    ASSERT_TRUE(Eventually([&] { return Owners() == "a:32,b:32"; }, 20s))
-        << Owners();
+    ASSERT_NO_FATAL_FAILURE(
+        StartTwo(&a_, &b_, {"--auth-tokens", dir_ / "tokens"}));
     ASSERT_TRUE(a_->WaitForOutput("loaded in", 10s)) << a_->output();
     ASSERT_TRUE(b_->WaitForOutput("loaded in", 10s)) << b_->output();
     stub_a_ = StubOf(*a_);
@@ -365,12 +361,8 @@ TEST_P(TlsForwarding, NodesServingTlsForwardOverTls) {
   } else {
     tls.insert(tls.end(), {"--peer-ca", dir_ / "ca.pem"});
   }
-  auto a = Node("a", tls);
-  ASSERT_TRUE(a->WaitForPort(30s)) << a->output();
-  auto b = Node("b", tls);
-  ASSERT_TRUE(b->WaitForPort(30s)) << b->output();
-  ASSERT_TRUE(Eventually([&] { return Owners() == "a:32,b:32"; }, 20s))
-      << Owners();
+  std::unique_ptr<DaemonProcess> a, b;
+  ASSERT_NO_FATAL_FAILURE(StartTwo(&a, &b, tls));
   grpc::SslCredentialsOptions ssl;
   ssl.pem_root_certs = Read(dir_ / "ca.pem");
   if (mutual) {

@@ -89,16 +89,14 @@ Status LiveNodes(PGconn* conn, std::chrono::milliseconds ttl,
   return Status::Ok();
 }
 
-Status Owners(PGconn* conn, std::map<int, std::string>* out) {
+namespace {
+
+// Runs `sql`, whose rows are (int4, text), into `out`.
+Status ReadByPart(PGconn* conn, const char* sql, const char* what,
+                  std::map<int, std::string>* out) {
   Params p;
   Result r;
-  if (Status s = Run(conn,
-                     "SELECT part, owner FROM delayd_leases WHERE owner IS "
-                     "NOT NULL AND expires_at > now()",
-                     p, "reading the partitions' owners", &r);
-      !s.ok()) {
-    return s;
-  }
+  if (Status s = Run(conn, sql, p, what, &r); !s.ok()) return s;
   out->clear();
   for (int i = 0; i < PQntuples(r.get()); ++i) {
     (*out)[GetInt32(PQgetvalue(r.get(), i, 0))] =
@@ -107,23 +105,21 @@ Status Owners(PGconn* conn, std::map<int, std::string>* out) {
   return Status::Ok();
 }
 
+}  // namespace
+
+Status Owners(PGconn* conn, std::map<int, std::string>* out) {
+  return ReadByPart(conn,
+                    "SELECT part, owner FROM delayd_leases WHERE owner IS "
+                    "NOT NULL AND expires_at > now()",
+                    "reading the partitions' owners", out);
+}
+
 Status OwnerAddresses(PGconn* conn, std::map<int, std::string>* out) {
-  Params p;
-  Result r;
-  if (Status s = Run(conn,
-                     "SELECT l.part, n.advertise FROM delayd_leases l JOIN "
-                     "delayd_nodes n ON n.node = l.owner WHERE l.expires_at "
-                     "> now()",
-                     p, "reading the partitions' owners' addresses", &r);
-      !s.ok()) {
-    return s;
-  }
-  out->clear();
-  for (int i = 0; i < PQntuples(r.get()); ++i) {
-    (*out)[GetInt32(PQgetvalue(r.get(), i, 0))] =
-        std::string(PQgetvalue(r.get(), i, 1), PQgetlength(r.get(), i, 1));
-  }
-  return Status::Ok();
+  return ReadByPart(conn,
+                    "SELECT l.part, n.advertise FROM delayd_leases l JOIN "
+                    "delayd_nodes n ON n.node = l.owner WHERE l.expires_at > "
+                    "now()",
+                    "reading the partitions' owners' addresses", out);
 }
 
 Status Describe(PGconn* conn, std::chrono::milliseconds ttl,
