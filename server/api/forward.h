@@ -4,7 +4,9 @@
 // from the entry node's cluster token (auth.h: a peer may do anything) and
 // does not forward it again (kForwardedBy). The answer goes back as the
 // owner gave it, with the owner's address in a trailer (kOwnerTrailer) so
-// that a client may call it directly.
+// that a client may call it directly. (The service splits a Batch between
+// the owners of its keys, and sends a Drain to every node that owns
+// partitions: Peers.)
 //
 // Who owns what comes from the partition leases (SetOwners, each lease
 // round): an answer of the former owner during a hand-over is UNAVAILABLE,

@@ -93,8 +93,10 @@ struct RequestLimits {
 };
 
 // Ack, Nack and ExtendLease are in service_work.cc; GetPolicy and SetPolicy
-// in service_policy.cc; the dead-letter calls in service_dead.cc; Stats and
-// Backup in service_admin.cc; the schedule calls in service_schedule.cc.
+// in service_policy.cc; the dead-letter calls in service_dead.cc; Stats,
+// Backup and ClusterStatus in service_admin.cc; the schedule calls in
+// service_schedule.cc; Batch in service_batch.cc. On a cluster node (a
+// forwarder given), calls on a key another node owns are forwarded to it.
 class DelaydService final : public RawDelayd {
  public:
   // `backup_dir`: where Backup writes (empty: Backup is refused).

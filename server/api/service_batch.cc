@@ -14,8 +14,10 @@ namespace {
 
 // A Batch split between owners: answered once every part has answered.
 struct BatchJoin {
-  UnaryCall* call;
-  v1::BatchResponse* resp;  // On the call's arena.
+  BatchJoin(UnaryCall* c, v1::BatchResponse* r, int parts)
+      : call(c), resp(r), pending(parts) {}
+  UnaryCall* const call;
+  v1::BatchResponse* const resp;  // On the call's arena.
   std::atomic<int> pending;
   void PartDone() {
     if (pending.fetch_sub(1, std::memory_order_acq_rel) == 1) {
@@ -239,7 +241,10 @@ grpc::ServerUnaryReactor* DelaydService::SplitBatch(
   }
   auto join = std::make_shared<BatchJoin>(
       call, resp, static_cast<int>(remote.size() + (local.empty() ? 0 : 1)));
-  for (auto& [owner, part] : remote) {
+  for (const auto& entry : remote) {
+    // (Copies for the callback: a structured binding cannot be captured.)
+    const std::string owner = entry.first;
+    const std::shared_ptr<RemotePart> part = entry.second;
     v1::BatchRequest req;
     for (std::uint32_t i : part->positions) {
       ToProto(fields[i], req.add_operations());
