@@ -12,7 +12,9 @@
 //
 // Thread safety: Start and Stop from one thread; the keeper's callbacks run
 // on its threads, one at a time (mu_ guards what they share); Describe from
-// any thread.
+// any thread. on_health is told under mu_, so that changes reach it in the
+// order they happened (the keeper's thread and its watchdog both report):
+// it must not call back into the node.
 #ifndef DELAYD_SERVER_CLUSTER_NODE_H_
 #define DELAYD_SERVER_CLUSTER_NODE_H_
 

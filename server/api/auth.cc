@@ -148,7 +148,11 @@ Status TokenTable::Load(const std::string& path, TokenTable* out) {
 
 const std::vector<TokenTable::Grant>* TokenTable::Find(
     std::string_view token) const {
-  const Digest d = Sha256(token);
+  return FindDigest(Sha256(token));
+}
+
+const std::vector<TokenTable::Grant>* TokenTable::FindDigest(
+    const Digest& d) const {
   const std::vector<Grant>* found = nullptr;
   for (const Entry& e : entries_) {
     // Every entry is compared, in constant time each.
@@ -204,13 +208,14 @@ Status Authorizer::Identify(std::string_view authorization,
   if (token.empty()) {
     return Status::Unauthenticated("authorization: a bearer token is required");
   }
+  const Digest digest = Sha256(token);
   // (Compared as the table's entries are: in constant time.)
   if (peer_ &&
-      CRYPTO_memcmp(Sha256(token).data(), peer_->data(), peer_->size()) == 0) {
+      CRYPTO_memcmp(digest.data(), peer_->data(), peer_->size()) == 0) {
     return Status::Ok();  // A peer: anyone.
   }
   auto t = table();
-  const auto* grants = t->Find(token);
+  const auto* grants = t->FindDigest(digest);
   if (grants == nullptr) {
     return Status::Unauthenticated("authorization: unknown token");
   }

@@ -71,6 +71,8 @@ class TokenTable {
   // The grants of `token`, or null for an unknown token. Takes the same
   // time whichever entry matches, or none.
   const std::vector<Grant>* Find(std::string_view token) const;
+  // The same, by the token's SHA-256 digest.
+  const std::vector<Grant>* FindDigest(const Digest& digest) const;
   std::size_t size() const { return entries_.size(); }
 
  private:

@@ -5,7 +5,9 @@
 
 namespace delayd {
 
-Forwarder::Forwarder(Options options) : options_(std::move(options)) {}
+Forwarder::Forwarder(Options options)
+    : options_(std::move(options)),
+      authorization_("Bearer " + options_.token) {}
 
 void Forwarder::SetOwners(std::string self, std::map<int, std::string> owners) {
   std::vector<std::string> by_part;
@@ -76,7 +78,7 @@ void Forwarder::Forward(grpc::CallbackServerContext* ctx,
   // cancels its forwarded one); the wait is bounded even without them.
   call->ctx = grpc::ClientContext::FromCallbackServerContext(*ctx);
   call->ctx->set_deadline(std::chrono::system_clock::now() + options_.max_wait);
-  call->ctx->AddMetadata("authorization", "Bearer " + options_.token);
+  call->ctx->AddMetadata("authorization", authorization_);
   call->ctx->AddMetadata(kForwardedBy, options_.node);
   call->stub = StubTo(owner);
   call->started = std::chrono::steady_clock::now();

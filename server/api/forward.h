@@ -85,6 +85,7 @@ class Forwarder {
       EXCLUDES(mu_);
 
   const Options options_;
+  const std::string authorization_;  // "Bearer " and the cluster token.
   mutable Mutex mu_;
   std::string self_ GUARDED_BY(mu_);
   std::vector<std::string> owners_ GUARDED_BY(mu_);  // By partition.

@@ -229,8 +229,12 @@ grpc::ServerUnaryReactor* DelaydService::Drain(grpc::CallbackServerContext* ctx,
     }
     if (join->pending.fetch_sub(1) != 1) return;
     call.resp()->set_drained(join->drained);
-    MutexLock lock(&join->mu);
-    call.Reply(join->failed);
+    Status failed;
+    {
+      MutexLock lock(&join->mu);
+      failed = join->failed;
+    }
+    call.Reply(failed);
   };
   for (const std::string& peer : peers) {
     auto bytes = std::make_shared<grpc::ByteBuffer>();
