@@ -92,9 +92,12 @@ class Caller {
   // OK if the caller may do `permission` (one Permission) on `ns` (empty:
   // on every namespace); PERMISSION_DENIED if not.
   Status May(std::string_view ns, std::uint8_t permission) const;
+  // Another node of the cluster (it presented the cluster token).
+  bool peer() const { return peer_; }
 
  private:
   friend class Authorizer;
+  bool peer_ = false;
   std::shared_ptr<const TokenTable> table_;
   const std::vector<TokenTable::Grant>* grants_ = nullptr;  // Null: anyone.
 };

@@ -20,11 +20,50 @@ void Forwarder::SetOwners(std::string self, std::map<int, std::string> owners) {
     live.insert(address);
     by_part[part] = std::move(address);
   }
+  std::vector<std::function<void()>> tell;
+  {
+    MutexLock lock(&mu_);
+    const std::set<std::string> before = PeersLocked();
+    self_ = std::move(self);
+    owners_ = std::move(by_part);
+    // (A call in flight keeps its stub, and so its channel, until answered.)
+    std::erase_if(stubs_,
+                  [&](const auto& s) { return !live.contains(s.first); });
+    if (PeersLocked() != before) {
+      for (const auto& [id, changed] : watchers_) tell.push_back(changed);
+    }
+  }
+  for (const auto& changed : tell) changed();
+}
+
+std::set<std::string> Forwarder::PeersLocked() const {
+  std::set<std::string> peers;
+  for (const std::string& owner : owners_) {
+    if (!owner.empty() && owner != self_) peers.insert(owner);
+  }
+  return peers;
+}
+
+std::vector<std::string> Forwarder::AllPeers() const {
   MutexLock lock(&mu_);
-  self_ = std::move(self);
-  owners_ = std::move(by_part);
-  // (A call in flight keeps its stub, and so its channel, until answered.)
-  std::erase_if(stubs_, [&](const auto& s) { return !live.contains(s.first); });
+  const std::set<std::string> peers = PeersLocked();
+  return {peers.begin(), peers.end()};
+}
+
+void Forwarder::PrepareContext(grpc::ClientContext* ctx) const {
+  ctx->AddMetadata("authorization", authorization_);
+  ctx->AddMetadata(kForwardedBy, options_.node);
+}
+
+std::uint64_t Forwarder::WatchPeers(std::function<void()> changed) {
+  MutexLock lock(&mu_);
+  watchers_.emplace(next_watcher_, std::move(changed));
+  return next_watcher_++;
+}
+
+void Forwarder::Unwatch(std::uint64_t id) {
+  MutexLock lock(&mu_);
+  watchers_.erase(id);
 }
 
 std::string Forwarder::OwnerOf(std::uint32_t part,
@@ -39,12 +78,7 @@ std::string Forwarder::OwnerOf(std::uint32_t part,
 std::vector<std::string> Forwarder::Peers(
     const grpc::CallbackServerContext& ctx) const {
   if (ctx.client_metadata().count(kForwardedBy) != 0) return {};
-  std::set<std::string> peers;
-  MutexLock lock(&mu_);
-  for (const std::string& owner : owners_) {
-    if (!owner.empty() && owner != self_) peers.insert(owner);
-  }
-  return {peers.begin(), peers.end()};
+  return AllPeers();
 }
 
 std::shared_ptr<grpc::GenericStub> Forwarder::StubTo(const std::string& owner) {
@@ -78,8 +112,7 @@ void Forwarder::Forward(grpc::CallbackServerContext* ctx,
   // cancels its forwarded one); the wait is bounded even without them.
   call->ctx = grpc::ClientContext::FromCallbackServerContext(*ctx);
   call->ctx->set_deadline(std::chrono::system_clock::now() + options_.max_wait);
-  call->ctx->AddMetadata("authorization", authorization_);
-  call->ctx->AddMetadata(kForwardedBy, options_.node);
+  PrepareContext(call->ctx.get());
   call->stub = StubTo(owner);
   call->started = std::chrono::steady_clock::now();
   ctx->AddTrailingMetadata(kOwnerTrailer, owner);

@@ -25,6 +25,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -80,9 +81,22 @@ class Forwarder {
                const std::string& owner, MethodMetrics& metrics,
                std::function<void(grpc::Status)> done) EXCLUDES(mu_);
 
- private:
+  // For calls this node makes to another on a client's behalf (a relayed
+  // Subscribe, relay.h): the other nodes that own partitions now; `ctx`
+  // set up as a forwarded call's (the cluster token, one hop); the stub
+  // to `owner`.
+  std::vector<std::string> AllPeers() const EXCLUDES(mu_);
+  void PrepareContext(grpc::ClientContext* ctx) const;
   std::shared_ptr<grpc::GenericStub> StubTo(const std::string& owner)
       EXCLUDES(mu_);
+  // Calls `changed` (on the thread that set the owners, without mu_) each
+  // time the set of peers changes, until Unwatch(the returned id); it may
+  // still be running, or about to run, when Unwatch returns.
+  std::uint64_t WatchPeers(std::function<void()> changed) EXCLUDES(mu_);
+  void Unwatch(std::uint64_t id) EXCLUDES(mu_);
+
+ private:
+  std::set<std::string> PeersLocked() const REQUIRES(mu_);
 
   const Options options_;
   const std::string authorization_;  // "Bearer " and the cluster token.
@@ -91,6 +105,8 @@ class Forwarder {
   std::vector<std::string> owners_ GUARDED_BY(mu_);  // By partition.
   std::map<std::string, std::shared_ptr<grpc::GenericStub>> stubs_
       GUARDED_BY(mu_);
+  std::map<std::uint64_t, std::function<void()>> watchers_ GUARDED_BY(mu_);
+  std::uint64_t next_watcher_ GUARDED_BY(mu_) = 1;
 };
 
 }  // namespace delayd

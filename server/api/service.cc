@@ -7,6 +7,7 @@
 #include <random>
 
 #include "server/api/proto_time.h"
+#include "server/api/relay.h"
 #include "server/api/stream.h"
 
 namespace delayd {
@@ -363,9 +364,31 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* DelaydService::Subscribe(
             std::to_string(scheduler_.limits().max_subscribers) + " reached"),
         rpc_[RpcMetrics::kSubscribe]);
   }
+  if (forwarder_ == nullptr ||
+      ctx->client_metadata().count(Forwarder::kForwardedBy) != 0) {
+    return new SubscribeReactor(
+        scheduler_, ctx,
+        req.namespace_().empty() ? "default" : req.namespace_(), options,
+        rpc_[RpcMetrics::kSubscribe]);
+  }
+  // A cluster node: the other owners' events are relayed in (relay.h), each
+  // node delivering its share of the worker's in-flight limit.
+  if (!watcher) {
+    const auto nodes =
+        static_cast<std::uint32_t>(forwarder_->AllPeers().size() + 1);
+    options.max_in_flight = std::max(1u, options.max_in_flight / nodes);
+    req.set_max_in_flight(options.max_in_flight);
+  }
   return new SubscribeReactor(
       scheduler_, ctx, req.namespace_().empty() ? "default" : req.namespace_(),
-      options, rpc_[RpcMetrics::kSubscribe]);
+      options, rpc_[RpcMetrics::kSubscribe],
+      [&](const std::shared_ptr<StreamSink>& sink) {
+        sink->LimitEvents(options.max_events);
+        auto relay = std::make_shared<Relay>(*forwarder_, scheduler_.io(),
+                                             sink, std::move(req));
+        relay->Start();
+        return [relay] { relay->Stop(); };
+      });
 }
 
 }  // namespace delayd

@@ -267,6 +267,14 @@ class DelaydService final : public RawDelayd {
                         [call](grpc::Status s) { call.Relay(std::move(s)); });
     return true;
   }
+  // Ack, Nack and ExtendLease (service_work.cc): `call`'s events, each
+  // part answered by `local` (this node's events: the ids, and where to
+  // give its answer) or, on a cluster node, forwarded to the node owning
+  // their partition (an event id's low bits); the answers summed by `merge`.
+  template <typename Req, typename Resp, typename Local, typename Merge>
+  grpc::ServerUnaryReactor* ByEventOwner(const Unary<Req, Resp>& call,
+                                         RpcMetrics::Method method,
+                                         Local local, Merge merge);
   // Validates a set, move or remove and converts it for the scheduler,
   // pinning its namespace in `pin`.
   Status ToOp(const OpFields& f, WallNanos now, Op* op, NamespacePin* pin,

@@ -1,8 +1,98 @@
 // What workers call about their events: Ack, Nack and ExtendLease (work on
-// the namespace).
+// the namespace). On a cluster node, the events of partitions other nodes
+// own go to those nodes (the request with their ids only), and the answers
+// are summed.
+#include <map>
+
+#include "server/api/relay.h"
 #include "server/api/service.h"
 
 namespace delayd {
+
+template <typename Req, typename Resp, typename Local, typename Merge>
+grpc::ServerUnaryReactor* DelaydService::ByEventOwner(
+    const Unary<Req, Resp>& call, RpcMetrics::Method method, Local local,
+    Merge merge) {
+  std::map<std::string, std::vector<std::uint64_t>> owners;
+  for (std::uint64_t id : call.req().event_ids()) {
+    owners[forwarder_ == nullptr
+               ? std::string()
+               : forwarder_->OwnerOf(Partition::Of(id), *call.ctx())]
+        .push_back(id);
+  }
+  if (owners.size() <= 1 && (owners.empty() || owners.begin()->first.empty())) {
+    auto ids = owners.empty() ? std::vector<std::uint64_t>()
+                              : std::move(owners.begin()->second);
+    local(std::move(ids), [call](Status s, Resp r) {
+      if (s.ok()) call.resp()->Swap(&r);
+      call.Reply(s);
+    });
+    return call.reactor();
+  }
+  // Answered once every part is; an owner that cannot be reached fails the
+  // call (the parts done stay done: a repeat finds them unknown).
+  struct Join {
+    Mutex mu;
+    std::size_t pending GUARDED_BY(mu);
+    Status failed GUARDED_BY(mu);
+  };
+  auto join = std::make_shared<Join>();
+  {
+    MutexLock lock(&join->mu);
+    join->pending = owners.size();
+  }
+  auto part_done = [join, call, merge](Status s, const Resp& part) {
+    bool last;
+    {
+      MutexLock lock(&join->mu);
+      if (!s.ok()) {
+        if (join->failed.ok()) join->failed = std::move(s);
+      } else {
+        merge(call.resp(), part);
+      }
+      last = --join->pending == 0;
+    }
+    if (last) {
+      Status failed;
+      {
+        MutexLock lock(&join->mu);
+        failed = join->failed;
+      }
+      call.Reply(failed);
+    }
+  };
+  for (auto& [owner, ids] : owners) {
+    if (owner.empty()) {
+      local(std::move(ids), part_done);
+      continue;
+    }
+    struct Remote {
+      grpc::ByteBuffer request, response;
+    };
+    auto remote = std::make_shared<Remote>();
+    Req part = call.req();
+    part.clear_event_ids();
+    for (std::uint64_t id : ids) part.add_event_ids(id);
+    bool own;
+    grpc::SerializationTraits<Req>::Serialize(part, &remote->request, &own);
+    forwarder_->Forward(
+        call.ctx(), rpc_[method].name(), &remote->request, &remote->response,
+        owner, rpc_.forwarded(method),
+        [remote, part_done, owner](grpc::Status s) {
+          Resp answer;
+          if (s.ok() && !grpc::SerializationTraits<Resp>::Deserialize(
+                             &remote->response, &answer)
+                             .ok()) {
+            s = grpc::Status(grpc::StatusCode::INTERNAL, "not an answer");
+          }
+          part_done(s.ok() ? Status::Ok()
+                           : Status::Unavailable("forwarded to " + owner +
+                                                 ": " + s.error_message()),
+                    answer);
+        });
+  }
+  return call.reactor();
+}
 
 grpc::ServerUnaryReactor* DelaydService::Ack(grpc::CallbackServerContext* ctx,
                                              const grpc::ByteBuffer* in,
@@ -14,22 +104,31 @@ grpc::ServerUnaryReactor* DelaydService::Ack(grpc::CallbackServerContext* ctx,
   Status s = Authorize(call.caller(), req.namespace_(), kWork);
   if (s.ok()) s = validator_.Ack(req);
   if (!s.ok()) return call.Reply(s);
-  NamespacePin pin;
-  if (!Namespace(req.namespace_(), &pin).ok()) {
-    // No such namespace: none of its events are outstanding.
-    for (auto id : req.event_ids()) call.resp()->add_unknown_ids(id);
-    return call.Reply(Status::Ok());
-  }
-  scheduler_.dispatcher(pin.id()).Ack(
-      {req.event_ids().begin(), req.event_ids().end()},
-      [call, pin = std::move(pin)](AckResult r) {
-        if (r.error.ok()) {
-          call.resp()->set_acked(r.acked);
-          for (auto id : r.unknown) call.resp()->add_unknown_ids(id);
+  return ByEventOwner(
+      call, RpcMetrics::kAck,
+      [this, ns = req.namespace_()](
+          std::vector<std::uint64_t> ids,
+          std::function<void(Status, v1::AckResponse)> done) {
+        v1::AckResponse resp;
+        NamespacePin pin;
+        if (!Namespace(ns, &pin).ok()) {
+          // No such namespace: none of its events are outstanding.
+          for (auto id : ids) resp.add_unknown_ids(id);
+          return done(Status::Ok(), std::move(resp));
         }
-        call.Reply(r.error);
+        scheduler_.dispatcher(pin.id()).Ack(
+            std::move(ids),
+            [done = std::move(done), pin = std::move(pin)](AckResult r) {
+              v1::AckResponse resp;
+              resp.set_acked(r.acked);
+              for (auto id : r.unknown) resp.add_unknown_ids(id);
+              done(r.error, std::move(resp));
+            });
+      },
+      [](v1::AckResponse* sum, const v1::AckResponse& part) {
+        sum->set_acked(sum->acked() + part.acked());
+        sum->mutable_unknown_ids()->MergeFrom(part.unknown_ids());
       });
-  return call.reactor();
 }
 
 grpc::ServerUnaryReactor* DelaydService::Nack(grpc::CallbackServerContext* ctx,
@@ -43,19 +142,35 @@ grpc::ServerUnaryReactor* DelaydService::Nack(grpc::CallbackServerContext* ctx,
   Status s = Authorize(call.caller(), req.namespace_(), kWork);
   if (s.ok()) s = validator_.Nack(req, &retry_after);
   if (!s.ok()) return call.Reply(s);
-  NamespacePin pin;
-  if (!Namespace(req.namespace_(), &pin).ok()) {
-    for (auto id : req.event_ids()) call.resp()->add_unknown_ids(id);
-    return call.Reply(Status::Ok());
-  }
-  scheduler_.dispatcher(pin.id()).Nack(
-      {req.event_ids().begin(), req.event_ids().end()}, retry_after,
-      req.error(), [call, pin = std::move(pin)](LeaseResult r) {
-        call.resp()->set_nacked(r.done);
-        for (auto id : r.unknown) call.resp()->add_unknown_ids(id);
-        call.Reply(Status::Ok());
+  // Another node giving back events its worker never got (relay.h).
+  const bool release = call.caller().peer() &&
+                       ctx->client_metadata().count(Relay::kRelease) != 0;
+  return ByEventOwner(
+      call, RpcMetrics::kNack,
+      [this, ns = req.namespace_(), retry_after, error = req.error(),
+       release](std::vector<std::uint64_t> ids,
+                std::function<void(Status, v1::NackResponse)> done) {
+        NamespacePin pin;
+        if (!Namespace(ns, &pin).ok()) {
+          v1::NackResponse resp;
+          for (auto id : ids) resp.add_unknown_ids(id);
+          return done(Status::Ok(), std::move(resp));
+        }
+        auto answer = [done = std::move(done),
+                       pin = std::move(pin)](LeaseResult r) {
+          v1::NackResponse resp;
+          resp.set_nacked(r.done);
+          for (auto id : r.unknown) resp.add_unknown_ids(id);
+          done(Status::Ok(), std::move(resp));
+        };
+        Dispatcher& d = scheduler_.dispatcher(pin.id());
+        if (release) return d.Release(std::move(ids), std::move(answer));
+        d.Nack(std::move(ids), retry_after, error, std::move(answer));
+      },
+      [](v1::NackResponse* sum, const v1::NackResponse& part) {
+        sum->set_nacked(sum->nacked() + part.nacked());
+        sum->mutable_unknown_ids()->MergeFrom(part.unknown_ids());
       });
-  return call.reactor();
 }
 
 grpc::ServerUnaryReactor* DelaydService::ExtendLease(
@@ -69,19 +184,30 @@ grpc::ServerUnaryReactor* DelaydService::ExtendLease(
   Status s = Authorize(call.caller(), req.namespace_(), kWork);
   if (s.ok()) s = validator_.ExtendLease(req, &extension);
   if (!s.ok()) return call.Reply(s);
-  NamespacePin pin;
-  if (!Namespace(req.namespace_(), &pin).ok()) {
-    for (auto id : req.event_ids()) call.resp()->add_unknown_ids(id);
-    return call.Reply(Status::Ok());
-  }
-  scheduler_.dispatcher(pin.id()).ExtendLease(
-      {req.event_ids().begin(), req.event_ids().end()}, extension,
-      [call, pin = std::move(pin)](LeaseResult r) {
-        call.resp()->set_extended(r.done);
-        for (auto id : r.unknown) call.resp()->add_unknown_ids(id);
-        call.Reply(Status::Ok());
+  return ByEventOwner(
+      call, RpcMetrics::kExtendLease,
+      [this, ns = req.namespace_(), extension](
+          std::vector<std::uint64_t> ids,
+          std::function<void(Status, v1::ExtendLeaseResponse)> done) {
+        NamespacePin pin;
+        if (!Namespace(ns, &pin).ok()) {
+          v1::ExtendLeaseResponse resp;
+          for (auto id : ids) resp.add_unknown_ids(id);
+          return done(Status::Ok(), std::move(resp));
+        }
+        scheduler_.dispatcher(pin.id()).ExtendLease(
+            std::move(ids), extension,
+            [done = std::move(done), pin = std::move(pin)](LeaseResult r) {
+              v1::ExtendLeaseResponse resp;
+              resp.set_extended(r.done);
+              for (auto id : r.unknown) resp.add_unknown_ids(id);
+              done(Status::Ok(), std::move(resp));
+            });
+      },
+      [](v1::ExtendLeaseResponse* sum, const v1::ExtendLeaseResponse& part) {
+        sum->set_extended(sum->extended() + part.extended());
+        sum->mutable_unknown_ids()->MergeFrom(part.unknown_ids());
       });
-  return call.reactor();
 }
 
 }  // namespace delayd

@@ -7,6 +7,11 @@ StreamSink::Backlog StreamSink::Deliver(std::string_view ns,
   Action next;
   {
     MutexLock lock(&mu_);
+    // (Events beyond the stream's limit, which relayed events may have
+    // reached since the dispatcher looked, are never written.)
+    const std::size_t take = TakeEvents(events.size());
+    for (const Event* e : events.subspan(take)) unwritten_ids_.push_back(e->id);
+    events = events.first(take);
     if (reactor_ == nullptr || ending_) {
       for (const Event* e : events) unwritten_ids_.push_back(e->id);
       return {};
@@ -14,8 +19,9 @@ StreamSink::Backlog StreamSink::Deliver(std::string_view ns,
     std::size_t bytes = 0;
     for (const Event* e : events) {
       const std::size_t b = EventBytes(ns, *e);
-      if (queue_.empty() || (queue_.back().bytes + b > kMaxMessageBytes &&
-                             queue_.back().msg.events_size() > 0)) {
+      if (queue_.empty() || !queue_.back().source.empty() ||
+          (queue_.back().bytes + b > kMaxMessageBytes &&
+           queue_.back().msg.events_size() > 0)) {
         queue_.emplace_back();
       }
       Message& m = queue_.back();
@@ -29,6 +35,73 @@ StreamSink::Backlog StreamSink::Deliver(std::string_view ns,
   }
   Run(next);
   return Unwritten();
+}
+
+std::uint64_t StreamSink::TakeEvents(std::uint64_t want) {
+  std::uint64_t left = events_left_.load();
+  std::uint64_t take;
+  do {
+    take = std::min(left, want);
+  } while (!events_left_.compare_exchange_weak(left, left - take));
+  return take;
+}
+
+void StreamSink::LimitEvents(std::uint64_t max_events) {
+  if (max_events != 0) events_left_.store(max_events);
+}
+
+std::vector<std::uint64_t> StreamSink::DeliverRelayed(
+    v1::SubscribeResponse msg, const std::string& source, Backlog* backlog) {
+  std::vector<std::uint64_t> beyond;
+  const auto take = static_cast<int>(TakeEvents(msg.events_size()));
+  for (int k = take; k < msg.events_size(); ++k) {
+    beyond.push_back(msg.events(k).id());
+  }
+  msg.mutable_events()->DeleteSubrange(take, msg.events_size() - take);
+  Action next;
+  {
+    MutexLock lock(&mu_);
+    if (reactor_ == nullptr || ending_) {
+      auto& ids = unwritten_relayed_[source];
+      for (const v1::Event& e : msg.events()) ids.push_back(e.id());
+      *backlog = Unwritten();
+      return beyond;
+    }
+    if (msg.events_size() > 0) {
+      const std::size_t bytes = msg.ByteSizeLong();
+      unwritten_events_.fetch_add(msg.events_size());
+      unwritten_bytes_.fetch_add(bytes);
+      queue_.push_back({std::move(msg), bytes, source});
+    }
+    next = Next();
+  }
+  Run(next);
+  *backlog = Unwritten();
+  return beyond;
+}
+
+std::map<std::string, std::vector<std::uint64_t>>
+StreamSink::TakeUnwrittenRelayed() {
+  MutexLock lock(&mu_);
+  auto ids = std::move(unwritten_relayed_);
+  unwritten_relayed_.clear();
+  if (!in_write_source_.empty()) {
+    auto& mine = ids[in_write_source_];
+    mine.insert(mine.end(), in_write_ids_.begin(), in_write_ids_.end());
+    in_write_ids_.clear();
+    in_write_source_.clear();
+  }
+  std::erase_if(queue_, [&](const Message& m) {
+    if (m.source.empty()) return false;
+    for (const v1::Event& e : m.msg.events()) ids[m.source].push_back(e.id());
+    return true;
+  });
+  return ids;
+}
+
+void StreamSink::SetRelayDrained(std::function<void()> drained) {
+  MutexLock lock(&mu_);
+  relay_drained_ = std::move(drained);
 }
 
 void StreamSink::End(const Status& status) {
@@ -56,7 +129,7 @@ void StreamSink::SendRegistered() {
 
 void StreamSink::OnWriteDone(bool ok) {
   Action next;
-  std::function<void()> drained;
+  std::function<void()> drained, relay_drained;
   {
     MutexLock lock(&mu_);
     write_timer_.cancel();
@@ -65,19 +138,26 @@ void StreamSink::OnWriteDone(bool ok) {
     unwritten_bytes_.fetch_sub(in_write_bytes_);
     in_write_ = in_write_bytes_ = 0;
     if (!ok) {
-      unwritten_ids_.insert(unwritten_ids_.end(), in_write_ids_.begin(),
-                            in_write_ids_.end());
+      auto& ids = in_write_source_.empty()
+                      ? unwritten_ids_
+                      : unwritten_relayed_[in_write_source_];
+      ids.insert(ids.end(), in_write_ids_.begin(), in_write_ids_.end());
     }
     in_write_ids_.clear();
+    in_write_source_.clear();
     if (!ok && !ending_) {
       ending_ = true;
       end_status_ = Status::Unavailable("stream broken");
     }
     next = Next();
-    if (ok && !writing_ && !ending_) drained = on_drained;
+    if (ok && !writing_ && !ending_) {
+      drained = on_drained;
+      relay_drained = relay_drained_;
+    }
   }
   Run(next);
   if (drained) drained();
+  if (relay_drained) relay_drained();
 }
 
 std::vector<std::uint64_t> StreamSink::TakeUnwritten() {
@@ -85,12 +165,15 @@ std::vector<std::uint64_t> StreamSink::TakeUnwritten() {
   std::vector<std::uint64_t> ids = std::move(unwritten_ids_);
   unwritten_ids_.clear();
   // (A write still under way when the stream is over never completed.)
-  ids.insert(ids.end(), in_write_ids_.begin(), in_write_ids_.end());
-  in_write_ids_.clear();
-  for (const Message& m : queue_) {
-    for (const v1::Event& e : m.msg.events()) ids.push_back(e.id());
+  if (in_write_source_.empty()) {
+    ids.insert(ids.end(), in_write_ids_.begin(), in_write_ids_.end());
+    in_write_ids_.clear();
   }
-  queue_.clear();
+  std::erase_if(queue_, [&](const Message& m) {
+    if (!m.source.empty()) return false;
+    for (const v1::Event& e : m.msg.events()) ids.push_back(e.id());
+    return true;
+  });
   return ids;
 }
 
@@ -122,6 +205,7 @@ StreamSink::Action StreamSink::Next() {
     msg = &queue_.front().msg;
     in_write_ = static_cast<std::size_t>(msg->events_size());
     in_write_bytes_ = queue_.front().bytes;
+    in_write_source_ = queue_.front().source;
     for (const v1::Event& e : msg->events()) in_write_ids_.push_back(e.id());
   }
   bool own_buffer;

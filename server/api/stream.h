@@ -9,6 +9,8 @@
 #include <atomic>
 #include <chrono>
 #include <deque>
+#include <limits>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -75,7 +77,28 @@ class StreamSink : public Subscriber {
     return {unwritten_events_.load(), unwritten_bytes_.load()};
   }
   void End(const Status& status) override EXCLUDES(mu_);
+  // The events of this node's dispatcher only (not relayed ones).
   std::vector<std::uint64_t> TakeUnwritten() override EXCLUDES(mu_);
+  std::uint64_t EventsLeft() const override { return events_left_.load(); }
+
+  // A cluster node's worker also gets the events other nodes deliver to
+  // this node on its behalf (relay.h). The stream takes at most
+  // `max_events` over its life, relayed or not (before anything is
+  // delivered; 0: no limit).
+  void LimitEvents(std::uint64_t max_events);
+  // Queues the events of `msg`, delivered by the node at `source`, up to
+  // the stream's limit; returns the ids of those beyond it (not queued)
+  // and sets *backlog to the backlog after queueing.
+  std::vector<std::uint64_t> DeliverRelayed(v1::SubscribeResponse msg,
+                                            const std::string& source,
+                                            Backlog* backlog) EXCLUDES(mu_);
+  // Once the stream is over: the relayed events its client was never
+  // written, by the node that delivered them.
+  std::map<std::string, std::vector<std::uint64_t>> TakeUnwrittenRelayed()
+      EXCLUDES(mu_);
+  // Called (any thread, without mu_) each time the backlog has been written
+  // out, as on_drained is: a relay held back by the backlog reads on.
+  void SetRelayDrained(std::function<void()> drained) EXCLUDES(mu_);
   // Tells the subscriber it is registered: an empty first message.
   void SendRegistered() EXCLUDES(mu_);
   // The reactor's OnWriteDone.
@@ -94,7 +117,10 @@ class StreamSink : public Subscriber {
   struct Message {
     v1::SubscribeResponse msg;
     std::size_t bytes = 0;
+    std::string source;  // The node that delivered it; empty: this one.
   };
+  // Takes up to `want` of the events left (events_left_).
+  std::uint64_t TakeEvents(std::uint64_t want);
   // What the reactor is to do once mu_ is let go.
   struct Action {
     enum Kind { kNone, kWrite, kFinish } kind = kNone;
@@ -124,8 +150,16 @@ class StreamSink : public Subscriber {
   // The message being written (read by gRPC while writing_).
   grpc::ByteBuffer in_flight_;
   std::size_t in_write_ GUARDED_BY(mu_) = 0;
-  // The ids of the events in the write under way.
+  // The ids of the events in the write under way, and the node that
+  // delivered them (empty: this one).
   std::vector<std::uint64_t> in_write_ids_ GUARDED_BY(mu_);
+  std::string in_write_source_ GUARDED_BY(mu_);
+  // Relayed events never written, by the node that delivered them.
+  std::map<std::string, std::vector<std::uint64_t>> unwritten_relayed_
+      GUARDED_BY(mu_);
+  std::function<void()> relay_drained_ GUARDED_BY(mu_);
+  std::atomic<std::uint64_t> events_left_{
+      std::numeric_limits<std::uint64_t>::max()};
   // Events its client was never written: delivered after the stream's end,
   // or in a write that failed (TakeUnwritten adds those still queued).
   std::vector<std::uint64_t> unwritten_ids_ GUARDED_BY(mu_);
@@ -145,10 +179,16 @@ class StreamSink : public Subscriber {
 
 class SubscribeReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
+  // Runs when the stream is over (a cluster node's Relay::Stop).
+  using AtEnd = std::function<void()>;
   // Its end is counted in `metrics`; its start and end are logged.
-  SubscribeReactor(Scheduler& scheduler, grpc::CallbackServerContext* ctx,
-                   std::string ns, SubscribeOptions options,
-                   MethodMetrics& metrics)
+  // `attach`, if given, is told the stream's sink before the dispatcher is
+  // (a cluster node relays other nodes' events into it), and returns what
+  // to run at the end.
+  SubscribeReactor(
+      Scheduler& scheduler, grpc::CallbackServerContext* ctx, std::string ns,
+      SubscribeOptions options, MethodMetrics& metrics,
+      std::function<AtEnd(const std::shared_ptr<StreamSink>&)> attach = {})
       : scheduler_(scheduler),
         ns_(std::move(ns)),
         id_(scheduler.NewSubscriberId()),
@@ -165,6 +205,7 @@ class SubscribeReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
                                 : ", max in flight " +
                                       std::to_string(options.max_in_flight) +
                                       ") connected"));
+    if (attach) at_end_ = attach(sink_);
     scheduler_.Subscribe(ns_, id_, sink_, options,
                          [sink = sink_] { sink->SendRegistered(); });
   }
@@ -175,6 +216,7 @@ class SubscribeReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   }
   void OnDone() override {
     const grpc::StatusCode code = sink_->Detach();
+    if (at_end_) at_end_();
     metrics_.Observe(code, std::nullopt);
     LogSampled("subscriber", who_ + ") disconnected: " + CodeName(code));
     scheduler_.Unsubscribe(ns_, id_);
@@ -189,6 +231,7 @@ class SubscribeReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   MethodMetrics& metrics_;
   const std::string who_;
   std::shared_ptr<StreamSink> sink_;
+  AtEnd at_end_;
 };
 
 class FailedStream : public grpc::ServerWriteReactor<grpc::ByteBuffer> {

@@ -465,8 +465,9 @@ std::size_t Dispatcher::WorkerRoom(const Worker& w) const {
   std::size_t room = std::min<std::size_t>(
       w.max_in_flight - std::min<std::size_t>(w.max_in_flight, held),
       kMaxBatch);
+  const std::uint64_t left = std::min(w.events_left, w.sink->EventsLeft());
   return std::min<std::uint64_t>(
-      room, w.events_left - std::min<std::uint64_t>(w.events_left, w.reading));
+      room, left - std::min<std::uint64_t>(left, w.reading));
 }
 
 std::size_t Dispatcher::NamespaceRoom(SteadyTime now, std::size_t taken,

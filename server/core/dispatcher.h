@@ -47,6 +47,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <random>
@@ -95,6 +96,12 @@ class Subscriber : public std::enable_shared_from_this<Subscriber> {
   // stream ended first (queued, in a write that failed, or delivered after
   // its end). Their leases are taken back (a worker that keeps its leases).
   virtual std::vector<std::uint64_t> TakeUnwritten() { return {}; }
+  // How many more events it takes over its life, counting those it gets
+  // from elsewhere (a cluster node's relayed events, relay.h): a worker's
+  // room is bounded by it as by its own max_events.
+  virtual std::uint64_t EventsLeft() const {
+    return std::numeric_limits<std::uint64_t>::max();
+  }
 
   // Set by the dispatcher before anything is delivered; the subscriber
   // calls it (from any thread) each time its backlog has been written out,
@@ -208,6 +215,11 @@ class Dispatcher {
   void Nack(std::vector<std::uint64_t> ids,
             std::optional<std::chrono::nanoseconds> retry_after,
             std::string error, std::function<void(LeaseResult)> done);
+  // Takes back the events of `ids` in flight whose worker never got them
+  // (a cluster node relaying them to its worker: relay.h): each is ready
+  // again at once, at the front of the queue, its attempt not counted.
+  void Release(std::vector<std::uint64_t> ids,
+               std::function<void(LeaseResult)> done);
   // Moves the ack deadline of each event of `ids` in flight to now +
   // `extension`.
   void ExtendLease(std::vector<std::uint64_t> ids,

@@ -5,6 +5,8 @@
 // of failing events are written to the store (their fate records).
 #include "server/core/dispatcher.h"
 
+#include <algorithm>
+
 namespace delayd {
 
 void Dispatcher::SetPolicy(const Policy& policy) {
@@ -66,6 +68,29 @@ void Dispatcher::Nack(std::vector<std::uint64_t> ids,
       ++result.done;
     }
     WriteFates();
+    Pump();
+    done(std::move(result));
+  });
+}
+
+void Dispatcher::Release(std::vector<std::uint64_t> ids,
+                         std::function<void(LeaseResult)> done) {
+  asio::post(strand_, [this, ids = std::move(ids),
+                       done = std::move(done)]() mutable {
+    on_strand_.Enter();
+    LeaseResult result;
+    // (Newest first, so that the oldest ends up at the front.)
+    std::sort(ids.rbegin(), ids.rend());
+    for (std::uint64_t id : ids) {
+      auto it = outstanding_.find(id);
+      if (it == outstanding_.end() || it->second.worker == 0) {
+        result.unknown.push_back(id);
+        continue;
+      }
+      if (Worker* w = FindWorker(it->second.worker)) w->in_flight.erase(id);
+      TakeBack(id, it->second);
+      ++result.done;
+    }
     Pump();
     done(std::move(result));
   });

@@ -57,6 +57,11 @@ class Partition {
   using Publish = std::function<void(NamespaceId ns, std::vector<Event>)>;
   using Done = std::function<void(OpResult)>;
 
+  // The partition whose index is the low bits of an event id or version.
+  static std::uint32_t Of(std::uint64_t id) {
+    return static_cast<std::uint32_t>(id & 1023);
+  }
+
   // `index` < 1024 becomes the low bits of every version and event id: the
   // high 54 bits count per partition, so both are unique daemon-wide, and a
   // key's versions (always in the same partition) increase. `store` may be
