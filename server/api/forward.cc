@@ -75,6 +75,15 @@ std::string Forwarder::OwnerOf(std::uint32_t part,
   return owners_[part];
 }
 
+Forwarder::Run Forwarder::RunFrom(std::uint32_t part) const {
+  MutexLock lock(&mu_);
+  if (part >= owners_.size() || owners_[part].empty()) return {};
+  const std::string& owner = owners_[part];
+  std::uint32_t end = part + 1;
+  while (end < owners_.size() && owners_[end] == owner) ++end;
+  return {owner == self_ ? std::string() : owner, end};
+}
+
 std::vector<std::string> Forwarder::Peers(
     const grpc::CallbackServerContext& ctx) const {
   if (ctx.client_metadata().count(kForwardedBy) != 0) return {};

@@ -25,6 +25,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -64,6 +65,15 @@ class Forwarder {
   std::string OwnerOf(std::uint32_t part,
                       const grpc::CallbackServerContext& ctx) const
       EXCLUDES(mu_);
+
+  // The partitions from `part` on that one node owns now: that node's
+  // address (empty: this node; unset: no node owns `part`) and the first
+  // partition after them that it does not own.
+  struct Run {
+    std::optional<std::string> owner;
+    std::uint32_t end = 0;
+  };
+  Run RunFrom(std::uint32_t part) const EXCLUDES(mu_);
 
   // The addresses of the other nodes that own partitions now, for a call
   // that was not forwarded to this one already (empty otherwise): a call on

@@ -310,9 +310,32 @@ grpc::ServerUnaryReactor* DelaydService::ListTimers(
   Status s = Authorize(call.caller(), req.namespace_(), kRead);
   if (s.ok()) s = validator_.List(req, &limits, &cursor);
   if (!s.ok()) return call.Reply(s);
+  if (forwarder_ != nullptr) {
+    // A page holds the partitions one node owns from the cursor's on: this
+    // node's, or the owner's (forwarded to it).
+    const Forwarder::Run run = forwarder_->RunFrom(cursor.partition);
+    if (!run.owner || (!run.owner->empty() &&
+                       ctx->client_metadata().count(
+                           Forwarder::kForwardedBy) != 0)) {
+      return call.Reply(Status::Unavailable(
+          "partition " + std::to_string(cursor.partition) +
+          " is changing owners; try again"));
+    }
+    if (!run.owner->empty()) {
+      forwarder_->Forward(ctx, "ListTimers", in, out, *run.owner,
+                          rpc_.forwarded(RpcMetrics::kListTimers),
+                          [call](grpc::Status s) { call.Relay(std::move(s)); });
+      return call.reactor();
+    }
+    limits.until = run.end;
+  }
   NamespacePin pin;
   if (!Namespace(req.namespace_(), &pin).ok()) {
-    return call.Reply(Status::Ok());  // No such namespace: no timers.
+    // No such namespace here: no timers in this node's partitions.
+    if (limits.until < scheduler_.partitions()) {
+      call.resp()->set_next_page_token(std::to_string(limits.until) + ".0");
+    }
+    return call.Reply(Status::Ok());
   }
   const std::string& name = scheduler_.dispatcher(pin.id()).name();
   scheduler_.List(

@@ -267,14 +267,33 @@ class DelaydService final : public RawDelayd {
                         [call](grpc::Status s) { call.Relay(std::move(s)); });
     return true;
   }
-  // Ack, Nack and ExtendLease (service_work.cc): `call`'s events, each
-  // part answered by `local` (this node's events: the ids, and where to
-  // give its answer) or, on a cluster node, forwarded to the node owning
-  // their partition (an event id's low bits); the answers summed by `merge`.
+  // The event ids of `ids` by the node owning their partition (an event
+  // id's low bits): this node's under "" (all of them if it is not in a
+  // cluster, or `ctx` was forwarded here).
+  std::map<std::string, std::vector<std::uint64_t>> EventOwners(
+      const google::protobuf::RepeatedField<std::uint64_t>& ids,
+      const grpc::CallbackServerContext& ctx) const;
+  // Every node owning partitions (this one under "", with no ids): for a
+  // call on a whole namespace.
+  std::map<std::string, std::vector<std::uint64_t>> AllOwners(
+      const grpc::CallbackServerContext& ctx) const;
+  // Ack, Nack, ExtendLease and the dead-letter changes (service_split.h):
+  // answers `call` by parts, `owners`' "" part by `local` (the ids, and
+  // where to give its answer), each other one forwarded to its node as
+  // `call`'s request with that part's ids; the answers summed by `merge`.
   template <typename Req, typename Resp, typename Local, typename Merge>
-  grpc::ServerUnaryReactor* ByEventOwner(const Unary<Req, Resp>& call,
-                                         RpcMetrics::Method method,
-                                         Local local, Merge merge);
+  grpc::ServerUnaryReactor* ByEventOwner(
+      const Unary<Req, Resp>& call, RpcMetrics::Method method,
+      std::map<std::string, std::vector<std::uint64_t>> owners, Local local,
+      Merge merge);
+  // ListDeadLetters and ListSchedules (service_split.h): `call` answered by
+  // every node owning partitions (one when not in a cluster, or when `call`
+  // was forwarded here), this one by `local` (given where to put its
+  // answer), the others forwarded; `merge` makes one answer of theirs.
+  template <typename Req, typename Resp, typename Local, typename Merge>
+  grpc::ServerUnaryReactor* FromEveryOwner(const Unary<Req, Resp>& call,
+                                           RpcMetrics::Method method,
+                                           Local local, Merge merge);
   // Validates a set, move or remove and converts it for the scheduler,
   // pinning its namespace in `pin`.
   Status ToOp(const OpFields& f, WallNanos now, Op* op, NamespacePin* pin,
@@ -307,6 +326,18 @@ class DelaydService final : public RawDelayd {
                                        UnaryCall* call,
                                        const std::vector<OpFields>& fields,
                                        v1::BatchResponse* resp);
+
+  // One page of this node's dead letters of `req`'s namespace, from id
+  // `from` (service_dead.cc).
+  void ListLocalDeadLetters(
+      const v1::ListDeadLettersRequest& req, std::size_t limit,
+      std::uint64_t from,
+      std::function<void(Status, v1::ListDeadLettersResponse)> done);
+
+  // One page of this node's schedules of `req`'s namespace
+  // (service_schedule.cc).
+  void ListLocalSchedules(const v1::ListSchedulesRequest& req,
+                          std::size_t limit, v1::ListSchedulesResponse* out);
 
   // Checks `dir` against --backup-dir and writes the backup there
   // (blocking: run by Scheduler::Offload).

@@ -1,6 +1,9 @@
 // Dead letters: ListDeadLetters (read on the namespace),
 // RequeueDeadLetters and PurgeDeadLetters (write on it).
+#include <algorithm>
+
 #include "server/api/service.h"
+#include "server/api/service_split.h"
 #include "server/api/stream.h"
 
 namespace delayd {
@@ -9,7 +12,63 @@ namespace {
 // About as much as a ListTimers page holds.
 constexpr std::size_t kPageBytes = 3 << 20;
 
+// The first `limit` dead letters of the nodes' pages in id order (about
+// kPageBytes at most), and the next page's first id: the first left out,
+// else the least next id of a node.
+void MergePages(std::vector<v1::ListDeadLettersResponse>& pages,
+                std::size_t limit, v1::ListDeadLettersResponse* out) {
+  std::vector<v1::DeadLetter*> all;
+  std::optional<std::uint64_t> next;
+  for (auto& p : pages) {
+    for (auto& l : *p.mutable_dead_letters()) all.push_back(&l);
+    if (!p.next_page_token().empty()) {
+      const std::uint64_t n = std::stoull(p.next_page_token());
+      if (!next || n < *next) next = n;
+    }
+  }
+  std::sort(all.begin(), all.end(), [](const auto* x, const auto* y) {
+    return x->event().id() < y->event().id();
+  });
+  std::size_t bytes = 0;
+  for (v1::DeadLetter* l : all) {
+    const std::size_t b = l->ByteSizeLong();
+    if (out->dead_letters_size() > 0 &&
+        (static_cast<std::size_t>(out->dead_letters_size()) == limit ||
+         bytes + b > kPageBytes)) {
+      next = std::min(next.value_or(l->event().id()), l->event().id());
+      break;
+    }
+    bytes += b;
+    out->add_dead_letters()->Swap(l);
+  }
+  if (next) out->set_next_page_token(std::to_string(*next));
+}
+
 }  // namespace
+
+void DelaydService::ListLocalDeadLetters(
+    const v1::ListDeadLettersRequest& req, std::size_t limit,
+    std::uint64_t from,
+    std::function<void(Status, v1::ListDeadLettersResponse)> done) {
+  NamespacePin pin;
+  if (!Namespace(req.namespace_(), &pin).ok()) {
+    return done(Status::Ok(), {});  // None.
+  }
+  std::string name = req.namespace_().empty() ? "default" : req.namespace_();
+  scheduler_.dispatcher(pin.id()).ListDeadLetters(
+      from, limit, kPageBytes,
+      [done = std::move(done), pin = std::move(pin),
+       name = std::move(name)](DeadLetterPage page) {
+        v1::ListDeadLettersResponse resp;
+        for (const DeadLetter& l : page.letters) {
+          auto* out = resp.add_dead_letters();
+          ToProto(name, l.event, out->mutable_event());
+          out->set_error(l.error);
+        }
+        if (page.next) resp.set_next_page_token(std::to_string(*page.next));
+        done(page.error, std::move(resp));
+      });
+}
 
 grpc::ServerUnaryReactor* DelaydService::ListDeadLetters(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
@@ -24,27 +83,17 @@ grpc::ServerUnaryReactor* DelaydService::ListDeadLetters(
   Status s = Authorize(call.caller(), req.namespace_(), kRead);
   if (s.ok()) s = validator_.DeadLetterPage(req, &limit, &from);
   if (!s.ok()) return call.Reply(s);
-  NamespacePin pin;
-  if (!Namespace(req.namespace_(), &pin).ok()) {
-    return call.Reply(Status::Ok());  // None.
-  }
-  std::string name = req.namespace_().empty() ? "default" : req.namespace_();
-  scheduler_.dispatcher(pin.id()).ListDeadLetters(
-      from, limit, kPageBytes,
-      [call, pin = std::move(pin),
-       name = std::move(name)](DeadLetterPage page) {
-        if (page.error.ok()) {
-          auto* resp = call.resp();
-          for (const DeadLetter& l : page.letters) {
-            auto* out = resp->add_dead_letters();
-            ToProto(name, l.event, out->mutable_event());
-            out->set_error(l.error);
-          }
-          if (page.next) resp->set_next_page_token(std::to_string(*page.next));
-        }
-        call.Reply(page.error);
+  // On a cluster node, each node owning partitions lists a page from the
+  // same id; the pages merge by id.
+  return FromEveryOwner(
+      call, RpcMetrics::kListDeadLetters,
+      [this, &req, limit, from](auto done) {
+        ListLocalDeadLetters(req, limit, from, std::move(done));
+      },
+      [limit](std::vector<v1::ListDeadLettersResponse>& pages,
+              v1::ListDeadLettersResponse* out) {
+        MergePages(pages, limit, out);
       });
-  return call.reactor();
 }
 
 grpc::ServerUnaryReactor* DelaydService::RequeueDeadLetters(
@@ -72,20 +121,32 @@ grpc::ServerUnaryReactor* DelaydService::ChangeDeadLetters(
   Status s = Authorize(call.caller(), req.namespace_(), kWrite);
   if (s.ok()) s = validator_.DeadLetterIds(req, &ids);
   if (!s.ok()) return call.Reply(s);
-  NamespacePin pin;
-  if (!Namespace(req.namespace_(), &pin).ok()) {
-    for (auto id : ids) call.resp()->add_unknown_ids(id);
-    return call.Reply(Status::Ok());
-  }
-  (scheduler_.dispatcher(pin.id()).*change)(
-      std::move(ids), [call, pin = std::move(pin)](Status s, LeaseResult r) {
-        if (s.ok()) {
-          call.resp()->set_count(r.done);
-          for (auto id : r.unknown) call.resp()->add_unknown_ids(id);
+  // On a cluster node: the ids to their owners, or `all` to every node.
+  return ByEventOwner(
+      call, method,
+      req.all() ? AllOwners(*ctx) : EventOwners(req.event_ids(), *ctx),
+      [this, ns = req.namespace_(), change](
+          std::vector<std::uint64_t> ids,
+          std::function<void(Status, v1::DeadLettersResponse)> done) {
+        NamespacePin pin;
+        if (!Namespace(ns, &pin).ok()) {
+          v1::DeadLettersResponse resp;
+          for (auto id : ids) resp.add_unknown_ids(id);
+          return done(Status::Ok(), std::move(resp));
         }
-        call.Reply(s);
+        (scheduler_.dispatcher(pin.id()).*change)(
+            std::move(ids), [done = std::move(done), pin = std::move(pin)](
+                                Status s, LeaseResult r) {
+              v1::DeadLettersResponse resp;
+              resp.set_count(r.done);
+              for (auto id : r.unknown) resp.add_unknown_ids(id);
+              done(s, std::move(resp));
+            });
+      },
+      [](v1::DeadLettersResponse* sum, const v1::DeadLettersResponse& part) {
+        sum->set_count(sum->count() + part.count());
+        sum->mutable_unknown_ids()->MergeFrom(part.unknown_ids());
       });
-  return call.reactor();
 }
 
 }  // namespace delayd

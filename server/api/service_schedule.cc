@@ -6,8 +6,11 @@
 // search.
 #include <google/protobuf/util/time_util.h>
 
+#include <algorithm>
+
 #include "server/api/proto_time.h"
 #include "server/api/service.h"
+#include "server/api/service_split.h"
 
 namespace delayd {
 namespace {
@@ -55,6 +58,36 @@ void ToProto(std::string_view ns, const Partition::ScheduleInfo& info,
                    : r.overlap == schedule::Overlap::kBufferOne
                        ? v1::OVERLAP_BUFFER_ONE
                        : v1::OVERLAP_ALLOW);
+}
+
+// The first `limit` schedules of the nodes' pages in key order (about
+// kMaxPageBytes of payloads at most); the next page starts after the last
+// one if any was left out or a node has more.
+void MergePages(std::vector<v1::ListSchedulesResponse>& pages,
+                std::size_t limit, v1::ListSchedulesResponse* out) {
+  std::vector<v1::Schedule*> all;
+  bool more = false;
+  for (auto& p : pages) {
+    for (auto& sch : *p.mutable_schedules()) all.push_back(&sch);
+    more = more || !p.next_page_token().empty();
+  }
+  std::sort(all.begin(), all.end(),
+            [](const auto* x, const auto* y) { return x->key() < y->key(); });
+  std::size_t bytes = 0;
+  for (v1::Schedule* sch : all) {
+    const std::size_t b = sch->payload().size() + sch->key().size();
+    if (out->schedules_size() > 0 &&
+        (static_cast<std::size_t>(out->schedules_size()) == limit ||
+         bytes + b > kMaxPageBytes)) {
+      more = true;
+      break;
+    }
+    bytes += b;
+    out->add_schedules()->Swap(sch);
+  }
+  if (more && out->schedules_size() > 0) {
+    out->set_next_page_token(out->schedules(out->schedules_size() - 1).key());
+  }
 }
 
 }  // namespace
@@ -132,10 +165,28 @@ grpc::ServerUnaryReactor* DelaydService::ListSchedules(
                                 std::to_string(kMaxPage));
   }
   if (!s.ok()) return call.Reply(s);
-  NamespacePin pin;
-  if (!Namespace(req.namespace_(), &pin).ok()) return call.Reply(Status::Ok());
   const std::size_t limit =
       req.page_size() == 0 ? kDefaultPage : req.page_size();
+  // On a cluster node, each node owning partitions lists a page after the
+  // same key; the pages merge by key.
+  return FromEveryOwner(
+      call, RpcMetrics::kListSchedules,
+      [this, &req, limit](auto done) {
+        v1::ListSchedulesResponse page;
+        ListLocalSchedules(req, limit, &page);
+        done(Status::Ok(), std::move(page));
+      },
+      [limit](std::vector<v1::ListSchedulesResponse>& pages,
+              v1::ListSchedulesResponse* out) {
+        MergePages(pages, limit, out);
+      });
+}
+
+void DelaydService::ListLocalSchedules(const v1::ListSchedulesRequest& req,
+                                       std::size_t limit,
+                                       v1::ListSchedulesResponse* out) {
+  NamespacePin pin;
+  if (!Namespace(req.namespace_(), &pin).ok()) return;
   const std::string& name = scheduler_.dispatcher(pin.id()).name();
   std::size_t bytes = 0;
   std::string last;
@@ -149,13 +200,12 @@ grpc::ServerUnaryReactor* DelaydService::ListSchedules(
       break;
     }
     bytes += info->rec.payload.size() + key.size();
-    ToProto(name, *info, call.resp()->add_schedules());
+    ToProto(name, *info, out->add_schedules());
     last = key;
   }
-  if (full || call.resp()->schedules_size() == static_cast<int>(limit)) {
-    call.resp()->set_next_page_token(last);
+  if (full || out->schedules_size() == static_cast<int>(limit)) {
+    out->set_next_page_token(last);
   }
-  return call.Reply(Status::Ok());
 }
 
 grpc::ServerUnaryReactor* DelaydService::DeleteSchedule(

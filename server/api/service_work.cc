@@ -2,96 +2,31 @@
 // the namespace). On a cluster node, the events of partitions other nodes
 // own go to those nodes (the request with their ids only), and the answers
 // are summed.
-#include <map>
-
 #include "server/api/relay.h"
 #include "server/api/service.h"
+#include "server/api/service_split.h"
 
 namespace delayd {
 
-template <typename Req, typename Resp, typename Local, typename Merge>
-grpc::ServerUnaryReactor* DelaydService::ByEventOwner(
-    const Unary<Req, Resp>& call, RpcMetrics::Method method, Local local,
-    Merge merge) {
+std::map<std::string, std::vector<std::uint64_t>> DelaydService::EventOwners(
+    const google::protobuf::RepeatedField<std::uint64_t>& ids,
+    const grpc::CallbackServerContext& ctx) const {
   std::map<std::string, std::vector<std::uint64_t>> owners;
-  for (std::uint64_t id : call.req().event_ids()) {
-    owners[forwarder_ == nullptr
-               ? std::string()
-               : forwarder_->OwnerOf(Partition::Of(id), *call.ctx())]
+  for (std::uint64_t id : ids) {
+    owners[forwarder_ == nullptr ? std::string()
+                                 : forwarder_->OwnerOf(Partition::Of(id), ctx)]
         .push_back(id);
   }
-  if (owners.size() <= 1 && (owners.empty() || owners.begin()->first.empty())) {
-    auto ids = owners.empty() ? std::vector<std::uint64_t>()
-                              : std::move(owners.begin()->second);
-    local(std::move(ids), [call](Status s, Resp r) {
-      if (s.ok()) call.resp()->Swap(&r);
-      call.Reply(s);
-    });
-    return call.reactor();
+  return owners;
+}
+
+std::map<std::string, std::vector<std::uint64_t>> DelaydService::AllOwners(
+    const grpc::CallbackServerContext& ctx) const {
+  std::map<std::string, std::vector<std::uint64_t>> owners{{"", {}}};
+  if (forwarder_ != nullptr) {
+    for (const std::string& peer : forwarder_->Peers(ctx)) owners[peer];
   }
-  // Answered once every part is; an owner that cannot be reached fails the
-  // call (the parts done stay done: a repeat finds them unknown).
-  struct Join {
-    Mutex mu;
-    std::size_t pending GUARDED_BY(mu);
-    Status failed GUARDED_BY(mu);
-  };
-  auto join = std::make_shared<Join>();
-  {
-    MutexLock lock(&join->mu);
-    join->pending = owners.size();
-  }
-  auto part_done = [join, call, merge](Status s, const Resp& part) {
-    bool last;
-    {
-      MutexLock lock(&join->mu);
-      if (!s.ok()) {
-        if (join->failed.ok()) join->failed = std::move(s);
-      } else {
-        merge(call.resp(), part);
-      }
-      last = --join->pending == 0;
-    }
-    if (last) {
-      Status failed;
-      {
-        MutexLock lock(&join->mu);
-        failed = join->failed;
-      }
-      call.Reply(failed);
-    }
-  };
-  for (auto& [owner, ids] : owners) {
-    if (owner.empty()) {
-      local(std::move(ids), part_done);
-      continue;
-    }
-    struct Remote {
-      grpc::ByteBuffer request, response;
-    };
-    auto remote = std::make_shared<Remote>();
-    Req part = call.req();
-    part.clear_event_ids();
-    for (std::uint64_t id : ids) part.add_event_ids(id);
-    bool own;
-    grpc::SerializationTraits<Req>::Serialize(part, &remote->request, &own);
-    forwarder_->Forward(
-        call.ctx(), rpc_[method].name(), &remote->request, &remote->response,
-        owner, rpc_.forwarded(method),
-        [remote, part_done, owner](grpc::Status s) {
-          Resp answer;
-          if (s.ok() && !grpc::SerializationTraits<Resp>::Deserialize(
-                             &remote->response, &answer)
-                             .ok()) {
-            s = grpc::Status(grpc::StatusCode::INTERNAL, "not an answer");
-          }
-          part_done(s.ok() ? Status::Ok()
-                           : Status::Unavailable("forwarded to " + owner +
-                                                 ": " + s.error_message()),
-                    answer);
-        });
-  }
-  return call.reactor();
+  return owners;
 }
 
 grpc::ServerUnaryReactor* DelaydService::Ack(grpc::CallbackServerContext* ctx,
@@ -105,7 +40,7 @@ grpc::ServerUnaryReactor* DelaydService::Ack(grpc::CallbackServerContext* ctx,
   if (s.ok()) s = validator_.Ack(req);
   if (!s.ok()) return call.Reply(s);
   return ByEventOwner(
-      call, RpcMetrics::kAck,
+      call, RpcMetrics::kAck, EventOwners(req.event_ids(), *ctx),
       [this, ns = req.namespace_()](
           std::vector<std::uint64_t> ids,
           std::function<void(Status, v1::AckResponse)> done) {
@@ -146,7 +81,7 @@ grpc::ServerUnaryReactor* DelaydService::Nack(grpc::CallbackServerContext* ctx,
   const bool release = call.caller().peer() &&
                        ctx->client_metadata().count(Relay::kRelease) != 0;
   return ByEventOwner(
-      call, RpcMetrics::kNack,
+      call, RpcMetrics::kNack, EventOwners(req.event_ids(), *ctx),
       [this, ns = req.namespace_(), retry_after, error = req.error(),
        release](std::vector<std::uint64_t> ids,
                 std::function<void(Status, v1::NackResponse)> done) {
@@ -185,7 +120,7 @@ grpc::ServerUnaryReactor* DelaydService::ExtendLease(
   if (s.ok()) s = validator_.ExtendLease(req, &extension);
   if (!s.ok()) return call.Reply(s);
   return ByEventOwner(
-      call, RpcMetrics::kExtendLease,
+      call, RpcMetrics::kExtendLease, EventOwners(req.event_ids(), *ctx),
       [this, ns = req.namespace_(), extension](
           std::vector<std::uint64_t> ids,
           std::function<void(Status, v1::ExtendLeaseResponse)> done) {

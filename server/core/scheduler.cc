@@ -364,6 +364,10 @@ bool Scheduler::ListPage(const Partition& p, Partition::Found& found,
     done(Status::Ok(), std::move(acc), std::nullopt);
     return true;
   }
+  if (from.partition + 1 == limit.until) {
+    done(Status::Ok(), std::move(acc), ListCursor{limit.until, 0});
+    return true;
+  }
   return false;
 }
 

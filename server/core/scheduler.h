@@ -32,6 +32,7 @@
 #include <asio.hpp>
 #include <atomic>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -91,6 +92,9 @@ class Scheduler {
     // at least one timer.
     std::size_t bytes = 3 << 20;
     bool payloads = true;
+    // The page ends before this partition (a cluster node lists the
+    // partitions it owns; the next page starts there).
+    std::uint32_t until = std::numeric_limits<std::uint32_t>::max();
   };
 
   explicit Scheduler(Options options);

@@ -124,6 +124,43 @@ class Worker {
   int again_ = 0;
 };
 
+// A Subscribe stream read on a thread of its own; keeps what it got.
+class Stream {
+ public:
+  // On namespace "jobs".
+  Stream(v1::Delayd::Stub& stub, v1::SubscribeRequest req) {
+    req.set_namespace_("jobs");
+    reader_ = stub.Subscribe(&ctx_, req);
+    thread_ = std::thread([this] {
+      v1::SubscribeResponse msg;
+      while (reader_->Read(&msg)) {
+        std::lock_guard lock(mu_);
+        for (auto& e : *msg.mutable_events()) events_.push_back(std::move(e));
+      }
+      status_ = reader_->Finish();
+    });
+  }
+  ~Stream() { Cancel(); }
+  void Cancel() {
+    if (!thread_.joinable()) return;
+    ctx_.TryCancel();
+    thread_.join();
+  }
+  std::vector<v1::Event> events() {
+    std::lock_guard lock(mu_);
+    return events_;
+  }
+  std::size_t size() { return events().size(); }
+
+ private:
+  grpc::ClientContext ctx_;
+  std::unique_ptr<grpc::ClientReader<v1::SubscribeResponse>> reader_;
+  std::thread thread_;
+  std::mutex mu_;
+  std::vector<v1::Event> events_;
+  grpc::Status status_;
+};
+
 class Cluster : public ::testing::Test {
  protected:
   static constexpr const char* kClusterToken = "cluster-secret-0123456789";

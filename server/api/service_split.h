@@ -1,0 +1,144 @@
+// DelaydService::ByEventOwner: a call on events (or, with `all`, on a
+// whole namespace) answered part by part by the nodes that own them.
+#ifndef DELAYD_SERVER_API_SERVICE_SPLIT_H_
+#define DELAYD_SERVER_API_SERVICE_SPLIT_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "server/api/service.h"
+
+namespace delayd {
+
+template <typename Req, typename Resp, typename Local, typename Merge>
+grpc::ServerUnaryReactor* DelaydService::ByEventOwner(
+    const Unary<Req, Resp>& call, RpcMetrics::Method method,
+    std::map<std::string, std::vector<std::uint64_t>> owners, Local local,
+    Merge merge) {
+  if (owners.size() <= 1 && (owners.empty() || owners.begin()->first.empty())) {
+    auto ids = owners.empty() ? std::vector<std::uint64_t>()
+                              : std::move(owners.begin()->second);
+    local(std::move(ids), [call](Status s, Resp r) {
+      if (s.ok()) call.resp()->Swap(&r);
+      call.Reply(s);
+    });
+    return call.reactor();
+  }
+  // Answered once every part is; an owner that cannot be reached fails the
+  // call (the parts done stay done: a repeat finds them unknown).
+  struct Join {
+    Mutex mu;
+    std::size_t pending GUARDED_BY(mu);
+    Status failed GUARDED_BY(mu);
+  };
+  auto join = std::make_shared<Join>();
+  {
+    MutexLock lock(&join->mu);
+    join->pending = owners.size();
+  }
+  auto part_done = [join, call, merge](Status s, const Resp& part) {
+    bool last;
+    {
+      MutexLock lock(&join->mu);
+      if (!s.ok()) {
+        if (join->failed.ok()) join->failed = std::move(s);
+      } else {
+        merge(call.resp(), part);
+      }
+      last = --join->pending == 0;
+    }
+    if (last) {
+      Status failed;
+      {
+        MutexLock lock(&join->mu);
+        failed = join->failed;
+      }
+      call.Reply(failed);
+    }
+  };
+  for (auto& [owner, ids] : owners) {
+    if (owner.empty()) {
+      local(std::move(ids), part_done);
+      continue;
+    }
+    struct Remote {
+      grpc::ByteBuffer request, response;
+    };
+    auto remote = std::make_shared<Remote>();
+    Req part = call.req();
+    part.clear_event_ids();
+    for (std::uint64_t id : ids) part.add_event_ids(id);
+    bool own;
+    grpc::SerializationTraits<Req>::Serialize(part, &remote->request, &own);
+    forwarder_->Forward(
+        call.ctx(), rpc_[method].name(), &remote->request, &remote->response,
+        owner, rpc_.forwarded(method),
+        [remote, part_done, owner](grpc::Status s) {
+          Resp answer;
+          if (s.ok() && !grpc::SerializationTraits<Resp>::Deserialize(
+                             &remote->response, &answer)
+                             .ok()) {
+            s = grpc::Status(grpc::StatusCode::INTERNAL, "not an answer");
+          }
+          part_done(s.ok() ? Status::Ok()
+                           : Status::Unavailable("forwarded to " + owner +
+                                                 ": " + s.error_message()),
+                    answer);
+        });
+  }
+  return call.reactor();
+}
+
+template <typename Req, typename Resp, typename Local, typename Merge>
+grpc::ServerUnaryReactor* DelaydService::FromEveryOwner(
+    const Unary<Req, Resp>& call, RpcMetrics::Method method, Local local,
+    Merge merge) {
+  struct Join {
+    Mutex mu;
+    std::vector<Resp> answers GUARDED_BY(mu);
+    std::size_t pending GUARDED_BY(mu);
+    Status failed GUARDED_BY(mu);
+  };
+  const auto owners = AllOwners(*call.ctx());
+  auto join = std::make_shared<Join>();
+  {
+    MutexLock lock(&join->mu);
+    join->pending = owners.size();
+  }
+  auto part_done = [call, join, merge](Status s, Resp answer) {
+    MutexLock lock(&join->mu);
+    if (!s.ok() && join->failed.ok()) join->failed = std::move(s);
+    join->answers.push_back(std::move(answer));
+    if (--join->pending != 0) return;
+    if (join->failed.ok()) merge(join->answers, call.resp());
+    call.Reply(join->failed);
+  };
+  for (const auto& [owner, unused] : owners) {
+    if (owner.empty()) {
+      local(part_done);
+      continue;
+    }
+    auto response = std::make_shared<grpc::ByteBuffer>();
+    forwarder_->Forward(
+        call.ctx(), rpc_[method].name(), call.in(), response.get(), owner,
+        rpc_.forwarded(method), [response, owner, part_done](grpc::Status s) {
+          Resp answer;
+          if (s.ok() && !grpc::SerializationTraits<Resp>::Deserialize(
+                             response.get(), &answer)
+                             .ok()) {
+            s = grpc::Status(grpc::StatusCode::INTERNAL, "not an answer");
+          }
+          part_done(s.ok() ? Status::Ok()
+                           : Status::Unavailable("asking " + owner + ": " +
+                                                 s.error_message()),
+                    std::move(answer));
+        });
+  }
+  return call.reactor();
+}
+
+}  // namespace delayd
+
+#endif  // DELAYD_SERVER_API_SERVICE_SPLIT_H_
