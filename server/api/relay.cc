@@ -124,7 +124,8 @@ class Relay::PeerStream
 };
 
 Relay::Relay(Forwarder& forwarder, asio::io_context& io,
-             std::shared_ptr<StreamSink> sink, v1::SubscribeRequest peer_request)
+             std::shared_ptr<StreamSink> sink,
+             v1::SubscribeRequest peer_request)
     : forwarder_(forwarder),
       io_(io),
       sink_(std::move(sink)),
@@ -205,15 +206,16 @@ void Relay::Ended(PeerStream* from, const grpc::Status& status) {
       if (!retry_armed_) {
         retry_armed_ = true;
         retry_.expires_after(kRetry);
-        retry_.async_wait([weak = weak_from_this()](const asio::error_code& ec) {
-          auto relay = weak.lock();
-          if (ec || relay == nullptr) return;
-          {
-            MutexLock lock(&relay->mu_);
-            relay->retry_armed_ = false;
-          }
-          relay->Reconcile();
-        });
+        retry_.async_wait(
+            [weak = weak_from_this()](const asio::error_code& ec) {
+              auto relay = weak.lock();
+              if (ec || relay == nullptr) return;
+              {
+                MutexLock lock(&relay->mu_);
+                relay->retry_armed_ = false;
+              }
+              relay->Reconcile();
+            });
       }
       return;
     }

@@ -314,12 +314,12 @@ grpc::ServerUnaryReactor* DelaydService::ListTimers(
     // A page holds the partitions one node owns from the cursor's on: this
     // node's, or the owner's (forwarded to it).
     const Forwarder::Run run = forwarder_->RunFrom(cursor.partition);
-    if (!run.owner || (!run.owner->empty() &&
-                       ctx->client_metadata().count(
-                           Forwarder::kForwardedBy) != 0)) {
-      return call.Reply(Status::Unavailable(
-          "partition " + std::to_string(cursor.partition) +
-          " is changing owners; try again"));
+    if (!run.owner ||
+        (!run.owner->empty() &&
+         ctx->client_metadata().count(Forwarder::kForwardedBy) != 0)) {
+      return call.Reply(Status::Unavailable("partition " +
+                                            std::to_string(cursor.partition) +
+                                            " is changing owners; try again"));
     }
     if (!run.owner->empty()) {
       forwarder_->Forward(ctx, "ListTimers", in, out, *run.owner,
@@ -387,12 +387,22 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* DelaydService::Subscribe(
             std::to_string(scheduler_.limits().max_subscribers) + " reached"),
         rpc_[RpcMetrics::kSubscribe]);
   }
-  if (forwarder_ == nullptr ||
-      ctx->client_metadata().count(Forwarder::kForwardedBy) != 0) {
+  if (forwarder_ == nullptr) {
     return new SubscribeReactor(
         scheduler_, ctx,
         req.namespace_().empty() ? "default" : req.namespace_(), options,
         rpc_[RpcMetrics::kSubscribe]);
+  }
+  if (ctx->client_metadata().count(Forwarder::kForwardedBy) != 0) {
+    // Another node's relay (relay.h): its node counts the subscriber.
+    return new SubscribeReactor(
+        scheduler_, ctx,
+        req.namespace_().empty() ? "default" : req.namespace_(), options,
+        rpc_[RpcMetrics::kSubscribe],
+        [](const std::shared_ptr<StreamSink>& sink) {
+          sink->relayed = true;
+          return SubscribeReactor::AtEnd();
+        });
   }
   // A cluster node: the other owners' events are relayed in (relay.h), each
   // node delivering its share of the worker's in-flight limit.
@@ -407,8 +417,8 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* DelaydService::Subscribe(
       options, rpc_[RpcMetrics::kSubscribe],
       [&](const std::shared_ptr<StreamSink>& sink) {
         sink->LimitEvents(options.max_events);
-        auto relay = std::make_shared<Relay>(*forwarder_, scheduler_.io(),
-                                             sink, std::move(req));
+        auto relay = std::make_shared<Relay>(*forwarder_, scheduler_.io(), sink,
+                                             std::move(req));
         relay->Start();
         return [relay] { relay->Stop(); };
       });

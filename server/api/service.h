@@ -339,6 +339,10 @@ class DelaydService final : public RawDelayd {
   void ListLocalSchedules(const v1::ListSchedulesRequest& req,
                           std::size_t limit, v1::ListSchedulesResponse* out);
 
+  // This node's figures: of namespace `ns`, or (empty) of the daemon
+  // (service_admin.cc).
+  void LocalStats(const std::string& ns, v1::StatsResponse* resp);
+
   // Checks `dir` against --backup-dir and writes the backup there
   // (blocking: run by Scheduler::Offload).
   Status WriteBackup(const std::string& dir, v1::BackupResponse* resp);

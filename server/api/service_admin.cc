@@ -4,8 +4,11 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
+#include <utility>
 
 #include "server/api/service.h"
+#include "server/api/service_split.h"
 
 namespace delayd {
 namespace {
@@ -26,6 +29,68 @@ void Fill(const NamespaceCounters& c, v1::NamespaceStats* out) {
   out->set_events_delivered(c.delivered.load(std::memory_order_relaxed));
   out->set_events_redelivered(c.redelivered.load(std::memory_order_relaxed));
   out->set_events_acked(c.acked.load(std::memory_order_relaxed));
+}
+
+// Adds each count (every uint64 field) of `from` to `into`'s.
+void AddCounts(const google::protobuf::Message& from,
+               google::protobuf::Message* into) {
+  const auto* d = into->GetDescriptor();
+  const auto* r = into->GetReflection();
+  for (int i = 0; i < d->field_count(); ++i) {
+    const auto* f = d->field(i);
+    if (f->is_repeated() ||
+        f->cpp_type() != google::protobuf::FieldDescriptor::CPPTYPE_UINT64) {
+      continue;
+    }
+    r->SetUInt64(into, f, r->GetUInt64(*into, f) + r->GetUInt64(from, f));
+  }
+}
+
+// Two nodes' latencies as one: counts summed, each quantile the larger
+// (an upper estimate, as each node's is).
+void AddLatency(const v1::LatencySummary& from, v1::LatencySummary* into) {
+  if (from.count() == 0) return;
+  const auto later = [](const google::protobuf::Duration& x,
+                        const google::protobuf::Duration& y) {
+    return std::make_pair(x.seconds(), x.nanos()) >
+           std::make_pair(y.seconds(), y.nanos());
+  };
+  if (into->count() == 0 || later(from.p50(), into->p50())) {
+    *into->mutable_p50() = from.p50();
+  }
+  if (into->count() == 0 || later(from.p99(), into->p99())) {
+    *into->mutable_p99() = from.p99();
+  }
+  into->set_count(into->count() + from.count());
+}
+
+// The nodes' figures as one: counts summed, namespaces joined by name (in
+// name order).
+void SumStats(std::vector<v1::StatsResponse>& answers, v1::StatsResponse* out) {
+  std::map<std::string, v1::NamespaceStats> namespaces;
+  bool durable = true;
+  for (v1::StatsResponse& a : answers) {
+    AddCounts(a, out);
+    out->set_partitions(std::max(out->partitions(), a.partitions()));
+    durable = durable && a.durable();
+    AddLatency(a.firing_lateness(), out->mutable_firing_lateness());
+    AddLatency(a.delivery_lateness(), out->mutable_delivery_lateness());
+    for (v1::NamespaceStats& n : *a.mutable_namespaces()) {
+      auto [it, added] = namespaces.try_emplace(n.namespace_());
+      if (added) {
+        it->second.Swap(&n);
+        continue;
+      }
+      AddCounts(n, &it->second);
+      it->second.set_paused(it->second.paused() || n.paused());
+    }
+  }
+  out->set_durable(durable);
+  if (answers.size() > 0 && !answers[0].has_firing_lateness()) {
+    out->clear_firing_lateness();
+    out->clear_delivery_lateness();
+  }
+  for (auto& [name, n] : namespaces) out->add_namespaces()->Swap(&n);
 }
 
 void Fill(const prometheus::Histogram& h, v1::LatencySummary* out) {
@@ -116,24 +181,39 @@ grpc::ServerUnaryReactor* DelaydService::Stats(grpc::CallbackServerContext* ctx,
       ctx, in, out, RpcMetrics::kStats, request_limits_.other);
   if (call.answered()) return call.reactor();
   const auto& req = call.req();
-  v1::StatsResponse* resp = call.resp();
   if (!req.namespace_().empty()) {
     // One namespace, for a caller who may read it: nothing daemon-wide,
     // which would tell of the other tenants.
     Status s = Authorize(call.caller(), req.namespace_(), kRead);
     if (s.ok()) s = validator_.NamespaceName(req.namespace_());
     if (!s.ok()) return call.Reply(s);
+  } else if (Status s = call.caller().May("", kAdmin); !s.ok()) {
+    return call.Reply(s);
+  }
+  // On a cluster node, every node's figures summed.
+  return FromEveryOwner(
+      call, RpcMetrics::kStats,
+      [this, &req](auto done) {
+        v1::StatsResponse figures;
+        LocalStats(req.namespace_(), &figures);
+        done(Status::Ok(), std::move(figures));
+      },
+      [](std::vector<v1::StatsResponse>& answers, v1::StatsResponse* out) {
+        SumStats(answers, out);
+      });
+}
+
+void DelaydService::LocalStats(const std::string& ns, v1::StatsResponse* resp) {
+  if (!ns.empty()) {
     auto* figures = resp->add_namespaces();
-    figures->set_namespace_(req.namespace_());
+    figures->set_namespace_(ns);
     // (Subscribers waiting for a namespace no write has created yet are
     // counted too.)
     scheduler_.FiguresOf(
-        req.namespace_(),
-        [figures](const NamespaceCounters& c) { Fill(c, figures); });
-    figures->set_paused(scheduler_.PolicyOf(req.namespace_()).paused);
-    return call.Reply(Status::Ok());
+        ns, [figures](const NamespaceCounters& c) { Fill(c, figures); });
+    figures->set_paused(scheduler_.PolicyOf(ns).paused);
+    return;
   }
-  if (Status s = call.caller().May("", kAdmin); !s.ok()) return call.Reply(s);
   Counters& c = scheduler_.counters();
   resp->set_pending_timers(c.pending.load());
   resp->set_ready_events(c.ready.load());
@@ -156,18 +236,12 @@ grpc::ServerUnaryReactor* DelaydService::Stats(grpc::CallbackServerContext* ctx,
         Fill(figures, out);
       },
       /*waiting=*/true);
-  std::sort(resp->mutable_namespaces()->begin(),
-            resp->mutable_namespaces()->end(),
-            [](const auto& a, const auto& b) {
-              return a.namespace_() < b.namespace_();
-            });
-  for (auto& ns : *resp->mutable_namespaces()) {
-    ns.set_paused(scheduler_.PolicyOf(ns.namespace_()).paused);
+  for (auto& n : *resp->mutable_namespaces()) {
+    n.set_paused(scheduler_.PolicyOf(n.namespace_()).paused);
   }
   Fill(scheduler_.metrics().firing_lateness(), resp->mutable_firing_lateness());
   Fill(scheduler_.metrics().delivery_lateness(),
        resp->mutable_delivery_lateness());
-  return call.Reply(Status::Ok());
 }
 
 grpc::ServerUnaryReactor* DelaydService::ClusterStatus(

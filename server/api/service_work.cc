@@ -82,9 +82,9 @@ grpc::ServerUnaryReactor* DelaydService::Nack(grpc::CallbackServerContext* ctx,
                        ctx->client_metadata().count(Relay::kRelease) != 0;
   return ByEventOwner(
       call, RpcMetrics::kNack, EventOwners(req.event_ids(), *ctx),
-      [this, ns = req.namespace_(), retry_after, error = req.error(),
-       release](std::vector<std::uint64_t> ids,
-                std::function<void(Status, v1::NackResponse)> done) {
+      [this, ns = req.namespace_(), retry_after, error = req.error(), release](
+          std::vector<std::uint64_t> ids,
+          std::function<void(Status, v1::NackResponse)> done) {
         NamespacePin pin;
         if (!Namespace(ns, &pin).ok()) {
           v1::NackResponse resp;

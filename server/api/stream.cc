@@ -50,8 +50,9 @@ void StreamSink::LimitEvents(std::uint64_t max_events) {
   if (max_events != 0) events_left_.store(max_events);
 }
 
-std::vector<std::uint64_t> StreamSink::DeliverRelayed(
-    v1::SubscribeResponse msg, const std::string& source, Backlog* backlog) {
+std::vector<std::uint64_t> StreamSink::DeliverRelayed(v1::SubscribeResponse msg,
+                                                      const std::string& source,
+                                                      Backlog* backlog) {
   std::vector<std::uint64_t> beyond;
   const auto take = static_cast<int>(TakeEvents(msg.events_size()));
   for (int k = take; k < msg.events_size(); ++k) {

@@ -105,9 +105,21 @@ Status Dispatcher::WatchersBehind() const {
       " bytes behind (the watcher-backlog limits)");
 }
 
+void Dispatcher::Count(const Subscriber& s, bool watcher, bool joined) {
+  if (s.relayed) return;
+  auto& all = watcher ? counters_.watchers : counters_.workers;
+  auto& mine = watcher ? mine_.watchers : mine_.workers;
+  if (joined) {
+    all.fetch_add(1);
+    mine.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    all.fetch_sub(1);
+    mine.fetch_sub(1, std::memory_order_relaxed);
+  }
+}
+
 Dispatcher::Watchers::iterator Dispatcher::DropWatcher(Watchers::iterator it) {
-  counters_.watchers.fetch_sub(1);
-  mine_.watchers.fetch_sub(1, std::memory_order_relaxed);
+  Count(*it->second, true, false);
   refs_->Release(id_);
   return watchers_.erase(it);
 }
@@ -160,8 +172,7 @@ void Dispatcher::Subscribe(std::uint64_t id,
     };
     if (options.watcher) {
       watchers_.emplace_back(id, std::move(subscriber));
-      counters_.watchers.fetch_add(1);
-      mine_.watchers.fetch_add(1, std::memory_order_relaxed);
+      Count(*watchers_.back().second, true, true);
     } else {
       workers_.push_back(Worker{id,
                                 std::move(subscriber),
@@ -173,8 +184,7 @@ void Dispatcher::Subscribe(std::uint64_t id,
                                 {},
                                 0,
                                 options.keep_leases});
-      counters_.workers.fetch_add(1);
-      mine_.workers.fetch_add(1, std::memory_order_relaxed);
+      Count(*workers_.back().sink, false, true);
     }
     done();
     Pump();
@@ -225,9 +235,8 @@ void Dispatcher::Unsubscribe(std::uint64_t id) {
       }
     }
     WriteFates();
+    Count(*worker->sink, false, false);
     workers_.erase(worker);
-    counters_.workers.fetch_sub(1);
-    mine_.workers.fetch_sub(1, std::memory_order_relaxed);
     Pump();
     refs_->Release(id_);
   });
@@ -316,10 +325,8 @@ void Dispatcher::Close(const Status& status, std::function<void()> done) {
     rate_timer_.cancel();
     for (auto& w : workers_) w.sink->End(status);
     for (auto& [id, sink] : watchers_) sink->End(status);
-    counters_.workers.fetch_sub(workers_.size());
-    counters_.watchers.fetch_sub(watchers_.size());
-    mine_.workers.fetch_sub(workers_.size(), std::memory_order_relaxed);
-    mine_.watchers.fetch_sub(watchers_.size(), std::memory_order_relaxed);
+    for (auto& w : workers_) Count(*w.sink, false, false);
+    for (auto& [id, sink] : watchers_) Count(*sink, true, false);
     workers_.clear();
     watchers_.clear();
     watch_queue_.clear();

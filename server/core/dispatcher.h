@@ -103,6 +103,11 @@ class Subscriber : public std::enable_shared_from_this<Subscriber> {
     return std::numeric_limits<std::uint64_t>::max();
   }
 
+  // Another cluster node's stream, relaying to its worker or watcher
+  // (relay.h): not counted among the namespace's workers and watchers (the
+  // node it is connected to counts it). Set before subscribing.
+  bool relayed = false;
+
   // Set by the dispatcher before anything is delivered; the subscriber
   // calls it (from any thread) each time its backlog has been written out,
   // so that a worker held back by its backlog gets more.
@@ -334,6 +339,11 @@ class Dispatcher {
   // reads StartRead, StartWatchRead and ListDeadLetters post to the pool,
   // which touch nothing but the store and what they were given.
   void Pump() REQUIRES(on_strand_);
+  // Counts a worker or watcher (`watcher`) that joined or left in the
+  // gauges, unless it is relayed.
+  void Count(const Subscriber& s, bool watcher, bool joined)
+      REQUIRES(on_strand_);
+
   // How many events a turn of Pump may give the next worker under the
   // namespace's own limits (dispatch rate, in-flight cap), shared fairly
   // among `with_room` workers; 0 (and the rate timer armed) if none now.

@@ -3,9 +3,9 @@
 // ack wheel, after the Nack's time or the policy's backoff, or, after its
 // last attempt, makes it a dead letter (dispatcher_dead.cc). The attempts
 // of failing events are written to the store (their fate records).
-#include "server/core/dispatcher.h"
-
 #include <algorithm>
+
+#include "server/core/dispatcher.h"
 
 namespace delayd {
 
@@ -75,12 +75,11 @@ void Dispatcher::Nack(std::vector<std::uint64_t> ids,
 
 void Dispatcher::Release(std::vector<std::uint64_t> ids,
                          std::function<void(LeaseResult)> done) {
-  asio::post(strand_, [this, ids = std::move(ids),
-                       done = std::move(done)]() mutable {
+  // (Newest first, so that the oldest ends up at the front.)
+  std::sort(ids.rbegin(), ids.rend());
+  asio::post(strand_, [this, ids = std::move(ids), done = std::move(done)] {
     on_strand_.Enter();
     LeaseResult result;
-    // (Newest first, so that the oldest ends up at the front.)
-    std::sort(ids.rbegin(), ids.rend());
     for (std::uint64_t id : ids) {
       auto it = outstanding_.find(id);
       if (it == outstanding_.end() || it->second.worker == 0) {

@@ -5,7 +5,10 @@
 //   unary      SetTimer, 1 call in flight (latency) and 32 (throughput);
 //   batch      Batch of 100 sets of b's keys: direct, and through a (sent
 //              on whole), and 100 sets half of each node's keys through a
-//              (split in two and joined).
+//              (split in two and joined);
+//   delivery   20,000 ready events of b's partitions taken and acknowledged
+//              by one worker (max_in_flight 1000) on b (direct) and on a
+//              (relayed from b, its acks forwarded to b).
 // Every set is of a key not set before.
 // Prints each rate per repetition and the ratio forwarded / direct.
 //
@@ -118,6 +121,59 @@ double BatchRate(v1::Delayd::Stub& stub, const std::vector<KeyPool*>& pools,
   return calls * kPerCall;
 }
 
+// Sets `n` timers of `keys` due now through `setter` (Batch, on b), waits
+// until they are ready events, then has one worker on `worker` take and
+// acknowledge them all: events/s from its Subscribe to the last Ack.
+double DeliveryRate(v1::Delayd::Stub& setter, v1::Delayd::Stub& worker,
+                    KeyPool& keys, int n) {
+  for (int done = 0; done < n; done += 100) {
+    v1::BatchRequest req;
+    for (int i = 0; i < 100; ++i) {
+      auto* set = req.add_operations()->mutable_set();
+      set->set_namespace_("fwd");
+      set->set_key(keys.Next());
+      set->set_payload("payload-16-bytes");
+    }
+    grpc::ClientContext ctx;
+    v1::BatchResponse resp;
+    if (!setter.Batch(&ctx, req, &resp).ok()) return 0;
+  }
+  for (const auto until = Clock::now() + 60s; Clock::now() < until;) {
+    v1::StatsRequest req;
+    req.set_namespace_("fwd");
+    grpc::ClientContext ctx;
+    v1::StatsResponse resp;
+    if (setter.Stats(&ctx, req, &resp).ok() && resp.namespaces_size() == 1 &&
+        resp.namespaces(0).ready_events() >= static_cast<std::uint64_t>(n)) {
+      break;
+    }
+    std::this_thread::sleep_for(10ms);  // Polls the figures.
+  }
+  const auto start = Clock::now();
+  v1::SubscribeRequest sub;
+  sub.set_namespace_("fwd");
+  sub.set_max_in_flight(1000);
+  grpc::ClientContext ctx;
+  auto reader = worker.Subscribe(&ctx, sub);
+  v1::SubscribeResponse msg;
+  int got = 0;
+  while (got < n && reader->Read(&msg)) {
+    if (msg.events_size() == 0) continue;
+    v1::AckRequest ack;
+    ack.set_namespace_("fwd");
+    for (const auto& e : msg.events()) ack.add_event_ids(e.id());
+    grpc::ClientContext actx;
+    v1::AckResponse acked;
+    if (!worker.Ack(&actx, ack, &acked).ok()) return 0;
+    got += static_cast<int>(acked.acked());
+  }
+  const double rate =
+      n / std::chrono::duration<double>(Clock::now() - start).count();
+  ctx.TryCancel();
+  reader->Finish();
+  return rate;
+}
+
 std::string Range(const std::vector<double>& v) {
   const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
   char buf[64];
@@ -199,6 +255,11 @@ int Main(int argc, char** argv) {
     rate["batch split in two"].push_back(split);
     ratio["batch forwarded whole"].push_back(whole / direct);
     ratio["batch split in two"].push_back(split / direct);
+    const double worker_direct = DeliveryRate(*sb, *sb, b_keys, 20'000);
+    const double worker_relayed = DeliveryRate(*sb, *sa, b_keys, 20'000);
+    rate["delivery to a worker direct"].push_back(worker_direct);
+    rate["delivery to a worker relayed"].push_back(worker_relayed);
+    ratio["delivery relayed"].push_back(worker_relayed / worker_direct);
   }
   std::printf("two nodes on one PostgreSQL; keys of node b's partitions\n");
   for (const auto& [name, v] : rate) {

@@ -221,6 +221,20 @@ class Cluster : public ::testing::Test {
                               std::to_string(StablePartition(ns, key, 64)));
   }
 
+  // `call()`'s status, tried again for up to 10 s while partitions move
+  // (UNAVAILABLE).
+  template <typename Call>
+  static grpc::Status Retried(Call call) {
+    grpc::Status s;
+    Eventually(
+        [&] {
+          s = call();
+          return s.error_code() != grpc::StatusCode::UNAVAILABLE;
+        },
+        10s);
+    return s;
+  }
+
   // Sets `n` timers due at `fire_time`, key i through nodes[i % size] (any
   // node takes any call), trying again for up to 10 s while partitions
   // move (UNAVAILABLE).

@@ -99,6 +99,43 @@ TEST_F(ClusterLists, ListTimersThroughEitherNodeCoversEveryPartition) {
   }
 }
 
+TEST_F(ClusterLists, StatsSumEveryNodeAndCountARelayedWorkerOnce) {
+  SetAll(30, WallNow() + 3'600'000'000'000, {stub_a_.get()});
+  v1::SubscribeRequest w;
+  w.set_mode(v1::SubscribeRequest::WORKER);
+  Stream worker(*stub_a_, w);
+  v1::SubscribeRequest watch;
+  watch.set_mode(v1::SubscribeRequest::WATCHER);
+  Stream watcher(*stub_b_, watch);
+  for (auto* stub : {stub_a_.get(), stub_b_.get()}) {
+    for (const std::string ns : {"", "jobs"}) {
+      v1::StatsResponse stats;
+      const bool summed = Eventually(
+          [&] {
+            v1::StatsRequest req;
+            req.set_namespace_(ns);
+            grpc::ClientContext ctx;
+            Prepare(&ctx);
+            stats.Clear();
+            if (!stub->Stats(&ctx, req, &stats).ok()) return false;
+            if (ns.empty() &&
+                (stats.pending_timers() != 30 || stats.workers() != 1 ||
+                 stats.watchers() != 1 || stats.partitions() != 64)) {
+              return false;
+            }
+            return stats.namespaces_size() == 1 &&
+                   stats.namespaces(0).pending_timers() == 30 &&
+                   stats.namespaces(0).timers_set() == 30 &&
+                   stats.namespaces(0).workers() == 1 &&
+                   stats.namespaces(0).watchers() == 1;
+          },
+          10s);
+      EXPECT_TRUE(summed) << "namespace '" << ns
+                          << "': " << stats.ShortDebugString();
+    }
+  }
+}
+
 TEST_F(ClusterLists, SchedulesListFromEitherNodeInKeyOrder) {
   std::vector<std::string> keys;
   for (int i = 0; i < 30; ++i) {
@@ -106,10 +143,13 @@ TEST_F(ClusterLists, SchedulesListFromEitherNodeInKeyOrder) {
     set.set_namespace_("jobs");
     set.set_key("s-" + std::to_string(100 + i));
     set.mutable_spec()->set_cron("@daily");
-    grpc::ClientContext ctx;
-    Prepare(&ctx);
     v1::Schedule made;
-    ASSERT_TRUE(stub_a_->SetSchedule(&ctx, set, &made).ok());
+    const grpc::Status s = Retried([&] {
+      grpc::ClientContext ctx;
+      Prepare(&ctx);
+      return stub_a_->SetSchedule(&ctx, set, &made);
+    });
+    ASSERT_TRUE(s.ok()) << s.error_message();
     keys.push_back(set.key());
   }
   for (auto* stub : {stub_a_.get(), stub_b_.get()}) {

@@ -40,8 +40,7 @@ class Relaying : public Cluster {
     ASSERT_TRUE(Eventually(
         [&] {
           v1::SetTimerResponse r;
-          return Set(*stub_a_, "warm", WallNow() + 3'600'000'000'000, &r)
-              .ok();
+          return Set(*stub_a_, "warm", WallNow() + 3'600'000'000'000, &r).ok();
         },
         10s));
   }
@@ -50,7 +49,8 @@ class Relaying : public Cluster {
   int SetDue(int n) {
     SetAll(n, WallNow(), {stub_a_.get()});
     int on_b = 0;
-    for (int i = 0; i < n; ++i) on_b += OwnerOf("job-" + std::to_string(i)) == "b";
+    for (int i = 0; i < n; ++i)
+      on_b += OwnerOf("job-" + std::to_string(i)) == "b";
     return on_b;
   }
 
@@ -77,7 +77,8 @@ TEST_F(Relaying, AWorkerOnOneNodeGetsEveryNodesEventsAndAcksThroughIt) {
   ASSERT_GT(on_b, 5);
   ASSERT_LT(on_b, 35);
   ASSERT_TRUE(Eventually([&] { return worker.size() >= 40; }, 15s))
-      << worker.size() << "\n" << a_->output() << b_->output();
+      << worker.size() << "\n"
+      << a_->output() << b_->output();
   ASSERT_TRUE(Eventually([&] { return watcher.size() >= 40; }, 15s))
       << watcher.size();
   std::set<std::string> keys;
@@ -111,7 +112,9 @@ TEST_F(Relaying, NackAndExtendLeaseThroughTheEntryNodeReachTheOwner) {
   const std::string key = KeysOf("b", 1)[0];
   Stream worker(*stub_a_, Worker(10));
   v1::SetTimerResponse set;
-  ASSERT_TRUE(Set(*stub_a_, key, WallNow(), &set).ok());
+  const grpc::Status s =
+      Retried([&] { return Set(*stub_a_, key, WallNow(), &set); });
+  ASSERT_TRUE(s.ok()) << s.error_message();
   ASSERT_TRUE(Eventually([&] { return worker.size() == 1; }, 10s));
   const v1::Event first = worker.events()[0];
   EXPECT_EQ(first.key(), key);
@@ -166,7 +169,8 @@ TEST_F(Relaying, MaxEventsHoldsAcrossOwnersAndWhatIsBeyondGoesBack) {
   // are beyond it: b offers them (up to 5), a gives them back.
   for (const auto& key : KeysOf("a", 5)) {
     v1::SetTimerResponse r;
-    ASSERT_TRUE(Set(*stub_a_, key, WallNow(), &r).ok());
+    ASSERT_TRUE(
+        Retried([&] { return Set(*stub_a_, key, WallNow(), &r); }).ok());
   }
   auto req = Worker(100, 5);
   req.set_keep_leases(true);
@@ -176,7 +180,8 @@ TEST_F(Relaying, MaxEventsHoldsAcrossOwnersAndWhatIsBeyondGoesBack) {
     ASSERT_TRUE(Eventually([&] { return first.size() >= 5; }, 10s));
     for (const auto& key : KeysOf("b", 10)) {
       v1::SetTimerResponse r;
-      ASSERT_TRUE(Set(*stub_a_, key, WallNow(), &r).ok());
+      ASSERT_TRUE(
+          Retried([&] { return Set(*stub_a_, key, WallNow(), &r); }).ok());
     }
     EXPECT_FALSE(Eventually([&] { return first.size() > 5; }, 1s));
     for (const auto& e : first.events()) taken.insert(e.key());
@@ -185,7 +190,8 @@ TEST_F(Relaying, MaxEventsHoldsAcrossOwnersAndWhatIsBeyondGoesBack) {
   // timeout), as first attempts; a's 5 stay leased.
   Stream next(*stub_b_, Worker(100));
   ASSERT_TRUE(Eventually([&] { return next.size() >= 10; }, 10s))
-      << next.size() << "\n" << a_->output() << b_->output();
+      << next.size() << "\n"
+      << a_->output() << b_->output();
   EXPECT_FALSE(Eventually([&] { return next.size() > 10; }, 1s));
   for (const auto& e : next.events()) {
     EXPECT_FALSE(taken.contains(e.key())) << e.key();
