@@ -127,7 +127,6 @@ Relay::Relay(Forwarder& forwarder, asio::io_context& io,
              std::shared_ptr<StreamSink> sink,
              v1::SubscribeRequest peer_request)
     : forwarder_(forwarder),
-      io_(io),
       sink_(std::move(sink)),
       peer_request_(std::move(peer_request)),
       retry_(io) {}

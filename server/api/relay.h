@@ -81,7 +81,6 @@ class Relay : public std::enable_shared_from_this<Relay> {
                std::function<void()> done);
 
   Forwarder& forwarder_;
-  asio::io_context& io_;
   const std::shared_ptr<StreamSink> sink_;
   const v1::SubscribeRequest peer_request_;
   std::uint64_t watch_ = 0;  // Set by Start.

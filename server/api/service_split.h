@@ -58,7 +58,10 @@ grpc::ServerUnaryReactor* DelaydService::ByEventOwner(
       call.Reply(failed);
     }
   };
-  for (auto& [owner, ids] : owners) {
+  for (auto& part_of : owners) {
+    // (Named, not bound: lambdas capture it.)
+    const std::string& owner = part_of.first;
+    std::vector<std::uint64_t>& ids = part_of.second;
     if (owner.empty()) {
       local(std::move(ids), part_done);
       continue;
@@ -115,7 +118,8 @@ grpc::ServerUnaryReactor* DelaydService::FromEveryOwner(
     if (join->failed.ok()) merge(join->answers, call.resp());
     call.Reply(join->failed);
   };
-  for (const auto& [owner, unused] : owners) {
+  for (const auto& part_of : owners) {
+    const std::string& owner = part_of.first;  // (Lambdas capture it.)
     if (owner.empty()) {
       local(part_done);
       continue;
