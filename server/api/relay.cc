@@ -175,6 +175,17 @@ bool Relay::Take(PeerStream* from, v1::SubscribeResponse msg) {
   std::vector<std::uint64_t> beyond =
       sink_->DeliverRelayed(std::move(msg), from->peer(), &backlog);
   if (!beyond.empty()) Release(from->peer(), std::move(beyond), [] {});
+  {
+    MutexLock lock(&mu_);
+    stopped = stopped_;
+  }
+  if (stopped) {
+    // Stop came in between: what it did not take back goes back now.
+    for (auto& [peer, ids] : sink_->TakeUnwrittenRelayed()) {
+      Release(peer, std::move(ids), [] {});
+    }
+    return false;
+  }
   return backlog.bytes < kMaxBacklogBytes;
 }
 

@@ -133,10 +133,17 @@ double DeliveryRate(v1::Delayd::Stub& setter, v1::Delayd::Stub& worker,
       set->set_namespace_("fwd");
       set->set_key(keys.Next());
       set->set_payload("payload-16-bytes");
+      set->mutable_delay();  // Due now.
     }
     grpc::ClientContext ctx;
     v1::BatchResponse resp;
     if (!setter.Batch(&ctx, req, &resp).ok()) return 0;
+    for (const auto& r : resp.results()) {
+      if (r.code() != 0) {
+        std::fprintf(stderr, "a set failed: %s\n", r.message().c_str());
+        return 0;
+      }
+    }
   }
   for (const auto until = Clock::now() + 60s; Clock::now() < until;) {
     v1::StatsRequest req;
@@ -154,6 +161,7 @@ double DeliveryRate(v1::Delayd::Stub& setter, v1::Delayd::Stub& worker,
   sub.set_namespace_("fwd");
   sub.set_max_in_flight(1000);
   grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 120s);
   auto reader = worker.Subscribe(&ctx, sub);
   v1::SubscribeResponse msg;
   int got = 0;
@@ -166,6 +174,10 @@ double DeliveryRate(v1::Delayd::Stub& setter, v1::Delayd::Stub& worker,
     v1::AckResponse acked;
     if (!worker.Ack(&actx, ack, &acked).ok()) return 0;
     got += static_cast<int>(acked.acked());
+  }
+  if (got < n) {
+    std::fprintf(stderr, "the worker got %d of %d events\n", got, n);
+    return 0;
   }
   const double rate =
       n / std::chrono::duration<double>(Clock::now() - start).count();
