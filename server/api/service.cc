@@ -8,6 +8,7 @@
 
 #include "server/api/proto_time.h"
 #include "server/api/relay.h"
+#include "server/api/service_split.h"
 #include "server/api/stream.h"
 
 namespace delayd {
@@ -211,61 +212,26 @@ grpc::ServerUnaryReactor* DelaydService::Drain(grpc::CallbackServerContext* ctx,
   }
   // A cluster node drains its own partitions and has every other owner
   // drain theirs; the answer sums them (or says which node failed).
-  struct Join {
-    std::atomic<int> pending;
-    std::atomic<std::uint64_t> drained{0};
-    Mutex mu;
-    Status failed GUARDED_BY(mu);
-  };
-  const std::vector<std::string> peers = forwarder_ != nullptr
-                                             ? forwarder_->Peers(*ctx)
-                                             : std::vector<std::string>();
-  auto join = std::make_shared<Join>();
-  join->pending = static_cast<int>(peers.size()) + 1;
-  auto part_done = [call, join](Status s, std::uint64_t drained) {
-    join->drained += drained;
-    if (!s.ok()) {
-      MutexLock lock(&join->mu);
-      if (join->failed.ok()) join->failed = s;
-    }
-    if (join->pending.fetch_sub(1) != 1) return;
-    call.resp()->set_drained(join->drained);
-    Status failed;
-    {
-      MutexLock lock(&join->mu);
-      failed = join->failed;
-    }
-    call.Reply(failed);
-  };
-  for (const std::string& peer : peers) {
-    auto bytes = std::make_shared<grpc::ByteBuffer>();
-    forwarder_->Forward(
-        ctx, "Drain", in, bytes.get(), peer, rpc_.forwarded(RpcMetrics::kDrain),
-        [part_done, bytes, peer](grpc::Status s) {
-          v1::DrainResponse answer;
-          if (s.ok() &&
-              !grpc::SerializationTraits<v1::DrainResponse>::Deserialize(
-                   bytes.get(), &answer)
-                   .ok()) {
-            s = grpc::Status(grpc::StatusCode::INTERNAL, "not a DrainResponse");
-          }
-          part_done(s.ok() ? Status::Ok()
-                           : Status::Unavailable("draining on " + peer + ": " +
-                                                 s.error_message()),
-                    answer.drained());
+  return FromEveryOwner(
+      call, RpcMetrics::kDrain,
+      [this, &req](auto done) {
+        NamespacePin pin;
+        if (Status s = Namespace(req.namespace_(), &pin); !s.ok()) {
+          // A namespace that does not exist has nothing to drain.
+          return done(s.code() == Code::kNotFound ? Status::Ok() : s,
+                      v1::DrainResponse());
+        }
+        scheduler_.Drain(pin.id(), [done, pin = std::move(pin)](
+                                       Status s, std::uint64_t drained) {
+          v1::DrainResponse resp;
+          resp.set_drained(drained);
+          done(s, std::move(resp));
         });
-  }
-  NamespacePin pin;
-  if (Status s = Namespace(req.namespace_(), &pin); !s.ok()) {
-    // A namespace that does not exist has nothing to drain.
-    part_done(s.code() == Code::kNotFound ? Status::Ok() : s, 0);
-    return call.reactor();
-  }
-  scheduler_.Drain(pin.id(), [part_done, pin = std::move(pin)](
-                                 Status s, std::uint64_t drained) {
-    part_done(s, drained);
-  });
-  return call.reactor();
+      },
+      [](std::vector<v1::DrainResponse>& answers, v1::DrainResponse* out) {
+        for (const auto& a : answers)
+          out->set_drained(out->drained() + a.drained());
+      });
 }
 
 grpc::ServerUnaryReactor* DelaydService::GetTimer(

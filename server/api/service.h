@@ -286,10 +286,11 @@ class DelaydService final : public RawDelayd {
       const Unary<Req, Resp>& call, RpcMetrics::Method method,
       std::map<std::string, std::vector<std::uint64_t>> owners, Local local,
       Merge merge);
-  // ListDeadLetters and ListSchedules (service_split.h): `call` answered by
-  // every node owning partitions (one when not in a cluster, or when `call`
-  // was forwarded here), this one by `local` (given where to put its
-  // answer), the others forwarded; `merge` makes one answer of theirs.
+  // Drain, Stats, ListDeadLetters and ListSchedules (service_split.h):
+  // `call` answered by every node owning partitions (one when not in a
+  // cluster, or when `call` was forwarded here), this one by `local` (given
+  // where to put its answer), the others forwarded; `merge` makes one
+  // answer of theirs.
   template <typename Req, typename Resp, typename Local, typename Merge>
   grpc::ServerUnaryReactor* FromEveryOwner(const Unary<Req, Resp>& call,
                                            RpcMetrics::Method method,

@@ -263,6 +263,41 @@ class Cluster : public ::testing::Test {
   TempDir dir_;
 };
 
+// Nodes a and b of a cluster with a stub for each, once each node knows who
+// owns what (a call through a that needs the owners' map succeeds).
+class TwoNodes : public Cluster {
+ protected:
+  void SetUp() override {
+    Cluster::SetUp();
+    ASSERT_NO_FATAL_FAILURE(StartTwo(&a_, &b_));
+    stub_a_ = StubOf(*a_);
+    stub_b_ = StubOf(*b_);
+    ASSERT_TRUE(Eventually(
+        [&] {
+          v1::ListTimersRequest req;
+          req.set_namespace_("jobs");
+          v1::ListTimersResponse resp;
+          grpc::ClientContext ctx;
+          Prepare(&ctx);
+          return stub_a_->ListTimers(&ctx, req, &resp).ok();
+        },
+        10s));
+  }
+
+  // `n` keys of namespace "jobs" that node `node` owns.
+  std::vector<std::string> KeysOf(const std::string& node, int n) {
+    std::vector<std::string> keys;
+    for (int i = 0; static_cast<int>(keys.size()) < n; ++i) {
+      const std::string key = node + "-key-" + std::to_string(i);
+      if (OwnerOf(key) == node) keys.push_back(key);
+    }
+    return keys;
+  }
+
+  std::unique_ptr<DaemonProcess> a_, b_;
+  std::unique_ptr<v1::Delayd::Stub> stub_a_, stub_b_;
+};
+
 }  // namespace delayd::testing
 
 #endif  // DELAYD_TESTS_E2E_CLUSTER_HARNESS_H_

@@ -9,26 +9,8 @@
 namespace delayd::testing {
 namespace {
 
-class ClusterLists : public Cluster {
+class ClusterLists : public TwoNodes {
  protected:
-  void SetUp() override {
-    Cluster::SetUp();
-    ASSERT_NO_FATAL_FAILURE(StartTwo(&a_, &b_));
-    stub_a_ = StubOf(*a_);
-    stub_b_ = StubOf(*b_);
-    // Each node knows who owns what after its next lease round.
-    ASSERT_TRUE(Eventually(
-        [&] {
-          v1::ListTimersRequest req;
-          req.set_namespace_("jobs");
-          v1::ListTimersResponse resp;
-          grpc::ClientContext ctx;
-          Prepare(&ctx);
-          return stub_a_->ListTimers(&ctx, req, &resp).ok();
-        },
-        10s));
-  }
-
   // Every timer key of "jobs" through `stub`, `page` at a time.
   static std::vector<std::string> ListAll(v1::Delayd::Stub& stub, int page,
                                           const std::string& prefix = "") {
@@ -75,9 +57,6 @@ class ClusterLists : public Cluster {
     }
     return all;
   }
-
-  std::unique_ptr<DaemonProcess> a_, b_;
-  std::unique_ptr<v1::Delayd::Stub> stub_a_, stub_b_;
 };
 
 TEST_F(ClusterLists, ListTimersThroughEitherNodeCoversEveryPartition) {

@@ -29,43 +29,17 @@ Req About(const std::vector<std::uint64_t>& ids) {
   return req;
 }
 
-class Relaying : public Cluster {
+class Relaying : public TwoNodes {
  protected:
-  void SetUp() override {
-    Cluster::SetUp();
-    ASSERT_NO_FATAL_FAILURE(StartTwo(&a_, &b_));
-    stub_a_ = StubOf(*a_);
-    stub_b_ = StubOf(*b_);
-    // Each node knows who owns what after its next lease round.
-    ASSERT_TRUE(Eventually(
-        [&] {
-          v1::SetTimerResponse r;
-          return Set(*stub_a_, "warm", WallNow() + 3'600'000'000'000, &r).ok();
-        },
-        10s));
-  }
-
   // Sets `n` timers due now through a; how many of them b owns.
   int SetDue(int n) {
     SetAll(n, WallNow(), {stub_a_.get()});
     int on_b = 0;
-    for (int i = 0; i < n; ++i)
+    for (int i = 0; i < n; ++i) {
       on_b += OwnerOf("job-" + std::to_string(i)) == "b";
+    }
     return on_b;
   }
-
-  // `n` keys node `node` owns.
-  std::vector<std::string> KeysOf(const std::string& node, int n) {
-    std::vector<std::string> keys;
-    for (int i = 0; static_cast<int>(keys.size()) < n; ++i) {
-      const std::string key = node + "-key-" + std::to_string(i);
-      if (OwnerOf(key) == node) keys.push_back(key);
-    }
-    return keys;
-  }
-
-  std::unique_ptr<DaemonProcess> a_, b_;
-  std::unique_ptr<v1::Delayd::Stub> stub_a_, stub_b_;
 };
 
 TEST_F(Relaying, AWorkerOnOneNodeGetsEveryNodesEventsAndAcksThroughIt) {
