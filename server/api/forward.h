@@ -5,8 +5,9 @@
 // does not forward it again (kForwardedBy). The answer goes back as the
 // owner gave it, with the owner's address in a trailer (kOwnerTrailer) so
 // that a client may call it directly. (The service splits a Batch between
-// the owners of its keys, and sends a Drain to every node that owns
-// partitions: Peers.)
+// the owners of its keys, and the calls on events between the owners of
+// theirs; it sends a Drain, a Stats or a listing to every node that owns
+// partitions: Peers. A relayed Subscribe opens its own streams: relay.h.)
 //
 // Who owns what comes from the partition leases (SetOwners, each lease
 // round): an answer of the former owner during a hand-over is UNAVAILABLE,

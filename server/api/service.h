@@ -96,7 +96,10 @@ struct RequestLimits {
 // in service_policy.cc; the dead-letter calls in service_dead.cc; Stats,
 // Backup and ClusterStatus in service_admin.cc; the schedule calls in
 // service_schedule.cc; Batch in service_batch.cc. On a cluster node (a
-// forwarder given), calls on a key another node owns are forwarded to it.
+// forwarder given), calls on a key another node owns are forwarded to it;
+// calls on events go to the nodes owning their partitions; Drain, Stats and
+// the listings ask every node owning partitions; a Subscribe relays the
+// other nodes' events (relay.h).
 class DelaydService final : public RawDelayd {
  public:
   // `backup_dir`: where Backup writes (empty: Backup is refused).
