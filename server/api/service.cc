@@ -353,22 +353,20 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* DelaydService::Subscribe(
             std::to_string(scheduler_.limits().max_subscribers) + " reached"),
         rpc_[RpcMetrics::kSubscribe]);
   }
+  std::string ns = req.namespace_().empty() ? "default" : req.namespace_();
+  auto& metrics = rpc_[RpcMetrics::kSubscribe];
   if (forwarder_ == nullptr) {
-    return new SubscribeReactor(
-        scheduler_, ctx,
-        req.namespace_().empty() ? "default" : req.namespace_(), options,
-        rpc_[RpcMetrics::kSubscribe]);
+    return new SubscribeReactor(scheduler_, ctx, std::move(ns), options,
+                                metrics);
   }
   if (ctx->client_metadata().count(Forwarder::kForwardedBy) != 0) {
     // Another node's relay (relay.h): its node counts the subscriber.
-    return new SubscribeReactor(
-        scheduler_, ctx,
-        req.namespace_().empty() ? "default" : req.namespace_(), options,
-        rpc_[RpcMetrics::kSubscribe],
-        [](const std::shared_ptr<StreamSink>& sink) {
-          sink->relayed = true;
-          return SubscribeReactor::AtEnd();
-        });
+    return new SubscribeReactor(scheduler_, ctx, std::move(ns), options,
+                                metrics,
+                                [](const std::shared_ptr<StreamSink>& sink) {
+                                  sink->relayed = true;
+                                  return SubscribeReactor::AtEnd();
+                                });
   }
   // A cluster node: the other owners' events are relayed in (relay.h), each
   // node delivering its share of the worker's in-flight limit.
@@ -378,16 +376,15 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* DelaydService::Subscribe(
     options.max_in_flight = std::max(1u, options.max_in_flight / nodes);
     req.set_max_in_flight(options.max_in_flight);
   }
-  return new SubscribeReactor(
-      scheduler_, ctx, req.namespace_().empty() ? "default" : req.namespace_(),
-      options, rpc_[RpcMetrics::kSubscribe],
-      [&](const std::shared_ptr<StreamSink>& sink) {
-        sink->LimitEvents(options.max_events);
-        auto relay = std::make_shared<Relay>(*forwarder_, scheduler_.io(), sink,
-                                             std::move(req));
-        relay->Start();
-        return [relay] { relay->Stop(); };
-      });
+  return new SubscribeReactor(scheduler_, ctx, std::move(ns), options, metrics,
+                              [&](const std::shared_ptr<StreamSink>& sink) {
+                                sink->LimitEvents(options.max_events);
+                                auto relay = std::make_shared<Relay>(
+                                    *forwarder_, scheduler_.io(), sink,
+                                    std::move(req));
+                                relay->Start();
+                                return [relay] { relay->Stop(); };
+                              });
 }
 
 }  // namespace delayd

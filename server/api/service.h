@@ -281,14 +281,16 @@ class DelaydService final : public RawDelayd {
   std::map<std::string, std::vector<std::uint64_t>> AllOwners(
       const grpc::CallbackServerContext& ctx) const;
   // Ack, Nack, ExtendLease and the dead-letter changes (service_split.h):
-  // answers `call` by parts, `owners`' "" part by `local` (the ids, and
-  // where to give its answer), each other one forwarded to its node as
-  // `call`'s request with that part's ids; the answers summed by `merge`.
+  // answers `call` by parts, `owners`' "" part by `local` (the namespace's
+  // dispatcher, the ids, and where to give its answer; not called if the
+  // namespace does not exist here: its ids are unknown), each other one
+  // forwarded to its node as `call`'s request with that part's ids. The
+  // answers' unknown_ids are joined and their counts summed by `add`.
   template <typename Req, typename Resp, typename Local, typename Merge>
   grpc::ServerUnaryReactor* ByEventOwner(
       const Unary<Req, Resp>& call, RpcMetrics::Method method,
       std::map<std::string, std::vector<std::uint64_t>> owners, Local local,
-      Merge merge);
+      Merge add);
   // Drain, Stats, ListDeadLetters and ListSchedules (service_split.h):
   // `call` answered by every node owning partitions (one when not in a
   // cluster, or when `call` was forwarded here), this one by `local` (given

@@ -125,27 +125,18 @@ grpc::ServerUnaryReactor* DelaydService::ChangeDeadLetters(
   return ByEventOwner(
       call, method,
       req.all() ? AllOwners(*ctx) : EventOwners(req.event_ids(), *ctx),
-      [this, ns = req.namespace_(), change](
-          std::vector<std::uint64_t> ids,
-          std::function<void(Status, v1::DeadLettersResponse)> done) {
-        NamespacePin pin;
-        if (!Namespace(ns, &pin).ok()) {
-          v1::DeadLettersResponse resp;
-          for (auto id : ids) resp.add_unknown_ids(id);
-          return done(Status::Ok(), std::move(resp));
-        }
-        (scheduler_.dispatcher(pin.id()).*change)(
-            std::move(ids), [done = std::move(done), pin = std::move(pin)](
-                                Status s, LeaseResult r) {
-              v1::DeadLettersResponse resp;
-              resp.set_count(r.done);
-              for (auto id : r.unknown) resp.add_unknown_ids(id);
-              done(s, std::move(resp));
-            });
+      [change](Dispatcher& d, std::vector<std::uint64_t> ids,
+               std::function<void(Status, v1::DeadLettersResponse)> done) {
+        (d.*change)(std::move(ids),
+                    [done = std::move(done)](Status s, LeaseResult r) {
+                      v1::DeadLettersResponse resp;
+                      resp.set_count(r.done);
+                      for (auto id : r.unknown) resp.add_unknown_ids(id);
+                      done(s, std::move(resp));
+                    });
       },
       [](v1::DeadLettersResponse* sum, const v1::DeadLettersResponse& part) {
         sum->set_count(sum->count() + part.count());
-        sum->mutable_unknown_ids()->MergeFrom(part.unknown_ids());
       });
 }
 

@@ -16,11 +16,26 @@ template <typename Req, typename Resp, typename Local, typename Merge>
 grpc::ServerUnaryReactor* DelaydService::ByEventOwner(
     const Unary<Req, Resp>& call, RpcMetrics::Method method,
     std::map<std::string, std::vector<std::uint64_t>> owners, Local local,
-    Merge merge) {
+    Merge add) {
+  // This node's part, its namespace pinned until answered.
+  auto here = [this, call, local](std::vector<std::uint64_t> ids,
+                                  std::function<void(Status, Resp)> done) {
+    NamespacePin pin;
+    if (!Namespace(call.req().namespace_(), &pin).ok()) {
+      Resp none;  // No such namespace: none of its events are outstanding.
+      for (auto id : ids) none.add_unknown_ids(id);
+      return done(Status::Ok(), std::move(none));
+    }
+    Dispatcher& d = scheduler_.dispatcher(pin.id());
+    local(d, std::move(ids),
+          [done = std::move(done), pin = std::move(pin)](Status s, Resp r) {
+            done(s, std::move(r));
+          });
+  };
   if (owners.size() <= 1 && (owners.empty() || owners.begin()->first.empty())) {
     auto ids = owners.empty() ? std::vector<std::uint64_t>()
                               : std::move(owners.begin()->second);
-    local(std::move(ids), [call](Status s, Resp r) {
+    here(std::move(ids), [call](Status s, Resp r) {
       if (s.ok()) call.resp()->Swap(&r);
       call.Reply(s);
     });
@@ -38,32 +53,27 @@ grpc::ServerUnaryReactor* DelaydService::ByEventOwner(
     MutexLock lock(&join->mu);
     join->pending = owners.size();
   }
-  auto part_done = [join, call, merge](Status s, const Resp& part) {
-    bool last;
+  auto part_done = [join, call, add](Status s, const Resp& part) {
+    Status failed;
     {
       MutexLock lock(&join->mu);
       if (!s.ok()) {
         if (join->failed.ok()) join->failed = std::move(s);
       } else {
-        merge(call.resp(), part);
+        add(call.resp(), part);
+        call.resp()->mutable_unknown_ids()->MergeFrom(part.unknown_ids());
       }
-      last = --join->pending == 0;
+      if (--join->pending != 0) return;
+      failed = join->failed;
     }
-    if (last) {
-      Status failed;
-      {
-        MutexLock lock(&join->mu);
-        failed = join->failed;
-      }
-      call.Reply(failed);
-    }
+    call.Reply(failed);
   };
   for (auto& part_of : owners) {
     // (Named, not bound: lambdas capture it.)
     const std::string& owner = part_of.first;
     std::vector<std::uint64_t>& ids = part_of.second;
     if (owner.empty()) {
-      local(std::move(ids), part_done);
+      here(std::move(ids), part_done);
       continue;
     }
     struct Remote {
@@ -111,12 +121,18 @@ grpc::ServerUnaryReactor* DelaydService::FromEveryOwner(
     join->pending = owners.size();
   }
   auto part_done = [call, join, merge](Status s, Resp answer) {
-    MutexLock lock(&join->mu);
-    if (!s.ok() && join->failed.ok()) join->failed = std::move(s);
-    join->answers.push_back(std::move(answer));
-    if (--join->pending != 0) return;
-    if (join->failed.ok()) merge(join->answers, call.resp());
-    call.Reply(join->failed);
+    Status failed;
+    std::vector<Resp> answers;
+    {
+      MutexLock lock(&join->mu);
+      if (!s.ok() && join->failed.ok()) join->failed = std::move(s);
+      join->answers.push_back(std::move(answer));
+      if (--join->pending != 0) return;
+      failed = join->failed;
+      answers = std::move(join->answers);
+    }
+    if (failed.ok()) merge(answers, call.resp());
+    call.Reply(failed);
   };
   for (const auto& part_of : owners) {
     const std::string& owner = part_of.first;  // (Lambdas capture it.)

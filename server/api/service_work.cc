@@ -41,28 +41,17 @@ grpc::ServerUnaryReactor* DelaydService::Ack(grpc::CallbackServerContext* ctx,
   if (!s.ok()) return call.Reply(s);
   return ByEventOwner(
       call, RpcMetrics::kAck, EventOwners(req.event_ids(), *ctx),
-      [this, ns = req.namespace_()](
-          std::vector<std::uint64_t> ids,
-          std::function<void(Status, v1::AckResponse)> done) {
-        v1::AckResponse resp;
-        NamespacePin pin;
-        if (!Namespace(ns, &pin).ok()) {
-          // No such namespace: none of its events are outstanding.
-          for (auto id : ids) resp.add_unknown_ids(id);
-          return done(Status::Ok(), std::move(resp));
-        }
-        scheduler_.dispatcher(pin.id()).Ack(
-            std::move(ids),
-            [done = std::move(done), pin = std::move(pin)](AckResult r) {
-              v1::AckResponse resp;
-              resp.set_acked(r.acked);
-              for (auto id : r.unknown) resp.add_unknown_ids(id);
-              done(r.error, std::move(resp));
-            });
+      [](Dispatcher& d, std::vector<std::uint64_t> ids,
+         std::function<void(Status, v1::AckResponse)> done) {
+        d.Ack(std::move(ids), [done = std::move(done)](AckResult r) {
+          v1::AckResponse resp;
+          resp.set_acked(r.acked);
+          for (auto id : r.unknown) resp.add_unknown_ids(id);
+          done(r.error, std::move(resp));
+        });
       },
       [](v1::AckResponse* sum, const v1::AckResponse& part) {
         sum->set_acked(sum->acked() + part.acked());
-        sum->mutable_unknown_ids()->MergeFrom(part.unknown_ids());
       });
 }
 
@@ -82,29 +71,20 @@ grpc::ServerUnaryReactor* DelaydService::Nack(grpc::CallbackServerContext* ctx,
                        ctx->client_metadata().count(Relay::kRelease) != 0;
   return ByEventOwner(
       call, RpcMetrics::kNack, EventOwners(req.event_ids(), *ctx),
-      [this, ns = req.namespace_(), retry_after, error = req.error(), release](
-          std::vector<std::uint64_t> ids,
+      [retry_after, error = req.error(), release](
+          Dispatcher& d, std::vector<std::uint64_t> ids,
           std::function<void(Status, v1::NackResponse)> done) {
-        NamespacePin pin;
-        if (!Namespace(ns, &pin).ok()) {
-          v1::NackResponse resp;
-          for (auto id : ids) resp.add_unknown_ids(id);
-          return done(Status::Ok(), std::move(resp));
-        }
-        auto answer = [done = std::move(done),
-                       pin = std::move(pin)](LeaseResult r) {
+        auto answer = [done = std::move(done)](LeaseResult r) {
           v1::NackResponse resp;
           resp.set_nacked(r.done);
           for (auto id : r.unknown) resp.add_unknown_ids(id);
           done(Status::Ok(), std::move(resp));
         };
-        Dispatcher& d = scheduler_.dispatcher(pin.id());
         if (release) return d.Release(std::move(ids), std::move(answer));
         d.Nack(std::move(ids), retry_after, error, std::move(answer));
       },
       [](v1::NackResponse* sum, const v1::NackResponse& part) {
         sum->set_nacked(sum->nacked() + part.nacked());
-        sum->mutable_unknown_ids()->MergeFrom(part.unknown_ids());
       });
 }
 
@@ -121,27 +101,18 @@ grpc::ServerUnaryReactor* DelaydService::ExtendLease(
   if (!s.ok()) return call.Reply(s);
   return ByEventOwner(
       call, RpcMetrics::kExtendLease, EventOwners(req.event_ids(), *ctx),
-      [this, ns = req.namespace_(), extension](
-          std::vector<std::uint64_t> ids,
-          std::function<void(Status, v1::ExtendLeaseResponse)> done) {
-        NamespacePin pin;
-        if (!Namespace(ns, &pin).ok()) {
-          v1::ExtendLeaseResponse resp;
-          for (auto id : ids) resp.add_unknown_ids(id);
-          return done(Status::Ok(), std::move(resp));
-        }
-        scheduler_.dispatcher(pin.id()).ExtendLease(
-            std::move(ids), extension,
-            [done = std::move(done), pin = std::move(pin)](LeaseResult r) {
-              v1::ExtendLeaseResponse resp;
-              resp.set_extended(r.done);
-              for (auto id : r.unknown) resp.add_unknown_ids(id);
-              done(Status::Ok(), std::move(resp));
-            });
+      [extension](Dispatcher& d, std::vector<std::uint64_t> ids,
+                  std::function<void(Status, v1::ExtendLeaseResponse)> done) {
+        d.ExtendLease(std::move(ids), extension,
+                      [done = std::move(done)](LeaseResult r) {
+                        v1::ExtendLeaseResponse resp;
+                        resp.set_extended(r.done);
+                        for (auto id : r.unknown) resp.add_unknown_ids(id);
+                        done(Status::Ok(), std::move(resp));
+                      });
       },
       [](v1::ExtendLeaseResponse* sum, const v1::ExtendLeaseResponse& part) {
         sum->set_extended(sum->extended() + part.extended());
-        sum->mutable_unknown_ids()->MergeFrom(part.unknown_ids());
       });
 }
 

@@ -50,7 +50,8 @@ inline void ToProto(std::string_view ns, const Event& e, v1::Event* out) {
 }
 
 // The write side of one Subscribe stream, shared between the reactor (gRPC
-// threads) and a dispatcher (its strand). One write in flight at a time;
+// threads), a dispatcher (its strand) and, on a cluster node, a relay (gRPC
+// threads of its streams to other nodes). One write in flight at a time;
 // events that arrive meanwhile are gathered into the next messages. A write
 // that has not completed within the stream-write timeout cancels the call
 // (the client stopped reading): the reactor then ends, and the dispatcher
