@@ -15,8 +15,10 @@ class Relay::PeerStream
     : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
       public std::enable_shared_from_this<PeerStream> {
  public:
-  PeerStream(std::shared_ptr<Relay> relay, std::string peer)
-      : relay_(std::move(relay)), peer_(std::move(peer)) {}
+  // `awaited`: the relay waits for its first message (or end) to tell the
+  // worker it is registered.
+  PeerStream(std::shared_ptr<Relay> relay, std::string peer, bool awaited)
+      : relay_(std::move(relay)), peer_(std::move(peer)), awaited_(awaited) {}
 
   const std::string& peer() const { return peer_; }
 
@@ -64,6 +66,7 @@ class Relay::PeerStream
   void OnWriteDone(bool) override {}
 
   void OnReadDone(bool ok) override {
+    Registered();
     v1::SubscribeResponse msg;
     if (ok && !grpc::SerializationTraits<v1::SubscribeResponse>::Deserialize(
                    &in_, &msg)
@@ -96,12 +99,23 @@ class Relay::PeerStream
   }
 
   void OnDone(const grpc::Status& status) override {
+    Registered();
     relay_->Ended(this, status);
     relay_.reset();
     self_.reset();  // (May delete this.)
   }
 
  private:
+  // Tells the relay, once, if it waits for this stream's first message.
+  void Registered() EXCLUDES(mu_) {
+    {
+      MutexLock lock(&mu_);
+      if (!awaited_) return;
+      awaited_ = false;
+    }
+    relay_->PeerRegistered(false);
+  }
+
   void LetGo() EXCLUDES(mu_) {
     {
       MutexLock lock(&mu_);
@@ -121,6 +135,7 @@ class Relay::PeerStream
   bool held_ GUARDED_BY(mu_) = false;
   bool paused_ GUARDED_BY(mu_) = false;
   bool stopping_ GUARDED_BY(mu_) = false;
+  bool awaited_ GUARDED_BY(mu_);
 };
 
 Relay::Relay(Forwarder& forwarder, asio::io_context& io,
@@ -129,7 +144,8 @@ Relay::Relay(Forwarder& forwarder, asio::io_context& io,
     : forwarder_(forwarder),
       sink_(std::move(sink)),
       peer_request_(std::move(peer_request)),
-      retry_(io) {}
+      retry_(io),
+      register_wait_(io) {}
 
 void Relay::Start() {
   std::weak_ptr<Relay> weak = weak_from_this();
@@ -139,10 +155,21 @@ void Relay::Start() {
   watch_ = forwarder_.WatchPeers([weak] {
     if (auto relay = weak.lock()) relay->Reconcile();
   });
-  Reconcile();
+  sink_->AwaitRegistration();
+  {
+    MutexLock lock(&mu_);
+    awaited_ = 1;  // Held until the streams are opened.
+    register_wait_.expires_after(kRegisterWait);
+    register_wait_.async_wait([weak](const asio::error_code& ec) {
+      auto relay = weak.lock();
+      if (!ec && relay != nullptr) relay->PeerRegistered(true);
+    });
+  }
+  Reconcile(true);
+  PeerRegistered(false);
 }
 
-void Relay::Reconcile() {
+void Relay::Reconcile(bool first) {
   const std::vector<std::string> peers = forwarder_.AllPeers();
   std::vector<std::shared_ptr<PeerStream>> opened;
   {
@@ -150,12 +177,26 @@ void Relay::Reconcile() {
     if (stopped_) return;
     for (const std::string& peer : peers) {
       if (streams_.contains(peer)) continue;
-      auto stream = std::make_shared<PeerStream>(shared_from_this(), peer);
+      auto stream =
+          std::make_shared<PeerStream>(shared_from_this(), peer, first);
       streams_.emplace(peer, stream);
       opened.push_back(std::move(stream));
+      if (first) ++awaited_;
     }
   }
   for (const auto& stream : opened) stream->Begin(forwarder_, peer_request_);
+}
+
+void Relay::PeerRegistered(bool all) {
+  {
+    MutexLock lock(&mu_);
+    if (registered_) return;
+    awaited_ = all ? 0 : awaited_ - 1;
+    if (awaited_ > 0) return;
+    registered_ = true;
+    register_wait_.cancel();
+  }
+  sink_->SendRegistered();
 }
 
 bool Relay::Take(PeerStream* from, v1::SubscribeResponse msg) {
@@ -246,6 +287,7 @@ void Relay::Stop() {
     if (stopped_) return;
     stopped_ = true;
     retry_.cancel();
+    register_wait_.cancel();
     for (const auto& [peer, stream] : streams_) streams.push_back(stream);
   }
   forwarder_.Unwatch(watch_);

@@ -22,6 +22,11 @@
 // partitions. An owner that refuses the stream (permissions, its
 // subscriber limit) ends the worker's stream with the reason.
 //
+// The worker is told it is registered (its stream's empty first message)
+// once this node and every node owning partitions at the start have
+// registered it, or their streams failed, or kRegisterWait passed: an
+// event that comes due after the registration reaches it.
+//
 // Thread safety: mu_ guards the streams; callbacks come from gRPC's and the
 // forwarder's threads and never run with mu_ held.
 #ifndef DELAYD_SERVER_API_RELAY_H_
@@ -51,6 +56,8 @@ class Relay : public std::enable_shared_from_this<Relay> {
   static constexpr std::chrono::milliseconds kRetry{500};
   // A peer stream is read only while the worker's backlog is under this.
   static constexpr std::size_t kMaxBacklogBytes = 1 << 20;
+  // The worker is told it is registered after this at the latest.
+  static constexpr std::chrono::seconds kRegisterWait{2};
 
   // `peer_request`: the Subscribe each owner gets (the worker's, with its
   // share of max_in_flight). `sink` is the worker's stream.
@@ -67,8 +74,12 @@ class Relay : public std::enable_shared_from_this<Relay> {
  private:
   class PeerStream;
 
-  // Opens streams to the peers that have none.
-  void Reconcile() EXCLUDES(mu_);
+  // Opens streams to the peers that have none; `first`: the ones opened
+  // at Start, whose registration the worker's waits for.
+  void Reconcile(bool first = false) EXCLUDES(mu_);
+  // A stream opened at Start registered the worker or failed; `all`: stop
+  // waiting for the others.
+  void PeerRegistered(bool all) EXCLUDES(mu_);
   // A message from `from`'s node; false: hold its stream back (or it is
   // over) until ResumeAll.
   bool Take(PeerStream* from, v1::SubscribeResponse msg) EXCLUDES(mu_);
@@ -88,6 +99,9 @@ class Relay : public std::enable_shared_from_this<Relay> {
   bool stopped_ GUARDED_BY(mu_) = false;
   bool retry_armed_ GUARDED_BY(mu_) = false;
   asio::steady_timer retry_ GUARDED_BY(mu_);
+  int awaited_ GUARDED_BY(mu_) = 0;  // Streams the registration waits for.
+  bool registered_ GUARDED_BY(mu_) = false;  // The worker was told.
+  asio::steady_timer register_wait_ GUARDED_BY(mu_);
   std::map<std::string, std::shared_ptr<PeerStream>> streams_ GUARDED_BY(mu_);
 };
 

@@ -117,10 +117,16 @@ void StreamSink::End(const Status& status) {
   Run(next);
 }
 
+void StreamSink::AwaitRegistration() {
+  MutexLock lock(&mu_);
+  ++registration_waits_;
+}
+
 void StreamSink::SendRegistered() {
   Action next;
   {
     MutexLock lock(&mu_);
+    if (--registration_waits_ > 0) return;
     if (reactor_ == nullptr || ending_) return;
     force_write_ = true;
     next = Next();

@@ -100,7 +100,13 @@ class StreamSink : public Subscriber {
   // Called (any thread, without mu_) each time the backlog has been written
   // out, as on_drained is: a relay held back by the backlog reads on.
   void SetRelayDrained(std::function<void()> drained) EXCLUDES(mu_);
-  // Tells the subscriber it is registered: an empty first message.
+  // Makes the registration wait for one more SendRegistered (a cluster
+  // node's relay: until the other owners have registered the worker).
+  // Called before the first SendRegistered.
+  void AwaitRegistration() EXCLUDES(mu_);
+  // Tells the subscriber it is registered (an empty first message) once
+  // every party awaited has called this: the dispatcher, and a relay if
+  // AwaitRegistration was called.
   void SendRegistered() EXCLUDES(mu_);
   // The reactor's OnWriteDone.
   void OnWriteDone(bool ok) EXCLUDES(mu_);
@@ -169,6 +175,7 @@ class StreamSink : public Subscriber {
   std::atomic<std::size_t> unwritten_bytes_{0};
   bool writing_ GUARDED_BY(mu_) = false;
   bool force_write_ GUARDED_BY(mu_) = false;
+  int registration_waits_ GUARDED_BY(mu_) = 1;  // SendRegistered calls due.
   bool ending_ GUARDED_BY(mu_) = false;
   bool finished_ GUARDED_BY(mu_) = false;
   // A TryCancel is under way on this thread (ctx_ must outlive it: Detach

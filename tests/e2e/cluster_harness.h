@@ -135,6 +135,7 @@ class Stream {
       v1::SubscribeResponse msg;
       while (reader_->Read(&msg)) {
         std::lock_guard lock(mu_);
+        registered_ = true;
         for (auto& e : *msg.mutable_events()) events_.push_back(std::move(e));
       }
       status_ = reader_->Finish();
@@ -151,6 +152,15 @@ class Stream {
     return events_;
   }
   std::size_t size() { return events().size(); }
+  // Whether the first message (the registration) came within `timeout`.
+  bool Registered(std::chrono::milliseconds timeout = 10s) {
+    return Eventually(
+        [&] {
+          std::lock_guard lock(mu_);
+          return registered_;
+        },
+        timeout);
+  }
 
  private:
   grpc::ClientContext ctx_;
@@ -158,6 +168,7 @@ class Stream {
   std::thread thread_;
   std::mutex mu_;
   std::vector<v1::Event> events_;
+  bool registered_ = false;
   grpc::Status status_;
 };
 

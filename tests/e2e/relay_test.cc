@@ -4,6 +4,8 @@
 // Its max_in_flight is split between the owners, its max_events holds
 // across them, and events its client never got go back to their owners
 // uncounted. Real processes on one PostgreSQL.
+#include <signal.h>
+
 #include <set>
 
 #include "tests/e2e/cluster_harness.h"
@@ -43,15 +45,36 @@ class Relaying : public TwoNodes {
   }
 };
 
+// A stream's registration message means every owner has registered it:
+// with b frozen, a watcher on a is not told it is registered; once b runs
+// again it is, and gets what then comes due on b at once.
+TEST_F(Relaying, ARegistrationWaitsForEveryOwner) {
+  ASSERT_EQ(kill(b_->pid(), SIGSTOP), 0);
+  v1::SubscribeRequest watch;
+  watch.set_mode(v1::SubscribeRequest::WATCHER);
+  Stream watcher(*stub_a_, watch);
+  // (Well within b's lease of 1 s, and a's wait of 2 s.)
+  const bool early = watcher.Registered(300ms);
+  ASSERT_EQ(kill(b_->pid(), SIGCONT), 0);
+  EXPECT_FALSE(early) << "registered while b could not have registered it";
+  ASSERT_TRUE(watcher.Registered());
+  const int on_b = SetDue(20);
+  ASSERT_GT(on_b, 0);
+  ASSERT_TRUE(Eventually([&] { return watcher.size() >= 20; }, 15s))
+      << watcher.size() << "\n"
+      << a_->output() << b_->output();
+}
+
 TEST_F(Relaying, AWorkerOnOneNodeGetsEveryNodesEventsAndAcksThroughIt) {
   v1::SubscribeRequest watch;
   watch.set_mode(v1::SubscribeRequest::WATCHER);
   Stream watcher(*stub_a_, watch);
   Stream worker(*stub_a_, Worker(100));
-  // A watcher gets what fires once its stream is open at each node; the
-  // stream a opens to b on its behalf is not awaited by its registration
-  // message (see the issue note): due in 1 s.
-  const int on_b = SetDue(40, WallNow() + 1'000'000'000);
+  // A watcher gets what fires once it is registered: its registration
+  // waits for b's.
+  ASSERT_TRUE(watcher.Registered());
+  ASSERT_TRUE(worker.Registered());
+  const int on_b = SetDue(40);
   ASSERT_GT(on_b, 5);
   ASSERT_LT(on_b, 35);
   ASSERT_TRUE(Eventually([&] { return worker.size() >= 40; }, 15s))
