@@ -185,11 +185,13 @@ class Cluster : public ::testing::Test {
     std::ofstream(dir_ / "cluster-token") << kClusterToken << "\n";
   }
 
-  // Node `name` of the cluster (leases of 1 s), with `extra` flags.
+  // Node `name` of the cluster (leases of 1 s), with `extra` flags, on
+  // the database at `url` (url_ if empty).
   std::unique_ptr<DaemonProcess> Node(const std::string& name,
-                                      std::vector<std::string> extra = {}) {
+                                      std::vector<std::string> extra = {},
+                                      const std::string& url = "") {
     std::vector<std::string> args{"--store",
-                                  url_,
+                                  url.empty() ? url_ : url,
                                   "--node-id",
                                   name,
                                   "--advertise",

@@ -1,0 +1,204 @@
+// Three delayd nodes on one PostgreSQL, under a mixed load (sets, moves,
+// removes over two namespaces, through whichever nodes run; workers on
+// every node acknowledging), through one fault each: two nodes killed,
+// a node frozen past its lease, a rolling SIGTERM restart, the database's
+// primary killed and its standby promoted, a node cut off from the
+// database. After each: no acknowledged timer lost, none removed fired,
+// none early or at a time other than its last acknowledged one, and
+// duplicates no more than what can be in flight at the faults.
+#include <signal.h>
+
+#include <iostream>
+
+#include "tests/common/tcp_proxy.h"
+#include "tests/e2e/fault_load.h"
+
+namespace delayd::testing {
+namespace {
+
+class ClusterFaults : public Cluster {
+ protected:
+  static constexpr const char* kNames[] = {"a", "b", "c"};
+
+  // Node `name` on `url` (url_ if empty), running and in the book.
+  void Start(const std::string& name, const std::string& url = "") {
+    auto& node = nodes_[name];
+    node = Node(name, {}, url);
+    ASSERT_TRUE(node->WaitForPort(30s)) << node->output();
+    book_.Up(name, node->address());
+  }
+  // The three nodes, once each owns partitions.
+  void StartThree(const std::string& url_of_c = "") {
+    ASSERT_NO_FATAL_FAILURE(Start("a"));
+    ASSERT_NO_FATAL_FAILURE(Start("b"));
+    ASSERT_NO_FATAL_FAILURE(Start("c", url_of_c));
+    ASSERT_TRUE(Eventually([&] { return OwnerCount() == 3; }, 20s)) << Owners();
+  }
+  // How many nodes own partitions, as the database says.
+  int OwnerCount() {
+    const std::string owners = Owners();
+    return owners.empty() ? 0
+                          : std::count(owners.begin(), owners.end(), ',') + 1;
+  }
+  bool Owns(const std::string& name) {
+    return ("," + Owners()).find("," + name + ":") != std::string::npos;
+  }
+  // Whether nodes other than `name` hold every partition's lease.
+  bool OthersOwnAll(const std::string& name) {
+    return pg_->Exec(db_,
+                     "SELECT count(*) FROM delayd_leases WHERE expires_at > "
+                     "now() AND owner <> '" +
+                         name + "'") == "64";
+  }
+
+  // The load and three workers per namespace, each starting on another
+  // node.
+  void Begin() {
+    load_ = std::make_unique<FaultLoad>(book_);
+    for (const char* ns : kFaultNamespaces) {
+      for (int i = 0; i < 3; ++i) {
+        workers_.push_back(std::make_unique<FaultWorker>(book_, ns, i));
+      }
+    }
+  }
+  // Until the load has set `n` more keys.
+  void Load(std::size_t n) {
+    const std::size_t from = load_->size();
+    ASSERT_TRUE(Eventually([&] { return load_->size() >= from + n; }, 60s))
+        << load_->size() - from << " of " << n;
+  }
+  void Kill(const std::string& name) {
+    book_.Down(name);
+    nodes_[name]->Stop(SIGKILL, 10s);
+  }
+
+  // Stops the load, waits for every acknowledged timer to be delivered,
+  // watches a while for late duplicates, and checks (see the file's
+  // comment); `faults` bounds the duplicates.
+  void Finish(const std::string& what, int faults) {
+    load_->Stop();
+    const auto told = load_->told();
+    ASSERT_TRUE(Eventually(
+        [&] { return Check(told, Joined(workers_)).lost == 0; }, 60s))
+        << Check(told, Joined(workers_)).lost << " not delivered";
+    // An event whose ack was lost comes again after its ack timeout (3 s):
+    // a window past it.
+    std::this_thread::sleep_for(4s);
+    for (auto& w : workers_) w->Stop();
+    FaultTally t = Check(told, Joined(workers_));
+    std::cout << what << ": " << t.acknowledged << " acknowledged, "
+              << t.removed << " removed, " << t.uncertain
+              << " uncertain; duplicates " << t.duplicates
+              << "; first delivery after due p50 " << t.LateMs(0.5)
+              << " ms, p99 " << t.LateMs(0.99) << " ms, max " << t.LateMs(1.0)
+              << " ms\n";
+    for (const auto& [error, n] : load_->errors()) {
+      std::cout << "  " << n << " uncertain after: " << error << "\n";
+    }
+    std::string examples;
+    for (const auto& key : t.examples) examples += key + " ";
+    EXPECT_GT(t.acknowledged, 500u);
+    EXPECT_EQ(t.lost, 0u) << examples;
+    EXPECT_EQ(t.removed_fired, 0u) << examples;
+    EXPECT_EQ(t.early, 0u) << examples;
+    EXPECT_EQ(t.wrong_time, 0u) << examples;
+    EXPECT_LE(t.duplicates, static_cast<std::size_t>(faults) * workers_.size() *
+                                FaultWorker::kMaxInFlight);
+  }
+
+  std::map<std::string, std::unique_ptr<DaemonProcess>> nodes_;
+  NodeBook book_;
+  std::unique_ptr<FaultLoad> load_;
+  std::vector<std::unique_ptr<FaultWorker>> workers_;
+};
+
+TEST_F(ClusterFaults, KillingOneNodeThenASecondLosesNothing) {
+  ASSERT_NO_FATAL_FAILURE(StartThree());
+  Begin();
+  ASSERT_NO_FATAL_FAILURE(Load(300));
+  Kill("a");
+  ASSERT_NO_FATAL_FAILURE(Load(300));
+  Kill("b");
+  ASSERT_TRUE(Eventually([&] { return Owners() == "c:64"; }, 20s)) << Owners();
+  ASSERT_NO_FATAL_FAILURE(Load(300));
+  Finish("two nodes killed", 2);
+}
+
+// Frozen past its lease, b loses its partitions to a and c; woken, it
+// neither writes nor delivers for them (a firing of its would come early,
+// late at a moved time, or twice), and takes its share again.
+TEST_F(ClusterFaults, AFrozenNodeActsOnNothingItLost) {
+  ASSERT_NO_FATAL_FAILURE(StartThree());
+  Begin();
+  ASSERT_NO_FATAL_FAILURE(Load(300));
+  book_.Down("b");
+  ASSERT_EQ(kill(nodes_["b"]->pid(), SIGSTOP), 0);
+  ASSERT_TRUE(Eventually([&] { return OthersOwnAll("b"); }, 5s)) << Owners();
+  ASSERT_NO_FATAL_FAILURE(Load(300));
+  ASSERT_EQ(kill(nodes_["b"]->pid(), SIGCONT), 0);
+  book_.Up("b", nodes_["b"]->address());
+  ASSERT_TRUE(Eventually([&] { return OwnerCount() == 3; }, 30s)) << Owners();
+  ASSERT_NO_FATAL_FAILURE(Load(300));
+  Finish("a node frozen past its lease", 1);
+}
+
+TEST_F(ClusterFaults, ARollingRestartWithSigtermLosesNothing) {
+  ASSERT_NO_FATAL_FAILURE(StartThree());
+  Begin();
+  ASSERT_NO_FATAL_FAILURE(Load(200));
+  for (const char* name : kNames) {
+    book_.Down(name);
+    EXPECT_EQ(nodes_[name]->Stop(SIGTERM, 20s), 0) << nodes_[name]->output();
+    ASSERT_NO_FATAL_FAILURE(Load(100));
+    ASSERT_NO_FATAL_FAILURE(Start(name));
+    ASSERT_TRUE(Eventually([&] { return OwnerCount() == 3; }, 30s)) << Owners();
+    ASSERT_NO_FATAL_FAILURE(Load(200));
+  }
+  Finish("rolling SIGTERM restart", 3);
+}
+
+// The nodes are given both hosts; the primary is killed and the standby
+// promoted under load: they find the new primary without a restart.
+TEST_F(ClusterFaults, KillingTheDatabasesPrimaryLosesNothing) {
+  std::string error;
+  auto standby = pg_->StartStandby("s1", &error);
+  ASSERT_NE(standby, nullptr) << error;
+  url_ = "postgresql://delayd@127.0.0.1:" + std::to_string(pg_->port()) +
+         ",127.0.0.1:" + std::to_string(standby->port()) + "/" + db_ +
+         "?target_session_attrs=read-write";
+  ASSERT_NO_FATAL_FAILURE(StartThree());
+  Begin();
+  ASSERT_NO_FATAL_FAILURE(Load(300));
+  pg_->Stop(SIGKILL);
+  ASSERT_TRUE(standby->Promote());
+  std::swap(pg_, standby);  // (Owners() asks the new primary.)
+  ASSERT_NO_FATAL_FAILURE(Load(300));
+  ASSERT_TRUE(Eventually([&] { return OwnerCount() == 3; }, 30s)) << Owners();
+  ASSERT_NO_FATAL_FAILURE(Load(300));
+  Finish("primary killed, standby promoted", 1);
+}
+
+// c reaches the database through a proxy that goes silent: c's leases
+// lapse, a and b take its partitions; once the proxy passes traffic again,
+// c takes its share back.
+TEST_F(ClusterFaults, ANodeCutOffFromTheDatabaseActsOnNothingItLost) {
+  TcpProxy proxy(pg_->port());
+  ASSERT_NE(proxy.port(), 0);
+  ASSERT_NO_FATAL_FAILURE(StartThree("postgresql://delayd@127.0.0.1:" +
+                                     std::to_string(proxy.port()) + "/" + db_));
+  Begin();
+  ASSERT_NO_FATAL_FAILURE(Load(300));
+  proxy.Cut();
+  // (Within a few lease terms: a transaction of c's left open by the cut
+  // must not hold its leases' rows.)
+  ASSERT_TRUE(Eventually([&] { return OthersOwnAll("c"); }, 5s)) << Owners();
+  ASSERT_NO_FATAL_FAILURE(Load(300));
+  proxy.Heal();
+  ASSERT_TRUE(Eventually([&] { return OwnerCount() == 3; }, 30s))
+      << Owners() << nodes_["c"]->output();
+  ASSERT_NO_FATAL_FAILURE(Load(300));
+  Finish("a node cut off from the database", 1);
+}
+
+}  // namespace
+}  // namespace delayd::testing
