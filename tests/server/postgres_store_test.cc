@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 
+#include <asio.hpp>
 #include <atomic>
+#include <future>
 #include <map>
 #include <thread>
 
@@ -89,6 +91,42 @@ TEST(PostgresStore, BackupAndCheckNameThePostgresWay) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_NE(s.error_message().find("pg_dump"), std::string::npos)
       << s.error_message();
+}
+
+// WriteNow from a thread of the executor's own pool (a cluster node loads a
+// partition on one) returns: its answer does not wait for that pool.
+TEST(PostgresStore, WriteNowOnTheExecutorsOnlyThreadReturns) {
+  PostgresServer* pg = SharedPostgres();
+  ASSERT_NE(pg, nullptr);
+  std::unique_ptr<Store> store;
+  ASSERT_TRUE(
+      PgStoreOpener(Database(pg->Url(pg->NewDatabase())))(StoreHooks(), &store)
+          .ok());
+  asio::io_context pool;
+  auto work = asio::make_work_guard(pool);
+  std::thread thread([&] { pool.run(); });
+  store->SetExecutor(
+      [&](std::function<void()> run) { asio::post(pool, std::move(run)); });
+  std::promise<Status> written;
+  asio::post(pool, [&] {
+    Batch batch;
+    batch.Touch(0);
+    written.set_value(store->WriteNow(batch));
+  });
+  auto result = written.get_future();
+  const bool returned = result.wait_for(10s) == std::future_status::ready;
+  if (!returned) {
+    ADD_FAILURE() << "WriteNow waits for the pool it runs on";
+    // (Left as they are: the pool's thread waits in the store for good.)
+    thread.detach();
+    store.release();
+    return;
+  }
+  EXPECT_TRUE(result.get().ok());
+  store->Close();
+  work.reset();
+  pool.stop();
+  thread.join();
 }
 
 // How many rows of delayd_jobs have key `key`.

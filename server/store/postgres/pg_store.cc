@@ -325,12 +325,17 @@ Status PgStore::WriteNow(Batch& batch) {
   Mutex mu;
   CondVar cv;
   bool written = false;
-  Enqueue(batch, nullptr, [&](Status s) {
-    MutexLock lock(&mu);
-    result = std::move(s);
-    written = true;
-    cv.Signal();
-  });
+  // (Answered on the writer's thread: a caller on the executor's pool, a
+  // partition loading on a cluster node, must not wait for that pool.)
+  Enqueue(
+      batch, nullptr,
+      [&](Status s) {
+        MutexLock lock(&mu);
+        result = std::move(s);
+        written = true;
+        cv.Signal();
+      },
+      /*direct=*/true);
   MutexLock lock(&mu);
   while (!written) cv.Wait(&mu);
   return result;

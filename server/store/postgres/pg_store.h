@@ -202,6 +202,9 @@ class PgStore final : public Store {
     Done done;
     // Not OK: not written (a partition not held); `done` gets this.
     Status refused;
+    // `done` runs on the writer's thread, not through the executor
+    // (WriteNow: its caller may be one of the executor's threads).
+    bool direct = false;
   };
   class Op;
   // A run of queued batches written as one transaction (pg_writer.cc).
@@ -226,8 +229,8 @@ class PgStore final : public Store {
   std::vector<std::string> DurabilityNotes(const std::string& where);
 
   // Writing (pg_writer.cc), on the writer thread but for Enqueue and Wake.
-  void Enqueue(Batch& batch, std::function<void()> written, Done done)
-      EXCLUDES(mu_);
+  void Enqueue(Batch& batch, std::function<void()> written, Done done,
+               bool direct = false) EXCLUDES(mu_);
   // Wakes the writer from its poll.
   void Wake();
   void WriterLoop() EXCLUDES(mu_);

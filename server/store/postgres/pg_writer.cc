@@ -13,7 +13,8 @@
 
 namespace delayd {
 
-void PgStore::Enqueue(Batch& batch, std::function<void()> written, Done done) {
+void PgStore::Enqueue(Batch& batch, std::function<void()> written, Done done,
+                      bool direct) {
   Status refused = Failed();
   bool wake = false;
   {
@@ -28,8 +29,10 @@ void PgStore::Enqueue(Batch& batch, std::function<void()> written, Done done) {
       untaken_bytes_ += shared->bytes();
       wake = polling_ &&
              (written != nullptr || untaken_bytes_ >= kEarlyGroupBytes);
-      queue_.push_back(
-          Queued{std::move(shared), std::move(written), std::move(done), {}});
+      queue_.push_back(Queued{
+          std::move(shared), std::move(written), std::move(done), {}, direct});
+    } else if (done && direct) {
+      done(refused);
     } else if (done) {
       std::vector<Done> one;
       one.push_back(std::move(done));
@@ -114,8 +117,8 @@ bool PgStore::TakeQueued() {
       group.batches.reserve(queue_.size() - taken_);
       for (std::size_t i = taken_; i < queue_.size(); ++i) {
         Queued& q = queue_[i];
-        group.batches.push_back(
-            Queued{q.batch, std::move(q.written), std::move(q.done), {}});
+        group.batches.push_back(Queued{
+            q.batch, std::move(q.written), std::move(q.done), {}, q.direct});
       }
       taken_ = queue_.size();
       firings_queued_ = 0;
@@ -346,7 +349,9 @@ void PgStore::Complete(const Status& status) {
   std::vector<Done> done;
   for (Queued& q : group.batches) {
     if (!q.done) continue;
-    if (q.refused.ok()) {
+    if (q.direct) {
+      q.done(q.refused.ok() ? status : q.refused);
+    } else if (q.refused.ok()) {
       done.push_back(std::move(q.done));
     } else {
       std::vector<Done> one;
