@@ -151,7 +151,11 @@ Status Scheduler::LoadPartition(std::uint32_t part) {
   std::vector<Event> overdue;
   if (s.ok()) {
     overdue = p.FireOverdue([this, part](Status fired) {
-      if (!fired.ok() && options_.on_store_error) {
+      // On a shared store a firing is refused when the partition moved
+      // (the node drops it, its next owner loads it whole) or when the
+      // store refuses writes (on_store_write_failure tells): neither is
+      // damage.
+      if (!fired.ok() && options_.on_store_error && !shared_partitions_) {
         options_.on_store_error(
             Status::Unavailable("firing the overdue timers of partition " +
                                 std::to_string(part) + ": " + fired.message()));
