@@ -1,5 +1,7 @@
 // The fixture of the service tests (service_test, delivery_test,
-// batch_test): a daemon on loopback and helpers for its calls.
+// batch_test): a daemon on loopback and helpers for its calls. Built with
+// DELAYD_API_ON_CLUSTER (cluster_api_test), the daemon is a cluster of
+// three nodes called through one (cluster_daemon.h).
 #ifndef DELAYD_TESTS_SERVER_SERVICE_FIXTURE_H_
 #define DELAYD_TESTS_SERVER_SERVICE_FIXTURE_H_
 
@@ -13,8 +15,17 @@
 
 #include "tests/server/calls.h"
 #include "tests/server/test_client.h"
+#ifdef DELAYD_API_ON_CLUSTER
+#include "tests/common/cluster_daemon.h"
+#endif
 
 namespace delayd::testing {
+
+#ifdef DELAYD_API_ON_CLUSTER
+using ApiDaemon = ClusterDaemon;
+#else
+using ApiDaemon = TestDaemon;
+#endif
 
 using grpc::StatusCode;
 
@@ -95,7 +106,7 @@ class DelaydTest : public ::testing::Test {
     return ids;
   }
 
-  TestDaemon d_;
+  ApiDaemon d_;
 };
 
 }  // namespace delayd::testing

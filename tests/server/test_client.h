@@ -107,7 +107,8 @@ inline bool WaitForHealth(
 // A daemon in this process, stopped by the destructor.
 class TestDaemon {
  public:
-  explicit TestDaemon(DelaydServer::Options options = DefaultOptions()) {
+  explicit TestDaemon(DelaydServer::Options options = DefaultOptions())
+      : partitions_(options.scheduler.partitions) {
     options.listen = "127.0.0.1:0";
     server_ = std::make_unique<DelaydServer>(options);
     Status s = server_->Start();
@@ -124,6 +125,7 @@ class TestDaemon {
     return o;
   }
   bool started() const { return started_; }
+  std::uint32_t partitions() const { return partitions_; }
   int port() const { return server_->port(); }
   v1::Delayd::Stub& stub() { return *stub_; }
   std::shared_ptr<grpc::Channel> channel() { return channel_; }
@@ -133,6 +135,7 @@ class TestDaemon {
   }
 
  private:
+  const std::uint32_t partitions_;
   std::unique_ptr<DelaydServer> server_;
   bool started_ = false;
   std::shared_ptr<grpc::Channel> channel_;
