@@ -1,17 +1,19 @@
-// Fail-over of a two-node delayd cluster on one PostgreSQL server this
-// bench starts (127.0.0.1, an OS-picked port, stopped by PID). Each round
-// has a fresh database and two nodes (--lease-ttl, 64 partitions, 32 each)
-// holding --pending far-future timers between them, plus 200 timers due
-// 1 s after they are set. Then:
-//   kill     node a is killed (SIGKILL) 500 ms before those are due: how
-//            long after they were due b first delivers one of a's (overdue
-//            by then), and the last of them;
-//   sigterm  (alternate rounds) node a is stopped with SIGTERM instead: the
-//            same times, and how many of a's timers reached b's worker
-//            twice.
-// Every delivery is checked not early. Prints p50 and p99 of each.
+// Fail-over of a delayd cluster (--nodes, default 3) on one PostgreSQL
+// server this bench starts (127.0.0.1, an OS-picked port, stopped by PID),
+// holding --pending far-future timers between the nodes (set once). Each
+// round places 200 timers due 1 s later, through a node other than the
+// round's victim (each node in turn), on which a worker reads; then:
+//   kill     the victim is killed (SIGKILL) 500 ms before they are due: how
+//            long after they were due the worker first got one of the
+//            victim's (overdue by then), and the last of them;
+//   sigterm  (alternate rounds) the victim is stopped with SIGTERM instead:
+//            the same times, and how many reached the worker twice.
+// The victim then starts again; the round ends once every node holds its
+// share and has loaded it (how long that took is printed too). Every
+// delivery is checked not early. Prints p50 and p99 of each.
 //
-// Usage: cluster_bench [--rounds N] [--lease-ttl 5s] [--pending N]
+// Usage: cluster_bench [--rounds N] [--nodes N] [--lease-ttl 5s]
+//                      [--pending N]
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 
@@ -148,8 +150,87 @@ std::string Percentiles(std::vector<double> v) {
   return out;
 }
 
+// Occurrences of `text` in `s`.
+int Count(const std::string& s, const std::string& text) {
+  int n = 0;
+  for (std::size_t at = 0; (at = s.find(text, at)) != std::string::npos;
+       at += text.size()) {
+    ++n;
+  }
+  return n;
+}
+
+// The nodes of one cluster on one database, restarted by name.
+class Nodes {
+ public:
+  Nodes(PostgresServer& pg, int count, std::string ttl)
+      : pg_(pg), db_(pg.NewDatabase()), ttl_(std::move(ttl)) {
+    std::ofstream(dir_ / "cluster-token") << "bench-cluster-token-0123456789\n";
+    for (int i = 0; i < count; ++i) names_.push_back(std::string(1, 'a' + i));
+    for (const auto& name : names_) Start(name);
+  }
+  const std::vector<std::string>& names() const { return names_; }
+  DaemonProcess& operator[](const std::string& name) { return *nodes_[name]; }
+  void Start(const std::string& name) {
+    nodes_[name] = std::make_unique<DaemonProcess>(
+        DELAYD_BINARY,
+        std::vector<std::string>{"--store", pg_.Url(db_), "--node-id", name,
+                                 "--advertise", "127.0.0.1:0",
+                                 "--cluster-token-file", dir_ / "cluster-token",
+                                 "--lease-ttl", ttl_},
+        30s);
+  }
+  // Whether every node owns its share of the 64 partitions and has loaded
+  // what it owns (its log says so), within `timeout`.
+  bool Settled(std::chrono::seconds timeout) {
+    const int share = 64 / static_cast<int>(names_.size());
+    for (auto until = Steady::now() + timeout; Steady::now() < until;
+         std::this_thread::sleep_for(50ms)) {  // Polls the leases.
+      bool all = true;
+      last_.clear();
+      for (const auto& name : names_) {
+        const int owned = std::atoi(
+            pg_.Exec(db_, "SELECT count(*) FROM delayd_leases WHERE owner = '" +
+                              name + "' AND expires_at > now()")
+                .c_str());
+        const std::string out = nodes_[name]->output();
+        // (A partition let go while it loaded logs both "no longer" and
+        // "could not be taken".)
+        const int loaded = Count(out, "taken (epoch") -
+                           Count(out, "no longer this node's") +
+                           Count(out, "could not be taken");
+        last_ += name + ": owns " + std::to_string(owned) + ", loaded " +
+                 std::to_string(loaded) + "; ";
+        all = all && owned >= share && loaded == owned;
+      }
+      if (all) return true;
+    }
+    return false;
+  }
+  // What Settled saw last.
+  const std::string& last() const { return last_; }
+  // The partitions `name` owns, as ",p1,p2,...,".
+  std::string PartsOf(const std::string& name) {
+    return "," +
+           pg_.Exec(db_,
+                    "SELECT string_agg(part::text, ',') FROM delayd_leases "
+                    "WHERE owner = '" +
+                        name + "'") +
+           ",";
+  }
+
+ private:
+  PostgresServer& pg_;
+  const std::string db_;
+  const std::string ttl_;
+  testing::TempDir dir_;
+  std::vector<std::string> names_;
+  std::map<std::string, std::unique_ptr<DaemonProcess>> nodes_;
+  std::string last_;
+};
+
 int Main(int argc, char** argv) {
-  int rounds = 20;
+  int rounds = 20, count = 3;
   std::string ttl = "5s";
   int pending = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -157,6 +238,7 @@ int Main(int argc, char** argv) {
     if (flag == "--rounds") rounds = std::atoi(argv[i + 1]);
     if (flag == "--lease-ttl") ttl = argv[i + 1];
     if (flag == "--pending") pending = std::atoi(argv[i + 1]);
+    if (flag == "--nodes") count = std::atoi(argv[i + 1]);
   }
   std::string error;
   auto pg = PostgresServer::Start(&error);
@@ -164,80 +246,59 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "PostgreSQL: %s\n", error.c_str());
     return 1;
   }
-  testing::TempDir dir;
-  std::ofstream(dir / "cluster-token") << "bench-cluster-token-0123456789\n";
-  std::vector<double> kill_first, kill_last, term_first, term_last;
+  Nodes nodes(*pg, count, ttl);
+  if (!nodes.Settled(60s)) {
+    std::fprintf(stderr, "the nodes did not settle: %s\n",
+                 nodes.last().c_str());
+    return 1;
+  }
+  {
+    const auto started = Steady::now();
+    std::vector<std::string> far;
+    for (int i = 0; i < pending; ++i) far.push_back("far-" + std::to_string(i));
+    auto via = StubOf(nodes["a"]);
+    Place(far, WallNow() + 86'400'000'000'000, *via);
+    std::printf("%d far-future timers set in %.1f s\n", pending,
+                Ms(Steady::now() - started) / 1000);
+  }
+  std::vector<double> kill_first, kill_last, term_first, term_last, settle;
   int term_repeats = 0, early = 0, lost = 0;
   for (int round = 0; round < rounds; ++round) {
     const bool kill = round % 2 == 0;
-    const std::string url = pg->Url(pg->NewDatabase());
-    auto node = [&](const std::string& name) {
-      return std::make_unique<DaemonProcess>(
-          DELAYD_BINARY,
-          std::vector<std::string>{"--store", url, "--node-id", name,
-                                   "--advertise", "127.0.0.1:0",
-                                   "--cluster-token-file",
-                                   dir / "cluster-token", "--lease-ttl", ttl},
-          30s);
-    };
-    auto a = node("a");
-    auto b = node("b");
-    if (!a->ok() || !b->ok()) {
-      std::fprintf(stderr, "a node did not start\n");
-      return 1;
-    }
-    // Until each holds its half.
-    const std::string db = url.substr(url.rfind('/') + 1);
-    for (auto until = Steady::now() + 30s;
-         Steady::now() < until &&
-         pg->Exec(db,
-                  "SELECT count(*) FROM delayd_leases WHERE owner = 'b' AND "
-                  "expires_at > now()") != "32";) {
-      std::this_thread::sleep_for(20ms);  // Polls the leases.
-    }
-    auto sb = StubOf(*b);
-    std::vector<std::string> far;
-    for (int i = 0; i < pending; ++i) far.push_back("far-" + std::to_string(i));
-    Place(far, WallNow() + 3'600'000'000'000, *sb);
-    Worker worker(*b);
+    // Each node in turn (a kill and a stop each, over 2N rounds).
+    const std::string victim = nodes.names()[(round / 2) % count];
+    const std::string other = nodes.names()[(round / 2 + 1) % count];
+    auto via = StubOf(nodes[other]);
+    Worker worker(nodes[other]);
     std::vector<std::string> soon;
-    for (int i = 0; i < 200; ++i) soon.push_back("soon-" + std::to_string(i));
+    for (int i = 0; i < 200; ++i) {
+      soon.push_back("soon-" + std::to_string(round) + "-" + std::to_string(i));
+    }
     const WallNanos due = WallNow() + 1'000'000'000;
-    Place(soon, due, *sb);
-    // The keys of a's partitions, as the leases say.
-    const std::string parts_of_a =
-        "," +
-        pg->Exec(db,
-                 "SELECT string_agg(part::text, ',') FROM delayd_leases "
-                 "WHERE owner = 'a'") +
-        ",";
-    std::vector<std::string> of_a;
+    Place(soon, due, *via);
+    const std::string parts = nodes.PartsOf(victim);
+    std::vector<std::string> of_victim;
     for (const std::string& key : soon) {
       const std::string part =
           "," + std::to_string(StablePartition("jobs", key, 64)) + ",";
-      if (parts_of_a.find(part) != std::string::npos) of_a.push_back(key);
+      if (parts.find(part) != std::string::npos) of_victim.push_back(key);
     }
     std::this_thread::sleep_until(
         Steady::now() + std::chrono::nanoseconds(due - WallNow()) - 500ms);
-    const auto stopped = Steady::now();
-    const auto due_at = stopped + 500ms;
-    if (kill) {
-      a->Stop(SIGKILL, 10s);
-    } else {
-      ::kill(a->pid(), SIGTERM);
-    }
+    const auto due_at = Steady::now() + 500ms;
+    nodes[victim].Stop(kill ? SIGKILL : SIGTERM, 30s);
     const auto deadline = Steady::now() + 60s;
     std::map<std::string, Steady::time_point> got;
     while (Steady::now() < deadline) {
       got = worker.first();
-      if (std::all_of(of_a.begin(), of_a.end(),
+      if (std::all_of(of_victim.begin(), of_victim.end(),
                       [&](const std::string& k) { return got.contains(k); })) {
         break;
       }
       std::this_thread::sleep_for(5ms);  // Polls the worker's deliveries.
     }
     Steady::time_point first = Steady::time_point::max(), last{};
-    for (const std::string& k : of_a) {
+    for (const std::string& k : of_victim) {
       auto it = got.find(k);
       if (it == got.end()) {
         ++lost;
@@ -246,23 +307,41 @@ int Main(int argc, char** argv) {
       first = std::min(first, it->second);
       last = std::max(last, it->second);
     }
-    if (!of_a.empty() && first != Steady::time_point::max()) {
+    if (!of_victim.empty() && first != Steady::time_point::max()) {
       (kill ? kill_first : term_first).push_back(Ms(first - due_at));
       (kill ? kill_last : term_last).push_back(Ms(last - due_at));
     }
     if (!kill) term_repeats += worker.repeats();
     early += worker.early();
+    // The victim starts again and takes its share back.
+    const auto restarted = Steady::now();
+    nodes.Start(victim);
+    if (!nodes.Settled(120s)) {
+      std::fprintf(stderr, "round %d: the nodes did not settle: %s\n",
+                   round + 1, nodes.last().c_str());
+      return 1;
+    }
+    settle.push_back(Ms(Steady::now() - restarted));
     std::printf(
-        "round %d (%s): %zu of a's timers, first %.0f ms after due, last "
-        "%.0f ms\n",
-        round + 1, kill ? "kill -9" : "SIGTERM", of_a.size(),
-        Ms(first - due_at), Ms(last - due_at));
+        "round %d (%s of %s): %zu of its timers, first %.0f ms after due, "
+        "last %.0f ms; back and settled in %.1f s\n",
+        round + 1, kill ? "kill -9" : "SIGTERM", victim.c_str(),
+        of_victim.size(), Ms(first - due_at), Ms(last - due_at),
+        settle.back() / 1000);
     std::fflush(stdout);
   }
-  std::printf("\nlease TTL %s, %d pending far-future timers per round\n",
+  {
+    // (Each node's share, summed: the far-future timers are all there.)
+    v1::StatsResponse stats;
+    grpc::ClientContext ctx;
+    StubOf(nodes["a"])->Stats(&ctx, v1::StatsRequest(), &stats);
+    std::printf("pending timers at the end, cluster-wide: %llu\n",
+                static_cast<unsigned long long>(stats.pending_timers()));
+  }
+  std::printf("\n%d nodes, lease TTL %s, %d pending far-future timers\n", count,
               ttl.c_str(), pending);
   std::printf("(timers due 500 ms after the kill or stop; times from due)\n");
-  std::printf("kill -9, first delivery of a's timers: %s\n",
+  std::printf("kill -9, first delivery of its timers: %s\n",
               Percentiles(kill_first).c_str());
   std::printf("kill -9, last of them:                 %s\n",
               Percentiles(kill_last).c_str());
@@ -270,6 +349,8 @@ int Main(int argc, char** argv) {
               Percentiles(term_first).c_str());
   std::printf("SIGTERM, last of them:                 %s\n",
               Percentiles(term_last).c_str());
+  std::printf("restart until every node holds its share, loaded: %s\n",
+              Percentiles(settle).c_str());
   std::printf("delivered twice after SIGTERM: %d; early: %d; lost: %d\n",
               term_repeats, early, lost);
   return lost == 0 && early == 0 ? 0 : 1;
