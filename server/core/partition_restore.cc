@@ -11,8 +11,10 @@ namespace delayd {
 std::optional<Status> Partition::Refusal() const {
   if (stopped_) return ShuttingDown();
   if (!owned_) {
-    return Status::Unavailable("partition " + std::to_string(partition_) +
-                               " is owned by another node");
+    return Status::Unavailable(
+        "partition " + std::to_string(partition_) +
+        " is not served here now (another node owns it, or this "
+        "node is taking it)");
   }
   return std::nullopt;
 }

@@ -273,9 +273,10 @@ void Scheduler::Get(
   }
   Partition& p = *partitions_[PartitionOf(ns, key)];
   if (!p.owned()) {
-    done(Status::Unavailable("partition " +
-                             std::to_string(PartitionOf(ns, key)) +
-                             " is owned by another node"),
+    done(Status::Unavailable(
+             "partition " + std::to_string(PartitionOf(ns, key)) +
+             " is not served here now (another node owns it, or this "
+             "node is taking it)"),
          std::nullopt);
     return;
   }

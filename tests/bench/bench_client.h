@@ -215,14 +215,15 @@ class Bench {
   // SetTimer/s, `concurrency` calls in flight, each a new key with a
   // payload of `payload_bytes`, due in an hour.
   double SetRate(int concurrency, std::chrono::milliseconds d,
-                 std::size_t payload_bytes = 16) {
+                 std::size_t payload_bytes = 16,
+                 const std::string& ns = "unary") {
     const std::string payload = Payload(payload_bytes);
     std::vector<CallSlot<v1::SetTimerRequest, v1::SetTimerResponse>> slots(
         concurrency);
     std::atomic<std::uint64_t> seq{0};
     return ClosedLoop(concurrency, d, [&](int s, auto done) {
       auto& slot = slots[s];
-      slot.req.set_namespace_("unary");
+      slot.req.set_namespace_(ns);
       // Appended, not "u" + ...: GCC 12 warns (-Wrestrict) on that once
       // inlined here, a false positive of that compiler.
       std::string key = "u";
@@ -293,7 +294,10 @@ class Bench {
               st = grpc::Status(grpc::StatusCode::INTERNAL, "bad response");
             }
             for (const auto& r : resp.results()) {
-              if (r.code() != 0) failed.fetch_add(1);
+              if (r.code() != 0 && failed.fetch_add(1) == 0) {
+                std::printf("  (a batch item failed: code %d, %s)\n", r.code(),
+                            r.message().c_str());
+              }
             }
             if (st.ok() && resp.results_size() != per_call) failed.fetch_add(1);
             done(st.ok());

@@ -309,7 +309,7 @@ TEST_F(Forwarding, TheEntryNodeChecksTheCallerAndPeersTheirToken) {
     ctx.AddMetadata("delayd-forwarded-by", "x");
     const grpc::Status s = stub_a_->SetTimer(&ctx, req, &resp);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
-    EXPECT_NE(s.error_message().find("owned by another node"),
+    EXPECT_NE(s.error_message().find("is not served here now"),
               std::string::npos)
         << s.error_message();
   }
