@@ -27,6 +27,7 @@ namespace delayd::testing {
 class ClusterDaemon {
  public:
   static constexpr int kPartitions = 64;  // delayd's default.
+  static constexpr const char* kNames[] = {"a", "b", "c"};
 
   ClusterDaemon() { Start(); }
 
@@ -49,7 +50,7 @@ class ClusterDaemon {
     ASSERT_NE(pg, nullptr) << "PostgreSQL did not start";
     db_ = pg->NewDatabase();
     std::ofstream(dir_ / "token") << "cluster-api-token-0123456789\n";
-    for (const char* name : {"a", "b", "c"}) {
+    for (const char* name : kNames) {
       nodes_.push_back(std::make_unique<DaemonProcess>(
           DELAYD_BINARY,
           std::vector<std::string>{
@@ -58,14 +59,9 @@ class ClusterDaemon {
               "--lease-ttl", "1s", "--shutdown-grace", "500ms"}));
       ASSERT_TRUE(nodes_.back()->WaitForPort(30s)) << nodes_.back()->output();
     }
-    const auto owners = [&] {
-      return pg->Exec(db_,
-                      "SELECT count(DISTINCT owner) FROM delayd_leases WHERE "
-                      "expires_at > now() AND owner IS NOT NULL");
-    };
     const auto end = std::chrono::steady_clock::now() + 30s;
-    while (owners() != "3" || !KnowsOwners()) {
-      ASSERT_LT(std::chrono::steady_clock::now(), end) << owners();
+    while (!Settled(*pg) || !KnowsOwners()) {
+      ASSERT_LT(std::chrono::steady_clock::now(), end);
       std::this_thread::sleep_for(20ms);
     }
     channel_ = grpc::CreateChannel(nodes_[0]->address(),
@@ -82,6 +78,34 @@ class ClusterDaemon {
       return s;
     }();
     return pg.get();
+  }
+
+  // Whether every node holds its share of the partitions (they spread out
+  // over a few lease rounds) and has loaded what it holds, as its log says
+  // (a partition let go while it loaded logs "no longer" and "could not be
+  // taken").
+  bool Settled(PostgresServer& pg) {
+    for (std::size_t i = 0; i < nodes_.size(); ++i) {
+      const std::string name = kNames[i];
+      const int owned = std::atoi(
+          pg.Exec(db_, "SELECT count(*) FROM delayd_leases WHERE owner = '" +
+                           name + "' AND expires_at > now()")
+              .c_str());
+      const std::string out = nodes_[i]->output();
+      const int loaded = Count(out, "taken (epoch") -
+                         Count(out, "no longer this node's") +
+                         Count(out, "could not be taken");
+      if (owned < kPartitions / 3 || loaded != owned) return false;
+    }
+    return true;
+  }
+  static int Count(const std::string& s, const std::string& text) {
+    int n = 0;
+    for (std::size_t at = 0; (at = s.find(text, at)) != std::string::npos;
+         at += text.size()) {
+      ++n;
+    }
+    return n;
   }
 
   // Whether every node answers a call that needs the owners' map (each

@@ -91,8 +91,16 @@ TEST_F(Cluster, APolicySetOnOneNodeAppliesOnTheOther) {
   set.mutable_policy()->set_max_attempts(3);
   set.mutable_policy()->set_paused(true);
   v1::Policy stored;
-  grpc::ClientContext ctx;
-  ASSERT_TRUE(stub_a->SetPolicy(&ctx, set, &stored).ok());
+  // (Retried: while b joins, partitions move, and a write may answer
+  // UNAVAILABLE.)
+  auto set_at_a = [&] {
+    return Retried([&] {
+      grpc::ClientContext ctx;
+      Prepare(&ctx);
+      return stub_a->SetPolicy(&ctx, set, &stored);
+    });
+  };
+  ASSERT_TRUE(set_at_a().ok());
   auto policy_at_b = [&] {
     v1::GetPolicyRequest get;
     get.set_namespace_("jobs");
@@ -110,8 +118,7 @@ TEST_F(Cluster, APolicySetOnOneNodeAppliesOnTheOther) {
       << b->output();
   // And back to the default.
   set.clear_policy();
-  grpc::ClientContext reset;
-  ASSERT_TRUE(stub_a->SetPolicy(&reset, set, &stored).ok());
+  ASSERT_TRUE(set_at_a().ok());
   ASSERT_TRUE(Eventually(
       [&] {
         const v1::Policy p = policy_at_b();
