@@ -25,6 +25,7 @@
 
 #include "delayd/v1/delayd.grpc.pb.h"
 #include "server/common/stable_hash.h"
+#include "tests/common/cluster_log.h"
 #include "tests/common/daemon_process.h"
 #include "tests/common/postgres_server.h"
 #include "tests/common/temp_dir.h"
@@ -150,16 +151,6 @@ std::string Percentiles(std::vector<double> v) {
   return out;
 }
 
-// Occurrences of `text` in `s`.
-int Count(const std::string& s, const std::string& text) {
-  int n = 0;
-  for (std::size_t at = 0; (at = s.find(text, at)) != std::string::npos;
-       at += text.size()) {
-    ++n;
-  }
-  return n;
-}
-
 // The nodes of one cluster on one database, restarted by name.
 class Nodes {
  public:
@@ -193,12 +184,7 @@ class Nodes {
             pg_.Exec(db_, "SELECT count(*) FROM delayd_leases WHERE owner = '" +
                               name + "' AND expires_at > now()")
                 .c_str());
-        const std::string out = nodes_[name]->output();
-        // (A partition let go while it loaded logs both "no longer" and
-        // "could not be taken".)
-        const int loaded = Count(out, "taken (epoch") -
-                           Count(out, "no longer this node's") +
-                           Count(out, "could not be taken");
+        const int loaded = testing::PartitionsLoaded(nodes_[name]->output());
         last_ += name + ": owns " + std::to_string(owned) + ", loaded " +
                  std::to_string(loaded) + "; ";
         all = all && owned >= share && loaded == owned;

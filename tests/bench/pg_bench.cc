@@ -26,6 +26,7 @@
 #include <thread>
 
 #include "tests/bench/bench_client.h"
+#include "tests/common/cluster_log.h"
 #include "tests/common/postgres_server.h"
 
 namespace delayd::bench {
@@ -367,22 +368,12 @@ std::vector<std::unique_ptr<DaemonProcess>> ClusterOf(
   // ... and has loaded it (its log says so).
   auto loaded = [&] {
     for (int i = 0; i < n; ++i) {
-      const std::string out = nodes[i]->output();
-      auto count = [&](const std::string& text) {
-        int c = 0;
-        for (std::size_t at = 0; (at = out.find(text, at)) != std::string::npos;
-             at += text.size()) {
-          ++c;
-        }
-        return c;
-      };
       const std::string owned =
           pg.Exec(db,
                   "SELECT count(*) FROM delayd_leases WHERE expires_at > now() "
                   "AND owner = '" +
                       std::string(1, 'a' + i) + "'");
-      if (count("taken (epoch") - count("no longer this node's") +
-              count("could not be taken") !=
+      if (testing::PartitionsLoaded(nodes[i]->output()) !=
           std::atoi(owned.c_str())) {
         return false;
       }

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "delayd/v1/delayd.grpc.pb.h"
+#include "tests/common/cluster_log.h"
 #include "tests/common/daemon_process.h"
 #include "tests/common/postgres_server.h"
 #include "tests/common/temp_dir.h"
@@ -81,9 +82,7 @@ class ClusterDaemon {
   }
 
   // Whether every node holds its share of the partitions (they spread out
-  // over a few lease rounds) and has loaded what it holds, as its log says
-  // (a partition let go while it loaded logs "no longer" and "could not be
-  // taken").
+  // over a few lease rounds) and has loaded what it holds, as its log says.
   bool Settled(PostgresServer& pg) {
     for (std::size_t i = 0; i < nodes_.size(); ++i) {
       const std::string name = kNames[i];
@@ -91,23 +90,13 @@ class ClusterDaemon {
           pg.Exec(db_, "SELECT count(*) FROM delayd_leases WHERE owner = '" +
                            name + "' AND expires_at > now()")
               .c_str());
-      const std::string out = nodes_[i]->output();
-      const int loaded = Count(out, "taken (epoch") -
-                         Count(out, "no longer this node's") +
-                         Count(out, "could not be taken");
-      if (owned < kPartitions / 3 || loaded != owned) return false;
+      if (owned < kPartitions / 3 ||
+          PartitionsLoaded(nodes_[i]->output()) != owned) {
+        return false;
+      }
     }
     return true;
   }
-  static int Count(const std::string& s, const std::string& text) {
-    int n = 0;
-    for (std::size_t at = 0; (at = s.find(text, at)) != std::string::npos;
-         at += text.size()) {
-      ++n;
-    }
-    return n;
-  }
-
   // Whether every node answers a call that needs the owners' map (each
   // learns it from the database in its first lease round).
   bool KnowsOwners() {
