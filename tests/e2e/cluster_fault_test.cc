@@ -1,4 +1,5 @@
-// Three delayd nodes on one PostgreSQL, under a mixed load (sets, moves,
+// Three delayd nodes on a PostgreSQL primary with a synchronous standby
+// (the nodes given both hosts), under a mixed load (sets, moves,
 // removes over two namespaces, through whichever nodes run; workers on
 // every node acknowledging), through one fault each: two nodes killed,
 // a node frozen past its lease, a rolling SIGTERM restart, the database's
@@ -27,8 +28,15 @@ class ClusterFaults : public Cluster {
     ASSERT_TRUE(node->WaitForPort(30s)) << node->output();
     book_.Up(name, node->address());
   }
-  // The three nodes, once each owns partitions.
+  // The three nodes, once each owns partitions, on the primary and a
+  // synchronous standby (c on `url_of_c` if given).
   void StartThree(const std::string& url_of_c = "") {
+    std::string error;
+    standby_ = pg_->StartStandby("s1", &error);
+    ASSERT_NE(standby_, nullptr) << error;
+    url_ = "postgresql://delayd@127.0.0.1:" + std::to_string(pg_->port()) +
+           ",127.0.0.1:" + std::to_string(standby_->port()) + "/" + db_ +
+           "?target_session_attrs=read-write";
     ASSERT_NO_FATAL_FAILURE(Start("a"));
     ASSERT_NO_FATAL_FAILURE(Start("b"));
     ASSERT_NO_FATAL_FAILURE(Start("c", url_of_c));
@@ -106,6 +114,7 @@ class ClusterFaults : public Cluster {
                                 FaultWorker::kMaxInFlight);
   }
 
+  std::unique_ptr<PostgresServer> standby_;
   std::map<std::string, std::unique_ptr<DaemonProcess>> nodes_;
   NodeBook book_;
   std::unique_ptr<FaultLoad> load_;
@@ -160,18 +169,12 @@ TEST_F(ClusterFaults, ARollingRestartWithSigtermLosesNothing) {
 // The nodes are given both hosts; the primary is killed and the standby
 // promoted under load: they find the new primary without a restart.
 TEST_F(ClusterFaults, KillingTheDatabasesPrimaryLosesNothing) {
-  std::string error;
-  auto standby = pg_->StartStandby("s1", &error);
-  ASSERT_NE(standby, nullptr) << error;
-  url_ = "postgresql://delayd@127.0.0.1:" + std::to_string(pg_->port()) +
-         ",127.0.0.1:" + std::to_string(standby->port()) + "/" + db_ +
-         "?target_session_attrs=read-write";
   ASSERT_NO_FATAL_FAILURE(StartThree());
   Begin();
   ASSERT_NO_FATAL_FAILURE(Load(300));
   pg_->Stop(SIGKILL);
-  ASSERT_TRUE(standby->Promote());
-  std::swap(pg_, standby);  // (Owners() asks the new primary.)
+  ASSERT_TRUE(standby_->Promote());
+  std::swap(pg_, standby_);  // (Owners() asks the new primary.)
   ASSERT_NO_FATAL_FAILURE(Load(300));
   ASSERT_TRUE(Eventually([&] { return OwnerCount() == 3; }, 30s)) << Owners();
   ASSERT_NO_FATAL_FAILURE(Load(300));
