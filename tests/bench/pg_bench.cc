@@ -12,21 +12,18 @@
 //   firing   lateness at the worker, steady 2k timers/s, on PostgreSQL and
 //            on RocksDB, alternating; and 100k timers due within 1 s;
 //   restart  1 M pending on PostgreSQL: the time until delayd serves again,
-//            and RSS per pending timer against the RocksDB store's;
-//   cluster  1, 2 and 3 cluster nodes on the database: Batch and unary
-//            ingest with a client on every node, and lateness at 2k/s
-//            through one node.
+//            and RSS per pending timer against the RocksDB store's.
+// (Clusters of nodes on one database: cluster_scale_bench.)
 // Every daemon gets a fresh database (or data directory).
 //
-// Usage: pg_bench [--seconds N] [--rounds N]
-//                 [--only ingest|firing|restart|cluster]
+// Usage: pg_bench [--seconds N] [--rounds N] [--only ingest|firing|restart]
 #include <libpq-fe.h>
 
 #include <fstream>
 #include <thread>
 
 #include "tests/bench/bench_client.h"
-#include "tests/common/cluster_log.h"
+#include "tests/bench/steady.h"
 #include "tests/common/postgres_server.h"
 
 namespace delayd::bench {
@@ -243,26 +240,6 @@ void Ingest(PostgresServer& pg, const std::string& scratch,
   Peers(pg, "ingest", dur, rounds);
 }
 
-// Steady 2k/s for `dur`: lateness at the worker (ms).
-Percentiles Steady(Bench& bench, std::chrono::milliseconds dur) {
-  const std::size_t n = static_cast<std::size_t>(2 * dur.count());
-  auto late = bench.Lateness("steady", n, dur + 10s, [&] {
-    const auto start = Clock::now();
-    for (std::size_t i = 0; i < n; ++i) {
-      std::this_thread::sleep_until(start + std::chrono::microseconds(500 * i));
-      v1::SetTimerRequest req;
-      req.set_namespace_("steady");
-      req.set_key(std::string("s").append(std::to_string(i)));
-      req.set_payload(Bench::Payload(100));
-      req.mutable_delay()->set_nanos(50'000'000);
-      v1::SetTimerResponse resp;
-      grpc::ClientContext ctx;
-      bench.stub().SetTimer(&ctx, req, &resp);
-    }
-  });
-  return Summarize(late);
-}
-
 void Firing(PostgresServer& pg, const std::string& scratch,
             std::chrono::milliseconds dur, int rounds) {
   std::vector<double> p50[2], p99[2];
@@ -270,7 +247,7 @@ void Firing(PostgresServer& pg, const std::string& scratch,
     for (int m = 0; m < 2; ++m) {
       Daemon d(m == 0 ? &pg : nullptr, scratch);
       Bench bench(d.d->address(), 4);
-      const Percentiles p = Steady(bench, dur);
+      const Percentiles p = SteadyLateness(bench, dur);
       p50[m].push_back(p.p50);
       p99[m].push_back(p.p99);
     }
@@ -342,120 +319,6 @@ void Restart(PostgresServer& pg, const std::string& scratch) {
   }
 }
 
-// `n` nodes of one cluster on a new database of `pg`, once each owns
-// partitions and knows who owns the others.
-std::vector<std::unique_ptr<DaemonProcess>> ClusterOf(
-    PostgresServer& pg, int n, const std::string& scratch) {
-  const std::string db = pg.NewDatabase();
-  const std::string token = scratch + "/cluster-token";
-  std::ofstream(token) << "bench-cluster-token-0123456789\n";
-  std::vector<std::unique_ptr<DaemonProcess>> nodes;
-  for (int i = 0; i < n; ++i) {
-    nodes.push_back(std::make_unique<DaemonProcess>(
-        DELAYD_BINARY,
-        std::vector<std::string>{"--store", pg.Url(db), "--node-id",
-                                 std::string(1, 'a' + i), "--advertise",
-                                 "127.0.0.1:0", "--cluster-token-file", token},
-        120s));
-  }
-  // Until every node holds its share (the partitions spread out over a
-  // few rounds after the nodes start).
-  const std::string balanced =
-      "SELECT count(*) = " + std::to_string(n) +
-      " AND min(c) >= " + std::to_string(64 / n) +
-      " FROM (SELECT owner, count(*) AS c FROM delayd_leases WHERE "
-      "expires_at > now() GROUP BY owner) AS o";
-  // ... and has loaded it (its log says so).
-  auto loaded = [&] {
-    for (int i = 0; i < n; ++i) {
-      const std::string owned =
-          pg.Exec(db,
-                  "SELECT count(*) FROM delayd_leases WHERE expires_at > now() "
-                  "AND owner = '" +
-                      std::string(1, 'a' + i) + "'");
-      if (testing::PartitionsLoaded(nodes[i]->output()) !=
-          std::atoi(owned.c_str())) {
-        return false;
-      }
-    }
-    return true;
-  };
-  for (auto until = Clock::now() + 60s;
-       Clock::now() < until && (pg.Exec(db, balanced) != "t" || !loaded());) {
-    std::this_thread::sleep_for(20ms);  // Polls the leases.
-  }
-  for (auto& node : nodes) {
-    Bench probe(node->address(), 1);
-    for (auto until = Clock::now() + 30s; Clock::now() < until;) {
-      v1::ListTimersRequest req;
-      req.set_namespace_("probe");
-      v1::ListTimersResponse resp;
-      grpc::ClientContext ctx;
-      if (probe.stub().ListTimers(&ctx, req, &resp).ok()) break;
-      std::this_thread::sleep_for(20ms);  // Until it knows the owners.
-    }
-  }
-  return nodes;
-}
-
-// `rate(bench, ns)` run at once by a client on every node (as behind a load
-// balancer), each on a namespace of its own: the sum.
-template <typename Rate>
-double OnEveryNode(const std::vector<std::unique_ptr<DaemonProcess>>& nodes,
-                   Rate rate) {
-  std::vector<double> rates(nodes.size());
-  std::vector<std::thread> threads;
-  for (std::size_t i = 0; i < nodes.size(); ++i) {
-    threads.emplace_back([&, i] {
-      Bench bench(nodes[i]->address(), 4);
-      rates[i] = rate(bench, "n" + std::to_string(i));
-    });
-  }
-  for (auto& t : threads) t.join();
-  double sum = 0;
-  for (double r : rates) sum += r;
-  return sum;
-}
-
-// 1, 2 and 3 nodes of a cluster on the same PostgreSQL: Batch and unary
-// ingest (the same total in flight, split among clients on every node),
-// and lateness at a steady 2k timers/s through node a (its worker gets
-// the others' events relayed), in alternating rounds.
-void ClusterScaling(PostgresServer& pg, const std::string& scratch,
-                    std::chrono::milliseconds dur, int rounds) {
-  std::vector<double> batch[3], unary[3], p50[3], p99[3];
-  for (int round = 0; round < rounds; ++round) {
-    for (int n = 1; n <= 3; ++n) {
-      auto nodes = ClusterOf(pg, n, scratch);
-      batch[n - 1].push_back(OnEveryNode(nodes, [&](Bench& b, auto ns) {
-        return b.BatchRate(16 / n, 100, dur, ns, 100);
-      }));
-      unary[n - 1].push_back(OnEveryNode(nodes, [&](Bench& b, auto ns) {
-        return b.SetRate(64 / n, dur, 100, ns);
-      }));
-      Bench bench(nodes[0]->address(), 4);
-      const Percentiles p = Steady(bench, dur);
-      p50[n - 1].push_back(p.p50);
-      p99[n - 1].push_back(p.p99);
-      std::printf(
-          "  round %d, %d node(s): Batch %.0f items/s, unary %.0f/s, 2k/s "
-          "lateness p50 %.2f ms p99 %.2f ms\n",
-          round + 1, n, batch[n - 1].back(), unary[n - 1].back(), p.p50, p.p99);
-      for (auto& node : nodes) node->Stop(SIGTERM, 60s);
-    }
-  }
-  for (int n = 1; n <= 3; ++n) {
-    std::printf(
-        "cluster of %d (medians of %d rounds): Batch %.0f items/s (%.2fx one "
-        "node), unary %.0f/s (%.2fx), 2k/s lateness p50 %.2f ms p99 %.2f "
-        "ms\n",
-        n, rounds, Median(batch[n - 1]),
-        Median(batch[n - 1]) / Median(batch[0]), Median(unary[n - 1]),
-        Median(unary[n - 1]) / Median(unary[0]), Median(p50[n - 1]),
-        Median(p99[n - 1]));
-  }
-}
-
 }  // namespace
 
 int Main(int argc, char** argv) {
@@ -479,7 +342,6 @@ int Main(int argc, char** argv) {
   if (want("firing")) Firing(*pg, scratch, dur, rounds);
   if (want("firing") || want("burst")) Burst(*pg, scratch);
   if (want("restart")) Restart(*pg, scratch);
-  if (want("cluster")) ClusterScaling(*pg, scratch, dur, rounds);
   return 0;
 }
 
