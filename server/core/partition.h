@@ -109,6 +109,8 @@ class Partition {
   void Disown() EXCLUDES(mu_);
   void Own() EXCLUDES(mu_);
   bool owned() const EXCLUDES(mu_);
+  // What a call on a partition this node does not own (or not yet) gets.
+  static Status NotServed(std::uint32_t partition);
 
   // After the clock's offset moved (clock.h): derives every pending timer's
   // deadline anew from its fire time, then fires what is due now and

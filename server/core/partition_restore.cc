@@ -8,14 +8,15 @@
 
 namespace delayd {
 
+Status Partition::NotServed(std::uint32_t partition) {
+  return Status::Unavailable("partition " + std::to_string(partition) +
+                             " is not served here now (another node owns "
+                             "it, or this node is taking it)");
+}
+
 std::optional<Status> Partition::Refusal() const {
   if (stopped_) return ShuttingDown();
-  if (!owned_) {
-    return Status::Unavailable(
-        "partition " + std::to_string(partition_) +
-        " is not served here now (another node owns it, or this "
-        "node is taking it)");
-  }
+  if (!owned_) return NotServed(partition_);
   return std::nullopt;
 }
 

@@ -273,11 +273,7 @@ void Scheduler::Get(
   }
   Partition& p = *partitions_[PartitionOf(ns, key)];
   if (!p.owned()) {
-    done(Status::Unavailable(
-             "partition " + std::to_string(PartitionOf(ns, key)) +
-             " is not served here now (another node owns it, or this "
-             "node is taking it)"),
-         std::nullopt);
+    done(Partition::NotServed(PartitionOf(ns, key)), std::nullopt);
     return;
   }
   auto found = std::make_shared<Partition::Found>();
