@@ -27,8 +27,9 @@
 // registered it, or their streams failed, or kRegisterWait passed: an
 // event that comes due after the registration reaches it.
 //
-// Thread safety: mu_ guards the streams; callbacks come from gRPC's and the
-// forwarder's threads and never run with mu_ held.
+// Thread safety: mu_ guards the streams and the registration's count;
+// callbacks come from gRPC's, the forwarder's and the pool's threads (the
+// timers) and never run with mu_ held.
 #ifndef DELAYD_SERVER_API_RELAY_H_
 #define DELAYD_SERVER_API_RELAY_H_
 

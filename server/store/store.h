@@ -150,7 +150,8 @@ class Store {
   // policies).
   virtual void CommitSynced(Batch& batch, Done done) = 0;
   // Writes and syncs `batch` before returning (recovery, before anything is
-  // served).
+  // served; on a cluster node, a partition it takes, loaded on one of the
+  // executor's threads: so the answer never waits for the executor).
   virtual Status WriteNow(Batch& batch) = 0;
   // The error later writes get, if the store failed (else OK).
   virtual Status Failed() const = 0;

@@ -106,19 +106,27 @@ class FaultLoad {
   }
 
  private:
+  template <typename Req, typename Resp>
+  using Method = grpc::Status (v1::Delayd::Stub::*)(grpc::ClientContext*,
+                                                    const Req&, Resp*);
+
   void Run();
-  // `call` through the running nodes in turn until it answers other than
-  // UNAVAILABLE or DEADLINE_EXCEEDED (or for 10 s); *tried_before: an
-  // earlier attempt failed so (it may have taken effect).
-  template <typename Call>
-  grpc::Status Retried(Stubs& stubs, std::uint64_t* turn, bool* tried_before,
-                       Call call);
-  // The outcome `s` of the last attempt of a call on `key`: `applied`, or
-  // the key is uncertain (see the file's comment).
+  // Sends `req` on `key` through the running nodes in turn until it answers
+  // other than UNAVAILABLE or DEADLINE_EXCEEDED (or for 10 s), and records
+  // the outcome: `applied` if it succeeded, else the key may be uncertain
+  // (see the file's comment). Returns the last answer.
+  template <typename Req, typename Resp>
+  grpc::Status Send(const std::string& key, const Req& req,
+                    Method<Req, Resp> method,
+                    std::function<void(Told&)> applied);
+  // The outcome `s` of the last attempt of a call on `key`; `tried_before`:
+  // an earlier attempt failed so (it may have taken effect).
   void Record(const std::string& key, const grpc::Status& s, bool tried_before,
               std::function<void(Told&)> applied);
 
   NodeBook& nodes_;
+  Stubs stubs_;             // Only on thread_.
+  std::uint64_t turn_ = 0;  // Only on thread_: the node called next.
   std::atomic<bool> stop_{false};
   std::thread thread_;
   std::mutex mu_;
@@ -144,35 +152,39 @@ inline void FaultLoad::Record(const std::string& key, const grpc::Status& s,
   }
 }
 
-template <typename Call>
-grpc::Status FaultLoad::Retried(Stubs& stubs, std::uint64_t* turn,
-                                bool* tried_before, Call call) {
+template <typename Req, typename Resp>
+grpc::Status FaultLoad::Send(const std::string& key, const Req& req,
+                             Method<Req, Resp> method,
+                             std::function<void(Told&)> applied) {
   const auto end = std::chrono::steady_clock::now() + 10s;
-  *tried_before = false;
+  bool tried_before = false;
   for (;;) {
     const std::vector<std::string> up = nodes_.Addresses();
     grpc::Status s(grpc::StatusCode::UNAVAILABLE, "no node runs");
     if (!up.empty()) {
       grpc::ClientContext ctx;
       ctx.set_deadline(std::chrono::system_clock::now() + 5s);
-      s = call(stubs.To(up[(*turn)++ % up.size()]), &ctx);
+      Resp resp;
+      s = (stubs_.To(up[turn_++ % up.size()]).*method)(&ctx, req, &resp);
     }
     const bool again = s.error_code() == grpc::StatusCode::UNAVAILABLE ||
                        s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
-    if (!again || stop_ || std::chrono::steady_clock::now() > end) return s;
-    *tried_before = true;
+    if (!again || stop_ || std::chrono::steady_clock::now() > end) {
+      Record(key, s, tried_before, std::move(applied));
+      return s;
+    }
+    tried_before = true;
     std::this_thread::sleep_for(20ms);  // A client's back-off.
   }
 }
 
 inline void FaultLoad::Run() {
-  Stubs stubs;
   std::mt19937 rng(7);
   std::vector<std::string> keys;  // Set ones, to move or remove.
-  bool tried_before = false;
-  for (std::uint64_t n = 0, turn = 0; !stop_;) {
+  for (std::uint64_t n = 0; !stop_;) {
     const WallNanos fire = WallNow() + std::uniform_int_distribution<WallNanos>(
                                            300'000'000, 3'000'000'000)(rng);
+    const auto set_fire = [fire](Told& t) { t.fire = fire; };
     const int op = static_cast<int>(rng() % 10);
     if (op < 6 || keys.empty()) {
       const std::string key = "k" + std::to_string(n++);
@@ -185,14 +197,9 @@ inline void FaultLoad::Run() {
       req.set_namespace_(ns);
       req.set_key(key);
       *req.mutable_fire_time() = FromNanos(fire);
-      const grpc::Status s =
-          Retried(stubs, &turn, &tried_before,
-                  [&](v1::Delayd::Stub& stub, grpc::ClientContext* ctx) {
-                    v1::SetTimerResponse resp;
-                    return stub.SetTimer(ctx, req, &resp);
-                  });
-      Record(key, s, tried_before, [&](Told& t) { t.fire = fire; });
-      if (s.ok()) keys.push_back(key);
+      if (Send(key, req, &v1::Delayd::Stub::SetTimer, set_fire).ok()) {
+        keys.push_back(key);
+      }
       continue;
     }
     const std::size_t at = rng() % keys.size();
@@ -209,24 +216,13 @@ inline void FaultLoad::Run() {
       req.set_namespace_(ns);
       req.set_key(key);
       *req.mutable_fire_time() = FromNanos(fire);
-      const grpc::Status s =
-          Retried(stubs, &turn, &tried_before,
-                  [&](v1::Delayd::Stub& stub, grpc::ClientContext* ctx) {
-                    v1::MoveTimerResponse resp;
-                    return stub.MoveTimer(ctx, req, &resp);
-                  });
-      Record(key, s, tried_before, [&](Told& t) { t.fire = fire; });
+      Send(key, req, &v1::Delayd::Stub::MoveTimer, set_fire);
     } else {
       v1::RemoveTimerRequest req;
       req.set_namespace_(ns);
       req.set_key(key);
-      const grpc::Status s =
-          Retried(stubs, &turn, &tried_before,
-                  [&](v1::Delayd::Stub& stub, grpc::ClientContext* ctx) {
-                    v1::RemoveTimerResponse resp;
-                    return stub.RemoveTimer(ctx, req, &resp);
-                  });
-      Record(key, s, tried_before, [](Told& t) { t.removed = true; });
+      Send(key, req, &v1::Delayd::Stub::RemoveTimer,
+           [](Told& t) { t.removed = true; });
     }
   }
 }
