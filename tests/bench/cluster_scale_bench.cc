@@ -17,7 +17,7 @@
 #include <thread>
 
 #include "tests/bench/bench_client.h"
-#include "tests/bench/steady.h"
+#include "tests/bench/pg_common.h"
 #include "tests/common/cluster_log.h"
 #include "tests/common/postgres_server.h"
 
@@ -26,14 +26,6 @@ namespace {
 
 using delayd::testing::DaemonProcess;
 using delayd::testing::PostgresServer;
-
-std::string Arg(int argc, char** argv, const std::string& name,
-                const std::string& fallback) {
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (argv[i] == name) return argv[i + 1];
-  }
-  return fallback;
-}
 
 // CPU seconds of PostgreSQL's postmaster `pid` and its children (the
 // backends, the writer, the WAL writer...).
@@ -187,12 +179,8 @@ int Main(int argc, char** argv) {
   const std::string scratch =
       std::filesystem::temp_directory_path() / "delayd-cluster-scale-bench";
   std::filesystem::create_directories(scratch);
-  std::string error;
-  auto pg = PostgresServer::Start(&error);
-  if (!pg) {
-    std::fprintf(stderr, "PostgreSQL: %s\n", error.c_str());
-    return 1;
-  }
+  auto pg = StartPostgres();
+  if (!pg) return 1;
   Figures f[3];
   for (int round = 0; round < rounds; ++round) {
     for (int n = 1; n <= 3; ++n)

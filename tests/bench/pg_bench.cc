@@ -23,7 +23,7 @@
 #include <thread>
 
 #include "tests/bench/bench_client.h"
-#include "tests/bench/steady.h"
+#include "tests/bench/pg_common.h"
 #include "tests/common/postgres_server.h"
 
 namespace delayd::bench {
@@ -146,14 +146,6 @@ double RawIngest(const std::string& url, const std::string& table, int conns,
   for (auto& t : threads) t.join();
   return static_cast<double>(rows.load()) /
          std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-std::string Arg(int argc, char** argv, const std::string& name,
-                const std::string& fallback) {
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (argv[i] == name) return argv[i + 1];
-  }
-  return fallback;
 }
 
 struct Daemon {
@@ -329,12 +321,8 @@ int Main(int argc, char** argv) {
   const std::string scratch =
       std::filesystem::temp_directory_path() / "delayd-pg-bench";
   std::filesystem::create_directories(scratch);
-  std::string error;
-  auto pg = PostgresServer::Start(&error);
-  if (!pg) {
-    std::fprintf(stderr, "PostgreSQL: %s\n", error.c_str());
-    return 1;
-  }
+  auto pg = StartPostgres();
+  if (!pg) return 1;
   std::printf("PostgreSQL on 127.0.0.1:%d\n", pg->port());
   const std::chrono::milliseconds dur(seconds * 1000);
   auto want = [&](const char* s) { return only.empty() || only == s; };
