@@ -434,6 +434,7 @@ class Bench {
   }
 
   v1::Delayd::Stub& stub() { return *stubs_[0]; }
+  health::Health::Stub& health() { return *health_[0]; }
   // `n` bytes of text ("0123456789abcdef" repeated).
   static std::string Payload(std::size_t n) {
     std::string p;

@@ -48,6 +48,29 @@
 namespace delayd::bench {
 namespace {
 
+// The floor under the steady run's CPU: what the same daemon spends on
+// `calls` health Checks paced at 4k/s, one at a time (a timer's SetTimer and
+// its Ack are two unary calls; its event is a stream write on top). Any gRPC
+// server pays this per call at that pace; delayd's own work comes on top.
+void SteadyHealthFloor(Bench& bench, pid_t daemon, std::size_t calls) {
+  const double cpu = CpuSeconds(daemon);
+  const auto start = Clock::now();
+  for (std::size_t i = 0; i < calls; ++i) {
+    std::this_thread::sleep_until(start + std::chrono::microseconds(250 * i));
+    health::HealthCheckRequest req;
+    health::HealthCheckResponse resp;
+    grpc::ClientContext ctx;
+    bench.health().Check(&ctx, req, &resp);
+  }
+  const double wall =
+      std::chrono::duration<double>(Clock::now() - start).count();
+  const double used = CpuSeconds(daemon) - cpu;
+  std::printf(
+      "floor: health Check at 4k/s, one at a time: %.2f cores of the "
+      "daemon (%.1f us per call)\n",
+      used / wall, 1e6 * used / calls);
+}
+
 // What TLS and token checks cost: the same daemon flags with and without
 // --tls-cert/--tls-key/--auth-tokens, in alternating rounds.
 void Security(const std::string& binary, const std::string& scratch,
@@ -328,6 +351,7 @@ int Main(int argc, char** argv) {
       // Steady: 2k timers/s for `seconds`, one SetTimer at a time, each
       // --steady-delay-ms ahead.
       const std::size_t n = static_cast<std::size_t>(2000 * seconds);
+      SteadyHealthFloor(bench, d.pid(), n);
       const std::chrono::milliseconds ahead(steady_delay_ms);
       const double steady_cpu = CpuSeconds(d.pid());
       const auto steady_start = Clock::now();

@@ -11,7 +11,8 @@
 #     timers/s, and 100k timers due within one second, in memory and durable;
 #   - moderate load: a steady 2k timers/s, 2 s ahead, one worker: the
 #     daemon's CPU against redis-server's under BullMQ (npm, pinned in
-#     tests/bench/node) with its append-only file, and both lateness figures.
+#     tests/bench/node) with its append-only file, and both lateness figures;
+#     and the least a gRPC server spends on that traffic (grpc_floor).
 # Prints each figure and delayd's ratios. Everything listens on 127.0.0.1
 # only and is stopped by PID.
 #
@@ -19,6 +20,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 load_gen=${1:-build-bench/tests/bench/load_gen}
+grpc_floor=$(dirname "$load_gen")/grpc_floor
 
 sudo=()
 if [ "$(id -u)" -ne 0 ]; then sudo=(sudo); fi
@@ -130,6 +132,10 @@ for ((round = 1; round <= rounds; round++)); do
   add bullmq_p50 "$(grep -oE '"p50_ms":[0-9.]+' <<<"$json" | grep -oE '[0-9.]+$')"
   add bullmq_p99 "$(grep -oE '"p99_ms":[0-9.]+' <<<"$json" | grep -oE '[0-9.]+$')"
   add bullmq_node_cores "$(grep -oE '"node_cores":[0-9.]+' <<<"$json" | grep -oE '[0-9.]+$')"
+  # The least any gRPC server spends on that traffic here (grpc_floor: one
+  # completion-queue thread, nothing but the calls, the events and their
+  # timing).
+  add grpc_floor_cores "$("$grpc_floor" --timer-only --rounds 1 --seconds "$steady_seconds" | grep -oE '[0-9.]+ cores' | grep -oE '^[0-9.]+')"
   for fsync in always 1s; do
     rm -rf "$work/delayd"
     out=$("$load_gen" --only steady --seconds "$steady_seconds" \
@@ -167,4 +173,6 @@ ratio("unary --fsync always / delayd in memory", "unary_always", "unary_memory")
 ratio("Batch --fsync always / Redis everysec", "batch_always", "redis_everysec")
 ratio("2k/s CPU: delayd always / redis (BullMQ)", "delayd_cores_always", "redis_cores_bullmq")
 ratio("2k/s CPU: delayd 1s / redis (BullMQ)", "delayd_cores_1s", "redis_cores_bullmq")
+ratio("2k/s CPU: gRPC floor / redis (BullMQ)", "grpc_floor_cores", "redis_cores_bullmq")
+ratio("2k/s CPU: delayd always / gRPC floor", "delayd_cores_always", "grpc_floor_cores")
 '
