@@ -1,0 +1,343 @@
+// The servers of grpc_floor.h, one per shape.
+#include <fcntl.h>
+#include <grpcpp/grpcpp.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "tests/bench/grpc_floor.h"
+
+namespace delayd::bench::floor {
+namespace {
+
+namespace health = grpc::health::v1;
+
+class CallbackHealth : public health::Health::CallbackService {
+  grpc::ServerUnaryReactor* Check(grpc::CallbackServerContext* ctx,
+                                  const health::HealthCheckRequest*,
+                                  health::HealthCheckResponse* resp) override {
+    resp->set_status(health::HealthCheckResponse::SERVING);
+    auto* r = ctx->DefaultReactor();
+    r->Finish(grpc::Status::OK);
+    return r;
+  }
+};
+
+class SyncHealth : public health::Health::Service {
+  grpc::Status Check(grpc::ServerContext*, const health::HealthCheckRequest*,
+                     health::HealthCheckResponse* resp) override {
+    resp->set_status(health::HealthCheckResponse::SERVING);
+    return grpc::Status::OK;
+  }
+};
+
+// One call in the completion-queue shape: requested, then answered.
+struct AsyncCall {
+  grpc::ServerContext ctx;
+  health::HealthCheckRequest req;
+  health::HealthCheckResponse resp;
+  grpc::ServerAsyncResponseWriter<health::HealthCheckResponse> writer{&ctx};
+  bool answered = false;
+};
+
+// What a completion-queue operation does when it completes.
+struct Tag {
+  std::function<void(bool)> done;
+};
+void* NewTag(std::function<void(bool)> done) {
+  return new Tag{std::move(done)};
+}
+
+// The timer shape on one completion-queue thread, the least a gRPC server
+// can do for delayd's traffic: a Check for service "set" (a SetTimer) is
+// answered and comes due kAhead later, when the thread's wait on the queue
+// ends and it writes one message on the open Watch stream (the event); a
+// Check for "ack" is answered. Three wake-ups per timer, all on one thread;
+// no store, no wheel.
+[[noreturn]] void ServeTimers(health::Health::AsyncService& svc,
+                              grpc::ServerCompletionQueue* cq) {
+  grpc::ServerContext watch_ctx;
+  health::HealthCheckRequest watch_req;
+  grpc::ServerAsyncWriter<health::HealthCheckResponse> watch(&watch_ctx);
+  health::HealthCheckResponse event;
+  event.set_status(health::HealthCheckResponse::SERVING);
+  // Due times, in order (all are kAhead after their set). The queue's own
+  // deadline wakes this thread for them: no timer thread, no hand-over.
+  std::deque<std::chrono::system_clock::time_point> timers;
+  bool watching = false, writing = false;
+  int due = 0;  // Events fired and not yet written.
+  std::function<void()> write_next = [&] {
+    if (!watching || writing || due == 0) return;
+    --due;
+    writing = true;
+    watch.Write(event, NewTag([&](bool ok) {
+                  writing = false;
+                  if (ok) write_next();
+                }));
+  };
+  svc.RequestWatch(&watch_ctx, &watch_req, &watch, cq, cq, NewTag([&](bool ok) {
+    watching = ok;
+    write_next();
+  }));
+  std::function<void()> request_check = [&] {
+    auto* c = new AsyncCall;
+    svc.RequestCheck(
+        &c->ctx, &c->req, &c->writer, cq, cq, NewTag([&, c](bool ok) {
+          if (!ok) {
+            delete c;
+            return;
+          }
+          request_check();
+          if (c->req.service() == "set") {
+            timers.push_back(std::chrono::system_clock::now() + kAhead);
+          }
+          c->resp.set_status(health::HealthCheckResponse::SERVING);
+          c->writer.Finish(c->resp, grpc::Status::OK,
+                           NewTag([c](bool) { delete c; }));
+        }));
+  };
+  request_check();
+  void* tag;
+  bool ok;
+  for (;;) {
+    const auto next = timers.empty() ? std::chrono::system_clock::now() +
+                                           std::chrono::seconds(1)
+                                     : timers.front();
+    switch (cq->AsyncNext(&tag, &ok, next)) {
+      case grpc::CompletionQueue::SHUTDOWN:
+        std::_Exit(0);
+      case grpc::CompletionQueue::TIMEOUT:
+        break;
+      case grpc::CompletionQueue::GOT_EVENT: {
+        auto* t = static_cast<Tag*>(tag);
+        t->done(ok);
+        delete t;
+      }
+    }
+    const auto now = std::chrono::system_clock::now();
+    while (!timers.empty() && timers.front() <= now) {
+      timers.pop_front();
+      ++due;
+    }
+    write_next();
+  }
+}
+
+// A log that every answer waits for: each group of requests is appended to
+// `fd` and made durable (fdatasync) before any of them is answered.
+void AppendDurably(int fd, const std::string& bytes) {
+  if (write(fd, bytes.data(), bytes.size()) !=
+          static_cast<ssize_t>(bytes.size()) ||
+      fdatasync(fd) != 0) {
+    std::perror("log");
+    std::_Exit(1);
+  }
+}
+
+// A writer thread that appends and syncs whatever calls gathered while it
+// last wrote, then runs their answers.
+class LogWriter {
+ public:
+  explicit LogWriter(int fd) : fd_(fd) {
+    std::thread([this] { Loop(); }).detach();
+  }
+  void Add(const std::string& bytes, std::function<void()> answer) {
+    {
+      std::lock_guard lock(mu_);
+      bytes_ += bytes;
+      answers_.push_back(std::move(answer));
+    }
+    cv_.notify_one();
+  }
+
+ private:
+  [[noreturn]] void Loop() {
+    std::vector<std::function<void()>> group;
+    std::string bytes;
+    for (;;) {
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] { return !answers_.empty(); });
+        group.swap(answers_);
+        bytes.swap(bytes_);
+      }
+      AppendDurably(fd_, bytes);
+      for (auto& answer : group) answer();
+      group.clear();
+      bytes.clear();
+    }
+  }
+  const int fd_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::function<void()>> answers_;  // Under mu_.
+  std::string bytes_;                           // Under mu_.
+};
+
+// callback+log: the callback API's handler hands each call to the writer,
+// which finishes it once synced (delayd's shape without its store: one
+// hand-over each way).
+class LoggedCallbackHealth : public health::Health::CallbackService {
+ public:
+  explicit LoggedCallbackHealth(LogWriter* log) : log_(log) {}
+  grpc::ServerUnaryReactor* Check(grpc::CallbackServerContext* ctx,
+                                  const health::HealthCheckRequest* req,
+                                  health::HealthCheckResponse* resp) override {
+    resp->set_status(health::HealthCheckResponse::SERVING);
+    auto* r = ctx->DefaultReactor();
+    log_->Add(req->SerializeAsString(), [r] { r->Finish(grpc::Status::OK); });
+    return r;
+  }
+
+ private:
+  LogWriter* const log_;
+};
+
+// cq1+writer: one completion-queue thread takes the calls and hands each to
+// the writer, which answers it once synced; the answer's completion comes
+// back to the queue's thread.
+[[noreturn]] void ServeWithWriter(health::Health::AsyncService& svc,
+                                  grpc::ServerCompletionQueue* cq,
+                                  LogWriter* log) {
+  auto request = [&] {
+    auto* c = new AsyncCall;
+    svc.RequestCheck(&c->ctx, &c->req, &c->writer, cq, cq, c);
+  };
+  request();
+  void* tag;
+  bool ok;
+  while (cq->Next(&tag, &ok)) {
+    auto* c = static_cast<AsyncCall*>(tag);
+    if (c->answered || !ok) {
+      delete c;
+      continue;
+    }
+    request();
+    c->answered = true;
+    log->Add(c->req.SerializeAsString(), [c] {
+      c->resp.set_status(health::HealthCheckResponse::SERVING);
+      c->writer.Finish(c->resp, grpc::Status::OK, c);
+    });
+  }
+  std::_Exit(0);
+}
+
+// cq1+log: one completion-queue thread takes every call that is ready, then
+// appends and syncs them as one group and answers them, all on itself (the
+// leader shape with no other thread).
+[[noreturn]] void ServeLogged(health::Health::AsyncService& svc,
+                              grpc::ServerCompletionQueue* cq, int fd) {
+  auto request = [&] {
+    auto* c = new AsyncCall;
+    svc.RequestCheck(&c->ctx, &c->req, &c->writer, cq, cq, c);
+  };
+  request();
+  std::vector<AsyncCall*> group;
+  std::string bytes;
+  for (;;) {
+    void* tag;
+    bool ok;
+    // Waits for the first event; then takes what is ready without waiting.
+    const auto got =
+        group.empty()
+            ? (cq->Next(&tag, &ok) ? grpc::CompletionQueue::GOT_EVENT
+                                   : grpc::CompletionQueue::SHUTDOWN)
+            : cq->AsyncNext(&tag, &ok, std::chrono::system_clock::now());
+    if (got == grpc::CompletionQueue::SHUTDOWN) std::_Exit(0);
+    if (got == grpc::CompletionQueue::GOT_EVENT) {
+      auto* c = static_cast<AsyncCall*>(tag);
+      if (c->answered || !ok) {
+        delete c;
+      } else {
+        request();
+        bytes += c->req.SerializeAsString();
+        group.push_back(c);
+      }
+      continue;
+    }
+    AppendDurably(fd, bytes);
+    for (auto* c : group) {
+      c->answered = true;
+      c->resp.set_status(health::HealthCheckResponse::SERVING);
+      c->writer.Finish(c->resp, grpc::Status::OK, c);
+    }
+    group.clear();
+    bytes.clear();
+  }
+}
+
+}  // namespace
+
+[[noreturn]] void Serve(const std::string& shape, int port_fd,
+                        const char* log) {
+  const int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0600);
+  grpc::ServerBuilder b;
+  int port = 0;
+  b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  CallbackHealth callback;
+  SyncHealth sync;
+  health::Health::AsyncService async;
+  std::unique_ptr<grpc::ServerCompletionQueue> cq;
+  if (shape == "callback") b.RegisterService(&callback);
+  if (shape == "sync") b.RegisterService(&sync);
+  std::unique_ptr<LogWriter> writer;
+  if (shape == "callback+log" || shape == "cq1+writer") {
+    writer = std::make_unique<LogWriter>(fd);
+  }
+  LoggedCallbackHealth logged(writer.get());
+  if (shape == "callback+log") b.RegisterService(&logged);
+  if (shape.rfind("async", 0) == 0 || shape == "timer-1" ||
+      shape.rfind("cq1", 0) == 0) {
+    b.RegisterService(&async);
+    cq = b.AddCompletionQueue();
+  }
+  auto server = b.BuildAndStart();
+  if (write(port_fd, &port, sizeof port) != sizeof port) std::_Exit(1);
+  if (!cq) {
+    server->Wait();
+    std::_Exit(0);
+  }
+  if (shape == "timer-1") ServeTimers(async, cq.get());
+  if (shape == "cq1+log") ServeLogged(async, cq.get(), fd);
+  if (shape == "cq1+writer") ServeWithWriter(async, cq.get(), writer.get());
+  auto request = [&] {
+    auto* c = new AsyncCall;
+    async.RequestCheck(&c->ctx, &c->req, &c->writer, cq.get(), cq.get(), c);
+  };
+  auto poll = [&] {
+    void* tag;
+    bool ok;
+    while (cq->Next(&tag, &ok)) {
+      auto* c = static_cast<AsyncCall*>(tag);
+      if (c->answered || !ok) {
+        delete c;
+        continue;
+      }
+      request();
+      c->answered = true;
+      c->resp.set_status(health::HealthCheckResponse::SERVING);
+      c->writer.Finish(c->resp, grpc::Status::OK, c);
+    }
+  };
+  // As many calls requested as threads poll, so none waits for a request.
+  std::vector<std::thread> more;
+  for (int i = 1; i < (shape == "async-2" ? 2 : 1); ++i) {
+    request();
+    more.emplace_back(poll);
+  }
+  request();
+  poll();
+  std::_Exit(0);
+}
+
+}  // namespace delayd::bench::floor
