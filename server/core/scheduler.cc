@@ -5,6 +5,7 @@
 
 #include "server/common/keyed_hash.h"
 #include "server/common/stable_hash.h"
+#include "server/common/thread_name.h"
 
 namespace delayd {
 Scheduler::Scheduler(Options options)
@@ -79,6 +80,7 @@ Status Scheduler::Start(RecoveryReport* report) {
   for (std::uint32_t t = 0; t < std::max<std::uint32_t>(1, options_.threads);
        ++t) {
     threads_.emplace_back([this] { io_.run(); });
+    NameThread(threads_.back(), "delayd-pool");
   }
   if (options_.clock_poll.count() > 0) {
     clock_timer_.emplace(asio::make_strand(io_));

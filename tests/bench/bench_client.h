@@ -17,6 +17,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <random>
 #include <sstream>
@@ -94,6 +95,41 @@ inline double CpuSeconds(pid_t pid) {
     if (in >> ns) total += static_cast<double>(ns) / 1e9;
   }
   return total;
+}
+
+// CPU time of a process's threads by thread name (schedstat), in seconds;
+// threads that ended are not counted.
+inline std::map<std::string, double> CpuByThread(pid_t pid) {
+  const std::string dir = "/proc/" + std::to_string(pid) + "/task";
+  std::map<std::string, double> by_name;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    std::ifstream stat(entry.path() / "schedstat");
+    std::ifstream comm(entry.path() / "comm");
+    std::uint64_t ns = 0;
+    std::string name;
+    if (stat >> ns && std::getline(comm, name)) {
+      by_name[name] += static_cast<double>(ns) / 1e9;
+    }
+  }
+  return by_name;
+}
+
+// Prints the cores each thread name used between two CpuByThread readings
+// over `wall` seconds, the busiest first (those above 0.005 cores).
+inline void PrintCpuByThread(const std::map<std::string, double>& before,
+                             const std::map<std::string, double>& after,
+                             double wall) {
+  std::vector<std::pair<double, std::string>> used;
+  for (const auto& [name, s] : after) {
+    const auto b = before.find(name);
+    used.emplace_back((s - (b == before.end() ? 0 : b->second)) / wall, name);
+  }
+  std::sort(used.rbegin(), used.rend());
+  std::printf("  by thread:");
+  for (const auto& [cores, name] : used) {
+    if (cores >= 0.005) std::printf(" %s %.2f", name.c_str(), cores);
+  }
+  std::printf(" (cores)\n");
 }
 
 // A rate measured by `run` (operations/s over its own run) and the CPU time

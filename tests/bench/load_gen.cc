@@ -354,6 +354,7 @@ int Main(int argc, char** argv) {
       SteadyHealthFloor(bench, d.pid(), n);
       const std::chrono::milliseconds ahead(steady_delay_ms);
       const double steady_cpu = CpuSeconds(d.pid());
+      const auto steady_threads = CpuByThread(d.pid());
       const auto steady_start = Clock::now();
       auto late = bench.Lateness("steady", n, dur + ahead + 10s, [&] {
         const auto start = Clock::now();
@@ -380,6 +381,7 @@ int Main(int argc, char** argv) {
       const double steady_used = CpuSeconds(d.pid()) - steady_cpu;
       std::printf("  daemon CPU %.2f cores (%.1f us per timer)\n",
                   steady_used / steady_wall, 1e6 * steady_used / n);
+      PrintCpuByThread(steady_threads, CpuByThread(d.pid()), steady_wall);
       p = Summarize(bench.fired_late());
       std::printf(
           "  of which firing (fired_at - fire time): p50 %.3f ms p99 "

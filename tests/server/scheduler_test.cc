@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "server/store/memory/memory_store.h"
+#include "tests/common/thread_names.h"
 #include "tests/server/fake_subscriber.h"
 
 namespace delayd {
@@ -64,6 +65,10 @@ class SchedulerTest : public ::testing::Test {
 
 // A unary operation on a free partition is applied and answered on the
 // caller's thread: no hop to a scheduler thread and back.
+TEST_F(SchedulerTest, ItsPoolThreadsAreNamed) {
+  EXPECT_EQ(testing::ThreadsNamed("delayd-pool"), 3);  // Options().threads
+}
+
 TEST_F(SchedulerTest, OperationOnAFreePartitionRunsOnTheCallingThread) {
   for (int i = 0; i < 10; ++i) {
     std::optional<std::thread::id> ran_on;

@@ -9,6 +9,7 @@
 #include "server/store/rocksdb/rocks_store.h"
 #include "tests/common/fake_clock.h"
 #include "tests/common/temp_dir.h"
+#include "tests/common/thread_names.h"
 #include "tests/server/calls.h"
 #include "tests/server/test_stores.h"
 
@@ -321,6 +322,14 @@ TEST(Store, ASecondDaemonOnTheSameDirectoryIsRefused) {
   EXPECT_NE(s.message().find(dir / "data"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("another delayd"), std::string::npos)
       << s.message();
+}
+
+TEST(Store, ItsThreadsAreNamed) {
+  TempDir dir;
+  std::unique_ptr<RocksStore> store;
+  ASSERT_TRUE(RocksStore::Open(At(dir / "data"), StoreHooks(), &store).ok());
+  EXPECT_EQ(testing::ThreadsNamed("store-writer"), 1);
+  EXPECT_EQ(testing::ThreadsNamed("store-syncer"), 1);
 }
 
 TEST(Store, FsyncPolicyParsing) {

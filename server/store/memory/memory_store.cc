@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "server/common/stable_hash.h"
+#include "server/common/thread_name.h"
 
 namespace delayd {
 
@@ -196,6 +197,7 @@ MemoryStore::MemoryStore(std::shared_ptr<Disk> disk, StoreHooks hooks)
       hooks_(std::move(hooks)),
       shared_(disk_->shared_partitions()) {
   writer_ = std::thread([this] { WriterLoop(); });
+  NameThread(writer_, "store-writer");
 }
 
 MemoryStore::~MemoryStore() { Close(); }

@@ -10,6 +10,8 @@
 #include <optional>
 #include <utility>
 
+#include "server/common/thread_name.h"
+
 namespace delayd::pg {
 namespace {
 
@@ -39,7 +41,9 @@ LeaseKeeper::~LeaseKeeper() {
 
 void LeaseKeeper::Start() {
   thread_ = std::thread([this] { Run(); });
+  NameThread(thread_, "pg-leases");
   watchdog_ = std::thread([this] { Watch(); });
+  NameThread(watchdog_, "pg-lease-watch");
 }
 
 void LeaseKeeper::Stop(bool release) {

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "server/common/stable_hash.h"
+#include "server/common/thread_name.h"
 
 namespace delayd {
 namespace {
@@ -186,6 +187,7 @@ Status PgStore::Open(const PgOptions& options, StoreHooks hooks,
                            std::chrono::system_clock::now().time_since_epoch())
                            .count();
   store->writer_ = std::thread([s = store.get()] { s->WriterLoop(); });
+  NameThread(store->writer_, "pg-writer");
   *out = std::move(store);
   return Status::Ok();
 }

@@ -12,6 +12,7 @@
 #include <set>
 #include <tuple>
 
+#include "server/common/thread_name.h"
 #include "server/store/rocksdb/rocks_mark.h"
 #include "server/store/rocksdb/rocks_store.h"
 
@@ -233,9 +234,12 @@ Status RocksStore::Open(const RocksOptions& options, StoreHooks hooks,
     }
   }
   store->writer_ = std::thread([s = store.get()] { s->WriterLoop(); });
+  NameThread(store->writer_, "store-writer");
   store->syncer_ = std::thread([s = store.get()] { s->SyncLoop(); });
+  NameThread(store->syncer_, "store-syncer");
   if (!options.read_only) {
     store->marker_ = std::thread([s = store.get()] { s->MarkLoop(); });
+    NameThread(store->marker_, "store-marker");
   }
   *out = std::move(store);
   return Status::Ok();
