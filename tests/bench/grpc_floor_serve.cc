@@ -203,33 +203,43 @@ class LoggedCallbackHealth : public health::Health::CallbackService {
   LogWriter* const log_;
 };
 
-// cq1+writer: one completion-queue thread takes the calls and hands each to
-// the writer, which answers it once synced; the answer's completion comes
-// back to the queue's thread.
-[[noreturn]] void ServeWithWriter(health::Health::AsyncService& svc,
-                                  grpc::ServerCompletionQueue* cq,
-                                  LogWriter* log) {
+// Completion-queue shapes that take each call and `answer` it (at once, or
+// later from another thread), with `threads` threads polling the queue.
+[[noreturn]] void ServeCalls(health::Health::AsyncService& svc,
+                             grpc::ServerCompletionQueue* cq, int threads,
+                             const std::function<void(AsyncCall*)>& answer) {
   auto request = [&] {
     auto* c = new AsyncCall;
     svc.RequestCheck(&c->ctx, &c->req, &c->writer, cq, cq, c);
   };
-  request();
-  void* tag;
-  bool ok;
-  while (cq->Next(&tag, &ok)) {
-    auto* c = static_cast<AsyncCall*>(tag);
-    if (c->answered || !ok) {
-      delete c;
-      continue;
+  auto poll = [&] {
+    void* tag;
+    bool ok;
+    while (cq->Next(&tag, &ok)) {
+      auto* c = static_cast<AsyncCall*>(tag);
+      if (c->answered || !ok) {
+        delete c;
+        continue;
+      }
+      request();
+      c->answered = true;
+      answer(c);
     }
+  };
+  // As many calls requested as threads poll, so none waits for a request.
+  std::vector<std::thread> more;
+  for (int i = 1; i < threads; ++i) {
     request();
-    c->answered = true;
-    log->Add(c->req.SerializeAsString(), [c] {
-      c->resp.set_status(health::HealthCheckResponse::SERVING);
-      c->writer.Finish(c->resp, grpc::Status::OK, c);
-    });
+    more.emplace_back(poll);
   }
+  request();
+  poll();
   std::_Exit(0);
+}
+
+void AnswerNow(AsyncCall* c) {
+  c->resp.set_status(health::HealthCheckResponse::SERVING);
+  c->writer.Finish(c->resp, grpc::Status::OK, c);
 }
 
 // cq1+log: one completion-queue thread takes every call that is ready, then
@@ -309,35 +319,14 @@ class LoggedCallbackHealth : public health::Health::CallbackService {
   }
   if (shape == "timer-1") ServeTimers(async, cq.get());
   if (shape == "cq1+log") ServeLogged(async, cq.get(), fd);
-  if (shape == "cq1+writer") ServeWithWriter(async, cq.get(), writer.get());
-  auto request = [&] {
-    auto* c = new AsyncCall;
-    async.RequestCheck(&c->ctx, &c->req, &c->writer, cq.get(), cq.get(), c);
-  };
-  auto poll = [&] {
-    void* tag;
-    bool ok;
-    while (cq->Next(&tag, &ok)) {
-      auto* c = static_cast<AsyncCall*>(tag);
-      if (c->answered || !ok) {
-        delete c;
-        continue;
-      }
-      request();
-      c->answered = true;
-      c->resp.set_status(health::HealthCheckResponse::SERVING);
-      c->writer.Finish(c->resp, grpc::Status::OK, c);
-    }
-  };
-  // As many calls requested as threads poll, so none waits for a request.
-  std::vector<std::thread> more;
-  for (int i = 1; i < (shape == "async-2" ? 2 : 1); ++i) {
-    request();
-    more.emplace_back(poll);
+  if (shape == "cq1+writer") {
+    // The writer answers each call once synced; the answer's completion
+    // comes back to the queue's thread.
+    ServeCalls(async, cq.get(), 1, [&](AsyncCall* c) {
+      writer->Add(c->req.SerializeAsString(), [c] { AnswerNow(c); });
+    });
   }
-  request();
-  poll();
-  std::_Exit(0);
+  ServeCalls(async, cq.get(), shape == "async-2" ? 2 : 1, AnswerNow);
 }
 
 }  // namespace delayd::bench::floor
