@@ -53,13 +53,18 @@ using delayd::bench::CpuSeconds;
 using delayd::bench::floor::kAhead;
 namespace health = grpc::health::v1;
 
+// The file the servers' logged shapes append to.
+std::string LogPath() {
+  return std::filesystem::temp_directory_path() /
+         ("grpc-floor-" + std::to_string(getpid()) + ".log");
+}
+
 // Starts `grpc_floor --serve SHAPE FD LOG` (a fresh process image: gRPC's
 // threads in this one do not survive fork); returns its pid and port.
 std::pair<pid_t, int> Spawn(const std::string& shape) {
   int fds[2];
   if (pipe(fds) != 0) std::exit(1);
-  const std::string log = std::filesystem::temp_directory_path() /
-                          ("grpc-floor-" + std::to_string(getpid()) + ".log");
+  const std::string log = LogPath();
   const pid_t child = fork();
   if (child == 0) {
     close(fds[0]);
@@ -70,7 +75,10 @@ std::pair<pid_t, int> Spawn(const std::string& shape) {
   }
   close(fds[1]);
   int port = 0;
-  if (read(fds[0], &port, sizeof port) != sizeof port) std::exit(1);
+  if (read(fds[0], &port, sizeof port) != sizeof port) {
+    std::fprintf(stderr, "the %s server did not start\n", shape.c_str());
+    std::exit(1);
+  }
   close(fds[0]);
   return {child, port};
 }
@@ -79,8 +87,7 @@ std::pair<pid_t, int> Spawn(const std::string& shape) {
 void Reap(pid_t child) {
   kill(child, SIGKILL);
   waitpid(child, nullptr, 0);
-  std::filesystem::remove(std::filesystem::temp_directory_path() /
-                          ("grpc-floor-" + std::to_string(getpid()) + ".log"));
+  std::filesystem::remove(LogPath());
 }
 
 struct Figures {
