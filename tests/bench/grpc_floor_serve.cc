@@ -203,15 +203,26 @@ class LoggedCallbackHealth : public health::Health::CallbackService {
   LogWriter* const log_;
 };
 
+// Asks the queue for the next call; the AsyncCall is its tag.
+void RequestCall(health::Health::AsyncService& svc,
+                 grpc::ServerCompletionQueue* cq) {
+  auto* c = new AsyncCall;
+  svc.RequestCheck(&c->ctx, &c->req, &c->writer, cq, cq, c);
+}
+
+// Finishes a call taken from the queue; its completion deletes it.
+void AnswerNow(AsyncCall* c) {
+  c->answered = true;
+  c->resp.set_status(health::HealthCheckResponse::SERVING);
+  c->writer.Finish(c->resp, grpc::Status::OK, c);
+}
+
 // Completion-queue shapes that take each call and `answer` it (at once, or
 // later from another thread), with `threads` threads polling the queue.
 [[noreturn]] void ServeCalls(health::Health::AsyncService& svc,
                              grpc::ServerCompletionQueue* cq, int threads,
                              const std::function<void(AsyncCall*)>& answer) {
-  auto request = [&] {
-    auto* c = new AsyncCall;
-    svc.RequestCheck(&c->ctx, &c->req, &c->writer, cq, cq, c);
-  };
+  auto request = [&] { RequestCall(svc, cq); };
   auto poll = [&] {
     void* tag;
     bool ok;
@@ -222,7 +233,6 @@ class LoggedCallbackHealth : public health::Health::CallbackService {
         continue;
       }
       request();
-      c->answered = true;
       answer(c);
     }
   };
@@ -237,21 +247,12 @@ class LoggedCallbackHealth : public health::Health::CallbackService {
   std::_Exit(0);
 }
 
-void AnswerNow(AsyncCall* c) {
-  c->resp.set_status(health::HealthCheckResponse::SERVING);
-  c->writer.Finish(c->resp, grpc::Status::OK, c);
-}
-
 // cq1+log: one completion-queue thread takes every call that is ready, then
 // appends and syncs them as one group and answers them, all on itself (the
 // leader shape with no other thread).
 [[noreturn]] void ServeLogged(health::Health::AsyncService& svc,
                               grpc::ServerCompletionQueue* cq, int fd) {
-  auto request = [&] {
-    auto* c = new AsyncCall;
-    svc.RequestCheck(&c->ctx, &c->req, &c->writer, cq, cq, c);
-  };
-  request();
+  RequestCall(svc, cq);
   std::vector<AsyncCall*> group;
   std::string bytes;
   for (;;) {
@@ -269,18 +270,14 @@ void AnswerNow(AsyncCall* c) {
       if (c->answered || !ok) {
         delete c;
       } else {
-        request();
+        RequestCall(svc, cq);
         bytes += c->req.SerializeAsString();
         group.push_back(c);
       }
       continue;
     }
     AppendDurably(fd, bytes);
-    for (auto* c : group) {
-      c->answered = true;
-      c->resp.set_status(health::HealthCheckResponse::SERVING);
-      c->writer.Finish(c->resp, grpc::Status::OK, c);
-    }
+    for (auto* c : group) AnswerNow(c);
     group.clear();
     bytes.clear();
   }
