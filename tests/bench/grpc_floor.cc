@@ -39,6 +39,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -90,37 +91,42 @@ void Reap(pid_t child) {
   std::filesystem::remove(LogPath());
 }
 
+// One Check for `service`, waited for (5 s at most); true if answered OK.
+bool CheckOnce(health::Health::Stub& stub, const char* service = "") {
+  health::HealthCheckRequest req;
+  req.set_service(service);
+  health::HealthCheckResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  return stub.Check(&ctx, req, &resp).ok();
+}
+
+std::unique_ptr<health::Health::Stub> StubAt(int port) {
+  return health::Health::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
+}
+
 struct Figures {
   double us_per_call = -1;  // Server CPU at the steady pace.
   double peak = -1;         // Checks/s, 64 in flight.
 };
 
-// Server CPU in µs per call at `rate` calls/s, one at a time, `seconds`;
-// then the shape's ceiling for `seconds`.
-Figures Round(const std::string& shape, int rate, int seconds, bool steady) {
+// Server CPU in µs per call at `rate` calls/s (none if 0), one at a time,
+// `seconds`; then the shape's ceiling for `seconds`.
+Figures Round(const std::string& shape, int rate, int seconds) {
   const auto [child, port] = Spawn(shape);
   Figures f;
   {
-    auto ch = grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
-                                  grpc::InsecureChannelCredentials());
-    auto stub = health::Health::NewStub(ch);
-    auto check = [&] {
-      health::HealthCheckRequest req;
-      health::HealthCheckResponse resp;
-      grpc::ClientContext ctx;
-      ctx.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::seconds(5));
-      return stub->Check(&ctx, req, &resp).ok();
-    };
-    for (int i = 0; i < 200; ++i) check();  // Warm-up.
-    const long n = steady ? static_cast<long>(rate) * seconds : 0;
+    auto stub = StubAt(port);
+    for (int i = 0; i < 200; ++i) CheckOnce(*stub);  // Warm-up.
+    const long n = static_cast<long>(rate) * seconds;
     const double cpu = CpuSeconds(child);
     const auto start = Clock::now();
     long ok = 0;
     for (long i = 0; i < n; ++i) {
       std::this_thread::sleep_until(
           start + std::chrono::nanoseconds(1'000'000'000L / rate * i));
-      ok += check();
+      ok += CheckOnce(*stub);
     }
     if (n > 0 && ok == n) f.us_per_call = 1e6 * (CpuSeconds(child) - cpu) / n;
     Bench bench("127.0.0.1:" + std::to_string(port), 4);
@@ -138,18 +144,7 @@ double TimerRound(int rate, int seconds) {
   const long n = static_cast<long>(rate) * seconds;
   double per_timer = -1;
   {
-    auto ch = grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
-                                  grpc::InsecureChannelCredentials());
-    auto stub = health::Health::NewStub(ch);
-    auto check = [&](const char* service) {
-      health::HealthCheckRequest req;
-      req.set_service(service);
-      health::HealthCheckResponse resp;
-      grpc::ClientContext ctx;
-      ctx.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::seconds(5));
-      return stub->Check(&ctx, req, &resp).ok();
-    };
+    auto stub = StubAt(port);
     grpc::ClientContext watch_ctx;
     watch_ctx.set_deadline(std::chrono::system_clock::now() +
                            std::chrono::seconds(seconds + 20));
@@ -159,25 +154,26 @@ double TimerRound(int rate, int seconds) {
     std::thread worker([&] {
       health::HealthCheckResponse ev;
       while (acked.load() < n + 10 && reader->Read(&ev)) {
-        if (check("ack")) acked.fetch_add(1);
+        if (CheckOnce(*stub, "ack")) acked.fetch_add(1);
       }
     });
-    for (int i = 0; i < 10; ++i) check("set");  // Warm-up: 10 events.
-    const auto warm_deadline = Clock::now() + std::chrono::seconds(5);
-    while (acked.load() < 10 && Clock::now() < warm_deadline) {
-      std::this_thread::yield();
-    }
+    // Polls for `count` acks, bounded by `limit`.
+    auto await_acks = [&](long count, std::chrono::seconds limit) {
+      const auto deadline = Clock::now() + limit;
+      while (acked.load() < count && Clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    };
+    for (int i = 0; i < 10; ++i) CheckOnce(*stub, "set");  // Warm-up.
+    await_acks(10, std::chrono::seconds(5));
     const double cpu = CpuSeconds(child);
     const auto start = Clock::now();
     for (long i = 0; i < n; ++i) {
       std::this_thread::sleep_until(
           start + std::chrono::nanoseconds(1'000'000'000L / rate * i));
-      check("set");
+      CheckOnce(*stub, "set");
     }
-    const auto deadline = Clock::now() + std::chrono::seconds(10);
-    while (acked.load() < n + 10 && Clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    await_acks(n + 10, std::chrono::seconds(10));
     if (acked.load() == n + 10) {
       per_timer = 1e6 * (CpuSeconds(child) - cpu) / n;
     } else {
@@ -209,7 +205,7 @@ int Durable(int seconds, int rounds) {
   std::vector<std::vector<double>> peak(shapes.size()), ratio(shapes.size());
   for (int r = 0; r < rounds; ++r) {
     for (std::size_t s = 0; s < shapes.size(); ++s) {
-      peak[s].push_back(Round(shapes[s], 1, seconds, false).peak);
+      peak[s].push_back(Round(shapes[s], 0, seconds).peak);
     }
     const double best = std::max(peak[0].back(), peak[1].back());
     for (std::size_t s = 2; s < shapes.size(); ++s) {
@@ -263,7 +259,7 @@ int main(int argc, char** argv) {
     timer_us.push_back(TimerRound(rate / 2, seconds));
     if (timer_only) continue;
     for (std::size_t s = 0; s < shapes.size(); ++s) {
-      const Figures f = Round(shapes[s], rate, seconds, true);
+      const Figures f = Round(shapes[s], rate, seconds);
       us[s].push_back(f.us_per_call);
       peak[s].push_back(f.peak);
     }
