@@ -84,20 +84,8 @@ inline std::int64_t RssBytes(pid_t pid) {
   return ProcField(pid, "status", "VmRSS:") * 1024;
 }
 
-// CPU time of all of a process's threads, in nanoseconds (schedstat's
-// first field; /proc/PID/stat counts only in 10 ms ticks).
-inline double CpuSeconds(pid_t pid) {
-  const std::string dir = "/proc/" + std::to_string(pid) + "/task";
-  double total = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    std::ifstream in(entry.path() / "schedstat");
-    std::uint64_t ns = 0;
-    if (in >> ns) total += static_cast<double>(ns) / 1e9;
-  }
-  return total;
-}
-
-// CPU time of a process's threads by thread name (schedstat), in seconds;
+// CPU time of a process's threads by thread name, in seconds (schedstat's
+// first field, in nanoseconds; /proc/PID/stat counts only in 10 ms ticks);
 // threads that ended are not counted.
 inline std::map<std::string, double> CpuByThread(pid_t pid) {
   const std::string dir = "/proc/" + std::to_string(pid) + "/task";
@@ -112,6 +100,13 @@ inline std::map<std::string, double> CpuByThread(pid_t pid) {
     }
   }
   return by_name;
+}
+
+// CPU time of all of a process's threads, in seconds.
+inline double CpuSeconds(pid_t pid) {
+  double total = 0;
+  for (const auto& [name, seconds] : CpuByThread(pid)) total += seconds;
+  return total;
 }
 
 // Prints the cores each thread name used between two CpuByThread readings
@@ -150,6 +145,16 @@ Measured WithCpu(pid_t pid, Run run) {
       std::chrono::duration<double>(Clock::now() - start).count();
   if (m.rate > 0) m.cpu_us = 1e6 * (CpuSeconds(pid) - cpu0) / (m.rate * wall);
   return m;
+}
+
+// One health Check for `service`, waited for (5 s at most); true if OK.
+inline bool CheckOnce(health::Health::Stub& stub, const char* service = "") {
+  health::HealthCheckRequest req;
+  req.set_service(service);
+  health::HealthCheckResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  return stub.Check(&ctx, req, &resp).ok();
 }
 
 // Keeps `concurrency` calls in flight for `duration`; `issue(slot, done)`

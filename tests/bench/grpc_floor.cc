@@ -49,6 +49,7 @@
 namespace {
 
 using delayd::bench::Bench;
+using delayd::bench::CheckOnce;
 using delayd::bench::Clock;
 using delayd::bench::CpuSeconds;
 using delayd::bench::floor::kAhead;
@@ -89,16 +90,6 @@ void Reap(pid_t child) {
   kill(child, SIGKILL);
   waitpid(child, nullptr, 0);
   std::filesystem::remove(LogPath());
-}
-
-// One Check for `service`, waited for (5 s at most); true if answered OK.
-bool CheckOnce(health::Health::Stub& stub, const char* service = "") {
-  health::HealthCheckRequest req;
-  req.set_service(service);
-  health::HealthCheckResponse resp;
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  return stub.Check(&ctx, req, &resp).ok();
 }
 
 std::unique_ptr<health::Health::Stub> StubAt(int port) {

@@ -5,7 +5,9 @@
 //   batch     SetTimer items/s through Batch (100 per call, calls in flight);
 //   lateness  delivered-to-worker minus fire time: steady 2k timers/s (one
 //             SetTimer at a time, --steady-delay-ms ahead, default 50; with
-//             the daemon's CPU), and 100k timers due within one second;
+//             the daemon's CPU, by thread too, and first what the same
+//             daemon spends on health Checks at that pace), and 100k timers
+//             due within one second;
 //             `steady` alone runs the first;
 //   memory    RSS per pending timer with 1M pending (16 B key, 16 B payload);
 //   idle      daemon CPU over 10 s idle with those 1M pending.
@@ -57,10 +59,7 @@ void SteadyHealthFloor(Bench& bench, pid_t daemon, std::size_t calls) {
   const auto start = Clock::now();
   for (std::size_t i = 0; i < calls; ++i) {
     std::this_thread::sleep_until(start + std::chrono::microseconds(250 * i));
-    health::HealthCheckRequest req;
-    health::HealthCheckResponse resp;
-    grpc::ClientContext ctx;
-    bench.health().Check(&ctx, req, &resp);
+    CheckOnce(bench.health());
   }
   const double wall =
       std::chrono::duration<double>(Clock::now() - start).count();
