@@ -298,6 +298,11 @@ class Scheduler {
   // Creates the dispatcher of a new namespace, or gives a freed id a new
   // name.
   NamespaceId AddNamespace(std::string name) REQUIRES(ns_mutex_);
+  // Recovery: the namespaces as stored, each at the id its records were
+  // written under (an empty name is a freed id, kept free).
+  void RestoreNamespaces(std::vector<std::string> names) REQUIRES(ns_mutex_);
+  // Appends the dispatcher of id owned_dispatchers_.size(), named `name`.
+  NamespaceId NewDispatcher(const std::string& name) REQUIRES(ns_mutex_);
   // Frees namespace `id` if nothing uses it (posted by refs_ on zero).
   void Free(NamespaceId id) EXCLUDES(ns_mutex_);
   static std::string_view KeyOf(const Op& op);

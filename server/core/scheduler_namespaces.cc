@@ -1,12 +1,14 @@
 // Scheduler: the namespace table. A namespace is created by its first write
 // (Intern), found by reads (Find), and freed once nothing uses it (Free);
 // subscribers may wait for one that does not exist yet.
+#include <algorithm>
+
 #include "server/common/stable_hash.h"
 #include "server/core/scheduler.h"
 
 namespace delayd {
 NamespaceId Scheduler::AddNamespace(std::string name) {
-  if (!name.empty() && !free_ids_.empty()) {
+  if (!free_ids_.empty()) {
     const NamespaceId id = free_ids_.back();
     free_ids_.pop_back();
     stable_seeds_[id] = StableSeed(name);
@@ -16,6 +18,27 @@ NamespaceId Scheduler::AddNamespace(std::string name) {
     ns_ids_.emplace(std::move(name), id);
     return id;
   }
+  const NamespaceId id = NewDispatcher(name);
+  ns_ids_.emplace(std::move(name), id);
+  return id;
+}
+
+void Scheduler::RestoreNamespaces(std::vector<std::string> names) {
+  // Ids are kept as stored: a freed id is not handed to the name after it,
+  // whose records name its own id.
+  for (std::string& name : names) {
+    const NamespaceId id = NewDispatcher(name);
+    if (name.empty()) {
+      free_ids_.push_back(id);
+    } else {
+      ns_ids_.emplace(std::move(name), id);
+    }
+  }
+  // The lowest freed id is reused first.
+  std::reverse(free_ids_.begin(), free_ids_.end());
+}
+
+NamespaceId Scheduler::NewDispatcher(const std::string& name) {
   const auto id = static_cast<NamespaceId>(owned_dispatchers_.size());
   stable_seeds_[id] = StableSeed(name);
   owned_dispatchers_.push_back(std::make_unique<Dispatcher>(
@@ -38,11 +61,6 @@ NamespaceId Scheduler::AddNamespace(std::string name) {
     }
   });
   if (!name.empty()) dispatchers_[id]->SetPolicy(PolicyLocked(name));
-  if (name.empty()) {
-    free_ids_.push_back(id);  // Recovery: an id freed before the restart.
-  } else {
-    ns_ids_.emplace(std::move(name), id);
-  }
   return id;
 }
 

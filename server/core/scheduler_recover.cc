@@ -37,7 +37,7 @@ Status Scheduler::Recover(RecoveryReport* report) {
   }
   {
     WriterLock lock(&ns_mutex_);
-    for (auto& name : names) AddNamespace(std::move(name));
+    RestoreNamespaces(names);
   }
   const std::size_t ids = names.size();
   std::uint64_t next_version = 1;

@@ -5,6 +5,7 @@
 // and in the store.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <thread>
 
 #include "tests/common/temp_dir.h"
@@ -250,6 +251,120 @@ TEST_P(NamespacesStored, AFreedIdIsReusedAcrossARestart) {
   EXPECT_EQ(Set(d.stub(), "a", "k"), grpc::StatusCode::RESOURCE_EXHAUSTED);
   ASSERT_EQ(Remove(d.stub(), "b", "k"), grpc::StatusCode::OK);
   EXPECT_EQ(SetWhenFreed(d.stub(), "a"), grpc::StatusCode::OK);
+}
+
+// What namespace `ns` holds in the test below: a pending timer "k" with
+// payload "p-NS", and a fired, unacknowledged event of key "e" with payload
+// "q-NS" (the survivors only).
+void Fill(v1::Delayd::Stub& stub, const std::string& ns, bool with_event) {
+  grpc::ClientContext ctx;
+  v1::SetTimerRequest r;
+  r.set_namespace_(ns);
+  r.set_key("k");
+  r.set_payload("p-" + ns);
+  *r.mutable_delay() = Millis(3600000);
+  v1::SetTimerResponse resp;
+  ASSERT_TRUE(stub.SetTimer(&ctx, r, &resp).ok()) << ns;
+  if (!with_event) return;
+  grpc::ClientContext ctx2;
+  r.set_key("e");
+  r.set_payload("q-" + ns);
+  *r.mutable_delay() = Millis(1);
+  ASSERT_TRUE(stub.SetTimer(&ctx2, r, &resp).ok()) << ns;
+}
+
+grpc::StatusCode GetCode(v1::Delayd::Stub& stub, const std::string& ns,
+                         const std::string& key, v1::Timer* t) {
+  grpc::ClientContext ctx;
+  v1::GetTimerRequest get;
+  get.set_namespace_(ns);
+  get.set_key(key);
+  return stub.GetTimer(&ctx, get, t).error_code();
+}
+
+// Every live namespace holds its own timer and event, under its own name;
+// the emptied ones hold nothing.
+void ExpectEachInItsOwn(v1::Delayd::Stub& stub,
+                        const std::vector<std::string>& live,
+                        const std::vector<std::string>& emptied) {
+  for (const std::string& ns : live) {
+    v1::Timer t;
+    ASSERT_EQ(GetCode(stub, ns, "k", &t), grpc::StatusCode::OK) << ns;
+    EXPECT_EQ(t.namespace_(), ns);
+    EXPECT_EQ(t.payload(), "p-" + ns);
+    grpc::ClientContext ctx;
+    v1::ListTimersRequest list;
+    list.set_namespace_(ns);
+    v1::ListTimersResponse page;
+    ASSERT_TRUE(stub.ListTimers(&ctx, list, &page).ok());
+    ASSERT_EQ(page.timers_size(), 1) << ns;
+    EXPECT_EQ(page.timers(0).payload(), "p-" + ns);
+    // A watcher sees nothing of what waits; a worker gets the event.
+    TestStream worker(stub, TestStream::Worker(ns));
+    const auto events = worker.WaitFor(1);
+    ASSERT_EQ(events.size(), 1u) << ns;
+    EXPECT_EQ(events[0].namespace_(), ns);
+    EXPECT_EQ(events[0].key(), "e");
+    EXPECT_EQ(events[0].payload(), "q-" + ns);
+  }
+  for (const std::string& ns : emptied) {
+    v1::Timer t;
+    EXPECT_EQ(GetCode(stub, ns, "k", &t), grpc::StatusCode::NOT_FOUND) << ns;
+  }
+}
+
+// Namespaces emptied first, in the middle, last, and several at once:
+// after each of three restarts every record is read back under the
+// namespace it was written under, and a new namespace (taking a freed id)
+// keeps its own too.
+TEST_P(NamespacesStored, RecordsComeBackUnderTheirNamespaceWhateverWasFreed) {
+  const std::vector<std::vector<int>> emptied_sets = {
+      {0}, {2}, {5}, {0, 2, 3}, {1, 4, 5}};
+  for (const auto& emptied_set : emptied_sets) {
+    SCOPED_TRACE("emptied: " + ::testing::PrintToString(emptied_set));
+    testing::TestStore store(GetParam());
+    std::vector<std::string> live, emptied;
+    {
+      TestDaemon d(store.On(TestDaemon::DefaultOptions()));
+      for (int i = 0; i < 6; ++i) {
+        const std::string ns = "n" + std::to_string(i);
+        const bool empties =
+            std::count(emptied_set.begin(), emptied_set.end(), i) > 0;
+        (empties ? emptied : live).push_back(ns);
+        Fill(d.stub(), ns, !empties);
+      }
+      for (const std::string& ns : live) {  // Each event fired.
+        const auto deadline = std::chrono::steady_clock::now() + 5s;
+        v1::Timer t;
+        while (GetCode(d.stub(), ns, "e", &t) == grpc::StatusCode::OK &&
+               std::chrono::steady_clock::now() < deadline) {
+          std::this_thread::sleep_for(2ms);  // Polls the condition, bounded.
+        }
+      }
+      for (const std::string& ns : emptied) {
+        ASSERT_EQ(Remove(d.stub(), ns, "k"), grpc::StatusCode::OK);
+      }
+      d.Shutdown();
+    }
+    for (int restart = 0; restart < 3; ++restart) {
+      TestDaemon d(store.On(TestDaemon::DefaultOptions()));
+      ASSERT_TRUE(d.started());
+      EXPECT_EQ(d.server().recovery().namespaces, live.size());
+      ExpectEachInItsOwn(d.stub(), live, emptied);
+      if (restart == 1) {
+        // A new namespace after the restart takes a freed id.
+        Fill(d.stub(), "fresh", /*with_event=*/true);
+        live.push_back("fresh");
+        const auto deadline = std::chrono::steady_clock::now() + 5s;
+        v1::Timer t;
+        while (GetCode(d.stub(), "fresh", "e", &t) == grpc::StatusCode::OK &&
+               std::chrono::steady_clock::now() < deadline) {
+          std::this_thread::sleep_for(2ms);  // Polls the condition, bounded.
+        }
+      }
+      d.Shutdown();
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Stores, NamespacesStored, testing::AllBackends(),
