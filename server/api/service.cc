@@ -78,6 +78,15 @@ Status DelaydService::Namespace(std::string_view name, NamespacePin* pin,
   return s;
 }
 
+Status DelaydService::Absent(std::string_view name, std::string_view key,
+                             std::string message) const {
+  if (Status s = scheduler_.Unserved(name.empty() ? "default" : name, key);
+      !s.ok()) {
+    return s;
+  }
+  return Status::NotFound(std::move(message));
+}
+
 namespace {
 
 // The `authorization` metadata of a call; empty if there is none.
@@ -114,7 +123,7 @@ Status DelaydService::ToOp(const OpFields& f, WallNanos now, Op* op,
   }
   if (Status s = Namespace(f.ns, pin, cache, f.kind == Kind::kSet); !s.ok()) {
     if (s.code() != Code::kNotFound) return s;
-    return Status::NotFound("no pending timer '" + std::string(f.key) + "'");
+    return Absent(f.ns, f.key, "no pending timer '" + std::string(f.key) + "'");
   }
   const NamespaceId ns = pin->id();
   switch (f.kind) {
@@ -251,7 +260,8 @@ grpc::ServerUnaryReactor* DelaydService::GetTimer(
   }
   NamespacePin pin;
   if (!Namespace(req.namespace_(), &pin).ok()) {
-    return call.Reply(Status::NotFound("no pending timer '" + req.key() + "'"));
+    return call.Reply(Absent(req.namespace_(), req.key(),
+                             "no pending timer '" + req.key() + "'"));
   }
   // (The pin keeps the namespace, and so its name, until the answer.)
   const std::string& name = scheduler_.dispatcher(pin.id()).name();
@@ -297,7 +307,11 @@ grpc::ServerUnaryReactor* DelaydService::ListTimers(
   }
   NamespacePin pin;
   if (!Namespace(req.namespace_(), &pin).ok()) {
-    // No such namespace here: no timers in this node's partitions.
+    // No such namespace here: no timers in this node's partitions (once
+    // they are loaded).
+    if (Status s = scheduler_.Served(cursor.partition, limits.until); !s.ok()) {
+      return call.Reply(s);
+    }
     if (limits.until < scheduler_.partitions()) {
       call.resp()->set_next_page_token(std::to_string(limits.until) + ".0");
     }

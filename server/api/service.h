@@ -234,6 +234,10 @@ class DelaydService final : public RawDelayd {
   // NOT_FOUND if it does not exist.
   Status Namespace(std::string_view name, NamespacePin* pin,
                    NamespaceCache* cache = nullptr, bool create = false);
+  // What a call on `key` of namespace `name`, unknown here, gets: NOT_FOUND
+  // with `message`, unless this node cannot know (Scheduler::Unserved).
+  Status Absent(std::string_view name, std::string_view key,
+                std::string message) const;
   // The caller of `ctx`, by the token it sent; see auth.h. Checked before
   // a request is parsed, so an unknown caller costs nothing more.
   Status Identify(const grpc::CallbackServerContext* ctx, Caller* caller) const;
@@ -342,8 +346,8 @@ class DelaydService final : public RawDelayd {
 
   // One page of this node's schedules of `req`'s namespace
   // (service_schedule.cc).
-  void ListLocalSchedules(const v1::ListSchedulesRequest& req,
-                          std::size_t limit, v1::ListSchedulesResponse* out);
+  Status ListLocalSchedules(const v1::ListSchedulesRequest& req,
+                            std::size_t limit, v1::ListSchedulesResponse* out);
 
   // This node's figures: of namespace `ns`, or (empty) of the daemon
   // (service_admin.cc).

@@ -141,12 +141,14 @@ grpc::ServerUnaryReactor* DelaydService::GetSchedule(
   }
   NamespacePin pin;
   std::optional<Partition::ScheduleInfo> info;
-  if (Namespace(req.namespace_(), &pin).ok()) {
-    info = scheduler_.GetSchedule(pin.id(), req.key());
+  const std::string absent = "no schedule '" + req.key() + "'";
+  if (!Namespace(req.namespace_(), &pin).ok()) {
+    return call.Reply(Absent(req.namespace_(), req.key(), absent));
   }
-  if (!info) {
-    return call.Reply(Status::NotFound("no schedule '" + req.key() + "'"));
+  if (Status s = scheduler_.GetSchedule(pin.id(), req.key(), &info); !s.ok()) {
+    return call.Reply(s);
   }
+  if (!info) return call.Reply(Status::NotFound(absent));
   ToProto(scheduler_.dispatcher(pin.id()).name(), *info, call.resp());
   return call.Reply(Status::Ok());
 }
@@ -173,8 +175,8 @@ grpc::ServerUnaryReactor* DelaydService::ListSchedules(
       call, RpcMetrics::kListSchedules,
       [this, &req, limit](auto done) {
         v1::ListSchedulesResponse page;
-        ListLocalSchedules(req, limit, &page);
-        done(Status::Ok(), std::move(page));
+        Status s = ListLocalSchedules(req, limit, &page);
+        done(s, std::move(page));
       },
       [limit](std::vector<v1::ListSchedulesResponse>& pages,
               v1::ListSchedulesResponse* out) {
@@ -182,18 +184,26 @@ grpc::ServerUnaryReactor* DelaydService::ListSchedules(
       });
 }
 
-void DelaydService::ListLocalSchedules(const v1::ListSchedulesRequest& req,
-                                       std::size_t limit,
-                                       v1::ListSchedulesResponse* out) {
+Status DelaydService::ListLocalSchedules(const v1::ListSchedulesRequest& req,
+                                         std::size_t limit,
+                                         v1::ListSchedulesResponse* out) {
   NamespacePin pin;
-  if (!Namespace(req.namespace_(), &pin).ok()) return;
+  if (!Namespace(req.namespace_(), &pin).ok()) return scheduler_.Loading();
   const std::string& name = scheduler_.dispatcher(pin.id()).name();
   std::size_t bytes = 0;
   std::string last;
   bool full = false;
-  for (const std::string& key : scheduler_.ListSchedules(
-           pin.id(), req.prefix(), req.page_token(), limit)) {
-    auto info = scheduler_.GetSchedule(pin.id(), key);
+  std::vector<std::string> keys;
+  if (Status s = scheduler_.ListSchedules(pin.id(), req.prefix(),
+                                          req.page_token(), limit, &keys);
+      !s.ok()) {
+    return s;
+  }
+  for (const std::string& key : keys) {
+    std::optional<Partition::ScheduleInfo> info;
+    if (Status s = scheduler_.GetSchedule(pin.id(), key, &info); !s.ok()) {
+      return s;
+    }
     if (!info) continue;  // deleted since
     if (bytes > 0 && bytes + info->rec.payload.size() > kMaxPageBytes) {
       full = true;
@@ -206,6 +216,7 @@ void DelaydService::ListLocalSchedules(const v1::ListSchedulesRequest& req,
   if (full || out->schedules_size() == static_cast<int>(limit)) {
     out->set_next_page_token(last);
   }
+  return Status::Ok();
 }
 
 grpc::ServerUnaryReactor* DelaydService::DeleteSchedule(
@@ -226,7 +237,8 @@ grpc::ServerUnaryReactor* DelaydService::DeleteSchedule(
   }
   NamespacePin pin;
   if (!Namespace(req.namespace_(), &pin).ok()) {
-    return call.Reply(Status::NotFound("no schedule '" + req.key() + "'"));
+    return call.Reply(
+        Absent(req.namespace_(), req.key(), "no schedule '" + req.key() + "'"));
   }
   scheduler_.RemoveSchedule(pin.id(), req.key(), req.expected_version(),
                             [call, pin](Partition::ScheduleResult r) {
@@ -275,7 +287,8 @@ grpc::ServerUnaryReactor* DelaydService::ActOnSchedule(
   }
   NamespacePin pin;
   if (!Namespace(req.namespace_(), &pin).ok()) {
-    return call.Reply(Status::NotFound("no schedule '" + req.key() + "'"));
+    return call.Reply(
+        Absent(req.namespace_(), req.key(), "no schedule '" + req.key() + "'"));
   }
   scheduler_.ActOnSchedule(pin.id(), req.key(), action, req.expected_version(),
                            [this, call, pin](Partition::ScheduleResult r) {

@@ -20,6 +20,13 @@ grpc::ServerUnaryReactor* DelaydService::ByEventOwner(
   // This node's part, its namespace pinned until answered.
   auto here = [this, call, local](std::vector<std::uint64_t> ids,
                                   std::function<void(Status, Resp)> done) {
+    // An event of a partition this node is taking is not unknown: not yet
+    // known. (With `all`, no ids: the whole namespace.)
+    if (Status s =
+            ids.empty() ? scheduler_.Loading() : scheduler_.UnservedEvents(ids);
+        !s.ok()) {
+      return done(s, Resp());
+    }
     NamespacePin pin;
     if (!Namespace(call.req().namespace_(), &pin).ok()) {
       Resp none;  // No such namespace: none of its events are outstanding.
@@ -137,7 +144,12 @@ grpc::ServerUnaryReactor* DelaydService::FromEveryOwner(
   for (const auto& part_of : owners) {
     const std::string& owner = part_of.first;  // (Lambdas capture it.)
     if (owner.empty()) {
-      local(part_done);
+      // This node's part is not known while a partition it holds loads.
+      if (Status s = scheduler_.Loading(); !s.ok()) {
+        part_done(std::move(s), Resp());
+      } else {
+        local(part_done);
+      }
       continue;
     }
     auto response = std::make_shared<grpc::ByteBuffer>();

@@ -56,6 +56,14 @@ class Status {
   static Status FailedPrecondition(std::string m) {
     return {Code::kFailedPrecondition, std::move(m)};
   }
+  // A read that failed for `cause`: UNAVAILABLE (retryable) if the store is
+  // away for now, else INTERNAL (what should be there is not). The message
+  // is `m`, then the cause's.
+  static Status ReadFailed(const Status& cause, std::string m) {
+    m += ": " + cause.message();
+    return cause.code() == Code::kUnavailable ? Unavailable(std::move(m))
+                                              : Internal(std::move(m));
+  }
 
   bool ok() const { return code_ == Code::kOk; }
   Code code() const { return code_; }

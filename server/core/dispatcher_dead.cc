@@ -123,10 +123,11 @@ DeadLetterPage Dispatcher::ReadDeadLetters(std::vector<DeadLetter> candidates,
         return DeadLetterPage{
             {},
             std::nullopt,
-            Status::Internal("the payload of dead letter " +
-                             std::to_string(c.event.id) + " (key '" +
-                             std::string(c.event.blob.key()) +
-                             "') cannot be read: " + read.message())};
+            Status::ReadFailed(read, "the payload of dead letter " +
+                                         std::to_string(c.event.id) +
+                                         " (key '" +
+                                         std::string(c.event.blob.key()) +
+                                         "') cannot be read")};
       }
       const std::size_t b =
           c.event.blob.key().size() + payloads[j].size() + c.error.size();

@@ -143,17 +143,21 @@ class Partition {
     std::shared_ptr<const Store::View> view;
     std::optional<std::uint32_t> next;  // Where ReadPayloads stopped.
   };
-  // The pending timer `key`, if any, added to `out`.
-  void Get(NamespaceId ns, std::string_view key, Found& out) const
+  // The pending timer `key`, if any, added to `out`. A partition not
+  // served (stopped, or not owned: being taken or another node's) answers
+  // its refusal and adds nothing: its view is not the truth.
+  Status Get(NamespaceId ns, std::string_view key, Found& out) const
       EXCLUDES(mu_);
   // Adds timers of `ns` whose key starts with `prefix` to `out`, scanning
   // records from `cursor`, while `out` holds fewer than `max_timers`;
-  // payloads are left empty unless `payloads`. Returns the cursor to
-  // continue from, or nullopt when the partition is exhausted.
-  std::optional<std::uint32_t> List(NamespaceId ns, std::string_view prefix,
-                                    std::uint32_t cursor,
-                                    std::size_t max_timers, bool payloads,
-                                    Found& out) const EXCLUDES(mu_);
+  // payloads are left empty unless `payloads`. `*next` becomes the cursor
+  // to continue from, or nullopt when the partition is exhausted. Refuses
+  // as Get does.
+  Status List(NamespaceId ns, std::string_view prefix, std::uint32_t cursor,
+              std::size_t max_timers, bool payloads, Found& out,
+              std::optional<std::uint32_t>* next) const EXCLUDES(mu_);
+  // Why this partition serves no call now (nullopt: it does). As Refusal.
+  std::optional<Status> Unserved() const EXCLUDES(mu_);
   // Fills in the payloads of `found` from the store, as its view saw them,
   // dropping timers gone since. Stops at the first timer that would take
   // the page (`bytes_before` plus ListCost of each) past `max_bytes`, unless
@@ -214,9 +218,9 @@ class Partition {
   std::optional<ScheduleResult> ActOnSchedule(
       NamespaceId ns, const std::string& key, ScheduleAction action,
       std::uint64_t expected_version, ScheduleDone& durable) EXCLUDES(mu_);
-  std::optional<ScheduleInfo> GetSchedule(NamespaceId ns,
-                                          std::string_view key) const
-      EXCLUDES(mu_);
+  // A partition not served answers its refusal (as Get).
+  Status GetSchedule(NamespaceId ns, std::string_view key,
+                     std::optional<ScheduleInfo>* out) const EXCLUDES(mu_);
   // Run `run_key` of a schedule here was acknowledged or dead-lettered (or,
   // with `open`, is recovered pending or unacknowledged): whether a run is
   // open is what the overlap policy asks. Closing the open run fires the
@@ -224,10 +228,10 @@ class Partition {
   void RunState(NamespaceId ns, std::string_view run_key, bool open)
       EXCLUDES(mu_);
   // Appends the first `limit` keys of schedules of `ns` that start with
-  // `prefix` and sort after `after`, in order.
-  void ListSchedules(NamespaceId ns, std::string_view prefix,
-                     const std::string& after, std::size_t limit,
-                     std::vector<std::string>* keys) const EXCLUDES(mu_);
+  // `prefix` and sort after `after`, in order. Refuses as Get does.
+  Status ListSchedules(NamespaceId ns, std::string_view prefix,
+                       const std::string& after, std::size_t limit,
+                       std::vector<std::string>* keys) const EXCLUDES(mu_);
   // Recovery, or the taking of a partition not owned yet (as Restore): a
   // stored schedule, armed for its
   // next instant (one already past is due at once: its catch-up policy
@@ -284,6 +288,12 @@ class Partition {
       REQUIRES(mu_);
   // Adds record `r` to `out` (its payload too if in memory).
   void AddFound(std::uint32_t r, bool payload, Found& out) const REQUIRES(mu_);
+  // List's scan, for a partition served.
+  std::optional<std::uint32_t> ListLocked(NamespaceId ns,
+                                          std::string_view prefix,
+                                          std::uint32_t cursor,
+                                          std::size_t max_timers, bool payloads,
+                                          Found& out) const REQUIRES(mu_);
   std::uint32_t NewRecord() REQUIRES(mu_);
   // Removes record `r` from the index and frees it.
   void Forget(std::uint32_t r) REQUIRES(mu_);

@@ -22,18 +22,27 @@ void Partition::AddFound(std::uint32_t r, bool payload, Found& out) const {
   if (store_ != nullptr && !out.view && payload) out.view = store_->NewView();
 }
 
-void Partition::Get(NamespaceId ns, std::string_view key, Found& out) const {
+Status Partition::Get(NamespaceId ns, std::string_view key, Found& out) const {
   MutexLock lock(&mu_);
+  if (auto refused = Refusal()) return std::move(*refused);
   const std::uint32_t r = Find(ns, key, Hash(ns, key));
   if (r != KeyIndex::kNone) AddFound(r, true, out);
+  return Status::Ok();
 }
 
-std::optional<std::uint32_t> Partition::List(NamespaceId ns,
-                                             std::string_view prefix,
-                                             std::uint32_t cursor,
-                                             std::size_t max_timers,
-                                             bool payloads, Found& out) const {
+Status Partition::List(NamespaceId ns, std::string_view prefix,
+                       std::uint32_t cursor, std::size_t max_timers,
+                       bool payloads, Found& out,
+                       std::optional<std::uint32_t>* next) const {
   MutexLock lock(&mu_);
+  if (auto refused = Refusal()) return std::move(*refused);
+  *next = ListLocked(ns, prefix, cursor, max_timers, payloads, out);
+  return Status::Ok();
+}
+
+std::optional<std::uint32_t> Partition::ListLocked(
+    NamespaceId ns, std::string_view prefix, std::uint32_t cursor,
+    std::size_t max_timers, bool payloads, Found& out) const {
   for (std::uint32_t r = cursor; r < records_.size(); ++r) {
     const Record& rec = records_[r];
     // (Schedules' runs, under run keys, are not timers a client set.)
@@ -70,8 +79,8 @@ bool Partition::ReadPayloads(Found& found, Status* error, std::size_t max_bytes,
       if (gone[j]) continue;  // Removed or fired since it was found.
       if (read && !readable[j]) {
         *error =
-            Status::Internal("the payload of timer '" + found.timers[i].key +
-                             "' cannot be read: " + s.message());
+            Status::ReadFailed(s, "the payload of timer '" +
+                                      found.timers[i].key + "' cannot be read");
         return false;
       }
       if (read) found.timers[i].payload = std::move(payloads[j]);

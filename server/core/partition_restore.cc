@@ -20,6 +20,11 @@ std::optional<Status> Partition::Refusal() const {
   return std::nullopt;
 }
 
+std::optional<Status> Partition::Unserved() const {
+  MutexLock lock(&mu_);
+  return Refusal();
+}
+
 bool Partition::owned() const {
   MutexLock lock(&mu_);
   return owned_;

@@ -219,19 +219,22 @@ std::optional<Partition::ScheduleResult> Partition::ActOnSchedule(
   return CommitSchedule(batch, std::move(result), durable);
 }
 
-std::optional<Partition::ScheduleInfo> Partition::GetSchedule(
-    NamespaceId ns, std::string_view key) const {
+Status Partition::GetSchedule(NamespaceId ns, std::string_view key,
+                              std::optional<ScheduleInfo>* out) const {
   MutexLock lock(&mu_);
+  if (auto refused = Refusal()) return std::move(*refused);
   const std::uint32_t found = schedules_.Find(ns, key);
-  if (found == ScheduleSet::kNone) return std::nullopt;
-  return InfoOf(found);
+  if (found != ScheduleSet::kNone) *out = InfoOf(found);
+  return Status::Ok();
 }
 
-void Partition::ListSchedules(NamespaceId ns, std::string_view prefix,
-                              const std::string& after, std::size_t limit,
-                              std::vector<std::string>* keys) const {
+Status Partition::ListSchedules(NamespaceId ns, std::string_view prefix,
+                                const std::string& after, std::size_t limit,
+                                std::vector<std::string>* keys) const {
   MutexLock lock(&mu_);
+  if (auto refused = Refusal()) return std::move(*refused);
   schedules_.List(ns, prefix, after, limit, keys);
+  return Status::Ok();
 }
 
 Status Partition::RestoreSchedule(NamespaceId ns, std::string_view key,

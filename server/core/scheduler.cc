@@ -232,7 +232,9 @@ void Scheduler::SubmitBatch(std::vector<Op> ops,
 
 void Scheduler::Drain(NamespaceId ns,
                       std::function<void(Status, std::uint64_t)> done) {
-  if (Status s = Admit(); !s.ok()) {
+  Status s = Admit();
+  if (s.ok()) s = Loading();  // A partition loading would drain later.
+  if (!s.ok()) {
     done(std::move(s), 0);
     return;
   }
@@ -274,12 +276,11 @@ void Scheduler::Get(
     return;
   }
   Partition& p = *partitions_[PartitionOf(ns, key)];
-  if (!p.owned()) {
-    done(Partition::NotServed(PartitionOf(ns, key)), std::nullopt);
+  auto found = std::make_shared<Partition::Found>();
+  if (Status s = p.Get(ns, key, *found); !s.ok()) {
+    done(std::move(s), std::nullopt);
     return;
   }
-  auto found = std::make_shared<Partition::Found>();
-  p.Get(ns, key, *found);
   auto answer = [&p, found, key = std::move(key), done = std::move(done)] {
     Status error;
     if (!p.ReadPayloads(*found, &error)) {
@@ -295,6 +296,46 @@ void Scheduler::Get(
   } else {
     answer();  // Nothing to read from the store.
   }
+}
+
+Status Scheduler::Unserved(std::string_view ns_name,
+                           std::string_view key) const {
+  if (shutting_down_) return ShuttingDown();
+  if (!shared_partitions_) return Status::Ok();
+  const std::uint32_t part =
+      StablePartition(StableSeed(ns_name), key, partition_count_);
+  return partitions_[part]->Unserved().value_or(Status::Ok());
+}
+
+Status Scheduler::UnservedEvents(std::span<const std::uint64_t> ids) const {
+  if (shutting_down_) return ShuttingDown();
+  if (!shared_partitions_) return Status::Ok();
+  for (std::uint64_t id : ids) {
+    const std::uint32_t part = Partition::Of(id);
+    if (part >= partitions_.size()) continue;  // Unknown either way.
+    if (auto refused = partitions_[part]->Unserved()) return *refused;
+  }
+  return Status::Ok();
+}
+
+Status Scheduler::Loading() const {
+  if (shutting_down_) return ShuttingDown();
+  if (!shared_partitions_) return Status::Ok();
+  for (const auto& [part, epoch] : held()) {
+    if (!partitions_[part]->owned()) {
+      return Status::Unavailable("partition " + std::to_string(part) +
+                                 " is loading on this node; try again");
+    }
+  }
+  return Status::Ok();
+}
+
+Status Scheduler::Served(std::uint32_t from, std::uint32_t until) const {
+  if (shutting_down_) return ShuttingDown();
+  for (std::uint32_t p = from; p < until && p < partitions_.size(); ++p) {
+    if (auto refused = partitions_[p]->Unserved()) return *refused;
+  }
+  return Status::Ok();
 }
 
 void Scheduler::List(NamespaceId ns, std::string prefix, ListLimits limit,
@@ -322,9 +363,13 @@ void Scheduler::ListFrom(NamespaceId ns, std::string prefix, ListLimits limit,
   for (;; from = ListCursor{from.partition + 1, 0}) {
     Partition& p = *partitions_[from.partition];
     auto found = std::make_shared<Partition::Found>();
-    const std::optional<std::uint32_t> next =
-        p.List(ns, prefix, from.record, limit.timers - acc.size(),
-               limit.payloads, *found);
+    std::optional<std::uint32_t> next;
+    if (Status s = p.List(ns, prefix, from.record, limit.timers - acc.size(),
+                          limit.payloads, *found, &next);
+        !s.ok()) {
+      done(std::move(s), {}, std::nullopt);
+      return;
+    }
     if (found->view) {
       asio::post(
           ReadExecutor(),

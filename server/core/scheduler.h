@@ -35,6 +35,7 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -166,8 +167,24 @@ class Scheduler {
   // Fires every pending timer of `ns` (reason DRAINED); `done` gets the
   // count.
   void Drain(NamespaceId ns, std::function<void(Status, std::uint64_t)> done);
+  // The pending timer `key` of `ns`; NOT_FOUND if there is none, and
+  // UNAVAILABLE if its partition is not served here now.
   void Get(NamespaceId ns, std::string key,
            std::function<void(Status, std::optional<TimerInfo>)> done);
+  // What a call on `key` of a namespace this node does not know gets
+  // instead of NOT_FOUND: UNAVAILABLE while shutting down or while the
+  // key's partition is not served here (a cluster node taking it, or one
+  // it does not own: it holds no view of it). OK: NOT_FOUND is the truth.
+  Status Unserved(std::string_view ns_name, std::string_view key) const;
+  // As Unserved, for calls on events `ids` (their partitions are their
+  // low bits): OK if this node serves every one of them.
+  Status UnservedEvents(std::span<const std::uint64_t> ids) const;
+  // A call on a whole namespace (lists, Drain, Stats): UNAVAILABLE while a
+  // partition this node holds is still loading (its part of the answer is
+  // not known yet).
+  Status Loading() const EXCLUDES(held_mu_);
+  // UNAVAILABLE if a partition in [from, until) is not served here now.
+  Status Served(std::uint32_t from, std::uint32_t until) const;
   // One page of timers of `ns` with keys starting with `prefix`, from
   // `from`, within `limit`; the cursor for the next page if there may be
   // one.
@@ -190,14 +207,16 @@ class Scheduler {
                      Partition::ScheduleAction action,
                      std::uint64_t expected_version,
                      Partition::ScheduleDone done);
-  std::optional<Partition::ScheduleInfo> GetSchedule(NamespaceId ns,
-                                                     std::string_view key);
+  // Schedule `key` of `ns` into `out`, if any; refuses (UNAVAILABLE) if
+  // its partition is not served here now.
+  Status GetSchedule(NamespaceId ns, std::string_view key,
+                     std::optional<Partition::ScheduleInfo>* out);
   // The first `limit` keys of schedules of `ns` that start with `prefix`
-  // and sort after `after`, in order.
-  std::vector<std::string> ListSchedules(NamespaceId ns,
-                                         std::string_view prefix,
-                                         const std::string& after,
-                                         std::size_t limit);
+  // and sort after `after`, in order, into `keys`; refuses (UNAVAILABLE)
+  // if a partition this node holds is not loaded yet.
+  Status ListSchedules(NamespaceId ns, std::string_view prefix,
+                       const std::string& after, std::size_t limit,
+                       std::vector<std::string>* keys) EXCLUDES(held_mu_);
 
   // Partitions shared with other nodes (scheduler_partitions.cc; see
   // Store::SharedPartitions): a node owns only those it holds a lease on,

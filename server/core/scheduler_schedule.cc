@@ -54,22 +54,25 @@ void Scheduler::ActOnSchedule(NamespaceId ns, std::string key,
   }
 }
 
-std::optional<Partition::ScheduleInfo> Scheduler::GetSchedule(
-    NamespaceId ns, std::string_view key) {
-  return partitions_[PartitionOf(ns, key)]->GetSchedule(ns, key);
+Status Scheduler::GetSchedule(NamespaceId ns, std::string_view key,
+                              std::optional<Partition::ScheduleInfo>* out) {
+  return partitions_[PartitionOf(ns, key)]->GetSchedule(ns, key, out);
 }
 
-std::vector<std::string> Scheduler::ListSchedules(NamespaceId ns,
-                                                  std::string_view prefix,
-                                                  const std::string& after,
-                                                  std::size_t limit) {
-  std::vector<std::string> keys;
-  for (const auto& p : partitions_) {
-    p->ListSchedules(ns, prefix, after, limit, &keys);
+Status Scheduler::ListSchedules(NamespaceId ns, std::string_view prefix,
+                                const std::string& after, std::size_t limit,
+                                std::vector<std::string>* keys) {
+  const Store::Held held = this->held();
+  for (std::uint32_t p = 0; p < partitions_.size(); ++p) {
+    // On a cluster node, the partitions it holds; one of them not loaded
+    // yet refuses the call.
+    if (shared_partitions_ && !held.contains(p)) continue;
+    Status s = partitions_[p]->ListSchedules(ns, prefix, after, limit, keys);
+    if (!s.ok()) return s;
   }
-  std::sort(keys.begin(), keys.end());
-  if (keys.size() > limit) keys.resize(limit);
-  return keys;
+  std::sort(keys->begin(), keys->end());
+  if (keys->size() > limit) keys->resize(limit);
+  return Status::Ok();
 }
 
 }  // namespace delayd

@@ -353,8 +353,9 @@ void ExpectAll(v1::Delayd::Stub& stub,
   EXPECT_EQ(missing, 0u) << "of " << acked.size() << " acknowledged";
 }
 
-// PostgreSQL stopped under load: health NOT_SERVING and writes refused
-// (UNAVAILABLE) meanwhile; started again, delayd reconnects by itself and
+// PostgreSQL stopped under load: health NOT_SERVING, and writes and reads
+// that need the database refused (UNAVAILABLE, not INTERNAL: nothing is
+// damaged) meanwhile; started again, delayd reconnects by itself and
 // serves, and every write answered OK is there, after a restart too.
 TEST(PostgresOutage, StoppedAndStartedUnderLoadLosesNothing) {
   std::string error;
@@ -375,6 +376,21 @@ TEST(PostgresOutage, StoppedAndStartedUnderLoadLosesNothing) {
     EXPECT_EQ(
         Set(d.stub(), "", "while-down", 3'600'000, "p", &resp).error_code(),
         grpc::StatusCode::UNAVAILABLE);
+    // A timer's payload is read from the database.
+    const auto some = writer.acked();
+    ASSERT_FALSE(some.empty());
+    v1::Timer t;
+    const grpc::Status read = Get(d.stub(), "", some.begin()->first, &t);
+    EXPECT_EQ(read.error_code(), grpc::StatusCode::UNAVAILABLE)
+        << read.error_message();
+    {
+      grpc::ClientContext ctx;
+      v1::ListTimersRequest list;
+      v1::ListTimersResponse page;
+      const grpc::Status listed = d.stub().ListTimers(&ctx, list, &page);
+      EXPECT_EQ(listed.error_code(), grpc::StatusCode::UNAVAILABLE)
+          << listed.error_message();
+    }
     ASSERT_TRUE(pg->Restart(&error)) << error;
     ASSERT_TRUE(WaitForHealth(d.channel(), HealthCheckResponse::SERVING));
     const std::size_t before = writer.size();
