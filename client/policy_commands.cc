@@ -71,29 +71,45 @@ v1::Policy Get(Client& c, const Global& g) {
   return p;
 }
 
-// Reads the policy, changes what the flags say, writes it back.
+// Sets the fields the flags give, naming them in the update mask (the
+// daemon changes those alone, over the policy in force: nothing set by
+// someone else meanwhile is undone); with --reset, the whole policy.
 int Set(Client& c, const Global& g, const PolicyArgs& a) {
-  v1::Policy p = a.reset ? v1::Policy() : Get(c, g);
+  v1::SetPolicyRequest req;
+  req.set_namespace_(g.ns);
+  v1::Policy& p = *req.mutable_policy();
+  auto* mask = req.mutable_update_mask();
   if (a.initial_backoff) {
     *p.mutable_initial_backoff() =
         DurationFlag(*a.initial_backoff, "--initial-backoff");
+    mask->add_paths("initial_backoff");
   }
   if (a.max_backoff) {
     *p.mutable_max_backoff() = DurationFlag(*a.max_backoff, "--max-backoff");
+    mask->add_paths("max_backoff");
   }
   if (a.ack_timeout) {
     *p.mutable_ack_timeout() = DurationFlag(*a.ack_timeout, "--ack-timeout");
+    mask->add_paths("ack_timeout");
   }
-  if (a.multiplier) p.set_backoff_multiplier(*a.multiplier);
-  if (a.jitter) p.set_backoff_jitter(*a.jitter);
-  if (a.rate) p.set_max_dispatch_rate(*a.rate);
-  if (a.burst) p.set_dispatch_burst(*a.burst);
-  if (a.max_in_flight) p.set_max_in_flight(*a.max_in_flight);
-  if (a.paused) p.set_paused(*a.paused);
-  if (a.max_attempts) p.set_max_attempts(*a.max_attempts);
-  v1::SetPolicyRequest req;
-  req.set_namespace_(g.ns);
-  *req.mutable_policy() = p;
+  auto set = [&](const auto& flag, auto setter, const char* field) {
+    if (!flag) return;
+    (p.*setter)(*flag);
+    mask->add_paths(field);
+  };
+  set(a.multiplier, &v1::Policy::set_backoff_multiplier, "backoff_multiplier");
+  set(a.jitter, &v1::Policy::set_backoff_jitter, "backoff_jitter");
+  set(a.rate, &v1::Policy::set_max_dispatch_rate, "max_dispatch_rate");
+  set(a.burst, &v1::Policy::set_dispatch_burst, "dispatch_burst");
+  set(a.max_in_flight, &v1::Policy::set_max_in_flight, "max_in_flight");
+  set(a.paused, &v1::Policy::set_paused, "paused");
+  set(a.max_attempts, &v1::Policy::set_max_attempts, "max_attempts");
+  if (a.reset) {
+    req.clear_update_mask();  // The flags over the defaults, whole.
+  } else if (mask->paths().empty()) {
+    PrintPolicy(c.json(), g.ns, Get(c, g));  // Nothing to change.
+    return kOk;
+  }
   v1::Policy now;
   Check(c.stub().SetPolicy(c.Context().get(), req, &now));
   PrintPolicy(c.json(), g.ns, now);

@@ -1,5 +1,6 @@
 // Namespace policies: GetPolicy (read on the namespace) and SetPolicy
 // (admin on it).
+#include <google/protobuf/util/field_mask_util.h>
 #include <google/protobuf/util/time_util.h>
 #include <spdlog/spdlog.h>
 
@@ -24,6 +25,17 @@ void ToProto(const Policy& p, v1::Policy* out) {
   out->set_dispatch_burst(p.dispatch_burst);
   out->set_max_in_flight(p.max_in_flight);
   out->set_paused(p.paused);
+}
+
+// Whether every path of `mask` names a field of Policy.
+Status CheckMask(const google::protobuf::FieldMask& mask) {
+  for (const std::string& path : mask.paths()) {
+    if (v1::Policy::descriptor()->FindFieldByName(path) == nullptr) {
+      return Status::InvalidArgument("update_mask: no policy field '" + path +
+                                     "'");
+    }
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -51,32 +63,48 @@ grpc::ServerUnaryReactor* DelaydService::SetPolicy(
       ctx, in, out, RpcMetrics::kSetPolicy, request_limits_.other);
   if (call.answered()) return call.reactor();
   const auto& req = call.req();
-  Policy policy;
   Status s = Authorize(call.caller(), req.namespace_(), kAdmin);
   if (s.ok()) s = validator_.NamespaceName(req.namespace_());
-  if (s.ok()) s = validator_.PolicyFields(req.policy(), &policy);
+  if (s.ok()) s = CheckMask(req.update_mask());
   if (!s.ok()) return call.Reply(s);
   const std::string name =
       req.namespace_().empty() ? "default" : req.namespace_();
+  // The fields the mask names, over the policy in force (read and changed
+  // one SetPolicy at a time); without a mask, the request's policy whole.
+  auto change = [this, &req](const Policy& current, Policy* next) {
+    if (req.update_mask().paths().empty()) {
+      return validator_.PolicyFields(req.policy(), next);
+    }
+    v1::Policy merged;
+    ToProto(current, &merged);
+    google::protobuf::util::FieldMaskUtil::MergeOptions replace;
+    replace.set_replace_message_fields(true);
+    google::protobuf::util::FieldMaskUtil::MergeMessageTo(
+        req.policy(), req.update_mask(), replace, &merged);
+    return validator_.PolicyFields(merged, next);
+  };
   // The store's synced write happens off this thread; the answer comes
   // once the policy is durable and applied.
-  scheduler_.SetPolicy(name, policy, [call, name, policy](Status s) {
-    if (!s.ok()) {
-      call.Reply(s);
-      return;
-    }
-    spdlog::info(
-        "namespace '{}': policy set (paused {}, max_attempts {}, "
-        "max_dispatch_rate {}/s, "
-        "max_in_flight {}, backoff {} ms x{} up to {} ms, jitter {}, ack "
-        "timeout {} ms)",
-        name, policy.paused, policy.max_attempts, policy.max_dispatch_rate,
-        policy.max_in_flight, policy.retry.initial_backoff.count() / 1'000'000,
-        policy.retry.multiplier, policy.retry.max_backoff.count() / 1'000'000,
-        policy.retry.jitter, policy.ack_timeout.count() / 1'000'000);
-    ToProto(policy, call.resp());
-    call.Reply(Status::Ok());
-  });
+  scheduler_.SetPolicy(
+      name, change, [call, name](Status s, const Policy& policy) {
+        if (!s.ok()) {
+          call.Reply(s);
+          return;
+        }
+        spdlog::info(
+            "namespace '{}': policy set (paused {}, max_attempts {}, "
+            "max_dispatch_rate {}/s, "
+            "max_in_flight {}, backoff {} ms x{} up to {} ms, jitter {}, ack "
+            "timeout {} ms)",
+            name, policy.paused, policy.max_attempts, policy.max_dispatch_rate,
+            policy.max_in_flight,
+            policy.retry.initial_backoff.count() / 1'000'000,
+            policy.retry.multiplier,
+            policy.retry.max_backoff.count() / 1'000'000, policy.retry.jitter,
+            policy.ack_timeout.count() / 1'000'000);
+        ToProto(policy, call.resp());
+        call.Reply(Status::Ok());
+      });
   return call.reactor();
 }
 

@@ -132,12 +132,18 @@ class Scheduler {
       EXCLUDES(ns_mutex_);
 
   // Namespace policies (scheduler_policy.cc), by name, whether or not the
-  // namespace is in use. SetPolicy stores it (durably, with a store), then
-  // applies it to the namespace if in use; `done` gets the outcome (on the
+  // namespace is in use. SetPolicy makes the next policy from the one in
+  // force (the last one set, stored or not yet) with `change`, which may
+  // refuse; stores it (durably, with a store), then applies it to the
+  // namespace if in use. `done` gets the outcome and the policy set (on the
   // store's completion strand, or at once without a store).
-  // RESOURCE_EXHAUSTED beyond --max-namespaces policies.
-  void SetPolicy(std::string_view name, const Policy& policy,
-                 std::function<void(Status)> done) EXCLUDES(ns_mutex_);
+  // RESOURCE_EXHAUSTED beyond --max-namespaces policies. One SetPolicy at
+  // a time runs `change`, so changes of different fields never undo each
+  // other on this node.
+  using PolicyChange = std::function<Status(const Policy& current, Policy*)>;
+  void SetPolicy(std::string_view name, const PolicyChange& change,
+                 std::function<void(Status, const Policy&)> done)
+      EXCLUDES(policy_mutex_, ns_mutex_);
   Policy PolicyOf(std::string_view name) EXCLUDES(ns_mutex_);
   // Reads the policies from the store again and applies those that changed
   // (another node of a cluster set them), on the read pool; `done` (may be
@@ -399,8 +405,13 @@ class Scheduler {
   // apply the policy: policies apply in the order they were stored.
   Mutex policy_mutex_ ACQUIRED_BEFORE(ns_mutex_);
   std::unordered_map<std::string, Policy> policies_ GUARDED_BY(ns_mutex_);
-  // Names whose policy is queued for the store, and how many times.
-  std::unordered_map<std::string, int> policies_queued_
+  // Names whose policy is queued for the store: how many times, and the
+  // last one queued (the base of the next change).
+  struct Queued {
+    int count = 0;
+    Policy last;
+  };
+  std::unordered_map<std::string, Queued> policies_queued_
       GUARDED_BY(policy_mutex_);
   // Applies a stored policy.
   void ApplyPolicy(const std::string& name, const Policy& policy)

@@ -42,18 +42,22 @@ void Scheduler::ApplyPolicy(const std::string& name, const Policy& policy) {
   }
 }
 
-void Scheduler::SetPolicy(std::string_view name, const Policy& policy,
-                          std::function<void(Status)> done) {
+void Scheduler::SetPolicy(std::string_view name, const PolicyChange& change,
+                          std::function<void(Status, const Policy&)> done) {
   const std::string key(name);
-  const bool is_default = policy == Policy();
+  Policy policy;
   Status status;
   {
     MutexLock one_at_a_time(&policy_mutex_);
     {
       ReaderLock lock(&ns_mutex_);
+      auto queued = policies_queued_.find(key);
+      status = change(queued != policies_queued_.end() ? queued->second.last
+                                                       : PolicyLocked(key),
+                      &policy);
       const bool known =
           policies_.contains(key) || policies_queued_.contains(key);
-      if (!is_default && !known &&
+      if (status.ok() && policy != Policy() && !known &&
           policies_.size() + policies_queued_.size() >=
               options_.limits.max_namespaces) {
         status = Status::ResourceExhausted(
@@ -67,20 +71,22 @@ void Scheduler::SetPolicy(std::string_view name, const Policy& policy,
       // Durable before it applies: a policy in force is one a restart
       // keeps. Applied in the store's order, once written.
       Batch batch;
-      batch.PutPolicy(key, is_default ? "" : EncodePolicy(policy));
-      ++policies_queued_[key];
+      batch.PutPolicy(key, policy == Policy() ? "" : EncodePolicy(policy));
+      Queued& queued = policies_queued_[key];
+      ++queued.count;
+      queued.last = policy;
       store_->CommitSynced(batch, [this, key, policy, done](Status s) {
         {
           MutexLock lock(&policy_mutex_);
-          if (--policies_queued_[key] == 0) policies_queued_.erase(key);
+          if (--policies_queued_[key].count == 0) policies_queued_.erase(key);
           if (s.ok()) ApplyPolicy(key, policy);
         }
-        done(std::move(s));
+        done(std::move(s), policy);
       });
       return;
     }
   }
-  done(std::move(status));
+  done(std::move(status), policy);
 }
 
 void Scheduler::ReloadPolicies(std::function<void(Status)> done) {

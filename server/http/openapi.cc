@@ -87,6 +87,10 @@ class Schemas {
     if (d->full_name() == "google.protobuf.Duration") {
       return Object({{"type", Quote("string")}, {"example", Quote("1.5s")}});
     }
+    if (d->full_name() == "google.protobuf.FieldMask") {  // Comma-separated.
+      return Object({{"type", Quote("string")},
+                     {"example", Quote("paused,maxAttempts")}});
+    }
     Add(d);
     return Ref(d->name());
   }

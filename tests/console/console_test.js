@@ -205,6 +205,16 @@ async function run(page) {
   await page.click('#pause:text("Resume")');
   await until(async () => (await api('GET', '/v1/namespaces/jobs/policy')).paused === false, 'resume');
   check(true, 'resume through the page');
+  // Paused by someone else while the form is open (it loaded unpaused): a
+  // save changes only what was edited, so the namespace stays paused.
+  await api('PUT', '/v1/namespaces/jobs/policy', {policy: {paused: true}, updateMask: 'paused'});
+  await page.fill('#p-maxAttempts', '4');
+  await page.click('text=Save policy');
+  await until(async () => (await api('GET', '/v1/namespaces/jobs/policy')).maxAttempts === 4, 'the edit');
+  const kept = await api('GET', '/v1/namespaces/jobs/policy');
+  check(kept.paused === true && kept.maxDispatchRate === 50,
+    'saving the form keeps a pause made elsewhere and the fields not edited');
+  await api('PUT', '/v1/namespaces/jobs/policy', {policy: {paused: false}, updateMask: 'paused'});
 
   // Drain, confirmed.
   await page.goto(`${base}/#/ns/mail/timers`);

@@ -98,10 +98,12 @@ class PolicyTest : public ::testing::Test {
     return store != nullptr ? store->On(o) : o;
   }
   grpc::Status SetPolicy(TestDaemon& d, const std::string& ns,
-                         const v1::Policy& p, v1::Policy* out = nullptr) {
+                         const v1::Policy& p, v1::Policy* out = nullptr,
+                         const std::vector<std::string>& mask = {}) {
     v1::SetPolicyRequest req;
     req.set_namespace_(ns);
     *req.mutable_policy() = p;
+    for (const auto& path : mask) req.mutable_update_mask()->add_paths(path);
     v1::Policy resp;
     grpc::ClientContext ctx;
     grpc::Status s = d.stub().SetPolicy(&ctx, req, &resp);
@@ -221,6 +223,53 @@ TEST_F(PolicyTest, BadValuesAreRefusedNamingTheFieldAndChangeNothing) {
   p.set_max_dispatch_rate(1e9);
   refused(p, "max_dispatch_rate");
   EXPECT_FALSE(GetPolicy(d, "jobs").paused());
+}
+
+// A set with an update mask changes the fields it names and keeps the
+// others in force (a paused namespace stays paused when its max attempts
+// change); a mask naming no field of Policy changes nothing.
+TEST_F(PolicyTest, AMaskedSetChangesOnlyTheFieldsItNames) {
+  TestDaemon d(Options());
+  ASSERT_TRUE(d.started());
+  v1::Policy p;
+  p.set_paused(true);
+  p.set_max_attempts(5);
+  *p.mutable_max_backoff() = Millis(60'000);
+  ASSERT_TRUE(SetPolicy(d, "jobs", p).ok());
+  // What the form sends: every field as loaded, paused false among them;
+  // only max_attempts is named.
+  v1::Policy form;
+  form.set_max_attempts(3);
+  v1::Policy answered;
+  ASSERT_TRUE(SetPolicy(d, "jobs", form, &answered, {"max_attempts"}).ok());
+  EXPECT_TRUE(answered.paused());
+  EXPECT_EQ(answered.max_attempts(), 3u);
+  EXPECT_EQ(answered.max_backoff().seconds(), 60);
+  v1::Policy now = GetPolicy(d, "jobs");
+  EXPECT_TRUE(now.paused());
+  EXPECT_EQ(now.max_attempts(), 3u);
+  EXPECT_TRUE(Stats(d, "jobs").paused());
+  // Checked against the policy in force: a new initial backoff past the
+  // max backoff in force is refused.
+  v1::Policy backoff;
+  *backoff.mutable_initial_backoff() = Millis(120'000);
+  const grpc::Status refused =
+      SetPolicy(d, "jobs", backoff, nullptr, {"initial_backoff"});
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(refused.error_message().find("max_backoff"), std::string::npos)
+      << refused.error_message();
+  const grpc::Status unknown = SetPolicy(d, "jobs", form, nullptr, {"nope"});
+  EXPECT_EQ(unknown.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(unknown.error_message().find("'nope'"), std::string::npos);
+  // Resume alone.
+  v1::Policy resume;
+  ASSERT_TRUE(SetPolicy(d, "jobs", resume, &answered, {"paused"}).ok());
+  EXPECT_FALSE(answered.paused());
+  EXPECT_EQ(answered.max_attempts(), 3u);
+  now = GetPolicy(d, "jobs");
+  EXPECT_FALSE(now.paused());
+  EXPECT_EQ(now.max_attempts(), 3u);
+  EXPECT_EQ(now.max_backoff().seconds(), 60);
 }
 
 TEST_F(PolicyTest, PauseHoldsEventsAndResumeDeliversEachOnce) {

@@ -71,8 +71,13 @@ class SharedPartitionsTest : public ::testing::Test {
   }
   Status SetPolicy(const Policy& policy) {
     std::promise<Status> p;
-    scheduler_.SetPolicy("orders", policy,
-                         [&](Status s) { p.set_value(std::move(s)); });
+    scheduler_.SetPolicy(
+        "orders",
+        [&](const Policy&, Policy* next) {
+          *next = policy;
+          return Status::Ok();
+        },
+        [&](Status s, const Policy&) { p.set_value(std::move(s)); });
     return p.get_future().get();
   }
 

@@ -51,9 +51,8 @@ function namespacePage(ns, tab) {
 
 async function setPaused(ns, paused, notice) {
   try {
-    const policy = await api('GET', `${nsPath(ns)}/policy`);
-    policy.paused = paused;
-    await api('PUT', `${nsPath(ns)}/policy`, {policy});
+    // Only `paused` changes (the update mask): the rest stays in force.
+    await api('PUT', `${nsPath(ns)}/policy`, {policy: {paused}, updateMask: 'paused'});
     notice.replaceChildren(h('p', {class: 'notice ok'}, paused ? 'Paused: events wait until resumed.' : 'Resumed.'));
     const b = document.getElementById('pause');
     b.dataset.paused = String(paused);
@@ -212,6 +211,8 @@ const POLICY_FIELDS = [
   ['maxInFlight', 'Max in flight', 'number', 'unacknowledged events across workers; 0: no limit'],
 ];
 const snake = (f) => f.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
+// A field of policy `p` as the form shows it.
+const shown = (p, f, kind) => (kind === 'duration' ? (p[f] || '0s') : String(p[f] ?? 0));
 
 function policyTab(ns, el) {
   const notice = h('div', {role: 'status'});
@@ -234,20 +235,29 @@ function policyTab(ns, el) {
     controls().forEach((c) => { c.disabled = false; });
     form.removeAttribute('aria-busy');
     for (const [f, , kind] of POLICY_FIELDS) {
-      inputs[f].value = kind === 'duration' ? (p[f] || '0s') : String(p[f] ?? 0);
+      inputs[f].value = shown(p, f, kind);
       inputs[f].removeAttribute('aria-invalid');
     }
   }
   form.addEventListener('submit', async (e) => {
     e.preventDefault();
-    const policy = {paused: !!current.paused};
+    // Only the fields the user changed are sent, named in the update mask:
+    // what others changed meanwhile (a pause, say) stays in force.
+    const policy = {};
+    const changed = [];
     for (const [f, , kind] of POLICY_FIELDS) {
       const v = inputs[f].value.trim();
-      policy[f] = kind === 'duration' ? toDuration(v) : (v === '' ? 0 : Number.isNaN(Number(v)) ? v : Number(v));
       inputs[f].removeAttribute('aria-invalid');
+      if (v === shown(current, f, kind)) continue;
+      policy[f] = kind === 'duration' ? toDuration(v) : (v === '' ? 0 : Number.isNaN(Number(v)) ? v : Number(v));
+      changed.push(f);
+    }
+    if (changed.length === 0) {
+      notice.replaceChildren(h('p', {class: 'notice ok'}, 'Nothing changed.'));
+      return;
     }
     try {
-      await api('PUT', `${nsPath(ns)}/policy`, {policy});
+      await api('PUT', `${nsPath(ns)}/policy`, {policy, updateMask: changed.join(',')});
       fill(await api('GET', `${nsPath(ns)}/policy`));
       notice.replaceChildren(h('p', {class: 'notice ok'}, 'Saved: the policy is in force.'));
     } catch (err) {
