@@ -11,6 +11,7 @@
 #include "client/exit_codes.h"
 #include "client/print.h"
 #include "delayd/text/duration.h"
+#include "delayd/text/zone.h"
 
 namespace delayctl {
 namespace {
@@ -116,13 +117,19 @@ v1::ScheduleSpec Spec(const SpecArgs& a) {
 std::string Local(const google::protobuf::Timestamp& t,
                   const std::string& zone) {
   if (zone.empty()) return "";
-  try {
-    const date::zoned_seconds z{
-        zone, date::sys_seconds{std::chrono::seconds{t.seconds()}}};
-    return date::format("%Y-%m-%d %H:%M:%S %Z (%Ez)", z);
-  } catch (const std::exception&) {
-    return "";  // a zone this machine's tz database lacks: UTC only
-  }
+  std::string error;
+  const delayd::Zone* z = delayd::Zone::Find(zone, &error);
+  if (z == nullptr) return "";  // A zone this machine lacks: UTC only.
+  const date::sys_seconds at{std::chrono::seconds{t.seconds()}};
+  const date::sys_info info = z->Info(at);
+  const auto east = std::chrono::abs(info.offset);
+  char offset[16];
+  std::snprintf(offset, sizeof offset, " (%c%02d:%02d)",
+                info.offset < std::chrono::seconds{0} ? '-' : '+',
+                static_cast<int>(east.count() / 3600),
+                static_cast<int>(east.count() / 60 % 60));
+  return date::format("%Y-%m-%d %H:%M:%S ", z->ToLocal(at)) + info.abbrev +
+         offset;
 }
 
 int Set(Client& c, const Global& g, const SpecArgs& a) {

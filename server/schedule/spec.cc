@@ -5,6 +5,8 @@
 #include <limits>
 #include <stdexcept>
 
+#include "delayd/text/zone.h"
+
 namespace delayd::schedule {
 namespace {
 
@@ -21,8 +23,8 @@ constexpr date::sys_seconds kEnd{
 
 // The instant a wall time stands for (spec.h): its only or first occurrence,
 // or, inside a gap, the instant the gap ends.
-date::sys_seconds Resolve(const date::time_zone* zone, LocalSeconds wall) {
-  const date::local_info info = zone->get_info(wall);
+date::sys_seconds Resolve(const Zone* zone, LocalSeconds wall) {
+  const date::local_info info = zone->Info(wall);
   switch (info.result) {
     case date::local_info::unique:
     case date::local_info::ambiguous:
@@ -39,11 +41,11 @@ Status Spec::Cron(std::string_view expr, std::string_view zone, Spec* out) {
   Spec s;
   if (Status st = CronExpr::Parse(expr, &s.cron_); !st.ok()) return st;
   s.zone_name_ = zone.empty() ? "UTC" : std::string(zone);
-  try {
-    s.zone_ = date::locate_zone(s.zone_name_);
-  } catch (const std::exception& e) {
+  std::string error;
+  s.zone_ = Zone::Find(s.zone_name_, &error);
+  if (s.zone_ == nullptr) {
     return Status::InvalidArgument("time_zone: unknown time zone '" +
-                                   s.zone_name_ + "' (" + e.what() + ")");
+                                   s.zone_name_ + "' (" + error + ")");
   }
   *out = std::move(s);
   return Status::Ok();
@@ -97,7 +99,7 @@ std::optional<WallNanos> Spec::NextCron(WallNanos after) const {
   const date::sys_seconds t =
       date::floor<seconds>(date::sys_time<nanoseconds>{nanoseconds{after}});
   if (t >= kEnd) return std::nullopt;
-  LocalSeconds from = zone_->to_local(t) + seconds{1};
+  LocalSeconds from = zone_->ToLocal(t) + seconds{1};
   // Wall times up to t's own stand for instants up to t. Past it, only the
   // second occurrences in a fall-back overlap still resolve to instants at or
   // before t (their first occurrence): skip them.
@@ -113,7 +115,7 @@ std::optional<WallNanos> Spec::NextCron(WallNanos after) const {
     }
     // Inside an overlap: wall times up to t + first offset all resolve to t
     // or before; the overlap's end bounds the jump.
-    const date::local_info info = zone_->get_info(*wall);
+    const date::local_info info = zone_->Info(*wall);
     LocalSeconds next = *wall + seconds{1};
     if (info.result == date::local_info::ambiguous) {
       const LocalSeconds past{t.time_since_epoch() + info.first.offset +

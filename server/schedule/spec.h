@@ -32,8 +32,8 @@
 #include "server/common/types.h"
 #include "server/schedule/cron.h"
 
-namespace date {
-class time_zone;
+namespace delayd {
+class Zone;
 }
 
 namespace delayd::schedule {
@@ -65,7 +65,7 @@ class Spec {
   std::optional<WallNanos> NextEvery(WallNanos after) const;
 
   CronExpr cron_;
-  const date::time_zone* zone_ = nullptr;  // set for a cron spec
+  const Zone* zone_ = nullptr;  // set for a cron spec
   std::string zone_name_;
   std::chrono::nanoseconds period_{0};
   WallNanos anchor_ = 0;

@@ -333,6 +333,11 @@ expect_code 0 "$C" schedule next --cron '30 2 * * *' --tz Europe/Berlin \
 expect_out '^1 +2026-03-28T01:30:00Z +2026-03-28 02:30:00 CET'
 expect_out '^2 +2026-03-29T01:00:00Z +2026-03-29 03:00:00 CEST'
 expect_out '^3 +2026-03-30T00:30:00Z +2026-03-30 02:30:00 CEST'
+# Past the transitions the zone file lists (2037), its footer's rule: noon
+# in Berlin in July 2038 is 10:00 UTC, shown as CEST.
+expect_code 0 "$C" schedule next --cron '0 12 * * *' --tz Europe/Berlin \
+  --after 2038-07-01T00:00:00Z -c 1
+expect_out '^1 +2038-07-01T10:00:00Z +2038-07-01 12:00:00 CEST'
 expect_code 0 "$C" schedule next --every 90m --start 2026-01-01T00:00:00Z \
   --after 2026-01-01T00:00:00Z --max-runs 2 -o json
 expect_out '^\{"instants":\["2026-01-01T01:30:00Z","2026-01-01T03:00:00Z"\]\}$'

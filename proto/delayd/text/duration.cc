@@ -47,9 +47,12 @@ std::string FormatDuration(std::chrono::nanoseconds d) {
   static constexpr struct {
     const char* unit;
     std::int64_t ns;
-  } kUnits[] = {{"d", 86'400'000'000'000}, {"h", 3'600'000'000'000},
-                {"m", 60'000'000'000},     {"s", 1'000'000'000},
-                {"ms", 1'000'000},         {"us", 1'000},
+  } kUnits[] = {{"d", 86'400'000'000'000},
+                {"h", 3'600'000'000'000},
+                {"m", 60'000'000'000},
+                {"s", 1'000'000'000},
+                {"ms", 1'000'000},
+                {"us", 1'000},
                 {"ns", 1}};
   std::int64_t left = d.count();
   if (left <= 0) return "0s";
