@@ -88,12 +88,13 @@ void Dispatcher::ToWatchers(std::span<const Event* const> events) {
   const std::shared_ptr<const Store::View> view = store_->NewView();
   for (const Event* e : events) {
     if (watch_queue_.size() >= limits_.watcher_backlog) {
-      watch_queue_.clear();
+      ClearWatchQueue();
       EndWatchers(WatchersBehind());
       return;
     }
     watch_queue_.push_back(
         {CopyWithPayload(*e, e->blob.payload()), upto, view});
+    watch_pending_.insert(e->id);
   }
   if (!watch_reading_) StartWatchRead();
 }
@@ -329,7 +330,7 @@ void Dispatcher::Close(const Status& status, std::function<void()> done) {
     for (auto& [id, sink] : watchers_) Count(*sink, true, false);
     workers_.clear();
     watchers_.clear();
-    watch_queue_.clear();
+    ClearWatchQueue();
     ack_wheel_.Stop();
     done();
   });

@@ -428,6 +428,13 @@ class Dispatcher {
       REQUIRES(on_strand_);
   void StartWatchRead() REQUIRES(on_strand_);
   void FinishWatchRead(WatchRead& read) REQUIRES(on_strand_);
+  // Keeps `payload`, read for a worker, for the watchers' copy of event
+  // `id` if they still wait for it; past watcher_backlog_bytes of such
+  // payloads, every watcher is behind (ended).
+  void StashForWatchers(std::uint64_t id, const std::string& payload)
+      REQUIRES(on_strand_);
+  // Forgets every copy watchers wait for.
+  void ClearWatchQueue() REQUIRES(on_strand_);
   Status WatchersBehind() const;
   // By subscriber id.
   using Watchers =
@@ -521,6 +528,14 @@ class Dispatcher {
   std::deque<WatchCopy> watch_queue_ GUARDED_BY(on_strand_);
   // A StartWatchRead is under way.
   bool watch_reading_ GUARDED_BY(on_strand_) = false;
+  // Events whose copies watchers still wait for (queued or being read), and
+  // the payloads a worker's read got for them first: a worker may
+  // acknowledge an event, deleting its payload from the store, before the
+  // watchers' read of it, which then finds it here (StashForWatchers).
+  std::unordered_set<std::uint64_t> watch_pending_ GUARDED_BY(on_strand_);
+  std::unordered_map<std::uint64_t, std::string> watch_payloads_
+      GUARDED_BY(on_strand_);
+  std::size_t watch_payload_bytes_ GUARDED_BY(on_strand_) = 0;
 };
 
 }  // namespace delayd

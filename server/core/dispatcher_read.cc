@@ -67,6 +67,7 @@ void Dispatcher::Send(Read& read) {
         LogUnreadable(e, read.status);
         continue;
       }
+      if (!watch_pending_.empty()) StashForWatchers(id, payload);
       if (!send) {
         back.push_back(id);
         continue;
@@ -109,25 +110,54 @@ void Dispatcher::StartWatchRead() {
 void Dispatcher::FinishWatchRead(WatchRead& read) {
   watch_reading_ = false;
   if (closed_) return;
-  // One whose payload cannot be read is left out for them (workers get it
-  // once it can be read; their read logs it), and one acknowledged and
-  // deleted since (gone) too.
+  // One acknowledged and deleted since the view (gone) was read for its
+  // worker first: its payload was kept for them. One whose payload cannot
+  // be read is left out for them (workers get it once it can be read;
+  // their read logs it).
   std::vector<Event> full;
   full.reserve(read.events.size());
   for (std::size_t i = 0; i < read.events.size(); ++i) {
+    const std::uint64_t id = read.events[i].id;
+    auto kept = watch_payloads_.find(id);
     if (read.readable[i]) {
       full.push_back(CopyWithPayload(read.events[i], read.payloads[i]));
+    } else if (kept != watch_payloads_.end()) {
+      full.push_back(CopyWithPayload(read.events[i], kept->second));
     }
+    if (kept != watch_payloads_.end()) {
+      watch_payload_bytes_ -= kept->second.size();
+      watch_payloads_.erase(kept);
+    }
+    watch_pending_.erase(id);
   }
   std::vector<const Event*> view;
   view.reserve(full.size());
   for (const Event& e : full) view.push_back(&e);
   DeliverToWatchers(view, read.upto);
   if (watchers_.empty()) {
-    watch_queue_.clear();
+    ClearWatchQueue();
   } else if (!watch_queue_.empty()) {
     StartWatchRead();
   }
+}
+
+void Dispatcher::StashForWatchers(std::uint64_t id,
+                                  const std::string& payload) {
+  if (!watch_pending_.contains(id) || watch_payloads_.contains(id)) return;
+  if (watch_payload_bytes_ + payload.size() > limits_.watcher_backlog_bytes) {
+    ClearWatchQueue();
+    EndWatchers(WatchersBehind());
+    return;
+  }
+  watch_payload_bytes_ += payload.size();
+  watch_payloads_.emplace(id, payload);
+}
+
+void Dispatcher::ClearWatchQueue() {
+  watch_queue_.clear();
+  watch_pending_.clear();
+  watch_payloads_.clear();
+  watch_payload_bytes_ = 0;
 }
 
 void Dispatcher::LogUnreadable(const Event& e, const Status& s) const {

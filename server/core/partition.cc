@@ -72,8 +72,13 @@ std::optional<OpResult> Partition::Apply(Op& op, Done& durable) {
   // (If the store failed, the change stays in memory only, the completion
   // answers with the store's error, and the daemon stops.)
   batch.Touch(partition_);
-  store_->Commit(batch, [r, durable = std::move(durable)](Status s) mutable {
-    if (!s.ok()) r.status = std::move(s);
+  store_->Commit(batch, [this, r, upto = next_version_,
+                         durable = std::move(durable)](Status s) mutable {
+    if (s.ok()) {
+      NoteDurable(upto);
+    } else {
+      r.status = std::move(s);
+    }
     durable(std::move(r));
   });
   return std::nullopt;
@@ -119,7 +124,11 @@ bool Partition::ApplyGroup(std::vector<Op>& ops,
   }
   if (batch.empty()) return false;
   batch.Touch(partition_);
-  store_->Commit(batch, std::move(durable));
+  store_->Commit(batch, [this, upto = next_version_,
+                         durable = std::move(durable)](Status s) {
+    if (s.ok()) NoteDurable(upto);
+    durable(std::move(s));
+  });
   return true;
 }
 
@@ -450,6 +459,13 @@ std::optional<Status> Partition::FireRecords(
     return s;
   }
   Batch batch;
+  // Whether every timer's last set or move is durable (see
+  // durable_versions_).
+  const std::uint64_t durable =
+      durable_versions_.load(std::memory_order_acquire);
+  bool covered = true;
+  for (std::uint32_t r : records)
+    covered &= (records_[r].version >> 10) < durable;
   // Events go to their namespace's dispatcher in firing order.
   auto by_ns =
       std::make_shared<std::unordered_map<NamespaceId, std::vector<Event>>>();
@@ -462,23 +478,26 @@ std::optional<Status> Partition::FireRecords(
     for (auto& [ns, events] : *by_ns) publish_(ns, std::move(events));
     return Status::Ok();
   }
-  // The events are published once the firing is written, without waiting
-  // for it to be durable. That is safe: until the firing is durable, so is
-  // nothing written after it (acks included), so a loss of the machine
-  // leaves the timers pending, to fire again after the restart: at least
-  // once, never lost (with ids that do not repeat: ReserveIds). Only `done`
-  // (a Drain's answer) waits for durability. If the write fails, the store
-  // refuses every later write and the daemon stops (store.h): the timers,
-  // still stored, fire after the restart, and nothing is published.
+  // Timers set or moved durably: their events are published once the
+  // firing is written, without waiting for it to be durable. That is safe:
+  // until the firing is durable, so is nothing written after it (acks
+  // included), so a loss of the machine or a crash of the database leaves
+  // the timers pending, to fire again after the restart: at least once,
+  // never lost (with ids that do not repeat: ReserveIds). Otherwise they
+  // wait for the firing to be durable, and with it the write that set them:
+  // no event leaves for a timer a crash could undo. Only `done` (a Drain's
+  // answer) waits for durability in every case. If the write fails, the
+  // store refuses every later write and the daemon stops (store.h): the
+  // timers, still stored, fire after the restart, and nothing is published.
   batch.Touch(partition_);
-  store_->Write(
-      batch,
-      [this, by_ns] {
-        for (auto& [ns, events] : *by_ns) publish_(ns, std::move(events));
-      },
-      [done = std::move(done)](Status s) {
-        if (done) done(std::move(s));
-      });
+  auto publish = [this, by_ns] {
+    for (auto& [ns, events] : *by_ns) publish_(ns, std::move(events));
+  };
+  store_->Write(batch, covered ? std::function<void()>(publish) : nullptr,
+                [covered, publish, done = std::move(done)](Status s) {
+                  if (!covered && s.ok()) publish();
+                  if (done) done(std::move(s));
+                });
   return std::nullopt;
 }
 

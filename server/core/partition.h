@@ -26,6 +26,7 @@
 #ifndef DELAYD_SERVER_CORE_PARTITION_H_
 #define DELAYD_SERVER_CORE_PARTITION_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -369,6 +370,14 @@ class Partition {
   std::uint64_t NewVersion() REQUIRES(mu_) {
     return (next_version_++ << 10) | partition_;
   }
+  // Every version below sequence number `upto` is durable (the batches that
+  // gave them out were acknowledged by the store).
+  void NoteDurable(std::uint64_t upto) {
+    std::uint64_t seen = durable_versions_.load(std::memory_order_relaxed);
+    while (seen < upto && !durable_versions_.compare_exchange_weak(
+                              seen, upto, std::memory_order_release)) {
+    }
+  }
   static constexpr std::uint64_t kIdBlock = 1 << 20;
 
   const std::uint32_t partition_;
@@ -389,6 +398,13 @@ class Partition {
   // use, and the limits durable in the store (ReserveIds).
   std::uint64_t next_version_ GUARDED_BY(mu_) = 1;
   std::uint64_t next_event_seq_ GUARDED_BY(mu_) = 1;
+  // The sequence numbers below which versions are durable (NoteDurable;
+  // those restored from the store are). A timer fired at such a version
+  // was set or moved durably, so its event may leave once its firing is
+  // written; one set more recently leaves once its firing (and so, the
+  // store keeping a partition's batches in order, its set) is durable: no
+  // event of a write a crash can undo ever leaves the daemon.
+  std::atomic<std::uint64_t> durable_versions_{0};
   std::uint64_t version_limit_ GUARDED_BY(mu_) = 0;
   std::uint64_t event_seq_limit_ GUARDED_BY(mu_) = 0;
   bool reserving_ GUARDED_BY(mu_) = false;  // A block is being written.

@@ -70,6 +70,7 @@ Status Partition::RestoreCounters(std::uint64_t next_version,
     version_limit_ = next_version_ + kIdBlock;
     event_seq_limit_ = next_event_seq_ + overdue_.size() + kIdBlock;
     batch.ReserveIds(partition_, version_limit_, event_seq_limit_);
+    NoteDurable(next_version_);  // Every version restored was stored.
   }
   batch.Touch(partition_);
   return store_->WriteNow(batch);

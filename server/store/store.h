@@ -138,12 +138,13 @@ class Store {
   // null) runs once it is durable, or with the store's error. An empty
   // batch is queued too: its completion comes after every earlier batch's.
   virtual void Commit(Batch& batch, Done done) = 0;
-  // As Commit(), and `written` runs on the store's writer once the batch is
-  // written (RocksDB: in its log; PostgreSQL: its transaction sent), before
-  // it is durable (it must not block): what it makes visible is undone by
-  // nothing but a loss of the machine or database, or a write the store
-  // fails on (Failed(): the daemon stops), each of which undoes everything
-  // written after it too. Not run if the batch is not written.
+  // As Commit(), for a firing; `written` (may be null) runs on the store's
+  // writer once the batch is written (RocksDB: in its log; PostgreSQL: its
+  // transaction sent), before it is durable (it must not block): what it
+  // makes visible is undone by nothing but a loss of the machine or
+  // database, or a write the store fails on (Failed(): the daemon stops),
+  // each of which undoes everything written after it too. Not run if the
+  // batch is not written.
   virtual void Write(Batch& batch, std::function<void()> written,
                      Done durable) = 0;
   // As Commit(), durable whatever the durability setting (id reservations,

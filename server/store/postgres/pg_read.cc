@@ -71,6 +71,7 @@ Status PgStore::Query(const char* sql, int format, pg::Result* out) {
 Status PgStore::ReadRows(
     std::span<const std::uint64_t> ids,
     std::unordered_map<std::uint64_t, std::string>* found) {
+  if (options_.before_payload_read) options_.before_payload_read();
   pg::Array array(pg::kInt8);
   for (std::uint64_t id : ids) array.Int64(static_cast<std::int64_t>(id));
   pg::Params p;

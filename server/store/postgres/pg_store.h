@@ -101,6 +101,9 @@ struct PgOptions {
   // (all of it, COMMIT included) and before its results are read, with the
   // connection; a test may cut the connection there.
   std::function<void(PGconn*)> after_group_sent;
+  // Tests: called before payloads are read from the database (not from
+  // the queue or the cache), on the reading thread.
+  std::function<void()> before_payload_read;
 };
 
 // Opens a PgStore with `options` for whoever calls it (a scheduler).
@@ -229,8 +232,10 @@ class PgStore final : public Store {
   std::vector<std::string> DurabilityNotes(const std::string& where);
 
   // Writing (pg_writer.cc), on the writer thread but for Enqueue and Wake.
+  // A `firing` (Write) may go out while other groups are in flight: its
+  // events wait for it to be sent or committed.
   void Enqueue(Batch& batch, std::function<void()> written, Done done,
-               bool direct = false) EXCLUDES(mu_);
+               bool direct = false, bool firing = false) EXCLUDES(mu_);
   // Wakes the writer from its poll.
   void Wake();
   void WriterLoop() EXCLUDES(mu_);

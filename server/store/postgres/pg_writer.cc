@@ -14,7 +14,7 @@
 namespace delayd {
 
 void PgStore::Enqueue(Batch& batch, std::function<void()> written, Done done,
-                      bool direct) {
+                      bool direct, bool firing) {
   Status refused = Failed();
   bool wake = false;
   {
@@ -25,10 +25,9 @@ void PgStore::Enqueue(Batch& batch, std::function<void()> written, Done done,
     if (refused.ok()) {
       auto shared = std::make_shared<const Batch>(std::move(batch));
       queued_bytes_.fetch_add(shared->bytes(), std::memory_order_relaxed);
-      if (written) ++firings_queued_;
+      if (firing) ++firings_queued_;
       untaken_bytes_ += shared->bytes();
-      wake = polling_ &&
-             (written != nullptr || untaken_bytes_ >= kEarlyGroupBytes);
+      wake = polling_ && (firing || untaken_bytes_ >= kEarlyGroupBytes);
       queue_.push_back(Queued{
           std::move(shared), std::move(written), std::move(done), {}, direct});
     } else if (done && direct) {
@@ -49,7 +48,8 @@ void PgStore::Commit(Batch& batch, Done done) {
 }
 
 void PgStore::Write(Batch& batch, std::function<void()> written, Done durable) {
-  Enqueue(batch, std::move(written), std::move(durable));
+  Enqueue(batch, std::move(written), std::move(durable), /*direct=*/false,
+          /*firing=*/true);
 }
 
 void PgStore::CommitSynced(Batch& batch, Done done) {
@@ -98,8 +98,8 @@ bool PgStore::MayFormGroup() const {
   if (taken_ == queue_.size()) return false;
   if (in_flight_.empty()) return true;
   // While groups are in flight, only for firings, whose events are
-  // published once sent, or for a group large enough to pay for its own
-  // COMMIT (it keeps the server busy while the one before is answered).
+  // published once sent or committed, or for a group large enough to pay for
+  // its own COMMIT (it keeps the server busy while the one before is answered).
   // Small changes that wait for their COMMIT gain nothing from going out
   // early, and wait to share one larger group (tests/bench/README.md:
   // unary SetTimer lost up to a quarter when every group could go out).

@@ -1,0 +1,142 @@
+// No event leaves the daemon before the write that created its timer is
+// durable on the store in use: with the store's commit held (RocksDB's
+// syncs under --fsync always; PostgreSQL's tables locked against writes),
+// a timer set just now fires in memory but its event waits until the set
+// is durable; a timer set durably before fires at once, its firing's own
+// durability not waited for.
+#include <gtest/gtest.h>
+#include <libpq-fe.h>
+
+#include <atomic>
+#include <thread>
+
+#include "tests/server/hung_disk.h"
+#include "tests/server/test_stores.h"
+
+namespace delayd::testing {
+namespace {
+
+// How long a test watches for an event that must not come. (An event
+// published too early leaves at once: the firing is written or sent within
+// a millisecond of the timer's time.)
+constexpr auto kWatch = 400ms;
+
+TEST(DurableFiring, AnEventWaitsForTheSyncOfItsTimersSet) {
+  HoldingDaemon held;
+  TestDaemon& d = held.daemon;
+  ASSERT_TRUE(d.started());
+  TestStream worker(d.stub(), TestStream::Worker("default"));
+  ASSERT_TRUE(worker.WaitRegistered());
+  held.fs->HoldSyncs(true);
+  std::vector<std::thread> threads;
+  struct Unhold {
+    PowerLossFs* fs;
+    std::vector<std::thread>& threads;
+    ~Unhold() {
+      fs->HoldSyncs(false);
+      for (auto& t : threads) t.join();
+    }
+  } unhold{held.fs.get(), threads};
+  std::atomic<bool> answered{false};
+  threads.emplace_back([&] {
+    EXPECT_TRUE(Set(d.stub(), "", "soon", 20).ok());
+    answered = true;
+  });
+  // Fired in memory, its set not yet durable (nor answered).
+  ASSERT_TRUE(Eventually([&] {
+    return NamespaceStats(d.stub(), "default").timers_expired() == 1;
+  }));
+  EXPECT_EQ(worker.WaitFor(1, kWatch).size(), 0u)
+      << "an event left before the write that set its timer was durable";
+  EXPECT_FALSE(answered);
+  held.fs->HoldSyncs(false);
+  const auto got = worker.WaitFor(1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].key(), "soon");
+  threads[0].join();
+  threads.clear();
+  EXPECT_TRUE(answered);
+}
+
+TEST(DurableFiring, ATimerSetDurablyFiresWithoutWaitingForItsFiringsSync) {
+  HoldingDaemon held;
+  TestDaemon& d = held.daemon;
+  ASSERT_TRUE(d.started());
+  TestStream worker(d.stub(), TestStream::Worker("default"));
+  ASSERT_TRUE(worker.WaitRegistered());
+  ASSERT_TRUE(Set(d.stub(), "", "later", 300).ok());  // Answered: durable.
+  held.fs->HoldSyncs(true);
+  struct Unhold {
+    PowerLossFs* fs;
+    ~Unhold() { fs->HoldSyncs(false); }
+  } unhold{held.fs.get()};
+  const auto got = worker.WaitFor(1, 10s);
+  ASSERT_EQ(got.size(), 1u) << "a durable timer's event waited for a sync";
+  EXPECT_EQ(got[0].key(), "later");
+}
+
+// A connection of the test's own that holds delayd's tables against
+// writes (reads go on) until released.
+class TableLock {
+ public:
+  explicit TableLock(const std::string& url)
+      : conn_(PQconnectdb(url.c_str())) {}
+  ~TableLock() {
+    Release();
+    PQfinish(conn_);
+  }
+  bool Hold() {
+    held_ = Run("BEGIN") && Run("LOCK TABLE delayd_jobs IN SHARE MODE");
+    return held_;
+  }
+  void Release() {
+    if (std::exchange(held_, false)) Run("COMMIT");
+  }
+
+ private:
+  bool Run(const char* sql) {
+    PGresult* r = PQexec(conn_, sql);
+    const bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+    EXPECT_TRUE(ok) << sql << ": " << PQerrorMessage(conn_);
+    PQclear(r);
+    return ok;
+  }
+  PGconn* conn_;
+  bool held_ = false;
+};
+
+TEST(DurableFiring, AnEventWaitsForTheCommitOfItsTimersSet) {
+  TestStore store(Backend::kPostgres);
+  ASSERT_FALSE(store.url().empty());
+  TestDaemon d(store.On(TestDaemon::DefaultOptions()));
+  ASSERT_TRUE(d.started());
+  TestStream worker(d.stub(), TestStream::Worker("default"));
+  ASSERT_TRUE(worker.WaitRegistered());
+  ASSERT_TRUE(Set(d.stub(), "", "first", 3'600'000).ok());  // The namespace.
+  TableLock lock(store.url());
+  ASSERT_TRUE(lock.Hold());
+  std::atomic<bool> answered{false};
+  std::thread set([&] { answered = Set(d.stub(), "", "soon", 20).ok(); });
+  struct Join {
+    TableLock& lock;
+    std::thread& t;
+    ~Join() {
+      lock.Release();
+      if (t.joinable()) t.join();
+    }
+  } join{lock, set};
+  ASSERT_TRUE(Eventually([&] {
+    return NamespaceStats(d.stub(), "default").timers_expired() == 1;
+  }));
+  EXPECT_EQ(worker.WaitFor(1, kWatch).size(), 0u)
+      << "an event left before the INSERT that set its timer committed";
+  lock.Release();
+  const auto got = worker.WaitFor(1, 10s);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].key(), "soon");
+  set.join();
+  EXPECT_TRUE(answered);
+}
+
+}  // namespace
+}  // namespace delayd::testing
