@@ -17,11 +17,15 @@
 #include "server/cluster_node.h"
 #include "server/common/json_log.h"
 #include "server/daemon_flags.h"
+#include "server/store/postgres/pg_join.h"
+#include "server/store/postgres/pg_schema.h"
 #include "server/store/rocksdb/check.h"
 
 namespace {
 // Set when the store failed beyond recovery (the exit code says so).
 std::atomic<bool> g_store_failed{false};
+// Set when another process took this cluster node's id (exit code 2).
+std::atomic<bool> g_evicted{false};
 
 // The log (stdout, UTC), and the process settings the daemon runs best with.
 void SetUpProcess(const delayd::DaemonFlags& flags) {
@@ -127,14 +131,49 @@ void LogStart(const delayd::DaemonFlags& flags,
   }
 }
 
+// Before a node serves: whether it may be one (pg_join.h). Its token must
+// be the cluster's and its node id must not be held by a live process.
+delayd::Status MayJoin(const delayd::DaemonFlags& flags,
+                       const std::string& instance) {
+  const delayd::PgOptions pg = delayd::PostgresOptions(flags);
+  delayd::pg::Conn conn = delayd::pg::ConnectTo(pg.conninfo);
+  if (PQstatus(conn.get()) != CONNECTION_OK) {
+    return delayd::Status::Unavailable("cannot reach the database: " +
+                                       delayd::pg::ErrorOf(conn.get()));
+  }
+  delayd::pg::Schema schema;
+  if (delayd::Status s =
+          delayd::pg::Migrate(conn.get(), pg.partitions, &schema);
+      !s.ok()) {
+    return s;
+  }
+  if (delayd::Status s =
+          delayd::pg::CheckClusterToken(conn.get(), flags.server.peer_token);
+      !s.ok()) {
+    return s;
+  }
+  return delayd::pg::ClaimNodeId(
+      conn.get(), pg.node, instance, flags.advertise, flags.lease_ttl,
+      [](const std::string& why) { spdlog::warn("{}", why); });
+}
+
 // Joins the cluster: the node's lease keeper, its gains and losses told to
 // the scheduler and its owners to the forwarder.
 std::unique_ptr<delayd::ClusterNode> StartCluster(
-    const delayd::DaemonFlags& flags, delayd::DelaydServer& server) {
+    const delayd::DaemonFlags& flags, const std::string& instance,
+    delayd::DelaydServer& server) {
   const delayd::PgOptions pg = delayd::PostgresOptions(flags);
   delayd::pg::LeaseKeeper::Options keeper;
   keeper.conninfo = pg.conninfo;
   keeper.node = pg.node;
+  keeper.instance = instance;
+  // Another process took the node id while this one was cut off from the
+  // database: it stops, leaving the id (and the leases) to that one.
+  keeper.on_evicted = [](const std::string& why) {
+    spdlog::critical("{}: stopping (exit code 2)", why);
+    g_evicted.store(true);
+    raise(SIGTERM);
+  };
   keeper.advertise = flags.advertise;
   // (Port 0: the port the server listens on.)
   if (keeper.advertise.ends_with(":0")) {
@@ -215,7 +254,7 @@ int main(int argc, char** argv) {
         delayd::PostgresOptions(flags), [](const std::string& why) {
           spdlog::warn(
               "{}; waiting for the database (trying again, backing "
-              "off to 5 s)",
+              "off to 1 s)",
               why);
         });
   }
@@ -227,6 +266,14 @@ int main(int argc, char** argv) {
   asio::signal_set signals(signals_io, SIGINT, SIGTERM);
   asio::signal_set reload(signals_io, SIGHUP);
 
+  const std::string instance = delayd::pg::NewInstanceId();
+  if (delayd::IsClusterNode(flags)) {
+    if (delayd::Status s = MayJoin(flags, instance); !s.ok()) {
+      spdlog::error("refusing to join the cluster as node '{}': {}",
+                    delayd::PostgresOptions(flags).node, s.message());
+      return 2;
+    }
+  }
   delayd::DelaydServer server(flags.server);
   if (delayd::Status s = server.Start(); !s.ok()) {
     spdlog::error("{}", s.message());
@@ -234,7 +281,9 @@ int main(int argc, char** argv) {
   }
   LogStart(flags, server);
   std::unique_ptr<delayd::ClusterNode> cluster;
-  if (delayd::IsClusterNode(flags)) cluster = StartCluster(flags, server);
+  if (delayd::IsClusterNode(flags)) {
+    cluster = StartCluster(flags, instance, server);
+  }
   std::unique_ptr<delayd::http::HttpDoor> http;
   // The HTTP door serves TLS with the gRPC port's certificates.
   auto http_tls = [&server] {
@@ -269,7 +318,9 @@ int main(int argc, char** argv) {
         flags.shutdown_grace));
     // Its writes finished, the node gives its leases back: the others take
     // its partitions at their next round.
-    if (cluster) cluster->Stop(/*release=*/!g_store_failed.load());
+    if (cluster) {
+      cluster->Stop(/*release=*/!g_store_failed.load() && !g_evicted.load());
+    }
     reload.cancel();
   });
   // SIGHUP: the token file and the TLS certificates are read again; what
@@ -296,5 +347,6 @@ int main(int argc, char** argv) {
   wait_reload();
   signals_io.run();
   spdlog::info("delayd stopped");
+  if (g_evicted.load()) return 2;
   return g_store_failed.load() ? 3 : 0;
 }

@@ -31,7 +31,8 @@ void Fill(const NamespaceCounters& c, v1::NamespaceStats* out) {
   out->set_events_acked(c.acked.load(std::memory_order_relaxed));
 }
 
-// Adds each count (every uint64 field) of `from` to `into`'s.
+// Adds each count (every uint64 field) of `from` to `into`'s; one that
+// `from` leaves unset (StatsResponse's daemon-wide figures) stays as it is.
 void AddCounts(const google::protobuf::Message& from,
                google::protobuf::Message* into) {
   const auto* d = into->GetDescriptor();
@@ -39,7 +40,8 @@ void AddCounts(const google::protobuf::Message& from,
   for (int i = 0; i < d->field_count(); ++i) {
     const auto* f = d->field(i);
     if (f->is_repeated() ||
-        f->cpp_type() != google::protobuf::FieldDescriptor::CPPTYPE_UINT64) {
+        f->cpp_type() != google::protobuf::FieldDescriptor::CPPTYPE_UINT64 ||
+        (f->has_presence() && !r->HasField(from, f))) {
       continue;
     }
     r->SetUInt64(into, f, r->GetUInt64(*into, f) + r->GetUInt64(from, f));
@@ -68,10 +70,13 @@ void AddLatency(const v1::LatencySummary& from, v1::LatencySummary* into) {
 // name order).
 void SumStats(std::vector<v1::StatsResponse>& answers, v1::StatsResponse* out) {
   std::map<std::string, v1::NamespaceStats> namespaces;
-  bool durable = true;
+  bool durable = true, daemon_wide = false;
   for (v1::StatsResponse& a : answers) {
     AddCounts(a, out);
-    out->set_partitions(std::max(out->partitions(), a.partitions()));
+    daemon_wide = daemon_wide || a.has_durable();
+    if (a.has_partitions()) {
+      out->set_partitions(std::max(out->partitions(), a.partitions()));
+    }
     durable = durable && a.durable();
     AddLatency(a.firing_lateness(), out->mutable_firing_lateness());
     AddLatency(a.delivery_lateness(), out->mutable_delivery_lateness());
@@ -85,7 +90,7 @@ void SumStats(std::vector<v1::StatsResponse>& answers, v1::StatsResponse* out) {
       it->second.set_paused(it->second.paused() || n.paused());
     }
   }
-  out->set_durable(durable);
+  if (daemon_wide) out->set_durable(durable);
   if (answers.size() > 0 && !answers[0].has_firing_lateness()) {
     out->clear_firing_lateness();
     out->clear_delivery_lateness();

@@ -1,12 +1,38 @@
 #include "server/http/json_text.h"
 
+#include <simdjson.h>
+
 #include <cstdio>
 
 namespace delayd::http::json {
 
+namespace {
+
+// The length of the valid UTF-8 sequence at the start of `s` (its lead byte
+// gives the length, simdjson checks it), or 0.
+std::size_t ValidSequence(std::string_view s) {
+  const auto lead = static_cast<unsigned char>(s[0]);
+  const std::size_t n = lead < 0xc0 ? 0 : lead < 0xe0 ? 2 : lead < 0xf0 ? 3 : 4;
+  if (n == 0 || n > s.size()) return 0;
+  return simdjson::validate_utf8(s.data(), n) ? n : 0;
+}
+
+}  // namespace
+
 std::string Quote(std::string_view s) {
   std::string out = "\"";
-  for (const char c : s) {
+  const bool valid = simdjson::validate_utf8(s.data(), s.size());
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    if (!valid && static_cast<unsigned char>(c) >= 0x80) {
+      if (const std::size_t n = ValidSequence(s.substr(i))) {
+        out.append(s, i, n);
+        i += n - 1;
+      } else {
+        out += "\\ufffd";
+      }
+      continue;
+    }
     switch (c) {
       case '"':
         out += "\\\"";

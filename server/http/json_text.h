@@ -16,7 +16,9 @@ namespace delayd::http::json {
 
 // `s` as a JSON string, quoted and escaped as protobuf's JSON printer
 // escapes ASCII: `"`, `\`, control characters (\b \f \n \r \t by name),
-// `<`, `>` and DEL as \u00XX. Other bytes pass through.
+// `<`, `>` and DEL as \u00XX. Valid UTF-8 passes through; a byte that
+// starts no valid sequence becomes U+FFFD (\ufffd), so the text is valid
+// JSON whatever `s` holds (an error may quote what a client sent).
 std::string Quote(std::string_view s);
 
 // An object from (name, JSON value) pairs, in their order.

@@ -18,7 +18,8 @@ const std::vector<Route>& Table() {
         {"POST", ns + "/timers/{key}:move", "MoveTimer", true,
          "Move a timer to another fire time"},
         {"GET", ns + "/timers", "ListTimers", false,
-         "List timers in key order"},
+         "List timers, page by page (in no key order: partition by "
+         "partition)"},
         {"POST", "/v1/timers:batch", "Batch", true,
          "Set, move and remove timers in one call"},
         {"POST", ns + ":drain", "Drain", true,

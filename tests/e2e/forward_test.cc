@@ -399,5 +399,80 @@ TEST_F(Cluster, ANodeWithoutAClusterTokenRefusesToStart) {
       << d.output();
 }
 
+// A node must prove it holds the cluster's token before it takes a lease:
+// one started with another token is refused in one line, exits 2 and takes
+// nothing; the cluster's calls go on.
+TEST_F(Cluster, ANodeWithAnotherClusterTokenIsRefusedAndTakesNothing) {
+  auto a = Node("a");
+  ASSERT_TRUE(a->WaitForPort(30s)) << a->output();
+  ASSERT_TRUE(Eventually([&] { return Owners() == "a:64"; }, 20s)) << Owners();
+  std::ofstream(dir_ / "other-token") << "another-secret-0123456789\n";
+  DaemonProcess x(
+      DELAYD_BINARY,
+      {"--store", url_, "--node-id", "x", "--advertise", "127.0.0.1:0",
+       "--cluster-token-file", dir_ / "other-token", "--lease-ttl", "1s"},
+      2s);
+  EXPECT_EQ(x.Stop(0, 10s), 2) << x.output();
+  EXPECT_NE(x.output().find("refusing to join the cluster as node 'x': this "
+                            "node's cluster token"),
+            std::string::npos)
+      << x.output();
+  EXPECT_EQ(Owners(), "a:64");
+  EXPECT_EQ(
+      pg_->Exec(db_, "SELECT count(*) FROM delayd_nodes WHERE node = 'x'"),
+      "0");
+  auto stub = StubOf(*a);
+  v1::SetTimerResponse resp;
+  EXPECT_TRUE(Set(*stub, "k", WallNow() + 60'000'000'000, &resp).ok());
+}
+
+// A second process with a live node's id is refused, naming the id, and
+// changes nothing of the first (its address stays); a node killed and
+// started again takes its id back once its old heartbeat lapses.
+TEST_F(Cluster, ASecondProcessWithALiveNodesIdIsRefused) {
+  std::unique_ptr<DaemonProcess> a, b;
+  ASSERT_NO_FATAL_FAILURE(StartTwo(&a, &b));
+  const std::string address =
+      pg_->Exec(db_, "SELECT advertise FROM delayd_nodes WHERE node = 'a'");
+  auto twin = Node("a");
+  EXPECT_FALSE(twin->WaitForPort(5s));
+  EXPECT_EQ(twin->Stop(0, 10s), 2) << twin->output();
+  EXPECT_NE(twin->output().find("node id 'a' is held by a live process"),
+            std::string::npos)
+      << twin->output();
+  EXPECT_EQ(
+      pg_->Exec(db_, "SELECT advertise FROM delayd_nodes WHERE node = 'a'"),
+      address);
+  EXPECT_EQ(Owners(), "a:32,b:32");
+
+  a->Stop(SIGKILL, 10s);
+  a = Node("a");
+  ASSERT_TRUE(a->WaitForPort(30s)) << a->output();
+  ASSERT_TRUE(Eventually([&] { return Owners() == "a:32,b:32"; }, 20s))
+      << Owners() << "\n"
+      << a->output();
+}
+
+// A node frozen past its lease term whose id another process took meanwhile
+// stops when it wakes (exit 2), leaving the id and the leases to that one.
+TEST_F(Cluster, AFrozenNodeWhoseIdWasTakenStopsWhenItWakes) {
+  std::unique_ptr<DaemonProcess> a, b;
+  ASSERT_NO_FATAL_FAILURE(StartTwo(&a, &b));
+  ASSERT_EQ(kill(a->pid(), SIGSTOP), 0);
+  auto successor = Node("a");
+  ASSERT_TRUE(successor->WaitForPort(30s)) << successor->output();
+  ASSERT_EQ(kill(a->pid(), SIGCONT), 0);
+  EXPECT_EQ(a->Stop(0, 20s), 2) << a->output();
+  EXPECT_NE(a->output().find("is held by another process now"),
+            std::string::npos)
+      << a->output();
+  const std::string address = "127.0.0.1:" + std::to_string(successor->port());
+  EXPECT_EQ(
+      pg_->Exec(db_, "SELECT advertise FROM delayd_nodes WHERE node = 'a'"),
+      address);
+  ASSERT_TRUE(Eventually([&] { return Owners() == "a:32,b:32"; }, 20s))
+      << Owners();
+}
+
 }  // namespace
 }  // namespace delayd::testing

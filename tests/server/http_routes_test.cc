@@ -226,5 +226,18 @@ TEST(HttpJsonText, QuotesEscapeAndObjectsKeepTheirOrder) {
   EXPECT_EQ(json::Object({}), "{}");
 }
 
+// Error bodies quote what a client sent: bytes that are no UTF-8 become
+// U+FFFD, so the answer is valid JSON whatever was sent.
+TEST(HttpJsonText, InvalidUtf8BecomesReplacementCharacters) {
+  // A lone continuation byte, a truncated sequence, an overlong encoding,
+  // a surrogate, and valid 2-, 3- and 4-byte sequences between them.
+  EXPECT_EQ(json::Quote("a\x80"
+                        "b\xc3"),
+            R"("a\ufffdb\ufffd")");
+  EXPECT_EQ(json::Quote("\xc0\xaf\xed\xa0\x80é€😀"),
+            R"("\ufffd\ufffd\ufffd\ufffd\ufffdé€😀")");
+  EXPECT_EQ(json::Quote("\xff/\xe2\x82"), R"("\ufffd/\ufffd\ufffd")");
+}
+
 }  // namespace
 }  // namespace delayd::http

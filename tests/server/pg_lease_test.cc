@@ -186,9 +186,12 @@ TEST_F(PgLeaseTest, ATakerWaitsForAFencedWriteInProgressThenSeesIt) {
 
 TEST_F(PgLeaseTest, NodesAreLiveWhileTheirHeartbeatIsYoung) {
   Conn c = Connect();
-  ASSERT_TRUE(Heartbeat(c.get(), "n2", "127.0.0.1:7002").ok());
-  ASSERT_TRUE(Heartbeat(c.get(), "n1", "127.0.0.1:7001").ok());
-  ASSERT_TRUE(Heartbeat(c.get(), "n1", "127.0.0.1:7011").ok());  // moved
+  ASSERT_TRUE(Heartbeat(c.get(), "n2", "i2", "127.0.0.1:7002").ok());
+  ASSERT_TRUE(Heartbeat(c.get(), "n1", "i1", "127.0.0.1:7001").ok());
+  ASSERT_TRUE(Heartbeat(c.get(), "n1", "i1", "127.0.0.1:7011").ok());  // moved
+  // Another process's heartbeat under n1's id is refused.
+  EXPECT_EQ(Heartbeat(c.get(), "n1", "other", "127.0.0.1:7021").code(),
+            Code::kFailedPrecondition);
   std::vector<std::string> live;
   ASSERT_TRUE(LiveNodes(c.get(), 60s, &live).ok());
   EXPECT_EQ(live, (std::vector<std::string>{"n1", "n2"}));
@@ -205,6 +208,7 @@ struct Node {
   Node(const std::string& url, const std::string& node, LeaseTerms terms)
       : keeper({url,
                 node,
+                node + "-instance",
                 node + ".test:7070",
                 8,
                 terms,
@@ -213,6 +217,7 @@ struct Node {
                   std::lock_guard lock(mu);
                   owners = std::move(o);
                 },
+                {},
                 {}},
                [this](const std::vector<Lease>& gained,
                       const std::vector<int>& lost) {

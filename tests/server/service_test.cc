@@ -365,6 +365,19 @@ TEST_F(DelaydTest, StatsAndHealth) {
   ASSERT_TRUE(
       health->Check(&ctx, grpc::health::v1::HealthCheckRequest(), &h).ok());
   EXPECT_EQ(h.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+  EXPECT_TRUE(stats.has_durable());
+  // One namespace's figures leave the daemon-wide ones unset (not zero).
+  v1::StatsRequest one;
+  one.set_namespace_("default");
+  v1::StatsResponse ns;
+  grpc::ClientContext ctx2;
+  ASSERT_TRUE(d_.stub().Stats(&ctx2, one, &ns).ok());
+  ASSERT_EQ(ns.namespaces_size(), 1);
+  EXPECT_EQ(ns.namespaces(0).pending_timers(), 1u);
+  EXPECT_FALSE(ns.has_durable());
+  EXPECT_FALSE(ns.has_pending_timers());
+  EXPECT_FALSE(ns.has_partitions());
+  EXPECT_FALSE(ns.has_timers_set());
 }
 
 TEST_F(DelaydTest, ShutdownEndsStreamsAndRefusesCalls) {

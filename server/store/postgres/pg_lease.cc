@@ -9,19 +9,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Runs `sql` with `p`, results in binary; OK with the result in *out if it
-// ran, else why not.
-Status Run(PGconn* conn, const char* sql, Params& p, const char* what,
-           Result* out) {
-  out->reset(PQexecParams(conn, sql, p.count(), nullptr, p.values(),
-                          p.lengths(), p.formats(), 1));
-  const ExecStatusType s = PQresultStatus(out->get());
-  if (s == PGRES_COMMAND_OK || s == PGRES_TUPLES_OK) return Status::Ok();
-  const std::string error = std::string(what) + ": " + ErrorOf(out->get());
-  return IsUnavailable(out->get()) || PQstatus(conn) != CONNECTION_OK
-             ? Status::Unavailable(error)
-             : Status::Internal(error);
-}
+constexpr auto Run = RunParams;
 
 void AddLeases(const std::vector<Lease>& held, Params* p) {
   Array parts(kInt4), epochs(kInt8);
@@ -47,26 +35,42 @@ void ReadLeases(const PGresult* r, Clock::time_point valid_until,
 
 }  // namespace
 
-Status Heartbeat(PGconn* conn, std::string_view node,
+Status Heartbeat(PGconn* conn, std::string_view node, std::string_view instance,
                  std::string_view advertise) {
   Params p;
   p.Bytes(node);
   p.Bytes(advertise);
+  p.Bytes(instance);
   Result r;
-  return Run(conn,
-             "INSERT INTO delayd_nodes (node, advertise, heartbeat_at, "
-             "started_at) VALUES ($1::text, $2::text, now(), now()) "
-             "ON CONFLICT (node) DO UPDATE SET advertise = EXCLUDED.advertise, "
-             "heartbeat_at = now()",
-             p, "recording the node's heartbeat", &r);
+  if (Status s = Run(conn,
+                     "INSERT INTO delayd_nodes (node, advertise, "
+                     "heartbeat_at, started_at, instance) VALUES ($1::text, "
+                     "$2::text, now(), now(), $3::text) ON CONFLICT (node) DO "
+                     "UPDATE SET advertise = EXCLUDED.advertise, heartbeat_at "
+                     "= now() WHERE delayd_nodes.instance = EXCLUDED.instance "
+                     "RETURNING 1",
+                     p, "recording the node's heartbeat", &r);
+      !s.ok()) {
+    return s;
+  }
+  if (PQntuples(r.get()) != 1) {
+    return Status::FailedPrecondition(
+        "node id '" + std::string(node) +
+        "' is held by another process now (taken over while this one could "
+        "not reach the database)");
+  }
+  return Status::Ok();
 }
 
-Status Leave(PGconn* conn, std::string_view node) {
+Status Leave(PGconn* conn, std::string_view node, std::string_view instance) {
   Params p;
   p.Bytes(node);
+  p.Bytes(instance);
   Result r;
-  return Run(conn, "DELETE FROM delayd_nodes WHERE node = $1::text", p,
-             "taking the node out of the live nodes", &r);
+  return Run(conn,
+             "DELETE FROM delayd_nodes WHERE node = $1::text AND instance = "
+             "$2::text",
+             p, "taking the node out of the live nodes", &r);
 }
 
 Status LiveNodes(PGconn* conn, std::chrono::milliseconds ttl,

@@ -49,14 +49,17 @@ struct LeaseTerms {
   std::chrono::milliseconds margin{1000};
 };
 
-// Registers node `node`, reachable by peers at `advertise`, or refreshes
-// its heartbeat (the database's now()).
-Status Heartbeat(PGconn* conn, std::string_view node,
+// Registers node `node`, held by process `instance` (pg_join.h) and
+// reachable by peers at `advertise`, or refreshes its heartbeat (the
+// database's now()). FAILED_PRECONDITION if another process holds the id
+// now (it was taken over while this one was cut off): this one must stop.
+Status Heartbeat(PGconn* conn, std::string_view node, std::string_view instance,
                  std::string_view advertise);
 
-// Takes node `node` out of the live nodes at once (a graceful stop), so
-// that the others' shares grow without waiting for its heartbeat to age.
-Status Leave(PGconn* conn, std::string_view node);
+// Takes node `node` of process `instance` out of the live nodes at once (a
+// graceful stop), so that the others' shares grow without waiting for its
+// heartbeat to age.
+Status Leave(PGconn* conn, std::string_view node, std::string_view instance);
 
 // The nodes whose heartbeat is younger than `ttl`, by name.
 Status LiveNodes(PGconn* conn, std::chrono::milliseconds ttl,

@@ -142,7 +142,7 @@ void LeaseKeeper::Run() {
         Tell({}, PartsOf(held));
       }
       if (release && connected) {
-        (void)Leave(conn.get(), options_.node);
+        (void)Leave(conn.get(), options_.node, options_.instance);
         if (!held.empty()) (void)Release(conn.get(), options_.node, held);
         (void)Notify(conn.get());
       }
@@ -206,7 +206,15 @@ bool LeaseKeeper::TakeNotifications(PGconn* conn) {
 
 bool LeaseKeeper::Round(PGconn* conn) {
   const LeaseTerms& terms = options_.terms;
-  if (!Heartbeat(conn, options_.node, options_.advertise).ok()) return false;
+  if (Status s =
+          Heartbeat(conn, options_.node, options_.instance, options_.advertise);
+      !s.ok()) {
+    if (s.code() == Code::kFailedPrecondition && options_.on_evicted &&
+        !std::exchange(evicted_, true)) {
+      options_.on_evicted(s.message());
+    }
+    return false;
+  }
   // Joined: the others give up their excess at once, not at their rounds.
   if (!std::exchange(joined_, true)) (void)Notify(conn);
   std::vector<Lease> held = this->held(), kept;

@@ -35,6 +35,7 @@ class LeaseKeeper {
   struct Options {
     std::string conninfo;
     std::string node;       // unique in the cluster
+    std::string instance;   // this process's (pg_join.h), holding `node`
     std::string advertise;  // how peers reach this node
     int partitions = 0;     // the schema's
     LeaseTerms terms;
@@ -48,6 +49,10 @@ class LeaseKeeper {
     // Told (on the keeper's thread) after each round, taken by the database
     // (its heartbeat and renewal) or not, with how long it took. May be null.
     std::function<void(bool taken, std::chrono::nanoseconds took)> on_round;
+    // Told (on the keeper's thread, once) that another process holds the
+    // node id now: this one must stop, without leaving (the id is not its
+    // own). May be null.
+    std::function<void(const std::string& why)> on_evicted;
   };
   static constexpr std::chrono::seconds kPolicyRefresh{30};
   using OnChange = std::function<void(const std::vector<Lease>& gained,
@@ -97,8 +102,9 @@ class LeaseKeeper {
   bool release_ GUARDED_BY(mu_) = false;
   std::thread thread_;
   std::thread watchdog_;
-  int wake_fd_ = -1;     // An eventfd: Stop wakes WaitForRound's poll.
-  bool joined_ = false;  // The keeper thread's: told the others it came.
+  int wake_fd_ = -1;      // An eventfd: Stop wakes WaitForRound's poll.
+  bool joined_ = false;   // The keeper thread's: told the others it came.
+  bool evicted_ = false;  // The keeper thread's: on_evicted was told.
   // The keeper thread's: when on_policies was last told.
   std::chrono::steady_clock::time_point policies_told_;
   // Reads the notifications libpq holds: true if one is of kLeaseChannel

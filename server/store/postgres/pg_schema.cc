@@ -1,5 +1,6 @@
 #include "server/store/postgres/pg_schema.h"
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -95,6 +96,32 @@ $fence$;
   return kMigrations;
 }
 
+// Steps that only add (tables, columns with defaults, functions): a binary
+// that knows the schema's version but not a step works on beside one that
+// applied it, so steps do not raise the version (a rolling upgrade runs
+// both). Each is applied once, in order, and recorded by name in
+// delayd_schema_steps; never edited once released.
+struct Step {
+  const char* name;
+  const char* sql;
+};
+const std::vector<Step>& Steps() {
+  static const std::vector<Step> kSteps = {
+      // Who may be a node: a keyed digest of the cluster's token (pg_join.h)
+      // and, per node id, the process holding it.
+      {"cluster-token-and-node-instance", R"sql(
+CREATE TABLE delayd_cluster (
+  id integer PRIMARY KEY CHECK (id = 1),
+  token_salt bytea NOT NULL,
+  token_digest bytea NOT NULL,
+  created_at timestamptz NOT NULL DEFAULT now()
+);
+ALTER TABLE delayd_nodes ADD COLUMN instance text NOT NULL DEFAULT '';
+)sql"},
+  };
+  return kSteps;
+}
+
 // A key of pg_advisory_xact_lock that no other use of the database is
 // likely to take: "delayd" in ASCII.
 constexpr const char* kLockKey = "110101108097121100";
@@ -107,6 +134,48 @@ Status Exec(PGconn* conn, const std::string& sql, const char* what) {
     return IsUnavailable(r.get())
                ? Status::Unavailable(std::string(what) + ": " + error)
                : Status::Internal(std::string(what) + ": " + error);
+  }
+  return Status::Ok();
+}
+
+// Applies the steps not recorded yet (inside Migrate's transaction).
+Status ApplySteps(PGconn* conn, bool* applied) {
+  Result exists(
+      PQexec(conn, "SELECT to_regclass('delayd_schema_steps') IS NOT NULL"));
+  if (PQresultStatus(exists.get()) != PGRES_TUPLES_OK) {
+    return Status::Internal("reading the schema: " + ErrorOf(exists.get()));
+  }
+  if (std::string_view(PQgetvalue(exists.get(), 0, 0)) != "t") {
+    if (Status s = Exec(conn,
+                        "CREATE TABLE delayd_schema_steps (name text PRIMARY "
+                        "KEY, applied_at timestamptz NOT NULL DEFAULT now())",
+                        "recording the schema's steps");
+        !s.ok()) {
+      return s;
+    }
+  }
+  Result done(PQexec(conn, "SELECT name FROM delayd_schema_steps"));
+  if (PQresultStatus(done.get()) != PGRES_TUPLES_OK) {
+    return Status::Internal("reading the schema's steps: " +
+                            ErrorOf(done.get()));
+  }
+  std::set<std::string> names;
+  for (int i = 0; i < PQntuples(done.get()); ++i) {
+    names.insert(PQgetvalue(done.get(), i, 0));
+  }
+  for (const Step& step : Steps()) {
+    if (names.contains(step.name)) continue;
+    const std::string what = std::string("applying schema step ") + step.name;
+    if (Status s = Exec(conn, step.sql, what.c_str()); !s.ok()) return s;
+    if (Status s = Exec(conn,
+                        std::string("INSERT INTO delayd_schema_steps (name) "
+                                    "VALUES ('") +
+                            step.name + "')",
+                        what.c_str());
+        !s.ok()) {
+      return s;
+    }
+    *applied = true;
   }
   return Status::Ok();
 }
@@ -186,6 +255,9 @@ Status Migrate(PGconn* conn, int partitions, Schema* out, bool* applied) {
     }
     schema.version = kSchemaVersion;
   }
+  bool stepped = false;
+  if (Status s = ApplySteps(conn, &stepped); !s.ok()) return fail(s);
+  if (stepped && applied != nullptr) *applied = true;
   if (Status s = Exec(conn, "COMMIT", "migrating the schema"); !s.ok()) {
     return s;
   }

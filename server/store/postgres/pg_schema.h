@@ -17,8 +17,16 @@
 //   delayd_commits   per daemon, the id of its last committed write group
 //                    (how a commit whose answer was lost is told)
 //   delayd_schedules recurring schedules
-//   delayd_nodes     nodes of a cluster and their heartbeats (pg_lease.h)
+//   delayd_nodes     nodes of a cluster, their heartbeats and the process
+//                    holding each node id (pg_lease.h, pg_join.h)
 //   delayd_leases    per partition, its owner, epoch and lease expiry
+//   delayd_cluster   one row: a keyed digest of the cluster's token
+//                    (pg_join.h)
+//   delayd_schema_steps  the additive steps applied (below)
+//
+// Besides the versioned migrations, additive steps (a table, a column with
+// a default) are applied by name without raising the version: a binary of
+// the same version that predates a step still works beside it.
 #ifndef DELAYD_SERVER_STORE_POSTGRES_PG_SCHEMA_H_
 #define DELAYD_SERVER_STORE_POSTGRES_PG_SCHEMA_H_
 

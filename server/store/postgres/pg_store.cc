@@ -5,6 +5,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -111,7 +112,11 @@ void WaitForPostgres(const PgOptions& options,
     if (why != last) note(why);
     last = why;
     std::this_thread::sleep_for(backoff);
-    backoff = std::min(backoff * 2, options.reconnect_last);
+    // Nothing is served yet: a try a second costs the database nothing,
+    // and a database starting beside delayd is found within a second of
+    // taking connections (the writer's reconnection backs off to 5 s).
+    backoff = std::min(
+        {backoff * 2, options.reconnect_last, std::chrono::milliseconds(1000)});
   }
 }
 

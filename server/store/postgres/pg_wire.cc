@@ -192,6 +192,18 @@ std::string ErrorOf(const PGresult* result) {
   return out;
 }
 
+Status RunParams(PGconn* conn, const char* sql, Params& p,
+                 const std::string& what, Result* out) {
+  out->reset(PQexecParams(conn, sql, p.count(), nullptr, p.values(),
+                          p.lengths(), p.formats(), 1));
+  const ExecStatusType s = PQresultStatus(out->get());
+  if (s == PGRES_COMMAND_OK || s == PGRES_TUPLES_OK) return Status::Ok();
+  const std::string error = what + ": " + ErrorOf(out->get());
+  return IsUnavailable(out->get()) || PQstatus(conn) != CONNECTION_OK
+             ? Status::Unavailable(error)
+             : Status::Internal(error);
+}
+
 bool IsUnavailable(const PGresult* result) {
   const char* state =
       result ? PQresultErrorField(result, PG_DIAG_SQLSTATE) : nullptr;

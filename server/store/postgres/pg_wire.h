@@ -15,6 +15,8 @@
 #include <string_view>
 #include <vector>
 
+#include "server/common/status.h"
+
 namespace delayd::pg {
 
 struct ConnCloser {
@@ -122,6 +124,12 @@ std::string ErrorOf(const PGresult* result);
 // (read-only, shutting down, recovering, a cancel, a conflict) and it may be
 // tried again, rather than that the statement is wrong.
 bool IsUnavailable(const PGresult* result);
+
+// Runs `sql` with `p` on `conn` (one statement, results in binary): OK with
+// the result in *out if it ran, else why not, UNAVAILABLE when the database
+// cannot take it now (IsUnavailable, or the connection broke).
+Status RunParams(PGconn* conn, const char* sql, Params& p,
+                 const std::string& what, Result* out);
 
 // A connection with delayd's defaults for what `conninfo` does not say: a
 // bounded connect, TCP keepalives and a user timeout.
