@@ -42,6 +42,8 @@ int Main(int argc, char** argv) {
   app.add_option("-o,--output", g.output, "table or json")
       ->check(CLI::IsMember({"table", "json"}))
       ->capture_default_str();
+  app.add_flag_callback(
+      "--json", [&g] { g.output = "json"; }, "Same as -o json");
   app.add_option("-n,--namespace", g.ns, "Namespace (default: default)");
 
   Commands commands;

@@ -12,7 +12,7 @@ packages=(
   # libraries
   libasio-dev libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev
   protobuf-compiler libspdlog-dev libcli11-dev librocksdb-dev libssl-dev
-  prometheus-cpp-dev libcivetweb-dev libsimdjson-dev libpq-dev libhowardhinnant-date-dev tzdata
+  prometheus-cpp-dev libboost-dev libsimdjson-dev libpq-dev libhowardhinnant-date-dev tzdata
 )
 if [ "${DELAYD_DEPS:-all}" != build ]; then
   packages+=(

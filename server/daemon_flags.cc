@@ -240,8 +240,16 @@ void AddFlags(CLI::App& app, DaemonFlags& f) {
        "Serve the HTTP/JSON API on this address, IPv4 host:port (unset: no "
        "HTTP door)");
   Flag(app, "--http-threads", f.http.threads,
-       "HTTP requests served at once; more wait in the listen queue")
-      ->check(CLI::Range(1, 1024));
+       "Threads of the HTTP door's event loop (no thread waits on a client "
+       "or a call)")
+      ->check(CLI::Range(1, 64));
+  Flag(app, "--http-max-connections", f.http.max_connections,
+       "HTTP connections open at once; one more closes the oldest idle one "
+       "(or the slowest request), or is refused if every one is busy")
+      ->check(CLI::Range(16, 1000000));
+  Flag(app, "--http-max-watches", f.http.max_watches,
+       "Server-Sent Events watches open at once on the HTTP door")
+      ->check(CLI::Range(1, 100000));
   Flag(app, "--http-cors-origin", f.http.cors_origins,
        "Let web pages from this origin (scheme://host[:port], or * for any) "
        "call the HTTP API from a browser; repeat it or separate origins with "
@@ -262,8 +270,11 @@ void AddFlags(CLI::App& app, DaemonFlags& f) {
           "ORIGIN"));
   DurationFlag(app, "--http-request-timeout", f.http.request_timeout, "10s",
                milliseconds(100), std::chrono::minutes(5),
-               "Time an HTTP request's headers and body get to arrive, and "
-               "an idle keep-alive connection is kept");
+               "Time an HTTP request's headers and body get to arrive, from "
+               "its first byte");
+  DurationFlag(app, "--http-idle-timeout", f.http.idle_timeout, "60s",
+               milliseconds(100), std::chrono::hours(1),
+               "How long an idle keep-alive HTTP connection is kept");
   DurationFlag(app, "--tick", o.scheduler.tick, "1us", nanoseconds(1),
                seconds(1), "Timing-wheel tick: timers fire at most this late");
   AddLimits(app, o.scheduler.limits, f);

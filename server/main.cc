@@ -299,9 +299,11 @@ int main(int argc, char** argv) {
       server.Shutdown(std::chrono::milliseconds(0));
       return 2;
     }
-    spdlog::info("HTTP/JSON API on {}://{}/v1 (port {}, {} at once)",
-                 flags.http.tls ? "https" : "http", flags.http.listen,
-                 http->port(), flags.http.threads);
+    spdlog::info(
+        "HTTP/JSON API on {}://{}/v1 (port {}, {} threads, up to {} "
+        "connections)",
+        flags.http.tls ? "https" : "http", flags.http.listen, http->port(),
+        flags.http.threads, flags.http.max_connections);
     if (flags.server.auth_tokens.empty() &&
         !delayd::IsLoopback(flags.http.listen)) {
       spdlog::warn(

@@ -1,5 +1,7 @@
 #include "server/api/validate.h"
 
+#include <google/protobuf/stubs/common.h>
+
 #include <charconv>
 #include <limits>
 #include <string>
@@ -87,6 +89,12 @@ Status Validator::Key(std::string_view key) const {
   }
   if (key.find('\0') != std::string_view::npos) {
     return Status::InvalidArgument("key: must not contain NUL bytes");
+  }
+  // A key is a protobuf string: UTF-8, so that it reads back into every
+  // language and prints as JSON. (protobuf's own check, as its parser's.)
+  if (!google::protobuf::internal::IsStructurallyValidUTF8(
+          key.data(), static_cast<int>(key.size()))) {
+    return Status::InvalidArgument("key: must be UTF-8");
   }
   return Status::Ok();
 }

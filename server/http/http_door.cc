@@ -1,18 +1,13 @@
 #include "server/http/http_door.h"
 
-#include <civetweb.h>
 #include <google/protobuf/message.h>
 #include <grpcpp/client_context.h>
-#include <grpcpp/impl/client_unary_call.h>
 #include <grpcpp/support/byte_buffer.h>
-#include <spdlog/spdlog.h>
+#include <grpcpp/support/client_callback.h>
 
 #include "server/http/console_assets.h"
 #include "server/http/fast_json.h"
-#include "server/http/http_events.h"
 #include "server/http/openapi.h"
-#include "server/http/respond.h"
-#include "server/http/routes.h"
 #include "server/http/transcode.h"
 
 namespace delayd::http {
@@ -46,7 +41,67 @@ std::optional<std::string> FastAnswer(grpc::ByteBuffer* wire) {
   return ToJson(response);
 }
 
+grpc::Status Stopping() {
+  return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                      "the HTTP door is stopping");
+}
+
+const char* ContentType(std::string_view path) {
+  if (path == "/") return "text/html; charset=utf-8";
+  if (path.ends_with(".js")) return "text/javascript; charset=utf-8";
+  if (path.ends_with(".css")) return "text/css; charset=utf-8";
+  if (path.ends_with(".svg")) return "image/svg+xml";
+  return "application/octet-stream";
+}
+
 }  // namespace
+
+// ---- InFlight ----
+
+std::optional<std::uint64_t> InFlight::Add() {
+  MutexLock lock(&mu_);
+  if (stopping_) return std::nullopt;
+  const std::uint64_t id = next_++;
+  calls_.emplace(id, nullptr);
+  return id;
+}
+
+void InFlight::SetCancel(std::uint64_t id, std::function<void()> cancel) {
+  {
+    MutexLock lock(&mu_);
+    auto it = calls_.find(id);
+    if (it == calls_.end()) return;
+    if (!stopping_) {
+      it->second = std::move(cancel);
+      return;
+    }
+  }
+  cancel();  // (Outside mu_: a call's end may run inline, and take it.)
+}
+
+void InFlight::Done(std::uint64_t id) {
+  MutexLock lock(&mu_);
+  calls_.erase(id);
+  if (calls_.empty()) none_.SignalAll();
+}
+
+void InFlight::Stop(std::chrono::steady_clock::time_point deadline) {
+  std::vector<std::function<void()>> cancels;
+  {
+    MutexLock lock(&mu_);
+    stopping_ = true;
+    for (auto& [id, cancel] : calls_) {
+      if (cancel) cancels.push_back(cancel);
+    }
+  }
+  // (Outside mu_: a call's end may run inline, and take it.)
+  for (auto& cancel : cancels) cancel();
+  MutexLock lock(&mu_);
+  while (!calls_.empty() && none_.WaitUntil(&mu_, deadline)) {
+  }
+}
+
+// ---- HttpDoor ----
 
 HttpDoor::HttpDoor(const Options& options,
                    std::shared_ptr<grpc::Channel> channel)
@@ -66,62 +121,33 @@ HttpDoor::HttpDoor(const Options& options,
 }
 
 HttpDoor::~HttpDoor() {
-  if (ctx_ != nullptr) mg_stop(ctx_);
-  mg_exit_library();
+  in_flight_.Stop(std::chrono::steady_clock::now() + std::chrono::seconds(5));
 }
 
 grpc::Status HttpDoor::Start(const Options& options,
                              std::shared_ptr<grpc::Channel> channel,
                              std::unique_ptr<HttpDoor>* out) {
   std::unique_ptr<HttpDoor> door(new HttpDoor(options, std::move(channel)));
-  std::string listening = options.listen;
   if (options.tls) {
     if (grpc::Status s = HttpTls::Create(*options.tls, &door->tls_); !s.ok()) {
       return s;
     }
-    listening += "s";  // civetweb's mark of a TLS port
   }
-  // (civetweb loads OpenSSL by dlopen("libssl.so") when asked for TLS.)
-  mg_init_library(options.tls ? MG_FEATURES_TLS : 0);
-  const std::string threads = std::to_string(options.threads);
-  const std::string timeout = std::to_string(options.request_timeout.count());
-  const char* config[] = {"listening_ports", listening.c_str(),
-                          // civetweb's own CORS (on, for any origin, by
-                          // default) is off: Preflight() decides.
-                          "access_control_allow_origin", "", "num_threads",
-                          threads.c_str(), "request_timeout_ms",
-                          timeout.c_str(), "enable_keep_alive", "yes",
-                          "keep_alive_timeout_ms", timeout.c_str(),
-                          // Headers and body leave in two writes: without
-                          // it, Nagle's algorithm holds the body for the
-                          // client's delayed ACK (40 ms a request).
-                          "tcp_nodelay", "1", nullptr};
-  mg_callbacks callbacks{};
-  // civetweb's own messages (a bad request line, a closed connection) are
-  // a client's doing: logged at debug.
-  callbacks.log_message = [](const mg_connection*, const char* message) {
-    spdlog::debug("http: {}", message);
-    return 1;
-  };
-  callbacks.init_ssl = [](void* ssl_ctx, void* self) {
-    return static_cast<HttpDoor*>(self)->tls_->Install(ssl_ctx);
-  };
-  mg_init_data init{&callbacks, door.get(), config};
-  char error[256] = "";
-  mg_error_data err{};
-  err.text = error;
-  err.text_buffer_size = sizeof error;
-  door->ctx_ = mg_start2(&init, &err);
-  if (door->ctx_ == nullptr) {
-    return grpc::Status(
-        grpc::StatusCode::UNAVAILABLE,
-        "cannot listen on " + options.listen + " (--http-listen): " + error);
+  HttpServer::Options server;
+  server.listen = options.listen;
+  server.threads = options.threads;
+  server.request_timeout = options.request_timeout;
+  server.idle_timeout = options.idle_timeout;
+  server.max_body_bytes = options.max_body_bytes;
+  server.max_connections = options.max_connections;
+  HttpDoor* self = door.get();
+  if (grpc::Status s = HttpServer::Start(
+          server, door->tls_.get(),
+          [self](std::shared_ptr<Exchange> ex) { self->Serve(std::move(ex)); },
+          &door->server_);
+      !s.ok()) {
+    return s;
   }
-  mg_server_port ports[1];
-  if (mg_get_server_ports(door->ctx_, 1, ports) == 1) {
-    door->port_ = ports[0].port;
-  }
-  mg_set_request_handler(door->ctx_, "/", &HttpDoor::Handle, door.get());
   *out = std::move(door);
   return grpc::Status::OK;
 }
@@ -134,218 +160,204 @@ grpc::Status HttpDoor::SetTls(const TlsPem& pem) {
   return tls_->Set(pem);
 }
 
-int HttpDoor::Handle(mg_connection* conn, void* self) {
-  static_cast<HttpDoor*>(self)->Serve(conn);
-  return 1;  // handled
-}
-
-bool HttpDoor::ReadBody(mg_connection* conn, std::string* body) {
-  auto too_big = [&] {
-    SendError(
-        conn,
-        grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                     "the body is larger than " +
-                         std::to_string(options_.max_body_bytes) + " bytes"),
-        413);
-    return false;
-  };
-  const mg_request_info* ri = mg_get_request_info(conn);
-  if (ri->content_length > 0 && static_cast<std::uint64_t>(ri->content_length) >
-                                    options_.max_body_bytes) {
-    return too_big();
-  }
-  // Room past the end for fast_json.h's reader to parse the body in place.
-  if (ri->content_length > 0) {
-    body->reserve(static_cast<std::size_t>(ri->content_length) +
-                  fast::kPadding);
-  }
-  char buf[16384];
-  for (;;) {
-    const int n = mg_read(conn, buf, sizeof buf);
-    if (n == 0) return true;
-    if (n < 0) return false;  // The client went away or timed out.
-    if (body->size() + n > options_.max_body_bytes) return too_big();
-    body->append(buf, n);
-  }
-}
-
-const std::string* HttpDoor::AllowedOrigin(mg_connection* conn) const {
-  const char* origin = mg_get_header(conn, "Origin");
-  if (origin == nullptr) return nullptr;
+const std::string* HttpDoor::AllowedOrigin(const Exchange& ex) const {
+  const auto origin = ex.header("Origin");
+  if (!origin) return nullptr;
   for (const std::string& allowed : options_.cors_origins) {
-    if (allowed == "*" || allowed == origin) return &allowed;
+    if (allowed == "*" || allowed == *origin) return &allowed;
   }
   return nullptr;
 }
 
-bool HttpDoor::SameOrigin(mg_connection* conn) const {
-  const char* origin = mg_get_header(conn, "Origin");
-  if (origin == nullptr) return true;  // not from a browser's page
-  const char* host = mg_get_header(conn, "Host");
-  return host != nullptr &&
-         std::string_view(origin) ==
-             std::string(tls_ ? "https://" : "http://") + host;
+bool HttpDoor::SameOrigin(const Exchange& ex) const {
+  const auto origin = ex.header("Origin");
+  if (!origin) return true;  // not from a browser's page
+  const auto host = ex.header("Host");
+  return host && *origin == std::string(ex.secure() ? "https://" : "http://") +
+                                std::string(*host);
 }
 
-void HttpDoor::Preflight(mg_connection* conn, const std::string* origin) {
-  if (origin == nullptr) {
-    SendError(conn, grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+void HttpDoor::Preflight(const Call& call) {
+  if (call.origin == nullptr) {
+    SendError(call, grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
                                  "cross-origin calls from this origin are not "
                                  "allowed (--http-cors-origin)"));
     return;
   }
-  mg_response_header_start(conn, 204);
-  AddCorsHeaders(conn);
-  mg_response_header_add(conn, "Access-Control-Allow-Methods",
-                         "GET, PUT, POST, DELETE", -1);
-  mg_response_header_add(conn, "Access-Control-Allow-Headers",
-                         "Authorization, Content-Type, Last-Event-ID", -1);
-  mg_response_header_add(conn, "Access-Control-Max-Age", "600", -1);
-  mg_response_header_add(conn, "Content-Length", "0", -1);
-  mg_response_header_send(conn);
+  call.ex->Reply(204,
+                 CorsLines(call) +
+                     "Access-Control-Allow-Methods: GET, PUT, POST, DELETE\r\n"
+                     "Access-Control-Allow-Headers: Authorization, "
+                     "Content-Type, Last-Event-ID\r\n"
+                     "Access-Control-Max-Age: 600\r\n",
+                 "");
 }
 
-void HttpDoor::Serve(mg_connection* conn) {
-  const mg_request_info* ri = mg_get_request_info(conn);
-  const std::string_view path =
-      ri->local_uri_raw != nullptr ? ri->local_uri_raw : ri->local_uri;
-  const std::string_view method = ri->request_method;
-  // The origin answers carry (respond.h), for this request alone: a
-  // keep-alive connection's next request may come from elsewhere.
-  const std::string* origin = AllowedOrigin(conn);
-  mg_set_user_connection_data(conn, const_cast<std::string*>(origin));
-  if (method == "OPTIONS" &&
-      mg_get_header(conn, "Access-Control-Request-Method") != nullptr) {
-    Preflight(conn, origin);
-    return;
+bool HttpDoor::ServeConsole(const Call& call, std::string_view path) {
+  if (path == "/index.html") path = "/";
+  for (const Asset& a : ConsoleAssets()) {
+    if (a.path != path) continue;
+    // Revalidated on each load, so a new daemon's console is never mixed
+    // with an old one's cached script.
+    SendWhole(call, 200, ContentType(path),
+              "Cache-Control: no-cache\r\n"
+              "Content-Security-Policy: default-src 'none'; script-src "
+              "'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
+              "form-action 'none'; base-uri 'none'; frame-ancestors 'none'\r\n"
+              "X-Content-Type-Options: nosniff\r\n"
+              "Referrer-Policy: no-referrer\r\n",
+              std::string(a.body), call.ex->method() != "HEAD");
+    return true;
+  }
+  return false;
+}
+
+void HttpDoor::Serve(std::shared_ptr<Exchange> ex) {
+  // The origin answers carry, for this request alone: a keep-alive
+  // connection's next request may come from elsewhere.
+  const Call call{ex, AllowedOrigin(*ex)};
+  const std::string_view path = ex->path();
+  const std::string_view method = ex->method();
+  if (method == "OPTIONS" && ex->header("Access-Control-Request-Method")) {
+    return Preflight(call);
   }
   // A browser sends some cross-origin POSTs without asking first (a form's,
   // or fetch's no-cors), and a page could so change a daemon it can reach:
   // a call that may change something, from a page of another origin not
   // listed, is refused. (Only browsers send Origin; curl and SDKs do not.)
-  if (method != "GET" && method != "HEAD" && origin == nullptr &&
-      !SameOrigin(conn)) {
-    SendError(conn, grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
-                                 "calls from pages of other origins are "
-                                 "refused (see --http-cors-origin)"));
-    return;
+  if (method != "GET" && method != "HEAD" && call.origin == nullptr &&
+      !SameOrigin(*ex)) {
+    return SendError(call,
+                     grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                                  "calls from pages of other origins "
+                                  "are refused (see --http-cors-origin)"));
   }
   if ((method == "GET" || method == "HEAD") && !path.starts_with("/v1") &&
-      ServeConsole(conn, path)) {
+      ServeConsole(call, path)) {
     return;
   }
-  if (path == "/v1/openapi.json" &&
-      std::string_view(ri->request_method) == "GET") {
-    Send(conn, 200, openapi_);
-    return;
+  if (path == "/v1/openapi.json" && method == "GET") {
+    return Send(call, 200, openapi_);
   }
-  bool known = false;
-  const std::optional<Match> m = MatchRoute(ri->request_method, path, &known);
+  std::string allow;
+  const std::optional<Match> m = MatchRoute(method, path, &allow);
   if (!m) {
-    SendError(conn,
-              grpc::Status(grpc::StatusCode::NOT_FOUND,
-                           known ? "this path does not take " +
-                                       std::string(ri->request_method)
-                                 : "no such route: " + std::string(path)),
-              known ? 405 : 404);
-    return;
+    if (allow.empty()) {
+      return SendError(call,
+                       grpc::Status(grpc::StatusCode::NOT_FOUND,
+                                    "no such route: " + std::string(path)),
+                       404);
+    }
+    // RFC 9110, 15.5.6: a 405 names the methods the path takes.
+    return SendError(
+        call,
+        grpc::Status(grpc::StatusCode::NOT_FOUND,
+                     "this path does not take " + std::string(method) +
+                         " (it takes " + allow + ")"),
+        405, "Allow: " + allow + "\r\n");
   }
-  std::string body;
-  if (!ReadBody(conn, &body)) return;
-  const char* query = ri->query_string != nullptr ? ri->query_string : "";
-  const EventCall events{events_stub_.get(),
-                         mg_get_header(conn, "Authorization")};
+  if (!m->bad_encoding.empty()) {
+    return SendError(
+        call, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                           m->bad_encoding + ": not percent-encoded UTF-8"));
+  }
+  if (m->route->kind == Route::kUnary) return ServeUnary(call, *m);
+  const auto id = in_flight_.Add();
+  if (!id) return SendError(call, Stopping());
+  EventCall events{events_stub_.get(),
+                   std::string(ex->header("Authorization").value_or("")),
+                   [this, id = *id](std::function<void()> cancel) {
+                     in_flight_.SetCancel(id, std::move(cancel));
+                   },
+                   [this, id = *id] { in_flight_.Done(id); }};
   if (m->route->kind == Route::kPull) {
-    ServePull(conn, *m, body, events);
-    return;
+    return ServePull(call, *m, ex->body(), std::move(events));
   }
-  if (m->route->kind == Route::kWatch) {
-    Watch(conn, *m, query, events);
-    return;
+  if (!IsWatch(ex->query())) {
+    return ServeWatch(call, *m, ex->query(), std::move(events));  // (refused)
   }
-  ServeUnary(conn, *m, query, body);
+  if (watches_.fetch_add(1) >= options_.max_watches) {
+    watches_.fetch_sub(1);
+    events.done();
+    return SendError(call, grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                        "too many watches on the HTTP door "
+                                        "(--http-max-watches)"));
+  }
+  events.done = [this, done = std::move(events.done)] {
+    watches_.fetch_sub(1);
+    done();
+  };
+  ServeWatch(call, *m, ex->query(), std::move(events));
 }
 
-void HttpDoor::Watch(mg_connection* conn, const Match& m,
-                     std::string_view query, const EventCall& events) {
-  if (!IsWatch(query)) {
-    ServeWatch(conn, m, query, events);  // (which refuses it)
-    return;
+std::optional<std::uint64_t> HttpDoor::Begin(const Call& call,
+                                             grpc::ClientContext* ctx) {
+  const auto id = in_flight_.Add();
+  if (!id) {
+    SendError(call, Stopping());
+    return std::nullopt;
   }
-  if (watches_.fetch_add(1) < std::max(1, options_.threads / 2)) {
-    ServeWatch(conn, m, query, events);
-  } else {
-    SendError(conn, grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                                 "too many watches on the HTTP door (half of "
-                                 "--http-threads)"));
-  }
-  watches_.fetch_sub(1);
-}
-
-void HttpDoor::PrepareCall(mg_connection* conn,
-                           grpc::ClientContext* ctx) const {
   ctx->set_deadline(std::chrono::system_clock::now() + options_.call_deadline);
-  if (const char* auth = mg_get_header(conn, "Authorization")) {
-    ctx->AddMetadata("authorization", auth);
+  if (const auto auth = call.ex->header("Authorization")) {
+    ctx->AddMetadata("authorization", std::string(*auth));
   }
+  in_flight_.SetCancel(*id, [ctx] { ctx->TryCancel(); });
+  return id;
 }
 
-bool HttpDoor::ServeFast(mg_connection* conn, const Match& m,
-                         std::string_view query, const std::string& body) {
-  std::optional<std::string> wire = FastRequest(m, query, body);
+bool HttpDoor::ServeFast(const Call& call, const Match& m) {
+  std::optional<std::string> wire =
+      FastRequest(m, call.ex->query(), call.ex->body());
   if (!wire) return false;
+  struct State {
+    grpc::ClientContext ctx;
+    grpc::ByteBuffer request, response;
+  };
+  auto st = std::make_shared<State>();
   grpc::Slice slice(std::move(*wire));
-  const grpc::ByteBuffer request(&slice, 1);
-  grpc::ByteBuffer response;
-  grpc::ClientContext ctx;
-  PrepareCall(conn, &ctx);
-  const grpc::Status s =
-      grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
-          channel_.get(), *methods_.at(m.rpc).rpc, &ctx, request, &response);
-  if (!s.ok()) {
-    SendError(conn, s);
-    return true;
-  }
-  const std::optional<std::string> json =
-      m.rpc->name() == "Batch" ? FastAnswer<v1::BatchResponse>(&response)
-                               : FastAnswer<v1::SetTimerResponse>(&response);
-  if (json) {
-    Send(conn, 200, *json);
-  } else {
-    SendError(conn, grpc::Status(grpc::StatusCode::INTERNAL,
-                                 "could not read the daemon's answer"));
-  }
+  st->request = grpc::ByteBuffer(&slice, 1);
+  const auto id = Begin(call, &st->ctx);
+  if (!id) return true;
+  const bool batch = m.rpc->name() == "Batch";
+  grpc::internal::CallbackUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
+      channel_.get(), *methods_.at(m.rpc).rpc, &st->ctx, &st->request,
+      &st->response, [this, st, call, batch, id = *id](grpc::Status s) {
+        in_flight_.Done(id);
+        if (!s.ok()) return SendError(call, s);
+        const std::optional<std::string> json =
+            batch ? FastAnswer<v1::BatchResponse>(&st->response)
+                  : FastAnswer<v1::SetTimerResponse>(&st->response);
+        if (json) return Send(call, 200, *json);
+        SendError(call, grpc::Status(grpc::StatusCode::INTERNAL,
+                                     "could not read the daemon's answer"));
+      });
   return true;
 }
 
-void HttpDoor::ServeUnary(mg_connection* conn, const Match& m,
-                          std::string_view query, const std::string& body) {
-  if (ServeFast(conn, m, query, body)) return;
-  const pb::Message* prototype =
-      pb::MessageFactory::generated_factory()->GetPrototype(
-          m.rpc->input_type());
-  std::unique_ptr<pb::Message> request(prototype->New());
-  if (grpc::Status s = BuildRequest(m, query, body, request.get()); !s.ok()) {
-    SendError(conn, s);
-    return;
+void HttpDoor::ServeUnary(const Call& call, const Match& m) {
+  if (ServeFast(call, m)) return;
+  auto* factory = pb::MessageFactory::generated_factory();
+  struct State {
+    grpc::ClientContext ctx;
+    std::unique_ptr<pb::Message> request, response;
+  };
+  auto st = std::make_shared<State>();
+  st->request.reset(factory->GetPrototype(m.rpc->input_type())->New());
+  if (grpc::Status s =
+          BuildRequest(m, call.ex->query(), call.ex->body(), st->request.get());
+      !s.ok()) {
+    return SendError(call, s);
   }
-  grpc::ClientContext ctx;
-  PrepareCall(conn, &ctx);
-  std::unique_ptr<pb::Message> response(pb::MessageFactory::generated_factory()
-                                            ->GetPrototype(m.rpc->output_type())
-                                            ->New());
-  // gRPC's blocking call, as generated sync stubs make it: the call runs on
-  // this thread's own completion queue, with no hand-over to gRPC's threads
-  // and back.
-  const grpc::Status s =
-      grpc::internal::BlockingUnaryCall<pb::Message, pb::Message>(
-          channel_.get(), *methods_.at(m.rpc).rpc, &ctx, *request,
-          response.get());
-  if (!s.ok()) {
-    SendError(conn, s);
-    return;
-  }
-  Send(conn, 200, ToJson(*response));
+  st->response.reset(factory->GetPrototype(m.rpc->output_type())->New());
+  const auto id = Begin(call, &st->ctx);
+  if (!id) return;
+  grpc::internal::CallbackUnaryCall<pb::Message, pb::Message>(
+      channel_.get(), *methods_.at(m.rpc).rpc, &st->ctx, st->request.get(),
+      st->response.get(), [this, st, call, id = *id](grpc::Status s) {
+        in_flight_.Done(id);
+        if (!s.ok()) return SendError(call, s);
+        Send(call, 200, ToJson(*st->response));
+      });
 }
 
 }  // namespace delayd::http

@@ -1,12 +1,11 @@
 #include "server/http/http_events.h"
 
-#include <civetweb.h>
+#include <grpcpp/alarm.h>
 
-#include <atomic>
-#include <condition_variable>
-#include <mutex>
+#include <memory>
 
-#include "server/http/respond.h"
+#include "server/common/mutex.h"
+#include "server/http/subscribe_call.h"
 #include "server/http/transcode.h"
 
 namespace delayd::http {
@@ -14,111 +13,10 @@ namespace {
 
 using std::chrono::milliseconds;
 using std::chrono::seconds;
-using Clock = std::chrono::steady_clock;
+using SystemClock = std::chrono::system_clock;
 
 grpc::Status Invalid(std::string message) {
   return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, std::move(message));
-}
-
-// A Subscribe call read one message at a time by a thread that waits for
-// each with a deadline. The reactor's callbacks (gRPC's threads) only hand
-// over under mu_. A hold keeps the call from completing (OnDone) between
-// a read's end and the next StartRead; it is let go once no read is to
-// follow.
-class Stream : public grpc::ClientReadReactor<v1::SubscribeResponse> {
- public:
-  enum Got { kMessage, kEnded, kTimedOut };
-
-  Stream(const EventCall& call, const v1::SubscribeRequest& req) {
-    if (call.authorization != nullptr) {
-      ctx_.AddMetadata("authorization", call.authorization);
-    }
-    call.stub->async()->Subscribe(&ctx_, &req, this);
-    AddHold();
-    StartRead(&msg_);
-    StartCall();
-  }
-  // Cancels the call if it is still on, and waits for its end.
-  ~Stream() override {
-    ctx_.TryCancel();
-    LetGo();
-    std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return done_; });
-  }
-
-  // The next message into *out (and the next read started), or the end,
-  // or nothing by `deadline`.
-  Got Next(Clock::time_point deadline, v1::SubscribeResponse* out) {
-    std::unique_lock lock(mu_);
-    if (!cv_.wait_until(lock, deadline, [&] { return has_ || ended_; })) {
-      return kTimedOut;
-    }
-    if (!has_) return kEnded;
-    out->Swap(&msg_);
-    has_ = false;
-    lock.unlock();
-    StartRead(&msg_);
-    return kMessage;
-  }
-  // Cancels the call and adds the events of every message that still
-  // arrives, until it ends, to *out: events handed to the stream are this
-  // client's, and what its server never wrote goes back to the others (the
-  // dispatcher takes back a keep-leases stream's unwritten events).
-  void CancelAndDrain(v1::PullResponse* out) {
-    ctx_.TryCancel();
-    v1::SubscribeResponse msg;
-    while (Next(Clock::now() + seconds(60), &msg) == kMessage) {
-      for (v1::Event& e : *msg.mutable_events()) {
-        *out->add_events() = std::move(e);
-      }
-    }
-  }
-  // After kEnded: why (waits for it).
-  grpc::Status status() {
-    LetGo();
-    std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return done_; });
-    return status_;
-  }
-
- private:
-  void LetGo() {
-    if (!let_go_.exchange(true)) RemoveHold();
-  }
-  void OnReadDone(bool ok) override {
-    std::lock_guard lock(mu_);
-    (ok ? has_ : ended_) = true;
-    cv_.notify_all();
-  }
-  void OnDone(const grpc::Status& s) override {
-    std::lock_guard lock(mu_);
-    status_ = s;
-    ended_ = done_ = true;
-    cv_.notify_all();
-  }
-
-  grpc::ClientContext ctx_;
-  v1::SubscribeResponse msg_;  // read into while !has_
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool has_ = false;
-  bool ended_ = false;
-  bool done_ = false;
-  std::atomic<bool> let_go_{false};
-  grpc::Status status_;
-};
-
-// Reads the registration message; false (the error sent) if the call ended
-// instead.
-bool Registered(mg_connection* conn, Stream& stream) {
-  v1::SubscribeResponse msg;
-  if (stream.Next(Clock::now() + seconds(30), &msg) == Stream::kMessage) {
-    return true;
-  }
-  grpc::Status s = stream.status();
-  if (s.ok()) s = grpc::Status(grpc::StatusCode::UNAVAILABLE, "no stream");
-  SendError(conn, s);
-  return false;
 }
 
 std::string ReasonName(v1::Reason r) {
@@ -132,10 +30,231 @@ std::string ReasonName(v1::Reason r) {
   }
 }
 
-bool Write(mg_connection* conn, const std::string& text) {
-  return mg_write(conn, text.data(), text.size()) ==
-         static_cast<int>(text.size());
-}
+// A pull's stream and what it got. The stream's deadline is the pull's
+// wait: when it passes, what came is the answer. Locking: mu_ guards the
+// phase and the answer; the stream's callbacks run one at a time.
+class Pull {
+ public:
+  Pull(Call call, EventCall events)
+      : call_(std::move(call)), events_(std::move(events)) {}
+
+  static void Start(std::shared_ptr<Pull> pull, const v1::SubscribeRequest& req,
+                    SystemClock::time_point deadline) {
+    pull->stream_ = SubscribeCall::Make(
+        pull->events_.authorization, req, deadline,
+        [pull](v1::SubscribeResponse& msg) { pull->OnMessage(msg); },
+        [pull](const grpc::Status& s) { pull->OnEnd(s); });
+    pull->events_.set_cancel(
+        [weak = std::weak_ptr<SubscribeCall>(pull->stream_)] {
+          if (auto stream = weak.lock()) stream->Cancel();
+        });
+    pull->stream_->Begin(pull->events_.stub);
+  }
+
+ private:
+  void OnMessage(v1::SubscribeResponse& msg) EXCLUDES(mu_) {
+    bool cancel = false;
+    {
+      MutexLock lock(&mu_);
+      if (!registered_) {
+        registered_ = true;  // The registration message.
+      } else {
+        for (v1::Event& e : *msg.mutable_events()) {
+          *out_.add_events() = std::move(e);
+        }
+        // The first message with events answers; an empty one does not.
+        cancel = out_.events_size() > 0 && !cancelled_;
+        cancelled_ = cancelled_ || cancel;
+      }
+    }
+    // Cancelled, the stream is read to its end: events handed to it are
+    // this client's, and what its server never wrote goes back to the
+    // others (the dispatcher takes back a keep-leases stream's unwritten
+    // events).
+    if (cancel) stream_->Cancel();
+    stream_->Next();
+  }
+
+  void OnEnd(const grpc::Status& s) EXCLUDES(mu_) {
+    v1::PullResponse out;
+    bool registered;
+    {
+      MutexLock lock(&mu_);
+      out.Swap(&out_);
+      registered = registered_;
+    }
+    const bool answered = s.ok() ||
+                          s.error_code() == grpc::StatusCode::CANCELLED ||
+                          s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+    if (!registered) {
+      SendError(call_, answered ? grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                               "no stream")
+                                : s);
+    } else if (!answered) {
+      SendError(call_, s);
+    } else {
+      Send(call_, 200, ToJson(out));
+    }
+    stream_.reset();
+    if (events_.done) events_.done();
+  }
+
+  const Call call_;
+  const EventCall events_;
+  std::shared_ptr<SubscribeCall> stream_;
+  Mutex mu_;
+  bool registered_ GUARDED_BY(mu_) = false;
+  bool cancelled_ GUARDED_BY(mu_) = false;
+  v1::PullResponse out_ GUARDED_BY(mu_);
+};
+
+// A watch's stream relayed to its client. The next message is read once
+// the last one is written; a comment line goes out every 5 s that nothing
+// else does. Locking: mu_ guards what is being written and what waits.
+class Watch : public std::enable_shared_from_this<Watch> {
+ public:
+  Watch(Call call, EventCall events)
+      : call_(std::move(call)), events_(std::move(events)) {}
+
+  void Start(const v1::SubscribeRequest& req) {
+    ns_ = req.namespace_();
+    auto self = shared_from_this();
+    stream_ = SubscribeCall::Make(
+        events_.authorization, req, {},
+        [self](v1::SubscribeResponse& msg) { self->OnMessage(msg); },
+        [self](const grpc::Status& s) { self->OnEnd(s); });
+    events_.set_cancel([weak = std::weak_ptr<SubscribeCall>(stream_)] {
+      if (auto stream = weak.lock()) stream->Cancel();
+    });
+    stream_->Begin(events_.stub);
+  }
+
+ private:
+  void OnMessage(v1::SubscribeResponse& msg) EXCLUDES(mu_) {
+    bool first;
+    {
+      MutexLock lock(&mu_);
+      first = !registered_;
+      registered_ = true;
+    }
+    if (first) {
+      {
+        MutexLock lock(&mu_);
+        writing_ = true;
+        waiting_ = ": watching " + ns_ + "\n\n";
+        read_after_ = true;
+      }
+      auto self = shared_from_this();
+      call_.ex->StartStream(
+          "Content-Type: text/event-stream\r\nCache-Control: no-store\r\n" +
+              CorsLines(call_),
+          [self](bool ok) { self->Written(ok); });
+      KeepAlive();
+      return;
+    }
+    std::string text;
+    for (const v1::Event& e : msg.events()) {
+      text += "id: " + std::to_string(e.id()) +
+              "\nevent: " + ReasonName(e.reason()) + "\ndata: " + ToJson(e) +
+              "\n\n";
+    }
+    Out(std::move(text), /*read_after=*/true);
+  }
+
+  // Writes `text` now, or after what is being written.
+  void Out(std::string text, bool read_after) EXCLUDES(mu_) {
+    {
+      MutexLock lock(&mu_);
+      if (ended_) return;
+      read_after_ = read_after_ || read_after;
+      if (writing_) {
+        waiting_ += text;
+        return;
+      }
+      writing_ = true;
+    }
+    auto self = shared_from_this();
+    call_.ex->Write(std::move(text), [self](bool ok) { self->Written(ok); });
+  }
+
+  // What was written left (or the client is gone): what waits goes next,
+  // then the stream's next message is read.
+  void Written(bool ok) EXCLUDES(mu_) {
+    std::string next;
+    bool read = false;
+    {
+      MutexLock lock(&mu_);
+      if (!ok) {
+        ended_ = true;
+      } else if (!waiting_.empty()) {
+        next.swap(waiting_);
+      } else {
+        writing_ = false;
+        read = std::exchange(read_after_, false);
+      }
+    }
+    if (!ok) {
+      stream_->Cancel();
+      return;
+    }
+    if (!next.empty()) {
+      auto self = shared_from_this();
+      call_.ex->Write(std::move(next), [self](bool ok) { self->Written(ok); });
+      return;
+    }
+    if (read) stream_->Next();
+  }
+
+  void KeepAlive() {
+    auto self = shared_from_this();
+    alarm_.Set(SystemClock::now() + seconds(5), [self](bool fired) {
+      if (!fired) return;  // Cancelled: the watch ended.
+      bool quiet;
+      {
+        MutexLock lock(&self->mu_);
+        quiet = !self->writing_ && !self->ended_;
+      }
+      if (quiet) self->Out(": keep-alive\n\n", /*read_after=*/false);
+      self->KeepAlive();
+    });
+  }
+
+  void OnEnd(const grpc::Status& s) EXCLUDES(mu_) {
+    bool registered, ended;
+    {
+      MutexLock lock(&mu_);
+      registered = registered_;
+      ended = std::exchange(ended_, true);
+    }
+    alarm_.Cancel();
+    if (!registered) {
+      SendError(call_, s.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                             "no stream")
+                              : s);
+    } else if (!ended) {
+      // The daemon ended it: said, then the connection closes.
+      auto self = shared_from_this();
+      const std::string end = "event: end\ndata: " + ErrorBody(s) + "\n\n";
+      call_.ex->Write(end, [self](bool) { self->call_.ex->Finish(); });
+    } else {
+      call_.ex->Finish();
+    }
+    if (events_.done) events_.done();
+    stream_.reset();
+  }
+
+  const Call call_;
+  const EventCall events_;
+  std::string ns_;
+  std::shared_ptr<SubscribeCall> stream_;
+  grpc::Alarm alarm_;
+  Mutex mu_;
+  bool registered_ GUARDED_BY(mu_) = false;
+  bool writing_ GUARDED_BY(mu_) = false;
+  bool read_after_ GUARDED_BY(mu_) = false;
+  bool ended_ GUARDED_BY(mu_) = false;
+  std::string waiting_ GUARDED_BY(mu_);
+};
 
 }  // namespace
 
@@ -143,24 +262,25 @@ bool IsWatch(std::string_view query) {
   return query == "watch=1" || query == "watch=true";
 }
 
-void ServePull(mg_connection* conn, const Match& m, std::string_view body,
-               const EventCall& call) {
+void ServePull(const Call& call, const Match& m, std::string_view body,
+               EventCall events) {
+  auto refuse = [&](const grpc::Status& s) {
+    SendError(call, s);
+    if (events.done) events.done();
+  };
   v1::PullRequest pull;
   if (grpc::Status s = BuildRequest(m, "", body, &pull); !s.ok()) {
-    SendError(conn, s);
-    return;
+    return refuse(s);
   }
   if (pull.max_events() > 1000) {
-    SendError(conn, Invalid("max_events: at most 1000"));
-    return;
+    return refuse(Invalid("max_events: at most 1000"));
   }
   const auto wait = pull.has_wait()
                         ? seconds(pull.wait().seconds()) +
                               milliseconds(pull.wait().nanos() / 1'000'000)
                         : milliseconds(0);
   if (wait < milliseconds(0) || wait > seconds(60)) {
-    SendError(conn, Invalid("wait: from 0s to 60s"));
-    return;
+    return refuse(Invalid("wait: from 0s to 60s"));
   }
   v1::SubscribeRequest req;
   req.set_namespace_(pull.namespace_());
@@ -170,31 +290,17 @@ void ServePull(mg_connection* conn, const Match& m, std::string_view body,
   req.set_max_events(n);
   req.set_keep_leases(true);
   if (pull.has_ack_timeout()) *req.mutable_ack_timeout() = pull.ack_timeout();
-  const auto deadline =
-      Clock::now() + (wait.count() == 0 ? milliseconds(seconds(10)) : wait);
-  Stream stream(call, req);
-  if (!Registered(conn, stream)) return;
-  v1::SubscribeResponse msg;
-  v1::PullResponse out;
-  // The first message with events answers; an empty one (none) does not.
-  while (out.events_size() == 0) {
-    const Stream::Got got = stream.Next(deadline, &msg);
-    if (got == Stream::kTimedOut) break;
-    if (got == Stream::kEnded) {
-      SendError(conn, stream.status());
-      return;
-    }
-    out.mutable_events()->Swap(msg.mutable_events());
-  }
-  stream.CancelAndDrain(&out);
-  Send(conn, 200, ToJson(out));
+  const auto deadline = SystemClock::now() +
+                        (wait.count() == 0 ? milliseconds(seconds(10)) : wait);
+  Pull::Start(std::make_shared<Pull>(call, std::move(events)), req, deadline);
 }
 
-void ServeWatch(mg_connection* conn, const Match& m, std::string_view query,
-                const EventCall& call) {
+void ServeWatch(const Call& call, const Match& m, std::string_view query,
+                EventCall events) {
   if (!IsWatch(query)) {
-    SendError(conn, Invalid("GET .../events takes watch=1 (a watcher); a "
+    SendError(call, Invalid("GET .../events takes watch=1 (a watcher); a "
                             "worker pulls with POST .../events:pull"));
+    if (events.done) events.done();
     return;
   }
   v1::SubscribeRequest req;
@@ -202,34 +308,7 @@ void ServeWatch(mg_connection* conn, const Match& m, std::string_view query,
     if (field == "namespace") req.set_namespace_(value);
   }
   req.set_mode(v1::SubscribeRequest::WATCHER);
-  Stream stream(call, req);
-  if (!Registered(conn, stream)) return;
-  mg_response_header_start(conn, 200);
-  AddCorsHeaders(conn);
-  mg_response_header_add(conn, "Content-Type", "text/event-stream", -1);
-  mg_response_header_add(conn, "Cache-Control", "no-store", -1);
-  mg_response_header_add(conn, "Connection", "close", -1);
-  mg_response_header_send(conn);
-  if (!Write(conn, ": watching " + req.namespace_() + "\n\n")) return;
-  v1::SubscribeResponse msg;
-  for (;;) {
-    const Stream::Got got = stream.Next(Clock::now() + seconds(5), &msg);
-    if (got == Stream::kTimedOut) {
-      if (!Write(conn, ": keep-alive\n\n")) return;
-      continue;
-    }
-    if (got == Stream::kEnded) {
-      Write(conn, "event: end\ndata: " + ErrorBody(stream.status()) + "\n\n");
-      return;
-    }
-    std::string text;
-    for (const v1::Event& e : msg.events()) {
-      text += "id: " + std::to_string(e.id()) +
-              "\nevent: " + ReasonName(e.reason()) + "\ndata: " + ToJson(e) +
-              "\n\n";
-    }
-    if (!Write(conn, text)) return;
-  }
+  std::make_shared<Watch>(call, std::move(events))->Start(req);
 }
 
 }  // namespace delayd::http

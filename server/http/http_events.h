@@ -1,5 +1,5 @@
 // Events over HTTP, both over the service's Subscribe through the door's
-// channel:
+// channel, without a thread waiting on either:
 //   - a pull (POST .../events:pull, PullRequest): a worker stream that keeps
 //     its leases and takes at most max_events, read until its first events
 //     arrive or the wait ends, then cancelled and read to its end: the
@@ -18,28 +18,32 @@
 #ifndef DELAYD_SERVER_HTTP_HTTP_EVENTS_H_
 #define DELAYD_SERVER_HTTP_HTTP_EVENTS_H_
 
-#include <chrono>
+#include <functional>
 #include <string_view>
 
 #include "delayd/v1/delayd.grpc.pb.h"
+#include "server/http/respond.h"
 #include "server/http/routes.h"
-
-struct mg_connection;
 
 namespace delayd::http {
 
 struct EventCall {
   v1::Delayd::Stub* stub;
-  const char* authorization;  // or null
+  std::string authorization;  // empty: none
+  // Told how to end the call early (the door stopping).
+  std::function<void(std::function<void()> cancel)> set_cancel;
+  // Runs once the exchange is answered (or its stream ended): the door's
+  // count of calls under way.
+  std::function<void()> done;
 };
 
-void ServePull(mg_connection* conn, const Match& m, std::string_view body,
-               const EventCall& call);
+void ServePull(const Call& call, const Match& m, std::string_view body,
+               EventCall events);
 // Whether a GET .../events asks for a watch (workers pull instead).
 bool IsWatch(std::string_view query);
 // A watch; or 400 if `query` does not ask for one.
-void ServeWatch(mg_connection* conn, const Match& m, std::string_view query,
-                const EventCall& call);
+void ServeWatch(const Call& call, const Match& m, std::string_view query,
+                EventCall events);
 
 }  // namespace delayd::http
 

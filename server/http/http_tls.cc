@@ -1,21 +1,13 @@
 #include "server/http/http_tls.h"
 
-#include <dlfcn.h>
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
-#include <mutex>
-
-#include "server/http/console_assets.h"
+#include <boost/asio/ssl/context.hpp>
 
 namespace delayd::http {
-
-// The stand-ins for "libssl.so" and "libcrypto.so" (tls_compat/), as built.
-std::span<const Asset> TlsCompatObjects();
 
 struct HttpTls::Identity {
   X509* leaf = nullptr;
@@ -51,52 +43,19 @@ STACK_OF(X509) * Certificates(const std::string& pem) {
   return out;
 }
 
-// civetweb 1.15 (Debian 12's) loads OpenSSL itself, with
-// dlopen("libssl.so") and dlopen("libcrypto.so"), and looks up each function
-// it uses by its OpenSSL 1.1 name. On OpenSSL 3 that fails twice: those
-// unversioned names are only in the -dev package (not in a runtime image),
-// and SSL_get_peer_certificate is no longer a function, so civetweb's table
-// holds a null that it calls on the first handshake (a crash; civetweb
-// issue #1334 reports the same name missing in 1.16). So, once, before
-// civetweb's dlopen: load two small objects whose SONAMEs are those names,
-// from memory (memfd). glibc's dlopen answers a name that matches an
-// object already loaded with that object, and a lookup in it searches the
-// OpenSSL 3 libraries it needs.
-grpc::Status LoadCompatObjects() {
-  static std::once_flag once;
-  static std::string error;
-  std::call_once(once, [] {
-    for (const Asset& a : TlsCompatObjects()) {
-      const std::string name(a.path);
-      // The descriptor stays open for the life of the process: glibc knows
-      // a loaded object by its path, and a closed descriptor's number (so
-      // its /proc path) would be reused by the next object.
-      const int fd = memfd_create(name.c_str(), MFD_CLOEXEC);
-      if (fd < 0 || write(fd, a.body.data(), a.body.size()) !=
-                        static_cast<ssize_t>(a.body.size())) {
-        error = "cannot write " + name + " to memory";
-        return;
-      }
-      const std::string path = "/proc/self/fd/" + std::to_string(fd);
-      if (dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL) == nullptr) {
-        error = "cannot load " + name + ": " + dlerror();
-        return;
-      }
-    }
-  });
-  if (error.empty()) return grpc::Status::OK;
-  return grpc::Status(grpc::StatusCode::INTERNAL, "HTTP TLS: " + error);
-}
-
 }  // namespace
 
 grpc::Status HttpTls::Create(const TlsPem& pem, std::unique_ptr<HttpTls>* out) {
-  if (grpc::Status s = LoadCompatObjects(); !s.ok()) return s;
   std::unique_ptr<HttpTls> tls(new HttpTls(!pem.client_ca.empty()));
   if (grpc::Status s = tls->Set(pem); !s.ok()) return s;
+  tls->context_ = std::make_unique<boost::asio::ssl::context>(
+      boost::asio::ssl::context::tls_server);
+  tls->Install(tls->context_->native_handle());
   *out = std::move(tls);
   return grpc::Status::OK;
 }
+
+HttpTls::HttpTls(bool mutual) : mutual_(mutual) {}
 
 HttpTls::~HttpTls() = default;
 
@@ -123,15 +82,13 @@ grpc::Status HttpTls::Set(const TlsPem& pem) {
   return grpc::Status::OK;
 }
 
-int HttpTls::Install(void* ssl_ctx) {
-  SSL_CTX* ctx = static_cast<SSL_CTX*>(ssl_ctx);
+void HttpTls::Install(SSL_CTX* ctx) {
   SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
   SSL_CTX_set_cert_cb(ctx, &HttpTls::OnHandshake, this);
   if (mutual_) {
     SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT,
                        nullptr);
   }
-  return 1;
 }
 
 int HttpTls::OnHandshake(SSL* ssl, void* self) {

@@ -1,12 +1,12 @@
 // TLS for the HTTP door, with the certificates of the gRPC port.
 //
-// civetweb makes the OpenSSL context; its init_ssl callback
-// it up (Install): TLS 1.2 at least, a client certificate required when a
-// client CA is given, and a certificate callback that hands each new handshake
-// the identity in use. Set() replaces that identity (SIGHUP): handshakes after
-// it get the new one, connections already open keep their session. The PEM
-// text comes validated from the gRPC port's TlsCertificates (a key that
-// matches its certificate), so both ports always serve the same set.
+// One OpenSSL context for every connection (context()): TLS 1.2 at least, a
+// client certificate required when a client CA is given, and a certificate
+// callback that hands each new handshake the identity in use. Set() replaces
+// that identity (SIGHUP): handshakes after it get the new one, connections
+// already open keep their session. The PEM text comes validated from the gRPC
+// port's TlsCertificates (a key that matches its certificate), so both ports
+// always serve the same set.
 //
 // Thread safety: Set() and the callbacks may run on any threads at once;
 // the identity is swapped under a mutex.
@@ -20,7 +20,12 @@
 
 #include "server/common/mutex.h"
 
-struct ssl_st;  // OpenSSL's SSL
+struct ssl_st;      // OpenSSL's SSL
+struct ssl_ctx_st;  // OpenSSL's SSL_CTX
+
+namespace boost::asio::ssl {
+class context;
+}
 
 namespace delayd::http {
 
@@ -38,17 +43,17 @@ class HttpTls {
 
   grpc::Status Set(const TlsPem& pem);
   bool mutual() const { return mutual_; }
-
-  // Sets up the OpenSSL context civetweb made (its init_ssl callback):
-  // returns 1, telling civetweb the certificate is taken care of.
-  int Install(void* ssl_ctx);
+  // What every connection's handshake uses.
+  boost::asio::ssl::context& context() { return *context_; }
 
  private:
   struct Identity;
-  explicit HttpTls(bool mutual) : mutual_(mutual) {}
+  explicit HttpTls(bool mutual);
+  void Install(ssl_ctx_st* ctx);
   static int OnHandshake(ssl_st* ssl, void* self);
 
   const bool mutual_;
+  std::unique_ptr<boost::asio::ssl::context> context_;
   Mutex mutex_;
   std::shared_ptr<const Identity> identity_ GUARDED_BY(mutex_);
 };

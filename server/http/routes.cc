@@ -1,5 +1,7 @@
 #include "server/http/routes.h"
 
+#include <simdjson.h>
+
 #include "delayd/v1/delayd.pb.h"
 
 namespace delayd::http {
@@ -118,6 +120,32 @@ bool MatchSegments(std::span<const std::string_view> t,
          MatchSegments(t.subspan(1), p.subspan(1), m);
 }
 
+// `s` with each %XX turned into its byte; false if a % is not followed by
+// two hex digits.
+bool PercentDecode(std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '%') {
+      out += s[i];
+      continue;
+    }
+    auto hex = [](char c) {
+      return c >= '0' && c <= '9'   ? c - '0'
+             : c >= 'a' && c <= 'f' ? c - 'a' + 10
+             : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                    : -1;
+    };
+    if (i + 2 >= s.size()) return false;
+    const int hi = hex(s[i + 1]), lo = hex(s[i + 2]);
+    if (hi < 0 || lo < 0) return false;
+    out += static_cast<char>(hi * 16 + lo);
+    i += 2;
+  }
+  s = std::move(out);
+  return true;
+}
+
 bool MatchPath(const Route& r, std::string_view path, Match* m) {
   std::string_view tmpl = r.path;
   // A trailing `:verb` is matched at the path's end first.
@@ -132,7 +160,16 @@ bool MatchPath(const Route& r, std::string_view path, Match* m) {
   const std::vector<std::string_view> t = Split(tmpl);
   const std::vector<std::string_view> p = Split(path);
   m->bindings.clear();
-  return MatchSegments(t, p, m);
+  if (!MatchSegments(t, p, m)) return false;
+  // Matched as sent (a %2F in a key is no separator), then decoded: to
+  // UTF-8, as every string field of a request is.
+  for (auto& [field, value] : m->bindings) {
+    if (!PercentDecode(value) ||
+        !simdjson::validate_utf8(value.data(), value.size())) {
+      m->bad_encoding = field;
+    }
+  }
+  return true;
 }
 
 }  // namespace
@@ -146,16 +183,22 @@ const google::protobuf::ServiceDescriptor* DelaydService() {
 }
 
 std::optional<Match> MatchRoute(std::string_view method, std::string_view path,
-                                bool* path_known) {
-  *path_known = false;
+                                std::string* allow) {
+  allow->clear();
   for (const Route& r : Table()) {
     Match m;
     if (!MatchPath(r, path, &m)) continue;
-    *path_known = true;
-    if (method != r.method) continue;
-    m.route = &r;
-    m.rpc = DelaydService()->FindMethodByName(r.rpc);
-    return m;
+    if (method == r.method) {
+      m.route = &r;
+      m.rpc = DelaydService()->FindMethodByName(r.rpc);
+      allow->clear();
+      return m;
+    }
+    if (("," + *allow + ",").find(std::string(",") + r.method + ",") ==
+        std::string::npos) {
+      if (!allow->empty()) *allow += ", ";
+      *allow += r.method;
+    }
   }
   return std::nullopt;
 }

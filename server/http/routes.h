@@ -7,7 +7,8 @@
 // match; `{key}` is always last and takes the rest of the path. A template
 // may end in `:verb` (AIP-136 custom methods), matched against the end of
 // the path first, so a key or namespace may itself contain `:`. Paths are
-// matched after percent-decoding.
+// matched as sent, and each variable's value is then percent-decoded (so a
+// key may hold "%2F", a slash, or any byte).
 #ifndef DELAYD_SERVER_HTTP_ROUTES_H_
 #define DELAYD_SERVER_HTTP_ROUTES_H_
 
@@ -45,15 +46,18 @@ const google::protobuf::ServiceDescriptor* DelaydService();
 struct Match {
   const Route* route = nullptr;
   const google::protobuf::MethodDescriptor* rpc = nullptr;
-  // Path variables: (field name, decoded value).
+  // Path variables: (field name, percent-decoded value).
   std::vector<std::pair<std::string, std::string>> bindings;
+  // The variable whose value is not valid percent-encoding of UTF-8 (empty:
+  // none): the request is refused.
+  std::string bad_encoding;
 };
 
 // The route for `method` and `path` (without the query string). If none
-// matches, nullopt; *path_known then says whether the path matched a
-// template under another method (405 rather than 404).
+// matches, nullopt; *allow then lists the methods of the templates the path
+// matched ("GET, PUT, DELETE": a 405 names them), or is empty (a 404).
 std::optional<Match> MatchRoute(std::string_view method, std::string_view path,
-                                bool* path_known);
+                                std::string* allow);
 
 }  // namespace delayd::http
 

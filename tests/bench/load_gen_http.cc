@@ -296,7 +296,7 @@ void Http(const std::string& binary, std::chrono::milliseconds dur) {
       binary,
       // Room for every timer the rounds set: a refused set costs the
       // daemon less than a kept one and would flatter the figure.
-      {"--in-memory", "--http-listen", "127.0.0.1:0", "--http-threads", "80",
+      {"--in-memory", "--http-listen", "127.0.0.1:0",
        "--max-pending-timers", "200000000"});
   const int port = HttpPort(d);
   if (!d.ok() || port == 0) {

@@ -89,6 +89,42 @@ inline HttpResponse HttpRequest(int port, const std::string& method,
   return r;
 }
 
+// A request on a kept-alive connection `fd`, and its one response, read
+// to the end of its body (Content-Length); status 0 if the connection
+// ended first.
+inline HttpResponse HttpRequestOn(int fd, const std::string& method,
+                                  const std::string& target,
+                                  const std::string& body = "") {
+  std::string req = method + " " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\n";
+  if (!body.empty() || method == "POST" || method == "PUT") {
+    req += "Content-Length: " + std::to_string(body.size()) + "\r\n";
+  }
+  HttpResponse r;
+  if (!SendAll(fd, req + "\r\n" + body)) return r;
+  std::string all;
+  char buf[8192];
+  std::size_t end = std::string::npos, length = 0;
+  for (;;) {
+    if (end == std::string::npos) {
+      end = all.find("\r\n\r\n");
+      if (end != std::string::npos) {
+        const std::size_t at = all.find("Content-Length: ");
+        if (at != std::string::npos && at < end) {
+          length = std::stoul(all.substr(at + 16));
+        }
+      }
+    }
+    if (end != std::string::npos && all.size() >= end + 4 + length) break;
+    const ssize_t n = recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) return r;
+    all.append(buf, static_cast<std::size_t>(n));
+  }
+  r.status = std::stoi(all.substr(9, 3));
+  r.head = all.substr(0, end);
+  r.body = all.substr(end + 4, length);
+  return r;
+}
+
 }  // namespace delayd::testing
 
 #endif  // DELAYD_TESTS_COMMON_HTTP_CLIENT_H_

@@ -139,6 +139,30 @@ async function run(page) {
   check((await page.locator('#timers tbody').textContent()).includes('"order":11'), 'payloads are previewed');
   await shot('timers');
 
+  // Paging: Next and Previous go a page at a time (none of them a search).
+  const pageShown = (n) => until(async () =>
+    (await page.getAttribute('#page-info', 'data-page')) === String(n) &&
+    !(await page.locator('#next').isDisabled() && await page.locator('#prev').isDisabled()), `page ${n}`);
+  const keysShown = () => page.locator('#timers tbody tr td:first-child').allTextContents();
+  await page.fill('#prefix', '');
+  await page.click('text=Search');
+  await pageShown(1);
+  const p1 = await keysShown();
+  await page.click('#next');
+  await pageShown(2);
+  const p2 = await keysShown();
+  check(p1.length === 50 && p2.length === 50 && !p2.some((k) => p1.includes(k)),
+    'Next shows the second page: 50 other timers');
+  await page.click('#next');
+  await until(async () => (await page.getAttribute('#page-info', 'data-page')) === '3', 'page 3');
+  const p3 = await keysShown();
+  check(p3.length === 20 && !p3.some((k) => p1.includes(k) || p2.includes(k)),
+    'the third page holds the last 20');
+  check(await page.locator('#next').isDisabled(), 'no page after the last');
+  await page.click('#prev');
+  await pageShown(2);
+  check(JSON.stringify(await keysShown()) === JSON.stringify(p2), 'Previous goes back to page 2');
+
   // Live events: a timer set now shows up on the page.
   await page.click('text=Live events');
   await page.locator('#watch-status:text("watching")').waitFor({timeout: TIMEOUT});
@@ -152,6 +176,14 @@ async function run(page) {
   await page.locator('#dead tbody tr[data-id]').first().waitFor({timeout: TIMEOUT});
   check((await page.locator('#dead tbody tr[data-id]').count()) === 3, 'three dead letters are listed');
   check((await page.locator('#dead tbody').textContent()).includes('card declined'), 'with their last error');
+  // Every column header has a name (the first: a select-all box).
+  const unnamed = await page.locator('#dead thead th').evaluateAll((ths) =>
+    ths.filter((th) => !th.textContent.trim() &&
+      !th.querySelector('[aria-label]')).length);
+  check(unnamed === 0, 'no empty column header');
+  await page.check('#select-all');
+  check((await page.locator('#dead tbody input:checked').count()) === 3, 'select-all selects every letter');
+  await page.uncheck('#select-all');
   await shot('dead-letters');
   const ids = await page.locator('#dead tbody tr[data-id]').evaluateAll((rows) => rows.map((r) => r.dataset.id));
   await page.check(`#dead tr[data-id="${ids[0]}"] input`);
@@ -183,10 +215,21 @@ async function run(page) {
   check(await page.inputValue('#p-maxAttempts') === '1', 'the form shows the policy in force');
   await page.fill('#p-maxDispatchRate', '1e9');
   await page.click('text=Save policy');
-  await page.locator('#policy-error').waitFor({timeout: TIMEOUT});
-  const error = await page.locator('#policy-error').textContent();
+  // The error shows right below the field it is about, which is marked,
+  // described by it, and focused.
+  await page.locator('#e-maxDispatchRate:not([hidden])').waitFor({timeout: TIMEOUT});
+  const error = await page.locator('#e-maxDispatchRate').textContent();
   check(error.includes('max_dispatch_rate'), `a bad rate is refused: "${error}"`);
   check(await page.getAttribute('#p-maxDispatchRate', 'aria-invalid') === 'true', 'the field is marked');
+  check((await page.getAttribute('#p-maxDispatchRate', 'aria-describedby')).includes('e-maxDispatchRate'),
+    'the field is described by its error');
+  check(await page.evaluate(() => document.activeElement.id) === 'p-maxDispatchRate', 'the field has focus');
+  const gap = await page.evaluate(() => {
+    const a = document.getElementById('p-maxDispatchRate').getBoundingClientRect();
+    const b = document.getElementById('e-maxDispatchRate').getBoundingClientRect();
+    return b.top - a.bottom;
+  });
+  check(gap >= -1 && gap < 40, `the error is just below the field (${gap.toFixed(0)} px)`);
   check((await api('GET', '/v1/namespaces/jobs/policy')).maxDispatchRate === 0, 'the policy is unchanged');
   await shot('policy-error');
   await page.fill('#p-maxDispatchRate', '50');
@@ -227,6 +270,16 @@ async function run(page) {
   // Keyboard: Tab reaches a namespace's link and Enter opens it.
   await page.goto(`${base}/#/`);
   await row('orders').waitFor({timeout: TIMEOUT});
+  // Focus stays on a link through the refreshes (every 2 s).
+  await page.focus('#namespaces a:text-is("mail")');
+  const updates = async () => page.locator('#live').textContent();
+  for (let i = 0; i < 2; i++) {
+    const before = await updates();
+    await until(async () => (await updates()) !== before, 'a refresh');
+  }
+  check(await page.evaluate(() => document.activeElement.textContent === 'mail' &&
+    !!document.activeElement.closest('#namespaces')), 'focus stays on a namespace through two refreshes');
+  await page.evaluate(() => document.activeElement.blur());
   let presses = 0;
   while (presses++ < 60 &&
          await page.evaluate(() => document.activeElement.textContent) !== 'orders') {

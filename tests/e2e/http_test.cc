@@ -3,6 +3,8 @@
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <simdjson.h>
 
 #include <fstream>
 #include <set>
@@ -546,7 +548,7 @@ bool ReadUntil(int fd, const std::string& text, std::string* got) {
 }
 
 TEST_F(HttpTest, AWatchRelaysEventsAsServerSentEvents) {
-  Start({"--http-threads", "2"});
+  Start({"--http-max-watches", "1"});
   const int fd = testing::HttpConnect(port_);
   ASSERT_GE(fd, 0);
   ASSERT_TRUE(testing::SendAll(
@@ -554,7 +556,7 @@ TEST_F(HttpTest, AWatchRelaysEventsAsServerSentEvents) {
   std::string got;
   ASSERT_TRUE(ReadUntil(fd, ": watching w", &got)) << got;
   EXPECT_NE(got.find("Content-Type: text/event-stream"), std::string::npos);
-  // One watch at a time on two threads: another is refused.
+  // One watch at a time (--http-max-watches): another is refused.
   HttpResponse r = Do("GET", "/v1/namespaces/w/events?watch=1");
   EXPECT_EQ(r.status, 429) << r.body;
   ASSERT_EQ(Do("PUT", "/v1/namespaces/w/timers/k",
@@ -569,6 +571,145 @@ TEST_F(HttpTest, AWatchRelaysEventsAsServerSentEvents) {
   r = Do("GET", "/v1/namespaces/w/events");
   EXPECT_EQ(r.status, 400);
   EXPECT_NE(r.body.find("events:pull"), std::string::npos);
+}
+
+// Connections that send nothing, or a request a byte at a time, hold no
+// thread: thousands of them open, a request from anyone is answered in its
+// normal time.
+TEST_F(HttpTest, IdleAndSlowConnectionsKeepNoRequestWaiting) {
+  Start({});
+  std::vector<int> held;
+  struct Close {
+    std::vector<int>& fds;
+    ~Close() {
+      for (int fd : fds) close(fd);
+    }
+  } closer{held};
+  for (int i = 0; i < 1500; ++i) {  // Idle: connected, nothing sent.
+    const int fd = testing::HttpConnect(port_);
+    ASSERT_GE(fd, 0) << i;
+    held.push_back(fd);
+  }
+  for (int i = 0; i < 500; ++i) {  // Slow: a request's first bytes.
+    const int fd = testing::HttpConnect(port_);
+    ASSERT_GE(fd, 0) << i;
+    ASSERT_TRUE(testing::SendAll(fd, "GET /v1/stats HTTP/1.1\r\nHost: a\r\n"));
+    held.push_back(fd);
+  }
+  for (int i = 0; i < 5; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const HttpResponse r = Do("GET", "/v1/stats");
+    EXPECT_EQ(r.status, 200);
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s);
+  }
+  // And a watch, a pull and a set, all at once, beside them.
+  std::thread pull([&] {
+    EXPECT_EQ(Do("POST", "/v1/namespaces/p/events:pull", R"({"wait": "0.3s"})")
+                  .status,
+              200);
+  });
+  EXPECT_EQ(
+      Do("PUT", "/v1/namespaces/p/timers/k", R"({"delay": "60s"})").status,
+      200);
+  pull.join();
+}
+
+// At the connection limit, a new connection closes the oldest idle one
+// first (it sees its connection end); the newest idle ones stay.
+TEST_F(HttpTest, AtTheConnectionLimitTheOldestIdleConnectionGoesFirst) {
+  Start({"--http-max-connections", "100"});
+  std::vector<int> fds;
+  struct Close {
+    std::vector<int>& fds;
+    ~Close() {
+      for (int fd : fds) close(fd);
+    }
+  } closer{fds};
+  for (int i = 0; i < 100; ++i) {
+    fds.push_back(testing::HttpConnect(port_));
+    ASSERT_GE(fds.back(), 0);
+    // (One at a time, so that each is older than the next.)
+    ASSERT_EQ(testing::HttpRequestOn(fds.back(), "GET", "/v1/stats").status,
+              200)
+        << i;
+  }
+  // Twenty more connections, each kept open after its request: twenty of
+  // the oldest idle connections are closed for them.
+  for (int i = 0; i < 20; ++i) {
+    fds.push_back(testing::HttpConnect(port_));
+    ASSERT_GE(fds.back(), 0);
+    EXPECT_EQ(testing::HttpRequestOn(fds.back(), "GET", "/v1/stats").status,
+              200)
+        << i;
+  }
+  auto closed = [](int fd) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, 2000) <= 0) return false;
+    char c;
+    return recv(fd, &c, 1, MSG_DONTWAIT) == 0;
+  };
+  int oldest_closed = 0, newest_open = 0;
+  for (int i = 0; i < 20; ++i) oldest_closed += closed(fds[i]);
+  for (int i = 80; i < 120; ++i) {
+    newest_open +=
+        testing::HttpRequestOn(fds[i], "GET", "/v1/stats").status == 200;
+  }
+  EXPECT_EQ(oldest_closed, 20);
+  EXPECT_EQ(newest_open, 40);
+}
+
+// A body over the limit is refused with 413 and the connection closes
+// (nothing more of it is read); the 405 of a method a path does not take
+// names the ones it takes; an error body is JSON whatever the request held.
+TEST_F(HttpTest, RefusalsCloseWhatMustCloseAndSayWhatIsAllowed) {
+  Start({"--max-batch-bytes", "65536"});
+  const int fd = testing::HttpConnect(port_);
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(testing::SendAll(fd,
+                               "POST /v1/timers:batch HTTP/1.1\r\nHost: a\r\n"
+                               "Content-Length: 10000000\r\n\r\n"));
+  const HttpResponse big = testing::ReadResponse(fd);  // Read to the close.
+  close(fd);
+  EXPECT_EQ(big.status, 413);
+  EXPECT_NE(big.head.find("Connection: close"), std::string::npos) << big.head;
+
+  HttpResponse r = Do("PATCH", "/v1/namespaces/s/timers/k", "{}");
+  EXPECT_EQ(r.status, 405);
+  EXPECT_NE(r.head.find("Allow: PUT, GET, DELETE"), std::string::npos)
+      << r.head;
+  r = Do("GET", "/v1/namespaces/s:drain");
+  EXPECT_EQ(r.status, 405);
+  EXPECT_NE(r.head.find("Allow: POST"), std::string::npos) << r.head;
+
+  // Invalid UTF-8 in a key and in a body: 400, and the body is UTF-8 JSON.
+  for (const auto& [target, body] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"/v1/namespaces/s/timers/k%ff%fe", R"({"delay": "1s"})"},
+           {"/v1/namespaces/s/timers/k", "{\"delay\": \"1s\xff\xfe\"}"},
+           {"/v1/namespaces/s/timers/k", "{\"\xc3\x28\": 1}"}}) {
+    r = Do("PUT", target, body);
+    EXPECT_EQ(r.status, 400) << target;
+    simdjson::dom::parser parser;
+    simdjson::dom::element doc;
+    EXPECT_EQ(parser.parse(r.body).get(doc), simdjson::SUCCESS)
+        << "not JSON: " << r.body;
+  }
+}
+
+// One namespace's figures leave out what is daemon-wide (not zeros).
+TEST_F(HttpTest, OneNamespacesStatsLeaveOutTheDaemonsFigures) {
+  Start({});
+  ASSERT_EQ(
+      Do("PUT", "/v1/namespaces/s/timers/k", R"({"delay": "60s"})").status,
+      200);
+  HttpResponse r = Do("GET", "/v1/namespaces/s/stats");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.body.find("\"durable\""), std::string::npos) << r.body;
+  EXPECT_EQ(r.body.find("\"partitions\""), std::string::npos) << r.body;
+  EXPECT_NE(r.body.find("\"pendingTimers\":\"1\""), std::string::npos)
+      << r.body;
+  r = Do("GET", "/v1/stats");
+  EXPECT_NE(r.body.find("\"durable\":false"), std::string::npos) << r.body;
 }
 
 }  // namespace

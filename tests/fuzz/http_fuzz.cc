@@ -63,10 +63,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data,
   const std::string_view query =
       q == std::string_view::npos ? "" : target.substr(q + 1);
   target = target.substr(0, q);
-  bool known = false;
-  const auto m = delayd::http::MatchRoute(method, target, &known);
+  std::string allow;
+  const auto m = delayd::http::MatchRoute(method, target, &allow);
   if (!m) return 0;
-  Check(known && m->rpc != nullptr);
+  Check(allow.empty() && m->rpc != nullptr);
+  if (!m->bad_encoding.empty()) return 0;  // Refused.
   const pb::Descriptor* type = m->route->kind == delayd::http::Route::kPull
                                    ? delayd::v1::PullRequest::descriptor()
                                    : m->rpc->input_type();

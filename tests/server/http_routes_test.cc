@@ -20,8 +20,8 @@ std::string Var(const Match& m, const std::string& name) {
 }
 
 std::optional<Match> Find(const char* method, const char* path) {
-  bool known = false;
-  return MatchRoute(method, path, &known);
+  std::string allow;
+  return MatchRoute(method, path, &allow);
 }
 
 TEST(HttpRoutes, EveryUnaryMethodHasARouteAndEveryRouteAMethod) {
@@ -77,24 +77,44 @@ TEST(HttpRoutes, NamespacesAndKeysMayHoldSlashesAndColons) {
   EXPECT_EQ(Var(*m, "key"), "k:move");
 }
 
+TEST(HttpRoutes, VariablesArePercentDecodedAfterMatching) {
+  auto m = Find("GET", "/v1/namespaces/team%2Fa/timers/k%20x%2F%3Amove");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->rpc->name(), "GetTimer");
+  EXPECT_EQ(Var(*m, "namespace"), "team/a");
+  EXPECT_EQ(Var(*m, "key"), "k x/:move");
+  EXPECT_EQ(m->bad_encoding, "");
+  m = Find("GET", "/v1/namespaces/n/timers/%C3%A9");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(Var(*m, "key"), "é");
+  for (const char* bad :
+       {"/v1/namespaces/n/timers/a%zz", "/v1/namespaces/n/timers/a%2",
+        "/v1/namespaces/n/timers/a%", "/v1/namespaces/n/timers/%ff%fe"}) {
+    m = Find("GET", bad);
+    ASSERT_TRUE(m) << bad;
+    EXPECT_EQ(m->bad_encoding, "key") << bad;
+  }
+}
+
 TEST(HttpRoutes, UnknownPathsAndOtherMethodsAreToldApart) {
-  bool known = true;
-  EXPECT_FALSE(MatchRoute("GET", "/v1/nothing", &known));
-  EXPECT_FALSE(known);
-  EXPECT_FALSE(MatchRoute("GET", "/v1/namespaces/shop/timers/", &known));
-  EXPECT_FALSE(known);  // an empty key
-  EXPECT_FALSE(MatchRoute("GET", "/v1/namespaces//timers/k", &known));
-  EXPECT_FALSE(known);  // an empty namespace
-  EXPECT_FALSE(MatchRoute("PATCH", "/v1/namespaces/shop/timers/k", &known));
-  EXPECT_TRUE(known);
-  EXPECT_FALSE(MatchRoute("GET", "/v1/namespaces/shop:drain", &known));
-  EXPECT_TRUE(known);
+  std::string allow = "x";
+  EXPECT_FALSE(MatchRoute("GET", "/v1/nothing", &allow));
+  EXPECT_EQ(allow, "");
+  EXPECT_FALSE(MatchRoute("GET", "/v1/namespaces/shop/timers/", &allow));
+  EXPECT_EQ(allow, "");  // an empty key
+  EXPECT_FALSE(MatchRoute("GET", "/v1/namespaces//timers/k", &allow));
+  EXPECT_EQ(allow, "");  // an empty namespace
+  // Another method: the ones the path takes (a 405's Allow header).
+  EXPECT_FALSE(MatchRoute("PATCH", "/v1/namespaces/shop/timers/k", &allow));
+  EXPECT_EQ(allow, "PUT, GET, DELETE");
+  EXPECT_FALSE(MatchRoute("GET", "/v1/namespaces/shop:drain", &allow));
+  EXPECT_EQ(allow, "POST");
 }
 
 grpc::Status Build(const char* method, const char* path, const char* query,
                    const char* body, google::protobuf::Message* out) {
-  bool known = false;
-  const auto m = MatchRoute(method, path, &known);
+  std::string allow;
+  const auto m = MatchRoute(method, path, &allow);
   EXPECT_TRUE(m);
   return BuildRequest(*m, query, body, out);
 }

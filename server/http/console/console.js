@@ -35,6 +35,7 @@ async function overview() {
   const cards = h('div', {class: 'cards'});
   const charts = h('div', {class: 'panel'});
   const body = h('tbody');
+  const rows = new Map();  // namespace → its row
   const head = ['Namespace', 'Pending', 'Ready', 'In flight', 'Retrying', 'Dead',
                 'Workers', 'Delivered/s', 'Last 5 min', 'State'];
   const table = h('table', {id: 'namespaces'}, h('thead', {}, h('tr', {},
@@ -77,25 +78,53 @@ async function overview() {
         {name: 'ready', color: 'c2', points: remember('ready', num(s.readyEvents))},
         {name: 'delivered/s', color: 'c3', points: r == null ? remembered.get('delivered/s') || [] : remember('delivered/s', r)},
       ]));
-    body.replaceChildren(...(s.namespaces || []).map((n) => {
-      const nr = rate(`ns:${n.namespace}`, num(n.eventsDelivered));
-      const spark = remember(`ns-pending:${n.namespace}`, num(n.pendingTimers));
-      const c = chart([{name: 'pending', color: 'c1', points: spark}], {spark: true});
-      c.querySelector('.legend').remove();
-      return h('tr', {'data-ns': n.namespace},
+    updateRows(body, rows, head.length, s.namespaces || []);
+  });
+}
+
+const FIELDS = ['pendingTimers', 'readyEvents', 'inFlightEvents', 'retryingEvents',
+                'deadLetters', 'workers'];
+
+// The namespaces' rows, in name order, each updated in place: a row that
+// stays keeps its elements, so focus and selection in it survive the
+// refresh every 2 s.
+function updateRows(body, rows, columns, namespaces) {
+  const seen = new Set();
+  const sorted = [...namespaces].sort((a, b) => (a.namespace < b.namespace ? -1 : 1));
+  body.querySelectorAll('tr.empty').forEach((r) => r.remove());
+  sorted.forEach((n, i) => {
+    seen.add(n.namespace);
+    let r = rows.get(n.namespace);
+    if (!r) {
+      r = h('tr', {'data-ns': n.namespace},
         h('td', {}, h('a', {href: `#/ns/${enc(n.namespace)}/timers`}, n.namespace)),
-        ['pendingTimers', 'readyEvents', 'inFlightEvents', 'retryingEvents',
-         'deadLetters', 'workers'].map((f) => h('td', {class: 'num', 'data-field': f}, fmt(n[f]))),
-        h('td', {class: 'num'}, nr == null ? '–' : nr.toFixed(1)),
-        h('td', {}, c),
-        h('td', {}, n.paused ? h('span', {class: 'pill paused'}, 'paused')
-                             : h('span', {class: 'pill ok'}, 'delivering')));
-    }));
-    if (!body.children.length) {
-      body.append(h('tr', {}, h('td', {colspan: head.length, class: 'muted'},
-        'No namespace is in use yet.')));
+        FIELDS.map((f) => h('td', {class: 'num', 'data-field': f})),
+        h('td', {class: 'num', 'data-field': 'rate'}), h('td', {'data-field': 'chart'}),
+        h('td', {'data-field': 'state'}));
+      rows.set(n.namespace, r);
+    }
+    if (body.children[i] !== r) body.insertBefore(r, body.children[i] || null);
+    const cell = (f) => r.querySelector(`td[data-field="${f}"]`);
+    const set = (f, text) => { if (cell(f).textContent !== text) cell(f).textContent = text; };
+    for (const f of FIELDS) set(f, fmt(n[f]));
+    const nr = rate(`ns:${n.namespace}`, num(n.eventsDelivered));
+    set('rate', nr == null ? '–' : nr.toFixed(1));
+    const spark = remember(`ns-pending:${n.namespace}`, num(n.pendingTimers));
+    const c = chart([{name: 'pending', color: 'c1', points: spark}], {spark: true});
+    c.querySelector('.legend').remove();
+    cell('chart').replaceChildren(c);
+    const state = n.paused ? 'paused' : 'delivering';
+    if (cell('state').textContent !== state) {
+      cell('state').replaceChildren(h('span', {class: `pill ${n.paused ? 'paused' : 'ok'}`}, state));
     }
   });
+  for (const [name, r] of rows) {
+    if (!seen.has(name)) { r.remove(); rows.delete(name); }
+  }
+  if (!body.children.length) {
+    body.append(h('tr', {class: 'empty'}, h('td', {colspan: columns, class: 'muted'},
+      'No namespace is in use yet.')));
+  }
 }
 
 // ---- Routing, theme ------------------------------------------------------

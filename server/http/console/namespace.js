@@ -65,14 +65,21 @@ function timersTab(ns, el) {
   const tokens = [''];  // page tokens, for going back
   const prefix = h('input', {id: 'prefix', placeholder: 'key prefix', 'aria-label': 'Key prefix', type: 'search'});
   const body = h('tbody');
-  const info = h('span', {class: 'muted'});
-  const prev = h('button', {class: 'ghost', disabled: true, onclick: () => { tokens.pop(); tokens.pop(); load(); }}, '← Previous');
-  const next = h('button', {class: 'ghost', disabled: true, onclick: () => load()}, 'Next →');
+  const info = h('span', {class: 'muted', id: 'page-info', role: 'status'});
+  // (Buttons, not the form's submits: a click is a page, not a search.)
+  const prev = h('button', {type: 'button', id: 'prev', class: 'ghost', disabled: true,
+                            onclick: () => { tokens.pop(); tokens.pop(); load(); }}, '← Previous');
+  const next = h('button', {type: 'button', id: 'next', class: 'ghost', disabled: true,
+                            onclick: () => load()}, 'Next →');
+  let asked = 0;  // only the latest request's answer is shown
   async function load() {
     const token = tokens[tokens.length - 1];
     const q = `pageSize=${PAGE}&keyPrefix=${enc(prefix.value)}${token ? `&pageToken=${enc(token)}` : ''}`;
+    const mine = ++asked;
+    prev.disabled = next.disabled = true;
     try {
       const r = await api('GET', `${nsPath(ns)}/timers?${q}`);
+      if (mine !== asked) return;
       const timers = r.timers || [];
       body.replaceChildren(...timers.map((t) => {
         const p = preview(t.payload);
@@ -83,6 +90,7 @@ function timersTab(ns, el) {
       }));
       if (!timers.length) body.append(h('tr', {}, h('td', {colspan: 5, class: 'muted'}, 'No pending timer matches.')));
       info.textContent = `page ${tokens.length}, ${timers.length} timers`;
+      info.dataset.page = tokens.length;
       prev.disabled = tokens.length < 2;
       next.disabled = !r.nextPageToken;
       if (r.nextPageToken) tokens.push(r.nextPageToken);
@@ -174,6 +182,7 @@ function deadTab(ns, el) {
     load();
   }
   async function load() {
+    all.checked = false;
     try {
       const r = await api('GET', `${nsPath(ns)}/deadLetters?pageSize=${PAGE}`);
       const letters = r.deadLetters || [];
@@ -188,13 +197,16 @@ function deadTab(ns, el) {
       if (!letters.length) body.append(h('tr', {}, h('td', {colspan: 6, class: 'muted'}, 'No dead letters.')));
     } catch (e) { notice.replaceChildren(h('p', {class: 'notice error'}, e.message)); }
   }
+  const all = h('input', {type: 'checkbox', id: 'select-all', 'aria-label': 'Select every dead letter shown',
+    onchange: () => body.querySelectorAll('input[type=checkbox]').forEach((c) => { c.checked = all.checked; })});
   el.append(h('div', {class: 'row'},
     h('button', {id: 'requeue', onclick: () => act('requeue', false)}, 'Requeue selected…'),
     h('button', {class: 'danger', id: 'purge', onclick: () => act('purge', false)}, 'Purge selected…'),
     h('button', {class: 'ghost', onclick: () => act('requeue', true)}, 'Requeue all…'),
     h('button', {class: 'ghost', onclick: () => act('purge', true)}, 'Purge all…')),
   notice, h('div', {class: 'panel'}, h('table', {id: 'dead'}, h('thead', {}, h('tr', {},
-    ['', 'Event', 'Key', 'Attempts', 'Last error', 'Payload'].map((c) => h('th', {}, c)))), body)));
+    h('th', {}, all),
+    ['Event', 'Key', 'Attempts', 'Last error', 'Payload'].map((c) => h('th', {}, c)))), body)));
   load();
 }
 
@@ -219,10 +231,21 @@ function policyTab(ns, el) {
   const form = h('form', {class: 'policy', id: 'policy', novalidate: true});
   let current = {};
   const inputs = {};
+  const errors = {};  // each field's error, right below it
   for (const [f, label, kind, hint] of POLICY_FIELDS) {
-    inputs[f] = h('input', {id: `p-${f}`, name: f, inputmode: kind === 'number' ? 'decimal' : 'text', 'aria-describedby': `h-${f}`});
-    form.append(h('label', {for: `p-${f}`}, label), inputs[f], h('span', {class: 'hint', id: `h-${f}`}, hint));
+    inputs[f] = h('input', {id: `p-${f}`, name: f, inputmode: kind === 'number' ? 'decimal' : 'text',
+                            'aria-describedby': `h-${f} e-${f}`});
+    errors[f] = h('span', {class: 'field-error error', id: `e-${f}`, hidden: true});
+    form.append(h('label', {for: `p-${f}`}, label), inputs[f], h('span', {class: 'hint', id: `h-${f}`}, hint),
+                errors[f]);
   }
+  const clearErrors = () => {
+    for (const [f] of POLICY_FIELDS) {
+      inputs[f].removeAttribute('aria-invalid');
+      errors[f].hidden = true;
+      errors[f].textContent = '';
+    }
+  };
   form.append(h('div', {class: 'row actions'}, h('button', {type: 'submit'}, 'Save policy'),
     h('button', {type: 'button', class: 'ghost', onclick: () => fill(current)}, 'Undo changes')));
   // Nothing can be saved until the policy in force is on the form: a
@@ -234,10 +257,8 @@ function policyTab(ns, el) {
     current = p;
     controls().forEach((c) => { c.disabled = false; });
     form.removeAttribute('aria-busy');
-    for (const [f, , kind] of POLICY_FIELDS) {
-      inputs[f].value = shown(p, f, kind);
-      inputs[f].removeAttribute('aria-invalid');
-    }
+    for (const [f, , kind] of POLICY_FIELDS) inputs[f].value = shown(p, f, kind);
+    clearErrors();
   }
   form.addEventListener('submit', async (e) => {
     e.preventDefault();
@@ -245,9 +266,9 @@ function policyTab(ns, el) {
     // what others changed meanwhile (a pause, say) stays in force.
     const policy = {};
     const changed = [];
+    clearErrors();
     for (const [f, , kind] of POLICY_FIELDS) {
       const v = inputs[f].value.trim();
-      inputs[f].removeAttribute('aria-invalid');
       if (v === shown(current, f, kind)) continue;
       policy[f] = kind === 'duration' ? toDuration(v) : (v === '' ? 0 : Number.isNaN(Number(v)) ? v : Number(v));
       changed.push(f);
@@ -261,9 +282,19 @@ function policyTab(ns, el) {
       fill(await api('GET', `${nsPath(ns)}/policy`));
       notice.replaceChildren(h('p', {class: 'notice ok'}, 'Saved: the policy is in force.'));
     } catch (err) {
-      notice.replaceChildren(h('p', {class: 'notice error', id: 'policy-error'}, err.message));
+      // An error about a field shows below that field (and the field is
+      // focused); any other above the form.
       const bad = POLICY_FIELDS.find(([f]) => err.message.includes(snake(f)) || err.message.includes(f));
-      if (bad) { inputs[bad[0]].setAttribute('aria-invalid', 'true'); inputs[bad[0]].focus(); }
+      if (bad) {
+        const f = bad[0];
+        errors[f].textContent = err.message;
+        errors[f].hidden = false;
+        inputs[f].setAttribute('aria-invalid', 'true');
+        inputs[f].focus();
+        notice.replaceChildren();
+      } else {
+        notice.replaceChildren(h('p', {class: 'notice error', id: 'policy-error'}, err.message));
+      }
     }
   });
   el.append(notice, h('div', {class: 'panel'}, form));
