@@ -25,6 +25,8 @@ if [ "${DELAYD_DEPS:-all}" != build ]; then
     # the other-language client tests: Debian's Python gRPC; Node.js, whose
     # gRPC packages come from npm (tests/clients/node/package-lock.json)
     python3-grpcio python3-protobuf nodejs
+    # the Python library's install test: a venv over Debian's grpcio
+    python3-venv python3-setuptools
     # the metrics test scrapes delayd with a real Prometheus
     prometheus
     # the PostgreSQL store's tests start their own servers

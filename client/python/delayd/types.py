@@ -1,0 +1,195 @@
+"""What calls take and give, in Python's own types: datetime (aware, UTC)
+for instants, timedelta for durations, bytes for payloads.
+
+Events and timers are dataclasses; the answers with many fields (policies,
+schedules, figures, the cluster) are Records: the message's fields by
+their names, converted the same way (an unset instant is None).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+from typing import Any, Optional, Union
+
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import duration_pb2, message as _message, timestamp_pb2
+
+UTC = _dt.timezone.utc
+Delay = Union[_dt.timedelta, int, float]
+
+
+def duration(d: Delay) -> duration_pb2.Duration:
+    """A Duration from a timedelta or a number of seconds."""
+    if isinstance(d, _dt.timedelta):
+        total_us = (d.days * 86400 + d.seconds) * 1_000_000 + d.microseconds
+        nanos = total_us * 1000
+    elif isinstance(d, (int, float)):
+        nanos = round(d * 1_000_000_000)
+    else:
+        raise TypeError(f"a duration is a timedelta or seconds, not {d!r}")
+    return duration_pb2.Duration(seconds=nanos // 1_000_000_000,
+                                 nanos=nanos % 1_000_000_000) if nanos >= 0 \
+        else duration_pb2.Duration(seconds=-((-nanos) // 1_000_000_000),
+                                   nanos=-((-nanos) % 1_000_000_000))
+
+
+def timestamp(t: _dt.datetime) -> timestamp_pb2.Timestamp:
+    """A Timestamp from a datetime (a naive one is taken as UTC)."""
+    if not isinstance(t, _dt.datetime):
+        raise TypeError(f"an instant is a datetime, not {t!r}")
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=UTC)
+    ts = timestamp_pb2.Timestamp()
+    ts.FromDatetime(t.astimezone(UTC))
+    return ts
+
+
+def to_datetime(ts: timestamp_pb2.Timestamp) -> _dt.datetime:
+    return _dt.datetime.fromtimestamp(ts.seconds, tz=UTC) + \
+        _dt.timedelta(microseconds=ts.nanos // 1000)
+
+
+def to_timedelta(d: duration_pb2.Duration) -> _dt.timedelta:
+    return _dt.timedelta(seconds=d.seconds, microseconds=d.nanos // 1000)
+
+
+def nanos(ts: timestamp_pb2.Timestamp) -> int:
+    return ts.seconds * 1_000_000_000 + ts.nanos
+
+
+@dataclasses.dataclass(frozen=True)
+class Timer:
+    """A pending timer."""
+    namespace: str
+    key: str
+    payload: bytes
+    fire_time: _dt.datetime
+    version: int
+
+    @classmethod
+    def from_pb(cls, t) -> "Timer":
+        return cls(t.namespace, t.key, t.payload, to_datetime(t.fire_time),
+                   t.version)
+
+
+@dataclasses.dataclass(frozen=True)
+class Event:
+    """A fired timer (or schedule run), as delivered."""
+    id: int
+    namespace: str
+    key: str
+    payload: bytes
+    version: int
+    fire_time: _dt.datetime
+    fired_at: _dt.datetime
+    # 1 on first delivery, + 1 on each redelivery; 0 for a watcher's copy.
+    attempt: int
+    # "expired", "drained" or "dead_lettered" (watchers only).
+    reason: str
+    # A schedule's run number (0 for a timer).
+    schedule_run: int
+    # The same instants in nanoseconds since the Unix epoch.
+    fire_time_ns: int
+    fired_at_ns: int
+
+    @classmethod
+    def from_pb(cls, e) -> "Event":
+        reason = e.DESCRIPTOR.fields_by_name["reason"].enum_type \
+            .values_by_number[e.reason].name
+        return cls(e.id, e.namespace, e.key, e.payload, e.version,
+                   to_datetime(e.fire_time), to_datetime(e.fired_at),
+                   e.attempt, reason.removeprefix("REASON_").lower(),
+                   e.schedule_run, nanos(e.fire_time), nanos(e.fired_at))
+
+
+@dataclasses.dataclass(frozen=True)
+class SetResult:
+    version: int
+    fire_time: _dt.datetime
+    replaced: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class MoveResult:
+    version: int
+    fire_time: _dt.datetime
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchResult:
+    """One operation's result: ``error`` None on success, else the
+    DelaydError it would have raised alone."""
+    version: int
+    fire_time: Optional[_dt.datetime]
+    error: Optional[Exception]
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class Record:
+    """A message's fields as attributes, in Python's types: instants as
+    datetime (None if unset), durations as timedelta, enums by name, nested
+    messages as Records, repeated fields as lists."""
+
+    __slots__ = ("_fields",)
+
+    def __init__(self, fields: dict[str, Any]) -> None:
+        object.__setattr__(self, "_fields", fields)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self._fields[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __setattr__(self, name, value):
+        raise AttributeError("a Record is read-only")
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Record) and self._fields == other._fields
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{k}={v!r}" for k, v in self._fields.items())
+        return f"Record({inner})"
+
+    def to_dict(self) -> dict[str, Any]:
+        def plain(v):
+            if isinstance(v, Record):
+                return v.to_dict()
+            if isinstance(v, list):
+                return [plain(x) for x in v]
+            return v
+        return {k: plain(v) for k, v in self._fields.items()}
+
+    @classmethod
+    def from_pb(cls, msg: _message.Message) -> "Record":
+        fields = {}
+        for f in msg.DESCRIPTOR.fields:
+            value = getattr(msg, f.name)
+            if f.label == _descriptor.FieldDescriptor.LABEL_REPEATED:
+                fields[f.name] = [_value(f, v, True) for v in value]
+            elif f.message_type is not None and not msg.HasField(f.name):
+                fields[f.name] = None
+            elif f.has_presence and not msg.HasField(f.name):
+                fields[f.name] = None
+            else:
+                fields[f.name] = _value(f, value, True)
+        return cls(fields)
+
+
+def _value(f, value, _present):
+    if f.message_type is not None:
+        name = f.message_type.full_name
+        if name == "google.protobuf.Timestamp":
+            return to_datetime(value)
+        if name == "google.protobuf.Duration":
+            return to_timedelta(value)
+        if name == "delayd.v1.Event":
+            return Event.from_pb(value)
+        return Record.from_pb(value)
+    if f.enum_type is not None:
+        return f.enum_type.values_by_number[value].name
+    return value

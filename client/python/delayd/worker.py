@@ -1,0 +1,381 @@
+"""Workers: the client's half of at-least-once delivery.
+
+    import delayd
+
+    def cancel_order(event: delayd.Event) -> None:
+        ...  # returns: acknowledged; raises: retried later
+
+    delayd.Worker("shop", cancel_order, concurrency=8).run()
+
+A Worker subscribes to a namespace and runs ``handler(event)`` for each
+event, at most ``concurrency`` at once (the stream's flow control is set to
+it, so the daemon hands it no more):
+
+- the handler returns: the event is acknowledged; it raises: the event is
+  nacked with the error's text, and comes back after the policy's backoff
+  (or after ``Retry(after=...)``); after the policy's last attempt it is a
+  dead letter;
+- while a handler runs, its event's lease is extended every third of the
+  ack timeout, so a long job is never handed to another worker;
+- the stream ending (a node stopped or killed, a hand-over, a database
+  fail-over) is met by reconnecting, with jittered backoff, to the next
+  endpoint; handlers already running finish and their acknowledgements
+  still go out (to any node); an event delivered again that this worker
+  already handled (within ``dedup_window``) is acknowledged without
+  running the handler again, and one still running is not started twice;
+- ``stop()`` (or SIGTERM/SIGINT under ``run()``) takes nothing new, gives
+  back what was received but not started, lets running handlers finish
+  within ``grace`` and acknowledges them, then closes the stream (so none
+  of them goes back to the queue meanwhile); a second signal stops at
+  once (what was not acknowledged comes back to other workers once its
+  ack timeout passes).
+
+The stream asks the daemon to keep its events leased when it ends (its
+``keep_leases``): a handler still running when its stream broke keeps its
+event, whose lease it goes on extending, rather than the event going
+straight to another worker.
+
+Thread safety: the worker runs on threads of its own; ``stop`` may be
+called from any thread. Hooks run on the worker's threads.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import signal
+import threading
+import time
+from typing import Callable, Optional
+
+from . import errors, types
+from ._retry import waits
+from .client import Client
+from .config import Config, Retry as RetryPolicy
+
+
+class Retry(Exception):
+    """Raised by a handler: the event failed, deliver it again after
+    ``after`` (a timedelta or seconds; None: the policy's backoff)."""
+
+    def __init__(self, message: str = "", after=None) -> None:
+        super().__init__(message)
+        self.after = after
+
+
+@dataclasses.dataclass
+class Hooks:
+    """Callbacks for logs and metrics; each may be None. ``lateness`` and
+    ``seconds`` are in seconds."""
+    # An event arrived: how late after its fire time.
+    on_event: Optional[Callable[[types.Event, float], None]] = None
+    on_handled: Optional[Callable[[types.Event, float], None]] = None
+    on_failed: Optional[Callable[[types.Event, BaseException, float],
+                                 None]] = None
+    # The stream: "connected" (error None) or "lost" (with its error).
+    on_stream: Optional[Callable[[str, Optional[Exception]], None]] = None
+
+
+class _Done:
+    """Event ids handled recently, for ``window`` seconds (at most
+    ``limit`` of them): a repeat of one is acknowledged, not run again."""
+
+    def __init__(self, window: float, limit: int = 100_000) -> None:
+        self.window = window
+        self.limit = limit
+        self._ids: collections.OrderedDict[int, float] = \
+            collections.OrderedDict()
+
+    def add(self, event_id: int) -> None:
+        self._ids[event_id] = time.monotonic()
+        self._ids.move_to_end(event_id)
+        self.prune()
+
+    def prune(self) -> None:
+        horizon = time.monotonic() - self.window
+        while self._ids and (len(self._ids) > self.limit or
+                             next(iter(self._ids.values())) < horizon):
+            self._ids.popitem(last=False)
+
+    def __contains__(self, event_id: int) -> bool:
+        return event_id in self._ids
+
+
+class Worker:
+    def __init__(self, namespace: str, handler: Callable[[types.Event], None],
+                 *, concurrency: int = 1, client: Optional[Client] = None,
+                 config: Optional[Config] = None, ack_timeout: float = 30.0,
+                 dedup_window: float = 600.0, grace: float = 30.0,
+                 hooks: Optional[Hooks] = None,
+                 reconnect: Optional[RetryPolicy] = None) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency: at least 1")
+        if not 0.1 <= ack_timeout <= 3600:
+            raise ValueError("ack_timeout: from 0.1 to 3600 seconds")
+        self.namespace = namespace
+        self.handler = handler
+        self.concurrency = concurrency
+        self.ack_timeout = ack_timeout
+        self.grace = grace
+        self.hooks = hooks or Hooks()
+        self._own_client = client is None
+        self.client = client or Client(config)
+        self._reconnect = reconnect or RetryPolicy(
+            initial_backoff=0.05, max_backoff=2.0)
+        self._mu = threading.Condition()
+        # Guarded by _mu:
+        self._queued: collections.deque[types.Event] = collections.deque()
+        self._running: dict[int, types.Event] = {}
+        self._done = _Done(dedup_window)
+        self._outbox: list[tuple] = []  # ("ack", id) / ("nack", id, err, after)
+        self._stopping = False
+        self._stopped_now = False
+        self._stream = None  # the Subscription being read
+        self._threads: list[threading.Thread] = []
+        self._finished = threading.Event()
+        self._sending = threading.Lock()  # held by a flush
+
+    # ---- Life ----
+
+    def start(self) -> None:
+        """Starts the worker's threads and returns."""
+        targets = [self._read_loop, self._send_loop, self._lease_loop]
+        targets += [self._handle_loop] * self.concurrency
+        for target in targets:
+            t = threading.Thread(target=target, daemon=True,
+                                 name=f"delayd-{target.__name__.strip('_')}")
+            t.start()
+            self._threads.append(t)
+
+    def run(self, install_signal_handlers: bool = True) -> None:
+        """Starts and blocks until stopped: by ``stop()``, or (from the
+        main thread) by SIGTERM or SIGINT; a second signal stops at once."""
+        if install_signal_handlers and \
+                threading.current_thread() is threading.main_thread():
+            def on_signal(signo, frame):
+                if self._stopping:
+                    self.stop_now()
+                else:
+                    threading.Thread(target=self.stop, daemon=True).start()
+            for s in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(s, on_signal)
+        self.start()
+        while not self._finished.wait(0.2):
+            pass
+
+    def stop(self, grace: Optional[float] = None) -> None:
+        """Takes nothing new, gives back what was not started, lets running
+        handlers finish within ``grace`` seconds (default: the worker's) and
+        acknowledges them; returns once done."""
+        grace = self.grace if grace is None else grace
+        with self._mu:
+            already = self._stopping
+            self._stopping = True
+        if already:
+            self._finished.wait(grace + 5)
+            return
+        # The stream stays open until what runs is acknowledged: an event
+        # of a stream that ended would go back to the queue (and perhaps to
+        # another worker) while its handler still ran here. Events that
+        # arrive meanwhile are given back at once (_received).
+        with self._mu:
+            given_back = list(self._queued)
+            self._queued.clear()
+            for e in given_back:
+                self._outbox.append(("nack", e.id, "the worker stopped", 0))
+            self._mu.notify_all()
+        deadline = time.monotonic() + grace
+        with self._mu:
+            while self._running and not self._stopped_now:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._mu.wait(left)
+        self._flush(deadline=time.monotonic() + 5)
+        with self._mu:
+            stream = self._stream
+        if stream is not None:
+            stream.cancel()
+        self._finish()
+
+    def stop_now(self) -> None:
+        """Stops at once: running handlers are not waited for, and what
+        they did not acknowledge comes back to other workers."""
+        with self._mu:
+            self._stopping = True
+            self._stopped_now = True
+            stream = self._stream
+            self._mu.notify_all()
+        if stream is not None:
+            stream.cancel()
+        self._finish()
+
+    def _finish(self) -> None:
+        if self._finished.is_set():
+            return
+        if self._own_client:
+            self.client.close()
+        self._finished.set()
+
+    # ---- The stream ----
+
+    def _read_loop(self) -> None:
+        backoff = waits(self._reconnect)
+
+        def registered():
+            nonlocal backoff
+            backoff = waits(self._reconnect)
+            self._hook("on_stream", "connected", None)
+
+        while not self._stopping:
+            error = None
+            try:
+                stream = self.client.subscribe(
+                    namespace=self.namespace, max_in_flight=self.concurrency,
+                    ack_timeout=self.ack_timeout, keep_leases=True,
+                    on_registered=registered)
+                with self._mu:
+                    if self._stopping:
+                        stream.cancel()
+                        return
+                    self._stream = stream
+                for event in stream:
+                    self._received(event)
+            except errors.DelaydError as e:
+                error = e
+            with self._mu:
+                self._stream = None
+                if self._stopping:
+                    return
+            self._hook("on_stream", "lost", error)
+            # Another endpoint next time, after a jittered wait.
+            self.client._rotate(self.client._endpoint())
+            with self._mu:
+                self._mu.wait(next(backoff))
+
+    def _received(self, event: types.Event) -> None:
+        self._hook("on_event", event,
+                   max(0.0, time.time() - event.fire_time_ns / 1e9))
+        with self._mu:
+            if event.id in self._done:
+                self._outbox.append(("ack", event.id))  # handled already
+            elif event.id in self._running or any(
+                    q.id == event.id for q in self._queued):
+                pass  # in hand: its lease is kept, its ack will go
+            elif self._stopping:
+                self._outbox.append(("nack", event.id, "the worker stopped",
+                                     0))
+            else:
+                self._queued.append(event)
+            self._mu.notify_all()
+
+    # ---- Handlers ----
+
+    def _handle_loop(self) -> None:
+        while True:
+            with self._mu:
+                while not self._queued and not self._stopping:
+                    self._mu.wait()
+                if self._stopping and not self._queued:
+                    return
+                event = self._queued.popleft()
+                self._running[event.id] = event
+            started = time.monotonic()
+            error: Optional[BaseException] = None
+            try:
+                self.handler(event)
+            except BaseException as e:  # noqa: BLE001 (a handler's failure)
+                error = e
+            took = time.monotonic() - started
+            with self._mu:
+                self._running.pop(event.id, None)
+                if error is None:
+                    self._done.add(event.id)
+                    self._outbox.append(("ack", event.id))
+                else:
+                    after = error.after if isinstance(error, Retry) else None
+                    text = str(error) or type(error).__name__
+                    self._outbox.append(("nack", event.id, text, after))
+                self._mu.notify_all()
+            if error is None:
+                self._hook("on_handled", event, took)
+            else:
+                self._hook("on_failed", event, error, took)
+
+    # ---- Acknowledgements and leases ----
+
+    def _send_loop(self) -> None:
+        while True:
+            with self._mu:
+                while not self._outbox and not self._finished.is_set():
+                    self._mu.wait(0.2)
+                if self._finished.is_set():
+                    return
+            self._flush(deadline=None)
+
+    def _flush(self, deadline: Optional[float]) -> None:
+        """Sends what the outbox holds: acks in one call, nacks grouped; a
+        send that fails is kept and tried again (until `deadline`). One
+        flush at a time: stop()'s waits for the send loop's."""
+        with self._sending:
+            self._flush_once(deadline)
+
+    def _flush_once(self, deadline: Optional[float]) -> None:
+        with self._mu:
+            out, self._outbox = self._outbox, []
+        acks = [o[1] for o in out if o[0] == "ack"]
+        nacks: dict[tuple, list[int]] = {}
+        for o in out:
+            if o[0] == "nack":
+                nacks.setdefault((o[2], o[3]), []).append(o[1])
+        failed: list[tuple] = []
+        try:
+            for i in range(0, len(acks), 1000):
+                self.client.ack(acks[i:i + 1000], namespace=self.namespace)
+        except errors.DelaydError:
+            failed += [("ack", i) for i in acks]
+        for (text, after), ids in nacks.items():
+            try:
+                self.client.nack(ids, namespace=self.namespace, error=text,
+                                 retry_after=after)
+            except errors.DelaydError:
+                failed += [("nack", i, text, after) for i in ids]
+        if failed and (deadline is None or time.monotonic() < deadline):
+            with self._mu:
+                self._outbox = failed + self._outbox
+                if self._stopped_now:
+                    return
+                self._mu.wait(0.2)  # (before the next try)
+            if deadline is not None:
+                self._flush_once(deadline)
+
+    def _lease_loop(self) -> None:
+        period = self.ack_timeout / 3
+        while not self._finished.wait(period):
+            with self._mu:
+                if self._stopped_now:
+                    return
+                held = list(self._running) + [e.id for e in self._queued]
+            if not held:
+                continue
+            try:
+                self.client.extend_lease(held, self.ack_timeout,
+                                         namespace=self.namespace)
+            except errors.DelaydError:
+                pass  # Tried again at the next period.
+
+    def _hook(self, name: str, *args) -> None:
+        hook = getattr(self.hooks, name)
+        if hook is None:
+            return
+        try:
+            hook(*args)
+        except Exception:  # noqa: BLE001 (a hook's failure is its own)
+            pass
+
+    # ---- For tests and tools ----
+
+    def running(self) -> int:
+        with self._mu:
+            return len(self._running)
+

@@ -1,0 +1,131 @@
+/**
+ * The connections to a daemon's endpoints and one call's way through them:
+ * retries on the next endpoint with jittered backoff, the token read again
+ * after UNAUTHENTICATED.
+ * @internal
+ * @module
+ */
+import {readFileSync} from 'node:fs';
+
+import {createClient} from '@connectrpc/connect';
+import type {CallOptions as ConnectCallOptions, Client as ConnectClient} from '@connectrpc/connect';
+import {createGrpcTransport, Http2SessionManager} from '@connectrpc/connect-node';
+
+import {bearer, configFromEnv, isSecure} from './config.js';
+import type {Config} from './config.js';
+import {CancelledError, toDelaydError} from './errors.js';
+import {Attempts, sleep} from './retry.js';
+import type {Kind} from './retry.js';
+import {Delayd} from './gen/delayd/v1/delayd_pb.js';
+
+/** The generated client of delayd.v1.Delayd. */
+export type Stub = ConnectClient<typeof Delayd>;
+
+/** A call made through a stub with the given options. */
+export type Call<R> = (stub: Stub, options: ConnectCallOptions) => Promise<R>;
+
+// Keepalive pings notice a connection gone silent (a node frozen or cut
+// off) in seconds rather than at the kernel's timeout.
+const PING_INTERVAL_MS = 10_000;
+const PING_TIMEOUT_MS = 5_000;
+
+export class Connections {
+  readonly config: Config;
+  private readonly stubs = new Map<number, {stub: Stub; session: Http2SessionManager}>();
+  private at = 0;
+  private token?: string;
+
+  constructor(config: Partial<Config>) {
+    this.config = configFromEnv(config);
+    this.token = bearer(this.config);
+  }
+
+  /** The stub of endpoint `i`, its connection made on first use. */
+  stub(i: number): Stub {
+    let s = this.stubs.get(i);
+    if (s === undefined) {
+      const c = this.config;
+      const secure = isSecure(c);
+      const url = `${secure ? 'https' : 'http'}://${c.endpoints[i]}`;
+      const tls = secure ? {
+        ca: c.tlsCa ? readFileSync(c.tlsCa) : undefined,
+        cert: c.tlsCert ? readFileSync(c.tlsCert) : undefined,
+        key: c.tlsKey ? readFileSync(c.tlsKey) : undefined,
+      } : {};
+      const session = new Http2SessionManager(
+        url, {pingIntervalMs: PING_INTERVAL_MS, pingTimeoutMs: PING_TIMEOUT_MS}, tls);
+      const transport = createGrpcTransport({
+        baseUrl: url, sessionManager: session, readMaxBytes: 64 << 20,
+      });
+      s = {stub: createClient(Delayd, transport), session};
+      this.stubs.set(i, s);
+    }
+    return s.stub;
+  }
+
+  /** The endpoint calls go to now. */
+  endpoint(): number {
+    return this.at;
+  }
+
+  /** Moves on to the next endpoint, if `failed` is still the one in use. */
+  rotate(failed: number): void {
+    if (this.at === failed) this.at = (failed + 1) % this.config.endpoints.length;
+  }
+
+  /** The headers every call carries. */
+  headers(): Record<string, string> {
+    return this.token ? {authorization: `Bearer ${this.token}`} : {};
+  }
+
+  /** After UNAUTHENTICATED: reads the token file again; whether it changed. */
+  private rereadToken(): boolean {
+    if (!this.config.tokenFile || this.config.token) return false;
+    const fresh = bearer(this.config);
+    const changed = fresh !== this.token;
+    this.token = fresh;
+    return changed;
+  }
+
+  /**
+   * Makes `call`, retried as its kind allows (see retry.ts). With
+   * `notFoundAfterLoss`, a NOT_FOUND after an attempt whose answer was lost
+   * resolves to that value (the lost attempt did the work).
+   */
+  async invoke<R>(call: Call<R>, kind: Kind, signal?: AbortSignal,
+                  notFoundAfterLoss?: {value: R}): Promise<R> {
+    const attempts = new Attempts(this.config.retry, kind);
+    let reread = false;
+    for (;;) {
+      const i = this.endpoint();
+      try {
+        return await call(this.stub(i), {
+          signal, timeoutMs: this.config.timeoutMs, headers: this.headers(),
+        });
+      } catch (e) {
+        const err = toDelaydError(e);
+        if (signal?.aborted) throw new CancelledError('the call was aborted', {cause: e});
+        if (err.code === 'UNAUTHENTICATED' && !reread) {
+          reread = true;
+          if (this.rereadToken()) continue;
+        }
+        if (err.code === 'NOT_FOUND' && attempts.lost && notFoundAfterLoss) {
+          return notFoundAfterLoss.value;
+        }
+        const wait = attempts.failed(err);  // (throws what is not retried)
+        this.rotate(i);
+        try {
+          await sleep(wait, signal);
+        } catch (reason) {
+          throw new CancelledError('the call was aborted', {cause: reason});
+        }
+      }
+    }
+  }
+
+  /** Closes every connection. */
+  close(): void {
+    for (const {session} of this.stubs.values()) session.abort();
+    this.stubs.clear();
+  }
+}

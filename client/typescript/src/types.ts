@@ -1,0 +1,213 @@
+/**
+ * What calls take and give, in JavaScript's own types: `Date` for instants,
+ * milliseconds (`number`) for durations, `bigint` for versions and event
+ * ids (uint64), `Uint8Array` for payloads.
+ * @module
+ */
+import type {DescMessage, Message} from '@bufbuild/protobuf';
+import {reflect} from '@bufbuild/protobuf/reflect';
+import {durationMs, timestampDate} from '@bufbuild/protobuf/wkt';
+import type {Duration, Timestamp} from '@bufbuild/protobuf/wkt';
+
+import type {Event as PbEvent, Timer as PbTimer} from './gen/delayd/v1/delayd_pb.js';
+import {Reason} from './gen/delayd/v1/delayd_pb.js';
+
+/** A pending timer. */
+export interface Timer {
+  namespace: string;
+  key: string;
+  payload: Uint8Array;
+  fireTime: Date;
+  version: bigint;
+}
+
+/** A fired timer (or a schedule's run), as delivered. */
+export interface Event {
+  id: bigint;
+  namespace: string;
+  key: string;
+  payload: Uint8Array;
+  version: bigint;
+  fireTime: Date;
+  firedAt: Date;
+  /** The same instants in nanoseconds since the Unix epoch. */
+  fireTimeNs: bigint;
+  firedAtNs: bigint;
+  /** 1 on first delivery, + 1 on each redelivery; 0 in a watcher's copy. */
+  attempt: number;
+  /** "expired", "drained" or (watchers only) "dead_lettered". */
+  reason: string;
+  /** A schedule's run number (0 for a timer). */
+  scheduleRun: bigint;
+}
+
+/** What SetTimer answers. */
+export interface SetResult {
+  version: bigint;
+  fireTime: Date;
+  /** Whether a pending timer was replaced. */
+  replaced: boolean;
+}
+
+/** What MoveTimer answers. */
+export interface MoveResult {
+  version: bigint;
+  fireTime: Date;
+}
+
+/** One Batch operation's result: `error` unset on success. */
+export interface BatchResult {
+  version: bigint;
+  fireTime?: Date;
+  error?: Error;
+}
+
+const nanosOf = (t?: Timestamp) =>
+  t === undefined ? 0n : t.seconds * 1_000_000_000n + BigInt(t.nanos);
+const dateOf = (t?: Timestamp) => (t === undefined ? new Date(0) : timestampDate(t));
+
+/** @internal */
+export function timerOf(t: PbTimer): Timer {
+  return {namespace: t.namespace, key: t.key, payload: t.payload,
+          fireTime: dateOf(t.fireTime), version: t.version};
+}
+
+/** @internal */
+export function eventOf(e: PbEvent): Event {
+  return {
+    id: e.id, namespace: e.namespace, key: e.key, payload: e.payload,
+    version: e.version, fireTime: dateOf(e.fireTime), firedAt: dateOf(e.firedAt),
+    fireTimeNs: nanosOf(e.fireTime), firedAtNs: nanosOf(e.firedAt),
+    attempt: e.attempt,
+    reason: (Reason[e.reason] ?? 'UNSPECIFIED').replace(/^REASON_/, '').toLowerCase(),
+    scheduleRun: e.scheduleRun,
+  };
+}
+
+/**
+ * A message as a plain object in JavaScript's types: field names as the
+ * generated code has them, instants as Date (undefined when unset),
+ * durations in ms, enums by name, nested messages the same way.
+ */
+export type Plain = {[field: string]: unknown};
+
+/** @internal */
+export function plain<Desc extends DescMessage>(schema: Desc,
+                                                msg: Message): Plain {
+  const r = reflect(schema, msg as never);
+  const out: Plain = {};
+  for (const f of r.fields) {
+    const value = (msg as unknown as Record<string, unknown>)[f.localName];
+    out[f.localName] = convert(f as never, value);
+  }
+  return out;
+}
+
+function convert(f: {fieldKind: string; message?: DescMessage;
+                     enum?: {values: {number: number; name: string}[]}},
+                 value: unknown): unknown {
+  if (f.fieldKind === 'list') {
+    const item = f as unknown as {listKind: string; message?: DescMessage;
+                                  enum?: {values: {number: number; name: string}[]}};
+    return (value as unknown[]).map((v) => convert(
+      {fieldKind: item.listKind, message: item.message, enum: item.enum}, v));
+  }
+  if (f.fieldKind === 'enum' && f.enum) {
+    return f.enum.values.find((v) => v.number === value)?.name ?? value;
+  }
+  if (f.fieldKind === 'message' && f.message) {
+    if (value === undefined) return undefined;
+    switch (f.message.typeName) {
+      case 'google.protobuf.Timestamp': return timestampDate(value as Timestamp);
+      case 'google.protobuf.Duration': return durationMs(value as Duration);
+      case 'delayd.v1.Event': return eventOf(value as PbEvent);
+      default: return plain(f.message, value as Message);
+    }
+  }
+  return value;
+}
+
+/** What every call takes. */
+export interface CallOptions {
+  /** Aborts the call (and its retries): it rejects with CancelledError. */
+  signal?: AbortSignal;
+}
+
+/** The namespace a call is about ("default" when unset). */
+export interface InNamespace {
+  namespace?: string;
+}
+
+/** When a timer fires: exactly one of `delay` and `at`. */
+export interface When {
+  /** From now, in ms. */
+  delay?: number;
+  /** An instant. */
+  at?: Date;
+}
+
+/** Options of setTimer. */
+export interface SetOptions extends When, InNamespace, CallOptions {
+  /** Create only: AlreadyExistsError if a timer is pending under the key. */
+  ifAbsent?: boolean;
+  /** A random extra delay of up to this many ms. */
+  jitter?: number;
+}
+
+/** Options of moveTimer. */
+export interface MoveOptions extends When, InNamespace, CallOptions {
+  /** Compare-and-set: AbortedError unless the timer is at this version. */
+  expectedVersion?: bigint;
+}
+
+/** Options of removeTimer and deleteSchedule. */
+export interface RemoveOptions extends InNamespace, CallOptions {
+  /** Compare-and-set: AbortedError unless at this version. */
+  expectedVersion?: bigint;
+}
+
+/** A schedule's spec: exactly one of `cron` and `every`. */
+export interface ScheduleSpec {
+  /** A cron expression (five fields, or six with seconds first). */
+  cron?: string;
+  /** A fixed period, in ms. */
+  every?: number;
+  /** An IANA zone for cron ("UTC" when empty). */
+  timeZone?: string;
+  /** No run before this instant. */
+  start?: Date;
+  /** No run after this instant. */
+  end?: Date;
+  /** At most this many runs (0: no limit). */
+  maxRuns?: bigint;
+}
+
+/** Options of setSchedule. */
+export interface ScheduleOptions extends ScheduleSpec, InNamespace, CallOptions {
+  /** Create only: AlreadyExistsError if one exists under the key. */
+  ifAbsent?: boolean;
+  /** Compare-and-set on the schedule's version. */
+  expectedVersion?: bigint;
+  /** Runs missed while paused or down: "LATEST" (default), "NONE" or "ALL". */
+  catchUp?: 'LATEST' | 'NONE' | 'ALL';
+  /** With "ALL": at most this many missed runs. */
+  catchUpLimit?: number;
+  /** A random extra delay of up to this many ms per run. */
+  jitter?: number;
+  /** A run due while the last is unacknowledged: "ALLOW" (default), "SKIP" or "BUFFER_ONE". */
+  overlap?: 'ALLOW' | 'SKIP' | 'BUFFER_ONE';
+}
+
+/** A namespace's delivery policy; durations in ms. */
+export interface Policy {
+  maxAttempts: number;
+  initialBackoff: number;
+  backoffMultiplier: number;
+  maxBackoff: number;
+  backoffJitter: number;
+  ackTimeout: number;
+  maxDispatchRate: number;
+  dispatchBurst: number;
+  maxInFlight: number;
+  paused: boolean;
+}

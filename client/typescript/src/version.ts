@@ -1,0 +1,2 @@
+/** The library's version. */
+export const VERSION = '0.2.0';

@@ -1,0 +1,384 @@
+/**
+ * Workers: the client's half of at-least-once delivery.
+ *
+ * ```ts
+ * import {Worker} from 'delayd';
+ * await new Worker('shop', async (event) => {
+ *   await cancelOrder(event.key);    // resolves: acknowledged; throws: retried later
+ * }, {concurrency: 8}).run();
+ * ```
+ *
+ * A Worker subscribes to a namespace and runs `handler(event, signal)` for
+ * each event, at most `concurrency` at once (the stream's flow control is
+ * set to it, so the daemon hands it no more):
+ *
+ * - the handler resolves: the event is acknowledged; it throws: the event is
+ *   nacked with the error's text and comes back after the policy's backoff
+ *   (or after a {@link Retry}'s `afterMs`); after the policy's last attempt
+ *   it is a dead letter;
+ * - while a handler runs, its event's lease is extended every third of the
+ *   ack timeout, so a long job is never handed to another worker;
+ * - the stream ending (a node stopped or killed, a hand-over, a database
+ *   fail-over) is met by reconnecting, with jittered backoff, to the next
+ *   endpoint; handlers already running finish and their acknowledgements
+ *   still go out (to any node); an event delivered again that this worker
+ *   already handled (within `dedupWindow`) is acknowledged without running
+ *   the handler again, and one still running is not started twice;
+ * - `stop()` (or SIGTERM/SIGINT under `run()`) takes nothing new, gives back
+ *   what was received but not started, lets running handlers finish within
+ *   `grace` and acknowledges them, then closes the stream; a second signal
+ *   (or `stopNow()`) stops at once: handlers' signals abort, and what was
+ *   not acknowledged comes back to other workers after its ack timeout.
+ * @module
+ */
+import {Client} from './client.js';
+import type {Subscription} from './client.js';
+import type {Config, RetryPolicy} from './config.js';
+import {DelaydError} from './errors.js';
+import {sleep} from './retry.js';
+import type {Event} from './types.js';
+
+/** Thrown by a handler: the event failed; deliver it again after `afterMs`. */
+export class Retry extends Error {
+  /** @param message - the failure's text; @param afterMs - ms (default: the policy's backoff) */
+  constructor(message: string, readonly afterMs?: number) {
+    super(message);
+    this.name = 'Retry';
+  }
+}
+
+/** Callbacks for logs and metrics; times in ms. A hook that throws is ignored. */
+export interface Hooks {
+  /** An event arrived, `latenessMs` after its fire time. */
+  onEvent?: (event: Event, latenessMs: number) => void;
+  /** A handler resolved after `tookMs`. */
+  onHandled?: (event: Event, tookMs: number) => void;
+  /** A handler threw. */
+  onFailed?: (event: Event, error: unknown, tookMs: number) => void;
+  /** The stream is up ("connected") or ended ("lost", with its error). */
+  onStream?: (state: 'connected' | 'lost', error?: DelaydError) => void;
+}
+
+/** A handler: resolves when the job is done; `signal` aborts on stopNow(). */
+export type Handler = (event: Event, signal: AbortSignal) => unknown;
+
+/** A Worker's options; times in ms. */
+export interface WorkerOptions {
+  /** Handlers at most at once (default 1). */
+  concurrency?: number;
+  /** The client to use (default: a client of its own, from `config`). */
+  client?: Client;
+  /** The configuration of the worker's own client. */
+  config?: Partial<Config>;
+  /** Per event, before it counts as failed unless extended (default 30000). */
+  ackTimeout?: number;
+  /** How long a handled event's id is remembered (default 600000). */
+  dedupWindow?: number;
+  /** How long stop() waits for running handlers (default 30000). */
+  grace?: number;
+  hooks?: Hooks;
+  /** The waits between reconnections (default 50 ms doubling to 2 s). */
+  reconnect?: Partial<RetryPolicy>;
+}
+
+type Outgoing = {id: bigint; nack?: {error: string; afterMs?: number}};
+
+const now = () => performance.timeOrigin + performance.now();
+
+/** Waits for `p`, at most `ms` (no timer outlives the wait). */
+async function within(p: Promise<void>, ms: number, signal?: AbortSignal): Promise<void> {
+  const timer = new AbortController();
+  const stop = () => timer.abort();
+  signal?.addEventListener('abort', stop, {once: true});
+  try {
+    await Promise.race([p, sleep(Math.max(0, ms), timer.signal).catch(() => {})]);
+  } finally {
+    timer.abort();
+    signal?.removeEventListener('abort', stop);
+  }
+}
+
+/** Event ids handled recently, in the order handled. */
+class Done {
+  private readonly ids = new Map<bigint, number>();
+  constructor(private readonly windowMs: number, private readonly limit = 100_000) {}
+
+  add(id: bigint): void {
+    this.ids.delete(id);
+    this.ids.set(id, now());
+    const horizon = now() - this.windowMs;
+    for (const [first, at] of this.ids) {
+      if (this.ids.size <= this.limit && at >= horizon) break;
+      this.ids.delete(first);
+    }
+  }
+
+  has(id: bigint): boolean {
+    return this.ids.has(id);
+  }
+}
+
+/** Runs a handler for each event of a namespace (see the module's text). */
+export class Worker {
+  readonly client: Client;
+  private readonly concurrency: number;
+  private readonly ackTimeout: number;
+  private readonly grace: number;
+  private readonly hooks: Hooks;
+  private readonly reconnect: RetryPolicy;
+  private readonly ownClient: boolean;
+  private readonly done: Done;
+  private readonly queued: Event[] = [];
+  private readonly runningIds = new Map<bigint, Event>();
+  private outbox: Outgoing[] = [];
+  private flushing?: Promise<void>;
+  private stream?: Subscription;
+  private stopping = false;
+  private readonly halt = new AbortController();  // aborts on stopNow()
+  private readonly ended = new AbortController();  // aborts once finished
+  private leaseTimer?: NodeJS.Timeout;
+  private idle?: () => void;  // resolves stop()'s wait for running handlers
+  private finished!: () => void;
+  /** Resolves once the worker has stopped. */
+  readonly stopped = new Promise<void>((resolve) => {
+    this.finished = resolve;
+  });
+
+  /**
+   * @param namespace - the namespace whose events it handles
+   * @param handler - run for each event
+   */
+  constructor(readonly namespace: string, private readonly handler: Handler,
+              options: WorkerOptions = {}) {
+    this.concurrency = options.concurrency ?? 1;
+    this.ackTimeout = options.ackTimeout ?? 30_000;
+    if (!Number.isInteger(this.concurrency) || this.concurrency < 1) {
+      throw new RangeError('concurrency: an integer, at least 1');
+    }
+    if (!(this.ackTimeout >= 100 && this.ackTimeout <= 3_600_000)) {
+      throw new RangeError('ackTimeout: from 100 to 3600000 ms');
+    }
+    this.grace = options.grace ?? 30_000;
+    this.hooks = options.hooks ?? {};
+    this.reconnect = {attempts: Infinity, initialBackoffMs: 50, maxBackoffMs: 2000,
+                      multiplier: 2, ...options.reconnect};
+    this.ownClient = options.client === undefined;
+    this.client = options.client ?? new Client(options.config);
+    this.done = new Done(options.dedupWindow ?? 600_000);
+  }
+
+  /** How many handlers run now. */
+  get running(): number {
+    return this.runningIds.size;
+  }
+
+  /** Starts reading and handling; returns at once (see `stopped`). */
+  start(): void {
+    this.leaseTimer = setInterval(() => void this.extendLeases(), this.ackTimeout / 3);
+    void this.readLoop();
+  }
+
+  /**
+   * Starts, and resolves once stopped: by stop(), or by SIGTERM or SIGINT
+   * (a second one stops at once).
+   */
+  async run(options: {signals?: boolean} = {}): Promise<void> {
+    const onSignal = () => {
+      if (this.stopping) this.stopNow();
+      else void this.stop();
+    };
+    const signals = options.signals ?? true;
+    if (signals) {
+      process.on('SIGTERM', onSignal);
+      process.on('SIGINT', onSignal);
+    }
+    this.start();
+    try {
+      await this.stopped;
+    } finally {
+      process.off('SIGTERM', onSignal);
+      process.off('SIGINT', onSignal);
+    }
+  }
+
+  /**
+   * Takes nothing new, gives back what was not started, lets running
+   * handlers finish within `graceMs` and acknowledges them; resolves once
+   * stopped.
+   */
+  async stop(graceMs: number = this.grace): Promise<void> {
+    if (this.stopping) return this.stopped;
+    this.stopping = true;
+    // The stream stays open until what runs is acknowledged: an event of a
+    // stream that ended could go to another worker while its handler ran.
+    for (const e of this.queued.splice(0)) this.send(e.id, {error: 'the worker stopped', afterMs: 0});
+    if (this.runningIds.size > 0) {
+      const idle = new Promise<void>((resolve) => { this.idle = resolve; });
+      await within(idle, graceMs, this.halt.signal);
+    }
+    await this.flushUntil(now() + 5000);
+    this.finish();
+  }
+
+  /** Stops at once: running handlers' signals abort; nothing waits for them. */
+  stopNow(): void {
+    this.stopping = true;
+    this.halt.abort();
+    this.finish();
+  }
+
+  private finish(): void {
+    if (this.ended.signal.aborted) return;
+    this.ended.abort();
+    clearInterval(this.leaseTimer);
+    this.stream?.cancel();
+    if (this.ownClient) this.client.close();
+    this.finished();
+  }
+
+  private hook<K extends keyof Hooks>(name: K, ...args: Parameters<NonNullable<Hooks[K]>>): void {
+    try {
+      (this.hooks[name] as ((...a: unknown[]) => void) | undefined)?.(...args);
+    } catch {
+      // A hook's failure is its own.
+    }
+  }
+
+  // ---- The stream ----
+
+  private async readLoop(): Promise<void> {
+    let wait = this.reconnect.initialBackoffMs;
+    while (!this.stopping) {
+      const conn = this.client.conn;
+      const at = conn.endpoint();
+      const stream = this.client.subscribe({
+        namespace: this.namespace, maxInFlight: this.concurrency,
+        ackTimeout: this.ackTimeout, keepLeases: true});
+      this.stream = stream;
+      void stream.registered.then(() => {
+        wait = this.reconnect.initialBackoffMs;
+        this.hook('onStream', 'connected');
+      });
+      let error: DelaydError | undefined;
+      try {
+        for await (const e of stream) this.received(e);
+      } catch (e) {
+        error = e as DelaydError;
+      }
+      if (this.stopping) return;
+      this.hook('onStream', 'lost', error);
+      conn.rotate(at);  // another endpoint next time, after a jittered wait
+      await sleep(wait * (0.5 + Math.random() / 2), this.ended.signal).catch(() => {});
+      wait = Math.min(wait * this.reconnect.multiplier, this.reconnect.maxBackoffMs);
+    }
+  }
+
+  private received(e: Event): void {
+    this.hook('onEvent', e, Math.max(0, now() - Number(e.fireTimeNs / 1000n) / 1000));
+    if (this.done.has(e.id)) {
+      this.send(e.id);  // handled already
+    } else if (this.runningIds.has(e.id) || this.queued.some((q) => q.id === e.id)) {
+      // In hand: its lease is kept and its ack will go.
+    } else if (this.stopping) {
+      this.send(e.id, {error: 'the worker stopped', afterMs: 0});
+    } else {
+      this.queued.push(e);
+      this.pump();
+    }
+  }
+
+  // ---- Handlers ----
+
+  private pump(): void {
+    while (this.runningIds.size < this.concurrency && this.queued.length > 0) {
+      const e = this.queued.shift()!;
+      this.runningIds.set(e.id, e);
+      void this.handle(e);
+    }
+  }
+
+  private async handle(e: Event): Promise<void> {
+    const started = now();
+    let failure: {error: unknown} | undefined;
+    try {
+      await this.handler(e, this.halt.signal);
+    } catch (error) {
+      failure = {error};
+    }
+    const took = now() - started;
+    this.runningIds.delete(e.id);
+    if (this.halt.signal.aborted) return;  // stopNow(): it comes back
+    if (failure === undefined) {
+      this.done.add(e.id);
+      this.send(e.id);
+      this.hook('onHandled', e, took);
+    } else {
+      const err = failure.error;
+      const text = err instanceof Error ? err.message || err.name : String(err);
+      this.send(e.id, {error: text, afterMs: err instanceof Retry ? err.afterMs : undefined});
+      this.hook('onFailed', e, err, took);
+    }
+    if (this.runningIds.size === 0) this.idle?.();
+    this.pump();
+  }
+
+  // ---- Acknowledgements and leases ----
+
+  /** Queues an ack (or a nack) and starts a flush unless one runs. */
+  private send(id: bigint, nack?: Outgoing['nack']): void {
+    this.outbox.push({id, nack});
+    this.flushing ??= this.flushLoop();
+  }
+
+  /** Sends what the outbox holds until it is empty: acks in one call, nacks grouped. */
+  private async flushLoop(): Promise<void> {
+    // (Acks made in the same turn of the event loop go in one call.)
+    await new Promise<void>((resolve) => setImmediate(resolve));
+    while (this.outbox.length > 0 && !this.halt.signal.aborted) {
+      const failed = await this.sendOnce();
+      if (failed) await sleep(200, this.halt.signal).catch(() => {});
+    }
+    this.flushing = undefined;
+  }
+
+  /** Sends the outbox once; whether some of it failed (it is kept). */
+  private async sendOnce(): Promise<boolean> {
+    const out = this.outbox;
+    this.outbox = [];
+    const acks = out.filter((o) => o.nack === undefined).map((o) => o.id);
+    const nacks = new Map<string, Outgoing[]>();
+    for (const o of out) {
+      if (o.nack === undefined) continue;
+      const k = `${o.nack.afterMs ?? ''}\n${o.nack.error}`;
+      nacks.set(k, [...(nacks.get(k) ?? []), o]);
+    }
+    const kept: Outgoing[] = [];
+    const ns = {namespace: this.namespace};
+    for (let i = 0; i < acks.length; i += 1000) {
+      const ids = acks.slice(i, i + 1000);
+      await this.client.ack(ids, ns).catch(() => kept.push(...ids.map((id) => ({id}))));
+    }
+    for (const group of nacks.values()) {
+      const {error, afterMs} = group[0].nack!;
+      await this.client.nack(group.map((o) => o.id), {...ns, error, retryAfter: afterMs})
+        .catch(() => kept.push(...group));
+    }
+    this.outbox = kept.concat(this.outbox);
+    return kept.length > 0;
+  }
+
+  /** Waits for the outbox to empty, until `deadline`. */
+  private async flushUntil(deadline: number): Promise<void> {
+    while ((this.flushing !== undefined || this.outbox.length > 0) && now() < deadline) {
+      this.flushing ??= this.flushLoop();
+      await within(this.flushing, deadline - now());
+    }
+  }
+
+  private async extendLeases(): Promise<void> {
+    const held = [...this.runningIds.keys(), ...this.queued.map((e) => e.id)];
+    if (held.length === 0 || this.halt.signal.aborted) return;
+    await this.client.extendLease(held, this.ackTimeout, {namespace: this.namespace})
+      .catch(() => {});  // tried again at the next period
+  }
+}

@@ -1,0 +1,417 @@
+#!/usr/bin/python3
+"""The Python library (client/python) against a real delayd that
+run_with_delayd.sh started (TLS, a bearer token): every call and every
+error class, configuration shared with delayctl, retries, the Worker's and
+the AsyncWorker's promises, and the stubs checked in against the .proto.
+
+Usage: library_test.py PROTO_ROOT LIBRARY_DIR   (DELAYD_* name the daemon)
+"""
+import asyncio
+import datetime as dt
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+PROTO_ROOT, LIBRARY = sys.argv[1], sys.argv[2]
+sys.path.insert(0, LIBRARY)
+del sys.argv[1:3]
+
+import delayd  # noqa: E402
+from delayd import _retry  # noqa: E402
+
+
+def eventually(cond, timeout=10.0, what="a condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = cond()
+        if value:
+            return value
+        time.sleep(0.01)  # (polls a condition, bounded)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+class Fixture(unittest.TestCase):
+    counter = 0
+
+    def setUp(self):
+        Fixture.counter += 1
+        self.ns = f"py-{os.getpid()}-{Fixture.counter}"
+        self.client = delayd.Client(timeout=10.0)
+        # A far timer keeps the namespace (and its figures) when nothing
+        # else does.
+        self.client.set_timer("~anchor", delay=3600, namespace=self.ns)
+
+    def tearDown(self):
+        self.client.close()
+
+
+class Calls(Fixture):
+    def test_timers_set_moved_got_listed_removed(self):
+        c, ns = self.client, self.ns
+        at = dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=1)
+        r = c.set_timer("order-42", b'{"order":42}', at=at, namespace=ns)
+        self.assertFalse(r.replaced)
+        self.assertEqual(r.fire_time, at)
+        t = c.get_timer("order-42", namespace=ns)
+        self.assertEqual((t.payload, t.version), (b'{"order":42}', r.version))
+        m = c.move_timer("order-42", delay=dt.timedelta(minutes=5),
+                         namespace=ns, expected_version=r.version)
+        self.assertGreater(m.version, r.version)
+        self.assertLess(m.fire_time, at)
+        r2 = c.set_timer("order-42", "text is encoded", delay=60,
+                         namespace=ns)
+        self.assertTrue(r2.replaced)
+        for i in range(7):
+            c.set_timer(f"other-{i}", delay=3600, namespace=ns)
+        keys = [t.key for t in c.list_timers(namespace=ns, prefix="other-",
+                                             page_size=2)]
+        self.assertEqual(sorted(keys), [f"other-{i}" for i in range(7)])
+        self.assertEqual(c.remove_timer("order-42", namespace=ns), r2.version)
+        with self.assertRaises(delayd.NotFound) as e:
+            c.get_timer("order-42", namespace=ns)
+        self.assertIn("order-42", e.exception.message)
+        self.assertEqual(c.drain(namespace=ns), 8)  # (and the anchor)
+
+    def test_each_error_class_carries_the_daemons_message(self):
+        c, ns = self.client, self.ns
+        with self.assertRaises(delayd.InvalidArgument) as e:
+            c.set_timer("", delay=1, namespace=ns)
+        self.assertIn("key", e.exception.message)
+        with self.assertRaises(delayd.InvalidArgument) as e:
+            c.set_timer("k", b"x" * (64 * 1024 + 1), delay=1, namespace=ns)
+        self.assertIn("payload", e.exception.message)
+        with self.assertRaises(delayd.InvalidArgument) as e:
+            c.set_timer("k", delay=-5, namespace=ns)
+        self.assertIn("negative", e.exception.message)
+        with self.assertRaises(delayd.InvalidArgument):
+            c.set_timer("k", namespace=ns)  # neither delay nor at
+        r = c.set_timer("k", delay=60, namespace=ns)
+        with self.assertRaises(delayd.AlreadyExists):
+            c.set_timer("k", delay=60, namespace=ns, if_absent=True)
+        with self.assertRaises(delayd.Aborted):
+            c.remove_timer("k", namespace=ns, expected_version=r.version + 1)
+        with self.assertRaises(delayd.NotFound):
+            c.move_timer("absent", delay=1, namespace=ns)
+        with self.assertRaises(delayd.FailedPrecondition):
+            c.cluster_status()  # not a cluster node
+        with self.assertRaises(delayd.InvalidArgument):
+            c.get_timer("k", namespace="bad name")
+        # Every error is a DelaydError with its code's name.
+        try:
+            c.get_timer("absent", namespace=ns)
+        except delayd.DelaydError as err:
+            self.assertEqual(err.code, "NOT_FOUND")
+
+    def test_a_batch_answers_each_operation(self):
+        c, ns = self.client, self.ns
+        results = (c.batch(namespace=ns)
+                   .set("a", b"1", delay=60)
+                   .set("a", b"2", delay=60, if_absent=True)
+                   .move("a", delay=120)
+                   .remove("missing")
+                   .commit())
+        self.assertEqual([r.ok for r in results], [True, False, True, False])
+        self.assertIsInstance(results[1].error, delayd.AlreadyExists)
+        self.assertIsInstance(results[3].error, delayd.NotFound)
+        self.assertGreater(results[2].version, results[0].version)
+
+    def test_policies_dead_letters_schedules_and_figures(self):
+        c, ns = self.client, self.ns
+        p = c.set_policy(namespace=ns, max_attempts=1,
+                         initial_backoff=dt.timedelta(milliseconds=100))
+        self.assertEqual(p.max_attempts, 1)
+        self.assertEqual(p.initial_backoff, dt.timedelta(milliseconds=100))
+        self.assertTrue(c.pause(namespace=ns).paused)
+        self.assertEqual(c.get_policy(namespace=ns).max_attempts, 1)
+        self.assertFalse(c.resume(namespace=ns).paused)
+        # A dead letter: one attempt, nacked.
+        c.set_timer("dies", b"p", delay=0, namespace=ns)
+        sub = c.subscribe(namespace=ns)
+        event = next(iter(sub))
+        c.nack([event.id], namespace=ns, error="card declined")
+        sub.cancel()
+        letters = eventually(lambda: list(c.dead_letters(namespace=ns)),
+                             what="the dead letter")
+        self.assertEqual(letters[0].event.key, "dies")
+        self.assertEqual(letters[0].error, "card declined")
+        self.assertEqual(c.requeue_dead_letters([event.id], namespace=ns), 1)
+        s = c.stats(namespace=ns)
+        self.assertIsNone(s.durable)  # daemon-wide: left out
+        self.assertEqual(s.namespaces[0].namespace, ns)
+        self.assertIsNotNone(c.stats().durable)
+        # Schedules.
+        sched = c.set_schedule("nightly", b"r", cron="0 3 * * *",
+                               time_zone="Europe/Berlin", namespace=ns)
+        self.assertEqual(sched.spec.time_zone, "Europe/Berlin")
+        # 03:00 in Berlin: 02:00 UTC in winter, 01:00 in summer.
+        self.assertIn(sched.next_instant.hour, (1, 2))
+        self.assertEqual(sched.next_instant.minute, 0)
+        self.assertTrue(c.pause_schedule("nightly", namespace=ns).paused)
+        self.assertFalse(c.resume_schedule("nightly", namespace=ns).paused)
+        self.assertEqual([s.key for s in c.list_schedules(namespace=ns)],
+                         ["nightly"])
+        instants = c.preview_schedule(every=dt.timedelta(minutes=30),
+                                      count=3, after=dt.datetime(
+                                          2030, 1, 1, tzinfo=dt.timezone.utc))
+        self.assertEqual(len(instants), 3)
+        self.assertEqual(c.delete_schedule("nightly", namespace=ns),
+                         sched.version)
+
+
+class Configuration(unittest.TestCase):
+    def test_the_environment_means_what_it_means_to_delayctl(self):
+        env = {"DELAYD_ENDPOINT": "a:1, b:2", "DELAYD_TLS": "1",
+               "DELAYD_TLS_CA": "/ca.pem", "DELAYD_TOKEN": "t"}
+        c = delayd.Config.from_env(env)
+        self.assertEqual(list(c.endpoints), ["a:1", "b:2"])
+        self.assertTrue(c.secure)
+        self.assertEqual(c.bearer(), "t")
+
+    def test_a_token_file_and_a_dead_endpoint_first(self):
+        with tempfile.NamedTemporaryFile("w", suffix=".token") as f:
+            f.write(os.environ["DELAYD_TOKEN"] + "\n")
+            f.flush()
+            env = dict(os.environ)
+            del env["DELAYD_TOKEN"]
+            env["DELAYD_TOKEN_FILE"] = f.name
+            # A port nothing listens on, then the daemon: calls rotate.
+            env["DELAYD_ENDPOINT"] = "127.0.0.1:1," + os.environ[
+                "DELAYD_ENDPOINT"]
+            with delayd.Client(delayd.Config.from_env(env)) as c:
+                self.assertIsNotNone(c.stats().durable)
+
+    def test_a_conditional_call_whose_answer_was_lost_is_not_retried(self):
+        lost = delayd.Unavailable("Socket closed")
+        never = delayd.Unavailable("failed to connect to all addresses")
+        attempts = _retry.Attempts(delayd.RetryPolicy(), "conditional")
+        self.assertGreater(attempts.failed(never), 0)  # not sent: retried
+        with self.assertRaises(delayd.OutcomeUnknown) as e:
+            attempts.failed(lost)
+        self.assertIs(e.exception.cause, lost)
+        safe = _retry.Attempts(delayd.RetryPolicy(attempts=2), "safe")
+        self.assertGreater(safe.failed(lost), 0)
+        with self.assertRaises(delayd.Unavailable):
+            safe.failed(lost)  # out of attempts
+        with self.assertRaises(delayd.NotFound):
+            safe.failed(delayd.NotFound("x"))  # never retried
+
+
+class Workers(Fixture):
+    def test_each_event_handled_once_and_acknowledged(self):
+        c, ns = self.client, self.ns
+        got, late = [], []
+        hooks = delayd.Hooks(on_event=lambda e, l: late.append(l))
+        w = delayd.Worker(ns, lambda e: got.append(e.key), concurrency=4,
+                          client=c, hooks=hooks)
+        w.start()
+        for i in range(50):
+            c.set_timer(f"k{i}", delay=0, namespace=ns)
+        eventually(lambda: len(got) == 50, what="50 events")
+        w.stop()
+        self.assertEqual(sorted(got), sorted(f"k{i}" for i in range(50)))
+        s = c.stats(namespace=ns).namespaces[0]
+        self.assertEqual((s.events_acked, s.in_flight_events), (50, 0))
+        self.assertEqual(len(late), 50)
+
+    def test_a_raising_handler_is_retried_then_dead_lettered(self):
+        c, ns = self.client, self.ns
+        c.set_policy(namespace=ns, max_attempts=3,
+                     initial_backoff=dt.timedelta(milliseconds=200))
+        attempts = []
+
+        def handler(e):
+            attempts.append((e.attempt, time.monotonic()))
+            if e.attempt == 1:
+                raise delayd.Retry("try again soon", after=0.05)
+            raise RuntimeError(f"attempt {e.attempt} failed")
+
+        w = delayd.Worker(ns, handler, client=c)
+        w.start()
+        c.set_timer("flaky", delay=0, namespace=ns)
+        letters = eventually(lambda: list(c.dead_letters(namespace=ns)),
+                             what="a dead letter")
+        w.stop()
+        self.assertEqual([a for a, _ in attempts], [1, 2, 3])
+        # Attempt 2 after Retry's 50 ms; attempt 3 after the backoff of
+        # attempt 2 (400 ms).
+        self.assertGreaterEqual(attempts[2][1] - attempts[1][1], 0.35)
+        self.assertEqual(letters[0].error, "attempt 3 failed")
+
+    def test_a_handler_longer_than_its_ack_timeout_keeps_its_lease(self):
+        c, ns = self.client, self.ns
+        seen = []
+        lock = threading.Lock()
+
+        def slow(e):
+            with lock:
+                seen.append(e.id)
+            time.sleep(1.5)  # three ack timeouts
+
+        w1 = delayd.Worker(ns, slow, client=c, ack_timeout=0.5)
+        w2 = delayd.Worker(ns, slow, client=c, ack_timeout=0.5)
+        w1.start()
+        w2.start()
+        c.set_timer("long", delay=0, namespace=ns)
+        eventually(lambda: c.stats(namespace=ns).namespaces[0]
+                   .events_acked == 1, what="the ack")
+        w1.stop()
+        w2.stop()
+        self.assertEqual(len(seen), 1, "handed to a second worker")
+        self.assertEqual(c.stats(namespace=ns).namespaces[0]
+                         .events_redelivered, 0)
+
+    def test_concurrency_is_never_exceeded_and_one_stuck_handler_slows_none(
+            self):
+        c, ns = self.client, self.ns
+        running, peak, done = 0, 0, []
+        lock = threading.Lock()
+        stuck = threading.Event()
+
+        def handler(e):
+            nonlocal running, peak
+            with lock:
+                running += 1
+                peak = max(peak, running)
+            try:
+                if e.key == "stuck":
+                    stuck.wait(10)
+                else:
+                    time.sleep(0.005)
+                    done.append(e.key)
+            finally:
+                with lock:
+                    running -= 1
+
+        w = delayd.Worker(ns, handler, concurrency=4, client=c)
+        w.start()
+        c.set_timer("stuck", delay=0, namespace=ns)
+        for i in range(100):
+            c.set_timer(f"k{i}", delay=0, namespace=ns)
+        eventually(lambda: len(done) == 100, what="the others")
+        stuck.set()
+        w.stop()
+        self.assertEqual(peak, 4)
+
+    def test_stop_finishes_and_acknowledges_what_runs(self):
+        c, ns = self.client, self.ns
+        started = threading.Event()
+
+        def handler(e):
+            started.set()
+            time.sleep(0.5)
+
+        w = delayd.Worker(ns, handler, client=c)
+        w.start()
+        c.set_timer("mid", delay=0, namespace=ns)
+        started.wait(10)
+        w.stop()
+        s = c.stats(namespace=ns).namespaces[0]
+        self.assertEqual((s.events_acked, s.events_redelivered), (1, 0))
+
+    def test_sigterm_to_the_workers_process_finishes_its_handler(self):
+        # The README's worker, run as written in a process of its own.
+        ns = self.ns
+        work = tempfile.mkdtemp()
+        try:
+            script = os.path.join(work, "worker.py")
+            with open(script, "w") as f:
+                f.write(readme_example().replace(
+                    '"shop"', repr(ns)).replace(
+                    "    print(event.key, event.payload)",
+                    "    open(" + repr(os.path.join(work, "started")) +
+                    ", 'w').close()\n    import time; time.sleep(1)"))
+            env = dict(os.environ, PYTHONPATH=LIBRARY)
+            child = subprocess.Popen([sys.executable, script], env=env)
+            self.client.set_timer("job", delay=0, namespace=ns)
+            eventually(lambda: os.path.exists(os.path.join(work, "started")),
+                       what="the handler to start")
+            child.terminate()
+            self.assertEqual(child.wait(20), 0)
+            s = self.client.stats(namespace=ns).namespaces[0]
+            self.assertEqual((s.events_acked, s.in_flight_events,
+                              s.events_redelivered), (1, 0, 0))
+        finally:
+            shutil.rmtree(work)
+
+    def test_bad_input_raises_and_the_worker_keeps_running(self):
+        c, ns = self.client, self.ns
+        got = []
+        w = delayd.Worker(ns, lambda e: got.append(e.key), client=c)
+        w.start()
+        with self.assertRaises(delayd.InvalidArgument):
+            c.set_timer("k\x00", delay=0, namespace=ns)
+        c.set_timer("fine", delay=0, namespace=ns)
+        eventually(lambda: got == ["fine"], what="the event")
+        w.stop()
+
+
+class Async(Fixture):
+    def test_the_async_client_and_worker(self):
+        ns = self.ns
+
+        async def main():
+            async with delayd.AsyncClient() as c:
+                r = await c.set_timer("a", b"x", delay=60, namespace=ns)
+                self.assertEqual((await c.get_timer("a", namespace=ns))
+                                 .version, r.version)
+                with self.assertRaises(delayd.NotFound):
+                    await c.get_timer("b", namespace=ns)
+                keys = [t.key async for t in c.list_timers(namespace=ns)]
+                self.assertEqual(sorted(keys), ["a", "~anchor"])
+                got = []
+
+                async def handle(e):
+                    await asyncio.sleep(0.01)
+                    got.append(e.key)
+
+                w = delayd.AsyncWorker(ns, handle, concurrency=8, client=c)
+                task = asyncio.create_task(w.run(install_signal_handlers=False))
+                for i in range(30):
+                    await c.set_timer(f"k{i}", delay=0, namespace=ns)
+                await c.drain(namespace=ns)
+                deadline = time.monotonic() + 10
+                while len(got) < 32 and time.monotonic() < deadline:
+                    await asyncio.sleep(0.01)
+                await w.stop()
+                await task
+                self.assertEqual(len(got), 32)  # (the anchor drained too)
+                s = (await c.stats(namespace=ns)).namespaces[0]
+                self.assertEqual(s.events_acked, 32)
+
+        asyncio.run(main())
+
+
+class Stubs(unittest.TestCase):
+    def test_the_checked_in_stubs_are_the_protos(self):
+        out = tempfile.mkdtemp()
+        try:
+            subprocess.check_call([
+                "protoc", f"-I{PROTO_ROOT}", f"--python_out={out}",
+                f"--grpc_out={out}",
+                "--plugin=protoc-gen-grpc=" + shutil.which("grpc_python_plugin"),
+                "delayd/v1/delayd.proto"])
+            for name in ("delayd_pb2.py", "delayd_pb2_grpc.py"):
+                with open(os.path.join(out, "delayd/v1", name)) as a, \
+                        open(os.path.join(LIBRARY, "delayd/v1", name)) as b:
+                    self.assertEqual(a.read(), b.read(),
+                                     f"{name} is stale: run "
+                                     "client/python/generate.sh")
+        finally:
+            shutil.rmtree(out)
+
+
+def readme_example() -> str:
+    """The worker example of the library's README, as written."""
+    with open(os.path.join(LIBRARY, "README.md")) as f:
+        text = f.read()
+    start = text.index("```python\n", text.index("## A worker")) + 10
+    return text[start:text.index("```", start)]
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

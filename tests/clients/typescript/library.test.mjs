@@ -1,0 +1,368 @@
+// The TypeScript library (client/typescript, built into DELAYD_LIB) against
+// a real delayd that run_with_delayd.sh started (TLS, a bearer token):
+// every call and every error class, configuration shared with delayctl,
+// retries, the Worker's promises, and the README's worker run as written.
+//
+// Usage: DELAYD_LIB=<built package dir> node --test library.test.mjs
+import assert from 'node:assert/strict';
+import {spawn} from 'node:child_process';
+import {existsSync, mkdtempSync, readFileSync, rmSync, symlinkSync, mkdirSync,
+        writeFileSync} from 'node:fs';
+import {tmpdir} from 'node:os';
+import {join} from 'node:path';
+import {after, before, describe, test} from 'node:test';
+
+const LIB = process.env.DELAYD_LIB;
+const d = await import(join(LIB, 'dist/esm/index.js'));
+const {Attempts} = await import(join(LIB, 'dist/esm/retry.js'));
+
+/** Polls `cond` until it is truthy, bounded by `ms`. */
+async function eventually(cond, what, ms = 10_000) {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const v = await cond();
+    if (v) return v;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 10));  // (polls a condition, bounded)
+  }
+}
+
+let counter = 0;
+let client;
+/** A fresh namespace, kept alive by a far timer. */
+async function namespace() {
+  const ns = `ts-${process.pid}-${++counter}`;
+  await client.setTimer('~anchor', '', {delay: 3_600_000, namespace: ns});
+  return ns;
+}
+const nsStats = async (ns) => (await client.stats({namespace: ns})).namespaces[0];
+
+before(() => { client = new d.Client(); });
+after(() => client.close());
+
+describe('calls', () => {
+  test('timers set, moved, got, listed, removed', async () => {
+    const ns = await namespace();
+    const at = new Date(Date.now() + 3_600_000);
+    const r = await client.setTimer('order-42', '{"order":42}', {at, namespace: ns});
+    assert.equal(r.replaced, false);
+    assert.equal(r.fireTime.getTime(), at.getTime());
+    const t = await client.getTimer('order-42', {namespace: ns});
+    assert.equal(new TextDecoder().decode(t.payload), '{"order":42}');
+    assert.equal(t.version, r.version);
+    const m = await client.moveTimer('order-42', {delay: 300_000, namespace: ns,
+                                                  expectedVersion: r.version});
+    assert.ok(m.version > r.version);
+    assert.ok(m.fireTime < at);
+    const r2 = await client.setTimer('order-42', new Uint8Array([1, 2]), {delay: 60_000, namespace: ns});
+    assert.equal(r2.replaced, true);
+    for (let i = 0; i < 7; i++) {
+      await client.setTimer(`other-${i}`, '', {delay: 3_600_000, namespace: ns});
+    }
+    const keys = [];
+    for await (const x of client.listTimers({namespace: ns, prefix: 'other-', pageSize: 2})) {
+      keys.push(x.key);
+    }
+    assert.deepEqual(keys.sort(), [0, 1, 2, 3, 4, 5, 6].map((i) => `other-${i}`));
+    assert.equal(await client.removeTimer('order-42', {namespace: ns}), r2.version);
+    await assert.rejects(client.getTimer('order-42', {namespace: ns}), (e) =>
+      e instanceof d.NotFoundError && e.rawMessage.includes('order-42'));
+    assert.equal(await client.drain({namespace: ns}), 8n);  // (and the anchor)
+  });
+
+  test('each error class carries the daemon\'s message', async () => {
+    const ns = await namespace();
+    const refused = (p, cls, text) => assert.rejects(p, (e) => {
+      assert.ok(e instanceof cls, `${e.name}: ${e.message}`);
+      assert.ok(e instanceof d.DelaydError);
+      if (text) assert.match(e.rawMessage, text);
+      return true;
+    });
+    await refused(client.setTimer('', '', {delay: 1, namespace: ns}), d.InvalidArgumentError, /key/);
+    await refused(client.setTimer('k', new Uint8Array(64 * 1024 + 1), {delay: 1, namespace: ns}),
+                  d.InvalidArgumentError, /payload/);
+    await refused(client.setTimer('k', '', {delay: -5, namespace: ns}), d.InvalidArgumentError, /negative/);
+    await refused(client.setTimer('k', '', {namespace: ns}), d.InvalidArgumentError, /delay and at/);
+    const r = await client.setTimer('k', '', {delay: 60_000, namespace: ns});
+    await refused(client.setTimer('k', '', {delay: 60_000, namespace: ns, ifAbsent: true}),
+                  d.AlreadyExistsError);
+    await refused(client.removeTimer('k', {namespace: ns, expectedVersion: r.version + 1n}),
+                  d.AbortedError);
+    await refused(client.moveTimer('absent', {delay: 1, namespace: ns}), d.NotFoundError);
+    await refused(client.clusterStatus(), d.FailedPreconditionError);
+    await refused(client.getTimer('k', {namespace: 'bad name'}), d.InvalidArgumentError, /namespace/);
+    const e = await client.getTimer('absent', {namespace: ns}).catch((x) => x);
+    assert.equal(e.code, 'NOT_FOUND');
+    // An aborted call ends with CancelledError.
+    const ac = new AbortController();
+    ac.abort();
+    await refused(client.getTimer('k', {namespace: ns, signal: ac.signal}), d.CancelledError);
+  });
+
+  test('a batch answers each operation', async () => {
+    const ns = await namespace();
+    const results = await client.batch({namespace: ns})
+      .set('a', '1', {delay: 60_000})
+      .set('a', '2', {delay: 60_000, ifAbsent: true})
+      .move('a', {delay: 120_000})
+      .remove('missing')
+      .commit();
+    assert.deepEqual(results.map((x) => x.error === undefined), [true, false, true, false]);
+    assert.ok(results[1].error instanceof d.AlreadyExistsError);
+    assert.ok(results[3].error instanceof d.NotFoundError);
+    assert.ok(results[2].version > results[0].version);
+  });
+
+  test('policies, dead letters, schedules and figures', async () => {
+    const ns = await namespace();
+    const p = await client.setPolicy({maxAttempts: 1, initialBackoff: 100}, {namespace: ns});
+    assert.equal(p.maxAttempts, 1);
+    assert.equal(p.initialBackoff, 100);
+    assert.equal((await client.pause({namespace: ns})).paused, true);
+    assert.equal((await client.getPolicy({namespace: ns})).maxAttempts, 1);
+    assert.equal((await client.resume({namespace: ns})).paused, false);
+    await assert.rejects(client.setPolicy({noSuchField: 1}, {namespace: ns}), d.InvalidArgumentError);
+    // A dead letter: one attempt, nacked.
+    await client.setTimer('dies', 'p', {delay: 0, namespace: ns});
+    const sub = client.subscribe({namespace: ns});
+    let event;
+    for await (const e of sub) { event = e; break; }
+    assert.equal(await client.nack([event.id], {namespace: ns, error: 'card declined'}), 1);
+    sub.cancel();
+    const letters = await eventually(async () => {
+      const all = [];
+      for await (const x of client.deadLetters({namespace: ns})) all.push(x);
+      return all.length > 0 && all;
+    }, 'the dead letter');
+    assert.equal(letters[0].event.key, 'dies');
+    assert.equal(letters[0].error, 'card declined');
+    assert.equal(await client.requeueDeadLetters([event.id], {namespace: ns}), 1);
+    const s = await client.stats({namespace: ns});
+    assert.equal(s.durable, undefined);  // daemon-wide: left out
+    assert.equal(s.namespaces[0].namespace, ns);
+    assert.notEqual((await client.stats()).durable, undefined);
+    // Schedules.
+    const sched = await client.setSchedule('nightly', 'r', {
+      cron: '0 3 * * *', timeZone: 'Europe/Berlin', namespace: ns});
+    assert.equal(sched.spec.timeZone, 'Europe/Berlin');
+    assert.ok([1, 2].includes(sched.nextInstant.getUTCHours()));
+    assert.equal((await client.pauseSchedule('nightly', {namespace: ns})).paused, true);
+    assert.equal((await client.resumeSchedule('nightly', {namespace: ns})).paused, false);
+    const names = [];
+    for await (const x of client.listSchedules({namespace: ns})) names.push(x.key);
+    assert.deepEqual(names, ['nightly']);
+    const instants = await client.previewSchedule(
+      {every: 1_800_000}, {count: 3, after: new Date(Date.UTC(2030, 0, 1))});
+    assert.equal(instants.length, 3);
+    assert.ok(instants[0] instanceof Date);
+    assert.equal(await client.deleteSchedule('nightly', {namespace: ns}), sched.version);
+    await assert.rejects(client.getSchedule('nightly', {namespace: ns}), d.NotFoundError);
+  });
+});
+
+describe('configuration and retries', () => {
+  test('the environment means what it means to delayctl', () => {
+    const c = d.configFromEnv({}, {DELAYD_ENDPOINT: 'a:1, b:2', DELAYD_TLS: '1',
+                                   DELAYD_TLS_CA: '/ca.pem', DELAYD_TOKEN: 't'});
+    assert.deepEqual(c.endpoints, ['a:1', 'b:2']);
+    assert.equal(c.tls, true);
+    assert.equal(c.tlsCa, '/ca.pem');
+    assert.equal(c.token, 't');
+  });
+
+  test('a token file and a dead endpoint first', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'delayd-ts-'));
+    try {
+      writeFileSync(join(dir, 'token'), `${process.env.DELAYD_TOKEN}\n`);
+      const env = {...process.env, DELAYD_TOKEN_FILE: join(dir, 'token'),
+                   DELAYD_ENDPOINT: `127.0.0.1:1,${process.env.DELAYD_ENDPOINT}`};
+      delete env.DELAYD_TOKEN;
+      const c = new d.Client(d.configFromEnv({}, env));
+      try {
+        assert.notEqual((await c.stats()).durable, undefined);
+      } finally {
+        c.close();
+      }
+    } finally {
+      rmSync(dir, {recursive: true});
+    }
+  });
+
+  test('a conditional call whose answer was lost is not retried', () => {
+    const policy = {...d.DEFAULT_RETRY};
+    const lost = new d.UnavailableError('stream closed');
+    const never = new d.UnavailableError('connect ECONNREFUSED 127.0.0.1:1');
+    const conditional = new Attempts(policy, 'conditional');
+    assert.ok(conditional.failed(never) > 0);  // not sent: retried
+    assert.throws(() => conditional.failed(lost), (e) =>
+      e instanceof d.OutcomeUnknownError && e.last === lost);
+    const safe = new Attempts({...policy, attempts: 2}, 'safe');
+    assert.ok(safe.failed(lost) > 0);
+    assert.throws(() => safe.failed(lost), d.UnavailableError);  // out of attempts
+    assert.throws(() => safe.failed(new d.NotFoundError('x')), d.NotFoundError);
+  });
+});
+
+describe('workers', () => {
+  test('each event handled once and acknowledged', async () => {
+    const ns = await namespace();
+    const got = [];
+    const late = [];
+    const w = new d.Worker(ns, (e) => { got.push(e.key); }, {
+      concurrency: 4, client, hooks: {onEvent: (e, ms) => late.push(ms)}});
+    w.start();
+    for (let i = 0; i < 50; i++) await client.setTimer(`k${i}`, '', {delay: 0, namespace: ns});
+    await eventually(() => got.length === 50, '50 events');
+    await w.stop();
+    assert.deepEqual([...got].sort(), Array.from({length: 50}, (_, i) => `k${i}`).sort());
+    const s = await nsStats(ns);
+    assert.equal(s.eventsAcked, 50n);
+    assert.equal(s.inFlightEvents, 0n);
+    assert.equal(late.length, 50);
+  });
+
+  test('a throwing handler is retried, then dead-lettered', async () => {
+    const ns = await namespace();
+    await client.setPolicy({maxAttempts: 3, initialBackoff: 200}, {namespace: ns});
+    const attempts = [];
+    const w = new d.Worker(ns, (e) => {
+      attempts.push([e.attempt, performance.now()]);
+      if (e.attempt === 1) throw new d.Retry('try again soon', 50);
+      throw new Error(`attempt ${e.attempt} failed`);
+    }, {client});
+    w.start();
+    await client.setTimer('flaky', '', {delay: 0, namespace: ns});
+    const letters = await eventually(async () => {
+      const all = [];
+      for await (const x of client.deadLetters({namespace: ns})) all.push(x);
+      return all.length > 0 && all;
+    }, 'a dead letter');
+    await w.stop();
+    assert.deepEqual(attempts.map((a) => a[0]), [1, 2, 3]);
+    // Attempt 3 after the backoff of attempt 2 (400 ms, jitter aside).
+    assert.ok(attempts[2][1] - attempts[1][1] >= 350);
+    assert.equal(letters[0].error, 'attempt 3 failed');
+  });
+
+  test('a handler three ack timeouts long keeps its lease', async () => {
+    const ns = await namespace();
+    const seen = [];
+    const slow = async (e) => {
+      seen.push(e.id);
+      await new Promise((r) => setTimeout(r, 1500));  // the job's own length
+    };
+    const w1 = new d.Worker(ns, slow, {client, ackTimeout: 500});
+    const w2 = new d.Worker(ns, slow, {client, ackTimeout: 500});
+    w1.start();
+    w2.start();
+    await client.setTimer('long', '', {delay: 0, namespace: ns});
+    await eventually(async () => (await nsStats(ns)).eventsAcked === 1n, 'the ack');
+    await Promise.all([w1.stop(), w2.stop()]);
+    assert.equal(seen.length, 1, 'handed to a second worker');
+    assert.equal((await nsStats(ns)).eventsRedelivered, 0n);
+  });
+
+  test('concurrency is never exceeded and a stuck handler slows none', async () => {
+    const ns = await namespace();
+    let running = 0;
+    let peak = 0;
+    const done = [];
+    let release;
+    const stuck = new Promise((r) => { release = r; });
+    const w = new d.Worker(ns, async (e) => {
+      running++;
+      peak = Math.max(peak, running);
+      try {
+        if (e.key === 'stuck') await stuck;
+        else {
+          await new Promise((r) => setTimeout(r, 5));
+          done.push(e.key);
+        }
+      } finally {
+        running--;
+      }
+    }, {concurrency: 4, client});
+    w.start();
+    await client.setTimer('stuck', '', {delay: 0, namespace: ns});
+    for (let i = 0; i < 100; i++) await client.setTimer(`k${i}`, '', {delay: 0, namespace: ns});
+    await eventually(() => done.length === 100, 'the others');
+    release();
+    await w.stop();
+    assert.equal(peak, 4);
+  });
+
+  test('stop finishes and acknowledges what runs', async () => {
+    const ns = await namespace();
+    let started;
+    const began = new Promise((r) => { started = r; });
+    const w = new d.Worker(ns, async () => {
+      started();
+      await new Promise((r) => setTimeout(r, 500));
+    }, {client});
+    w.start();
+    await client.setTimer('mid', '', {delay: 0, namespace: ns});
+    await began;
+    await w.stop();
+    const s = await nsStats(ns);
+    assert.equal(s.eventsAcked, 1n);
+    assert.equal(s.eventsRedelivered, 0n);
+  });
+
+  test('SIGTERM to the worker\'s process finishes its handler', async () => {
+    // The README's worker, run as written in a process of its own.
+    const ns = await namespace();
+    const dir = mkdtempSync(join(tmpdir(), 'delayd-ts-'));
+    try {
+      mkdirSync(join(dir, 'node_modules'));
+      symlinkSync(LIB, join(dir, 'node_modules', 'delayd'));
+      const marker = join(dir, 'started');
+      const script = readmeExample()
+        .replace("'shop'", JSON.stringify(ns))
+        .replace(/ {2}console\.log\(.*\);/,
+                 `  (await import('node:fs')).writeFileSync(${JSON.stringify(marker)}, '');\n` +
+                 '  await new Promise((r) => setTimeout(r, 1000));');
+      assert.notEqual(script, readmeExample());
+      writeFileSync(join(dir, 'worker.mjs'), script);
+      const child = spawn(process.execPath, [join(dir, 'worker.mjs')], {stdio: 'inherit'});
+      const exited = new Promise((r) => child.on('exit', (code) => r(code)));
+      await client.setTimer('job', '', {delay: 0, namespace: ns});
+      await eventually(() => existsSync(marker), 'the handler to start');
+      child.kill('SIGTERM');
+      assert.equal(await exited, 0);
+      const s = await nsStats(ns);
+      assert.equal(s.eventsAcked, 1n);
+      assert.equal(s.inFlightEvents, 0n);
+      assert.equal(s.eventsRedelivered, 0n);
+    } finally {
+      rmSync(dir, {recursive: true});
+    }
+  });
+
+  test('bad input throws and the worker keeps running', async () => {
+    const ns = await namespace();
+    const got = [];
+    const w = new d.Worker(ns, (e) => { got.push(e.key); }, {client});
+    w.start();
+    await assert.rejects(client.setTimer('k\u0000', '', {delay: 0, namespace: ns}),
+                         d.InvalidArgumentError);
+    await client.setTimer('fine', '', {delay: 0, namespace: ns});
+    await eventually(() => got.length === 1, 'the event');
+    assert.deepEqual(got, ['fine']);
+    await w.stop();
+  });
+});
+
+describe('the package', () => {
+  test('its version is the project\'s', () => {
+    const pkg = JSON.parse(readFileSync(join(LIB, 'package.json'), 'utf8'));
+    assert.equal(d.VERSION, pkg.version);
+    if (process.env.DELAYD_VERSION) assert.equal(pkg.version, process.env.DELAYD_VERSION);
+  });
+});
+
+/** The worker example of the library's README, as written. */
+function readmeExample() {
+  const text = readFileSync(join(LIB, 'README.md'), 'utf8');
+  const start = text.indexOf('```js\n', text.indexOf('## A worker')) + 6;
+  return text.slice(start, text.indexOf('```', start));
+}
