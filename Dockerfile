@@ -14,7 +14,7 @@ COPY . /src
 RUN cmake -S /src -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release \
       -DDELAYD_BUILD_TESTS=OFF \
  && cmake --build /build --target delayd delayctl \
- && strip /build/server/delayd /build/client/delayctl
+ && strip /build/server/delayd /build/client/delayctl/delayctl
 
 FROM debian:bookworm-slim
 # The shared libraries the two binaries load (RocksDB is linked in; libpq
@@ -30,7 +30,7 @@ RUN apt-get update \
  && useradd --uid 10001 --no-create-home --home-dir /var/lib/delayd \
       --shell /usr/sbin/nologin delayd \
  && mkdir -p /var/lib/delayd && chown delayd:delayd /var/lib/delayd
-COPY --from=build /build/server/delayd /build/client/delayctl /usr/local/bin/
+COPY --from=build /build/server/delayd /build/client/delayctl/delayctl /usr/local/bin/
 USER delayd
 # Every flag of delayd is also a DELAYD_* variable; override any with -e.
 # Port 7071 serves only grpc.health.v1, in plaintext, so that the health

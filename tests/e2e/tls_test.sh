@@ -119,6 +119,18 @@ expect_code 0 "${C[@]}" --tls-ca ca1.pem --token writer-token set k v --in 1h
 expect_code 3 "${C[@]}" --tls-ca ca1.pem --token writer-token drain
 expect_err PERMISSION_DENIED
 DELAYD_TOKEN=admin-token DELAYD_TLS_CA=ca1.pem expect_code 0 "${C[@]}" stats
+# The variables the client libraries read mean the same to delayctl: a token
+# file (its first line) and a list of endpoints (the first that answers).
+printf 'admin-token\nignored\n' >token-file
+DELAYD_TOKEN_FILE=token-file DELAYD_TLS_CA=ca1.pem expect_code 0 "${C[@]}" drain
+DELAYD_TOKEN_FILE=token-file expect_code 3 "${C[@]}" --tls-ca ca1.pem --token writer-token drain
+expect_err PERMISSION_DENIED  # (--token wins over the file)
+DELAYD_TOKEN_FILE=absent expect_code 1 "${C[@]}" --tls-ca ca1.pem stats
+expect_err "token-file: cannot read absent"
+endpoint=${C[2]}
+DELAYD_ENDPOINT="127.0.0.1:1, $endpoint" expect_code 0 "$DELAYCTL" --timeout 4s \
+  --tls-ca ca1.pem --token admin-token stats
+DELAYD_ENDPOINT="127.0.0.1:1,127.0.0.1:2" expect_code 2 "$DELAYCTL" --timeout 1s health
 # The HTTP door: the same certificate and the same tokens.
 expect_http 000 "${H/https/http}/v1/stats"                   # plaintext client
 expect_http 000 --cacert ca2.pem "$H/v1/stats"                # server not trusted

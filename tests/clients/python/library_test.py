@@ -405,6 +405,12 @@ class Stubs(unittest.TestCase):
             shutil.rmtree(out)
 
 
+class Docs(unittest.TestCase):
+    def test_the_projects_readme_shows_the_worker_as_written(self):
+        with open(os.path.join(LIBRARY, "..", "..", "README.md")) as f:
+            self.assertIn("```python\n" + readme_example() + "```", f.read())
+
+
 def readme_example() -> str:
     """The worker example of the library's README, as written."""
     with open(os.path.join(LIBRARY, "README.md")) as f:

@@ -353,6 +353,11 @@ describe('workers', () => {
 });
 
 describe('the package', () => {
+  test('the project\'s README shows the worker as written', () => {
+    const readme = readFileSync(join(process.env.DELAYD_SOURCE_DIR, 'README.md'), 'utf8');
+    assert.ok(readme.includes('```js\n' + readmeExample() + '```'));
+  });
+
   test('its version is the project\'s', () => {
     const pkg = JSON.parse(readFileSync(join(LIB, 'package.json'), 'utf8'));
     assert.equal(d.VERSION, pkg.version);

@@ -2,9 +2,9 @@
 #include <cstdio>
 #include <memory>
 
-#include "client/commands.h"
-#include "client/exit_codes.h"
-#include "client/print.h"
+#include "client/delayctl/commands.h"
+#include "client/delayctl/exit_codes.h"
+#include "client/delayctl/print.h"
 
 namespace delayctl {
 namespace {

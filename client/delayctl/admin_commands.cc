@@ -7,10 +7,10 @@
 #include <cstdio>
 #include <memory>
 
-#include "client/commands.h"
-#include "client/exit_codes.h"
-#include "client/print.h"
-#include "client/signals.h"
+#include "client/delayctl/commands.h"
+#include "client/delayctl/exit_codes.h"
+#include "client/delayctl/print.h"
+#include "client/delayctl/signals.h"
 #include "delayd/text/duration.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 

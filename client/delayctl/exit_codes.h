@@ -1,6 +1,6 @@
 // delayctl's exit codes, and how a subcommand leaves with one.
-#ifndef DELAYD_CLIENT_EXIT_CODES_H_
-#define DELAYD_CLIENT_EXIT_CODES_H_
+#ifndef DELAYD_CLIENT_DELAYCTL_EXIT_CODES_H_
+#define DELAYD_CLIENT_DELAYCTL_EXIT_CODES_H_
 
 #include <string>
 
@@ -27,4 +27,4 @@ struct Exit {
 
 }  // namespace delayctl
 
-#endif  // DELAYD_CLIENT_EXIT_CODES_H_
+#endif  // DELAYD_CLIENT_DELAYCTL_EXIT_CODES_H_

@@ -1,7 +1,7 @@
 // How delayctl prints: tables for people, one JSON object per line for
 // programs (-o json), on stdout.
-#ifndef DELAYD_CLIENT_PRINT_H_
-#define DELAYD_CLIENT_PRINT_H_
+#ifndef DELAYD_CLIENT_DELAYCTL_PRINT_H_
+#define DELAYD_CLIENT_DELAYCTL_PRINT_H_
 
 #include <google/protobuf/message.h>
 #include <google/protobuf/timestamp.pb.h>
@@ -29,4 +29,4 @@ void PrintEvent(bool json, const delayd::v1::Event& e);
 
 }  // namespace delayctl
 
-#endif  // DELAYD_CLIENT_PRINT_H_
+#endif  // DELAYD_CLIENT_DELAYCTL_PRINT_H_

@@ -5,9 +5,9 @@
 #include <memory>
 #include <optional>
 
-#include "client/commands.h"
-#include "client/exit_codes.h"
-#include "client/print.h"
+#include "client/delayctl/commands.h"
+#include "client/delayctl/exit_codes.h"
+#include "client/delayctl/print.h"
 #include "delayd/text/duration.h"
 
 namespace delayctl {

@@ -1,4 +1,4 @@
-#include "client/signals.h"
+#include "client/delayctl/signals.h"
 
 #include <pthread.h>
 #include <signal.h>

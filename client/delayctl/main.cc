@@ -5,10 +5,10 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
-#include "client/commands.h"
-#include "client/connection.h"
-#include "client/exit_codes.h"
-#include "client/signals.h"
+#include "client/delayctl/commands.h"
+#include "client/delayctl/connection.h"
+#include "client/delayctl/exit_codes.h"
+#include "client/delayctl/signals.h"
 
 namespace delayctl {
 namespace {
@@ -20,7 +20,9 @@ int Main(int argc, char** argv) {
   // Global options may also come after the subcommand.
   app.fallthrough();
   Global g;
-  app.add_option("--endpoint", g.endpoint, "delayd address")
+  app.add_option("--endpoint", g.endpoint,
+                 "delayd address, or several separated by commas (a "
+                 "cluster's nodes: the first that answers is used)")
       ->envname("DELAYD_ENDPOINT")
       ->capture_default_str();
   app.add_flag("--tls", g.tls,
@@ -37,6 +39,9 @@ int Main(int argc, char** argv) {
   app.add_option("--token", g.token,
                  "Bearer token sent with every call (DELAYD_TOKEN)")
       ->envname("DELAYD_TOKEN");
+  app.add_option("--token-file", g.token_file,
+                 "File whose first line is the bearer token (when no --token)")
+      ->envname("DELAYD_TOKEN_FILE");
   app.add_option("--timeout", g.timeout, "Deadline per call (e.g. 10s)")
       ->capture_default_str();
   app.add_option("-o,--output", g.output, "table or json")

@@ -1,6 +1,6 @@
 // Ending a stream cleanly on SIGINT or SIGTERM (watch, work, stats --watch).
-#ifndef DELAYD_CLIENT_SIGNALS_H_
-#define DELAYD_CLIENT_SIGNALS_H_
+#ifndef DELAYD_CLIENT_DELAYCTL_SIGNALS_H_
+#define DELAYD_CLIENT_DELAYCTL_SIGNALS_H_
 
 #include <grpcpp/grpcpp.h>
 
@@ -35,4 +35,4 @@ class SignalCanceller {
 
 }  // namespace delayctl
 
-#endif  // DELAYD_CLIENT_SIGNALS_H_
+#endif  // DELAYD_CLIENT_DELAYCTL_SIGNALS_H_

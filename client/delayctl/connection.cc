@@ -1,11 +1,12 @@
-#include "client/connection.h"
+#include "client/delayctl/connection.h"
 
 #include <google/protobuf/util/time_util.h>
 
 #include <fstream>
 #include <sstream>
+#include <vector>
 
-#include "client/exit_codes.h"
+#include "client/delayctl/exit_codes.h"
 #include "delayd/text/code_name.h"
 #include "delayd/text/duration.h"
 
@@ -32,20 +33,49 @@ std::shared_ptr<grpc::ChannelCredentials> Credentials(const Global& g) {
 // (65,536 names of 64 bytes and their figures), past gRPC's 4 MiB default.
 constexpr int kMaxReceiveBytes = 64 << 20;
 
+// The addresses of a comma-separated list, blanks trimmed.
+std::vector<std::string> Endpoints(const std::string& list) {
+  std::vector<std::string> out;
+  std::stringstream in(list);
+  for (std::string e; std::getline(in, e, ',');) {
+    const auto first = e.find_first_not_of(" \t");
+    if (first == std::string::npos) continue;
+    out.push_back(e.substr(first, e.find_last_not_of(" \t") - first + 1));
+  }
+  return out;
+}
+
+// The token: --token, else the first line of --token-file.
+std::string Token(const Global& g) {
+  if (!g.token.empty() || g.token_file.empty()) return g.token;
+  std::string line = ReadWholeFile(g.token_file, "--token-file");
+  line = line.substr(0, line.find('\n'));
+  while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) {
+    line.pop_back();
+  }
+  return line;
+}
+
 }  // namespace
 
-Client::Client(const Global& g) : g_(g) {
+Client::Client(const Global& g) : g_(g), token_(Token(g)) {
   auto t = delayd::ParseDuration(g.timeout);
   if (!t) throw Exit{kUsage, "--timeout: not a duration: " + g.timeout};
   timeout_ = *t;
+  const std::vector<std::string> endpoints = Endpoints(g.endpoint);
+  if (endpoints.empty()) throw Exit{kUsage, "--endpoint: no address"};
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxReceiveBytes);
-  channel_ = grpc::CreateCustomChannel(g.endpoint, Credentials(g), args);
-  if (!channel_->WaitForConnected(std::chrono::system_clock::now() +
-                                  timeout_)) {
-    throw Exit{kCannotConnect, "cannot connect to " + g.endpoint};
+  const auto credentials = Credentials(g);
+  const auto share = timeout_ / static_cast<int>(endpoints.size());
+  for (const std::string& endpoint : endpoints) {
+    channel_ = grpc::CreateCustomChannel(endpoint, credentials, args);
+    if (channel_->WaitForConnected(std::chrono::system_clock::now() + share)) {
+      stub_ = v1::Delayd::NewStub(channel_);
+      return;
+    }
   }
-  stub_ = v1::Delayd::NewStub(channel_);
+  throw Exit{kCannotConnect, "cannot connect to " + g.endpoint};
 }
 
 std::unique_ptr<grpc::ClientContext> Client::Context() const {
@@ -56,8 +86,8 @@ std::unique_ptr<grpc::ClientContext> Client::Context() const {
 }
 
 void Client::Authorize(grpc::ClientContext& ctx) const {
-  if (!g_.token.empty()) {
-    ctx.AddMetadata("authorization", "Bearer " + g_.token);
+  if (!token_.empty()) {
+    ctx.AddMetadata("authorization", "Bearer " + token_);
   }
 }
 

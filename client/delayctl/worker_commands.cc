@@ -14,10 +14,10 @@
 #include <set>
 #include <thread>
 
-#include "client/commands.h"
-#include "client/exit_codes.h"
-#include "client/print.h"
-#include "client/signals.h"
+#include "client/delayctl/commands.h"
+#include "client/delayctl/exit_codes.h"
+#include "client/delayctl/print.h"
+#include "client/delayctl/signals.h"
 #include "delayd/text/duration.h"
 
 namespace delayctl {

@@ -3,14 +3,14 @@
 // admin_commands.cc, schedule_commands.cc). A group adds its
 // subcommands to the app and says, for each, how to run it once the flags are
 // parsed.
-#ifndef DELAYD_CLIENT_COMMANDS_H_
-#define DELAYD_CLIENT_COMMANDS_H_
+#ifndef DELAYD_CLIENT_DELAYCTL_COMMANDS_H_
+#define DELAYD_CLIENT_DELAYCTL_COMMANDS_H_
 
 #include <CLI/CLI.hpp>
 #include <functional>
 #include <vector>
 
-#include "client/connection.h"
+#include "client/delayctl/connection.h"
 
 namespace delayctl {
 
@@ -47,4 +47,4 @@ void AddScheduleCommands(CLI::App& app, const Global& g, Commands& out);
 
 }  // namespace delayctl
 
-#endif  // DELAYD_CLIENT_COMMANDS_H_
+#endif  // DELAYD_CLIENT_DELAYCTL_COMMANDS_H_

@@ -1,8 +1,8 @@
 // The connection to delayd every subcommand shares: global flags, the
 // channel (plain or TLS), a context per call, and call failures turned into
 // exit codes.
-#ifndef DELAYD_CLIENT_CONNECTION_H_
-#define DELAYD_CLIENT_CONNECTION_H_
+#ifndef DELAYD_CLIENT_DELAYCTL_CONNECTION_H_
+#define DELAYD_CLIENT_DELAYCTL_CONNECTION_H_
 
 #include <grpcpp/grpcpp.h>
 
@@ -28,11 +28,13 @@ struct Global {
   bool tls = false;
   std::string tls_ca, tls_cert, tls_key;
   std::string token;
+  std::string token_file;  // its first line, when `token` is empty
 };
 
 class Client {
  public:
-  // Connects, waiting up to --timeout; throws Exit if it cannot.
+  // Connects to the first of --endpoint's addresses that answers, waiting
+  // up to --timeout in all (shared among them); throws Exit if none does.
   explicit Client(const Global& g);
 
   v1::Delayd::Stub& stub() { return *stub_; }
@@ -45,6 +47,7 @@ class Client {
 
  private:
   const Global& g_;
+  std::string token_;
   std::chrono::nanoseconds timeout_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Delayd::Stub> stub_;
@@ -66,4 +69,4 @@ void Check(const grpc::Status& s);
 
 }  // namespace delayctl
 
-#endif  // DELAYD_CLIENT_CONNECTION_H_
+#endif  // DELAYD_CLIENT_DELAYCTL_CONNECTION_H_

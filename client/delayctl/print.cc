@@ -1,4 +1,4 @@
-#include "client/print.h"
+#include "client/delayctl/print.h"
 
 #include <google/protobuf/util/json_util.h>
 #include <google/protobuf/util/time_util.h>
