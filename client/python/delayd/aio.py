@@ -45,19 +45,21 @@ class AsyncClient(Api):
         self.config = config if config is not None else \
             Config.from_env(**overrides)
         self._channels: dict[int, grpc.aio.Channel] = {}
+        self._stubs: dict[int, pb_grpc.DelaydStub] = {}  # one per channel
         self._at = 0
         self._token = self.config.bearer()
 
     def _stub(self, i: int) -> pb_grpc.DelaydStub:
-        channel = self._channels.get(i)
-        if channel is None:
+        stub = self._stubs.get(i)
+        if stub is None:
             endpoint = self.config.endpoints[i]
             creds = self.config.credentials()
             channel = grpc.aio.secure_channel(endpoint, creds, CHANNEL_OPTIONS) \
                 if creds is not None else \
                 grpc.aio.insecure_channel(endpoint, CHANNEL_OPTIONS)
             self._channels[i] = channel
-        return pb_grpc.DelaydStub(channel)
+            stub = self._stubs[i] = pb_grpc.DelaydStub(channel)
+        return stub
 
     def _endpoint(self) -> int:
         return self._at
@@ -72,6 +74,7 @@ class AsyncClient(Api):
 
     async def close(self) -> None:
         channels, self._channels = self._channels, {}
+        self._stubs = {}
         for channel in channels.values():
             await channel.close()
 

@@ -46,6 +46,7 @@ class Client(Api):
             Config.from_env(**overrides)
         self._lock = threading.Lock()
         self._channels: dict[int, grpc.Channel] = {}
+        self._stubs: dict[int, pb_grpc.DelaydStub] = {}  # one per channel
         self._at = 0  # the endpoint calls go to now
         self._token = self.config.bearer()
 
@@ -53,15 +54,16 @@ class Client(Api):
 
     def _stub(self, i: int) -> pb_grpc.DelaydStub:
         with self._lock:
-            channel = self._channels.get(i)
-            if channel is None:
+            stub = self._stubs.get(i)
+            if stub is None:
                 endpoint = self.config.endpoints[i]
                 creds = self.config.credentials()
                 channel = grpc.secure_channel(endpoint, creds, CHANNEL_OPTIONS) \
                     if creds is not None else \
                     grpc.insecure_channel(endpoint, CHANNEL_OPTIONS)
                 self._channels[i] = channel
-            return pb_grpc.DelaydStub(channel)
+                stub = self._stubs[i] = pb_grpc.DelaydStub(channel)
+            return stub
 
     def _endpoint(self) -> int:
         with self._lock:
@@ -92,6 +94,7 @@ class Client(Api):
             for channel in self._channels.values():
                 channel.close()
             self._channels.clear()
+            self._stubs.clear()
 
     def __enter__(self) -> "Client":
         return self
@@ -184,13 +187,18 @@ class Subscription:
         self._on_registered = on_registered
 
     def __iter__(self) -> Iterator[types.Event]:
+        for batch in self.batches():
+            yield from batch
+
+    def batches(self) -> Iterator[list[types.Event]]:
+        """The events a message at a time (as the daemon sent them)."""
         try:
             for msg in self._call:
                 if self._on_registered is not None:
                     self._on_registered()
                     self._on_registered = None
-                for e in msg.events:
-                    yield types.Event.from_pb(e)
+                if msg.events:
+                    yield [types.Event.from_pb(e) for e in msg.events]
         except grpc.RpcError as rpc_error:
             if rpc_error.code() == grpc.StatusCode.CANCELLED:
                 return

@@ -73,34 +73,53 @@ class Timer:
                    t.version)
 
 
+def _from_ns(ns: int) -> _dt.datetime:
+    return _dt.datetime.fromtimestamp(ns // 1_000_000_000, tz=UTC) + \
+        _dt.timedelta(microseconds=ns % 1_000_000_000 // 1000)
+
+
+_REASONS: dict[int, str] = {}
+
+
 @dataclasses.dataclass(frozen=True)
 class Event:
-    """A fired timer (or schedule run), as delivered."""
+    """A fired timer (or schedule run), as delivered. ``fire_time`` and
+    ``fired_at`` are made from the nanoseconds when first read (a worker
+    that does not read them does not pay for them)."""
     id: int
     namespace: str
     key: str
     payload: bytes
     version: int
-    fire_time: _dt.datetime
-    fired_at: _dt.datetime
     # 1 on first delivery, + 1 on each redelivery; 0 for a watcher's copy.
     attempt: int
     # "expired", "drained" or "dead_lettered" (watchers only).
     reason: str
     # A schedule's run number (0 for a timer).
     schedule_run: int
-    # The same instants in nanoseconds since the Unix epoch.
+    # The instants in nanoseconds since the Unix epoch.
     fire_time_ns: int
     fired_at_ns: int
 
+    @property
+    def fire_time(self) -> _dt.datetime:
+        return _from_ns(self.fire_time_ns)
+
+    @property
+    def fired_at(self) -> _dt.datetime:
+        return _from_ns(self.fired_at_ns)
+
     @classmethod
     def from_pb(cls, e) -> "Event":
-        reason = e.DESCRIPTOR.fields_by_name["reason"].enum_type \
-            .values_by_number[e.reason].name
+        reason = _REASONS.get(e.reason)
+        if reason is None:
+            reason = e.DESCRIPTOR.fields_by_name["reason"].enum_type \
+                .values_by_number[e.reason].name \
+                .removeprefix("REASON_").lower()
+            _REASONS[e.reason] = reason
         return cls(e.id, e.namespace, e.key, e.payload, e.version,
-                   to_datetime(e.fire_time), to_datetime(e.fired_at),
-                   e.attempt, reason.removeprefix("REASON_").lower(),
-                   e.schedule_run, nanos(e.fire_time), nanos(e.fired_at))
+                   e.attempt, reason, e.schedule_run, nanos(e.fire_time),
+                   nanos(e.fired_at))
 
 
 @dataclasses.dataclass(frozen=True)

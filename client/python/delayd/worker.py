@@ -54,6 +54,9 @@ from .client import Client
 from .config import Config, Retry as RetryPolicy
 
 
+_EXIT = object()  # a pool thread's last task
+
+
 class Retry(Exception):
     """Raised by a handler: the event failed, deliver it again after
     ``after`` (a timedelta or seconds; None: the policy's backoff)."""
@@ -122,15 +125,31 @@ class Worker:
         self.client = client or Client(config)
         self._reconnect = reconnect or RetryPolicy(
             initial_backoff=0.05, max_backoff=2.0)
-        self._mu = threading.Condition()
-        # Guarded by _mu:
+        # One lock; three conditions on it, so that a wake-up reaches only
+        # who it concerns: _work the handler threads (an event queued),
+        # _out the sender (something to send), _mu the rest (stop() waiting
+        # for handlers, the reconnection's backoff).
+        self._lock = threading.Lock()
+        self._mu = threading.Condition(self._lock)
+        self._work = threading.Condition(self._lock)
+        self._out = threading.Condition(self._lock)
+        # Guarded by _lock:
         self._queued: collections.deque[types.Event] = collections.deque()
+        self._queued_ids: set[int] = set()
+        # Pool threads waiting on _work, and those woken not yet awake
+        # (see _wake_one); whether one reads the stream; the stream.
+        self._waiting = 0
+        self._woken = 0
+        self._reading = False
+        self._stream = None  # the Subscription being read
+        self._batches = None  # its messages' events, as they come
+        self._backoff = waits(self._reconnect)
+        self._retry_at = 0.0  # no reconnection before (monotonic)
         self._running: dict[int, types.Event] = {}
         self._done = _Done(dedup_window)
         self._outbox: list[tuple] = []  # ("ack", id) / ("nack", id, err, after)
         self._stopping = False
         self._stopped_now = False
-        self._stream = None  # the Subscription being read
         self._threads: list[threading.Thread] = []
         self._finished = threading.Event()
         self._sending = threading.Lock()  # held by a flush
@@ -139,8 +158,8 @@ class Worker:
 
     def start(self) -> None:
         """Starts the worker's threads and returns."""
-        targets = [self._read_loop, self._send_loop, self._lease_loop]
-        targets += [self._handle_loop] * self.concurrency
+        targets = [self._send_loop, self._lease_loop]
+        targets += [self._run_loop] * self.concurrency
         for target in targets:
             t = threading.Thread(target=target, daemon=True,
                                  name=f"delayd-{target.__name__.strip('_')}")
@@ -181,9 +200,11 @@ class Worker:
         with self._mu:
             given_back = list(self._queued)
             self._queued.clear()
+            self._queued_ids.clear()
             for e in given_back:
                 self._outbox.append(("nack", e.id, "the worker stopped", 0))
-            self._mu.notify_all()
+            self._work.notify_all()
+            self._out.notify()
         deadline = time.monotonic() + grace
         with self._mu:
             while self._running and not self._stopped_now:
@@ -206,6 +227,8 @@ class Worker:
             self._stopped_now = True
             stream = self._stream
             self._mu.notify_all()
+            self._work.notify_all()
+            self._out.notify()
         if stream is not None:
             stream.cancel()
         self._finish()
@@ -217,90 +240,162 @@ class Worker:
             self.client.close()
         self._finished.set()
 
-    # ---- The stream ----
+    # ---- The pool: leader and followers ----
+    #
+    # The worker's `concurrency` threads take turns at reading the stream:
+    # a thread with nothing to run, when no thread reads, reads one message
+    # and queues its events, then runs the first itself; others are woken
+    # one at a time while events wait (or nobody reads). A quick handler's
+    # events are read, run and acknowledged by one thread with no hand-over
+    # between threads; slow ones spread over every thread. The stream asks
+    # for no more events than there are threads, so nothing waits for a
+    # reader while every thread runs a handler.
 
-    def _read_loop(self) -> None:
-        backoff = waits(self._reconnect)
-
-        def registered():
-            nonlocal backoff
-            backoff = waits(self._reconnect)
-            self._hook("on_stream", "connected", None)
-
-        while not self._stopping:
-            error = None
-            try:
-                stream = self.client.subscribe(
-                    namespace=self.namespace, max_in_flight=self.concurrency,
-                    ack_timeout=self.ack_timeout, keep_leases=True,
-                    on_registered=registered)
-                with self._mu:
-                    if self._stopping:
-                        stream.cancel()
-                        return
-                    self._stream = stream
-                for event in stream:
-                    self._received(event)
-            except errors.DelaydError as e:
-                error = e
-            with self._mu:
-                self._stream = None
-                if self._stopping:
-                    return
-            self._hook("on_stream", "lost", error)
-            # Another endpoint next time, after a jittered wait.
-            self.client._rotate(self.client._endpoint())
-            with self._mu:
-                self._mu.wait(next(backoff))
-
-    def _received(self, event: types.Event) -> None:
-        self._hook("on_event", event,
-                   max(0.0, time.time() - event.fire_time_ns / 1e9))
-        with self._mu:
-            if event.id in self._done:
-                self._outbox.append(("ack", event.id))  # handled already
-            elif event.id in self._running or any(
-                    q.id == event.id for q in self._queued):
-                pass  # in hand: its lease is kept, its ack will go
-            elif self._stopping:
-                self._outbox.append(("nack", event.id, "the worker stopped",
-                                     0))
-            else:
-                self._queued.append(event)
-            self._mu.notify_all()
-
-    # ---- Handlers ----
-
-    def _handle_loop(self) -> None:
+    def _run_loop(self) -> None:
         while True:
             with self._mu:
-                while not self._queued and not self._stopping:
-                    self._mu.wait()
-                if self._stopping and not self._queued:
-                    return
-                event = self._queued.popleft()
-                self._running[event.id] = event
-            started = time.monotonic()
-            error: Optional[BaseException] = None
-            try:
-                self.handler(event)
-            except BaseException as e:  # noqa: BLE001 (a handler's failure)
-                error = e
-            took = time.monotonic() - started
-            with self._mu:
-                self._running.pop(event.id, None)
-                if error is None:
-                    self._done.add(event.id)
-                    self._outbox.append(("ack", event.id))
-                else:
-                    after = error.after if isinstance(error, Retry) else None
-                    text = str(error) or type(error).__name__
-                    self._outbox.append(("nack", event.id, text, after))
-                self._mu.notify_all()
-            if error is None:
-                self._hook("on_handled", event, took)
+                task = self._next_task()
+            if task is _EXIT:
+                return
+            if task is None:
+                self._read_once()
+                with self._mu:
+                    self._reading = False
+                    self._wake_one()
             else:
-                self._hook("on_failed", event, error, took)
+                self._handle(task)
+
+    def _next_task(self):
+        """Under _mu: an event to run, None to read the stream, or _EXIT."""
+        while True:
+            if self._stopped_now:
+                return _EXIT
+            if self._queued:
+                event = self._queued.popleft()
+                self._queued_ids.discard(event.id)
+                self._running[event.id] = event
+                self._wake_one()
+                return event
+            if not self._reading and not self._finished.is_set() and \
+                    not (self._stopping and self._batches is None):
+                self._reading = True
+                return None
+            if self._stopping:
+                return _EXIT  # nothing to run; another thread reads
+            self._waiting += 1
+            self._work.wait()
+            self._waiting -= 1
+            self._woken = max(0, self._woken - 1)
+
+    def _wake_one(self) -> None:
+        """Under _mu: wakes a waiting thread if events wait or nobody
+        reads, unless one woken has yet to take its turn (which wakes the
+        next when it does)."""
+        if self._waiting > 0 and self._woken == 0 and \
+                (self._queued or not self._reading):
+            self._woken += 1
+            self._work.notify()
+
+    def _read_once(self) -> None:
+        """Reads one message of the stream, connecting first if there is
+        none. Only the reading thread gets here."""
+        if self._batches is None and not self._connect():
+            return
+        try:
+            batch = next(self._batches)
+        except StopIteration:
+            self._lost(None)
+            return
+        except errors.DelaydError as e:
+            self._lost(e)
+            return
+        self._received(batch)
+
+    def _connect(self) -> bool:
+        """Waits out the reconnection backoff, then subscribes; False if
+        the worker stops meanwhile."""
+        with self._mu:
+            while not self._stopping:
+                left = self._retry_at - time.monotonic()
+                if left <= 0:
+                    break
+                self._mu.wait(left)
+            if self._stopping:
+                return False
+
+        def registered():
+            self._backoff = waits(self._reconnect)
+            self._hook("on_stream", "connected", None)
+
+        stream = self.client.subscribe(
+            namespace=self.namespace, max_in_flight=self.concurrency,
+            ack_timeout=self.ack_timeout, keep_leases=True,
+            on_registered=registered)
+        with self._mu:
+            if self._stopping:
+                stream.cancel()
+                return False
+            self._stream = stream
+            self._batches = stream.batches()
+        return True
+
+    def _lost(self, error: Optional[Exception]) -> None:
+        with self._mu:
+            self._stream = None
+            self._batches = None
+            if self._stopping:
+                return
+            # Another endpoint next time, after a jittered wait.
+            self._retry_at = time.monotonic() + next(self._backoff)
+        self._hook("on_stream", "lost", error)
+        self.client._rotate(self.client._endpoint())
+
+    def _received(self, batch: list[types.Event]) -> None:
+        if self.hooks.on_event is not None:
+            now = time.time()
+            for event in batch:
+                self._hook("on_event", event,
+                           max(0.0, now - event.fire_time_ns / 1e9))
+        with self._mu:
+            for event in batch:
+                if event.id in self._done:
+                    self._outbox.append(("ack", event.id))  # handled already
+                elif event.id in self._running or \
+                        event.id in self._queued_ids:
+                    pass  # in hand: its lease is kept, its ack will go
+                elif self._stopping:
+                    self._outbox.append(("nack", event.id,
+                                         "the worker stopped", 0))
+                else:
+                    self._queued.append(event)
+                    self._queued_ids.add(event.id)
+            if self._outbox:
+                self._out.notify()
+
+    def _handle(self, event: types.Event) -> None:
+        started = time.monotonic()
+        error: Optional[BaseException] = None
+        try:
+            self.handler(event)
+        except BaseException as e:  # noqa: BLE001 (a handler's failure)
+            error = e
+        took = time.monotonic() - started
+        with self._mu:
+            self._running.pop(event.id, None)
+            if error is None:
+                self._done.add(event.id)
+                self._outbox.append(("ack", event.id))
+            else:
+                after = error.after if isinstance(error, Retry) else None
+                text = str(error) or type(error).__name__
+                self._outbox.append(("nack", event.id, text, after))
+            if not self._running:
+                self._mu.notify_all()  # (stop() waits for none running)
+        self._send_now()
+        if error is None:
+            self._hook("on_handled", event, took)
+        else:
+            self._hook("on_failed", event, error, took)
 
     # ---- Acknowledgements and leases ----
 
@@ -308,10 +403,33 @@ class Worker:
         while True:
             with self._mu:
                 while not self._outbox and not self._finished.is_set():
-                    self._mu.wait(0.2)
+                    self._out.wait(0.2)
                 if self._finished.is_set():
                     return
             self._flush(deadline=None)
+
+    def _send_now(self) -> None:
+        """Sends the outbox from this handler thread unless a send is under
+        way (whose sender sends what this added when it is done): no
+        hand-over to another thread between a handler's end and its ack.
+        One try per call; what fails is left to the send loop, which
+        retries, so a handler thread never waits out a fail-over here."""
+        if not self._sending.acquire(blocking=False):
+            return
+        try:
+            while True:
+                with self._mu:
+                    out, self._outbox = self._outbox, []
+                if not out:
+                    return
+                failed = self._send(out, once=True)
+                if failed:
+                    with self._mu:
+                        self._outbox = failed + self._outbox
+                        self._out.notify()
+                    return
+        finally:
+            self._sending.release()
 
     def _flush(self, deadline: Optional[float]) -> None:
         """Sends what the outbox holds: acks in one call, nacks grouped; a
@@ -323,23 +441,7 @@ class Worker:
     def _flush_once(self, deadline: Optional[float]) -> None:
         with self._mu:
             out, self._outbox = self._outbox, []
-        acks = [o[1] for o in out if o[0] == "ack"]
-        nacks: dict[tuple, list[int]] = {}
-        for o in out:
-            if o[0] == "nack":
-                nacks.setdefault((o[2], o[3]), []).append(o[1])
-        failed: list[tuple] = []
-        try:
-            for i in range(0, len(acks), 1000):
-                self.client.ack(acks[i:i + 1000], namespace=self.namespace)
-        except errors.DelaydError:
-            failed += [("ack", i) for i in acks]
-        for (text, after), ids in nacks.items():
-            try:
-                self.client.nack(ids, namespace=self.namespace, error=text,
-                                 retry_after=after)
-            except errors.DelaydError:
-                failed += [("nack", i, text, after) for i in ids]
+        failed = self._send(out, once=False)
         if failed and (deadline is None or time.monotonic() < deadline):
             with self._mu:
                 self._outbox = failed + self._outbox
@@ -348,6 +450,28 @@ class Worker:
                 self._mu.wait(0.2)  # (before the next try)
             if deadline is not None:
                 self._flush_once(deadline)
+
+    def _send(self, out: list[tuple], once: bool) -> list[tuple]:
+        """Sends acks in one call, nacks grouped; returns what failed."""
+        acks = [o[1] for o in out if o[0] == "ack"]
+        nacks: dict[tuple, list[int]] = {}
+        for o in out:
+            if o[0] == "nack":
+                nacks.setdefault((o[2], o[3]), []).append(o[1])
+        failed: list[tuple] = []
+        try:
+            for i in range(0, len(acks), 1000):
+                self.client.ack(acks[i:i + 1000], namespace=self.namespace,
+                                _once=once)
+        except errors.DelaydError:
+            failed += [("ack", i) for i in acks]
+        for (text, after), ids in nacks.items():
+            try:
+                self.client.nack(ids, namespace=self.namespace, error=text,
+                                 retry_after=after, _once=once)
+            except errors.DelaydError:
+                failed += [("nack", i, text, after) for i in ids]
+        return failed
 
     def _lease_loop(self) -> None:
         period = self.ack_timeout / 3
