@@ -9,6 +9,7 @@ their names, converted the same way (an unset instant is None).
 from __future__ import annotations
 
 import dataclasses
+import typing
 import datetime as _dt
 from typing import Any, Optional, Union
 
@@ -81,11 +82,12 @@ def _from_ns(ns: int) -> _dt.datetime:
 _REASONS: dict[int, str] = {}
 
 
-@dataclasses.dataclass(frozen=True)
-class Event:
-    """A fired timer (or schedule run), as delivered. ``fire_time`` and
-    ``fired_at`` are made from the nanoseconds when first read (a worker
-    that does not read them does not pay for them)."""
+class Event(typing.NamedTuple):
+    """A fired timer (or schedule run), as delivered; immutable.
+    ``fire_time`` and ``fired_at`` are made from the nanoseconds when read
+    (a worker that does not read them does not pay for them). A named
+    tuple, not a frozen dataclass: it is made for every event a worker
+    gets, and costs a quarter as much to make."""
     id: int
     namespace: str
     key: str

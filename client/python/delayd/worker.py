@@ -66,6 +66,11 @@ class Retry(Exception):
         self.after = after
 
 
+# Handlers this long on average (seconds) get a thread woken for each
+# event that waits (see "The pool").
+_SLOW = 0.0005
+
+
 @dataclasses.dataclass
 class Hooks:
     """Callbacks for logs and metrics; each may be None. ``lateness`` and
@@ -88,11 +93,16 @@ class _Done:
         self.limit = limit
         self._ids: collections.OrderedDict[int, float] = \
             collections.OrderedDict()
+        self._pruned = 0.0  # when prune() last ran
 
     def add(self, event_id: int) -> None:
-        self._ids[event_id] = time.monotonic()
+        now = time.monotonic()
+        self._ids[event_id] = now
         self._ids.move_to_end(event_id)
-        self.prune()
+        if len(self._ids) > self.limit or \
+                now - self._pruned >= self.window / 100:
+            self._pruned = now
+            self.prune()
 
     def prune(self) -> None:
         horizon = time.monotonic() - self.window
@@ -140,6 +150,7 @@ class Worker:
         # (see _wake_one); whether one reads the stream; the stream.
         self._waiting = 0
         self._woken = 0
+        self._avg_seconds = 0.0  # handlers' time, a moving average
         self._reading = False
         self._stream = None  # the Subscription being read
         self._batches = None  # its messages' events, as they come
@@ -244,26 +255,37 @@ class Worker:
     #
     # The worker's `concurrency` threads take turns at reading the stream:
     # a thread with nothing to run, when no thread reads, reads one message
-    # and queues its events, then runs the first itself; others are woken
-    # one at a time while events wait (or nobody reads). A quick handler's
-    # events are read, run and acknowledged by one thread with no hand-over
-    # between threads; slow ones spread over every thread. The stream asks
-    # for no more events than there are threads, so nothing waits for a
-    # reader while every thread runs a handler.
+    # and queues its events, then runs them itself. Others are woken one at
+    # a time while events wait (or nobody reads): at once while handlers
+    # take long (_SLOW on average), else by the send loop when a handler
+    # still runs on its next tick (10 ms) — waking a thread costs more than
+    # a quick handler, so a burst of quick ones is read, run and
+    # acknowledged by one thread with no hand-over, while a slow one holds
+    # up the events behind it for one tick at most. The stream asks for no
+    # more events than there are threads, so nothing waits for a reader
+    # while every thread runs a handler.
 
     def _run_loop(self) -> None:
+        ran = None  # (event, error, seconds) of the handler just run
         while True:
             with self._mu:
+                send = ran is not None and self._handled(*ran)
                 task = self._next_task()
+            if ran is not None:
+                if send:
+                    self._send_now()
+                self._ran_hook(*ran)
+                ran = None
             if task is _EXIT:
                 return
             if task is None:
                 self._read_once()
                 with self._mu:
                     self._reading = False
-                    self._wake_one()
+                    if self._avg_seconds >= _SLOW:
+                        self._wake_one()
             else:
-                self._handle(task)
+                ran = self._handle(task)
 
     def _next_task(self):
         """Under _mu: an event to run, None to read the stream, or _EXIT."""
@@ -274,7 +296,8 @@ class Worker:
                 event = self._queued.popleft()
                 self._queued_ids.discard(event.id)
                 self._running[event.id] = event
-                self._wake_one()
+                if self._avg_seconds >= _SLOW:
+                    self._wake_one()
                 return event
             if not self._reading and not self._finished.is_set() and \
                     not (self._stopping and self._batches is None):
@@ -372,38 +395,61 @@ class Worker:
             if self._outbox:
                 self._out.notify()
 
-    def _handle(self, event: types.Event) -> None:
+    def _handle(self, event: types.Event) -> tuple:
         started = time.monotonic()
         error: Optional[BaseException] = None
         try:
             self.handler(event)
         except BaseException as e:  # noqa: BLE001 (a handler's failure)
             error = e
-        took = time.monotonic() - started
-        with self._mu:
-            self._running.pop(event.id, None)
-            if error is None:
-                self._done.add(event.id)
-                self._outbox.append(("ack", event.id))
-            else:
-                after = error.after if isinstance(error, Retry) else None
-                text = str(error) or type(error).__name__
-                self._outbox.append(("nack", event.id, text, after))
-            if not self._running:
-                self._mu.notify_all()  # (stop() waits for none running)
-        self._send_now()
+        return event, error, time.monotonic() - started
+
+    def _handled(self, event: types.Event, error: Optional[BaseException],
+                 seconds: float) -> bool:
+        """Under _mu: queues a handled event's ack or nack; whether this
+        thread sends now. With events still queued this thread runs the
+        next one and the send loop sends (a burst's acks leave together)."""
+        self._running.pop(event.id, None)
+        self._avg_seconds += (seconds - self._avg_seconds) / 8
         if error is None:
-            self._hook("on_handled", event, took)
+            self._done.add(event.id)
+            self._outbox.append(("ack", event.id))
         else:
-            self._hook("on_failed", event, error, took)
+            after = error.after if isinstance(error, Retry) else None
+            text = str(error) or type(error).__name__
+            self._outbox.append(("nack", event.id, text, after))
+        if not self._running:
+            self._mu.notify_all()  # (stop() waits for none running)
+        return not self._queued
+
+    def _ran_hook(self, event: types.Event, error: Optional[BaseException],
+                  seconds: float) -> None:
+        if error is None:
+            self._hook("on_handled", event, seconds)
+        else:
+            self._hook("on_failed", event, error, seconds)
 
     # ---- Acknowledgements and leases ----
 
     def _send_loop(self) -> None:
+        """Sends what handler threads leave in the outbox: acks a thread
+        left to run the next queued event (sent if still there 10 ms
+        later: the thread that empties the queue usually sends them first,
+        and waking this thread for each would cost more than the send),
+        and sends that failed once."""
         while True:
             with self._mu:
-                while not self._outbox and not self._finished.is_set():
-                    self._out.wait(0.2)
+                while not self._finished.is_set():
+                    if self._running and (self._queued or not self._reading):
+                        self._out.wait(0.01)
+                        self._wake_one()  # (see "The pool")
+                    elif not self._outbox:
+                        self._out.wait(0.2)
+                        continue
+                    else:
+                        self._out.wait(0.01)
+                    if self._outbox:
+                        break
                 if self._finished.is_set():
                     return
             self._flush(deadline=None)

@@ -1,0 +1,161 @@
+#!/usr/bin/python3
+"""The Python library's Worker against a loop written by hand over the raw
+stubs, on the same daemon (DELAYD_ENDPOINT), with a handler that does
+nothing. Prints one JSON line.
+
+  throughput: N timers due at once in a paused namespace; the worker starts,
+      the namespace resumes, and the clock runs until every event is
+      acknowledged (the daemon's count): events per second.
+  lateness: a producer process sets RATE timers a second for SECONDS, each
+      due DELAY_MS after it is set; each event's lateness is when the
+      handler gets it minus its fire time (p50, p99, in ms).
+
+The hand-written loop is the one the raw API invites: read the stream,
+call the handler for each event of a message, acknowledge the message's
+events in one Ack, read on.
+
+Usage: worker_bench.py LIBRARY_DIR library|raw throughput N CONCURRENCY
+       worker_bench.py LIBRARY_DIR library|raw lateness RATE SECONDS DELAY_MS CONCURRENCY
+"""
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, sys.argv[1])
+import delayd  # noqa: E402
+from delayd.v1 import delayd_pb2 as pb  # noqa: E402
+from delayd.v1 import delayd_pb2_grpc as pb_grpc  # noqa: E402
+
+MODE, KIND = sys.argv[2], sys.argv[3]
+ARGS = [int(a) for a in sys.argv[4:]]
+NS = f"bench-{MODE}-{os.getpid()}"
+client = delayd.Client()
+
+
+class Raw:
+    """The hand-written loop, on a thread of its own."""
+
+    def __init__(self, handler, concurrency):
+        import grpc
+        self.handler = handler
+        self.stub = pb_grpc.DelaydStub(
+            grpc.insecure_channel(os.environ["DELAYD_ENDPOINT"]))
+        self.concurrency = concurrency
+        self.call = None
+        self.registered = threading.Event()
+        self.thread = threading.Thread(target=self.loop, daemon=True)
+
+    def start(self):
+        self.thread.start()
+
+    def loop(self):
+        self.call = self.stub.Subscribe(pb.SubscribeRequest(
+            namespace=NS, mode=pb.SubscribeRequest.WORKER,
+            max_in_flight=self.concurrency))
+        try:
+            for msg in self.call:
+                self.registered.set()  # (the first message registers)
+                for e in msg.events:
+                    self.handler(e.fire_time.seconds * 10**9 + e.fire_time.nanos)
+                if msg.events:
+                    self.stub.Ack(pb.AckRequest(
+                        namespace=NS, event_ids=[e.id for e in msg.events]))
+        except Exception:  # noqa: BLE001 (the stream cancelled at stop)
+            pass
+
+    def stop(self):
+        self.call.cancel()
+
+
+def worker(handler, concurrency):
+    """A started worker whose stream is registered."""
+    if MODE == "raw":
+        w = Raw(handler, concurrency)
+        registered = w.registered
+    else:
+        registered = threading.Event()
+        w = delayd.Worker(
+            NS, lambda e: handler(e.fire_time_ns), concurrency=concurrency,
+            client=client, hooks=delayd.Hooks(
+                on_stream=lambda state, _: state == "connected"
+                and registered.set()))
+    w.start()
+    if not registered.wait(10):
+        raise SystemExit(f"{MODE}: the stream did not register")
+    return w
+
+
+def acked():
+    return client.stats(namespace=NS).namespaces[0].events_acked
+
+
+def wait_acked(n, timeout):
+    deadline = time.monotonic() + timeout
+    while acked() < n:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{MODE}: {acked()} of {n} acknowledged")
+        time.sleep(0.002)  # (polls the daemon's count, bounded)
+
+
+def throughput(n, concurrency):
+    client.set_policy(namespace=NS, paused=True)
+    for start in range(0, n, 1000):
+        b = client.batch(namespace=NS)
+        for i in range(start, min(n, start + 1000)):
+            b.set(f"k{i}", b"", delay=0)
+        b.commit()
+    w = worker(lambda fire_ns: None, concurrency)
+    t0 = time.monotonic()
+    client.set_policy(namespace=NS, paused=False)
+    wait_acked(n, 120)
+    seconds = time.monotonic() - t0
+    w.stop()
+    return {"events": n, "seconds": seconds, "per_second": n / seconds}
+
+
+def lateness(rate, seconds, delay_ms, concurrency):
+    late = []
+
+    def handler(fire_ns):
+        late.append((time.time_ns() - fire_ns) / 1e6)
+
+    w = worker(handler, concurrency)
+    n = rate * seconds
+    subprocess.check_call([sys.executable, __file__, sys.argv[1], "produce",
+                           NS, str(rate), str(seconds), str(delay_ms)])
+    wait_acked(n, 60)
+    w.stop()
+    late.sort()
+    pick = lambda q: late[min(len(late) - 1, int(q * len(late)))]  # noqa: E731
+    return {"events": len(late), "p50_ms": pick(0.5), "p99_ms": pick(0.99)}
+
+
+def produce(ns, rate, seconds, delay_ms):
+    """Sets `rate` timers a second in batches every 10 ms, each due
+    `delay_ms` after the instant it stands for."""
+    per_tick = rate // 100
+    t0 = time.time_ns()
+    for tick in range(seconds * 100):
+        due = t0 + tick * 10_000_000
+        wait = (due - time.time_ns()) / 1e9
+        if wait > 0:
+            time.sleep(wait)  # the load's pace
+        b = client.batch(namespace=ns)
+        for i in range(per_tick):
+            at = due + delay_ms * 1_000_000 + i * 10_000_000 // per_tick
+            b.set(f"t{tick}-{i}", b"", at=dt.datetime.fromtimestamp(
+                at / 1e9, dt.timezone.utc))
+        b.commit()
+
+
+if MODE == "produce":
+    produce(sys.argv[3], *[int(a) for a in sys.argv[4:]])
+    sys.exit(0)
+client.set_timer("~anchor", delay=3600, namespace=NS)
+result = throughput(*ARGS) if KIND == "throughput" else lateness(*ARGS)
+print(json.dumps({"mode": MODE, "kind": KIND, **result}))
+client.close()
