@@ -11,8 +11,11 @@ LABEL org.delayd.stage=build
 COPY docker/deps.sh /src/docker/deps.sh
 RUN DELAYD_DEPS=build /src/docker/deps.sh && rm -rf /var/lib/apt/lists/*
 COPY . /src
+# The commit built (the context has no .git): docker build --build-arg
+# DELAYD_COMMIT=$(git rev-parse --short=12 HEAD) .
+ARG DELAYD_COMMIT=unknown
 RUN cmake -S /src -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release \
-      -DDELAYD_BUILD_TESTS=OFF \
+      -DDELAYD_BUILD_TESTS=OFF -DDELAYD_COMMIT=${DELAYD_COMMIT} \
  && cmake --build /build --target delayd delayctl \
  && strip /build/server/delayd /build/client/delayctl/delayctl
 

@@ -20,6 +20,7 @@
 #include "server/store/postgres/pg_join.h"
 #include "server/store/postgres/pg_schema.h"
 #include "server/store/rocksdb/check.h"
+#include "delayd/text/build_info.h"
 
 namespace {
 // Set when the store failed beyond recovery (the exit code says so).
@@ -204,6 +205,8 @@ int main(int argc, char** argv) {
   CLI::App app{"delayd: a delayed-job scheduling daemon"};
   delayd::DaemonFlags flags;
   delayd::AddFlags(app, flags);
+  app.set_version_flag("--version", delayd::VersionLine("delayd"),
+                       "Print delayd's version and commit, and exit");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -246,6 +249,7 @@ int main(int argc, char** argv) {
     raise(SIGTERM);
   };
   SetUpProcess(flags);
+  spdlog::info("{} starting", delayd::VersionLine("delayd"));
   if (!flags.in_memory && !flags.store.empty()) {
     // A database not reachable yet (it starts beside delayd, or fails
     // over) is waited for here, not by exiting into a restart loop.

@@ -54,7 +54,8 @@ void PrintDaemonFigures(const v1::StatsResponse& s,
               total("events_redelivered", s.events_redelivered(),
                     b.events_redelivered()),
               {"durable", s.durable() ? "yes" : "no"},
-              {"store_errors", N(s.store_errors())}});
+              {"store_errors", N(s.store_errors())},
+              {"version", s.version()}});
 }
 
 void PrintNamespaces(const v1::StatsResponse& s) {

@@ -9,6 +9,7 @@
 #include "client/delayctl/connection.h"
 #include "client/delayctl/exit_codes.h"
 #include "client/delayctl/signals.h"
+#include "delayd/text/build_info.h"
 
 namespace delayctl {
 namespace {
@@ -17,6 +18,8 @@ int Main(int argc, char** argv) {
   CLI::App app{"delayctl: operate a delayd daemon"};
   app.footer(kExitCodesHelp);
   app.require_subcommand(1);
+  app.set_version_flag("--version", delayd::VersionLine("delayctl"),
+                       "Print delayctl's version and commit, and exit");
   // Global options may also come after the subcommand.
   app.fallthrough();
   Global g;

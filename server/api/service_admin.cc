@@ -7,6 +7,7 @@
 #include <map>
 #include <utility>
 
+#include "delayd/text/build_info.h"
 #include "server/api/service.h"
 #include "server/api/service_split.h"
 
@@ -64,6 +65,12 @@ void AddLatency(const v1::LatencySummary& from, v1::LatencySummary* into) {
     *into->mutable_p99() = from.p99();
   }
   into->set_count(into->count() + from.count());
+}
+
+// "0.2.0 (commit 1a2b3c4d5e6f)".
+std::string DaemonVersion() {
+  return std::string(BuildVersion()) + " (commit " +
+         std::string(BuildCommit()) + ")";
 }
 
 // The nodes' figures as one: counts summed, namespaces joined by name (in
@@ -205,10 +212,12 @@ grpc::ServerUnaryReactor* DelaydService::Stats(grpc::CallbackServerContext* ctx,
       },
       [](std::vector<v1::StatsResponse>& answers, v1::StatsResponse* out) {
         SumStats(answers, out);
+        out->set_version(DaemonVersion());
       });
 }
 
 void DelaydService::LocalStats(const std::string& ns, v1::StatsResponse* resp) {
+  resp->set_version(DaemonVersion());
   if (!ns.empty()) {
     auto* figures = resp->add_namespaces();
     figures->set_namespace_(ns);

@@ -1,7 +1,11 @@
 #include "server/common/metrics.h"
 
+#include <prometheus/gauge.h>
+
 #include <algorithm>
 #include <cmath>
+
+#include "delayd/text/build_info.h"
 
 namespace delayd {
 
@@ -86,6 +90,14 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                            "because compaction fell behind.")
                        .Register(r)
                        .Add({});
+  // The usual shape of a build's identity (value 1, facts as labels).
+  prometheus::BuildGauge()
+      .Name("delayd_build_info")
+      .Help("This daemon's version and the commit it was built from.")
+      .Register(r)
+      .Add({{"version", std::string(BuildVersion())},
+            {"commit", std::string(BuildCommit())}})
+      .Set(1);
 }
 
 }  // namespace delayd

@@ -79,6 +79,10 @@ build_flags=()
 if "${cli[@]}" --version 2>/dev/null | grep -qi podman; then
   build_flags+=(--format docker)
 fi
+# The build context leaves out .git (.dockerignore): the commit comes in
+# as an argument.
+commit=$(git -C "$root" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+build_flags+=(--build-arg "DELAYD_COMMIT=$commit")
 t0=$SECONDS
 "${cli[@]}" build -q "${build_flags[@]}" -t "$tag" "$root" >/dev/null
 echo "built in $((SECONDS - t0)) s"
@@ -86,6 +90,8 @@ size=$("${cli[@]}" image inspect --format '{{.Size}}' "$tag")
 echo "image size: $((size / 1024 / 1024)) MiB"
 
 step "run it"
+"${cli[@]}" run --rm "$tag" --version | grep -qE "^delayd [0-9.]+ \(commit $commit\+?\)$" ||
+  fail "delayd --version in the image does not name commit $commit"
 start
 echo "delayd at $endpoint"
 [ "$("${cli[@]}" exec "$name" id -u)" != 0 ] || fail "runs as root"

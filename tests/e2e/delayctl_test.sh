@@ -51,6 +51,24 @@ port=$(grep -oE ' port [0-9]+ ' "$work/delayd.log" | grep -oE '[0-9]+')
 export DELAYD_ENDPOINT=127.0.0.1:$port
 C=$DELAYCTL
 
+# --version: both binaries, one version; the daemon's start-up line and
+# stats name it too.
+release='[0-9]+\.[0-9]+\.[0-9]+'
+expect_code 0 "$DELAYD" --version
+expect_out "^delayd $release \(commit ([0-9a-f]{12}\+?|unknown)\)$"
+daemon_version=$(cut -d' ' -f2- "$work/out")
+expect_code 0 "$C" --version
+expect_out "^delayctl $release \(commit ([0-9a-f]{12}\+?|unknown)\)$"
+[ "$(cut -d' ' -f2- "$work/out")" = "$daemon_version" ] && pass ||
+  fail "delayctl $(cat "$work/out") is not delayd $daemon_version"
+grep -qF "delayd $daemon_version starting" "$work/delayd.log" && pass ||
+  fail "no start-up line names $daemon_version: $(head -3 "$work/delayd.log")"
+expect_code 0 "$C" stats
+expect_out "^version +${daemon_version//[().+]/.}$"
+# (A subcommand's own --version is still its own.)
+expect_code 1 "$C" schedule set k p --every 1m --version
+expect_err "--version: 1 required UINT missing"
+
 # health, stats
 expect_code 0 "$C" health
 expect_out '^SERVING$'

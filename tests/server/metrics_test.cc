@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 
+#include "delayd/text/build_info.h"
 #include "tests/common/fake_clock.h"
 #include "tests/common/metrics_scrape.h"
 #include "tests/common/temp_dir.h"
@@ -410,6 +411,29 @@ TEST(Metrics, SchedulesAndTheirRunsAreCountedPerNamespace) {
   EXPECT_EQ(s.Get("delayd_schedule_runs_total",
                   {{"namespace", "s"}, {"kind", "dropped"}}),
             0.0);
+}
+
+// Which build answers: delayd_build_info and Stats' version.
+TEST(Metrics, TheBuildIsNamedInTheScrapeAndInStats) {
+  TestDaemon d(WithMetrics());
+  ASSERT_TRUE(d.started());
+  const Scrape s = ScrapeUntil(d, [](const Scrape&) { return true; });
+  EXPECT_EQ(s.Get("delayd_build_info",
+                  {{"commit", std::string(BuildCommit())},
+                   {"version", std::string(BuildVersion())}}),
+            1.0);
+  EXPECT_EQ(s.Count("delayd_build_info"), 1u);
+  v1::StatsResponse r;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(d.stub().Stats(&ctx, {}, &r).ok());
+  EXPECT_EQ(r.version(), VersionLine("delayd").substr(7));
+  EXPECT_EQ(r.version().rfind("0.", 0), 0u) << r.version();
+  // Any caller may ask, one namespace's reader included.
+  v1::StatsRequest one;
+  one.set_namespace_("a");
+  grpc::ClientContext one_ctx;
+  ASSERT_TRUE(d.stub().Stats(&one_ctx, one, &r).ok());
+  EXPECT_EQ(r.version(), VersionLine("delayd").substr(7));
 }
 
 }  // namespace

@@ -12,12 +12,17 @@
 #include <set>
 #include <tuple>
 
+#include "server/common/record_codec.h"
 #include "server/common/thread_name.h"
+#include "server/store/rocksdb/rocks_format.h"
 #include "server/store/rocksdb/rocks_mark.h"
 #include "server/store/rocksdb/rocks_store.h"
 
 namespace delayd {
 namespace {
+
+// The meta record of the store's format: 4 bytes, big-endian.
+constexpr char kFormatKey = 'V';
 
 // A store that is damaged: named, with what to do about it.
 Status Refusal(const std::string& dir, const std::string& why) {
@@ -180,6 +185,17 @@ Status RocksStore::Open(const RocksOptions& options, StoreHooks hooks,
       {"timers", by_id},
       {"payloads", by_id},
       {"events", by_id}};
+  // The store's format (rocks_format.h): a newer one is refused before
+  // anything is opened; this format's family is created when missing.
+  FoundFormat found;
+  if (Status s = FindFormat(db, options.dir, &found); !s.ok()) return s;
+  if (found.format > kStoreFormat) return NewerFormat(options.dir, found.format);
+  for (const std::string& name : found.format_families) {
+    families.push_back({name, cf});
+  }
+  if (!options.read_only && found.format != kStoreFormat) {
+    families.push_back({FormatFamily(kStoreFormat), cf});
+  }
   rocksdb::DB* raw = nullptr;
   rocksdb::Status s =
       options.read_only ? rocksdb::DB::OpenForReadOnly(
@@ -216,9 +232,15 @@ Status RocksStore::Open(const RocksOptions& options, StoreHooks hooks,
   if (options.read_only) {
     store->mark_problems_ = std::move(missing);
   } else {
+    // (After the check against the mark, which this write would blur.)
+    if (Status s = store->RecordFormat(found.exists); !s.ok()) {
+      store->failed_ = true;
+      store->Close();
+      return s;
+    }
     // What the store holds now is durable (RocksDB flushed what it replayed
-    // from the log, and wrote a new MANIFEST).
-    store->durable_seq_ = recovered;
+    // from the log, and wrote a new MANIFEST; the format record is synced).
+    store->durable_seq_ = store->db_->GetLatestSequenceNumber();
     if (Status s = store->UpdateMark(); !s.ok()) {
       store->failed_ = true;
       store->Close();
@@ -242,6 +264,40 @@ Status RocksStore::Open(const RocksOptions& options, StoreHooks hooks,
     NameThread(store->marker_, "store-marker");
   }
   *out = std::move(store);
+  return Status::Ok();
+}
+
+Status RocksStore::RecordFormat(bool existed) {
+  const std::string key(1, kFormatKey);
+  std::string value;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), meta_, key, &value);
+  std::uint32_t format = 1;  // (A store from before formats were recorded.)
+  if (s.ok()) {
+    if (value.size() != 4) {
+      return Status::Internal(where_ + ": malformed store format record");
+    }
+    format = static_cast<std::uint32_t>(record::ReadBE(value.data(), 4));
+    if (format > kStoreFormat) return NewerFormat(options_.dir, format);
+    if (format == kStoreFormat) return Status::Ok();
+  } else if (!s.IsNotFound()) {
+    return Error("reading the store's format", s);
+  }
+  // Format 1 to 2 changes no record: the family made at open and this
+  // record are the upgrade, each idempotent, so a crash between them leaves
+  // a store the next start upgrades again.
+  value.clear();
+  record::AppendBE(value, kStoreFormat, 4);
+  rocksdb::WriteOptions sync;
+  sync.sync = true;
+  if (s = db_->Put(sync, meta_, key, value); !s.ok()) {
+    return Error("recording the store's format", s);
+  }
+  if (existed) {
+    format_note_ = "upgraded the store in " + options_.dir + " from format " +
+                   std::to_string(format) + " to " +
+                   std::to_string(kStoreFormat) +
+                   " (no record changed; delayd 0.1 no longer opens it)";
+  }
   return Status::Ok();
 }
 

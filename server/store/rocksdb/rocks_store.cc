@@ -410,12 +410,16 @@ Status RocksStore::Failed() const {
 }
 
 std::vector<std::string> RocksStore::OpenNotes() const {
-  if (salvage_copy_.empty()) return {};
-  return {"--salvage: the data directory as it was is kept, untouched, in " +
-              salvage_copy_ +
-              "; whatever followed damage in its log was dropped (the counts "
-              "above are what remained)",
-          "--salvage: dropped: " + salvage_dropped_};
+  std::vector<std::string> notes;
+  if (!format_note_.empty()) notes.push_back(format_note_);
+  if (salvage_copy_.empty()) return notes;
+  notes.push_back(
+      "--salvage: the data directory as it was is kept, untouched, in " +
+      salvage_copy_ +
+      "; whatever followed damage in its log was dropped (the counts above "
+      "are what remained)");
+  notes.push_back("--salvage: dropped: " + salvage_dropped_);
+  return notes;
 }
 
 void RocksStore::Close() {

@@ -239,6 +239,9 @@ class RocksStore final : public Store {
   // After a salvage: names the timers and events that the copied
   // directory's log, read past its damage, holds and this store does not.
   std::string NameDropped();
+  // Checks the format record and writes this format's (an upgrade, or a
+  // new store); refuses a newer one (rocks_format.h).
+  Status RecordFormat(bool existed);
   // Writes `batch` and syncs it before returning; `what` names it in an
   // error.
   Status WriteSynced(rocksdb::WriteBatch& batch, const char* what);
@@ -268,6 +271,8 @@ class RocksStore final : public Store {
   const std::string where_;
   std::string salvage_copy_;
   std::string salvage_dropped_;
+  // What the format check did at open, if anything (rocks_format.h).
+  std::string format_note_;
   // Read-only: what the mark says the store lost (reported by Check()).
   std::vector<std::string> mark_problems_;
   std::unique_ptr<rocksdb::DB> db_;

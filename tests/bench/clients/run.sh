@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# The client libraries' workers, side by side, in rounds (ROUNDS, default
+# 3), each pair run back to back on one daemon so that the ratios hold on a
+# noisy machine:
+#   - each library's Worker against a loop written by hand over the raw
+#     stubs in its language (throughput at concurrency 32 and 1; lateness
+#     at 2,000 events/s, 50 ms ahead);
+#   - the TypeScript Worker against BullMQ's Worker at the same concurrency
+#     (Redis without persistence, as delayd --in-memory).
+# Prints every run's JSON line, then per figure the ratio in each round and
+# their range.
+#
+# Usage: tests/bench/clients/run.sh   (from the repository root, after the
+#        build; installs the TypeScript library's and BullMQ's npm packages)
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+rounds=${ROUNDS:-3}
+work=$(mktemp -d)
+daemon_pid= redis_pid=
+cleanup() {
+  [ -z "$daemon_pid" ] || kill "$daemon_pid" 2>/dev/null || true
+  [ -z "$redis_pid" ] || kill "$redis_pid" 2>/dev/null || true
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+if ! command -v redis-server >/dev/null; then
+  sudo=; [ "$(id -u)" -eq 0 ] || sudo=sudo
+  $sudo apt-get install -y --no-install-recommends redis-server redis-tools >&2
+fi
+[ -d tests/bench/node/node_modules/bullmq ] || npm ci --prefix tests/bench/node >&2
+[ -f client/typescript/dist/esm/index.js ] ||
+  (cd client/typescript && npm ci --ignore-scripts && npm run build) >&2
+
+# Waits (bounded) until $1 prints a line matching $2 into file $3.
+wait_for() {
+  local deadline=$((SECONDS + 20))
+  until grep -qE "$2" "$3"; do
+    [ $SECONDS -lt $deadline ] || { cat "$3" >&2; echo "$1 did not start" >&2; exit 1; }
+    sleep 0.05  # Polls the log, bounded by the deadline.
+  done
+}
+
+build/server/delayd --in-memory --listen 127.0.0.1:0 >"$work/delayd.log" 2>&1 &
+daemon_pid=$!
+wait_for delayd ' port [0-9]+' "$work/delayd.log"
+export DELAYD_ENDPOINT=127.0.0.1:$(grep -oE ' port [0-9]+' "$work/delayd.log" | head -1 | grep -oE '[0-9]+')
+
+redis_port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+redis-server --port "$redis_port" --bind 127.0.0.1 --dir "$work" --save "" \
+  >"$work/redis.log" 2>&1 &
+redis_pid=$!
+wait_for redis-server 'Ready to accept connections' "$work/redis.log"
+export REDIS_PORT=$redis_port BULLMQ_DIR=$PWD/tests/bench/node
+export DELAYD_TS_LIB=$PWD/client/typescript
+
+py() { /usr/bin/python3 tests/bench/clients/worker_bench.py client/python "$@"; }
+ts() { node tests/bench/clients/worker_bench.mjs "$@"; }
+results=$work/results
+for ((round = 1; round <= rounds; round++)); do
+  for pair in "py raw library throughput 50000 32" \
+              "py raw library throughput 10000 1" \
+              "py raw library lateness 2000 10 50 32" \
+              "ts raw library throughput 50000 32" \
+              "ts raw library lateness 2000 10 50 32" \
+              "ts bullmq library throughput 50000 32" \
+              "ts bullmq library lateness 2000 10 50 32"; do
+    read -r lang base lib kind rest <<<"$pair"
+    for mode in "$base" "$lib"; do
+      # shellcheck disable=SC2086 # (rest: the figure's arguments)
+      line=$($lang "$mode" "$kind" $rest)
+      echo "$line"
+      echo "$round $lang $kind ${rest// /_} $line" >>"$results"
+    done
+  done
+done
+
+/usr/bin/python3 - "$results" <<'EOF'
+import collections, json, sys
+runs = collections.defaultdict(dict)
+for line in open(sys.argv[1]):
+    rnd, lang, kind, args, js = line.split(" ", 4)
+    r = json.loads(js)
+    runs[(lang, kind, args)].setdefault(rnd, {})[r["mode"]] = r
+print("\nfigure: library against the baseline, per round [range]")
+for (lang, kind, args), by_round in runs.items():
+    modes = sorted({m for r in by_round.values() for m in r} - {"library"})
+    for base in modes:
+        pairs = [r for r in by_round.values() if base in r and "library" in r]
+        if kind == "throughput":
+            ratios = [r["library"]["per_second"] / r[base]["per_second"] for r in pairs]
+            text = " ".join(f"{x:.2f}x" for x in ratios)
+            print(f"{lang} {kind} {args} vs {base}: {text} [{min(ratios):.2f}-{max(ratios):.2f}x]")
+        else:
+            for q in ("p50_ms", "p99_ms"):
+                diff = [r["library"][q] - r[base][q] for r in pairs]
+                ratio = [r["library"][q] / max(r[base][q], 1e-9) for r in pairs]
+                print(f"{lang} {kind} {args} {q} vs {base}: "
+                      + " ".join(f"{d:+.3f} ms ({x:.2f}x)" for d, x in zip(diff, ratio))
+                      + f" [{min(ratio):.2f}-{max(ratio):.2f}x]")
+EOF

@@ -1,0 +1,201 @@
+// The TypeScript library's Worker against a loop written by hand over the
+// generated stubs (connect-node's gRPC transport), and against BullMQ's
+// Worker at the same concurrency, each with a handler that does nothing.
+// Prints one JSON line.
+//
+//   throughput: N jobs due at once (a paused namespace, a paused BullMQ
+//       queue); the worker starts, the namespace (queue) resumes, and the
+//       clock runs until every job is done: jobs per second.
+//   lateness: a producer process adds RATE jobs a second for SECONDS, each
+//       due DELAY_MS later; a job's lateness is when the handler gets it
+//       minus when it was due (p50, p99, ms; BullMQ's times are whole ms).
+//
+// The hand-written loop is the one the raw API invites: for await over the
+// stream, the handler for each event of a message, one Ack for the
+// message's events.
+//
+// Usage: node worker_bench.mjs library|raw|bullmq throughput N CONCURRENCY
+//        node worker_bench.mjs library|raw|bullmq lateness RATE SECONDS DELAY_MS CONCURRENCY
+// Environment: DELAYD_ENDPOINT (host:port), DELAYD_TS_LIB (client/typescript,
+// built), REDIS_PORT and BULLMQ_DIR (tests/bench/node) for bullmq.
+import {spawn} from 'node:child_process';
+import {createRequire} from 'node:module';
+import path from 'node:path';
+import {pathToFileURL} from 'node:url';
+
+const [mode, kind, ...rest] = process.argv.slice(2);
+const args = rest.map(Number);
+const lib = process.env.DELAYD_TS_LIB;
+const ns = `bench-${mode}-${process.pid}`;
+const fromLib = (file) => import(pathToFileURL(path.join(lib, file)).href);
+const libRequire = createRequire(path.join(lib, 'package.json'));
+const importFrom = (req, name) => import(pathToFileURL(req.resolve(name)).href);
+
+const delayd = await fromLib('dist/esm/index.js');
+const client = new delayd.Client();
+const nowNs = () => BigInt(Math.round((performance.timeOrigin + performance.now()) * 1e6));
+
+async function waitUntil(done, timeoutMs, what) {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await done())) {
+    if (Date.now() > deadline) throw new Error(`${mode}: ${what}`);
+    await new Promise((r) => setTimeout(r, 2));  // (polls, bounded)
+  }
+}
+
+const acked = async () => BigInt((await client.stats({namespace: ns})).namespaces[0].eventsAcked);
+
+// A started worker whose stream is registered: {stop()}. handler(dueMs, nowMs).
+async function delaydWorker(handler, concurrency) {
+  if (mode === 'library') {
+    let registered;
+    const ready = new Promise((r) => { registered = r; });
+    const w = new delayd.Worker(ns, (e) => handler(e.fireTimeNs), {
+      concurrency, client, hooks: {onStream: (s) => s === 'connected' && registered()}});
+    w.start();
+    await ready;
+    return {stop: () => w.stop()};
+  }
+  const {createClient} = await importFrom(libRequire, '@connectrpc/connect');
+  const {createGrpcTransport} = await importFrom(libRequire, '@connectrpc/connect-node');
+  const gen = await fromLib('dist/esm/gen/delayd/v1/delayd_pb.js');
+  const stub = createClient(gen.Delayd, createGrpcTransport({
+    baseUrl: `http://${process.env.DELAYD_ENDPOINT}`}));
+  const abort = new AbortController();
+  let registered;
+  const ready = new Promise((r) => { registered = r; });
+  const loop = (async () => {
+    try {
+      for await (const msg of stub.subscribe({namespace: ns, mode: gen.SubscribeRequest_Mode.WORKER,
+                                               maxInFlight: concurrency}, {signal: abort.signal})) {
+        registered();  // (the first message registers)
+        if (msg.events.length === 0) continue;
+        for (const e of msg.events) {
+          await handler(e.fireTime.seconds * 1_000_000_000n + BigInt(e.fireTime.nanos));
+        }
+        await stub.ack({namespace: ns, eventIds: msg.events.map((e) => e.id)});
+      }
+    } catch (e) {
+      if (!abort.signal.aborted) throw e;
+    }
+  })();
+  await ready;
+  return {stop: async () => { abort.abort(); await loop; }};
+}
+
+async function bullmq() {
+  const req = createRequire(path.join(process.env.BULLMQ_DIR, 'package.json'));
+  return {mq: req('bullmq'), connection: {host: '127.0.0.1', port: Number(process.env.REDIS_PORT)}};
+}
+
+async function throughput(n, concurrency) {
+  let t0;
+  if (mode === 'bullmq') {
+    const {mq, connection} = await bullmq();
+    const queue = new mq.Queue(ns, {connection});
+    await queue.pause();
+    for (let i = 0; i < n; i += 1000) {
+      await queue.addBulk(Array.from({length: Math.min(1000, n - i)},
+        (_, j) => ({name: 'job', data: {}, opts: {removeOnComplete: true}})));
+    }
+    let done = 0;
+    let all;
+    const finished = new Promise((r) => { all = r; });
+    const worker = new mq.Worker(ns, async () => { if (++done === n) all(); }, {connection, concurrency});
+    await worker.waitUntilReady();
+    t0 = performance.now();
+    await queue.resume();
+    await Promise.race([finished, new Promise((_, f) => setTimeout(() => f(new Error('timeout')), 120_000).unref())]);
+    const seconds = (performance.now() - t0) / 1000;
+    await worker.close();
+    await queue.obliterate({force: true});
+    await queue.close();
+    return {events: n, seconds, per_second: n / seconds};
+  }
+  await client.pause({namespace: ns});
+  for (let i = 0; i < n; i += 1000) {
+    const b = client.batch({namespace: ns});
+    for (let j = i; j < Math.min(n, i + 1000); j++) b.set(`k${j}`, '', {delay: 0});
+    await b.commit();
+  }
+  const w = await delaydWorker(() => {}, concurrency);
+  t0 = performance.now();
+  await client.resume({namespace: ns});
+  await waitUntil(async () => (await acked()) >= BigInt(n), 120_000, 'not all acknowledged');
+  const seconds = (performance.now() - t0) / 1000;
+  await w.stop();
+  return {events: n, seconds, per_second: n / seconds};
+}
+
+async function lateness(rate, seconds, delayMs, concurrency) {
+  const late = [];
+  const n = rate * seconds;
+  let stop;
+  if (mode === 'bullmq') {
+    const {mq, connection} = await bullmq();
+    const worker = new mq.Worker(ns, async (job) => {
+      late.push(Date.now() - (job.timestamp + job.opts.delay));
+    }, {connection, concurrency});
+    await worker.waitUntilReady();
+    stop = async () => {
+      await worker.close();
+      const queue = new mq.Queue(ns, {connection});
+      await queue.obliterate({force: true});
+      await queue.close();
+    };
+  } else {
+    const w = await delaydWorker((fireNs) => { late.push(Number(nowNs() - fireNs) / 1e6); }, concurrency);
+    stop = () => w.stop();
+  }
+  await new Promise((resolve, reject) => {
+    const p = spawn(process.execPath, [process.argv[1], mode, 'produce', ns, rate, seconds, delayMs],
+                    {stdio: 'inherit'});
+    p.on('exit', (code) => (code === 0 ? resolve() : reject(new Error(`producer: ${code}`))));
+  });
+  await waitUntil(() => late.length >= n, 60_000, `${late.length} of ${n} handled`);
+  await stop();
+  late.sort((a, b) => a - b);
+  const pick = (q) => late[Math.min(late.length - 1, Math.floor(q * late.length))];
+  return {events: late.length, p50_ms: pick(0.5), p99_ms: pick(0.99)};
+}
+
+// Adds `rate` jobs a second in groups every 10 ms, each due `delayMs` after
+// the instant it stands for (BullMQ: a delay from when it is added).
+async function produce(queueName, rate, seconds, delayMs) {
+  const perTick = rate / 100;
+  const t0 = Date.now();
+  let add;
+  let close = async () => {};
+  if (mode === 'bullmq') {
+    const {mq, connection} = await bullmq();
+    const queue = new mq.Queue(queueName, {connection});
+    add = (due) => queue.addBulk(Array.from({length: perTick}, (_, i) => ({
+      name: 'job', data: {}, opts: {delay: Math.max(0, due + delayMs + (i * 10) / perTick - Date.now()),
+                                    removeOnComplete: true}})));
+    close = () => queue.close();
+  } else {
+    add = (due, tick) => {
+      const b = client.batch({namespace: queueName});
+      for (let i = 0; i < perTick; i++) {
+        b.set(`t${tick}-${i}`, '', {at: new Date(due + delayMs + (i * 10) / perTick)});
+      }
+      return b.commit();
+    };
+  }
+  for (let tick = 0; tick < seconds * 100; tick++) {
+    const due = t0 + tick * 10;
+    const wait = due - Date.now();
+    if (wait > 0) await new Promise((r) => setTimeout(r, wait));  // the load's pace
+    await add(due, tick);
+  }
+  await close();
+}
+
+if (kind === 'produce') {
+  await produce(rest[0], ...rest.slice(1).map(Number));
+} else {
+  if (mode !== 'bullmq') await client.setTimer('~anchor', '', {delay: 3_600_000, namespace: ns});
+  const result = kind === 'throughput' ? await throughput(...args) : await lateness(...args);
+  console.log(JSON.stringify({mode, kind, ...result}));
+}
+client.close();
