@@ -410,10 +410,15 @@ export class Subscription implements AsyncIterable<Event> {
     AsyncIterable<pb.SubscribeResponse>) {}
 
   async *[Symbol.asyncIterator](): AsyncGenerator<Event> {
+    for await (const batch of this.batches()) yield* batch;
+  }
+
+  /** The events a message at a time, as the daemon sent them. */
+  async *batches(): AsyncGenerator<Event[]> {
     try {
       for await (const msg of this.open(this.abort.signal)) {
         this.onRegistered();
-        for (const e of msg.events) yield eventOf(e);
+        if (msg.events.length > 0) yield msg.events.map(eventOf);
       }
     } catch (e) {
       if (this.abort.signal.aborted) return;

@@ -73,14 +73,20 @@ export function timerOf(t: PbTimer): Timer {
 }
 
 /** @internal */
+const reasons = new Map<number, string>();
+
+/** @internal */
 export function eventOf(e: PbEvent): Event {
+  let reason = reasons.get(e.reason);
+  if (reason === undefined) {
+    reason = (Reason[e.reason] ?? 'UNSPECIFIED').replace(/^REASON_/, '').toLowerCase();
+    reasons.set(e.reason, reason);
+  }
   return {
     id: e.id, namespace: e.namespace, key: e.key, payload: e.payload,
     version: e.version, fireTime: dateOf(e.fireTime), firedAt: dateOf(e.firedAt),
     fireTimeNs: nanosOf(e.fireTime), firedAtNs: nanosOf(e.firedAt),
-    attempt: e.attempt,
-    reason: (Reason[e.reason] ?? 'UNSPECIFIED').replace(/^REASON_/, '').toLowerCase(),
-    scheduleRun: e.scheduleRun,
+    attempt: e.attempt, reason, scheduleRun: e.scheduleRun,
   };
 }
 

@@ -261,7 +261,9 @@ export class Worker {
       });
       let error: DelaydError | undefined;
       try {
-        for await (const e of stream) this.received(e);
+        for await (const batch of stream.batches()) {
+          for (const e of batch) this.received(e);
+        }
       } catch (e) {
         error = e as DelaydError;
       }
@@ -274,7 +276,9 @@ export class Worker {
   }
 
   private received(e: Event): void {
-    this.hook('onEvent', e, Math.max(0, now() - Number(e.fireTimeNs / 1000n) / 1000));
+    if (this.hooks.onEvent !== undefined) {
+      this.hook('onEvent', e, Math.max(0, now() - Number(e.fireTimeNs / 1000n) / 1000));
+    }
     if (this.done.has(e.id)) {
       this.send(e.id);  // handled already
     } else if (this.runningIds.has(e.id) || this.queued.some((q) => q.id === e.id)) {
