@@ -27,6 +27,8 @@ if [ "${DELAYD_DEPS:-all}" != build ]; then
     python3-grpcio python3-protobuf nodejs
     # the Python library's install test: a venv over Debian's grpcio
     python3-venv python3-setuptools
+    # the Debian package: cpack's dependencies from dpkg-shlibdeps
+    dpkg-dev
     # the metrics test scrapes delayd with a real Prometheus
     prometheus
     # the PostgreSQL store's tests start their own servers
