@@ -204,8 +204,7 @@ export class Client {
       keepLeases: options.keepLeases ?? false,
     });
     const i = this.conn.endpoint();
-    return new Subscription((signal) => this.conn.stub(i).subscribe(
-      req, {signal, headers: this.conn.headers()}));
+    return new Subscription((signal) => this.conn.subscribe(i, req, signal));
   }
 
   // ---- Policies and dead letters ----

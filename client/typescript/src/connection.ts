@@ -7,16 +7,19 @@
  */
 import {readFileSync} from 'node:fs';
 
-import {createClient} from '@connectrpc/connect';
+import {fromBinary, toBinary} from '@bufbuild/protobuf';
+import {Code, ConnectError, createClient} from '@connectrpc/connect';
 import type {CallOptions as ConnectCallOptions, Client as ConnectClient} from '@connectrpc/connect';
 import {createGrpcTransport, Http2SessionManager} from '@connectrpc/connect-node';
+import * as grpc from '@grpc/grpc-js';
 
 import {bearer, configFromEnv, isSecure} from './config.js';
 import type {Config} from './config.js';
 import {CancelledError, toDelaydError} from './errors.js';
 import {Attempts, sleep} from './retry.js';
 import type {Kind} from './retry.js';
-import {Delayd} from './gen/delayd/v1/delayd_pb.js';
+import {Delayd, SubscribeRequestSchema, SubscribeResponseSchema} from './gen/delayd/v1/delayd_pb.js';
+import type {SubscribeRequest, SubscribeResponse} from './gen/delayd/v1/delayd_pb.js';
 
 /** The generated client of delayd.v1.Delayd. */
 export type Stub = ConnectClient<typeof Delayd>;
@@ -32,6 +35,7 @@ const PING_TIMEOUT_MS = 5_000;
 export class Connections {
   readonly config: Config;
   private readonly stubs = new Map<number, {stub: Stub; session: Http2SessionManager}>();
+  private readonly streams = new Map<number, grpc.Client>();
   private at = 0;
   private token?: string;
 
@@ -61,6 +65,53 @@ export class Connections {
       this.stubs.set(i, s);
     }
     return s.stub;
+  }
+
+  /**
+   * Subscribe's stream from endpoint `i`, on @grpc/grpc-js rather than
+   * connect-node: connect-es 2.3 races each read of a stream against a
+   * promise that settles only when the stream ends, which keeps every
+   * message read until then (connect-es issue 1524) — a worker's stream,
+   * open for days, grew by about 1 KB per event. grpc-js reads a Node
+   * stream, which keeps nothing once read. Unary calls stay on connect.
+   */
+  async *subscribe(i: number, req: SubscribeRequest,
+                   signal: AbortSignal): AsyncGenerator<SubscribeResponse> {
+    let client = this.streams.get(i);
+    if (client === undefined) {
+      const c = this.config;
+      const creds = isSecure(c) ? grpc.credentials.createSsl(
+        c.tlsCa ? readFileSync(c.tlsCa) : null,
+        c.tlsKey ? readFileSync(c.tlsKey) : null,
+        c.tlsCert ? readFileSync(c.tlsCert) : null) : grpc.credentials.createInsecure();
+      client = new grpc.Client(c.endpoints[i], creds, {
+        'grpc.keepalive_time_ms': PING_INTERVAL_MS,
+        'grpc.keepalive_timeout_ms': PING_TIMEOUT_MS,
+        'grpc.keepalive_permit_without_calls': 1,
+        'grpc.max_receive_message_length': 64 << 20,
+      });
+      this.streams.set(i, client);
+    }
+    const metadata = new grpc.Metadata();
+    for (const [k, v] of Object.entries(this.headers())) metadata.set(k, v);
+    const call = client.makeServerStreamRequest(
+      '/delayd.v1.Delayd/Subscribe',
+      (r: SubscribeRequest) => Buffer.from(toBinary(SubscribeRequestSchema, r)),
+      (b: Buffer) => fromBinary(SubscribeResponseSchema, b), req, metadata);
+    const cancel = () => call.cancel();
+    signal.addEventListener('abort', cancel, {once: true});
+    try {
+      for await (const msg of call) yield msg as SubscribeResponse;
+    } catch (e) {
+      const err = e as Partial<grpc.ServiceError>;
+      if (typeof err.code === 'number') {
+        throw new ConnectError(err.details ?? String(e), err.code as number as Code);
+      }
+      throw e;
+    } finally {
+      signal.removeEventListener('abort', cancel);
+      call.cancel();
+    }
   }
 
   /** The endpoint calls go to now. */
@@ -127,5 +178,7 @@ export class Connections {
   close(): void {
     for (const {session} of this.stubs.values()) session.abort();
     this.stubs.clear();
+    for (const client of this.streams.values()) client.close();
+    this.streams.clear();
   }
 }

@@ -221,6 +221,42 @@ describe('workers', () => {
     assert.equal(late.length, 50);
   });
 
+  test('a long-lived stream keeps no event it has read', async () => {
+    // 3,000 events of 8 KiB through one stream: kept, they would hold
+    // 24 MiB; the worker keeps only their ids (for its dedup window).
+    const v8 = await import('node:v8');
+    const vm = await import('node:vm');
+    v8.setFlagsFromString('--expose-gc');
+    const gc = vm.runInNewContext('gc');
+    const ns = await namespace();
+    const payload = 'x'.repeat(8192);
+    let handled = 0;
+    const w = new d.Worker(ns, () => { handled += 1; }, {concurrency: 8, client});
+    w.start();
+    // (Payloads live outside the JavaScript heap, in array buffers.)
+    const heap = () => {
+      gc();
+      const m = process.memoryUsage();
+      return m.heapUsed + m.arrayBuffers;
+    };
+    const send = async (from) => {
+      for (let i = from; i < from + 1000; i += 100) {
+        const b = client.batch({namespace: ns});
+        for (let j = i; j < i + 100; j++) b.set(`k${j}`, payload, {delay: 0});
+        await b.commit();
+      }
+    };
+    await send(0);
+    await eventually(() => handled === 1000, '1,000 events', 30_000);
+    const before = heap();
+    await send(1000);
+    await send(2000);
+    await eventually(() => handled === 3000, '3,000 events', 30_000);
+    const grown = heap() - before;
+    await w.stop();
+    assert.ok(grown < 4 << 20, `the heap grew by ${grown} bytes over 2,000 events`);
+  });
+
   test('a throwing handler is retried, then dead-lettered', async () => {
     const ns = await namespace();
     await client.setPolicy({maxAttempts: 3, initialBackoff: 200}, {namespace: ns});
