@@ -100,17 +100,28 @@ export class Connections {
       (b: Buffer) => fromBinary(SubscribeResponseSchema, b), req, metadata);
     const cancel = () => call.cancel();
     signal.addEventListener('abort', cancel, {once: true});
-    try {
-      for await (const msg of call) yield msg as SubscribeResponse;
-    } catch (e) {
-      const err = e as Partial<grpc.ServiceError>;
-      if (typeof err.code === 'number') {
-        throw new ConnectError(err.details ?? String(e), err.code as number as Code);
+    // Read by hand, not with for await: a consumer that stops reading
+    // (break) leaves the stream open until `signal` aborts
+    // (Subscription.cancel()), and what it was sent stays leased to it
+    // until then; for await would end the call at once.
+    const messages = call[Symbol.asyncIterator]();
+    for (;;) {
+      let next: IteratorResult<unknown>;
+      try {
+        next = await messages.next();
+      } catch (e) {
+        signal.removeEventListener('abort', cancel);
+        const err = e as Partial<grpc.ServiceError>;
+        if (typeof err.code === 'number') {
+          throw new ConnectError(err.details ?? String(e), err.code as number as Code);
+        }
+        throw e;
       }
-      throw e;
-    } finally {
-      signal.removeEventListener('abort', cancel);
-      call.cancel();
+      if (next.done) {
+        signal.removeEventListener('abort', cancel);
+        return;
+      }
+      yield next.value as SubscribeResponse;
     }
   }
 
