@@ -6,7 +6,7 @@
 #     stubs in its language (throughput at concurrency 32 and 1; lateness
 #     at 2,000 events/s, 50 ms ahead);
 #   - the TypeScript Worker against BullMQ's Worker at the same concurrency
-#     (Redis without persistence, as delayd --in-memory).
+#     (1, 32, 256; Redis without persistence, as delayd --in-memory).
 # Prints every run's JSON line, then per figure the ratio in each round and
 # their range.
 #
@@ -65,13 +65,15 @@ for ((round = 1; round <= rounds; round++)); do
               "ts raw library throughput 50000 32" \
               "ts raw library lateness 2000 10 50 32" \
               "ts bullmq library throughput 50000 32" \
+              "ts bullmq library throughput 10000 1" \
+              "ts bullmq library throughput 50000 256" \
               "ts bullmq library lateness 2000 10 50 32"; do
     read -r lang base lib kind rest <<<"$pair"
     for mode in "$base" "$lib"; do
       # shellcheck disable=SC2086 # (rest: the figure's arguments)
       line=$($lang "$mode" "$kind" $rest)
       echo "$line"
-      echo "$round $lang $kind ${rest// /_} $line" >>"$results"
+      echo "$round $lang $base $kind ${rest// /_} $line" >>"$results"
     done
   done
 done
@@ -80,23 +82,21 @@ done
 import collections, json, sys
 runs = collections.defaultdict(dict)
 for line in open(sys.argv[1]):
-    rnd, lang, kind, args, js = line.split(" ", 4)
+    rnd, lang, base, kind, args, js = line.split(" ", 5)
     r = json.loads(js)
-    runs[(lang, kind, args)].setdefault(rnd, {})[r["mode"]] = r
+    runs[(lang, base, kind, args)].setdefault(rnd, {})[r["mode"]] = r
 print("\nfigure: library against the baseline, per round [range]")
-for (lang, kind, args), by_round in runs.items():
-    modes = sorted({m for r in by_round.values() for m in r} - {"library"})
-    for base in modes:
-        pairs = [r for r in by_round.values() if base in r and "library" in r]
-        if kind == "throughput":
-            ratios = [r["library"]["per_second"] / r[base]["per_second"] for r in pairs]
-            text = " ".join(f"{x:.2f}x" for x in ratios)
-            print(f"{lang} {kind} {args} vs {base}: {text} [{min(ratios):.2f}-{max(ratios):.2f}x]")
-        else:
-            for q in ("p50_ms", "p99_ms"):
-                diff = [r["library"][q] - r[base][q] for r in pairs]
-                ratio = [r["library"][q] / max(r[base][q], 1e-9) for r in pairs]
-                print(f"{lang} {kind} {args} {q} vs {base}: "
-                      + " ".join(f"{d:+.3f} ms ({x:.2f}x)" for d, x in zip(diff, ratio))
-                      + f" [{min(ratio):.2f}-{max(ratio):.2f}x]")
+for (lang, base, kind, args), by_round in runs.items():
+    pairs = [r for r in by_round.values() if base in r and "library" in r]
+    if kind == "throughput":
+        ratios = [r["library"]["per_second"] / r[base]["per_second"] for r in pairs]
+        text = " ".join(f"{x:.2f}x" for x in ratios)
+        print(f"{lang} {kind} {args} vs {base}: {text} [{min(ratios):.2f}-{max(ratios):.2f}x]")
+    else:
+        for q in ("p50_ms", "p99_ms"):
+            diff = [r["library"][q] - r[base][q] for r in pairs]
+            ratio = [r["library"][q] / max(r[base][q], 1e-9) for r in pairs]
+            print(f"{lang} {kind} {args} {q} vs {base}: "
+                  + " ".join(f"{d:+.3f} ms ({x:.2f}x)" for d, x in zip(diff, ratio))
+                  + f" [{min(ratio):.2f}-{max(ratio):.2f}x]")
 EOF
