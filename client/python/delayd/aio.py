@@ -37,7 +37,7 @@ from .client import CHANNEL_OPTIONS
 from .config import Config, Retry as RetryPolicy
 from .v1 import delayd_pb2 as pb
 from .v1 import delayd_pb2_grpc as pb_grpc
-from .worker import Hooks, Retry, _Done
+from ._handling import Hooks, Retry, _Done
 
 
 class AsyncClient(Api):

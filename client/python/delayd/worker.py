@@ -42,13 +42,13 @@ called from any thread. Hooks run on the worker's threads.
 from __future__ import annotations
 
 import collections
-import dataclasses
 import signal
 import threading
 import time
 from typing import Callable, Optional
 
 from . import errors, types
+from ._handling import Hooks, Retry, _Done
 from ._retry import waits
 from .client import Client
 from .config import Config, Retry as RetryPolicy
@@ -57,61 +57,9 @@ from .config import Config, Retry as RetryPolicy
 _EXIT = object()  # a pool thread's last task
 
 
-class Retry(Exception):
-    """Raised by a handler: the event failed, deliver it again after
-    ``after`` (a timedelta or seconds; None: the policy's backoff)."""
-
-    def __init__(self, message: str = "", after=None) -> None:
-        super().__init__(message)
-        self.after = after
-
-
 # Handlers this long on average (seconds) get a thread woken for each
 # event that waits (see "The pool").
 _SLOW = 0.0005
-
-
-@dataclasses.dataclass
-class Hooks:
-    """Callbacks for logs and metrics; each may be None. ``lateness`` and
-    ``seconds`` are in seconds."""
-    # An event arrived: how late after its fire time.
-    on_event: Optional[Callable[[types.Event, float], None]] = None
-    on_handled: Optional[Callable[[types.Event, float], None]] = None
-    on_failed: Optional[Callable[[types.Event, BaseException, float],
-                                 None]] = None
-    # The stream: "connected" (error None) or "lost" (with its error).
-    on_stream: Optional[Callable[[str, Optional[Exception]], None]] = None
-
-
-class _Done:
-    """Event ids handled recently, for ``window`` seconds (at most
-    ``limit`` of them): a repeat of one is acknowledged, not run again."""
-
-    def __init__(self, window: float, limit: int = 100_000) -> None:
-        self.window = window
-        self.limit = limit
-        self._ids: collections.OrderedDict[int, float] = \
-            collections.OrderedDict()
-        self._pruned = 0.0  # when prune() last ran
-
-    def add(self, event_id: int) -> None:
-        now = time.monotonic()
-        self._ids[event_id] = now
-        self._ids.move_to_end(event_id)
-        if len(self._ids) > self.limit or \
-                now - self._pruned >= self.window / 100:
-            self._pruned = now
-            self.prune()
-
-    def prune(self) -> None:
-        horizon = time.monotonic() - self.window
-        while self._ids and (len(self._ids) > self.limit or
-                             next(iter(self._ids.values())) < horizon):
-            self._ids.popitem(last=False)
-
-    def __contains__(self, event_id: int) -> bool:
-        return event_id in self._ids
 
 
 class Worker:
