@@ -8,6 +8,7 @@
 import {readFileSync} from 'node:fs';
 
 import {fromBinary, toBinary} from '@bufbuild/protobuf';
+import type {DescMessage, MessageShape} from '@bufbuild/protobuf';
 import {Code, ConnectError, createClient} from '@connectrpc/connect';
 import type {CallOptions as ConnectCallOptions, Client as ConnectClient} from '@connectrpc/connect';
 import {createGrpcTransport, Http2SessionManager} from '@connectrpc/connect-node';
@@ -24,8 +25,8 @@ import type {SubscribeRequest, SubscribeResponse} from './gen/delayd/v1/delayd_p
 /** The generated client of delayd.v1.Delayd. */
 export type Stub = ConnectClient<typeof Delayd>;
 
-/** A call made through a stub with the given options. */
-export type Call<R> = (stub: Stub, options: ConnectCallOptions) => Promise<R>;
+/** A call made through a stub (of endpoint `i`) with the given options. */
+export type Call<R> = (stub: Stub, options: ConnectCallOptions, i: number) => Promise<R>;
 
 // Keepalive pings notice a connection gone silent (a node frozen or cut
 // off) in seconds rather than at the kernel's timeout.
@@ -67,16 +68,8 @@ export class Connections {
     return s.stub;
   }
 
-  /**
-   * Subscribe's stream from endpoint `i`, on @grpc/grpc-js rather than
-   * connect-node: connect-es 2.3 races each read of a stream against a
-   * promise that settles only when the stream ends, which keeps every
-   * message read until then (connect-es issue 1524) — a worker's stream,
-   * open for days, grew by about 1 KB per event. grpc-js reads a Node
-   * stream, which keeps nothing once read. Unary calls stay on connect.
-   */
-  async *subscribe(i: number, req: SubscribeRequest,
-                   signal: AbortSignal): AsyncGenerator<SubscribeResponse> {
+  /** Endpoint `i`'s @grpc/grpc-js channel, made on first use. */
+  private channel(i: number): grpc.Client {
     let client = this.streams.get(i);
     if (client === undefined) {
       const c = this.config;
@@ -92,6 +85,46 @@ export class Connections {
       });
       this.streams.set(i, client);
     }
+    return client;
+  }
+
+  /**
+   * A unary call on endpoint `i`'s grpc-js channel (the one Subscribe's
+   * stream uses): a worker's Ack, Nack and ExtendLease, whose round trip
+   * bounds how many events a worker takes per second.
+   */
+  unary<I extends DescMessage, O extends DescMessage>(
+      i: number, path: string, input: I, output: O, req: MessageShape<I>,
+      options: ConnectCallOptions): Promise<MessageShape<O>> {
+    const metadata = new grpc.Metadata();
+    for (const [k, v] of Object.entries(options.headers ?? {})) metadata.set(k, v as string);
+    const signal = options.signal;
+    return new Promise((resolve, reject) => {
+      const call = this.channel(i).makeUnaryRequest(
+        path, (r: MessageShape<I>) => Buffer.from(toBinary(input, r)),
+        (b: Buffer) => fromBinary(output, b), req, metadata,
+        {deadline: Date.now() + (options.timeoutMs ?? this.config.timeoutMs)},
+        (e, r) => {
+          signal?.removeEventListener('abort', cancel);
+          if (e) reject(new ConnectError(e.details, e.code as number as Code));
+          else resolve(r as MessageShape<O>);
+        });
+      const cancel = () => call.cancel();
+      signal?.addEventListener('abort', cancel, {once: true});
+    });
+  }
+
+  /**
+   * Subscribe's stream from endpoint `i`, on @grpc/grpc-js rather than
+   * connect-node: connect-es 2.3 races each read of a stream against a
+   * promise that settles only when the stream ends, which keeps every
+   * message read until then (connect-es issue 1524) — a worker's stream,
+   * open for days, grew by about 1 KB per event. grpc-js reads a Node
+   * stream, which keeps nothing once read. Unary calls stay on connect.
+   */
+  async *subscribe(i: number, req: SubscribeRequest,
+                   signal: AbortSignal): AsyncGenerator<SubscribeResponse> {
+    const client = this.channel(i);
     const metadata = new grpc.Metadata();
     for (const [k, v] of Object.entries(this.headers())) metadata.set(k, v);
     const call = client.makeServerStreamRequest(
@@ -163,7 +196,7 @@ export class Connections {
       try {
         return await call(this.stub(i), {
           signal, timeoutMs: this.config.timeoutMs, headers: this.headers(),
-        });
+        }, i);
       } catch (e) {
         const err = toDelaydError(e);
         if (signal?.aborted) throw new CancelledError('the call was aborted', {cause: e});
