@@ -13,6 +13,7 @@
 #include <csignal>
 #include <functional>
 
+#include "delayd/text/build_info.h"
 #include "server/api/server.h"
 #include "server/cluster_node.h"
 #include "server/common/json_log.h"
@@ -20,7 +21,6 @@
 #include "server/store/postgres/pg_join.h"
 #include "server/store/postgres/pg_schema.h"
 #include "server/store/rocksdb/check.h"
-#include "delayd/text/build_info.h"
 
 namespace {
 // Set when the store failed beyond recovery (the exit code says so).

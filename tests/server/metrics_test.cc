@@ -418,10 +418,10 @@ TEST(Metrics, TheBuildIsNamedInTheScrapeAndInStats) {
   TestDaemon d(WithMetrics());
   ASSERT_TRUE(d.started());
   const Scrape s = ScrapeUntil(d, [](const Scrape&) { return true; });
-  EXPECT_EQ(s.Get("delayd_build_info",
-                  {{"commit", std::string(BuildCommit())},
-                   {"version", std::string(BuildVersion())}}),
-            1.0);
+  EXPECT_EQ(
+      s.Get("delayd_build_info", {{"commit", std::string(BuildCommit())},
+                                  {"version", std::string(BuildVersion())}}),
+      1.0);
   EXPECT_EQ(s.Count("delayd_build_info"), 1u);
   v1::StatsResponse r;
   grpc::ClientContext ctx;

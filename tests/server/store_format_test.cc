@@ -18,8 +18,8 @@ namespace {
 
 // ("default" is rocksdb::kDefaultColumnFamilyName, a global of another
 // unit that may not be initialized before this one.)
-const std::vector<std::string> kBaseFamilies = {"default", "timers",
-                                                "payloads", "events"};
+const std::vector<std::string> kBaseFamilies = {"default", "timers", "payloads",
+                                                "events"};
 
 // Opens `dir` with RocksDB alone, as a binary that knows these families
 // would; `create` makes them.
@@ -109,8 +109,7 @@ TEST(StoreFormat, AStoreFromBeforeFormatsIsUpgradedInPlace) {
   std::unique_ptr<RocksStore> store;
   ASSERT_TRUE(RocksStore::Open(At(data), StoreHooks(), &store).ok());
   ASSERT_EQ(store->OpenNotes().size(), 1u);
-  EXPECT_NE(store->OpenNotes()[0].find("from format 1 to 2"),
-            std::string::npos)
+  EXPECT_NE(store->OpenNotes()[0].find("from format 1 to 2"), std::string::npos)
       << store->OpenNotes()[0];
   std::vector<std::string> names;
   ASSERT_TRUE(store->LoadNamespaces(&names).ok());
@@ -172,8 +171,7 @@ TEST(StoreFormat, ANewerFormatRecordIsRefused) {
   std::unique_ptr<RocksStore> store;
   const Status s = RocksStore::Open(At(data), StoreHooks(), &store);
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.message().find("has format 7"), std::string::npos)
-      << s.message();
+  EXPECT_NE(s.message().find("has format 7"), std::string::npos) << s.message();
 }
 
 TEST(StoreFormat, ABinaryThatKnowsNoFormatsRefusesTheStore) {

@@ -39,7 +39,8 @@ Status FindFormat(const rocksdb::DBOptions& db, const std::string& dir,
     if (err != std::errc() || at != end || n < 2) {
       return Status::Internal("the store in " + dir +
                               " has a column family this delayd does not "
-                              "know: " + name);
+                              "know: " +
+                              name);
     }
     out->format = std::max(out->format, n);
     out->format_families.push_back(name);

@@ -33,7 +33,7 @@ std::string FormatFamily(std::uint32_t format);
 
 // What a data directory's column families say of its format.
 struct FoundFormat {
-  bool exists = false;      // A RocksDB store is there.
+  bool exists = false;       // A RocksDB store is there.
   std::uint32_t format = 0;  // The highest format family; 0: none (format 1).
   std::vector<std::string> format_families;  // Every "delayd-format-N".
 };

@@ -189,7 +189,8 @@ Status RocksStore::Open(const RocksOptions& options, StoreHooks hooks,
   // anything is opened; this format's family is created when missing.
   FoundFormat found;
   if (Status s = FindFormat(db, options.dir, &found); !s.ok()) return s;
-  if (found.format > kStoreFormat) return NewerFormat(options.dir, found.format);
+  if (found.format > kStoreFormat)
+    return NewerFormat(options.dir, found.format);
   for (const std::string& name : found.format_families) {
     families.push_back({name, cf});
   }
