@@ -171,17 +171,24 @@ class Api:
                             CONDITIONAL if expected_version else SAFE,
                             _move_result)
 
+    def _removal(self, rpc, req):
+        """A removal answering the version removed: conditional with an
+        expected version; without one, a retry that finds nothing after a
+        lost answer returns None (removed, its version not known)."""
+        conditional = req.expected_version != 0
+        return self._invoke(rpc, req, CONDITIONAL if conditional else SAFE,
+                            lambda r: r.version,
+                            not_found_after_loss=None if conditional
+                            else (None,))
+
     def remove_timer(self, key: str, *, namespace: Optional[str] = None,
                      expected_version: int = 0):
         """Cancels a pending timer; returns the version removed. Without an
         expected version, a retry that finds nothing after a lost answer
         returns None (removed, its version not known)."""
-        req = pb.RemoveTimerRequest(namespace=namespace or "", key=key,
-                                    expected_version=expected_version)
-        return self._invoke(
-            "RemoveTimer", req, CONDITIONAL if expected_version else SAFE,
-            lambda r: r.version,
-            not_found_after_loss=None if expected_version else (None,))
+        return self._removal("RemoveTimer", pb.RemoveTimerRequest(
+            namespace=namespace or "", key=key,
+            expected_version=expected_version))
 
     def get_timer(self, key: str, *, namespace: Optional[str] = None):
         """The pending timer ``key`` (NotFound if none)."""
@@ -340,12 +347,9 @@ class Api:
                         expected_version: int = 0):
         """Deletes a schedule; returns the version deleted (None if a retry
         after a lost answer found it gone)."""
-        req = pb.DeleteScheduleRequest(namespace=namespace or "", key=key,
-                                       expected_version=expected_version)
-        return self._invoke(
-            "DeleteSchedule", req, CONDITIONAL if expected_version else SAFE,
-            lambda r: r.version,
-            not_found_after_loss=None if expected_version else (None,))
+        return self._removal("DeleteSchedule", pb.DeleteScheduleRequest(
+            namespace=namespace or "", key=key,
+            expected_version=expected_version))
 
     def _schedule_action(self, rpc, key, namespace, expected_version,
                          kind=SAFE):
@@ -406,3 +410,16 @@ class Api:
         returns its path."""
         return self._invoke("Backup", pb.BackupRequest(dir=dir), CONDITIONAL,
                             lambda r: r.dir)
+
+
+def subscribe_request(namespace, watcher, max_in_flight, keep_leases,
+                      ack_timeout) -> pb.SubscribeRequest:
+    """What Client.subscribe and AsyncClient.subscribe send."""
+    req = pb.SubscribeRequest(
+        namespace=namespace or "",
+        mode=pb.SubscribeRequest.WATCHER if watcher
+        else pb.SubscribeRequest.WORKER,
+        max_in_flight=max_in_flight, keep_leases=keep_leases)
+    if ack_timeout is not None:
+        req.ack_timeout.CopyFrom(types.duration(ack_timeout))
+    return req

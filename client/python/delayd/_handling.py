@@ -10,6 +10,7 @@ import time
 from typing import Callable, Optional
 
 from . import types
+from .config import Retry as RetryPolicy
 
 
 class Retry(Exception):
@@ -62,3 +63,21 @@ class _Done:
 
     def __contains__(self, event_id: int) -> bool:
         return event_id in self._ids
+
+
+def take_settings(worker, namespace: str, handler, concurrency: int,
+                  ack_timeout: float, grace: float, hooks: Optional[Hooks],
+                  reconnect: Optional[RetryPolicy]) -> None:
+    """Checks and keeps on ``worker`` the settings both workers take."""
+    if concurrency < 1:
+        raise ValueError("concurrency: at least 1")
+    if not 0.1 <= ack_timeout <= 3600:
+        raise ValueError("ack_timeout: from 0.1 to 3600 seconds")
+    worker.namespace = namespace
+    worker.handler = handler
+    worker.concurrency = concurrency
+    worker.ack_timeout = ack_timeout
+    worker.grace = grace
+    worker.hooks = hooks or Hooks()
+    worker._reconnect = reconnect or RetryPolicy(initial_backoff=0.05,
+                                                 max_backoff=2.0)

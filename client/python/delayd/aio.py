@@ -31,13 +31,12 @@ from typing import AsyncIterator, Awaitable, Callable, Optional, Union
 import grpc
 
 from . import errors, types
-from ._api import Api
+from ._api import Api, subscribe_request
 from ._retry import Attempts, waits
 from .client import CHANNEL_OPTIONS
 from .config import Config, Retry as RetryPolicy
-from .v1 import delayd_pb2 as pb
 from .v1 import delayd_pb2_grpc as pb_grpc
-from ._handling import Hooks, Retry, _Done
+from ._handling import Hooks, Retry, _Done, take_settings
 
 
 class AsyncClient(Api):
@@ -143,13 +142,8 @@ class AsyncClient(Api):
                         ) -> AsyncIterator[types.Event]:
         """A raw stream of events (one endpoint, no reconnection), as an
         async iterator; cancel the task reading it to end it."""
-        req = pb.SubscribeRequest(
-            namespace=namespace or "",
-            mode=pb.SubscribeRequest.WATCHER if watcher
-            else pb.SubscribeRequest.WORKER,
-            max_in_flight=max_in_flight, keep_leases=keep_leases)
-        if ack_timeout is not None:
-            req.ack_timeout.CopyFrom(types.duration(ack_timeout))
+        req = subscribe_request(namespace, watcher, max_in_flight,
+                                keep_leases, ack_timeout)
         call = self._stub(self._endpoint()).Subscribe(
             req, metadata=self.metadata())
         try:
@@ -180,20 +174,10 @@ class AsyncWorker:
                  dedup_window: float = 600.0, grace: float = 30.0,
                  hooks: Optional[Hooks] = None,
                  reconnect: Optional[RetryPolicy] = None) -> None:
-        if concurrency < 1:
-            raise ValueError("concurrency: at least 1")
-        if not 0.1 <= ack_timeout <= 3600:
-            raise ValueError("ack_timeout: from 0.1 to 3600 seconds")
-        self.namespace = namespace
-        self.handler = handler
-        self.concurrency = concurrency
-        self.ack_timeout = ack_timeout
-        self.grace = grace
-        self.hooks = hooks or Hooks()
+        take_settings(self, namespace, handler, concurrency, ack_timeout,
+                      grace, hooks, reconnect)
         self._own_client = client is None
         self.client = client or AsyncClient(config)
-        self._reconnect = reconnect or RetryPolicy(initial_backoff=0.05,
-                                                   max_backoff=2.0)
         self._queued: collections.deque[types.Event] = collections.deque()
         self._running: dict[int, asyncio.Task] = {}
         self._done = _Done(dedup_window)

@@ -22,10 +22,9 @@ from typing import Callable, Iterator, Optional
 import grpc
 
 from . import errors, types
-from ._api import Api
+from ._api import Api, subscribe_request
 from ._retry import Attempts
 from .config import Config
-from .v1 import delayd_pb2 as pb
 from .v1 import delayd_pb2_grpc as pb_grpc
 
 # Keepalive pings notice a connection gone silent (a node frozen or cut
@@ -166,13 +165,8 @@ class Client(Api):
         watchers and tools. Workers use delayd.Worker, which keeps its
         stream up, extends leases and acknowledges. ``on_registered`` runs
         once the daemon has registered the stream (its first message)."""
-        req = pb.SubscribeRequest(
-            namespace=namespace or "",
-            mode=pb.SubscribeRequest.WATCHER if watcher
-            else pb.SubscribeRequest.WORKER,
-            max_in_flight=max_in_flight, keep_leases=keep_leases)
-        if ack_timeout is not None:
-            req.ack_timeout.CopyFrom(types.duration(ack_timeout))
+        req = subscribe_request(namespace, watcher, max_in_flight,
+                                keep_leases, ack_timeout)
         call = self._stub(self._endpoint()).Subscribe(
             req, metadata=self.metadata())
         return Subscription(call, on_registered)

@@ -48,7 +48,7 @@ import time
 from typing import Callable, Optional
 
 from . import errors, types
-from ._handling import Hooks, Retry, _Done
+from ._handling import Hooks, Retry, _Done, take_settings
 from ._retry import waits
 from .client import Client
 from .config import Config, Retry as RetryPolicy
@@ -69,20 +69,10 @@ class Worker:
                  dedup_window: float = 600.0, grace: float = 30.0,
                  hooks: Optional[Hooks] = None,
                  reconnect: Optional[RetryPolicy] = None) -> None:
-        if concurrency < 1:
-            raise ValueError("concurrency: at least 1")
-        if not 0.1 <= ack_timeout <= 3600:
-            raise ValueError("ack_timeout: from 0.1 to 3600 seconds")
-        self.namespace = namespace
-        self.handler = handler
-        self.concurrency = concurrency
-        self.ack_timeout = ack_timeout
-        self.grace = grace
-        self.hooks = hooks or Hooks()
+        take_settings(self, namespace, handler, concurrency, ack_timeout,
+                      grace, hooks, reconnect)
         self._own_client = client is None
         self.client = client or Client(config)
-        self._reconnect = reconnect or RetryPolicy(
-            initial_backoff=0.05, max_backoff=2.0)
         # One lock; three conditions on it, so that a wake-up reaches only
         # who it concerns: _work the handler threads (an event queued),
         # _out the sender (something to send), _mu the rest (stop() waiting
