@@ -67,12 +67,6 @@ void AddLatency(const v1::LatencySummary& from, v1::LatencySummary* into) {
   into->set_count(into->count() + from.count());
 }
 
-// "0.2.0 (commit 1a2b3c4d5e6f)".
-std::string DaemonVersion() {
-  return std::string(BuildVersion()) + " (commit " +
-         std::string(BuildCommit()) + ")";
-}
-
 // The nodes' figures as one: counts summed, namespaces joined by name (in
 // name order).
 void SumStats(std::vector<v1::StatsResponse>& answers, v1::StatsResponse* out) {
@@ -212,12 +206,11 @@ grpc::ServerUnaryReactor* DelaydService::Stats(grpc::CallbackServerContext* ctx,
       },
       [](std::vector<v1::StatsResponse>& answers, v1::StatsResponse* out) {
         SumStats(answers, out);
-        out->set_version(DaemonVersion());
+        out->set_version(VersionAndCommit());  // (the answering node's)
       });
 }
 
 void DelaydService::LocalStats(const std::string& ns, v1::StatsResponse* resp) {
-  resp->set_version(DaemonVersion());
   if (!ns.empty()) {
     auto* figures = resp->add_namespaces();
     figures->set_namespace_(ns);

@@ -426,14 +426,14 @@ TEST(Metrics, TheBuildIsNamedInTheScrapeAndInStats) {
   v1::StatsResponse r;
   grpc::ClientContext ctx;
   ASSERT_TRUE(d.stub().Stats(&ctx, {}, &r).ok());
-  EXPECT_EQ(r.version(), VersionLine("delayd").substr(7));
+  EXPECT_EQ(r.version(), VersionAndCommit());
   EXPECT_EQ(r.version().rfind("0.", 0), 0u) << r.version();
   // Any caller may ask, one namespace's reader included.
   v1::StatsRequest one;
   one.set_namespace_("a");
   grpc::ClientContext one_ctx;
   ASSERT_TRUE(d.stub().Stats(&one_ctx, one, &r).ok());
-  EXPECT_EQ(r.version(), VersionLine("delayd").substr(7));
+  EXPECT_EQ(r.version(), VersionAndCommit());
 }
 
 }  // namespace

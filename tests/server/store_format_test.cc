@@ -91,6 +91,17 @@ bool Contains(const std::vector<std::string>& v, const std::string& s) {
   return std::find(v.begin(), v.end(), s) != v.end();
 }
 
+// The format record of a closed store, read with RocksDB alone.
+std::uint32_t FormatRecord(const std::string& dir) {
+  std::unique_ptr<rocksdb::DB> db;
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  EXPECT_TRUE(RawOpen(dir, Families(dir), &db, &handles).ok());
+  std::string value;
+  EXPECT_TRUE(db->Get({}, handles[0], "V", &value).ok());
+  RawClose(db, handles);
+  return value.size() == 4 ? record::ReadBE(value.data(), 4) : 0;
+}
+
 TEST(StoreFormat, ANewStoreRecordsItsFormat) {
   TempDir dir;
   const std::string data = dir.path() + "/data";
@@ -99,7 +110,7 @@ TEST(StoreFormat, ANewStoreRecordsItsFormat) {
   EXPECT_TRUE(store->OpenNotes().empty());
   store.reset();
   EXPECT_TRUE(Contains(Families(data), FormatFamily(kStoreFormat)));
-  EXPECT_EQ(kStoreFormat, 2u);
+  EXPECT_EQ(FormatRecord(data), kStoreFormat);
 }
 
 TEST(StoreFormat, AStoreFromBeforeFormatsIsUpgradedInPlace) {
@@ -116,6 +127,7 @@ TEST(StoreFormat, AStoreFromBeforeFormatsIsUpgradedInPlace) {
   EXPECT_EQ(names, std::vector<std::string>{"shop"});
   store.reset();
   EXPECT_TRUE(Contains(Families(data), FormatFamily(2)));
+  EXPECT_EQ(FormatRecord(data), 2u);
   // The next start finds format 2: nothing to do.
   ASSERT_TRUE(RocksStore::Open(At(data), StoreHooks(), &store).ok());
   EXPECT_TRUE(store->OpenNotes().empty());

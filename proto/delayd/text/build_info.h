@@ -15,6 +15,8 @@ std::string_view BuildVersion();
 // committed, or "unknown" (a build from outside a git checkout that was not
 // told it: cmake -DDELAYD_COMMIT=...).
 std::string_view BuildCommit();
+// "0.2.0 (commit 1a2b3c4d5e6f)": Stats' version.
+std::string VersionAndCommit();
 // "<program> 0.2.0 (commit 1a2b3c4d5e6f)": what --version prints.
 std::string VersionLine(std::string_view program);
 

@@ -144,7 +144,9 @@ class Upgrade(unittest.TestCase):
         self.assertEqual(p.max_attempts, 7)
         self.assertEqual(p.ack_timeout, dt.timedelta(seconds=45))
         self.assertTrue(self.c.get_policy(namespace="paused").paused)
-        self.assertEqual(take(self.c, "paused", timeout=0.5), [])
+        held = self.c.stats(namespace="paused").namespaces[0]
+        self.assertEqual((held.ready_events, held.in_flight_events,
+                          held.events_delivered), (1, 0, 0))
         self.c.resume(namespace="paused")
         self.assertEqual([e.key for e in take(self.c, "paused")], ["held"])
 
