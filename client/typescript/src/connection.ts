@@ -33,6 +33,13 @@ export type Call<R> = (stub: Stub, options: ConnectCallOptions, i: number) => Pr
 const PING_INTERVAL_MS = 10_000;
 const PING_TIMEOUT_MS = 5_000;
 
+/** A grpc-js failure as connect's error (which toDelaydError maps). */
+function fromGrpcJs(e: unknown): unknown {
+  const err = e as Partial<grpc.ServiceError>;
+  if (typeof err.code !== 'number') return e;
+  return new ConnectError(err.details ?? String(e), err.code as number as Code);
+}
+
 export class Connections {
   readonly config: Config;
   private readonly stubs = new Map<number, {stub: Stub; session: Http2SessionManager}>();
@@ -106,7 +113,7 @@ export class Connections {
         {deadline: Date.now() + (options.timeoutMs ?? this.config.timeoutMs)},
         (e, r) => {
           signal?.removeEventListener('abort', cancel);
-          if (e) reject(new ConnectError(e.details, e.code as number as Code));
+          if (e) reject(fromGrpcJs(e));
           else resolve(r as MessageShape<O>);
         });
       const cancel = () => call.cancel();
@@ -144,11 +151,7 @@ export class Connections {
         next = await messages.next();
       } catch (e) {
         signal.removeEventListener('abort', cancel);
-        const err = e as Partial<grpc.ServiceError>;
-        if (typeof err.code === 'number') {
-          throw new ConnectError(err.details ?? String(e), err.code as number as Code);
-        }
-        throw e;
+        throw fromGrpcJs(e);
       }
       if (next.done) {
         signal.removeEventListener('abort', cancel);
