@@ -61,9 +61,14 @@ class Connection {
   }
   State state() const { return state_.load(std::memory_order_acquire); }
   Clock::rep since() const { return since_.load(std::memory_order_relaxed); }
+  // Chosen to close for a new connection (by the table, under its lock):
+  // passed over from then on, though in the table until its close has run.
+  void MarkEvicted() { evicted_.store(true, std::memory_order_relaxed); }
+  bool evicted() const { return evicted_.load(std::memory_order_relaxed); }
 
  private:
   std::atomic<State> state_{State::kReading};
+  std::atomic<bool> evicted_{false};
   std::atomic<Clock::rep> since_{Clock::now().time_since_epoch().count()};
 };
 
@@ -76,7 +81,7 @@ class Table {
   }
   void Remove(Connection* c) EXCLUDES(mu_) {
     MutexLock lock(&mu_);
-    all_.erase(c);
+    if (all_.erase(c) != 0 && c->evicted()) --evicted_;
     if (all_.empty()) empty_.SignalAll();
   }
   // Waits until no connection is open, or `deadline`.
@@ -92,17 +97,19 @@ class Table {
   // Which connection to close for a new one once `max` are open: the
   // oldest idle, else the one whose request has been arriving longest;
   // null if every one has a request in hand (then the new one is refused).
-  // Null too, with *full false, if there is room.
+  // Null too, with *full false, if there is room. A connection already
+  // chosen counts as gone (its close runs on its own strand, later): each
+  // admission closes a connection of its own.
   std::shared_ptr<Connection> Victim(std::size_t max, bool* full)
       EXCLUDES(mu_) {
     MutexLock lock(&mu_);
-    *full = all_.size() >= max;
+    *full = all_.size() - evicted_ >= max;
     if (!*full) return nullptr;
     std::shared_ptr<Connection> idle, reading;
     Clock::rep idle_since = 0, reading_since = 0;
     for (const auto& [c, weak] : all_) {
       const Connection::State s = c->state();
-      if (s == Connection::State::kBusy) continue;
+      if (s == Connection::State::kBusy || c->evicted()) continue;
       auto& best = s == Connection::State::kIdle ? idle : reading;
       auto& since = s == Connection::State::kIdle ? idle_since : reading_since;
       if (best && c->since() >= since) continue;
@@ -111,7 +118,12 @@ class Table {
         since = c->since();
       }
     }
-    return idle ? idle : reading;
+    std::shared_ptr<Connection> victim = idle ? idle : reading;
+    if (victim) {
+      victim->MarkEvicted();
+      ++evicted_;
+    }
+    return victim;
   }
   std::vector<std::shared_ptr<Connection>> All() EXCLUDES(mu_) {
     MutexLock lock(&mu_);
@@ -127,6 +139,7 @@ class Table {
   CondVar empty_;
   std::unordered_map<Connection*, std::weak_ptr<Connection>> all_
       GUARDED_BY(mu_);
+  std::size_t evicted_ GUARDED_BY(mu_) = 0;  // of all_, chosen to close
 };
 
 }  // namespace
