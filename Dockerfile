@@ -22,12 +22,12 @@ RUN cmake -S /src -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release \
 FROM debian:bookworm-slim
 # The shared libraries the two binaries load (RocksDB is linked in; libpq
 # for the PostgreSQL store; date/tz and the tz database for schedules' time
-# zones).
+# zones; libcurl and the CA certificates for push delivery's HTTPS).
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       libgrpc++1.51 libprotobuf32 libspdlog1.10 libpq5 libdate-tz3 tzdata \
       libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 libcivetweb1 \
-      libsimdjson14 \
+      libsimdjson14 libcurl4 ca-certificates \
       libsnappy1v5 liblz4-1 libzstd1 libbz2-1.0 zlib1g \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --uid 10001 --no-create-home --home-dir /var/lib/delayd \

@@ -13,6 +13,7 @@ packages=(
   libasio-dev libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev
   protobuf-compiler libspdlog-dev libcli11-dev librocksdb-dev libssl-dev
   prometheus-cpp-dev libboost-dev libsimdjson-dev libpq-dev libhowardhinnant-date-dev tzdata
+  libcurl4-openssl-dev
 )
 if [ "${DELAYD_DEPS:-all}" != build ]; then
   packages+=(

@@ -182,6 +182,16 @@ void AddSecurity(CLI::App& app, DaemonFlags& f) {
   Flag(app, "--auth-tokens", f.server.auth_tokens,
        "Token file (TOKEN NAMESPACES PERMISSIONS per line): require a bearer "
        "token on every call");
+  app.add_option("--push-allow", f.push_allow,
+                 "Push targets may reach this address, range (CIDR) or host "
+                 "name although it is loopback, private, link-local, "
+                 "multicast or unspecified (repeatable; the variable takes a "
+                 "comma-separated list)")
+      ->envname("DELAYD_PUSH_ALLOW")
+      ->delimiter(',');
+  app.add_flag("--push-allow-http", f.server.push.allow_http,
+               "Push targets may be plain http:// URLs (else https only)")
+      ->envname("DELAYD_PUSH_ALLOW_HTTP");
 }
 
 }  // namespace
@@ -348,6 +358,10 @@ Status FinishFlags(DaemonFlags& f) {
   // A JSON body carries bytes in base64 (4/3 of them) and field names: room
   // for the largest Batch the gRPC port takes.
   f.http.max_body_bytes = 2 * f.server.max_batch_bytes + (64 << 10);
+  if (Status s = push::AddressRules::Parse(f.push_allow, &f.server.push.rules);
+      !s.ok()) {
+    return s;
+  }
   if (IsClusterNode(f) && (f.in_memory || !IsPostgres(f.store))) {
     return Status::InvalidArgument(
         "--advertise: a cluster's nodes share a PostgreSQL --store");

@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <string>
+#include <vector>
 
 #include "server/api/server.h"
 #include "server/http/http_door.h"
@@ -30,6 +31,8 @@ struct DaemonFlags {
   std::chrono::milliseconds lease_ttl{5000};
   // The file holding the token the nodes present to each other.
   std::string cluster_token_file;
+  // --push-allow: read into server.push.rules by FinishFlags.
+  std::vector<std::string> push_allow;
   std::string data_dir = "delayd-data";
   std::string fsync = "always";
   bool salvage = false;

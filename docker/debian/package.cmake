@@ -27,7 +27,7 @@ set(CPACK_INSTALL_PREFIX /usr)
 set(CPACK_SET_DESTDIR ON)  # (/etc/default lands in the package, not on /)
 set(CPACK_STRIP_FILES ON)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
-set(CPACK_DEBIAN_PACKAGE_DEPENDS "adduser, tzdata")
+set(CPACK_DEBIAN_PACKAGE_DEPENDS "adduser, tzdata, ca-certificates")
 set(conffiles ${CMAKE_CURRENT_BINARY_DIR}/debian/conffiles)
 file(WRITE ${conffiles} "/etc/default/delayd\n")
 set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA

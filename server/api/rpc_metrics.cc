@@ -56,6 +56,7 @@ RpcMetrics::RpcMetrics(prometheus::Registry& registry) {
                                                    "ExtendLease",
                                                    "GetPolicy",
                                                    "SetPolicy",
+                                                   "TestPushTarget",
                                                    "ListDeadLetters",
                                                    "RequeueDeadLetters",
                                                    "PurgeDeadLetters",

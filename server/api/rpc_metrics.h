@@ -61,6 +61,7 @@ class RpcMetrics {
     kExtendLease,
     kGetPolicy,
     kSetPolicy,
+    kTestPushTarget,
     kListDeadLetters,
     kRequeueDeadLetters,
     kPurgeDeadLetters,

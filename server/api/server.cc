@@ -110,8 +110,11 @@ Status DelaydServer::Start() {
     scheduler_.reset();
     return s;
   }
+  pusher_ = std::make_unique<push::Pusher>(*scheduler_, options_.push);
+  pusher_->Start();
   service_ = std::make_unique<DelaydService>(
       *scheduler_, auth_, options_.backup_dir, forwarder_.get());
+  service_->SetPusher(pusher_.get());
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -312,6 +315,8 @@ void DelaydServer::Shutdown(std::chrono::milliseconds grace) {
                  if (s) s->cancel();
                });
   }
+  // Push requests in flight are cut off; their events wait in the store.
+  if (pusher_) pusher_->Stop();
   // The metrics endpoint's HTTP server takes up to 2 s to stop (civetweb
   // polls its listening socket in 2 s quanta): it stops meanwhile.
   std::thread stop_metrics([metrics = std::move(metrics_)] {});

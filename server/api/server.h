@@ -17,6 +17,7 @@
 #include "server/common/mutex.h"
 #include "server/common/status.h"
 #include "server/core/scheduler.h"
+#include "server/push/pusher.h"
 
 namespace delayd {
 
@@ -65,6 +66,8 @@ class DelaydServer {
     std::string node;
     std::string peer_token;
     std::string peer_ca;
+    // Push delivery to namespaces' HTTP targets (server/push/).
+    push::PushOptions push;
   };
 
   explicit DelaydServer(Options options);
@@ -116,6 +119,8 @@ class DelaydServer {
   std::unique_ptr<TlsCertificates> tls_;
   std::unique_ptr<Forwarder> forwarder_;
   std::unique_ptr<Scheduler> scheduler_;
+  // Delivers to push targets; stopped before the scheduler.
+  std::unique_ptr<push::Pusher> pusher_;
   std::unique_ptr<DelaydService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<grpc::Server> health_server_;

@@ -49,6 +49,11 @@ RequestLimits RequestLimits::Of(const Limits& l) {
       .ack = {names + Validator::kMaxAckIds * 11,
               "--max-namespace-bytes and the 10000 ids an Ack may take"},
       .other = {names, "--max-key-bytes and --max-namespace-bytes"},
+      // A push target's PEMs (64 KiB each), headers and URL.
+      .policy = {names + (256 << 10),
+                 "--max-namespace-bytes and the size of a push target"},
+      .test_push = {names + (256 << 10) + l.max_payload_bytes,
+                    "--max-payload-bytes and the size of a push target"},
   };
 }
 

@@ -23,6 +23,7 @@
 #include "server/common/stable_hash.h"
 #include "server/common/status.h"
 #include "server/core/scheduler.h"
+#include "server/push/pusher.h"
 
 namespace delayd {
 
@@ -60,6 +61,7 @@ using RawDelayd =
         v1::Delayd::WithRawCallbackMethod_ExtendLease,
         v1::Delayd::WithRawCallbackMethod_GetPolicy,
         v1::Delayd::WithRawCallbackMethod_SetPolicy,
+        v1::Delayd::WithRawCallbackMethod_TestPushTarget,
         v1::Delayd::WithRawCallbackMethod_ListDeadLetters,
         v1::Delayd::WithRawCallbackMethod_RequeueDeadLetters,
         v1::Delayd::WithRawCallbackMethod_PurgeDeadLetters,
@@ -89,6 +91,9 @@ struct RequestLimits {
   // (Batch is held to gRPC's receive limit, --max-batch-bytes, and counts
   // its operations on the bytes.)
   RequestLimit other;
+  // SetPolicy (with a push target), and TestPushTarget (with a payload).
+  RequestLimit policy;
+  RequestLimit test_push;
   static RequestLimits Of(const Limits& l);
 };
 
@@ -113,6 +118,13 @@ class DelaydService final : public RawDelayd {
         validator_(scheduler.limits(), scheduler.partitions()),
         request_limits_(RequestLimits::Of(scheduler.limits())),
         rpc_(*scheduler.metrics().registry()) {}
+
+  // Push delivery, outliving the service (null: push targets are
+  // refused). Set before the service serves.
+  void SetPusher(push::Pusher* pusher) {
+    pusher_ = pusher;
+    push_ = pusher != nullptr ? &pusher->options() : nullptr;
+  }
 
   // Each takes a serialized request and answers a serialized response.
   grpc::ServerUnaryReactor* SetTimer(grpc::CallbackServerContext* ctx,
@@ -151,6 +163,9 @@ class DelaydService final : public RawDelayd {
   grpc::ServerUnaryReactor* GetPolicy(grpc::CallbackServerContext* ctx,
                                       const grpc::ByteBuffer* in,
                                       grpc::ByteBuffer* out) override;
+  grpc::ServerUnaryReactor* TestPushTarget(grpc::CallbackServerContext* ctx,
+                                           const grpc::ByteBuffer* in,
+                                           grpc::ByteBuffer* out) override;
   grpc::ServerUnaryReactor* SetPolicy(grpc::CallbackServerContext* ctx,
                                       const grpc::ByteBuffer* in,
                                       grpc::ByteBuffer* out) override;
@@ -364,6 +379,8 @@ class DelaydService final : public RawDelayd {
   const std::string backup_dir_;
   std::atomic<bool> backup_running_{false};  // One backup at a time.
   const Validator validator_;
+  push::Pusher* pusher_ = nullptr;
+  const push::PushOptions* push_ = nullptr;
   const RequestLimits request_limits_;
   RpcMetrics rpc_;
 };

@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include "server/api/service.h"
+#include "server/api/validate_push.h"
 
 namespace delayd {
 namespace {
@@ -13,8 +14,9 @@ google::protobuf::Duration ToDuration(std::chrono::nanoseconds d) {
   return google::protobuf::util::TimeUtil::NanosecondsToDuration(d.count());
 }
 
-// Every field, defaults included.
-void ToProto(const Policy& p, v1::Policy* out) {
+// Every field, defaults included; the push target as reads show it, or
+// (`whole`) with its secrets, to merge a change into.
+void ToProto(const Policy& p, v1::Policy* out, bool whole = false) {
   out->set_max_attempts(p.max_attempts);
   *out->mutable_initial_backoff() = ToDuration(p.retry.initial_backoff);
   out->set_backoff_multiplier(p.retry.multiplier);
@@ -25,12 +27,38 @@ void ToProto(const Policy& p, v1::Policy* out) {
   out->set_dispatch_burst(p.dispatch_burst);
   out->set_max_in_flight(p.max_in_flight);
   out->set_paused(p.paused);
+  if (p.push.empty()) return;
+  PushTargetToProto(p.push, out->mutable_push());
+  if (whole) {
+    auto* push = out->mutable_push();
+    push->clear_secret_ids();
+    push->clear_has_client_key();
+    for (const std::string& secret : p.push.secrets) push->add_secrets(secret);
+    push->set_client_key_pem(p.push.client_key_pem);
+  }
+}
+
+// Whether a SetPolicy with `mask` sets the target's url from `req`.
+bool SetsPushUrl(const google::protobuf::FieldMask& mask) {
+  if (mask.paths().empty()) return true;
+  for (const std::string& path : mask.paths()) {
+    if (path == "push" || path == "push.url") return true;
+  }
+  return false;
 }
 
 // Whether every path of `mask` names a field of Policy.
 Status CheckMask(const google::protobuf::FieldMask& mask) {
   for (const std::string& path : mask.paths()) {
-    if (v1::Policy::descriptor()->FindFieldByName(path) == nullptr) {
+    // The push target's fields by "push.<field>".
+    const auto dot = path.find('.');
+    const bool known =
+        dot == std::string::npos
+            ? v1::Policy::descriptor()->FindFieldByName(path) != nullptr
+            : path.substr(0, dot) == "push" &&
+                  v1::PushTarget::descriptor()->FindFieldByName(
+                      path.substr(dot + 1)) != nullptr;
+    if (!known) {
       return Status::InvalidArgument("update_mask: no policy field '" + path +
                                      "'");
     }
@@ -60,7 +88,7 @@ grpc::ServerUnaryReactor* DelaydService::SetPolicy(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
     grpc::ByteBuffer* out) {
   const auto call = Start<v1::SetPolicyRequest, v1::Policy>(
-      ctx, in, out, RpcMetrics::kSetPolicy, request_limits_.other);
+      ctx, in, out, RpcMetrics::kSetPolicy, request_limits_.policy);
   if (call.answered()) return call.reactor();
   const auto& req = call.req();
   Status s = Authorize(call.caller(), req.namespace_(), kAdmin);
@@ -71,17 +99,29 @@ grpc::ServerUnaryReactor* DelaydService::SetPolicy(
       req.namespace_().empty() ? "default" : req.namespace_();
   // The fields the mask names, over the policy in force (read and changed
   // one SetPolicy at a time); without a mask, the request's policy whole.
-  auto change = [this, &req](const Policy& current, Policy* next) {
-    if (req.update_mask().paths().empty()) {
-      return validator_.PolicyFields(req.policy(), next);
+  // A target's host name is resolved and checked here, before the change
+  // (which runs one at a time) and without holding anything.
+  if (const std::string& url = req.policy().push().url();
+      !url.empty() && push_ != nullptr && SetsPushUrl(req.update_mask())) {
+    if (const std::string host = PushHost(url); !host.empty()) {
+      if (s = push_->rules.CheckHost(host); !s.ok()) return call.Reply(s);
     }
+  }
+  auto change = [this, &req](const Policy& current, Policy* next) {
+    const v1::Policy* in = &req.policy();
     v1::Policy merged;
-    ToProto(current, &merged);
-    google::protobuf::util::FieldMaskUtil::MergeOptions replace;
-    replace.set_replace_message_fields(true);
-    google::protobuf::util::FieldMaskUtil::MergeMessageTo(
-        req.policy(), req.update_mask(), replace, &merged);
-    return validator_.PolicyFields(merged, next);
+    if (!req.update_mask().paths().empty()) {
+      ToProto(current, &merged, /*whole=*/true);
+      google::protobuf::util::FieldMaskUtil::MergeOptions replace;
+      replace.set_replace_message_fields(true);
+      google::protobuf::util::FieldMaskUtil::MergeMessageTo(
+          req.policy(), req.update_mask(), replace, &merged);
+      in = &merged;
+    }
+    Status s = validator_.PolicyFields(*in, next);
+    if (s.ok())
+      s = PushTargetFields(in->push(), push_, current.push, &next->push);
+    return s;
   };
   // The store's synced write happens off this thread; the answer comes
   // once the policy is durable and applied.
@@ -102,8 +142,62 @@ grpc::ServerUnaryReactor* DelaydService::SetPolicy(
             policy.retry.multiplier,
             policy.retry.max_backoff.count() / 1'000'000, policy.retry.jitter,
             policy.ack_timeout.count() / 1'000'000);
+        if (!policy.push.empty()) {
+          spdlog::info("namespace '{}': push target {} {}", name,
+                       policy.push.method, policy.push.url);
+        }
         ToProto(policy, call.resp());
         call.Reply(Status::Ok());
+      });
+  return call.reactor();
+}
+
+grpc::ServerUnaryReactor* DelaydService::TestPushTarget(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+    grpc::ByteBuffer* out) {
+  const auto call =
+      Start<v1::TestPushTargetRequest, v1::TestPushTargetResponse>(
+          ctx, in, out, RpcMetrics::kTestPushTarget, request_limits_.test_push);
+  if (call.answered()) return call.reactor();
+  const auto& req = call.req();
+  Status s = Authorize(call.caller(), req.namespace_(), kAdmin);
+  if (s.ok()) s = validator_.NamespaceName(req.namespace_());
+  if (s.ok() && req.key().size() > scheduler_.limits().max_key_bytes) {
+    s = Status::InvalidArgument("key: longer than --max-key-bytes");
+  }
+  if (s.ok() && pusher_ == nullptr) {
+    s = Status::FailedPrecondition("push delivery is not running here");
+  }
+  if (!s.ok()) return call.Reply(s);
+  const std::string name =
+      req.namespace_().empty() ? "default" : req.namespace_();
+  PushTarget target;
+  if (req.has_target()) {
+    s = PushTargetFields(req.target(), push_, scheduler_.PolicyOf(name).push,
+                         &target);
+    if (s.ok() && target.empty()) {
+      s = Status::InvalidArgument("target: url is required");
+    }
+    if (const std::string host = PushHost(target.url);
+        s.ok() && !host.empty()) {
+      s = push_->rules.CheckHost(host);
+    }
+    if (!s.ok()) return call.Reply(s);
+  }
+  pusher_->Test(
+      name, std::move(target), req.key().empty() ? "delayd-test" : req.key(),
+      req.payload(),
+      [call](Status s, const push::Verdict& v, std::chrono::nanoseconds took) {
+        if (s.ok()) {
+          auto* resp = call.resp();
+          resp->set_outcome(v.kind == push::Verdict::kOk      ? "ack"
+                            : v.kind == push::Verdict::kRetry ? "retry"
+                                                              : "dead_letter");
+          resp->set_http_status(static_cast<std::uint32_t>(v.status));
+          resp->set_error(v.error);
+          *resp->mutable_duration() = ToDuration(took);
+        }
+        call.Reply(s);
       });
   return call.reactor();
 }

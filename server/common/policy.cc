@@ -5,19 +5,92 @@
 namespace delayd {
 namespace {
 
-constexpr std::uint8_t kVersion = 1;
+// 1: the fixed fields; 2: the same, then the push target.
+constexpr std::uint8_t kFixed = 1;
+constexpr std::uint8_t kWithPush = 2;
 
 using record::AppendRaw;
 using record::ReadRaw;
 
 constexpr std::size_t kSize = 1 + 4 + 8 + 8 + 8 + 8 + 8 + 8 + 4 + 4 + 1;
 
+void AppendString(std::string& out, const std::string& s) {
+  AppendRaw<std::uint32_t>(out, static_cast<std::uint32_t>(s.size()));
+  out.append(s);
+}
+
+// Reads a string of AppendString from [*p, end); false if it overruns.
+bool ReadString(const char*& p, const char* end, std::string* out) {
+  if (end - p < 4) return false;
+  const auto n = ReadRaw<std::uint32_t>(p);
+  if (static_cast<std::size_t>(end - p) < n) return false;
+  out->assign(p, n);
+  p += n;
+  return true;
+}
+
+void AppendPush(std::string& out, const PushTarget& t) {
+  AppendString(out, t.url);
+  AppendString(out, t.method);
+  AppendRaw<std::uint32_t>(out, static_cast<std::uint32_t>(t.headers.size()));
+  for (const auto& [name, value] : t.headers) {
+    AppendString(out, name);
+    AppendString(out, value);
+  }
+  AppendString(out, t.content_type);
+  AppendRaw<std::int64_t>(out, t.timeout.count());
+  AppendRaw<std::uint32_t>(out, static_cast<std::uint32_t>(t.secrets.size()));
+  for (const auto& secret : t.secrets) AppendString(out, secret);
+  AppendRaw<std::uint8_t>(
+      out, (t.retry_client_errors ? 1 : 0) | (t.follow_redirects ? 2 : 0));
+  AppendString(out, t.ca_pem);
+  AppendString(out, t.client_cert_pem);
+  AppendString(out, t.client_key_pem);
+  AppendRaw(out, t.max_in_flight);
+}
+
+bool ReadPush(const char* p, const char* end, PushTarget* t) {
+  std::uint32_t n = 0;
+  if (!ReadString(p, end, &t->url) || !ReadString(p, end, &t->method) ||
+      end - p < 4) {
+    return false;
+  }
+  n = ReadRaw<std::uint32_t>(p);
+  if (n > 1024) return false;
+  t->headers.resize(n);
+  for (auto& [name, value] : t->headers) {
+    if (!ReadString(p, end, &name) || !ReadString(p, end, &value)) {
+      return false;
+    }
+  }
+  if (!ReadString(p, end, &t->content_type) || end - p < 8 + 4) return false;
+  t->timeout = std::chrono::nanoseconds(ReadRaw<std::int64_t>(p));
+  n = ReadRaw<std::uint32_t>(p);
+  if (n > 1024) return false;
+  t->secrets.resize(n);
+  for (auto& secret : t->secrets) {
+    if (!ReadString(p, end, &secret)) return false;
+  }
+  if (end - p < 1) return false;
+  const auto flags = ReadRaw<std::uint8_t>(p);
+  if (flags > 3) return false;
+  t->retry_client_errors = (flags & 1) != 0;
+  t->follow_redirects = (flags & 2) != 0;
+  if (!ReadString(p, end, &t->ca_pem) ||
+      !ReadString(p, end, &t->client_cert_pem) ||
+      !ReadString(p, end, &t->client_key_pem) || end - p != 4) {
+    return false;
+  }
+  t->max_in_flight = ReadRaw<std::uint32_t>(p);
+  return !t->url.empty();
+}
+
 }  // namespace
 
 std::string EncodePolicy(const Policy& p) {
   std::string out;
   out.reserve(kSize);
-  AppendRaw(out, kVersion);
+  AppendRaw(out, p.push.empty() ? kFixed : kWithPush);
   AppendRaw(out, p.max_attempts);
   AppendRaw<std::int64_t>(out, p.retry.initial_backoff.count());
   AppendRaw(out, p.retry.multiplier);
@@ -28,11 +101,16 @@ std::string EncodePolicy(const Policy& p) {
   AppendRaw(out, p.dispatch_burst);
   AppendRaw(out, p.max_in_flight);
   AppendRaw<std::uint8_t>(out, p.paused ? 1 : 0);
+  if (!p.push.empty()) AppendPush(out, p.push);
   return out;
 }
 
 std::optional<Policy> DecodePolicy(std::string_view bytes) {
-  if (bytes.size() != kSize || bytes[0] != kVersion) return std::nullopt;
+  if (bytes.size() < kSize) return std::nullopt;
+  const std::uint8_t version = static_cast<std::uint8_t>(bytes[0]);
+  if (!(version == kFixed && bytes.size() == kSize) && version != kWithPush) {
+    return std::nullopt;
+  }
   const char* p = bytes.data() + 1;
   Policy out;
   out.max_attempts = ReadRaw<std::uint32_t>(p);
@@ -48,6 +126,10 @@ std::optional<Policy> DecodePolicy(std::string_view bytes) {
   const auto paused = ReadRaw<std::uint8_t>(p);
   if (paused > 1) return std::nullopt;
   out.paused = paused == 1;
+  if (version == kWithPush &&
+      !ReadPush(p, bytes.data() + bytes.size(), &out.push)) {
+    return std::nullopt;
+  }
   return out;
 }
 

@@ -11,6 +11,7 @@
 #include <string>
 #include <string_view>
 
+#include "server/common/push_target.h"
 #include "server/common/retry.h"
 
 namespace delayd {
@@ -30,11 +31,15 @@ struct Policy {
   std::uint32_t max_in_flight = 0;
   // Timers still fire; their events wait until delivery resumes.
   bool paused = false;
+  // Where events are pushed, if anywhere (push_target.h).
+  PushTarget push;
 
   bool operator==(const Policy&) const = default;
 };
 
-// The stored form: a version byte and the fields, fixed size.
+// The stored form: a version byte, the fields of fixed size, and then, if
+// it has one, the push target (version 2; without one, version 1, the form
+// that builds before push delivery read).
 std::string EncodePolicy(const Policy& p);
 // Nullopt if `bytes` is not a policy this version wrote (a damaged record).
 std::optional<Policy> DecodePolicy(std::string_view bytes);

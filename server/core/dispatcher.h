@@ -220,6 +220,11 @@ class Dispatcher {
   void Nack(std::vector<std::uint64_t> ids,
             std::optional<std::chrono::nanoseconds> retry_after,
             std::string error, std::function<void(LeaseResult)> done);
+  // Fails the deliveries of the events of `ids` in flight for good: each
+  // becomes a dead letter at once, whatever attempts it has left (a push
+  // target's answer that no retry would change).
+  void Reject(std::vector<std::uint64_t> ids, std::string error,
+              std::function<void(LeaseResult)> done);
   // Takes back the events of `ids` in flight whose worker never got them
   // (a cluster node relaying them to its worker: relay.h): each is ready
   // again at once, at the front of the queue, its attempt not counted.

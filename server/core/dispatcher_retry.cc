@@ -73,6 +73,30 @@ void Dispatcher::Nack(std::vector<std::uint64_t> ids,
   });
 }
 
+void Dispatcher::Reject(std::vector<std::uint64_t> ids, std::string error,
+                        std::function<void(LeaseResult)> done) {
+  asio::post(strand_, [this, ids = std::move(ids), error = std::move(error),
+                       done = std::move(done)] {
+    on_strand_.Enter();
+    LeaseResult result;
+    for (std::uint64_t id : ids) {
+      auto it = outstanding_.find(id);
+      if (it == outstanding_.end() || it->second.worker == 0) {
+        result.unknown.push_back(id);
+        continue;
+      }
+      Outstanding& o = it->second;
+      SetError(id, o, error);
+      if (Worker* w = FindWorker(o.worker)) w->in_flight.erase(id);
+      Bury(id, o);
+      ++result.done;
+    }
+    WriteFates();
+    Pump();
+    done(std::move(result));
+  });
+}
+
 void Dispatcher::Release(std::vector<std::uint64_t> ids,
                          std::function<void(LeaseResult)> done) {
   // (Newest first, so that the oldest ends up at the front.)

@@ -151,6 +151,15 @@ class Scheduler {
   void ReloadPolicies(std::function<void(Status)> done)
       EXCLUDES(policy_mutex_, ns_mutex_);
 
+  // Told the name of each namespace whose policy changed on this node (set
+  // here, or read from the store by ReloadPolicies), in the order they
+  // apply, on the thread that applies them (holding the policy lock: it
+  // must not call back into the scheduler there). Set once; null: none.
+  void SetPolicyObserver(std::function<void(const std::string&)> f)
+      EXCLUDES(policy_mutex_);
+  // The namespaces with a policy other than the default.
+  std::vector<std::string> PolicyNames() EXCLUDES(ns_mutex_);
+
   // Registers a subscriber of namespace `name`, which need not exist yet:
   // then it waits outside the namespace table (it does not count against
   // the namespace limit) and moves to the namespace when a write creates
@@ -412,6 +421,8 @@ class Scheduler {
     Policy last;
   };
   std::unordered_map<std::string, Queued> policies_queued_
+      GUARDED_BY(policy_mutex_);
+  std::function<void(const std::string&)> policy_observer_
       GUARDED_BY(policy_mutex_);
   // Applies a stored policy.
   void ApplyPolicy(const std::string& name, const Policy& policy)

@@ -30,16 +30,32 @@ Policy Scheduler::PolicyOf(std::string_view name) {
 }
 
 void Scheduler::ApplyPolicy(const std::string& name, const Policy& policy) {
-  WriterLock lock(&ns_mutex_);
-  if (policy == Policy()) {
-    policies_.erase(name);
-  } else {
-    policies_[name] = policy;
+  {
+    WriterLock lock(&ns_mutex_);
+    if (policy == Policy()) {
+      policies_.erase(name);
+    } else {
+      policies_[name] = policy;
+    }
+    // (A post to the dispatcher's strand.)
+    if (auto it = ns_ids_.find(name); it != ns_ids_.end()) {
+      dispatchers_[it->second]->SetPolicy(policy);
+    }
   }
-  // (A post to the dispatcher's strand.)
-  if (auto it = ns_ids_.find(name); it != ns_ids_.end()) {
-    dispatchers_[it->second]->SetPolicy(policy);
-  }
+  if (policy_observer_) policy_observer_(name);
+}
+
+void Scheduler::SetPolicyObserver(std::function<void(const std::string&)> f) {
+  MutexLock lock(&policy_mutex_);
+  policy_observer_ = std::move(f);
+}
+
+std::vector<std::string> Scheduler::PolicyNames() {
+  ReaderLock lock(&ns_mutex_);
+  std::vector<std::string> names;
+  names.reserve(policies_.size());
+  for (const auto& [name, policy] : policies_) names.push_back(name);
+  return names;
 }
 
 void Scheduler::SetPolicy(std::string_view name, const PolicyChange& change,

@@ -39,6 +39,8 @@ const std::vector<Route>& Table() {
          "Get the namespace's policy"},
         {"PUT", ns + "/policy", "SetPolicy", true,
          "Set the namespace's policy"},
+        {"POST", ns + "/policy:testPush", "TestPushTarget", true,
+         "Send a test request to the namespace's push target"},
         {"GET", ns + "/deadLetters", "ListDeadLetters", false,
          "List dead letters"},
         {"POST", ns + "/deadLetters:requeue", "RequeueDeadLetters", true,

@@ -212,6 +212,11 @@ class AuthMatrix : public ::testing::Test {
       r.set_namespace_(ns);
       v1::Policy resp;
       s = stub.SetPolicy(ctx.get(), r, &resp);
+    } else if (method == "TestPushTarget") {
+      v1::TestPushTargetRequest r;
+      r.set_namespace_(ns);
+      v1::TestPushTargetResponse resp;
+      s = stub.TestPushTarget(ctx.get(), r, &resp);
     } else if (method == "Drain") {
       v1::DrainRequest r;
       r.set_namespace_(ns);
@@ -321,6 +326,7 @@ TEST_F(AuthMatrix, EveryRpcNeedsItsPermissionOnItsNamespace) {
       {"ExtendLease", kWork},
       {"GetPolicy", kRead},
       {"SetPolicy", kAdmin},
+      {"TestPushTarget", kAdmin},
       {"ListDeadLetters", kRead},
       {"RequeueDeadLetters", kWrite},
       {"PurgeDeadLetters", kWrite},
@@ -367,7 +373,7 @@ TEST_F(AuthMatrix, EveryRpcNeedsItsPermissionOnItsNamespace) {
       }
     }
   }
-  EXPECT_EQ(checked, 28 * 3 * 5);
+  EXPECT_EQ(checked, 29 * 3 * 5);
 }
 
 TEST_F(AuthMatrix, ATenantSeesItsNamespaceFiguresAndNothingElse) {

@@ -79,6 +79,11 @@ class DelaydStub(object):
                 request_serializer=delayd_dot_v1_dot_delayd__pb2.SetPolicyRequest.SerializeToString,
                 response_deserializer=delayd_dot_v1_dot_delayd__pb2.Policy.FromString,
                 )
+        self.TestPushTarget = channel.unary_unary(
+                '/delayd.v1.Delayd/TestPushTarget',
+                request_serializer=delayd_dot_v1_dot_delayd__pb2.TestPushTargetRequest.SerializeToString,
+                response_deserializer=delayd_dot_v1_dot_delayd__pb2.TestPushTargetResponse.FromString,
+                )
         self.ListDeadLetters = channel.unary_unary(
                 '/delayd.v1.Delayd/ListDeadLetters',
                 request_serializer=delayd_dot_v1_dot_delayd__pb2.ListDeadLettersRequest.SerializeToString,
@@ -260,6 +265,18 @@ class DelaydServicer(object):
         then on (backoff); it is kept durably. Needs admin on the namespace.
         Errors: INVALID_ARGUMENT, RESOURCE_EXHAUSTED (more policies than
         --max-namespaces).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def TestPushTarget(self, request, context):
+        """Sends one test request now to a namespace's push target, or to the
+        target in the request (to try one before setting it), and answers what
+        came back. It is not an event: webhook-id "test-<n>", delayd-reason
+        "test", attempt 1, nothing stored or retried. Needs admin on the
+        namespace. Errors: INVALID_ARGUMENT (the target given),
+        FAILED_PRECONDITION (no target).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -460,6 +477,11 @@ def add_DelaydServicer_to_server(servicer, server):
                     servicer.SetPolicy,
                     request_deserializer=delayd_dot_v1_dot_delayd__pb2.SetPolicyRequest.FromString,
                     response_serializer=delayd_dot_v1_dot_delayd__pb2.Policy.SerializeToString,
+            ),
+            'TestPushTarget': grpc.unary_unary_rpc_method_handler(
+                    servicer.TestPushTarget,
+                    request_deserializer=delayd_dot_v1_dot_delayd__pb2.TestPushTargetRequest.FromString,
+                    response_serializer=delayd_dot_v1_dot_delayd__pb2.TestPushTargetResponse.SerializeToString,
             ),
             'ListDeadLetters': grpc.unary_unary_rpc_method_handler(
                     servicer.ListDeadLetters,
@@ -759,6 +781,23 @@ class Delayd(object):
         return grpc.experimental.unary_unary(request, target, '/delayd.v1.Delayd/SetPolicy',
             delayd_dot_v1_dot_delayd__pb2.SetPolicyRequest.SerializeToString,
             delayd_dot_v1_dot_delayd__pb2.Policy.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def TestPushTarget(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/delayd.v1.Delayd/TestPushTarget',
+            delayd_dot_v1_dot_delayd__pb2.TestPushTargetRequest.SerializeToString,
+            delayd_dot_v1_dot_delayd__pb2.TestPushTargetResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 
