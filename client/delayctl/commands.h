@@ -1,8 +1,8 @@
 // delayctl's subcommands, one file per group (timer_commands.cc,
 // worker_commands.cc, dead_letter_commands.cc, policy_commands.cc,
-// admin_commands.cc, schedule_commands.cc). A group adds its
-// subcommands to the app and says, for each, how to run it once the flags are
-// parsed.
+// target_commands.cc, admin_commands.cc, schedule_commands.cc). A group
+// adds its subcommands to the app and says, for each, how to run it once
+// the flags are parsed.
 #ifndef DELAYD_CLIENT_DELAYCTL_COMMANDS_H_
 #define DELAYD_CLIENT_DELAYCTL_COMMANDS_H_
 
@@ -40,6 +40,8 @@ void AddWorkerCommands(CLI::App& app, const Global& g, Commands& out);
 void AddDeadLetterCommands(CLI::App& app, const Global& g, Commands& out);
 // policy get|set, pause, resume.
 void AddPolicyCommands(CLI::App& app, const Global& g, Commands& out);
+// target get|set|rm|test.
+void AddTargetCommands(CLI::App& app, const Global& g, Commands& out);
 // stats, backup, health.
 void AddAdminCommands(CLI::App& app, const Global& g, Commands& out);
 // schedule set|get|ls|rm|pause|resume|trigger|next.

@@ -1,7 +1,8 @@
 // delayctl: the operator's CLI for delayd. Results on stdout, errors on
 // stderr, named exit codes (exit_codes.h); never interactive. The
 // subcommands are in timer_commands.cc, worker_commands.cc,
-// dead_letter_commands.cc, policy_commands.cc and admin_commands.cc.
+// dead_letter_commands.cc, policy_commands.cc, target_commands.cc and
+// admin_commands.cc.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
@@ -59,6 +60,7 @@ int Main(int argc, char** argv) {
   AddWorkerCommands(app, g, commands);
   AddDeadLetterCommands(app, g, commands);
   AddPolicyCommands(app, g, commands);
+  AddTargetCommands(app, g, commands);
   AddAdminCommands(app, g, commands);
   AddScheduleCommands(app, g, commands);
 

@@ -160,9 +160,6 @@ Status PushTargetFields(const v1::PushTarget& in,
     }
     out->timeout = std::chrono::nanoseconds(TimeUtil::DurationToNanoseconds(d));
   }
-  if (in.secrets_size() > static_cast<int>(kMaxSecrets)) {
-    return Bad("secrets: at most 4");
-  }
   for (const std::string& secret : in.secrets()) {
     if (!push::SecretKey(secret)) {
       return Bad(
@@ -170,17 +167,19 @@ Status PushTargetFields(const v1::PushTarget& in,
     }
     out->secrets.push_back(secret);
   }
-  if (in.secrets().empty()) {
-    for (const std::string& id : in.secret_ids()) {
-      auto kept = std::find_if(
-          current.secrets.begin(), current.secrets.end(),
-          [&id](const std::string& s) { return push::SecretId(s) == id; });
-      if (kept == current.secrets.end()) {
-        return Bad("secret_ids: " + id + " names no secret of the target");
-      }
+  for (const std::string& id : in.secret_ids()) {
+    auto kept = std::find_if(
+        current.secrets.begin(), current.secrets.end(),
+        [&id](const std::string& s) { return push::SecretId(s) == id; });
+    if (kept == current.secrets.end()) {
+      return Bad("secret_ids: " + id + " names no secret of the target");
+    }
+    if (std::find(out->secrets.begin(), out->secrets.end(), *kept) ==
+        out->secrets.end()) {
       out->secrets.push_back(*kept);
     }
   }
+  if (out->secrets.size() > kMaxSecrets) return Bad("secrets: at most 4");
   out->retry_client_errors = in.retry_client_errors();
   out->follow_redirects = in.follow_redirects();
   v1::PushTarget pems = in;

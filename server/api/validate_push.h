@@ -15,7 +15,7 @@ namespace delayd {
 // names are not resolved here (see PushHost). `options` null: push
 // delivery is not running, and a target is refused. What a read leaves
 // out is kept from `current` when `in` names it instead: secrets by their
-// secret_ids (when `in` has no secrets), the client key by has_client_key
+// secret_ids (beside any new secrets), the client key by has_client_key
 // (when `in` has no key), so that a target read and written back keeps
 // them.
 Status PushTargetFields(const v1::PushTarget& in,

@@ -1,7 +1,8 @@
 // What the push tests share: a delayd started and stopped by PID, its
 // HTTP/JSON API, receivers on 127.0.0.1, and waiting on a condition with a
 // deadline.
-import { spawn, execFileSync } from 'node:child_process';
+import { spawn, execFile, execFileSync } from 'node:child_process';
+import { promisify } from 'node:util';
 import http from 'node:http';
 import https from 'node:https';
 import fs from 'node:fs';
@@ -100,9 +101,16 @@ export class Daemon {
     return r.deadLetters ?? [];
   }
 
-  delayctl(args) {
-    return execFileSync(DELAYCTL, ['--endpoint', `127.0.0.1:${this.grpcPort}`, ...args],
-      { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+  // delayctl's output (asynchronous: the receivers run in this process).
+  async delayctl(args) {
+    try {
+      const { stdout } = await promisify(execFile)(DELAYCTL,
+        ['--endpoint', `127.0.0.1:${this.grpcPort}`, ...args], { encoding: 'utf8' });
+      return stdout;
+    } catch (e) {
+      e.message += `\n${e.stderr}`;
+      throw e;
+    }
   }
 }
 

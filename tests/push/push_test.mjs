@@ -5,6 +5,8 @@
 //
 // node push_test.mjs DELAYD DELAYCTL
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import path from 'node:path';
 import { Webhook } from 'standardwebhooks';
 import { Daemon, Receiver, makeCerts, tempDir, waitFor } from './harness.mjs';
 
@@ -265,6 +267,41 @@ test('kill -9 in the middle of a delivery: delivered again after the restart, sa
     new Webhook(SECRET).verify(rs[1].body, rs[1].headers);
     await waitFor('the ack', async () => (await d.stats('crash')).eventsAcked === '1');
   } finally { await d.kill(); }
+});
+
+test('delayctl target set, get, test, a rotation, and rm', async () => {
+  recv.on('/cli', (r, res) => ok(res));
+  const dir = tempDir('delayd-push-cli-');
+  fs.writeFileSync(path.join(dir, 'secret'), `${SECRET}\n`);
+  fs.writeFileSync(path.join(dir, 'secret2'), SECRET2);
+  const url = `http://127.0.0.1:${recv.port}/cli`;
+  const set = await daemon.delayctl(['-n', 'cli', 'target', 'set', url, '--secret-file',
+    path.join(dir, 'secret'), '--header', 'x-team: billing', '--timeout', '2s']);
+  assert.match(set, /x-team: billing/);
+  const got = JSON.parse(await daemon.delayctl(['-n', 'cli', '--json', 'target', 'get']));
+  assert.equal(got.url, url);
+  assert.equal(got.timeout, '2s');
+  assert.equal(got.secret_ids.length, 1);
+  assert.match(await daemon.delayctl(['-n', 'cli', 'target', 'test', '--payload', '{"a":1}']), /ack/);
+  const [t] = recv.at('/cli');
+  assert.equal(t.headers['delayd-reason'], 'test');
+  assert.equal(t.headers['x-team'], 'billing');
+  new Webhook(SECRET).verify(t.body, t.headers);
+  // A rotation: the new secret beside the old, then the old dropped.
+  await daemon.delayctl(['-n', 'cli', 'target', 'set', url, '--secret-file', path.join(dir, 'secret2'),
+    '--keep-secrets']);
+  await daemon.delayctl(['-n', 'cli', 'target', 'test', '--payload', '{}']);
+  const rotated = recv.at('/cli')[1];
+  new Webhook(SECRET).verify(rotated.body, rotated.headers);
+  new Webhook(SECRET2).verify(rotated.body, rotated.headers);
+  await daemon.delayctl(['-n', 'cli', 'target', 'set', url, '--secret-file', path.join(dir, 'secret2')]);
+  await daemon.delayctl(['-n', 'cli', 'target', 'test', '--payload', '{}']);
+  const after = recv.at('/cli')[2];
+  assert.throws(() => new Webhook(SECRET).verify(after.body, after.headers));
+  new Webhook(SECRET2).verify(after.body, after.headers);
+  assert.match(await daemon.delayctl(['-n', 'cli', 'target', 'rm']), /no push target/);
+  // A test with no target fails with exit code 3.
+  await assert.rejects(daemon.delayctl(['-n', 'cli', 'target', 'test']), (e) => e.code === 3);
 });
 
 test('bad targets are refused naming the field, and change nothing', async () => {
