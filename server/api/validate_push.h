@@ -6,7 +6,7 @@
 #include "delayd/v1/delayd.pb.h"
 #include "server/common/push_target.h"
 #include "server/common/status.h"
-#include "server/push/pusher.h"
+#include "server/push/push_options.h"
 
 namespace delayd {
 

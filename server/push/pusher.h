@@ -37,16 +37,11 @@
 #include "server/common/mutex.h"
 #include "server/core/scheduler.h"
 #include "server/push/address_rules.h"
+#include "server/push/push_options.h"
 #include "server/push/push_job.h"
 #include "server/push/push_metrics.h"
 
 namespace delayd::push {
-
-struct PushOptions {
-  AddressRules rules;
-  // Plain http:// targets are accepted (else https:// only).
-  bool allow_http = false;
-};
 
 class Pusher {
  public:

@@ -8,6 +8,7 @@
 #include <cstdlib>
 
 #include "server/api/validate.h"
+#include "server/api/validate_push.h"
 
 namespace {
 
@@ -126,6 +127,28 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data,
         Check(p.max_dispatch_rate >= 0 && p.max_dispatch_rate <= 1e6);
         // Its stored form reads back as itself.
         Check(DecodePolicy(EncodePolicy(p)) == p);
+      }
+      // The push target: what is accepted keeps its bounds, reads back
+      // through the store's form, and a read written back is itself.
+      static const delayd::push::PushOptions kPush = [] {
+        delayd::push::PushOptions o;
+        o.allow_http = true;
+        return o;
+      }();
+      if (r.ParseFromArray(body, n) &&
+          delayd::PushTargetFields(r.push(), &kPush, PushTarget(), &p.push)
+              .ok()) {
+        Check(p.push.empty() || p.push.url.size() <= 2048);
+        Check(p.push.headers.size() <= 16 && p.push.secrets.size() <= 4);
+        Check(p.push.timeout >= std::chrono::milliseconds(100) &&
+              p.push.timeout <= std::chrono::minutes(5));
+        Check(p.push.max_in_flight >= 1 && p.push.max_in_flight <= 1000);
+        Check(DecodePolicy(EncodePolicy(p)) == p);
+        v1::PushTarget read;
+        delayd::PushTargetToProto(p.push, &read);
+        PushTarget again;
+        Check(delayd::PushTargetFields(read, &kPush, p.push, &again).ok());
+        Check(again == p.push);
       }
       break;
     }

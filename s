@@ -1,0 +1,1 @@
+whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw
