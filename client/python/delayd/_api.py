@@ -67,6 +67,24 @@ def _spec(cron, every, time_zone, start, end, max_runs) -> pb.ScheduleSpec:
 _POLICY_DURATIONS = ("initial_backoff", "max_backoff", "ack_timeout")
 
 
+def _push_target(fields: dict) -> "pb.PushTarget":
+    """A push target from a dict of its fields (url, method, headers,
+    content_type, timeout as a timedelta or seconds, secrets, ...)."""
+    t = pb.PushTarget()
+    for name, value in fields.items():
+        if name not in pb.PushTarget.DESCRIPTOR.fields_by_name:
+            raise errors.InvalidArgument(f"no push target field {name!r}")
+        if name == "timeout":
+            t.timeout.CopyFrom(types.duration(value))
+        elif name == "headers":
+            t.headers.update(value)
+        elif name in ("secrets", "secret_ids"):
+            getattr(t, name).extend(value)
+        else:
+            setattr(t, name, value)
+    return t
+
+
 class Batch:
     """Operations gathered for one Batch call (``client.batch()``), applied
     in order per key; ``commit()`` sends them and gives a BatchResult each,
@@ -257,19 +275,39 @@ class Api:
 
     def set_policy(self, *, namespace: Optional[str] = None, **fields):
         """Sets the policy fields given (max_attempts=3, paused=True,
-        ack_timeout=timedelta(seconds=45), ...); the others stay."""
+        ack_timeout=timedelta(seconds=45), ...); the others stay.
+        ``push={"url": ..., "secrets": [...]}`` sets the push target whole
+        (``push=None`` removes it)."""
         req = pb.SetPolicyRequest(namespace=namespace or "")
         mask = field_mask_pb2.FieldMask()
         for name, value in fields.items():
             if name not in pb.Policy.DESCRIPTOR.fields_by_name:
                 raise errors.InvalidArgument(f"no policy field {name!r}")
-            if name in _POLICY_DURATIONS:
+            if name == "push":
+                if value is not None:
+                    req.policy.push.CopyFrom(_push_target(value))
+            elif name in _POLICY_DURATIONS:
                 getattr(req.policy, name).CopyFrom(types.duration(value))
             else:
                 setattr(req.policy, name, value)
             mask.paths.append(name)
         req.update_mask.CopyFrom(mask)
         return self._invoke("SetPolicy", req, SAFE, types.Record.from_pb)
+
+    def test_push_target(self, target: Optional[dict] = None, *,
+                         key: str = "", payload: bytes = b"",
+                         namespace: Optional[str] = None):
+        """Sends one test request to the namespace's push target now (or to
+        ``target``, a dict as for ``set_policy(push=...)``) and returns what
+        came back: a Record with outcome ("ack", "retry", "dead_letter"),
+        http_status (0: no answer), error and duration. Retried as a read
+        is: it changes nothing (a retry may send a second test request)."""
+        req = pb.TestPushTargetRequest(namespace=namespace or "", key=key,
+                                       payload=payload)
+        if target is not None:
+            req.target.CopyFrom(_push_target(target))
+        return self._invoke("TestPushTarget", req, SAFE,
+                            types.Record.from_pb)
 
     def pause(self, *, namespace: Optional[str] = None):
         return self.set_policy(namespace=namespace, paused=True)

@@ -32,12 +32,12 @@ import type {Call} from './connection.js';
 import {toDelaydError} from './errors.js';
 import {InvalidArgumentError} from './errors.js';
 import * as pb from './gen/delayd/v1/delayd_pb.js';
-import {bytes, duration, setRequest, spec, when} from './requests.js';
+import {bytes, duration, pushTarget, setRequest, spec, when} from './requests.js';
 import type {Kind} from './retry.js';
 import {eventOf, plain, timerOf} from './types.js';
 import type {CallOptions, Event, InNamespace, MoveOptions, MoveResult, Plain,
-             Policy, RemoveOptions, ScheduleOptions, ScheduleSpec, SetOptions,
-             SetResult, Timer} from './types.js';
+             Policy, PushTarget, PushTestResult, RemoveOptions, ScheduleOptions,
+             ScheduleSpec, SetOptions, SetResult, Timer} from './types.js';
 
 const ns = (o: InNamespace) => o.namespace ?? '';
 const kindOf = (conditional: boolean): Kind => (conditional ? 'conditional' : 'safe');
@@ -238,15 +238,34 @@ export class Client {
     for (const [name, value] of Object.entries(fields)) {
       const f = pb.PolicySchema.fields.find((x) => x.localName === name);
       if (f === undefined) throw new InvalidArgumentError(`no policy field '${name}'`);
-      const isDuration = f.fieldKind === 'message';
+      const isDuration = f.fieldKind === 'message' && name !== 'push';
       (policy as unknown as Record<string, unknown>)[name] =
-        isDuration ? duration(value as number, name) : value;
+        name === 'push' ? pushTarget(value as PushTarget | null | undefined)
+          : isDuration ? duration(value as number, name) : value;
       paths.push(f.name);
     }
     const req = create(pb.SetPolicyRequestSchema, {
       namespace: ns(options), policy, updateMask: {paths}});
     return plain(pb.PolicySchema, await this.invoke((s, o) => s.setPolicy(req, o), 'safe',
                                                     options)) as unknown as Policy;
+  }
+
+  /**
+   * Sends one test request to the namespace's push target now (or to
+   * `target`, to try one before setting it) and says what came back. It
+   * changes nothing, and is retried as a read is (a retry may send a second
+   * test request).
+   */
+  async testPushTarget(target?: PushTarget,
+                       options: InNamespace & CallOptions & {key?: string;
+                                                             payload?: Uint8Array | string} = {}):
+      Promise<PushTestResult> {
+    const req = create(pb.TestPushTargetRequestSchema, {
+      namespace: ns(options), key: options.key ?? '', payload: bytes(options.payload),
+      target: pushTarget(target)});
+    return plain(pb.TestPushTargetResponseSchema,
+                 await this.invoke((s, o) => s.testPushTarget(req, o), 'safe', options)) as
+      unknown as PushTestResult;
   }
 
   /** Pauses delivery in the namespace (timers still fire into its queue). */

@@ -7,10 +7,12 @@ import {create} from '@bufbuild/protobuf';
 import {durationFromMs, timestampFromDate} from '@bufbuild/protobuf/wkt';
 import type {Duration, Timestamp} from '@bufbuild/protobuf/wkt';
 
-import type {ScheduleSpec as PbSpec, SetTimerRequest} from './gen/delayd/v1/delayd_pb.js';
-import {ScheduleSpecSchema, SetTimerRequestSchema} from './gen/delayd/v1/delayd_pb.js';
+import type {PushTarget as PbPushTarget, ScheduleSpec as PbSpec, SetTimerRequest}
+  from './gen/delayd/v1/delayd_pb.js';
+import {PushTargetSchema, ScheduleSpecSchema, SetTimerRequestSchema}
+  from './gen/delayd/v1/delayd_pb.js';
 import {InvalidArgumentError} from './errors.js';
-import type {ScheduleSpec, SetOptions, When} from './types.js';
+import type {PushTarget, ScheduleSpec, SetOptions, When} from './types.js';
 
 /** A payload as bytes: a string is sent as UTF-8. */
 export function bytes(payload: Uint8Array | string | undefined): Uint8Array {
@@ -22,6 +24,14 @@ export function bytes(payload: Uint8Array | string | undefined): Uint8Array {
 export function duration(ms: number, what: string): Duration {
   if (!Number.isFinite(ms)) throw new InvalidArgumentError(`${what}: not a number`);
   return durationFromMs(ms);
+}
+
+/** A push target as the request's message (unset if null: none). */
+export function pushTarget(t: PushTarget | null | undefined): PbPushTarget | undefined {
+  if (t === null || t === undefined) return undefined;
+  const {timeout, ...rest} = t;
+  return create(PushTargetSchema, {
+    ...rest, timeout: timeout === undefined ? undefined : duration(timeout, 'timeout')});
 }
 
 /** The oneof `when` of a set or move. */

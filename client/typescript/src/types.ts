@@ -205,7 +205,45 @@ export interface ScheduleOptions extends ScheduleSpec, InNamespace, CallOptions 
 }
 
 /** A namespace's delivery policy; durations in ms. */
+/**
+ * A namespace's push target: the HTTP endpoint delayd calls with each of its
+ * events (the proto's PushTarget says what is sent and how answers are
+ * read). Durations in milliseconds. Reads leave `secrets` and
+ * `clientKeyPem` empty and name them by `secretIds` and `hasClientKey`; a
+ * write that names them keeps them.
+ */
+export interface PushTarget {
+  url: string;
+  method?: 'POST' | 'PUT';
+  headers?: Record<string, string>;
+  contentType?: string;
+  timeout?: number;
+  secrets?: string[];
+  secretIds?: string[];
+  retryClientErrors?: boolean;
+  followRedirects?: boolean;
+  caPem?: string;
+  clientCertPem?: string;
+  clientKeyPem?: string;
+  hasClientKey?: boolean;
+  maxInFlight?: number;
+}
+
+/** What a test request to a push target got (Client.testPushTarget). */
+export interface PushTestResult {
+  /** What a delivery would have done: 'ack', 'retry' or 'dead_letter'. */
+  outcome: string;
+  /** The answer's status; 0 if none came. */
+  httpStatus: number;
+  /** What a failed attempt keeps as its error. */
+  error: string;
+  /** Milliseconds. */
+  duration: number;
+}
+
 export interface Policy {
+  /** The push target, if the namespace has one. */
+  push?: PushTarget;
   maxAttempts: number;
   initialBackoff: number;
   backoffMultiplier: number;
