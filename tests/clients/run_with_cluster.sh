@@ -5,7 +5,7 @@
 # command with DELAYD_ENDPOINT listing the three nodes and
 # DELAYD_TEST_NODE_PIDS their process ids (same order), stops whatever is
 # left by PID, and exits with the command's status. The test may kill
-# nodes.
+# nodes. DELAYD_NODE_ARGS: more flags for every node (split on spaces).
 # Usage: run_with_cluster.sh DELAYD COMMAND [ARGS...]
 set -uo pipefail
 delayd=$(realpath "$1")
@@ -49,7 +49,8 @@ start_node() {
   local i=$1 listen=127.0.0.1:${2:-0}
   "$delayd" --store "$url" --node-id "n$i" --advertise 127.0.0.1:0 \
     --cluster-token-file "$work/cluster-token" --lease-ttl 1s \
-    --shutdown-grace 2s --listen "$listen" >>"$work/node$i.log" 2>&1 &
+    --shutdown-grace 2s --listen "$listen" ${DELAYD_NODE_ARGS:-} \
+    >>"$work/node$i.log" 2>&1 &
   pids[$i]=$!
   disown "${pids[$i]}"  # (the test kills nodes: no job notices)
   local deadline=$((SECONDS + 30))
