@@ -11,6 +11,7 @@
 const {spawn} = require('node:child_process');
 const crypto = require('node:crypto');
 const fs = require('node:fs');
+const http = require('node:http');
 const os = require('node:os');
 const path = require('node:path');
 const {chromium} = require('playwright-core');
@@ -55,7 +56,8 @@ async function startDaemon(work) {
   const log = fs.openSync(path.join(work, 'delayd.log'), 'w');
   const child = spawn(delaydBin, [
     '--in-memory', '--listen', '127.0.0.1:0', '--http-listen', '127.0.0.1:0',
-    '--auth-tokens', path.join(work, 'tokens'),
+    '--auth-tokens', path.join(work, 'tokens'), '--push-allow', '127.0.0.1',
+    '--push-allow-http',
   ], {stdio: ['ignore', log, log]});
   const port = await until(() => {
     const m = /HTTP\/JSON API on .* \(port (\d+),/.exec(
@@ -258,6 +260,45 @@ async function run(page) {
   check(kept.paused === true && kept.maxDispatchRate === 50,
     'saving the form keeps a pause made elsewhere and the fields not edited');
   await api('PUT', '/v1/namespaces/jobs/policy', {policy: {paused: false}, updateMask: 'paused'});
+
+  // The push target: set on the page (a secret kept by id), tried with a
+  // test event, removed.
+  const hits = [];
+  const receiver = http.createServer((req, res) => {
+    req.resume();
+    req.on('end', () => { hits.push(req.headers); res.writeHead(204); res.end(); });
+  });
+  await new Promise((r) => receiver.listen(0, '127.0.0.1', r));
+  try {
+    await page.goto(`${base}/#/ns/hooks/push`);
+    const url = `http://127.0.0.1:${receiver.address().port}/hook`;
+    await page.fill('#t-url', url);
+    await page.fill('#t-headers', 'x-team: billing');
+    await page.fill('#t-secret', 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw');
+    await page.fill('#t-timeout', '2s');
+    await page.click('text=Save target');
+    await page.locator('#push-ok').waitFor({timeout: TIMEOUT});
+    const set = (await api('GET', '/v1/namespaces/hooks/policy')).push;
+    check(set.url === url && set.headers['x-team'] === 'billing' && set.timeout === '2s' &&
+          set.secretIds.length === 1, 'the target saved on the page is in force');
+    check(await page.locator('#t-kept input.keep').count() === 1 &&
+          await page.inputValue('#t-secret') === '', 'the secret shows by its id only');
+    await shot('push');
+    // Saved again unchanged: the secret stays.
+    await page.click('text=Save target');
+    await until(async () => (await api('GET', '/v1/namespaces/hooks/policy')).push.secretIds.length === 1 &&
+      await page.locator('#push-ok').count() === 1, 'the second save');
+    await page.click('#push-test');
+    await page.locator('#push-result >> text=Test event: ack, HTTP 204').waitFor({timeout: TIMEOUT});
+    check(hits.length === 1 && hits[0]['delayd-reason'] === 'test' && hits[0]['x-team'] === 'billing' &&
+          hits[0]['webhook-signature'].startsWith('v1,'), 'the test event reached the target, signed');
+    await page.click('#push-remove');
+    await page.click('#confirm-ok');
+    await until(async () => (await api('GET', '/v1/namespaces/hooks/policy')).push === undefined, 'removal');
+    check(true, 'the target removed through the page');
+  } finally {
+    receiver.close();
+  }
 
   // Drain, confirmed.
   await page.goto(`${base}/#/ns/mail/timers`);

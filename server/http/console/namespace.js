@@ -1,10 +1,11 @@
-// delayd's web console, part 2 of 3: a namespace's page and its tabs.
+// delayd's web console, part 2 of 3: a namespace's page and its tabs (the
+// push target's is in push.js).
 'use strict';
 
 // ---- A namespace ---------------------------------------------------------
 
 const TABS = [['timers', 'Timers'], ['events', 'Live events'],
-              ['dead', 'Dead letters'], ['policy', 'Policy']];
+              ['dead', 'Dead letters'], ['policy', 'Policy'], ['push', 'Push target']];
 
 function namespacePage(ns, tab) {
   document.getElementById('crumbs').replaceChildren(
@@ -26,7 +27,8 @@ function namespacePage(ns, tab) {
   const content = h('section', {id: `tab-${tab}`});
   show(h('h1', {}, ns, state, h('span', {class: 'spacer'}), pause, drain), notice,
        cards, graph, tabs, content);
-  ({timers: timersTab, events: eventsTab, dead: deadTab, policy: policyTab}[tab] || timersTab)(ns, content);
+  ({timers: timersTab, events: eventsTab, dead: deadTab, policy: policyTab, push: pushTab}[tab] ||
+   timersTab)(ns, content);
   poll(async () => {
     const s = await api('GET', `${nsPath(ns)}/stats`);
     const n = (s.namespaces || [])[0] || {};
