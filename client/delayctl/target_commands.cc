@@ -21,6 +21,7 @@ struct TargetArgs {
        follow_redirects = false;
   std::string ca_file, client_cert_file, client_key_file;
   std::uint32_t max_in_flight = 0;
+  std::uint32_t pause_after_failures = 0;
   // test
   std::string key, payload;
 };
@@ -102,6 +103,7 @@ v1::PushTarget FromFlags(Client& c, const Global& g, const TargetArgs& a) {
     t.set_client_key_pem(ReadWholeFile(a.client_key_file, "--client-key"));
   }
   t.set_max_in_flight(a.max_in_flight);
+  t.set_pause_after_failures(a.pause_after_failures);
   return t;
 }
 
@@ -188,6 +190,9 @@ void AddTargetCommands(CLI::App& app, const Global& g, Commands& out) {
                   "PEM key of --client-cert");
   set->add_option("--max-in-flight", a->max_in_flight,
                   "Requests at once (default 16)");
+  set->add_option("--pause-after-failures", a->pause_after_failures,
+                  "Pause the namespace after this many failed requests in a "
+                  "row (0: never)");
   out.push_back(
       {set,
        [a] { DurationFlag(a->timeout, "--timeout"); },

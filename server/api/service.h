@@ -379,6 +379,8 @@ class DelaydService final : public RawDelayd {
   const std::string backup_dir_;
   std::atomic<bool> backup_running_{false};  // One backup at a time.
   const Validator validator_;
+  // A namespace's push target's failures, into its figures.
+  void PushHealth(v1::NamespaceStats* n) const;
   push::Pusher* pusher_ = nullptr;
   const push::PushOptions* push_ = nullptr;
   const RequestLimits request_limits_;

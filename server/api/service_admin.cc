@@ -89,6 +89,10 @@ void SumStats(std::vector<v1::StatsResponse>& answers, v1::StatsResponse* out) {
       }
       AddCounts(n, &it->second);
       it->second.set_paused(it->second.paused() || n.paused());
+      if (n.push_failures_in_a_row() > it->second.push_failures_in_a_row()) {
+        it->second.set_push_failures_in_a_row(n.push_failures_in_a_row());
+        it->second.set_push_last_error(n.push_last_error());
+      }
     }
   }
   if (daemon_wide) out->set_durable(durable);
@@ -219,6 +223,7 @@ void DelaydService::LocalStats(const std::string& ns, v1::StatsResponse* resp) {
     scheduler_.FiguresOf(
         ns, [figures](const NamespaceCounters& c) { Fill(c, figures); });
     figures->set_paused(scheduler_.PolicyOf(ns).paused);
+    PushHealth(figures);
     return;
   }
   Counters& c = scheduler_.counters();
@@ -245,10 +250,18 @@ void DelaydService::LocalStats(const std::string& ns, v1::StatsResponse* resp) {
       /*waiting=*/true);
   for (auto& n : *resp->mutable_namespaces()) {
     n.set_paused(scheduler_.PolicyOf(n.namespace_()).paused);
+    PushHealth(&n);
   }
   Fill(scheduler_.metrics().firing_lateness(), resp->mutable_firing_lateness());
   Fill(scheduler_.metrics().delivery_lateness(),
        resp->mutable_delivery_lateness());
+}
+
+void DelaydService::PushHealth(v1::NamespaceStats* n) const {
+  if (pusher_ == nullptr) return;
+  const push::Pusher::Health health = pusher_->HealthOf(n->namespace_());
+  n->set_push_failures_in_a_row(health.failures_in_a_row);
+  n->set_push_last_error(health.last_error);
 }
 
 grpc::ServerUnaryReactor* DelaydService::ClusterStatus(

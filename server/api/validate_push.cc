@@ -192,6 +192,10 @@ Status PushTargetFields(const v1::PushTarget& in,
   if (Status s = Pems(pems, out); !s.ok()) return s;
   if (in.max_in_flight() > 1000) return Bad("max_in_flight: at most 1000");
   if (in.max_in_flight() != 0) out->max_in_flight = in.max_in_flight();
+  if (in.pause_after_failures() > 1'000'000) {
+    return Bad("pause_after_failures: at most 1000000");
+  }
+  out->pause_after_failures = in.pause_after_failures();
   return Status::Ok();
 }
 
@@ -219,6 +223,7 @@ void PushTargetToProto(const PushTarget& t, v1::PushTarget* out) {
   out->set_client_cert_pem(t.client_cert_pem);
   out->set_has_client_key(!t.client_key_pem.empty());
   out->set_max_in_flight(t.max_in_flight);
+  out->set_pause_after_failures(t.pause_after_failures);
 }
 
 }  // namespace delayd

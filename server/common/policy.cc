@@ -47,6 +47,7 @@ void AppendPush(std::string& out, const PushTarget& t) {
   AppendString(out, t.client_cert_pem);
   AppendString(out, t.client_key_pem);
   AppendRaw(out, t.max_in_flight);
+  AppendRaw(out, t.pause_after_failures);
 }
 
 bool ReadPush(const char* p, const char* end, PushTarget* t) {
@@ -78,10 +79,11 @@ bool ReadPush(const char* p, const char* end, PushTarget* t) {
   t->follow_redirects = (flags & 2) != 0;
   if (!ReadString(p, end, &t->ca_pem) ||
       !ReadString(p, end, &t->client_cert_pem) ||
-      !ReadString(p, end, &t->client_key_pem) || end - p != 4) {
+      !ReadString(p, end, &t->client_key_pem) || end - p != 8) {
     return false;
   }
   t->max_in_flight = ReadRaw<std::uint32_t>(p);
+  t->pause_after_failures = ReadRaw<std::uint32_t>(p);
   return !t->url.empty();
 }
 

@@ -27,6 +27,7 @@ struct PushTarget {
   std::string client_cert_pem;
   std::string client_key_pem;
   std::uint32_t max_in_flight = 16;
+  std::uint32_t pause_after_failures = 0;  // 0: never.
 
   bool empty() const { return url.empty(); }
   bool operator==(const PushTarget&) const = default;

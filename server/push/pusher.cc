@@ -234,6 +234,8 @@ void Pusher::Leave(const std::shared_ptr<Sink>& sink) {
   }
   // Its events in flight are ready again, for whoever delivers next.
   scheduler_.Unsubscribe(sink->name(), sink->id());
+  MutexLock lock(&health_mu_);
+  health_.erase(sink->name());
 }
 
 void Pusher::LeaveAll() {
@@ -294,8 +296,50 @@ void Pusher::Finish(PushJob* job, int curl_code) {
   FreeJob(job);
 }
 
+Pusher::Health Pusher::HealthOf(const std::string& ns) const {
+  MutexLock lock(&health_mu_);
+  auto it = health_.find(ns);
+  return it == health_.end() ? Health() : it->second;
+}
+
+void Pusher::Count(const std::string& ns, const PushTarget& target,
+                   const Verdict& v) {
+  std::uint64_t in_a_row = 0;
+  {
+    MutexLock lock(&health_mu_);
+    Health& h = health_[ns];
+    if (v.kind == Verdict::kOk) {
+      h.failures_in_a_row = 0;
+      return;
+    }
+    in_a_row = ++h.failures_in_a_row;
+    h.last_error = v.error;
+  }
+  if (target.pause_after_failures == 0 ||
+      in_a_row != target.pause_after_failures) {
+    return;
+  }
+  spdlog::warn(
+      "namespace '{}': pausing: {} requests in a row to its push target "
+      "failed (last: {}); its events wait until it is resumed",
+      ns, in_a_row, v.error);
+  scheduler_.SetPolicy(
+      ns,
+      [](const Policy& current, Policy* next) {
+        *next = current;
+        next->paused = true;
+        return Status::Ok();
+      },
+      [ns](Status s, const Policy&) {
+        if (!s.ok()) {
+          spdlog::error("namespace '{}': could not pause: {}", ns, s.message());
+        }
+      });
+}
+
 void Pusher::Answer(const std::shared_ptr<Sink>& sink, const PushJob& job,
                     const Verdict& v) {
+  Count(sink->name(), job.config->target, v);
   const PushMetrics::Target& m = sink->metrics();
   Dispatcher& d = scheduler_.dispatcher(job.event.ns);
   std::vector<std::uint64_t> ids = {job.event.id};

@@ -37,9 +37,9 @@
 #include "server/common/mutex.h"
 #include "server/core/scheduler.h"
 #include "server/push/address_rules.h"
-#include "server/push/push_options.h"
 #include "server/push/push_job.h"
 #include "server/push/push_metrics.h"
+#include "server/push/push_options.h"
 
 namespace delayd::push {
 
@@ -76,6 +76,14 @@ class Pusher {
 
   const PushOptions& options() const { return options_; }
 
+  // A namespace's target's failures in a row (0 after a 2xx) and the last
+  // error (any thread).
+  struct Health {
+    std::uint64_t failures_in_a_row = 0;
+    std::string last_error;
+  };
+  Health HealthOf(const std::string& ns) const EXCLUDES(health_mu_);
+
  private:
   class Sink;
   // A job and the sink it is for (null: a test).
@@ -91,6 +99,9 @@ class Pusher {
   void Finish(PushJob* job, int curl_code);
   void Answer(const std::shared_ptr<Sink>& sink, const PushJob& job,
               const Verdict& v);
+  // Counts a request's outcome; pauses the namespace when its target asks
+  // it to after so many failures in a row.
+  void Count(const std::string& ns, const PushTarget& target, const Verdict& v);
   // Cuts off a sink's requests and takes it off its dispatcher.
   void Leave(const std::shared_ptr<Sink>& sink);
   void LeaveAll();
@@ -108,6 +119,10 @@ class Pusher {
   std::vector<std::string> changed_ GUARDED_BY(mu_);
   bool stopping_ GUARDED_BY(mu_) = false;
   bool started_ GUARDED_BY(mu_) = false;
+
+  // Written on the pusher's thread (answers), read by Stats.
+  mutable Mutex health_mu_;
+  std::map<std::string, Health> health_ GUARDED_BY(health_mu_);
 
   // By namespace name; on the pusher's thread only.
   std::map<std::string, std::shared_ptr<Sink>> sinks_;

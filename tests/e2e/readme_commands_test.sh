@@ -34,6 +34,11 @@ awk '/^```/ { block = !block; next }
 grep -oE '`delayctl [^`]*`' "$README" | tr -d '`' |
   grep -vE '\b[A-Z]+\b|\|' >>"$work/commands"
 
+# The files the README's commands read, made where they run as the README
+# makes them.
+cd "$work" || exit 1
+printf 'whsec_%s' "$(head -c 32 /dev/urandom | base64)" >hook.secret
+
 failures=0
 ran=0
 while IFS= read -r line; do

@@ -93,6 +93,23 @@ test('any other 4xx makes a dead letter at once, with the answer as its error', 
   assert.equal(recv.at('/gone').length, 1);
 });
 
+test('a failing target shows in Stats, and pauses its namespace if it asks to', async () => {
+  recv.on('/down', (r, res) => { res.writeHead(503); res.end('down for maintenance'); });
+  await daemon.setPolicy('down', { initialBackoff: '0.02s', maxBackoff: '0.05s',
+    push: target('/down', { pauseAfterFailures: 3 }) });
+  await daemon.setTimer('down', 'k', '{}');
+  await waitFor('the pause', async () => (await daemon.stats('down')).paused === true);
+  const s = await daemon.stats('down');
+  assert.equal(s.pushFailuresInARow, '3');
+  assert.equal(s.pushLastError, 'HTTP 503: down for maintenance');
+  assert.equal(recv.at('/down').length, 3);
+  // Nothing is dropped: the event waits; resumed, a good answer delivers it.
+  recv.on('/down', (r, res) => ok(res));
+  await daemon.ok('PUT', '/namespaces/down/policy', { policy: { paused: false }, updateMask: 'paused' });
+  await waitFor('the ack', async () => (await daemon.stats('down')).eventsAcked === '1');
+  assert.equal((await daemon.stats('down')).pushFailuresInARow ?? '0', '0');
+});
+
 test('a redirect is not followed unless the target says so', async () => {
   recv.on('/moved', (r, res) => { res.writeHead(302, { location: '/landing' }); res.end(); });
   recv.on('/landing', (r, res) => ok(res));

@@ -227,6 +227,7 @@ export interface PushTarget {
   clientKeyPem?: string;
   hasClientKey?: boolean;
   maxInFlight?: number;
+  pauseAfterFailures?: number;
 }
 
 /** What a test request to a push target got (Client.testPushTarget). */

@@ -205,8 +205,9 @@ function chart(series, {spark = false, unit = ''} = {}) {
   return h('div', {}, legend, svg);
 }
 
-function card(label, value, cls) {
-  return h('div', {class: `card ${cls || ''}`, 'data-figure': label},
+// A figure; `title`, if any, is shown on hover (e.g. the last error).
+function card(label, value, cls, title) {
+  return h('div', {class: `card ${cls || ''}`, 'data-figure': label, title: title || false},
            h('div', {class: 'label'}, label), h('div', {class: 'value'}, value));
 }
 

@@ -42,7 +42,9 @@ function namespacePage(ns, tab) {
       card('In flight', fmt(n.inFlightEvents)), card('Retrying', fmt(n.retryingEvents)),
       card('Dead letters', fmt(n.deadLetters), num(n.deadLetters) ? 'bad' : ''),
       card('Workers', fmt(n.workers)), card('Delivered/s', r == null ? '–' : r.toFixed(1)),
-      card('Set / fired / acked', `${fmt(n.timersSet)} / ${fmt(num(n.timersExpired) + num(n.timersDrained))} / ${fmt(n.eventsAcked)}`));
+      card('Set / fired / acked', `${fmt(n.timersSet)} / ${fmt(num(n.timersExpired) + num(n.timersDrained))} / ${fmt(n.eventsAcked)}`),
+      ...(num(n.pushFailuresInARow) ? [card('Push failing', `${fmt(n.pushFailuresInARow)} in a row`, 'bad',
+                                             n.pushLastError)] : []));
     graph.replaceChildren(chart([
       {name: 'pending', color: 'c1', points: remember(`ns-pending:${ns}`, num(n.pendingTimers))},
       {name: 'ready + in flight', color: 'c2', points: remember(`ns-busy:${ns}`, num(n.readyEvents) + num(n.inFlightEvents))},

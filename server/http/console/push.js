@@ -9,6 +9,7 @@ const PUSH_TEXT = [
   ['contentType', 'Content type', 'of the payload; default application/octet-stream'],
   ['timeout', 'Timeout', 'for one attempt (e.g. 10s, 500ms)'],
   ['maxInFlight', 'Max in flight', 'requests at once; default 16'],
+  ['pauseAfterFailures', 'Pause after', 'failed requests in a row, then the namespace pauses; 0: never'],
 ];
 
 function pushTab(ns, el) {
@@ -72,6 +73,7 @@ function pushTab(ns, el) {
                hasClientKey: !!current.hasClientKey, clientCertPem: current.clientCertPem || ''};
     if (inputs.timeout.value.trim()) t.timeout = toDuration(inputs.timeout.value.trim());
     if (inputs.maxInFlight.value.trim()) t.maxInFlight = Number(inputs.maxInFlight.value);
+    if (inputs.pauseAfterFailures.value.trim()) t.pauseAfterFailures = Number(inputs.pauseAfterFailures.value);
     return t;
   }
   const say = (ok, text) => notice.replaceChildren(h('p', {class: `notice ${ok ? 'ok' : 'error'}`,

@@ -3,7 +3,8 @@
 # (ROUNDS, default 3), each pair back to back on one daemon so that the
 # ratios hold on a noisy machine (push_bench.mjs says what each run does):
 #   - throughput of 20,000 events due at once, 32 in flight;
-#   - lateness at 2,000 events/s for 5 s, 50 ms ahead, 32 in flight;
+#   - lateness at 2,000 events/s for LATENESS_SECONDS (default 5), 50 ms
+#     ahead, 32 in flight;
 #   - push lateness with and without a black-hole target holding 100,000
 #     events due on another namespace, and the daemon's RSS meanwhile.
 # Prints every run's JSON line, then per figure the ratio in each round and
@@ -14,6 +15,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 rounds=${ROUNDS:-3}
+secs=${LATENESS_SECONDS:-5}
 work=$(mktemp -d)
 daemon_pid=
 cleanup() {
@@ -40,9 +42,9 @@ run() { node tests/bench/clients/push_bench.mjs "$@" | tee -a "$work/results"; }
 for round in $(seq "$rounds"); do
   run worker throughput 20000 32
   run push throughput 20000 32
-  run worker lateness 2000 5 50 32
-  run push lateness 2000 5 50 32
-  run push blackhole 100000 2000 5 50 32
+  run worker lateness 2000 "$secs" 50 32
+  run push lateness 2000 "$secs" 50 32
+  run push blackhole 100000 2000 "$secs" 50 32
 done
 
 /usr/bin/python3 - "$work/results" "$rounds" <<'PY'
