@@ -395,6 +395,24 @@ class Dispatcher {
   void Retry(std::uint64_t event_id, Outstanding& o,
              std::chrono::nanoseconds wait) REQUIRES(on_strand_);
   void Bury(std::uint64_t event_id, Outstanding& o) REQUIRES(on_strand_);
+  // Calls f(id, o) for each of `ids` in flight (Nack, Reject, Release,
+  // ExtendLease); the others are the result's unknown ids. (`f` begins
+  // with on_strand_.Enter(): clang's analysis checks a lambda apart.)
+  template <typename F>
+  LeaseResult EachInFlight(const std::vector<std::uint64_t>& ids, F f)
+      REQUIRES(on_strand_) {
+    LeaseResult result;
+    for (std::uint64_t id : ids) {
+      auto it = outstanding_.find(id);
+      if (it == outstanding_.end() || it->second.worker == 0) {
+        result.unknown.push_back(id);
+        continue;
+      }
+      f(id, it->second);
+      ++result.done;
+    }
+    return result;
+  }
   // Tells run_closed_ if `o` is a schedule's run.
   void CloseRun(const Outstanding& o) REQUIRES(on_strand_);
   // A RequeueDeadLetters or PurgeDeadLetters call (dispatcher_dead.cc).

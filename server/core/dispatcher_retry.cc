@@ -55,18 +55,12 @@ void Dispatcher::Nack(std::vector<std::uint64_t> ids,
   asio::post(strand_, [this, ids = std::move(ids), retry_after,
                        error = std::move(error), done = std::move(done)] {
     on_strand_.Enter();
-    LeaseResult result;
-    for (std::uint64_t id : ids) {
-      auto it = outstanding_.find(id);
-      if (it == outstanding_.end() || it->second.worker == 0) {
-        result.unknown.push_back(id);
-        continue;
-      }
-      Outstanding& o = it->second;
-      SetError(id, o, error);
-      Fail(id, o, retry_after.value_or(BackoffFor(o)));
-      ++result.done;
-    }
+    LeaseResult result =
+        EachInFlight(ids, [&](std::uint64_t id, Outstanding& o) {
+          on_strand_.Enter();  // (clang's analysis sees a lambda apart)
+          SetError(id, o, error);
+          Fail(id, o, retry_after.value_or(BackoffFor(o)));
+        });
     WriteFates();
     Pump();
     done(std::move(result));
@@ -78,19 +72,13 @@ void Dispatcher::Reject(std::vector<std::uint64_t> ids, std::string error,
   asio::post(strand_, [this, ids = std::move(ids), error = std::move(error),
                        done = std::move(done)] {
     on_strand_.Enter();
-    LeaseResult result;
-    for (std::uint64_t id : ids) {
-      auto it = outstanding_.find(id);
-      if (it == outstanding_.end() || it->second.worker == 0) {
-        result.unknown.push_back(id);
-        continue;
-      }
-      Outstanding& o = it->second;
-      SetError(id, o, error);
-      if (Worker* w = FindWorker(o.worker)) w->in_flight.erase(id);
-      Bury(id, o);
-      ++result.done;
-    }
+    LeaseResult result =
+        EachInFlight(ids, [&](std::uint64_t id, Outstanding& o) {
+          on_strand_.Enter();  // (clang's analysis sees a lambda apart)
+          SetError(id, o, error);
+          if (Worker* w = FindWorker(o.worker)) w->in_flight.erase(id);
+          Bury(id, o);
+        });
     WriteFates();
     Pump();
     done(std::move(result));
@@ -103,17 +91,12 @@ void Dispatcher::Release(std::vector<std::uint64_t> ids,
   std::sort(ids.rbegin(), ids.rend());
   asio::post(strand_, [this, ids = std::move(ids), done = std::move(done)] {
     on_strand_.Enter();
-    LeaseResult result;
-    for (std::uint64_t id : ids) {
-      auto it = outstanding_.find(id);
-      if (it == outstanding_.end() || it->second.worker == 0) {
-        result.unknown.push_back(id);
-        continue;
-      }
-      if (Worker* w = FindWorker(it->second.worker)) w->in_flight.erase(id);
-      TakeBack(id, it->second);
-      ++result.done;
-    }
+    LeaseResult result =
+        EachInFlight(ids, [&](std::uint64_t id, Outstanding& o) {
+          on_strand_.Enter();  // (clang's analysis sees a lambda apart)
+          if (Worker* w = FindWorker(o.worker)) w->in_flight.erase(id);
+          TakeBack(id, o);
+        });
     Pump();
     done(std::move(result));
   });
@@ -125,18 +108,11 @@ void Dispatcher::ExtendLease(std::vector<std::uint64_t> ids,
   asio::post(strand_,
              [this, ids = std::move(ids), extension, done = std::move(done)] {
                on_strand_.Enter();
-               LeaseResult result;
-               for (std::uint64_t id : ids) {
-                 auto it = outstanding_.find(id);
-                 if (it == outstanding_.end() || it->second.worker == 0) {
-                   result.unknown.push_back(id);
-                   continue;
-                 }
-                 CancelAckTimer(it->second);
-                 StartAckTimer(id, it->second, extension);
-                 ++result.done;
-               }
-               done(std::move(result));
+               done(EachInFlight(ids, [&](std::uint64_t id, Outstanding& o) {
+                 on_strand_.Enter();  // (clang's analysis sees a lambda apart)
+                 CancelAckTimer(o);
+                 StartAckTimer(id, o, extension);
+               }));
              });
 }
 

@@ -15,7 +15,6 @@ import hashlib
 import hmac
 import http.server
 import os
-import signal
 import sys
 import threading
 import time
@@ -25,10 +24,12 @@ from datetime import datetime
 sys.path.insert(0, sys.argv[1])
 import delayd  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cluster_load  # noqa: E402
+
 SECRET = "whsec_" + base64.b64encode(bytes(range(32))).decode()
 KEY = bytes(range(32))
 IN_FLIGHT = 8
-pids = [int(p) for p in os.environ["DELAYD_TEST_NODE_PIDS"].split(",")]
 client = delayd.Client(timeout=5.0)
 lock = threading.Lock()
 ids: dict[str, set[str]] = {}
@@ -68,32 +69,8 @@ client.set_policy(namespace="hooks", push={
     "url": f"http://127.0.0.1:{server.server_address[1]}/hook",
     "secrets": [SECRET], "max_in_flight": IN_FLIGHT, "timeout": 2.0})
 
-acked: set[str] = set()
-stop = threading.Event()
-
-
-def produce():
-    i = 0
-    while not stop.is_set():
-        key = f"job-{i}"
-        i += 1
-        try:
-            client.set_timer(key, b"{}", delay=0.3, namespace="hooks")
-            acked.add(key)
-        except delayd.DelaydError:
-            pass  # Unanswered after its retries: may or may not exist.
-        time.sleep(0.01)  # the load's pace
-
-
-producer = threading.Thread(target=produce)
-producer.start()
-time.sleep(1.5)  # load before the first fault
-os.kill(pids[0], signal.SIGKILL)
-time.sleep(2.0)  # load between the faults
-os.kill(pids[1], signal.SIGTERM)
-time.sleep(1.5)  # load after them
-stop.set()
-producer.join()
+acked = cluster_load.load_through_faults(client, "hooks", b"{}",
+                                         delayd.DelaydError)
 
 deadline = time.monotonic() + 30
 while time.monotonic() < deadline:

@@ -8,7 +8,6 @@ at most what could be in flight at the two faults.
 Usage: cluster_worker_test.py LIBRARY_DIR   (DELAYD_ENDPOINT: the nodes)
 """
 import os
-import signal
 import sys
 import threading
 import time
@@ -16,8 +15,10 @@ import time
 sys.path.insert(0, sys.argv[1])
 import delayd  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cluster_load  # noqa: E402
+
 CONCURRENCY = 8
-pids = [int(p) for p in os.environ["DELAYD_TEST_NODE_PIDS"].split(",")]
 client = delayd.Client(timeout=5.0)
 lock = threading.Lock()
 runs: dict[str, int] = {}
@@ -36,32 +37,8 @@ worker = delayd.Worker("jobs", handle, concurrency=CONCURRENCY,
                        ack_timeout=2.0)
 worker.start()
 
-acked: set[str] = set()
-stop = threading.Event()
-
-
-def produce():
-    i = 0
-    while not stop.is_set():
-        key = f"job-{i}"
-        i += 1
-        try:
-            client.set_timer(key, b"x", delay=0.3, namespace="jobs")
-            acked.add(key)
-        except delayd.DelaydError:
-            pass  # Unanswered after its retries: may or may not exist.
-        time.sleep(0.01)
-
-
-producer = threading.Thread(target=produce)
-producer.start()
-time.sleep(1.5)
-os.kill(pids[0], signal.SIGKILL)  # the node the worker's stream is on
-time.sleep(2.0)
-os.kill(pids[1], signal.SIGTERM)
-time.sleep(1.5)
-stop.set()
-producer.join()
+acked = cluster_load.load_through_faults(client, "jobs", b"x",
+                                         delayd.DelaydError)
 
 deadline = time.monotonic() + 60
 while time.monotonic() < deadline:

@@ -1,0 +1,41 @@
+"""What the cluster tests share (run_with_cluster.sh): a steady load of
+timers due 0.3 s after they are set, with one node killed (kill -9) and
+another stopped (SIGTERM) while it runs.
+"""
+import os
+import signal
+import threading
+import time
+
+
+def load_through_faults(client, namespace: str, payload: bytes,
+                        errors) -> set:
+    """Sets a timer every 10 ms in `namespace` for 5 s; node 0 is killed
+    1.5 s in and node 1 stopped 2 s later. Returns the keys whose set was
+    acknowledged (a set that raised `errors` may or may not exist)."""
+    pids = [int(p) for p in os.environ["DELAYD_TEST_NODE_PIDS"].split(",")]
+    acked: set = set()
+    stop = threading.Event()
+
+    def produce():
+        i = 0
+        while not stop.is_set():
+            key = f"job-{i}"
+            i += 1
+            try:
+                client.set_timer(key, payload, delay=0.3, namespace=namespace)
+                acked.add(key)
+            except errors:
+                pass  # Unanswered after its retries: may or may not exist.
+            time.sleep(0.01)  # the load's pace
+
+    producer = threading.Thread(target=produce)
+    producer.start()
+    time.sleep(1.5)  # load before the first fault
+    os.kill(pids[0], signal.SIGKILL)
+    time.sleep(2.0)  # load between the faults
+    os.kill(pids[1], signal.SIGTERM)
+    time.sleep(1.5)  # load after them
+    stop.set()
+    producer.join()
+    return acked
