@@ -37,8 +37,8 @@ void PrintTarget(bool json, const std::string& ns, const v1::PushTarget& t) {
     return;
   }
   std::string headers, secrets;
-  for (const auto& [name, value] : t.headers()) {
-    headers += (headers.empty() ? "" : ", ") + name + ": " + value;
+  for (const v1::PushHeader& h : t.headers()) {
+    headers += (headers.empty() ? "" : ", ") + h.name() + ": " + h.value();
   }
   for (const std::string& id : t.secret_ids()) {
     secrets += (secrets.empty() ? "" : ", ") + id;
@@ -79,7 +79,9 @@ v1::PushTarget FromFlags(Client& c, const Global& g, const TargetArgs& a) {
     }
     std::string value = h.substr(colon + 1);
     value.erase(0, value.find_first_not_of(' '));
-    (*t.mutable_headers())[h.substr(0, colon)] = value;
+    v1::PushHeader* header = t.add_headers();
+    header->set_name(h.substr(0, colon));
+    header->set_value(value);
   }
   t.set_content_type(a.content_type);
   *t.mutable_timeout() = DurationFlag(a.timeout, "--timeout");

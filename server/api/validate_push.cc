@@ -72,7 +72,13 @@ Status Headers(const v1::PushTarget& in, PushTarget* out) {
   if (in.headers_size() > static_cast<int>(kMaxHeaders)) {
     return Bad("headers: at most 16");
   }
-  for (const auto& [name, value] : in.headers()) {
+  std::set<std::string> seen;
+  for (const v1::PushHeader& header : in.headers()) {
+    const std::string& name = header.name();
+    const std::string& value = header.value();
+    if (!seen.insert(Lower(name)).second) {
+      return Bad("headers: " + name + " given twice");
+    }
     const bool name_ok =
         !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
           return std::isalnum(static_cast<unsigned char>(c)) || c == '-';
@@ -210,8 +216,11 @@ void PushTargetToProto(const PushTarget& t, v1::PushTarget* out) {
   if (t.empty()) return;
   out->set_url(t.url);
   out->set_method(t.method);
-  for (const auto& [name, value] : t.headers)
-    (*out->mutable_headers())[name] = value;
+  for (const auto& [name, value] : t.headers) {
+    v1::PushHeader* h = out->add_headers();
+    h->set_name(name);
+    h->set_value(value);
+  }
   out->set_content_type(t.content_type);
   *out->mutable_timeout() = TimeUtil::NanosecondsToDuration(t.timeout.count());
   for (const std::string& secret : t.secrets) {

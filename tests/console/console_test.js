@@ -279,7 +279,7 @@ async function run(page) {
     await page.click('text=Save target');
     await page.locator('#push-ok').waitFor({timeout: TIMEOUT});
     const set = (await api('GET', '/v1/namespaces/hooks/policy')).push;
-    check(set.url === url && set.headers['x-team'] === 'billing' && set.timeout === '2s' &&
+    check(set.url === url && set.headers[0].name === 'x-team' && set.headers[0].value === 'billing' && set.timeout === '2s' &&
           set.secretIds.length === 1, 'the target saved on the page is in force');
     check(await page.locator('#t-kept input.keep').count() === 1 &&
           await page.inputValue('#t-secret') === '', 'the secret shows by its id only');

@@ -27,7 +27,7 @@ function target(p, extra = {}) {
 
 test('an event is posted once, signed, with its headers, and acknowledged', async () => {
   recv.on('/ok', (r, res) => ok(res));
-  await daemon.setPolicy('ok', { push: target('/ok', { headers: { 'x-team': 'payments' } }) });
+  await daemon.setPolicy('ok', { push: target('/ok', { headers: [{ name: 'x-team', value: 'payments' }] }) });
   await daemon.setTimer('ok', 'order/42 é', '{"order":42}');
   const [r] = await waitFor('the request', () => recv.at('/ok').length === 1 && recv.at('/ok'));
   assert.equal(r.method, 'POST');
@@ -324,8 +324,9 @@ test('delayctl target set, get, test, a rotation, and rm', async () => {
 test('bad targets are refused naming the field, and change nothing', async () => {
   for (const [push, field] of [
     [{ url: 'http://127.0.0.1/', method: 'DELETE' }, /push\.method/],
-    [{ url: 'http://127.0.0.1/', headers: { 'webhook-id': 'x' } }, /push\.headers: webhook-id is set by delayd/],
-    [{ url: 'http://127.0.0.1/', headers: { 'x-a': 'line\nbreak' } }, /push\.headers/],
+    [{ url: 'http://127.0.0.1/', headers: [{ name: 'webhook-id', value: 'x' }] }, /push\.headers: webhook-id is set by delayd/],
+    [{ url: 'http://127.0.0.1/', headers: [{ name: 'x-a', value: 'line\nbreak' }] }, /push\.headers/],
+    [{ url: 'http://127.0.0.1/', headers: [{ name: 'x-a', value: '1' }, { name: 'X-A', value: '2' }] }, /given twice/],
     [{ url: 'http://127.0.0.1/', timeout: '0.01s' }, /push\.timeout/],
     [{ url: 'http://127.0.0.1/', secrets: ['whsec_short'] }, /push\.secrets/],
     [{ url: 'http://127.0.0.1/', caPem: 'not pem' }, /push\.\*_pem/],

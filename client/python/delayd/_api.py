@@ -77,7 +77,9 @@ def _push_target(fields: dict) -> "pb.PushTarget":
         if name == "timeout":
             t.timeout.CopyFrom(types.duration(value))
         elif name == "headers":
-            t.headers.update(value)
+            pairs = value.items() if isinstance(value, dict) else value
+            for n, v in pairs:
+                t.headers.add(name=n, value=v)
         elif name in ("secrets", "secret_ids"):
             getattr(t, name).extend(value)
         else:

@@ -215,7 +215,7 @@ export interface ScheduleOptions extends ScheduleSpec, InNamespace, CallOptions 
 export interface PushTarget {
   url: string;
   method?: 'POST' | 'PUT';
-  headers?: Record<string, string>;
+  headers?: {name: string; value: string}[];
   contentType?: string;
   timeout?: number;
   secrets?: string[];

@@ -49,7 +49,7 @@ function pushTab(ns, el) {
     current = p.push || {};
     for (const [f] of PUSH_TEXT) inputs[f].value = current[f] === undefined ? '' : String(current[f]);
     inputs.method.value = current.method || 'POST';
-    inputs.headers.value = Object.entries(current.headers || {}).map(([k, v]) => `${k}: ${v}`).join('\n');
+    inputs.headers.value = (current.headers || []).map((x) => `${x.name}: ${x.value}`).join('\n');
     inputs.secret.value = '';
     inputs.caPem.value = current.caPem || '';
     inputs.retryClientErrors.checked = !!current.retryClientErrors;
@@ -59,10 +59,10 @@ function pushTab(ns, el) {
     if (!(current.secretIds || []).length) kept.append(h('span', {class: 'muted'}, 'none'));
   }
   function target() {
-    const headers = {};
+    const headers = [];
     for (const line of inputs.headers.value.split('\n')) {
       const at = line.indexOf(':');
-      if (line.trim() && at > 0) headers[line.slice(0, at).trim()] = line.slice(at + 1).trim();
+      if (line.trim() && at > 0) headers.push({name: line.slice(0, at).trim(), value: line.slice(at + 1).trim()});
     }
     const t = {url: inputs.url.value.trim(), method: inputs.method.value, headers,
                contentType: inputs.contentType.value.trim(), caPem: inputs.caPem.value,
