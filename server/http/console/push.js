@@ -44,9 +44,16 @@ function pushTab(ns, el) {
     h('button', {type: 'submit'}, 'Save target'),
     h('button', {type: 'button', class: 'ghost', id: 'push-test', onclick: () => test()}, 'Send test event'),
     h('button', {type: 'button', class: 'danger', id: 'push-remove', onclick: () => remove()}, 'Remove target…')));
+  // Nothing can be typed or saved until the target in force is on the
+  // form: a load that lands later would overwrite what was typed.
+  const controls = () => form.querySelectorAll('input, select, textarea, button');
+  controls().forEach((c) => { c.disabled = true; });
+  form.setAttribute('aria-busy', 'true');
   let current = {};
   function fill(p) {
     current = p.push || {};
+    controls().forEach((c) => { c.disabled = false; });
+    form.removeAttribute('aria-busy');
     for (const [f] of PUSH_TEXT) inputs[f].value = current[f] === undefined ? '' : String(current[f]);
     inputs.method.value = current.method || 'POST';
     inputs.headers.value = (current.headers || []).map((x) => `${x.name}: ${x.value}`).join('\n');
