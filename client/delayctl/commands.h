@@ -38,6 +38,9 @@ void AddTimerCommands(CLI::App& app, const Global& g, Commands& out);
 void AddWorkerCommands(CLI::App& app, const Global& g, Commands& out);
 // dlq ls|requeue|purge.
 void AddDeadLetterCommands(CLI::App& app, const Global& g, Commands& out);
+// The namespace's (-n) policy in force (policy_commands.cc).
+v1::Policy GetPolicy(Client& c, const Global& g);
+
 // policy get|set, pause, resume.
 void AddPolicyCommands(CLI::App& app, const Global& g, Commands& out);
 // target get|set|rm|test.

@@ -63,14 +63,6 @@ void PrintPolicy(bool json, const std::string& ns, const v1::Policy& p) {
                              : std::to_string(p.max_in_flight())}});
 }
 
-v1::Policy Get(Client& c, const Global& g) {
-  v1::GetPolicyRequest req;
-  req.set_namespace_(g.ns);
-  v1::Policy p;
-  Check(c.stub().GetPolicy(c.Context().get(), req, &p));
-  return p;
-}
-
 // Sets the fields the flags give, naming them in the update mask (the
 // daemon changes those alone, over the policy in force: nothing set by
 // someone else meanwhile is undone); with --reset, the whole policy.
@@ -107,7 +99,7 @@ int Set(Client& c, const Global& g, const PolicyArgs& a) {
   if (a.reset) {
     req.clear_update_mask();  // The flags over the defaults, whole.
   } else if (mask->paths().empty()) {
-    PrintPolicy(c.json(), g.ns, Get(c, g));  // Nothing to change.
+    PrintPolicy(c.json(), g.ns, GetPolicy(c, g));  // Nothing to change.
     return kOk;
   }
   v1::Policy now;
@@ -118,13 +110,21 @@ int Set(Client& c, const Global& g, const PolicyArgs& a) {
 
 }  // namespace
 
+v1::Policy GetPolicy(Client& c, const Global& g) {
+  v1::GetPolicyRequest req;
+  req.set_namespace_(g.ns);
+  v1::Policy p;
+  Check(c.stub().GetPolicy(c.Context().get(), req, &p));
+  return p;
+}
+
 void AddPolicyCommands(CLI::App& app, const Global& g, Commands& out) {
   auto* policy = app.add_subcommand(
       "policy", "Show or change a namespace's delivery policy (-n)");
   policy->require_subcommand(1);
   auto* get = policy->add_subcommand("get", "Show the policy");
   out.push_back({get, {}, {}, [&g](Client& c) {
-                   PrintPolicy(c.json(), g.ns, Get(c, g));
+                   PrintPolicy(c.json(), g.ns, GetPolicy(c, g));
                    return kOk;
                  }});
 

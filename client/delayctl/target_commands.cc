@@ -59,14 +59,6 @@ void PrintTarget(bool json, const std::string& ns, const v1::PushTarget& t) {
        {"max_in_flight", std::to_string(t.max_in_flight())}});
 }
 
-v1::Policy GetPolicy(Client& c, const Global& g) {
-  v1::GetPolicyRequest req;
-  req.set_namespace_(g.ns);
-  v1::Policy p;
-  Check(c.stub().GetPolicy(c.Context().get(), req, &p));
-  return p;
-}
-
 // The target the flags describe (files read, secrets kept by id if asked).
 v1::PushTarget FromFlags(Client& c, const Global& g, const TargetArgs& a) {
   v1::PushTarget t;

@@ -18,8 +18,10 @@
 // workers go on (nothing here waits on a target).
 //
 // Threads: Deliver runs on dispatcher strands and only queues (inbox_,
-// under mu_); everything else (curl, the sinks' subscriptions, the answers
-// to the dispatchers) runs on the pusher's thread. Policy changes reach it
+// under mu_); Test and HealthOf run on callers' threads (the inbox under
+// mu_, the failure counts under health_mu_); everything else (curl, the
+// sinks' subscriptions, the answers to the dispatchers) runs on the
+// pusher's thread. Policy changes reach it
 // as names, and the pusher reads the policy in force when it acts on one,
 // so the last change wins whatever the order of the notices.
 #ifndef DELAYD_SERVER_PUSH_PUSHER_H_
