@@ -54,8 +54,9 @@ class Connection {
   virtual ~Connection() = default;
   // Closes the connection (from any thread): what it was doing ends.
   virtual void Close() = 0;
-  void Enter(State s) {
-    since_.store(Clock::now().time_since_epoch().count(),
+  // Enters `s`, since `since` (now if 0).
+  void Enter(State s, Clock::rep since = 0) {
+    since_.store(since != 0 ? since : Clock::now().time_since_epoch().count(),
                  std::memory_order_relaxed);
     state_.store(s, std::memory_order_release);
   }
@@ -240,8 +241,11 @@ class Session final : public Exchange,
   beast::tcp_stream& Lowest() { return beast::get_lowest_layer(stream_); }
 
   // Waits for the first bytes of the next request (or uses what came).
+  // Idle since its last answer started out (not since that write ended):
+  // a client that reads one connection's answer, then uses another,
+  // finds the first the older, whichever write completion ran first.
   void Idle() {
-    Enter(State::kIdle);
+    Enter(State::kIdle, answered_at_);
     if (buffer_.size() > 0) return ReadRequest();
     Lowest().expires_after(server_.options.idle_timeout);
     stream_.async_read_some(
@@ -351,6 +355,7 @@ class Session final : public Exchange,
   void Answer(int status, const std::string& head, const std::string& body,
               bool with_body, bool close) {
     Enter(State::kBusy);
+    answered_at_ = Clock::now().time_since_epoch().count();
     const bool keep = keep_alive_ && !close;
     out_.clear();
     out_.reserve(head.size() + body.size() + 192);
@@ -414,6 +419,7 @@ class Session final : public Exchange,
   std::string out_;  // being written
   bool keep_alive_ = false;
   bool closed_ = false;
+  Clock::rep answered_at_ = 0;  // when the last answer began; 0 before one
 };
 
 }  // namespace
