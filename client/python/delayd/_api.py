@@ -64,7 +64,8 @@ def _spec(cron, every, time_zone, start, end, max_runs) -> pb.ScheduleSpec:
     return spec
 
 
-_POLICY_DURATIONS = ("initial_backoff", "max_backoff", "ack_timeout")
+_POLICY_DURATIONS = ("initial_backoff", "max_backoff", "ack_timeout",
+                     "dedup_window")
 
 
 def _push_target(fields: dict) -> "pb.PushTarget":

@@ -255,4 +255,10 @@ export interface Policy {
   dispatchBurst: number;
   maxInFlight: number;
   paused: boolean;
+  /**
+   * Milliseconds after a timer fired or was removed during which a
+   * create-only set of its key is refused (`AlreadyExistsError`); unset
+   * (or 0 when setting): none.
+   */
+  dedupWindow?: number;
 }

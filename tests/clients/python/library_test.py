@@ -129,6 +129,14 @@ class Calls(Fixture):
         self.assertTrue(c.pause(namespace=ns).paused)
         self.assertEqual(c.get_policy(namespace=ns).max_attempts, 1)
         self.assertFalse(c.resume(namespace=ns).paused)
+        # The dedup window: a removed key refuses a create-only set.
+        p = c.set_policy(namespace=ns, dedup_window=dt.timedelta(minutes=5))
+        self.assertEqual(p.dedup_window, dt.timedelta(minutes=5))
+        c.set_timer("once", b"p", delay=3600, namespace=ns)
+        c.remove_timer("once", namespace=ns)
+        with self.assertRaises(delayd.AlreadyExists) as refused:
+            c.set_timer("once", b"p", delay=60, namespace=ns, if_absent=True)
+        self.assertIn("was removed", str(refused.exception))
         # A dead letter: one attempt, nacked.
         c.set_timer("dies", b"p", delay=0, namespace=ns)
         sub = c.subscribe(namespace=ns)

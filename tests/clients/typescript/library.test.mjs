@@ -122,6 +122,13 @@ describe('calls', () => {
     assert.equal((await client.getPolicy({namespace: ns})).maxAttempts, 1);
     assert.equal((await client.resume({namespace: ns})).paused, false);
     await assert.rejects(client.setPolicy({noSuchField: 1}, {namespace: ns}), d.InvalidArgumentError);
+    // The dedup window: a removed key refuses a create-only set.
+    assert.equal((await client.setPolicy({dedupWindow: 300_000}, {namespace: ns})).dedupWindow,
+                 300_000);
+    await client.setTimer('once', 'p', {delay: 3_600_000, namespace: ns});
+    await client.removeTimer('once', {namespace: ns});
+    await assert.rejects(client.setTimer('once', 'p', {delay: 60_000, namespace: ns, ifAbsent: true}),
+                         (e) => e instanceof d.AlreadyExistsError && /was removed/.test(e.message));
     // A dead letter: one attempt, nacked.
     await client.setTimer('dies', 'p', {delay: 0, namespace: ns});
     const sub = client.subscribe({namespace: ns});
