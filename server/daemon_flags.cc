@@ -101,6 +101,10 @@ void AddLimits(CLI::App& app, Limits& l, DaemonFlags& f) {
   Flag(app, "--max-schedules", l.max_schedules,
        "Recurring schedules per namespace")
       ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1'000'000}));
+  Flag(app, "--max-dedup-keys", l.max_dedup_keys,
+       "Keys remembered for dedup windows, daemon-wide (at the bound, those "
+       "whose window ends soonest go first)")
+      ->check(CLI::Range(std::uint64_t{0}, std::uint64_t{100'000'000}));
   DurationFlag(app, "--min-schedule-interval", l.min_schedule_interval, "1s",
                milliseconds(1), hours(24),
                "The shortest interval a schedule's `every` may have");

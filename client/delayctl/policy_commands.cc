@@ -18,7 +18,8 @@ using google::protobuf::util::TimeUtil;
 // Flags of `policy set`; each one given changes that field alone.
 struct PolicyArgs {
   bool reset = false;
-  std::optional<std::string> initial_backoff, max_backoff, ack_timeout;
+  std::optional<std::string> initial_backoff, max_backoff, ack_timeout,
+      dedup_window;
   std::optional<double> multiplier, jitter, rate;
   std::optional<std::uint32_t> burst, max_in_flight, max_attempts;
   std::optional<bool> paused;
@@ -28,6 +29,7 @@ void CheckFlags(const PolicyArgs& a) {
   if (a.initial_backoff) DurationFlag(*a.initial_backoff, "--initial-backoff");
   if (a.max_backoff) DurationFlag(*a.max_backoff, "--max-backoff");
   if (a.ack_timeout) DurationFlag(*a.ack_timeout, "--ack-timeout");
+  if (a.dedup_window) DurationFlag(*a.dedup_window, "--dedup-window");
 }
 
 std::string Seconds(const google::protobuf::Duration& d) {
@@ -60,7 +62,9 @@ void PrintPolicy(bool json, const std::string& ns, const v1::Policy& p) {
        {"dispatch_burst", std::to_string(p.dispatch_burst())},
        {"max_in_flight", p.max_in_flight() == 0
                              ? "unlimited"
-                             : std::to_string(p.max_in_flight())}});
+                             : std::to_string(p.max_in_flight())},
+       {"dedup_window",
+        p.has_dedup_window() ? Seconds(p.dedup_window()) : "none"}});
 }
 
 // Sets the fields the flags give, naming them in the update mask (the
@@ -83,6 +87,10 @@ int Set(Client& c, const Global& g, const PolicyArgs& a) {
   if (a.ack_timeout) {
     *p.mutable_ack_timeout() = DurationFlag(*a.ack_timeout, "--ack-timeout");
     mask->add_paths("ack_timeout");
+  }
+  if (a.dedup_window) {
+    *p.mutable_dedup_window() = DurationFlag(*a.dedup_window, "--dedup-window");
+    mask->add_paths("dedup_window");
   }
   auto set = [&](const auto& flag, auto setter, const char* field) {
     if (!flag) return;
@@ -152,6 +160,9 @@ void AddPolicyCommands(CLI::App& app, const Global& g, Commands& out) {
   set->add_option("--max-in-flight", a->max_in_flight,
                   "Events in flight across all workers (0: no limit)");
   set->add_option("--paused", a->paused, "true: hold delivery");
+  set->add_option("--dedup-window", a->dedup_window,
+                  "For this long after a key fired or was removed, a "
+                  "create-only set of it is refused (0: none; up to 720h)");
   out.push_back({set,
                  [a] { CheckFlags(*a); },
                  {},

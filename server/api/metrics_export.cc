@@ -255,6 +255,16 @@ std::vector<MetricFamily> ScrapedFigures::Collect() const {
                        "Store reads or writes that failed.",
                        MetricType::Counter));
   Add(out.back(), static_cast<double>(c.store_errors.load()));
+  const DedupWindows& dedup = scheduler_.dedup_windows();
+  out.push_back(Family("delayd_dedup_keys",
+                       "Keys remembered for namespaces' dedup windows.",
+                       MetricType::Gauge));
+  Add(out.back(), static_cast<double>(dedup.entries.load()));
+  out.push_back(Family("delayd_dedup_evicted_total",
+                       "Keys let go before their dedup window ended, at "
+                       "--max-dedup-keys.",
+                       MetricType::Counter));
+  Add(out.back(), static_cast<double>(dedup.evicted.load()));
   out.push_back(Family("delayd_durable",
                        "1 with a durable store, 0 with --in-memory.",
                        MetricType::Gauge));

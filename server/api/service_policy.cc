@@ -27,6 +27,9 @@ void ToProto(const Policy& p, v1::Policy* out, bool whole = false) {
   out->set_dispatch_burst(p.dispatch_burst);
   out->set_max_in_flight(p.max_in_flight);
   out->set_paused(p.paused);
+  if (p.dedup_window.count() != 0) {
+    *out->mutable_dedup_window() = ToDuration(p.dedup_window);
+  }
   if (p.push.empty()) return;
   PushTargetToProto(p.push, out->mutable_push());
   if (whole) {

@@ -357,6 +357,14 @@ Status Validator::PolicyFields(const v1::Policy& in, Policy* out) const {
   }
   out->max_in_flight = in.max_in_flight();
   out->paused = in.paused();
+  if (in.has_dedup_window()) {
+    if (Status s = DurationIn(in.dedup_window(), "dedup_window", 0,
+                              30 * 24 * kHour, true, "between 0 and 720h", &d);
+        !s.ok()) {
+      return s;
+    }
+    out->dedup_window = d;
+  }
   return Status::Ok();
 }
 

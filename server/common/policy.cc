@@ -5,9 +5,11 @@
 namespace delayd {
 namespace {
 
-// 1: the fixed fields; 2: the same, then the push target.
+// 1: the fixed fields; 2: the same, then the push target; 3: the fixed
+// fields, the dedup window, a byte (1: a push target follows), the target.
 constexpr std::uint8_t kFixed = 1;
 constexpr std::uint8_t kWithPush = 2;
+constexpr std::uint8_t kWithDedup = 3;
 
 using record::AppendRaw;
 using record::ReadRaw;
@@ -92,7 +94,10 @@ bool ReadPush(const char* p, const char* end, PushTarget* t) {
 std::string EncodePolicy(const Policy& p) {
   std::string out;
   out.reserve(kSize);
-  AppendRaw(out, p.push.empty() ? kFixed : kWithPush);
+  const std::uint8_t version = p.dedup_window.count() != 0 ? kWithDedup
+                               : p.push.empty()            ? kFixed
+                                                           : kWithPush;
+  AppendRaw(out, version);
   AppendRaw(out, p.max_attempts);
   AppendRaw<std::int64_t>(out, p.retry.initial_backoff.count());
   AppendRaw(out, p.retry.multiplier);
@@ -103,6 +108,10 @@ std::string EncodePolicy(const Policy& p) {
   AppendRaw(out, p.dispatch_burst);
   AppendRaw(out, p.max_in_flight);
   AppendRaw<std::uint8_t>(out, p.paused ? 1 : 0);
+  if (version == kWithDedup) {
+    AppendRaw<std::int64_t>(out, p.dedup_window.count());
+    AppendRaw<std::uint8_t>(out, p.push.empty() ? 0 : 1);
+  }
   if (!p.push.empty()) AppendPush(out, p.push);
   return out;
 }
@@ -110,7 +119,8 @@ std::string EncodePolicy(const Policy& p) {
 std::optional<Policy> DecodePolicy(std::string_view bytes) {
   if (bytes.size() < kSize) return std::nullopt;
   const std::uint8_t version = static_cast<std::uint8_t>(bytes[0]);
-  if (!(version == kFixed && bytes.size() == kSize) && version != kWithPush) {
+  if (!(version == kFixed && bytes.size() == kSize) && version != kWithPush &&
+      version != kWithDedup) {
     return std::nullopt;
   }
   const char* p = bytes.data() + 1;
@@ -128,10 +138,17 @@ std::optional<Policy> DecodePolicy(std::string_view bytes) {
   const auto paused = ReadRaw<std::uint8_t>(p);
   if (paused > 1) return std::nullopt;
   out.paused = paused == 1;
-  if (version == kWithPush &&
-      !ReadPush(p, bytes.data() + bytes.size(), &out.push)) {
-    return std::nullopt;
+  const char* const end = bytes.data() + bytes.size();
+  bool push = version == kWithPush;
+  if (version == kWithDedup) {
+    if (end - p < 9) return std::nullopt;
+    out.dedup_window = std::chrono::nanoseconds(ReadRaw<std::int64_t>(p));
+    const auto has_push = ReadRaw<std::uint8_t>(p);
+    if (out.dedup_window.count() <= 0 || has_push > 1) return std::nullopt;
+    push = has_push == 1;
+    if (!push && p != end) return std::nullopt;
   }
+  if (push && !ReadPush(p, end, &out.push)) return std::nullopt;
   return out;
 }
 

@@ -33,13 +33,19 @@ struct Policy {
   bool paused = false;
   // Where events are pushed, if anywhere (push_target.h).
   PushTarget push;
+  // How long a key that fired or was removed refuses a create-only set
+  // (dedup_table.h); 0: not at all.
+  std::chrono::nanoseconds dedup_window{0};
 
   bool operator==(const Policy&) const = default;
 };
 
-// The stored form: a version byte, the fields of fixed size, and then, if
-// it has one, the push target (version 2; without one, version 1, the form
-// that builds before push delivery read).
+// The stored form: a version byte, the fields of fixed size, and then:
+// version 1, nothing (the form builds before push delivery read); version
+// 2, the push target; version 3, the dedup window, then whether a push
+// target follows, and it. Each policy is written in the lowest version
+// that holds it, so a store keeps the forms older builds read until a
+// newer field is used.
 std::string EncodePolicy(const Policy& p);
 // Nullopt if `bytes` is not a policy this version wrote (a damaged record).
 std::optional<Policy> DecodePolicy(std::string_view bytes);

@@ -53,6 +53,9 @@ struct Limits {
   std::chrono::nanoseconds min_schedule_interval = std::chrono::seconds(1);
   // Recurring schedules per namespace.
   std::uint64_t max_schedules = 1000;
+  // Keys remembered for namespaces' dedup windows, daemon-wide; at the
+  // bound, those whose window ends soonest go first.
+  std::uint64_t max_dedup_keys = 1'000'000;
 };
 
 // A timer's key (at most 65535 bytes) and payload, 40 bytes: stored inline

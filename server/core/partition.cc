@@ -56,7 +56,7 @@ OpResult Partition::ApplyOne(Op& op, WallNanos wall_now, SteadyTime steady_now,
         } else if constexpr (std::is_same_v<T, MoveOp>) {
           return Move(o, wall_now, steady_now, batch);
         } else {
-          return Remove(o, batch);
+          return Remove(o, wall_now, batch);
         }
       },
       op);
@@ -201,6 +201,12 @@ OpResult Partition::Set(SetOp& op, WallNanos wall_now, SteadyTime steady_now,
   std::uint32_t r = Find(op.ns, op.key(), hash);
   const auto deadline = Deadline(op.fire_time, wall_now, steady_now);
   OpResult result;
+  if (op.if_absent && r == KeyIndex::kNone) {
+    if (auto refused = DedupRefused(op.ns, op.key(), wall_now)) {
+      result.status = *std::move(refused);
+      return result;
+    }
+  }
   if (result.status = ReserveIds(1, 0); !result.status.ok()) return result;
   if (r != KeyIndex::kNone) {
     if (op.if_absent) {
@@ -297,7 +303,7 @@ OpResult Partition::Move(MoveOp& op, WallNanos wall_now, SteadyTime steady_now,
   return result;
 }
 
-OpResult Partition::Remove(RemoveOp& op, Batch* batch) {
+OpResult Partition::Remove(RemoveOp& op, WallNanos wall_now, Batch* batch) {
   OpResult result;
   const std::uint32_t r =
       FindExpected(op.ns, op.key, op.expected_version, &result.status);
@@ -306,6 +312,8 @@ OpResult Partition::Remove(RemoveOp& op, Batch* batch) {
   result.version = rec.version;
   result.fire_time = rec.fire_time;
   if (batch != nullptr) batch->RemoveTimer(PayloadIdOf(rec.blob));
+  NoteGone(op.ns, op.key, DedupEntry::Fate::kRemoved, rec.version, wall_now,
+           batch);
   wheel_.wheel().Cancel(rec.handle);
   Forget(r);
   counters_.of(op.ns).removed.fetch_add(1, std::memory_order_relaxed);
@@ -427,6 +435,8 @@ std::vector<Event> Partition::TakeEvents(
                                    e.fire_time, e.fired_at, e.reason,
                                    PayloadIdOf(e.blob)});
     }
+    NoteGone(e.ns, e.blob.key(), DedupEntry::Fate::kFired, e.version, fired_at,
+             batch);
     events.push_back(std::move(e));
   }
   count_run();

@@ -43,6 +43,7 @@
 #include "server/core/alarm_wheel.h"
 #include "server/core/clock.h"
 #include "server/core/counters.h"
+#include "server/core/dedup_table.h"
 #include "server/core/key_index.h"
 #include "server/core/namespace_refs.h"
 #include "server/core/schedule_record.h"
@@ -247,6 +248,21 @@ class Partition {
   void BeginScheduleRestore() EXCLUDES(mu_);
   void EndScheduleRestore() EXCLUDES(mu_);
 
+  // --- The dedup window (partition_dedup.cc; dedup_table.h) ---
+  // Each namespace's window, shared by the partitions; set once, before
+  // recovery. Without it (or with a window of 0) nothing is recorded.
+  void SetDedupWindows(DedupWindows* windows) EXCLUDES(mu_);
+  // A key's fate as the store kept it (recovery, or the taking of a
+  // partition); one whose window has ended is deleted by the next purge.
+  // INTERNAL if `encoded` is not an entry.
+  Status RestoreDedup(NamespaceId ns, std::string_view key,
+                      std::string_view encoded) EXCLUDES(mu_);
+  // Deletes entries whose window has ended (and those let go at the
+  // bound), in memory and in the store, at most a few thousand a call; their
+  // namespaces are released once that is durable. Called on a timer.
+  void PurgeDedup() EXCLUDES(mu_);
+  std::size_t dedup_entries() const EXCLUDES(mu_);
+
  private:
   // 64 bytes, with a short key and payload inline in `blob` and the
   // namespace id in its tag.
@@ -282,7 +298,15 @@ class Partition {
                Batch* batch) REQUIRES(mu_);
   OpResult Move(MoveOp& op, WallNanos wall_now, SteadyTime steady_now,
                 Batch* batch) REQUIRES(mu_);
-  OpResult Remove(RemoveOp& op, Batch* batch) REQUIRES(mu_);
+  OpResult Remove(RemoveOp& op, WallNanos wall_now, Batch* batch) REQUIRES(mu_);
+  // Records (if its namespace has a dedup window) that `key` fired or was
+  // removed at `at`, in memory and in `batch` (if any).
+  void NoteGone(NamespaceId ns, std::string_view key, DedupEntry::Fate fate,
+                std::uint64_t version, WallNanos at, Batch* batch)
+      REQUIRES(mu_);
+  // ALREADY_EXISTS naming the fate of `key`, if it is in its window.
+  std::optional<Status> DedupRefused(NamespaceId ns, std::string_view key,
+                                     WallNanos now) const REQUIRES(mu_);
   // Stores a new payload for `rec` (version already assigned) and keeps
   // only the key and the payload's id in memory.
   void StorePayload(Record& rec, NamespaceId ns, const Blob& blob, Batch& batch)
@@ -413,6 +437,14 @@ class Partition {
   std::vector<std::uint32_t> overdue_ GUARDED_BY(mu_);    // During recovery.
   std::vector<AlarmWheel::Expired> due_ GUARDED_BY(mu_);  // Reused.
   ScheduleSet schedules_ GUARDED_BY(mu_);
+  DedupWindows* dedup_windows_ GUARDED_BY(mu_) = nullptr;
+  DedupTable dedup_ GUARDED_BY(mu_);
+  // Let go at the bound: deleted from the store by the next purge.
+  std::vector<std::pair<NamespaceId, std::string>> dedup_evicted_
+      GUARDED_BY(mu_);
+  // Whether dedup_ or dedup_evicted_ holds anything (read without mu_ by
+  // a purge that finds nothing to do).
+  std::atomic<bool> dedup_held_{false};
   // Scratch of restoring and arming schedules (their buffers used again).
   ScheduleRecord decoded_ GUARDED_BY(mu_);
   Loaded loaded_ GUARDED_BY(mu_);

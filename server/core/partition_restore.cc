@@ -56,6 +56,12 @@ void Partition::Disown() {
     schedules_.Remove(id);
     refs_->Release(ns);
   }
+  if (dedup_windows_ != nullptr) {
+    for (NamespaceId ns : dedup_.TakeAll(*dedup_windows_)) refs_->Release(ns);
+  }
+  for (const auto& [ns, key] : dedup_evicted_) refs_->Release(ns);
+  dedup_evicted_.clear();
+  dedup_held_.store(false, std::memory_order_relaxed);
 }
 
 Status Partition::RestoreCounters(std::uint64_t next_version,

@@ -22,6 +22,8 @@ Scheduler::Scheduler(Options options)
                                                 Free(id);
                                               });
                                             })),
+      dedup_windows_(options_.limits.max_namespaces,
+                     options_.limits.max_dedup_keys),
       reads_(options_.store ? std::make_unique<asio::thread_pool>(
                                   std::max<std::uint32_t>(1, options_.threads))
                             : nullptr),
@@ -58,6 +60,7 @@ Status Scheduler::Start(RecoveryReport* report) {
         [this](NamespaceId ns, std::vector<Event> events) {
           dispatchers_[ns]->Publish(std::move(events));
         }));
+    partitions_.back()->SetDedupWindows(&dedup_windows_);
   }
   // Shared, a partition is this node's only once taken (TakePartition).
   if (shared_partitions_) {

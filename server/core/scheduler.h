@@ -261,6 +261,7 @@ class Scheduler {
   void ClockChanged(std::function<void()> done) EXCLUDES(clock_mu_);
   static constexpr std::chrono::milliseconds kClockSlack{1};
   Counters& counters() { return counters_; }
+  const DedupWindows& dedup_windows() const { return dedup_windows_; }
   Metrics& metrics() { return metrics_; }
   // The pool's io_context (for timers of the layers above).
   asio::io_context& io() { return io_; }
@@ -335,6 +336,9 @@ class Scheduler {
   // Recovery: the namespaces as stored, each at the id its records were
   // written under (an empty name is a freed id, kept free).
   void RestoreNamespaces(std::vector<std::string> names) REQUIRES(ns_mutex_);
+  // Puts `policy` in force for namespace `id`: its dispatcher's, and its
+  // dedup window.
+  void SetNamespacePolicy(NamespaceId id, const Policy& policy);
   // Appends the dispatcher of id owned_dispatchers_.size(), named `name`.
   NamespaceId NewDispatcher(const std::string& name) REQUIRES(ns_mutex_);
   // Frees namespace `id` if nothing uses it (posted by refs_ on zero).
@@ -391,6 +395,8 @@ class Scheduler {
   // dispatchers_[id] is (with its name).
   std::unique_ptr<std::uint64_t[]> stable_seeds_;
   std::unique_ptr<NamespaceRefs> refs_;
+  // Each namespace's dedup window, as its policy says (SetNamespacePolicy).
+  DedupWindows dedup_windows_;
   std::unique_ptr<asio::thread_pool> reads_;
   // Ids of freed namespaces, for reuse; a freed id's dispatcher has an
   // empty name.

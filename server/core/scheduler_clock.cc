@@ -39,6 +39,8 @@ void Scheduler::ClockChanged(std::function<void()> done) {
 
 void Scheduler::PollClock() {
   if (shutting_down_) return;
+  // (Also the dedup windows' purge: each poll deletes what has ended.)
+  for (auto& p : partitions_) p->PurgeDedup();
   bool moved;
   {
     MutexLock lock(&clock_mu_);

@@ -13,7 +13,7 @@ NamespaceId Scheduler::AddNamespace(std::string name) {
     free_ids_.pop_back();
     stable_seeds_[id] = StableSeed(name);
     dispatchers_[id]->Rename(name);
-    dispatchers_[id]->SetPolicy(PolicyLocked(name));
+    SetNamespacePolicy(id, PolicyLocked(name));
     counters_.of(id).ResetTotals();
     ns_ids_.emplace(std::move(name), id);
     return id;
@@ -60,8 +60,13 @@ NamespaceId Scheduler::NewDispatcher(const std::string& name) {
       partitions_[PartitionOf(ns, key)]->RunState(ns, run, /*open=*/false);
     }
   });
-  if (!name.empty()) dispatchers_[id]->SetPolicy(PolicyLocked(name));
+  if (!name.empty()) SetNamespacePolicy(id, PolicyLocked(name));
   return id;
+}
+
+void Scheduler::SetNamespacePolicy(NamespaceId id, const Policy& policy) {
+  dispatchers_[id]->SetPolicy(policy);
+  dedup_windows_.Set(id, policy.dedup_window);
 }
 
 void Scheduler::Free(NamespaceId id) {

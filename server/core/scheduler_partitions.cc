@@ -102,6 +102,13 @@ Status Scheduler::LoadPartition(std::uint32_t part) {
     if (!s.ok() && error.ok()) error = s;
     next_version = std::max(next_version, (version >> 10) + 1);
   };
+  visit.dedup = [&](std::string_view ns, std::string_view key,
+                    std::string_view encoded) {
+    const auto id = id_of(ns);
+    if (!id) return;
+    Status s = p.RestoreDedup(*id, key, encoded);
+    if (!s.ok() && error.ok()) error = s;
+  };
   visit.timer = [&](std::string_view ns, const StoredTimer& t) {
     index_schedules();
     const auto id = id_of(ns);

@@ -39,7 +39,7 @@ void Scheduler::ApplyPolicy(const std::string& name, const Policy& policy) {
     }
     // (A post to the dispatcher's strand.)
     if (auto it = ns_ids_.find(name); it != ns_ids_.end()) {
-      dispatchers_[it->second]->SetPolicy(policy);
+      SetNamespacePolicy(it->second, policy);
     }
   }
   if (policy_observer_) policy_observer_(name);

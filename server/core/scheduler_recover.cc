@@ -72,6 +72,23 @@ Status Scheduler::Recover(RecoveryReport* report) {
     if (t.fire_time <= wall_now) ++report->overdue;
   });
   if (!s.ok()) return s;
+  // Keys' fates in dedup windows (before the overdue timers fire: those
+  // replace their keys' entries).
+  Status malformed;
+  s = store_->ForEachDedup(
+      [&](NamespaceId ns, std::string_view key, std::string_view encoded) {
+        if (ns >= ids || dispatchers_[ns]->name().empty()) {
+          bad_namespace = true;
+          return;
+        }
+        Status r =
+            partitions_[PartitionOf(ns, key)]->RestoreDedup(ns, key, encoded);
+        if (!r.ok() && malformed.ok()) {
+          malformed = Status::Internal(store_->where() + ": " + r.message());
+        }
+      });
+  if (!s.ok()) return s;
+  if (!malformed.ok()) return malformed;
   // Events that failed deliveries: their attempts, and the dead letters.
   struct Fate {
     std::uint32_t attempts;

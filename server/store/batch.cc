@@ -120,6 +120,14 @@ void Batch::PutSchedule(NamespaceId ns, std::string_view key,
   AppendString(rep_, encoded);
 }
 
+void Batch::PutDedup(NamespaceId ns, std::string_view key,
+                     std::string_view encoded) {
+  Begin(Kind::kPutDedup);
+  AppendRaw(rep_, ns);
+  AppendString(rep_, key);
+  AppendString(rep_, encoded);
+}
+
 bool Batch::Reader::Next(Change* c) {
   if (p_ == end_) return false;
   const char*& p = p_;
@@ -176,6 +184,7 @@ bool Batch::Reader::Next(Change* c) {
       c->data = ReadString(p);
       break;
     case Kind::kPutSchedule:
+    case Kind::kPutDedup:
       c->id = ReadRaw<NamespaceId>(p);
       c->name = ReadString(p);
       c->data = ReadString(p);

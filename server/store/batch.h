@@ -74,6 +74,8 @@ class Batch {
     kPutPolicy,     // name, policy (encoded; empty: the default)
     kPutSchedule,   // id (namespace), name (key), data (the schedule,
                     // encoded by the core; empty: it is gone)
+    kPutDedup,      // id (namespace), name (key), data (a key's fate in
+                    // the dedup window, encoded by the core; empty: gone)
   };
 
   // One change, as Reader yields it; views point into the batch.
@@ -112,6 +114,10 @@ class Batch {
   // A recurring schedule, opaque to the store; `encoded` empty removes it.
   void PutSchedule(NamespaceId ns, std::string_view key,
                    std::string_view encoded);
+
+  // A key's fate kept for the dedup window (dedup_table.h), opaque to the
+  // store; `encoded` empty removes it.
+  void PutDedup(NamespaceId ns, std::string_view key, std::string_view encoded);
 
   // Records that the batch changes partition `partition`'s records (see
   // Store::SharedPartitions; other stores ignore it).

@@ -86,6 +86,10 @@ class Store {
     std::function<void(std::string_view ns, std::string_view key,
                        std::string_view encoded)>
         schedule;
+    // Keys' fates in the dedup window, as kPutDedup stored them.
+    std::function<void(std::string_view ns, std::string_view key,
+                       std::string_view encoded)>
+        dedup;
   };
   // With shared partitions: the partitions this node holds now, by
   // partition, with the epochs of their leases (pg_lease.h). The store
@@ -127,6 +131,11 @@ class Store {
   // Visits every recurring schedule as kPutSchedule stored it: its
   // namespace, key and encoding.
   virtual Status ForEachSchedule(
+      const std::function<void(NamespaceId, std::string_view key,
+                               std::string_view encoded)>& visit) = 0;
+  // Visits every key's fate kept for the dedup window, as kPutDedup
+  // stored it.
+  virtual Status ForEachDedup(
       const std::function<void(NamespaceId, std::string_view key,
                                std::string_view encoded)>& visit) = 0;
   // What opening had to say to the operator beyond errors (a salvage's

@@ -39,6 +39,29 @@ TEST(PolicyRecord, RoundTripsAndRefusesDamage) {
   EXPECT_FALSE(DecodePolicy(bad_flag).has_value());
 }
 
+// A dedup window takes version 3, with or without a push target; without
+// one the older versions are written, as before.
+TEST(PolicyRecord, ADedupWindowIsVersionThreeWithOrWithoutAPushTarget) {
+  Policy p;
+  p.max_attempts = 4;
+  EXPECT_EQ(EncodePolicy(p)[0], 1);
+  p.dedup_window = 10min;
+  std::string bytes = EncodePolicy(p);
+  EXPECT_EQ(bytes[0], 3);
+  EXPECT_EQ(DecodePolicy(bytes), p);
+  EXPECT_FALSE(DecodePolicy(bytes + "x").has_value());
+  EXPECT_FALSE(DecodePolicy(bytes.substr(0, bytes.size() - 1)).has_value());
+  p.push.url = "https://example.com/hook";
+  p.push.method = "POST";
+  bytes = EncodePolicy(p);
+  EXPECT_EQ(bytes[0], 3);
+  EXPECT_EQ(DecodePolicy(bytes), p);
+  EXPECT_FALSE(DecodePolicy(bytes.substr(0, bytes.size() - 1)).has_value());
+  p.dedup_window = 0ns;
+  EXPECT_EQ(EncodePolicy(p)[0], 2);
+  EXPECT_EQ(DecodePolicy(EncodePolicy(p)), p);
+}
+
 TEST(TokenBucket, HoldsTheRateOverAWindowAndTheBurstAfterQuiet) {
   using Time = TokenBucket::Time;
   const Time t0{};

@@ -240,6 +240,60 @@ TEST(SharedPartitions, APartitionMovesBetweenNodes) {
   EXPECT_EQ(disk->events(), 0u);
 }
 
+// A key's fate in a dedup window moves with its partition: the node that
+// takes it refuses a create-only set of the key as the one before did.
+TEST(SharedPartitions, DedupEntriesMoveWithTheirPartition) {
+  auto disk = std::make_shared<MemoryStore::Disk>();
+  disk->SharePartitions(kShared);
+  auto options = [&disk] {
+    Scheduler::Options o;
+    o.threads = 2;
+    o.store = MemoryStore::Opener(disk);
+    return o;
+  };
+  Scheduler a(options()), b(options());
+  ASSERT_TRUE(a.Start().ok());
+  ASSERT_TRUE(b.Start().ok());
+  for (std::uint32_t p = 0; p < kShared; ++p) ASSERT_TRUE(Take(a, p, 1).ok());
+  std::promise<Status> set;
+  a.SetPolicy(
+      "orders",
+      [](const Policy& current, Policy* next) {
+        *next = current;
+        next->dedup_window = std::chrono::hours(1);
+        return Status::Ok();
+      },
+      [&](Status s, const Policy&) { set.set_value(s); });
+  ASSERT_TRUE(set.get_future().get().ok());
+  std::promise<Status> reloaded;
+  b.ReloadPolicies([&](Status s) { reloaded.set_value(s); });
+  ASSERT_TRUE(reloaded.get_future().get().ok());
+  NamespacePin pa, pb;
+  ASSERT_TRUE(a.Intern("orders", &pa).ok());
+  ASSERT_TRUE(b.Intern("orders", &pb).ok());
+  auto apply = [](Scheduler& s, Op op) {
+    std::promise<OpResult> r;
+    s.Submit(std::move(op), [&](OpResult res) { r.set_value(res); });
+    return r.get_future().get();
+  };
+  std::string key;
+  for (int i = 0; key.empty(); ++i) {
+    std::string k = "order-" + std::to_string(i);
+    if (StablePartition("orders", k, kShared) == 3) key = k;
+  }
+  const WallNanos later = WallNow() + 3'600'000'000'000;
+  ASSERT_TRUE(apply(a, SetOp{pa.id(), Blob(key, "p"), later}).status.ok());
+  ASSERT_TRUE(apply(a, RemoveOp{pa.id(), key}).status.ok());
+  EXPECT_EQ(apply(a, SetOp{pa.id(), Blob(key, "p"), later, true}).status.code(),
+            Code::kAlreadyExists);
+  Drop(a, 3);
+  ASSERT_TRUE(Take(b, 3, 2).ok());
+  const OpResult again = apply(b, SetOp{pb.id(), Blob(key, "p"), later, true});
+  EXPECT_EQ(again.status.code(), Code::kAlreadyExists);
+  EXPECT_NE(again.status.message().find("was removed"), std::string::npos)
+      << again.status.message();
+}
+
 // Without a shared store the core keeps its own partition count and the
 // batches name nothing (the disk checks nothing either).
 TEST(SharedPartitions, OtherStoresKeepTheCoresOwnCount) {

@@ -116,6 +116,7 @@ void MemoryStore::Disk::CheckPartition(const Batch& batch,
     case Batch::Kind::kReserveIds:
       return Check(batch, c.partition);
     case Batch::Kind::kPutSchedule:
+    case Batch::Kind::kPutDedup:
       return Check(batch, static_cast<NamespaceId>(c.id), c.name);
     case Batch::Kind::kPutNamespace:
     case Batch::Kind::kPutPolicy:
@@ -178,6 +179,16 @@ void MemoryStore::Disk::Apply(const Batch& batch) {
           schedules_.erase(id);
         } else {
           schedules_[std::move(id)] = std::string(c.data);
+        }
+        break;
+      }
+      case Batch::Kind::kPutDedup: {
+        auto id =
+            std::make_pair(static_cast<NamespaceId>(c.id), std::string(c.name));
+        if (c.data.empty()) {
+          dedup_.erase(id);
+        } else {
+          dedup_[std::move(id)] = std::string(c.data);
         }
         break;
       }
@@ -271,6 +282,10 @@ Status MemoryStore::LoadPartition(std::uint32_t part,
     if (in(id.first, id.second))
       visit.schedule(name(id.first), id.second, data);
   }
+  for (const auto& [id, data] : disk_->dedup_) {
+    if (visit.dedup && in(id.first, id.second))
+      visit.dedup(name(id.first), id.second, data);
+  }
   for (const auto& [id, t] : disk_->timers_) {
     if (in(t.ns, t.key)) {
       visit.timer(name(t.ns),
@@ -311,6 +326,14 @@ Status MemoryStore::ForEachSchedule(
   MutexLock lock(&disk_->mu_);
   for (const auto& [id, data] : disk_->schedules_)
     visit(id.first, id.second, data);
+  return Status::Ok();
+}
+
+Status MemoryStore::ForEachDedup(
+    const std::function<void(NamespaceId, std::string_view, std::string_view)>&
+        visit) {
+  MutexLock lock(&disk_->mu_);
+  for (const auto& [id, data] : disk_->dedup_) visit(id.first, id.second, data);
   return Status::Ok();
 }
 

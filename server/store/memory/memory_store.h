@@ -90,6 +90,8 @@ class MemoryStore final : public Store {
     std::map<std::string, std::string> policies_ GUARDED_BY(mu_);
     std::map<std::pair<NamespaceId, std::string>, std::string> schedules_
         GUARDED_BY(mu_);
+    std::map<std::pair<NamespaceId, std::string>, std::string> dedup_
+        GUARDED_BY(mu_);
     std::uint32_t shared_ GUARDED_BY(mu_) = 0;
     std::uint64_t touched_ GUARDED_BY(mu_) = 0;
     std::uint64_t untouched_ GUARDED_BY(mu_) = 0;
@@ -122,6 +124,9 @@ class MemoryStore final : public Store {
   Status LoadPolicies(
       std::vector<std::pair<std::string, std::string>>* policies) override;
   Status ForEachSchedule(
+      const std::function<void(NamespaceId, std::string_view,
+                               std::string_view)>& visit) override;
+  Status ForEachDedup(
       const std::function<void(NamespaceId, std::string_view,
                                std::string_view)>& visit) override;
 

@@ -147,20 +147,22 @@ class GroupStatements {
         out_.push_back({"notify_policy", std::move(notify)});
         break;
       }
-      case Batch::Kind::kPutSchedule: {
+      case Batch::Kind::kPutSchedule:
+      case Batch::Kind::kPutDedup: {
         FlushRun();
+        const bool schedule = c.kind == Batch::Kind::kPutSchedule;
         const std::string& ns = NameOf(static_cast<NamespaceId>(c.id));
         pg::Params p;
         if (c.data.empty()) {
           p.Bytes(ns);
           p.Bytes(c.name);
-          out_.push_back({"unschedule", std::move(p)});
+          out_.push_back({schedule ? "unschedule" : "undedup", std::move(p)});
         } else {
           p.Int16(static_cast<std::int16_t>(partition_of_(ns, c.name)));
           p.Bytes(ns);
           p.Bytes(c.name);
           p.Bytes(c.data);
-          out_.push_back({"schedule", std::move(p)});
+          out_.push_back({schedule ? "schedule" : "dedup", std::move(p)});
         }
         break;
       }

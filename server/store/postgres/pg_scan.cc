@@ -47,7 +47,8 @@ StoredFate FateOf(const Fields& f, const std::vector<bool>& null,
 Status PgStore::LoadNamespaces(std::vector<std::string>* names) {
   pg::Result r;
   if (Status s = Query("SELECT ns FROM delayd_jobs UNION SELECT ns FROM "
-                       "delayd_schedules ORDER BY ns",
+                       "delayd_schedules UNION SELECT ns FROM delayd_dedup "
+                       "ORDER BY ns",
                        0, &r);
       !s.ok()) {
     return s;
@@ -136,6 +137,17 @@ Status PgStore::ForEachSchedule(
       });
 }
 
+Status PgStore::ForEachDedup(
+    const std::function<void(NamespaceId, std::string_view, std::string_view)>&
+        visit) {
+  return Copy(
+      "COPY (SELECT ns, key, fate FROM delayd_dedup) TO STDOUT (FORMAT "
+      "binary)",
+      3, [&](const std::vector<std::string_view>& f, const std::vector<bool>&) {
+        visit(IdOf(names_, f[0]), f[1], f[2]);
+      });
+}
+
 Status PgStore::ForEachEvent(
     const std::function<void(const StoredEvent&)>& visit) {
   return Copy(
@@ -191,6 +203,14 @@ Status PgStore::LoadPartition(std::uint32_t part, std::uint64_t* version_limit,
         visit.schedule(f[0], f[1], f[2]);
       });
   if (!s.ok()) return s;
+  if (visit.dedup) {
+    s = Copy("COPY (SELECT ns, key, fate FROM delayd_dedup" + where +
+                 ") TO STDOUT (FORMAT binary)",
+             3,
+             [&](const std::vector<std::string_view>& f,
+                 const std::vector<bool>&) { visit.dedup(f[0], f[1], f[2]); });
+    if (!s.ok()) return s;
+  }
   s = Copy("COPY (SELECT id, ns, key, fire_time, version FROM delayd_jobs" +
                where + " AND event_id IS NULL) TO STDOUT (FORMAT binary)",
            5, [&](const Fields& f, const std::vector<bool>&) {

@@ -118,6 +118,18 @@ CREATE TABLE delayd_cluster (
 );
 ALTER TABLE delayd_nodes ADD COLUMN instance text NOT NULL DEFAULT '';
 )sql"},
+      // Keys' fates in a namespace's dedup window, each encoded by the
+      // core (server/core/dedup_table.h).
+      {"dedup-window", R"sql(
+CREATE TABLE delayd_dedup (
+  part smallint NOT NULL,
+  ns text NOT NULL,
+  key bytea NOT NULL,
+  fate bytea NOT NULL,
+  PRIMARY KEY (ns, key)
+);
+CREATE INDEX delayd_dedup_part ON delayd_dedup (part);
+)sql"},
   };
   return kSteps;
 }

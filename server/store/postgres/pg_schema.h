@@ -17,6 +17,7 @@
 //   delayd_commits   per daemon, the id of its last committed write group
 //                    (how a commit whose answer was lost is told)
 //   delayd_schedules recurring schedules
+//   delayd_dedup     keys' fates in a namespace's dedup window
 //   delayd_nodes     nodes of a cluster, their heartbeats and the process
 //                    holding each node id (pg_lease.h, pg_join.h)
 //   delayd_leases    per partition, its owner, epoch and lease expiry

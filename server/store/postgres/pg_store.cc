@@ -65,6 +65,12 @@ constexpr Statement kStatements[] = {
      "UPDATE SET schedule = EXCLUDED.schedule"},
     {"unschedule",
      "DELETE FROM delayd_schedules WHERE ns = $1::text AND key = $2::bytea"},
+    {"dedup",
+     "INSERT INTO delayd_dedup (part, ns, key, fate) VALUES ($1::int2, "
+     "$2::text, $3::bytea, $4::bytea) ON CONFLICT (ns, key) DO UPDATE SET "
+     "fate = EXCLUDED.fate"},
+    {"undedup",
+     "DELETE FROM delayd_dedup WHERE ns = $1::text AND key = $2::bytea"},
     {"fence", pg::kFenceSql},
     {"mark",
      "INSERT INTO delayd_commits (node, group_id) VALUES ($1::text, "

@@ -158,6 +158,9 @@ class PgStore final : public Store {
   Status ForEachSchedule(
       const std::function<void(NamespaceId, std::string_view,
                                std::string_view)>& visit) override;
+  Status ForEachDedup(
+      const std::function<void(NamespaceId, std::string_view,
+                               std::string_view)>& visit) override;
 
   void Commit(Batch& batch, Done done) override;
   void Write(Batch& batch, std::function<void()> written,

@@ -75,6 +75,14 @@ void RocksStore::Check(CheckReport* report) {
         }
       });
   if (!s.ok()) problem(s.message());
+  s = ForEachDedup(
+      [&](NamespaceId ns, std::string_view key, std::string_view encoded) {
+        if (ns >= names.size() || names[ns].empty() || encoded.empty()) {
+          problem("dedup record of key '" + std::string(key) + "' names " +
+                  name_of(ns) + (encoded.empty() ? " and is empty" : ""));
+        }
+      });
+  if (!s.ok()) problem(s.message());
   constexpr std::size_t kChunk = 1024;
   for (std::size_t at = 0; at < owners.size(); at += kChunk) {
     const std::size_t n = std::min(kChunk, owners.size() - at);

@@ -4,7 +4,8 @@
 //
 // Format 1: every store written before formats were recorded (delayd 0.1).
 // Format 2: the same records; the format is recorded (a meta record, and a
-// column family named for it, below).
+// column family named for it, below); keys' fates in a dedup window (meta
+// records 'd', delayd 0.2).
 //
 // A store of format N has an empty column family "delayd-format-N".
 // RocksDB refuses to open a store for writing unless every column family

@@ -9,7 +9,9 @@
 // A policy record, keyed by 'p' and the namespace name: the encoded policy.
 //
 // A schedule record, keyed by 's', the namespace id (4, big-endian) and the
-// schedule's key: the schedule as the core encoded it.
+// schedule's key: the schedule as the core encoded it. A dedup record
+// (format 3), keyed by 'd', the namespace id and the key: the key's fate as
+// the core encoded it.
 #include <rocksdb/db.h>
 
 #include "server/common/record_codec.h"
@@ -21,6 +23,7 @@ namespace {
 constexpr char kFatePrefix = 'f';
 constexpr char kPolicyPrefix = 'p';
 constexpr char kSchedulePrefix = 's';
+constexpr char kDedupPrefix = 'd';
 constexpr std::uint8_t kDead = 1;
 constexpr std::uint8_t kHasRetryAt = 2;
 
@@ -51,6 +54,13 @@ std::string RocksStore::PolicyKey(std::string_view name) {
 
 std::string RocksStore::ScheduleKey(NamespaceId ns, std::string_view key) {
   std::string k(1, kSchedulePrefix);
+  record::AppendBE(k, ns, 4);
+  k.append(key);
+  return k;
+}
+
+std::string RocksStore::DedupKey(NamespaceId ns, std::string_view key) {
+  std::string k(1, kDedupPrefix);
   record::AppendBE(k, ns, 4);
   k.append(key);
   return k;
@@ -98,7 +108,8 @@ Status RocksStore::LoadPolicies(
   return Status::Ok();
 }
 
-Status RocksStore::ForEachSchedule(
+Status RocksStore::ForEachKeyed(
+    char prefix_byte, const char* what,
     const std::function<void(NamespaceId, std::string_view, std::string_view)>&
         visit) {
   // Read once, in order, as ForEachTimer reads timers: through the cache
@@ -107,19 +118,34 @@ Status RocksStore::ForEachSchedule(
   ro.fill_cache = false;
   ro.readahead_size = 4 << 20;
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, meta_));
-  const std::string prefix(1, kSchedulePrefix);
+  const std::string prefix(1, prefix_byte);
   for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix);
        it->Next()) {
     const rocksdb::Slice k = it->key();
     if (k.size() < 6) {
-      return Status::Internal(where_ + ": malformed schedule record");
+      return Status::Internal(where_ + ": malformed " + what + " record");
     }
     visit(static_cast<NamespaceId>(record::ReadBE(k.data() + 1, 4)),
           std::string_view(k.data() + 5, k.size() - 5),
           std::string_view(it->value().data(), it->value().size()));
   }
-  if (!it->status().ok()) return Error("reading schedules", it->status());
+  if (!it->status().ok()) {
+    return Error((std::string("reading ") + what + " records").c_str(),
+                 it->status());
+  }
   return Status::Ok();
+}
+
+Status RocksStore::ForEachSchedule(
+    const std::function<void(NamespaceId, std::string_view, std::string_view)>&
+        visit) {
+  return ForEachKeyed(kSchedulePrefix, "schedule", visit);
+}
+
+Status RocksStore::ForEachDedup(
+    const std::function<void(NamespaceId, std::string_view, std::string_view)>&
+        visit) {
+  return ForEachKeyed(kDedupPrefix, "dedup", visit);
 }
 
 }  // namespace delayd

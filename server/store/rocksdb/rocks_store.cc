@@ -149,9 +149,12 @@ void RocksStore::ToRocks(const Batch& batch, rocksdb::WriteBatch& out) const {
           out.Put(meta_, PolicyKey(c.name), ToSlice(c.data));
         }
         break;
-      case Batch::Kind::kPutSchedule: {
-        const std::string key =
-            ScheduleKey(static_cast<NamespaceId>(c.id), c.name);
+      case Batch::Kind::kPutSchedule:
+      case Batch::Kind::kPutDedup: {
+        const auto ns = static_cast<NamespaceId>(c.id);
+        const std::string key = c.kind == Batch::Kind::kPutSchedule
+                                    ? ScheduleKey(ns, c.name)
+                                    : DedupKey(ns, c.name);
         if (c.data.empty()) {
           out.Delete(meta_, key);
         } else {

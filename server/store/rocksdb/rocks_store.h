@@ -134,6 +134,9 @@ class RocksStore final : public Store {
   Status ForEachSchedule(
       const std::function<void(NamespaceId, std::string_view,
                                std::string_view)>& visit) override;
+  Status ForEachDedup(
+      const std::function<void(NamespaceId, std::string_view,
+                               std::string_view)>& visit) override;
   std::vector<std::string> OpenNotes() const override;
 
   void Commit(Batch& batch, Done done) override;
@@ -230,6 +233,12 @@ class RocksStore final : public Store {
   static std::string FateValue(const StoredFate& fate);
   static std::string PolicyKey(std::string_view name);
   static std::string ScheduleKey(NamespaceId ns, std::string_view key);
+  static std::string DedupKey(NamespaceId ns, std::string_view key);
+  // Visits the meta records of `prefix` keyed by namespace id and key
+  // (`what` names them in errors).
+  Status ForEachKeyed(char prefix, const char* what,
+                      const std::function<void(NamespaceId, std::string_view,
+                                               std::string_view)>& visit);
   // Writes one group as one RocksDB write.
   rocksdb::Status WriteGroup(const std::vector<Queued>& group);
   // Every kMarkInterval, records in the mark how much is durable, if that
