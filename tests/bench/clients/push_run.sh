@@ -38,7 +38,7 @@ done
 export DELAYD_ENDPOINT=127.0.0.1:$(grep -oE ' port [0-9]+' "$work/delayd.log" | head -1 | grep -oE '[0-9]+')
 export DELAYD_TS_LIB=$PWD/client/typescript DELAYD_PID=$daemon_pid
 
-run() { node tests/bench/clients/push_bench.mjs "$@" | tee -a "$work/results"; }
+run() { node --expose-gc tests/bench/clients/push_bench.mjs "$@" | tee -a "$work/results"; }
 for round in $(seq "$rounds"); do
   run worker throughput 20000 32
   run push throughput 20000 32
