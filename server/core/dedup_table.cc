@@ -43,7 +43,7 @@ std::optional<DedupEntry> DecodeDedup(std::string_view bytes) {
   const char* p = bytes.data() + 1;
   DedupEntry e;
   const auto fate = record::ReadRaw<std::uint8_t>(p);
-  if (fate != 1 && fate != 2) return std::nullopt;
+  if (fate < 1 || fate > 3) return std::nullopt;
   e.fate = static_cast<DedupEntry::Fate>(fate);
   e.version = record::ReadRaw<std::uint64_t>(p);
   e.at = record::ReadRaw<std::int64_t>(p);
@@ -53,9 +53,12 @@ std::optional<DedupEntry> DecodeDedup(std::string_view bytes) {
 }
 
 std::string DedupRefusal(std::string_view key, const DedupEntry& e) {
-  return "timer '" + std::string(key) + "' " +
-         (e.fate == DedupEntry::Fate::kFired ? "fired" : "was removed") +
-         " at " + Rfc3339(e.at) + " (version " + std::to_string(e.version) +
+  const char* what = e.fate == DedupEntry::Fate::kFired ? "fired"
+                     : e.fate == DedupEntry::Fate::kAcked
+                         ? "fired and was acknowledged"
+                         : "was removed";
+  return "timer '" + std::string(key) + "' " + what + " at " + Rfc3339(e.at) +
+         " (version " + std::to_string(e.version) +
          "): a create-only set of this key is refused until " +
          Rfc3339(e.until) + " (the namespace's dedup window)";
 }
@@ -79,6 +82,12 @@ const DedupEntry* DedupTable::Find(NamespaceId ns, std::string_view key,
   auto it = entries_.find(KeyOf(ns, key));
   if (it == entries_.end() || it->second.until <= now) return nullptr;
   return &it->second;
+}
+
+const DedupEntry* DedupTable::Peek(NamespaceId ns, std::string_view key) const {
+  if (entries_.empty()) return nullptr;
+  auto it = entries_.find(KeyOf(ns, key));
+  return it == entries_.end() ? nullptr : &it->second;
 }
 
 void DedupTable::Erase(const std::string& k, DedupWindows& windows) {

@@ -5,7 +5,8 @@
 // DedupWindows holds each namespace's window and the daemon-wide count of
 // entries; DedupTable, one per partition, the entries of its keys, in
 // memory and (as records the store keeps opaque: Batch::PutDedup) durably.
-// The window counts from the moment the timer fired or was removed.
+// The window counts from the moment the timer was removed, or fired, and
+// again from its event's acknowledgement.
 //
 // Bounded: at most `max_entries` entries daemon-wide. A partition at the
 // bound lets its entry that ends soonest go early (counted in `evicted`);
@@ -58,11 +59,11 @@ class DedupWindows {
 
 // One key's fate, as kept and stored.
 struct DedupEntry {
-  enum class Fate : std::uint8_t { kFired = 1, kRemoved = 2 };
+  enum class Fate : std::uint8_t { kFired = 1, kRemoved = 2, kAcked = 3 };
   Fate fate = Fate::kFired;
   std::uint64_t version = 0;  // The timer's last version.
-  WallNanos at = 0;           // When it fired or was removed.
-  WallNanos until = 0;        // When the window ends.
+  WallNanos at = 0;     // When it fired, was removed, or was acknowledged.
+  WallNanos until = 0;  // When the window ends.
 
   bool operator==(const DedupEntry&) const = default;
 };
@@ -80,6 +81,8 @@ class DedupTable {
   // The entry of (ns, key) whose window has not ended at `now`, if any.
   const DedupEntry* Find(NamespaceId ns, std::string_view key,
                          WallNanos now) const;
+  // The entry of (ns, key), ended or not.
+  const DedupEntry* Peek(NamespaceId ns, std::string_view key) const;
   // Adds or replaces (ns, key)'s entry. Returns whether it is new (then the
   // caller counts it in its namespace's references), or nullopt if the
   // bound left no room; `*evicted` (ns and key) gets the entry let go to

@@ -245,50 +245,58 @@ void Dispatcher::Unsubscribe(std::uint64_t id) {
 
 void Dispatcher::Ack(std::vector<std::uint64_t> ids,
                      std::function<void(AckResult)> done) {
-  asio::post(
-      strand_, [this, ids = std::move(ids), done = std::move(done)]() mutable {
-        on_strand_.Enter();
-        AckResult result;
-        const SteadyTime now = clock_.Steady();
-        Batch batch;
-        for (std::uint64_t id : ids) {
-          auto it = outstanding_.find(id);
-          // (A dead letter is requeued or purged, not acknowledged.)
-          if (it == outstanding_.end() || it->second.dead) {
-            result.unknown.push_back(id);
-            continue;
-          }
-          Outstanding& o = it->second;
-          if (LeaveState(id, o)) observed_.Add(now - o.delivered_at);
-          if (store_ != nullptr) {
-            batch.RemoveEvent(id, PayloadIdOf(o.event.blob), o.fate_stored);
-            Touch(batch, o.event);
-          }
-          CloseRun(o);
-          Forget(it);
-          ++result.acked;
-        }
-        counters_.acked.fetch_add(result.acked);
-        mine_.acked.fetch_add(result.acked, std::memory_order_relaxed);
-        observed_.AddTo(metrics_.ack_latency());
-        Pump();
-        if (batch.empty()) {
-          refs_->Release(id_, result.acked);
-          done(std::move(result));
-          return;
-        }
-        store_->Commit(batch, [this, done = std::move(done),
-                               result = std::move(result)](Status s) mutable {
-          // Not durable: the events come back after a restart (at least once),
-          // so the acknowledgement fails.
-          if (!s.ok()) {
-            result.error = s;
-          } else {
-            refs_->Release(id_, result.acked);
-          }
-          done(std::move(result));
-        });
-      });
+  asio::post(strand_, [this, ids = std::move(ids),
+                       done = std::move(done)]() mutable {
+    on_strand_.Enter();
+    AckResult result;
+    const SteadyTime now = clock_.Steady();
+    Batch batch;
+    std::vector<std::pair<std::string, std::uint64_t>> settled;
+    const bool dedup = settled_ && policy_.dedup_window.count() > 0;
+    for (std::uint64_t id : ids) {
+      auto it = outstanding_.find(id);
+      // (A dead letter is requeued or purged, not acknowledged.)
+      if (it == outstanding_.end() || it->second.dead) {
+        result.unknown.push_back(id);
+        continue;
+      }
+      Outstanding& o = it->second;
+      if (LeaveState(id, o)) observed_.Add(now - o.delivered_at);
+      if (store_ != nullptr) {
+        batch.RemoveEvent(id, PayloadIdOf(o.event.blob), o.fate_stored);
+        Touch(batch, o.event);
+      }
+      if (dedup) {
+        settled.emplace_back(std::string(o.event.blob.key()), o.event.version);
+      }
+      CloseRun(o);
+      Forget(it);
+      ++result.acked;
+    }
+    counters_.acked.fetch_add(result.acked);
+    mine_.acked.fetch_add(result.acked, std::memory_order_relaxed);
+    observed_.AddTo(metrics_.ack_latency());
+    Pump();
+    if (batch.empty()) {
+      if (!settled.empty()) settled_(id_, std::move(settled));
+      refs_->Release(id_, result.acked);
+      done(std::move(result));
+      return;
+    }
+    store_->Commit(batch,
+                   [this, done = std::move(done), result = std::move(result),
+                    settled = std::move(settled)](Status s) mutable {
+                     // Not durable: the events come back after a restart (at
+                     // least once), so the acknowledgement fails.
+                     if (!s.ok()) {
+                       result.error = s;
+                     } else {
+                       if (!settled.empty()) settled_(id_, std::move(settled));
+                       refs_->Release(id_, result.acked);
+                     }
+                     done(std::move(result));
+                   });
+  });
 }
 
 void Dispatcher::DropPartition(std::uint32_t part,

@@ -178,6 +178,13 @@ class Dispatcher {
   void SetRunClosed(std::function<void(NamespaceId, std::string_view)> f) {
     run_closed_ = std::move(f);
   }
+  // Told, once their acknowledgement is durable and while they still count
+  // in the namespace, the keys and versions of events acknowledged while
+  // the policy has a dedup window (its window then counts from now). Set
+  // once, before the dispatcher is used.
+  using Settled = std::function<void(
+      NamespaceId, std::vector<std::pair<std::string, std::uint64_t>>)>;
+  void SetSettled(Settled f) { settled_ = std::move(f); }
   // With a store whose partitions are shared (Store::SharedPartitions): the
   // partition of a key, so that each batch says which it touches. Set once,
   // before the dispatcher is used.
@@ -494,6 +501,7 @@ class Dispatcher {
 
   std::string name_;
   std::function<void(NamespaceId, std::string_view)> run_closed_;
+  Settled settled_;
   std::function<std::uint32_t(NamespaceId, std::string_view)> partition_of_;
   // Records in `batch` that it changes the partition of `e`.
   void Touch(Batch& batch, const Event& e) const {

@@ -261,6 +261,11 @@ class Partition {
   // bound), in memory and in the store, at most a few thousand a call; their
   // namespaces are released once that is durable. Called on a timer.
   void PurgeDedup() EXCLUDES(mu_);
+  // Events of `ns` acknowledged at `at` (each key and version): their keys'
+  // windows count from then (unless a later version's fate is recorded).
+  void Settled(NamespaceId ns,
+               const std::vector<std::pair<std::string, std::uint64_t>>& keys,
+               WallNanos at) EXCLUDES(mu_);
   std::size_t dedup_entries() const EXCLUDES(mu_);
 
  private:
@@ -299,8 +304,8 @@ class Partition {
   OpResult Move(MoveOp& op, WallNanos wall_now, SteadyTime steady_now,
                 Batch* batch) REQUIRES(mu_);
   OpResult Remove(RemoveOp& op, WallNanos wall_now, Batch* batch) REQUIRES(mu_);
-  // Records (if its namespace has a dedup window) that `key` fired or was
-  // removed at `at`, in memory and in `batch` (if any).
+  // Records (if its namespace has a dedup window) that `key` met `fate` at
+  // `at`, in memory and in `batch` (if any).
   void NoteGone(NamespaceId ns, std::string_view key, DedupEntry::Fate fate,
                 std::uint64_t version, WallNanos at, Batch* batch)
       REQUIRES(mu_);

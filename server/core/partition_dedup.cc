@@ -108,6 +108,25 @@ void Partition::PurgeDedup() {
   for (NamespaceId ns : release) refs_->Release(ns);
 }
 
+void Partition::Settled(
+    NamespaceId ns,
+    const std::vector<std::pair<std::string, std::uint64_t>>& keys,
+    WallNanos at) {
+  Batch batch;
+  MutexLock lock(&mu_);
+  if (stopped_ || !owned_) return;  // (The next owner counts from the fire.)
+  for (const auto& [key, version] : keys) {
+    const DedupEntry* e = dedup_.Peek(ns, key);
+    if (e != nullptr && e->version > version) continue;
+    NoteGone(ns, key, DedupEntry::Fate::kAcked, version, at,
+             store_ != nullptr ? &batch : nullptr);
+  }
+  if (batch.empty()) return;
+  batch.Touch(partition_);
+  // (If it is lost, the window counts from the fire, as it did before.)
+  store_->Commit(batch, nullptr);
+}
+
 std::size_t Partition::dedup_entries() const {
   MutexLock lock(&mu_);
   return dedup_.size();

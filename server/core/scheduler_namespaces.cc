@@ -2,6 +2,7 @@
 // (Intern), found by reads (Find), and freed once nothing uses it (Free);
 // subscribers may wait for one that does not exist yet.
 #include <algorithm>
+#include <map>
 
 #include "server/common/stable_hash.h"
 #include "server/core/scheduler.h"
@@ -60,6 +61,22 @@ NamespaceId Scheduler::NewDispatcher(const std::string& name) {
       partitions_[PartitionOf(ns, key)]->RunState(ns, run, /*open=*/false);
     }
   });
+  // Acknowledged keys of a namespace with a dedup window: their partitions
+  // count the window from now.
+  dispatchers_[id]->SetSettled(
+      [this](NamespaceId ns,
+             std::vector<std::pair<std::string, std::uint64_t>> keys) {
+        std::map<std::uint32_t,
+                 std::vector<std::pair<std::string, std::uint64_t>>>
+            by_partition;
+        for (auto& k : keys) {
+          by_partition[PartitionOf(ns, k.first)].push_back(std::move(k));
+        }
+        const WallNanos now = clock_.Wall();
+        for (const auto& [p, of_p] : by_partition) {
+          partitions_[p]->Settled(ns, of_p, now);
+        }
+      });
   if (!name.empty()) SetNamespacePolicy(id, PolicyLocked(name));
   return id;
 }

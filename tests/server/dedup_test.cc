@@ -23,7 +23,7 @@ TEST(DedupRecord, RoundTripsAndRefusesDamage) {
   bad[0] = 2;  // A version this build did not write.
   EXPECT_FALSE(DecodeDedup(bad).has_value());
   bad = bytes;
-  bad[1] = 3;  // No such fate.
+  bad[1] = 4;  // No such fate.
   EXPECT_FALSE(DecodeDedup(bad).has_value());
   const DedupEntry backwards{DedupEntry::Fate::kFired, 1, 5'000, 4'000};
   EXPECT_FALSE(DecodeDedup(EncodeDedup(backwards)).has_value());
@@ -132,7 +132,8 @@ TEST_P(DedupWindow, AKeyThatFiredOrWasRemovedIsRefusedThroughTheWindow) {
 
     grpc::Status s = CreateOnly(d, "jobs", "fired");
     EXPECT_EQ(s.error_code(), grpc::StatusCode::ALREADY_EXISTS);
-    EXPECT_NE(s.error_message().find("'fired' fired at"), std::string::npos)
+    EXPECT_NE(s.error_message().find("'fired' fired and was acknowledged at"),
+              std::string::npos)
         << s.error_message();
     EXPECT_NE(
         s.error_message().find("version " + std::to_string(fired_version)),
@@ -238,6 +239,32 @@ TEST_P(DedupWindow, EntriesKeepTheirNamespaceWhenOthersAreFreed) {
             grpc::StatusCode::ALREADY_EXISTS);  // Pending.
   EXPECT_EQ(CreateOnly(d, "b", "t").error_code(),
             grpc::StatusCode::ALREADY_EXISTS);  // Remembered.
+}
+
+// An event acknowledged later than it fired: the window counts again from
+// the acknowledgement, and holds until then however long that takes.
+TEST_P(DedupWindow, TheWindowCountsFromTheAcknowledgement) {
+  TestDaemon d(Options());
+  SetWindow(d, "jobs", 60'000);
+  TestStream worker(d.stub(), TestStream::Worker("jobs"));
+  ASSERT_TRUE(worker.WaitRegistered());
+  ASSERT_TRUE(Set(d.stub(), "jobs", "slow", 0).ok());
+  const auto got = worker.WaitFor(1);
+  ASSERT_EQ(got.size(), 1u);
+  clock_.Advance(50s);
+  grpc::Status s = CreateOnly(d, "jobs", "slow");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  EXPECT_NE(s.error_message().find("'slow' fired at"), std::string::npos)
+      << s.error_message();
+  ASSERT_TRUE(AckEvents(d.stub(), "jobs", got).ok());
+  clock_.Advance(59s);  // 109 s after the fire, 59 s after the ack.
+  s = CreateOnly(d, "jobs", "slow");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  EXPECT_NE(s.error_message().find("fired and was acknowledged"),
+            std::string::npos)
+      << s.error_message();
+  clock_.Advance(1s);
+  EXPECT_TRUE(CreateOnly(d, "jobs", "slow").ok());
 }
 
 INSTANTIATE_TEST_SUITE_P(Stores, DedupWindow, AllBackends(), BackendName);
