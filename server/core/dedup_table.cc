@@ -1,29 +1,15 @@
 #include "server/core/dedup_table.h"
 
 #include <cstring>
-#include <ctime>
 
 #include "server/common/record_codec.h"
+#include "server/common/rfc3339.h"
 
 namespace delayd {
 namespace {
 
 constexpr std::uint8_t kVersion = 1;
 constexpr std::size_t kSize = 1 + 1 + 8 + 8 + 8;
-
-// RFC 3339 in UTC, to the millisecond.
-std::string Rfc3339(WallNanos t) {
-  const std::time_t secs = static_cast<std::time_t>(t / 1'000'000'000);
-  std::tm tm{};
-  gmtime_r(&secs, &tm);
-  char buf[40];
-  const std::size_t n =
-      std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
-  char ms[8];
-  std::snprintf(ms, sizeof ms, ".%03dZ",
-                static_cast<int>((t / 1'000'000) % 1000));
-  return std::string(buf, n) + ms;
-}
 
 }  // namespace
 
@@ -57,10 +43,10 @@ std::string DedupRefusal(std::string_view key, const DedupEntry& e) {
                      : e.fate == DedupEntry::Fate::kAcked
                          ? "fired and was acknowledged"
                          : "was removed";
-  return "timer '" + std::string(key) + "' " + what + " at " + Rfc3339(e.at) +
-         " (version " + std::to_string(e.version) +
+  return "timer '" + std::string(key) + "' " + what + " at " +
+         Rfc3339Millis(e.at) + " (version " + std::to_string(e.version) +
          "): a create-only set of this key is refused until " +
-         Rfc3339(e.until) + " (the namespace's dedup window)";
+         Rfc3339Millis(e.until) + " (the namespace's dedup window)";
 }
 
 std::string DedupTable::KeyOf(NamespaceId ns, std::string_view key) {

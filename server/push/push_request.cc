@@ -2,8 +2,7 @@
 // proto's PushTarget says what is sent and what each answer means).
 #include <sys/socket.h>
 
-#include <ctime>
-
+#include "server/common/rfc3339.h"
 #include "server/core/schedule_record.h"
 #include "server/push/push_job.h"
 #include "server/push/pusher.h"
@@ -11,19 +10,6 @@
 
 namespace delayd::push {
 namespace {
-
-std::string Rfc3339(WallNanos t) {
-  const std::time_t secs = static_cast<std::time_t>(t / 1'000'000'000);
-  std::tm tm{};
-  gmtime_r(&secs, &tm);
-  char buf[40];
-  const std::size_t n =
-      std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
-  char frac[16];
-  std::snprintf(frac, sizeof frac, ".%03dZ",
-                static_cast<int>((t / 1'000'000) % 1000));
-  return std::string(buf, n) + frac;
-}
 
 const char* ReasonText(Reason r) {
   switch (r) {
@@ -100,7 +86,7 @@ void AddHeaders(PushJob& job) {
   if (run != 0) add("delayd-schedule-run: " + std::to_string(run));
   add("delayd-version: " + std::to_string(e.version));
   add("delayd-attempt: " + std::to_string(e.attempt));
-  add("delayd-fire-time: " + Rfc3339(e.fire_time));
+  add("delayd-fire-time: " + Rfc3339Millis(e.fire_time));
   add(std::string("delayd-reason: ") +
       (job.test_done ? "test" : ReasonText(e.reason)));
   add("webhook-id: " + job.webhook_id);

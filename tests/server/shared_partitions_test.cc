@@ -35,6 +35,20 @@ void Drop(Scheduler& s, std::uint32_t part) {
   dropped.get_future().wait();
 }
 
+// A node's core over the shared `disk`.
+Scheduler::Options SharedOn(const std::shared_ptr<MemoryStore::Disk>& disk) {
+  Scheduler::Options o;
+  o.threads = 2;
+  o.store = MemoryStore::Opener(disk);
+  return o;
+}
+
+OpResult ApplyOn(Scheduler& s, Op op) {
+  std::promise<OpResult> r;
+  s.Submit(std::move(op), [&](OpResult res) { r.set_value(res); });
+  return r.get_future().get();
+}
+
 class SharedPartitionsTest : public ::testing::Test {
  protected:
   SharedPartitionsTest()
@@ -155,24 +169,14 @@ TEST_F(SharedPartitionsTest, KeysGoWhereTheStoreSaysAndBatchesNameThem) {
 TEST(SharedPartitions, APartitionMovesBetweenNodes) {
   auto disk = std::make_shared<MemoryStore::Disk>();
   disk->SharePartitions(kShared);
-  auto options = [&disk] {
-    Scheduler::Options o;
-    o.threads = 2;
-    o.store = MemoryStore::Opener(disk);
-    return o;
-  };
-  Scheduler a(options()), b(options());
+  Scheduler a(SharedOn(disk)), b(SharedOn(disk));
   ASSERT_TRUE(a.Start().ok());
   ASSERT_TRUE(b.Start().ok());
   for (std::uint32_t p = 0; p < kShared; ++p) ASSERT_TRUE(Take(a, p, 1).ok());
   NamespacePin pa, pb;
   ASSERT_TRUE(a.Intern("orders", &pa).ok());
   ASSERT_TRUE(b.Intern("orders", &pb).ok());
-  auto apply = [](Scheduler& s, Op op) {
-    std::promise<OpResult> r;
-    s.Submit(std::move(op), [&](OpResult res) { r.set_value(res); });
-    return r.get_future().get();
-  };
+  auto apply = ApplyOn;
   auto worker = [](Scheduler& s, NamespaceId ns) {
     auto sub = std::make_shared<FakeSubscriber>();
     std::promise<void> registered;
@@ -245,13 +249,7 @@ TEST(SharedPartitions, APartitionMovesBetweenNodes) {
 TEST(SharedPartitions, DedupEntriesMoveWithTheirPartition) {
   auto disk = std::make_shared<MemoryStore::Disk>();
   disk->SharePartitions(kShared);
-  auto options = [&disk] {
-    Scheduler::Options o;
-    o.threads = 2;
-    o.store = MemoryStore::Opener(disk);
-    return o;
-  };
-  Scheduler a(options()), b(options());
+  Scheduler a(SharedOn(disk)), b(SharedOn(disk));
   ASSERT_TRUE(a.Start().ok());
   ASSERT_TRUE(b.Start().ok());
   for (std::uint32_t p = 0; p < kShared; ++p) ASSERT_TRUE(Take(a, p, 1).ok());
@@ -271,11 +269,7 @@ TEST(SharedPartitions, DedupEntriesMoveWithTheirPartition) {
   NamespacePin pa, pb;
   ASSERT_TRUE(a.Intern("orders", &pa).ok());
   ASSERT_TRUE(b.Intern("orders", &pb).ok());
-  auto apply = [](Scheduler& s, Op op) {
-    std::promise<OpResult> r;
-    s.Submit(std::move(op), [&](OpResult res) { r.set_value(res); });
-    return r.get_future().get();
-  };
+  auto apply = ApplyOn;
   std::string key;
   for (int i = 0; key.empty(); ++i) {
     std::string k = "order-" + std::to_string(i);
