@@ -236,11 +236,12 @@ async function run(page) {
   await shot('policy-error');
   await page.fill('#p-maxDispatchRate', '50');
   await page.fill('#p-ackTimeout', '45s');
+  await page.fill('#p-dedupWindow', '15m');
   await page.click('text=Save policy');
   await page.locator('text=Saved: the policy is in force.').waitFor({timeout: TIMEOUT});
   const saved = await api('GET', '/v1/namespaces/jobs/policy');
-  check(saved.maxDispatchRate === 50 && saved.ackTimeout === '45s' && saved.maxAttempts === 1,
-    'a good edit is saved, other fields kept');
+  check(saved.maxDispatchRate === 50 && saved.ackTimeout === '45s' && saved.maxAttempts === 1 &&
+    saved.dedupWindow === '900s', 'a good edit is saved (the dedup window too), other fields kept');
 
   // Pause and resume.
   await page.click('#pause');

@@ -225,6 +225,8 @@ const POLICY_FIELDS = [
   ['maxDispatchRate', 'Max dispatch rate', 'number', 'events per second; 0: no limit'],
   ['dispatchBurst', 'Dispatch burst', 'number', 'events at once after a quiet spell'],
   ['maxInFlight', 'Max in flight', 'number', 'unacknowledged events across workers; 0: no limit'],
+  ['dedupWindow', 'Dedup window', 'duration',
+   'a create-only set of a key that fired or was removed is refused this long; 0s: none'],
 ];
 const snake = (f) => f.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
 // A field of policy `p` as the form shows it.
