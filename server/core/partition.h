@@ -266,7 +266,6 @@ class Partition {
   void Settled(NamespaceId ns,
                const std::vector<std::pair<std::string, std::uint64_t>>& keys,
                WallNanos at) EXCLUDES(mu_);
-  std::size_t dedup_entries() const EXCLUDES(mu_);
 
  private:
   // 64 bytes, with a short key and payload inline in `blob` and the

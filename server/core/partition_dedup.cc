@@ -93,7 +93,10 @@ void Partition::PurgeDedup() {
     release.reserve(gone.size());
     for (const auto& [ns, key] : gone) {
       release.push_back(ns);
-      if (store_ != nullptr) batch.PutDedup(ns, key, "");
+      // (A key let go and recorded again since keeps its new record.)
+      if (store_ != nullptr && dedup_.Peek(ns, key) == nullptr) {
+        batch.PutDedup(ns, key, "");
+      }
     }
     if (store_ != nullptr) {
       batch.Touch(partition_);
@@ -123,13 +126,8 @@ void Partition::Settled(
   }
   if (batch.empty()) return;
   batch.Touch(partition_);
-  // (If it is lost, the window counts from the fire, as it did before.)
+  // (If it is lost, the window counts from the fire.)
   store_->Commit(batch, nullptr);
-}
-
-std::size_t Partition::dedup_entries() const {
-  MutexLock lock(&mu_);
-  return dedup_.size();
 }
 
 }  // namespace delayd
