@@ -5,8 +5,9 @@
 #   - throughput of 20,000 events due at once, 32 in flight;
 #   - lateness at 2,000 events/s for LATENESS_SECONDS (default 5), 50 ms
 #     ahead, 32 in flight;
-#   - push lateness with and without a black-hole target holding 100,000
-#     events due on another namespace, and the daemon's RSS meanwhile.
+#   - push lateness, and a gRPC worker's, with and without a black-hole
+#     target holding 100,000 events due on another namespace, and the
+#     daemon's RSS meanwhile.
 # Prints every run's JSON line, then per figure the ratio in each round and
 # their range.
 #
@@ -45,6 +46,7 @@ for round in $(seq "$rounds"); do
   run worker lateness 2000 "$secs" 50 32
   run push lateness 2000 "$secs" 50 32
   run push blackhole 100000 2000 "$secs" 50 32
+  run worker blackhole 100000 2000 "$secs" 50 32
 done
 
 /usr/bin/python3 - "$work/results" "$rounds" <<'PY'
@@ -65,6 +67,7 @@ ratio("push / worker throughput", ("push", "throughput"), ("worker", "throughput
 ratio("push / worker lateness p50", ("push", "lateness"), ("worker", "lateness"), "p50_ms")
 ratio("push / worker lateness p99", ("push", "lateness"), ("worker", "lateness"), "p99_ms")
 ratio("push lateness p99, black hole / none", ("push", "blackhole"), ("push", "lateness"), "p99_ms")
+ratio("worker lateness p99, black hole / none", ("worker", "blackhole"), ("worker", "lateness"), "p99_ms")
 holes = [r for r in rows if r["kind"] == "blackhole"]
 print("black hole RSS start/peak/end MiB: " + ", ".join(
     f'{h["rss_start_mib"]:.0f}/{h["rss_peak_mib"]:.0f}/{h["rss_end_mib"]:.0f}' for h in holes))
