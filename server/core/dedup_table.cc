@@ -64,10 +64,8 @@ std::pair<NamespaceId, std::string> DedupTable::Split(const std::string& k) {
 
 const DedupEntry* DedupTable::Find(NamespaceId ns, std::string_view key,
                                    WallNanos now) const {
-  if (entries_.empty()) return nullptr;
-  auto it = entries_.find(KeyOf(ns, key));
-  if (it == entries_.end() || it->second.until <= now) return nullptr;
-  return &it->second;
+  const DedupEntry* e = Peek(ns, key);
+  return e != nullptr && e->until > now ? e : nullptr;
 }
 
 const DedupEntry* DedupTable::Peek(NamespaceId ns, std::string_view key) const {
