@@ -7,11 +7,24 @@
 #include <map>
 #include <utility>
 
+#include "delayd/text/build_info.h"
 #include "server/api/proto_time.h"
 #include "server/common/metrics.h"
 #include "server/store/postgres/pg_wire.h"
 
 namespace delayd {
+
+static_assert(pg::kNodeLevel >= kLevelPushAndDedup);
+
+namespace {
+
+std::string Join(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+}  // namespace
 
 ClusterNode::ClusterNode(pg::LeaseKeeper::Options options, Scheduler& scheduler,
                          Forwarder* forwarder, OnHealth on_health)
@@ -52,6 +65,9 @@ ClusterNode::ClusterNode(pg::LeaseKeeper::Options options, Scheduler& scheduler,
   options.on_round = [this](bool taken, std::chrono::nanoseconds took) {
     OnRound(taken, took);
   };
+  options.on_level = [this](const pg::ClusterLevel& level) {
+    OnLevel(level);
+  };
   // A policy set on any node applies on every node.
   options.on_policies = [this] {
     if (stopping_) return;
@@ -74,6 +90,40 @@ void ClusterNode::OnRound(bool taken, std::chrono::nanoseconds took) {
   MutexLock lock(&mu_);
   if (taken) last_round_ = std::chrono::steady_clock::now();
   CheckHealth();
+}
+
+void ClusterNode::OnLevel(const pg::ClusterLevel& level) {
+  if (level.raised) {
+    spdlog::info(
+        "the cluster's level is {} now: every live node runs delayd {} or "
+        "newer (older releases are refused from now on)",
+        level.level, BuildVersion());
+  }
+  MutexLock lock(&mu_);
+  if (level.level < pg::kNodeLevel && level.older != older_) {
+    spdlog::info(
+        "the cluster's level stays {} while nodes of an older release are "
+        "live: {}",
+        level.level, Join(level.older));
+  }
+  level_ = level.level;
+  older_ = level.older;
+}
+
+Status ClusterNode::RequireLevel(int level, std::string_view what) {
+  MutexLock lock(&mu_);
+  if (level_ == 0) {
+    return Status::Unavailable(
+        "this node has not read the cluster's level yet: try again");
+  }
+  if (level_ >= level) return Status::Ok();
+  const std::string older = Join(older_);
+  return Status::FailedPrecondition(
+      std::string(what) + " need every node of the cluster to run delayd " +
+      std::string(BuildVersion()) + " or newer; still older: " +
+      (older.empty() ? "none live now (the level is raised at the next "
+                       "lease round)"
+                     : older));
 }
 
 void ClusterNode::CheckHealth() {
@@ -102,6 +152,10 @@ Status ClusterNode::Describe(v1::ClusterStatusResponse* out) {
     return s;
   }
   out->set_node(node_);
+  {
+    MutexLock lock(&mu_);
+    out->set_cluster_level(static_cast<std::uint32_t>(level_));
+  }
   out->mutable_lease_ttl()->set_seconds(term_.count() / 1000);
   out->mutable_lease_ttl()->set_nanos(
       static_cast<std::int32_t>(term_.count() % 1000 * 1'000'000));
@@ -113,6 +167,8 @@ Status ClusterNode::Describe(v1::ClusterStatusResponse* out) {
     SetTimestamp(n.heartbeat_us * 1000, status->mutable_heartbeat_time());
     SetTimestamp(n.started_us * 1000, status->mutable_start_time());
     status->set_live(n.live);
+    status->set_release(n.release);
+    status->set_level(static_cast<std::uint32_t>(n.level));
     by_name[n.node] = status;
   }
   for (const pg::LeaseRow& l : leases) {

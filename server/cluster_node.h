@@ -2,8 +2,9 @@
 // owning the partitions it holds a lease on (pg_lease.h). The node's lease
 // keeper takes and gives up leases toward an even share; each partition
 // gained is taken by the scheduler (its records loaded), each lost one
-// dropped at once; a policy another node set is read again; and the
-// forwarder is told who owns each partition.
+// dropped at once; a policy another node set is read again; the
+// forwarder is told who owns each partition; and the cluster's level
+// (pg_schema.h) is kept for the calls that need one.
 //
 // The node is healthy unless it owns no partition and its lease rounds
 // have failed for a whole lease term (it cannot reach the database): told to
@@ -27,6 +28,8 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "server/api/cluster_view.h"
 #include "server/api/forward.h"
@@ -55,11 +58,14 @@ class ClusterNode : public ClusterView {
 
   // ClusterView: on a connection of its own, opened per call.
   Status Describe(v1::ClusterStatusResponse* out) override;
+  Status RequireLevel(int level, std::string_view what) override
+      EXCLUDES(mu_);
 
  private:
   void OnChange(const std::vector<pg::Lease>& gained,
                 const std::vector<int>& lost) EXCLUDES(mu_);
   void OnRound(bool taken, std::chrono::nanoseconds took) EXCLUDES(mu_);
+  void OnLevel(const pg::ClusterLevel& level) EXCLUDES(mu_);
   // Tells on_health_ if serving changed.
   void CheckHealth() REQUIRES(mu_);
 
@@ -78,6 +84,10 @@ class ClusterNode : public ClusterView {
   int held_ GUARDED_BY(mu_) = 0;
   std::chrono::steady_clock::time_point last_round_ GUARDED_BY(mu_);
   bool serving_ GUARDED_BY(mu_) = true;
+  // The cluster's level as last read (0: not yet), and the live nodes
+  // below this binary's level then.
+  int level_ GUARDED_BY(mu_) = 0;
+  std::vector<std::string> older_ GUARDED_BY(mu_);
   std::unique_ptr<pg::LeaseKeeper> keeper_;
 };
 

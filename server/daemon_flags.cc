@@ -223,7 +223,8 @@ void AddFlags(CLI::App& app, DaemonFlags& f) {
   f.migrate = app.add_subcommand(
       "migrate",
       "Create or migrate the PostgreSQL store's schema (--store) and exit; "
-      "delayd also does it when it starts");
+      "delayd also does it when it starts. Only what nodes of the previous "
+      "release work beside: safe to run ahead of a rolling upgrade");
   f.migrate->add_option("--store", f.store, "A PostgreSQL connection string")
       ->envname("DELAYD_STORE")
       ->required();

@@ -183,15 +183,17 @@ int Cluster(Client& c) {
   }
   using google::protobuf::util::TimeUtil;
   const auto now = TimeUtil::GetCurrentTime();
-  std::printf("%-20s %-28s %-5s %-10s %-9s %s\n", "NODE", "ADDRESS", "LIVE",
-              "HEARTBEAT", "OWNS", "PARTITIONS");
+  std::printf("%-20s %-28s %-8s %-5s %-10s %-9s %s\n", "NODE", "ADDRESS",
+              "RELEASE", "LIVE", "HEARTBEAT", "OWNS", "PARTITIONS");
   for (const auto& n : resp.nodes()) {
     const double ago =
         TimeUtil::DurationToMilliseconds(now - n.heartbeat_time()) / 1000.0;
     char heartbeat[32];
     std::snprintf(heartbeat, sizeof heartbeat, "%.1fs ago", ago);
-    std::printf("%-20s %-28s %-5s %-10s %-9d %s%s\n", n.node().c_str(),
-                n.advertise().c_str(), n.live() ? "yes" : "no", heartbeat,
+    std::printf("%-20s %-28s %-8s %-5s %-10s %-9d %s%s\n", n.node().c_str(),
+                n.advertise().c_str(),
+                n.release().empty() ? "0.1" : n.release().c_str(),
+                n.live() ? "yes" : "no", heartbeat,
                 n.partitions_size(), Ranges(n.partitions()).c_str(),
                 n.node() == resp.node() ? "  (answered)" : "");
   }
@@ -204,11 +206,11 @@ int Cluster(Client& c) {
   }
   std::printf(
       "\n%d partitions, %d without an owner (%s); epochs %llu-%llu; "
-      "lease term %s\n",
+      "lease term %s; cluster level %u\n",
       resp.partitions_size(), unowned.size(), Ranges(unowned).c_str(),
       static_cast<unsigned long long>(resp.partitions_size() ? low : 0),
       static_cast<unsigned long long>(high),
-      TimeUtil::ToString(resp.lease_ttl()).c_str());
+      TimeUtil::ToString(resp.lease_ttl()).c_str(), resp.cluster_level());
   return kOk;
 }
 

@@ -124,6 +124,13 @@ grpc::ServerUnaryReactor* DelaydService::SetPolicy(
     Status s = validator_.PolicyFields(*in, next);
     if (s.ok())
       s = PushTargetFields(in->push(), push_, current.push, &next->push);
+    // Stored in a form that a cluster's older nodes cannot read.
+    ClusterView* cluster = cluster_view_.load();
+    if (s.ok() && cluster != nullptr &&
+        (!next->push.empty() || next->dedup_window.count() != 0)) {
+      s = cluster->RequireLevel(kLevelPushAndDedup,
+                                "push targets and dedup windows");
+    }
     return s;
   };
   // The store's synced write happens off this thread; the answer comes

@@ -14,6 +14,8 @@
 #include <string>
 #include <thread>
 
+#include "delayd/text/build_info.h"
+#include "server/store/postgres/pg_join.h"
 #include "server/store/postgres/pg_lease_keeper.h"
 #include "server/store/postgres/pg_schema.h"
 #include "tests/server/test_stores.h"
@@ -45,7 +47,7 @@ class PgLeaseTest : public ::testing::Test {
     Conn c = Connect();
     Schema schema;
     ASSERT_TRUE(Migrate(c.get(), 8, &schema).ok());
-    ASSERT_EQ(schema.version, kSchemaVersion);
+    ASSERT_EQ(schema.version, kStartVersion);
   }
   Conn Connect() {
     Conn c(PQconnectdb(url_.c_str()));
@@ -201,6 +203,66 @@ TEST_F(PgLeaseTest, NodesAreLiveWhileTheirHeartbeatIsYoung) {
                   "SELECT advertise FROM delayd_nodes WHERE node = "
                   "'n1'"));
   EXPECT_STREQ(PQgetvalue(r.get(), 0, 0), "127.0.0.1:7011");
+}
+
+// Rolling upgrades (pg_schema.h): the cluster's level stays while a live
+// node runs an older release, and is raised with the contract once none
+// does; from then on the older release's heartbeat is refused, and this
+// release's heartbeat and claim of an id still work.
+TEST_F(PgLeaseTest, TheClusterLevelWaitsForOlderNodesThenRefusesThem) {
+  Conn c = Connect();
+  ASSERT_TRUE(Heartbeat(c.get(), "new", "i1", "127.0.0.1:7001").ok());
+  // A heartbeat as delayd 0.1 writes it: no release, no level.
+  const char* kOldHeartbeat =
+      "INSERT INTO delayd_nodes (node, advertise, heartbeat_at, started_at) "
+      "VALUES ('old', '127.0.0.1:7002', now(), now()) ON CONFLICT (node) DO "
+      "UPDATE SET heartbeat_at = now()";
+  ASSERT_TRUE(Ok(c.get(), kOldHeartbeat));
+  ClusterLevel level;
+  ASSERT_TRUE(RaiseClusterLevel(c.get(), 60s, &level).ok());
+  EXPECT_EQ(level.level, 1);
+  EXPECT_FALSE(level.raised);
+  EXPECT_EQ(level.older, (std::vector<std::string>{"old (0.1)"}));
+  std::vector<NodeRow> nodes;
+  std::vector<LeaseRow> leases;
+  ASSERT_TRUE(Describe(c.get(), 60s, &nodes, &leases).ok());
+  ASSERT_EQ(nodes.size(), 2u);
+  EXPECT_EQ(nodes[0].node, "new");
+  EXPECT_EQ(nodes[0].release, BuildVersion());
+  EXPECT_EQ(nodes[0].level, kNodeLevel);
+  EXPECT_EQ(nodes[1].release, "");
+  EXPECT_EQ(nodes[1].level, 1);
+
+  // The old node stopped: once its heartbeat is older than the term, the
+  // level is raised, once, with the contract.
+  ASSERT_TRUE(Ok(c.get(),
+                 "UPDATE delayd_nodes SET heartbeat_at = now() - interval "
+                 "'1 hour' WHERE node = 'old'"));
+  ASSERT_TRUE(RaiseClusterLevel(c.get(), 60s, &level).ok());
+  EXPECT_EQ(level.level, kNodeLevel);
+  EXPECT_TRUE(level.raised);
+  EXPECT_TRUE(level.older.empty());
+  ASSERT_TRUE(RaiseClusterLevel(c.get(), 60s, &level).ok());
+  EXPECT_EQ(level.level, kNodeLevel);
+  EXPECT_FALSE(level.raised);
+  Result v(PQexec(c.get(), "SELECT version, cluster_level FROM delayd_schema"));
+  EXPECT_EQ(std::string(PQgetvalue(v.get(), 0, 0)),
+            std::to_string(kSchemaVersion));
+  EXPECT_EQ(std::string(PQgetvalue(v.get(), 0, 1)),
+            std::to_string(kNodeLevel));
+
+  Result old(PQexec(c.get(), kOldHeartbeat));
+  EXPECT_TRUE(IsBelowClusterLevel(old.get())) << ErrorOf(old.get());
+  EXPECT_NE(ErrorOf(old.get()).find("older than this cluster admits"),
+            std::string::npos);
+  Schema schema;
+  ASSERT_TRUE(Migrate(c.get(), 8, &schema).ok());  // a restart
+  EXPECT_EQ(schema.version, kSchemaVersion);
+  EXPECT_TRUE(Heartbeat(c.get(), "new", "i1", "127.0.0.1:7001").ok());
+  // The old node's id, taken over by this release (its heartbeat is old).
+  EXPECT_TRUE(
+      ClaimNodeId(c.get(), "old", "i2", "127.0.0.1:7002", 1s, nullptr).ok());
+  EXPECT_TRUE(Heartbeat(c.get(), "old", "i2", "127.0.0.1:7002").ok());
 }
 
 // A keeper of node `node`, and what it was told.

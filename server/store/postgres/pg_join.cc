@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <thread>
 
+#include "delayd/text/build_info.h"
+#include "server/store/postgres/pg_schema.h"
 #include "server/store/postgres/pg_wire.h"
 
 namespace delayd::pg {
@@ -73,16 +75,20 @@ Status TryClaim(PGconn* conn, std::string_view node, std::string_view instance,
   p.Bytes(advertise);
   p.Bytes(instance);
   p.Int64(ttl.count());
+  p.Bytes(BuildVersion());
+  p.Int32(kNodeLevel);
   Result r;
   if (Status s = Run(
           conn,
           "INSERT INTO delayd_nodes (node, advertise, heartbeat_at, "
-          "started_at, instance) VALUES ($1::text, $2::text, now(), now(), "
-          "$3::text) ON CONFLICT (node) DO UPDATE SET advertise = "
-          "EXCLUDED.advertise, heartbeat_at = now(), started_at = now(), "
-          "instance = EXCLUDED.instance WHERE delayd_nodes.instance = "
-          "EXCLUDED.instance OR delayd_nodes.heartbeat_at < now() - $4::int8 "
-          "* interval '1 millisecond' RETURNING 1",
+          "started_at, instance, release, level) VALUES ($1::text, $2::text, "
+          "now(), now(), $3::text, $5::text, $6::int4) ON CONFLICT (node) DO "
+          "UPDATE SET advertise = EXCLUDED.advertise, heartbeat_at = now(), "
+          "started_at = now(), instance = EXCLUDED.instance, release = "
+          "EXCLUDED.release, level = EXCLUDED.level WHERE "
+          "delayd_nodes.instance = EXCLUDED.instance OR "
+          "delayd_nodes.heartbeat_at < now() - $4::int8 * interval '1 "
+          "millisecond' RETURNING 1",
           p, "claiming the node id", &r);
       !s.ok()) {
     return s;

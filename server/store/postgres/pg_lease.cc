@@ -4,6 +4,9 @@
 #include <cstring>
 #include <set>
 
+#include "delayd/text/build_info.h"
+#include "server/store/postgres/pg_schema.h"
+
 namespace delayd::pg {
 namespace {
 
@@ -41,17 +44,24 @@ Status Heartbeat(PGconn* conn, std::string_view node, std::string_view instance,
   p.Bytes(node);
   p.Bytes(advertise);
   p.Bytes(instance);
+  p.Bytes(BuildVersion());
+  p.Int32(kNodeLevel);
   Result r;
   if (Status s = Run(conn,
                      "INSERT INTO delayd_nodes (node, advertise, "
-                     "heartbeat_at, started_at, instance) VALUES ($1::text, "
-                     "$2::text, now(), now(), $3::text) ON CONFLICT (node) DO "
-                     "UPDATE SET advertise = EXCLUDED.advertise, heartbeat_at "
-                     "= now() WHERE delayd_nodes.instance = EXCLUDED.instance "
+                     "heartbeat_at, started_at, instance, release, level) "
+                     "VALUES ($1::text, $2::text, now(), now(), $3::text, "
+                     "$4::text, $5::int4) ON CONFLICT (node) DO UPDATE SET "
+                     "advertise = EXCLUDED.advertise, heartbeat_at = now(), "
+                     "release = EXCLUDED.release, level = EXCLUDED.level "
+                     "WHERE delayd_nodes.instance = EXCLUDED.instance "
                      "RETURNING 1",
                      p, "recording the node's heartbeat", &r);
       !s.ok()) {
-    return s;
+    // Below the cluster's level (a newer release raised it): this node
+    // must stop.
+    return IsBelowClusterLevel(r.get()) ? Status::FailedPrecondition(s.message())
+                                        : s;
   }
   if (PQntuples(r.get()) != 1) {
     return Status::FailedPrecondition(
@@ -135,8 +145,8 @@ Status Describe(PGconn* conn, std::chrono::milliseconds ttl,
                      "SELECT node, advertise, (extract(epoch FROM "
                      "heartbeat_at) * 1000000)::int8, (extract(epoch FROM "
                      "started_at) * 1000000)::int8, (heartbeat_at > now() - "
-                     "$1::int8 * interval '1 millisecond')::int4 FROM "
-                     "delayd_nodes ORDER BY node",
+                     "$1::int8 * interval '1 millisecond')::int4, release, "
+                     "level FROM delayd_nodes ORDER BY node",
                      p, "reading the nodes", &r);
       !s.ok()) {
     return s;
@@ -150,7 +160,8 @@ Status Describe(PGconn* conn, std::chrono::milliseconds ttl,
     nodes->push_back({text(i, 0), text(i, 1),
                       GetInt64(PQgetvalue(r.get(), i, 2)),
                       GetInt64(PQgetvalue(r.get(), i, 3)),
-                      GetInt32(PQgetvalue(r.get(), i, 4)) != 0});
+                      GetInt32(PQgetvalue(r.get(), i, 4)) != 0, text(i, 5),
+                      GetInt32(PQgetvalue(r.get(), i, 6))});
   }
   Params none;
   if (Status s = Run(conn,

@@ -80,6 +80,8 @@ struct NodeRow {
   std::string node, advertise;
   std::int64_t heartbeat_us = 0, started_us = 0;
   bool live = false;
+  std::string release;  // empty: a release before 0.2 (which records none)
+  int level = 1;        // pg_schema.h
 };
 struct LeaseRow {
   int part = 0;

@@ -217,6 +217,13 @@ bool LeaseKeeper::Round(PGconn* conn) {
   }
   // Joined: the others give up their excess at once, not at their rounds.
   if (!std::exchange(joined_, true)) (void)Notify(conn);
+  if (level_ < kNodeLevel) {
+    ClusterLevel level;
+    if (RaiseClusterLevel(conn, terms.ttl, &level).ok()) {
+      level_ = level.level;
+      if (options_.on_level) options_.on_level(level);
+    }
+  }
   std::vector<Lease> held = this->held(), kept;
   if (!held.empty() && !Renew(conn, options_.node, held, terms, &kept).ok()) {
     return false;  // (kept until their own-clock validity passes)

@@ -2,7 +2,8 @@
 // connection of its own that, every third of the lease TTL (and at once
 // when another node joins, gives leases back or takes some: kLeaseChannel),
 // records the node's heartbeat, renews what it holds, and takes or gives up
-// partitions toward an even share of the live nodes (Balance). What it
+// partitions toward an even share of the live nodes (Balance); until the
+// cluster's level is this binary's, it also tries to raise it. What it
 // gains and loses is told to `on_change`, on its thread, gains with their
 // epochs (the fencing tokens of the node's writes).
 //
@@ -27,6 +28,7 @@
 
 #include "server/common/mutex.h"
 #include "server/store/postgres/pg_lease.h"
+#include "server/store/postgres/pg_schema.h"
 
 namespace delayd::pg {
 
@@ -53,6 +55,10 @@ class LeaseKeeper {
     // node id now: this one must stop, without leaving (the id is not its
     // own). May be null.
     std::function<void(const std::string& why)> on_evicted;
+    // Told (on the keeper's thread) after each round that read the
+    // cluster's level (pg_schema.h: RaiseClusterLevel, tried every round
+    // until the level is this binary's). May be null.
+    std::function<void(const ClusterLevel&)> on_level;
   };
   static constexpr std::chrono::seconds kPolicyRefresh{30};
   using OnChange = std::function<void(const std::vector<Lease>& gained,
@@ -105,6 +111,7 @@ class LeaseKeeper {
   int wake_fd_ = -1;      // An eventfd: Stop wakes WaitForRound's poll.
   bool joined_ = false;   // The keeper thread's: told the others it came.
   bool evicted_ = false;  // The keeper thread's: on_evicted was told.
+  int level_ = 0;         // The keeper thread's: the cluster's, as read.
   // The keeper thread's: when on_policies was last told.
   std::chrono::steady_clock::time_point policies_told_;
   // Reads the notifications libpq holds: true if one is of kLeaseChannel

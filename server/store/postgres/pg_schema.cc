@@ -1,5 +1,6 @@
 #include "server/store/postgres/pg_schema.h"
 
+#include <algorithm>
 #include <set>
 #include <string>
 #include <vector>
@@ -92,7 +93,27 @@ BEGIN
 END
 $fence$;
 )sql",
+      // 4: the contract of level 2 (RaiseClusterLevel): no node below the
+      // cluster's level records a heartbeat (so none takes a lease).
+      R"sql(
+CREATE FUNCTION delayd_node_level() RETURNS trigger
+LANGUAGE plpgsql AS $level$
+DECLARE
+  cluster integer := (SELECT cluster_level FROM delayd_schema);
+BEGIN
+  IF NEW.level < cluster THEN
+    RAISE EXCEPTION 'node % runs a delayd release older than this cluster '
+      'admits (level %, the cluster''s is %): upgrade it', NEW.node,
+      NEW.level, cluster USING ERRCODE = 'DL002';
+  END IF;
+  RETURN NEW;
+END
+$level$;
+CREATE TRIGGER delayd_nodes_level BEFORE INSERT OR UPDATE ON delayd_nodes
+  FOR EACH ROW EXECUTE FUNCTION delayd_node_level();
+)sql",
   };
+  static_assert(kSchemaVersion == 4 && kStartVersion == 3);
   return kMigrations;
 }
 
@@ -129,6 +150,14 @@ CREATE TABLE delayd_dedup (
   PRIMARY KEY (ns, key)
 );
 CREATE INDEX delayd_dedup_part ON delayd_dedup (part);
+)sql"},
+      // Each node's release and level, and the cluster's level (rolling
+      // upgrades, pg_schema.h): a row an older binary writes keeps level 1.
+      {"node-levels", R"sql(
+ALTER TABLE delayd_nodes ADD COLUMN release text NOT NULL DEFAULT '',
+  ADD COLUMN level integer NOT NULL DEFAULT 1;
+ALTER TABLE delayd_schema ADD COLUMN cluster_level integer NOT NULL
+  DEFAULT 1;
 )sql"},
   };
   return kSteps;
@@ -248,7 +277,7 @@ Status Migrate(PGconn* conn, int partitions, Schema* out, bool* applied) {
         "): run a delayd at least as new as the one that migrated it"));
   }
   const auto& migrations = Migrations();
-  for (int v = schema.version + 1; v <= kSchemaVersion; ++v) {
+  for (int v = schema.version + 1; v <= kStartVersion; ++v) {
     if (Status s =
             Exec(conn, migrations[v - 1],
                  ("applying schema migration " + std::to_string(v)).c_str());
@@ -257,15 +286,15 @@ Status Migrate(PGconn* conn, int partitions, Schema* out, bool* applied) {
     }
     if (applied != nullptr) *applied = true;
   }
-  if (schema.version != kSchemaVersion) {
+  if (schema.version < kStartVersion) {
     if (Status s = Exec(conn,
                         "UPDATE delayd_schema SET version = " +
-                            std::to_string(kSchemaVersion),
+                            std::to_string(kStartVersion),
                         "recording the schema's version");
         !s.ok()) {
       return fail(s);
     }
-    schema.version = kSchemaVersion;
+    schema.version = kStartVersion;
   }
   bool stepped = false;
   if (Status s = ApplySteps(conn, &stepped); !s.ok()) return fail(s);
@@ -274,6 +303,102 @@ Status Migrate(PGconn* conn, int partitions, Schema* out, bool* applied) {
     return s;
   }
   *out = schema;
+  return Status::Ok();
+}
+
+namespace {
+
+// The live nodes below level `level`, as "node (release)"; in the caller's
+// transaction.
+Status OlderNodes(PGconn* conn, std::chrono::milliseconds ttl, int level,
+                  std::vector<std::string>* out) {
+  Params p;
+  p.Int64(ttl.count());
+  p.Int32(level);
+  Result r;
+  if (Status s = RunParams(
+          conn,
+          "SELECT node, release FROM delayd_nodes WHERE heartbeat_at > now() "
+          "- $1::int8 * interval '1 millisecond' AND level < $2::int4 ORDER "
+          "BY node",
+          p, "reading the nodes' levels", &r);
+      !s.ok()) {
+    return s;
+  }
+  out->clear();
+  for (int i = 0; i < PQntuples(r.get()); ++i) {
+    const std::string release(PQgetvalue(r.get(), i, 1),
+                              PQgetlength(r.get(), i, 1));
+    out->push_back(std::string(PQgetvalue(r.get(), i, 0),
+                               PQgetlength(r.get(), i, 0)) +
+                   " (" + (release.empty() ? "0.1" : release) + ")");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+bool IsBelowClusterLevel(const PGresult* result) {
+  const char* state = PQresultErrorField(result, PG_DIAG_SQLSTATE);
+  return state != nullptr && std::string_view(state) == "DL002";
+}
+
+Status RaiseClusterLevel(PGconn* conn, std::chrono::milliseconds ttl,
+                         ClusterLevel* out) {
+  *out = ClusterLevel{};
+  if (Status s = Exec(conn, "BEGIN", "raising the cluster's level"); !s.ok()) {
+    return s;
+  }
+  auto fail = [&](Status s) {
+    PQclear(PQexec(conn, "ROLLBACK"));
+    return s;
+  };
+  if (Status s = Exec(
+          conn, std::string("SELECT pg_advisory_xact_lock(") + kLockKey + ")",
+          "locking the schema");
+      !s.ok()) {
+    return fail(s);
+  }
+  Result row(PQexec(conn, "SELECT version, cluster_level FROM delayd_schema"));
+  if (PQresultStatus(row.get()) != PGRES_TUPLES_OK ||
+      PQntuples(row.get()) != 1) {
+    return fail(Status::Internal("reading the cluster's level: " +
+                                 ErrorOf(row.get())));
+  }
+  const int version = std::stoi(PQgetvalue(row.get(), 0, 0));
+  out->level = std::stoi(PQgetvalue(row.get(), 0, 1));
+  if (out->level < kNodeLevel) {
+    if (Status s = OlderNodes(conn, ttl, kNodeLevel, &out->older); !s.ok()) {
+      return fail(s);
+    }
+  }
+  if (out->level >= kNodeLevel || !out->older.empty()) {
+    return Exec(conn, "COMMIT", "reading the cluster's level");
+  }
+  // The contract: every live node reads what this level writes.
+  const auto& migrations = Migrations();
+  for (int v = version + 1; v <= kSchemaVersion; ++v) {
+    if (Status s =
+            Exec(conn, migrations[v - 1],
+                 ("applying schema migration " + std::to_string(v)).c_str());
+        !s.ok()) {
+      return fail(s);
+    }
+  }
+  if (Status s = Exec(conn,
+                      "UPDATE delayd_schema SET version = " +
+                          std::to_string(std::max(version, kSchemaVersion)) +
+                          ", cluster_level = " + std::to_string(kNodeLevel),
+                      "raising the cluster's level");
+      !s.ok()) {
+    return fail(s);
+  }
+  if (Status s = Exec(conn, "COMMIT", "raising the cluster's level");
+      !s.ok()) {
+    return s;
+  }
+  out->level = kNodeLevel;
+  out->raised = true;
   return Status::Ok();
 }
 
