@@ -203,6 +203,43 @@ TEST_F(PgFenceTest, ADeposedNodesWritesAndDeletesAreFenced) {
   EXPECT_EQ(Rows(KeyIn(3)), "1");
 }
 
+// A firing's events leave (Write's `written`) only once its group
+// committed: a group the fence refuses publishes nothing, since the
+// partition's next owner fires the same timers again, as other events.
+TEST_F(PgFenceTest, AFiringTheFenceRefusesPublishesNothing) {
+  auto a = Open("a"), b = Open("b");
+  ASSERT_TRUE(a && b);
+  const std::vector<pg::Lease> mine = Take("a", {2, 3}, {300ms, 100ms});
+  ASSERT_EQ(mine.size(), 2u);
+  a->SetHeld(Held(mine));
+  ASSERT_TRUE(CommitNow(*a, Add(KeyIn(2), 1)).ok());
+  auto write = [&](Batch batch, bool* published) {
+    std::promise<Status> done;
+    a->Write(
+        batch, [published] { *published = true; },
+        [&](Status s) { done.set_value(std::move(s)); });
+    return done.get_future().get();
+  };
+  bool published = false;
+  ASSERT_TRUE(write(Add(KeyIn(3), 2), &published).ok());
+  EXPECT_TRUE(published);
+  std::vector<pg::Lease> theirs;
+  const auto end = std::chrono::steady_clock::now() + 10s;
+  while (theirs.empty() && std::chrono::steady_clock::now() < end) {
+    theirs = Take("b", {2});
+    std::this_thread::sleep_for(10ms);  // (Polling the lease's expiry.)
+  }
+  ASSERT_EQ(theirs.size(), 1u);
+  Batch fire;
+  fire.RemoveTimer(1);
+  fire.Touch(2);
+  published = false;
+  const Status s = write(std::move(fire), &published);
+  EXPECT_EQ(s.code(), Code::kUnavailable) << s.message();
+  EXPECT_FALSE(published);
+  EXPECT_EQ(Rows(KeyIn(2)), "1");
+}
+
 // A partition read whose connection the database dropped (a fail-over, an
 // operator, a restart) is not reported as a store error (which the daemon
 // takes for damage and keeps NOT_SERVING until a restart): it reads on a

@@ -163,6 +163,8 @@ class PgStore final : public Store {
                                std::string_view)>& visit) override;
 
   void Commit(Batch& batch, Done done) override;
+  // With `shared`, `written` runs once the group committed (just before
+  // `durable`), not once it was sent: pg_writer.cc, Send's caller.
   void Write(Batch& batch, std::function<void()> written,
              Done durable) override;
   void CommitSynced(Batch& batch, Done done) override;

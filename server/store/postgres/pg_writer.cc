@@ -173,7 +173,12 @@ void PgStore::SendNext() {
   in_flight_.push_back(std::move(unsent_.front()));
   unsent_.pop_front();
   if (!sent) return Trouble(error, false);
-  if (!std::exchange(in_flight_.back().announced, true)) {
+  // On a database that nodes share, a group's `written` waits for its
+  // COMMIT (Complete): the fence may refuse it without the daemon stopping
+  // (the partition moved), and the partition's next owner then fires the
+  // same timers again as other events, so events published at the send
+  // would be delivered twice under two ids.
+  if (!options_.shared && !std::exchange(in_flight_.back().announced, true)) {
     GroupSent(in_flight_.back().batches);
   }
   if (options_.after_group_sent) options_.after_group_sent(writer_conn_.get());
@@ -369,13 +374,14 @@ void PgStore::FinishAll(const Status& status) {
 
 void PgStore::GroupSent(std::vector<Queued>& group) {
   CacheWritten(group);
-  // `written` runs once the transaction is sent, not once it committed:
-  // what the connection sends later commits after it (if this group does
-  // not commit, the server skips what was sent behind it, and the writer
-  // sends them all again in order), and a payload of it is read from the
-  // queue until it commits (GetPayloads). If it is refused, the store
-  // fails and the daemon stops: what `written` published fires again after
-  // the restart.
+  // Alone on its database, `written` runs once the transaction is sent,
+  // not once it committed: what the connection sends later commits after
+  // it (if this group does not commit, the server skips what was sent
+  // behind it, and the writer sends them all again in order), and a
+  // payload of it is read from the queue until it commits (GetPayloads).
+  // If it is refused, the store fails and the daemon stops: what `written`
+  // published fires again after the restart. On a shared database it runs
+  // at the COMMIT (SendNext says why).
   for (Queued& q : group) {
     if (q.written && q.refused.ok()) std::exchange(q.written, nullptr)();
   }
