@@ -20,7 +20,11 @@ fi
 rm -rf "$out/src" "$out/build" "$out/delayd" "$out/commit"
 mkdir -p "$out/src"
 git -C "$src" archive "$commit" | tar -x -C "$out/src"
-cmake -S "$out/src" -B "$out/build" -G Ninja -DDELAYD_BUILD_TESTS=OFF >/dev/null
+# Unoptimized and without debug information: it compiles in half the time
+# of the default build (137 s against about 300 s on 2 cores, no compiler
+# cache), and the test needs its behaviour, not its speed.
+cmake -S "$out/src" -B "$out/build" -G Ninja -DDELAYD_BUILD_TESTS=OFF \
+  -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-O0 >/dev/null
 cmake --build "$out/build" --target delayd
 cp "$out/build/server/delayd" "$out/delayd"
 echo "$commit" >"$out/commit"
