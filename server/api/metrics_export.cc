@@ -255,6 +255,11 @@ std::vector<MetricFamily> ScrapedFigures::Collect() const {
                        "Store reads or writes that failed.",
                        MetricType::Counter));
   Add(out.back(), static_cast<double>(c.store_errors.load()));
+  out.push_back(Family("delayd_clock_steps_total",
+                       "Steps of the system clock (set, not slewed) the "
+                       "daemon re-derived its deadlines for.",
+                       MetricType::Counter));
+  Add(out.back(), static_cast<double>(c.clock_steps.load()));
   const DedupWindows& dedup = scheduler_.dedup_windows();
   out.push_back(Family("delayd_dedup_keys",
                        "Keys remembered for namespaces' dedup windows.",

@@ -35,8 +35,8 @@ class Clock {
   // `listener` is called after each change of the clock other than time
   // passing (a fake clock's advance or step), and returns once the change
   // has been acted on; a null listener removes `owner`'s. The system clock
-  // never calls it: its changes are found by polling
-  // (Scheduler::Options::clock_poll).
+  // never calls it: the scheduler watches it for steps and polls it for
+  // slews and pauses (Scheduler::Options::clock_poll).
   virtual void Listen(const void* owner, std::function<void()> listener) {
     (void)owner;
     (void)listener;

@@ -74,6 +74,8 @@ struct Counters {
   std::atomic<std::uint64_t> redelivered{0};
   // Store reads or writes that failed (a damaged or full disk).
   std::atomic<std::uint64_t> store_errors{0};
+  // Steps of the system's wall clock the scheduler acted on as they came.
+  std::atomic<std::uint64_t> clock_steps{0};
 
  private:
   std::unique_ptr<NamespaceCounters[]> by_namespace;

@@ -87,7 +87,12 @@ Status Scheduler::Start(RecoveryReport* report) {
   }
   if (options_.clock_poll.count() > 0) {
     clock_timer_.emplace(asio::make_strand(io_));
-    PollClock();
+    // (Armed here: a step from here on is seen.)
+    if (options_.clock == nullptr) WatchClockSteps();
+    asio::post(clock_timer_->get_executor(), [this] {
+      PollClock();
+      if (step_watch_) AwaitClockStep();
+    });
   }
   clock_.Listen(this, [this] {
     std::promise<void> acted;

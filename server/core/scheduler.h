@@ -68,9 +68,12 @@ class Scheduler {
     // The clock (clock.h); null: the system's. Not owned; outlives the
     // scheduler.
     Clock* clock = nullptr;
-    // How often the clock's offset is checked for a step or pause; 0: never
-    // (a fake clock tells of its changes).
-    std::chrono::milliseconds clock_poll{100};
+    // How often the clock's offset is checked for a slew or a pause; 0:
+    // never (a fake clock tells of its changes). Steps of the system's
+    // clock are seen at once (Scheduler::WatchClockSteps), so this bounds
+    // only how late a slew past kClockSlack or a resume is acted on. Also
+    // the pace of the dedup windows' purge.
+    std::chrono::milliseconds clock_poll{1000};
   };
   // What Start() found in the store.
   struct RecoveryReport {
@@ -354,8 +357,13 @@ class Scheduler {
   bool ListPage(const Partition& p, Partition::Found& found,
                 std::optional<std::uint32_t> next, ListCursor from,
                 ListLimits limit, std::vector<TimerInfo>& acc, ListDone& done);
-  // Checks the clock's offset every clock_poll, on clock_timer_.
+  // Checks the clock's offset every clock_poll, on clock_timer_'s strand.
   void PollClock() EXCLUDES(clock_mu_);
+  void ArmClockPoll();
+  // With the system's clock: arms step_watch_, which reports each step of
+  // its wall clock; AwaitClockStep acts on them, on clock_timer_'s strand.
+  void WatchClockSteps();
+  void AwaitClockStep();
   // Where payloads are read from the store (with one): threads of their
   // own, so that reads held up by a stalled disk never take the pool that
   // runs dispatchers and completions. Without a store, the pool.
@@ -440,6 +448,7 @@ class Scheduler {
   Mutex clock_mu_;
   std::chrono::nanoseconds derived_offset_ GUARDED_BY(clock_mu_);
   std::optional<asio::steady_timer> clock_timer_;
+  std::optional<asio::posix::stream_descriptor> step_watch_;
 };
 
 }  // namespace delayd

@@ -1,5 +1,11 @@
 // Scheduler: acting on changes of the clock (clock.h).
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <ctime>
 
 #include "server/core/scheduler.h"
 #include "spdlog/spdlog.h"
@@ -46,19 +52,71 @@ void Scheduler::PollClock() {
     MutexLock lock(&clock_mu_);
     moved = std::chrono::abs(clock_.Offset() - derived_offset_) >= kClockSlack;
   }
-  auto again = [this] {
-    asio::post(clock_timer_->get_executor(), [this] {
-      clock_timer_->expires_after(options_.clock_poll);
-      clock_timer_->async_wait([this](const asio::error_code& ec) {
-        if (!ec) PollClock();
-      });
-    });
-  };
-  if (moved) {
-    ClockChanged(std::move(again));
-  } else {
-    again();
+  if (!moved) return ArmClockPoll();
+  ClockChanged([this] {
+    asio::post(clock_timer_->get_executor(), [this] { ArmClockPoll(); });
+  });
+}
+
+void Scheduler::ArmClockPoll() {
+  clock_timer_->expires_after(options_.clock_poll);
+  clock_timer_->async_wait([this](const asio::error_code& ec) {
+    if (!ec) PollClock();
+  });
+}
+
+namespace {
+
+// Arms `fd` to report the next step of the system's wall clock: an absolute
+// CLOCK_REALTIME timer ten years ahead with TFD_TIMER_CANCEL_ON_SET, whose
+// read fails with ECANCELED once the clock is set (timerfd_create(2));
+// arming it again clears that.
+bool ArmForSteps(int fd) {
+  itimerspec far{};
+  far.it_value.tv_sec = std::time(nullptr) + 10LL * 365 * 24 * 3600;
+  return timerfd_settime(fd, TFD_TIMER_ABSTIME | TFD_TIMER_CANCEL_ON_SET, &far,
+                         nullptr) == 0;
+}
+
+}  // namespace
+
+void Scheduler::WatchClockSteps() {
+  // Polling alone finds a step only at the next poll, and each poll wakes
+  // an idle daemon: the kernel's report costs nothing until a step.
+  const int fd = timerfd_create(CLOCK_REALTIME, TFD_NONBLOCK | TFD_CLOEXEC);
+  if (fd < 0 || !ArmForSteps(fd)) {
+    spdlog::warn("steps of the system clock are found by polling only ({})",
+                 std::strerror(errno));
+    if (fd >= 0) ::close(fd);
+    return;
   }
+  step_watch_.emplace(clock_timer_->get_executor(), fd);
+}
+
+void Scheduler::AwaitClockStep() {
+  step_watch_->async_wait(
+      asio::posix::descriptor_base::wait_read,
+      [this](const asio::error_code& ec) {
+        if (ec || shutting_down_) return;
+        std::uint64_t expirations;
+        const int fd = step_watch_->native_handle();
+        const ssize_t n = ::read(fd, &expirations, sizeof expirations);
+        const bool stepped = n < 0 && errno == ECANCELED;
+        if ((stepped || n >= 0) && !ArmForSteps(fd)) {
+          spdlog::warn(
+              "steps of the system clock are found by polling only "
+              "from now on ({})",
+              std::strerror(errno));
+          return;
+        }
+        if (!stepped) return AwaitClockStep();
+        counters_.clock_steps.fetch_add(1, std::memory_order_relaxed);
+        spdlog::info("the system clock was set: deadlines checked");
+        ClockChanged([this] {
+          asio::post(clock_timer_->get_executor(),
+                     [this] { AwaitClockStep(); });
+        });
+      });
 }
 
 }  // namespace delayd

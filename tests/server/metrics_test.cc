@@ -3,6 +3,10 @@
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+
 #include "delayd/text/build_info.h"
 #include "tests/common/fake_clock.h"
 #include "tests/common/metrics_scrape.h"
@@ -365,6 +369,31 @@ TEST(Metrics, TheStoreIsMeasured) {
   // Nothing holds the disk: no operation has been running for long.
   EXPECT_GE(s.Get("delayd_store_busy_seconds").value_or(-1), 0.0);
   EXPECT_LT(s.Get("delayd_store_busy_seconds").value_or(99), 5.0);
+}
+
+// A step of the system clock is acted on as the kernel reports it, not at
+// the next poll (an hour away here). The step is 1 us forward, so that no
+// other process on the machine sees time go back; without the right to set
+// the clock (CAP_SYS_TIME) the test is skipped.
+TEST(Metrics, AStepOfTheSystemClockIsActedOnAsItComes) {
+  DelaydServer::Options o = WithMetrics();
+  o.scheduler.clock_poll = std::chrono::hours(1);
+  TestDaemon d(o);
+  ASSERT_TRUE(d.started());
+  timespec now{};
+  clock_gettime(CLOCK_REALTIME, &now);
+  now.tv_nsec += 1000;
+  if (now.tv_nsec >= 1'000'000'000) {
+    now.tv_nsec -= 1'000'000'000;
+    ++now.tv_sec;
+  }
+  if (clock_settime(CLOCK_REALTIME, &now) != 0) {
+    GTEST_SKIP() << "setting the clock: " << std::strerror(errno);
+  }
+  const Scrape s = ScrapeUntil(d, [](const Scrape& s) {
+    return s.Get("delayd_clock_steps_total") >= 1.0;
+  });
+  EXPECT_EQ(s.Get("delayd_clock_steps_total"), 1.0);
 }
 
 TEST(Metrics, AnAddressInUseIsRefused) {
