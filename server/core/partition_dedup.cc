@@ -9,8 +9,10 @@
 namespace delayd {
 namespace {
 
-// Entries a purge deletes at most: one store batch of a bounded size.
-constexpr std::size_t kPurgeMax = 4096;
+// Entries a purge deletes at most: one store batch of a bounded size
+// (about 1 MiB with 16-byte keys). A purge runs at each clock poll (once a
+// second), so a partition lets go of up to this many ended keys a second.
+constexpr std::size_t kPurgeMax = 40'960;
 
 }  // namespace
 
