@@ -179,6 +179,17 @@ Status Exec(PGconn* conn, const std::string& sql, const char* what) {
   return Status::Ok();
 }
 
+// Opens a transaction holding the schema's advisory lock (until it ends);
+// on failure nothing is left open.
+Status BeginLocked(PGconn* conn, const char* what) {
+  if (Status s = Exec(conn, "BEGIN", what); !s.ok()) return s;
+  Status s =
+      Exec(conn, std::string("SELECT pg_advisory_xact_lock(") + kLockKey + ")",
+           "locking the schema");
+  if (!s.ok()) PQclear(PQexec(conn, "ROLLBACK"));
+  return s;
+}
+
 // Applies the steps not recorded yet (inside Migrate's transaction).
 Status ApplySteps(PGconn* conn, bool* applied) {
   Result exists(
@@ -228,19 +239,11 @@ Status Migrate(PGconn* conn, int partitions, Schema* out, bool* applied) {
   if (partitions < 1 || partitions > 1024) {
     return Status::InvalidArgument("partitions: from 1 to 1024");
   }
-  if (Status s = Exec(conn, "BEGIN", "migrating the schema"); !s.ok()) {
-    return s;
-  }
+  if (Status s = BeginLocked(conn, "migrating the schema"); !s.ok()) return s;
   auto fail = [&](Status s) {
     PQclear(PQexec(conn, "ROLLBACK"));
     return s;
   };
-  if (Status s = Exec(
-          conn, std::string("SELECT pg_advisory_xact_lock(") + kLockKey + ")",
-          "locking the schema");
-      !s.ok()) {
-    return fail(s);
-  }
   Result exists(
       PQexec(conn, "SELECT to_regclass('delayd_schema') IS NOT NULL"));
   if (PQresultStatus(exists.get()) != PGRES_TUPLES_OK) {
@@ -329,9 +332,9 @@ Status OlderNodes(PGconn* conn, std::chrono::milliseconds ttl, int level,
   for (int i = 0; i < PQntuples(r.get()); ++i) {
     const std::string release(PQgetvalue(r.get(), i, 1),
                               PQgetlength(r.get(), i, 1));
-    out->push_back(std::string(PQgetvalue(r.get(), i, 0),
-                               PQgetlength(r.get(), i, 0)) +
-                   " (" + (release.empty() ? "0.1" : release) + ")");
+    out->push_back(
+        std::string(PQgetvalue(r.get(), i, 0), PQgetlength(r.get(), i, 0)) +
+        " (" + (release.empty() ? "0.1" : release) + ")");
   }
   return Status::Ok();
 }
@@ -346,24 +349,17 @@ bool IsBelowClusterLevel(const PGresult* result) {
 Status RaiseClusterLevel(PGconn* conn, std::chrono::milliseconds ttl,
                          ClusterLevel* out) {
   *out = ClusterLevel{};
-  if (Status s = Exec(conn, "BEGIN", "raising the cluster's level"); !s.ok()) {
+  if (Status s = BeginLocked(conn, "raising the cluster's level"); !s.ok())
     return s;
-  }
   auto fail = [&](Status s) {
     PQclear(PQexec(conn, "ROLLBACK"));
     return s;
   };
-  if (Status s = Exec(
-          conn, std::string("SELECT pg_advisory_xact_lock(") + kLockKey + ")",
-          "locking the schema");
-      !s.ok()) {
-    return fail(s);
-  }
   Result row(PQexec(conn, "SELECT version, cluster_level FROM delayd_schema"));
   if (PQresultStatus(row.get()) != PGRES_TUPLES_OK ||
       PQntuples(row.get()) != 1) {
-    return fail(Status::Internal("reading the cluster's level: " +
-                                 ErrorOf(row.get())));
+    return fail(
+        Status::Internal("reading the cluster's level: " + ErrorOf(row.get())));
   }
   const int version = std::stoi(PQgetvalue(row.get(), 0, 0));
   out->level = std::stoi(PQgetvalue(row.get(), 0, 1));
@@ -393,8 +389,7 @@ Status RaiseClusterLevel(PGconn* conn, std::chrono::milliseconds ttl,
       !s.ok()) {
     return fail(s);
   }
-  if (Status s = Exec(conn, "COMMIT", "raising the cluster's level");
-      !s.ok()) {
+  if (Status s = Exec(conn, "COMMIT", "raising the cluster's level"); !s.ok()) {
     return s;
   }
   out->level = kNodeLevel;
