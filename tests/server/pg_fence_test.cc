@@ -52,6 +52,16 @@ class PgFenceTest : public ::testing::Test {
     EXPECT_TRUE(pg::Acquire(leases_.get(), node, parts, terms, &got).ok());
     return got;
   }
+  // `node` takes `part` once its lease expired (within 10 s).
+  std::vector<pg::Lease> TakeOver(const std::string& node, int part) {
+    std::vector<pg::Lease> got;
+    const auto end = std::chrono::steady_clock::now() + 10s;
+    while (got.empty() && std::chrono::steady_clock::now() < end) {
+      got = Take(node, {part});
+      std::this_thread::sleep_for(10ms);  // (Polling the lease's expiry.)
+    }
+    return got;
+  }
   static Store::Held Held(const std::vector<pg::Lease>& leases) {
     Store::Held held;
     for (const pg::Lease& l : leases) held[l.part] = l.epoch;
@@ -168,12 +178,7 @@ TEST_F(PgFenceTest, ADeposedNodesWritesAndDeletesAreFenced) {
   ASSERT_EQ(mine.size(), 1u);
   a->SetHeld(Held(mine));
   ASSERT_TRUE(CommitNow(*a, Add(KeyIn(2), 1)).ok());
-  std::vector<pg::Lease> theirs;
-  const auto end = std::chrono::steady_clock::now() + 10s;
-  while (theirs.empty() && std::chrono::steady_clock::now() < end) {
-    theirs = Take("b", {2});
-    std::this_thread::sleep_for(10ms);  // (Polling the lease's expiry.)
-  }
+  const std::vector<pg::Lease> theirs = TakeOver("b", 2);
   ASSERT_EQ(theirs.size(), 1u);
   EXPECT_EQ(theirs[0].epoch, mine[0].epoch + 1);
   b->SetHeld(Held(theirs));
@@ -223,12 +228,7 @@ TEST_F(PgFenceTest, AFiringTheFenceRefusesPublishesNothing) {
   bool published = false;
   ASSERT_TRUE(write(Add(KeyIn(3), 2), &published).ok());
   EXPECT_TRUE(published);
-  std::vector<pg::Lease> theirs;
-  const auto end = std::chrono::steady_clock::now() + 10s;
-  while (theirs.empty() && std::chrono::steady_clock::now() < end) {
-    theirs = Take("b", {2});
-    std::this_thread::sleep_for(10ms);  // (Polling the lease's expiry.)
-  }
+  const std::vector<pg::Lease> theirs = TakeOver("b", 2);
   ASSERT_EQ(theirs.size(), 1u);
   Batch fire;
   fire.RemoveTimer(1);
