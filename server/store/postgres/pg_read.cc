@@ -219,10 +219,10 @@ Status PgStore::GetPayloads(std::span<const std::uint64_t> ids,
     if (!found.contains(id)) missing.push_back(id);
   }
   if (!missing.empty()) {
-    // Events are published once their firing is sent, before it commits
-    // (GroupSent): a payload written in a group not yet committed is in the
-    // queue. The queue is seen before the database is read again, so a
-    // batch that commits in between is read there.
+    // Alone on a database, events are published once their firing is
+    // sent, before it commits (GroupSent): a payload written in a group not yet
+    // committed is in the queue. The queue is seen before the database is read
+    // again, so a batch that commits in between is read there.
     const auto view = NewView();
     if (Status s = ReadRows(missing, &found); !s.ok()) return s;
     const auto queued = PayloadsIn(static_cast<const PgView&>(*view).queued);

@@ -349,8 +349,9 @@ bool IsBelowClusterLevel(const PGresult* result) {
 Status RaiseClusterLevel(PGconn* conn, std::chrono::milliseconds ttl,
                          ClusterLevel* out) {
   *out = ClusterLevel{};
-  if (Status s = BeginLocked(conn, "raising the cluster's level"); !s.ok())
+  if (Status s = BeginLocked(conn, "raising the cluster's level"); !s.ok()) {
     return s;
+  }
   auto fail = [&](Status s) {
     PQclear(PQexec(conn, "ROLLBACK"));
     return s;

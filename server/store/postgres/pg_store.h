@@ -164,7 +164,7 @@ class PgStore final : public Store {
 
   void Commit(Batch& batch, Done done) override;
   // With `shared`, `written` runs once the group committed (just before
-  // `durable`), not once it was sent: pg_writer.cc, Send's caller.
+  // `durable`), not once it was sent (PgStore::SendNext says why).
   void Write(Batch& batch, std::function<void()> written,
              Done durable) override;
   void CommitSynced(Batch& batch, Done done) override;
