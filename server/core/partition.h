@@ -258,9 +258,11 @@ class Partition {
   Status RestoreDedup(NamespaceId ns, std::string_view key,
                       std::string_view encoded) EXCLUDES(mu_);
   // Deletes entries whose window has ended (and those let go at the
-  // bound), in memory and in the store, at most a few thousand a call; their
-  // namespaces are released once that is durable. Called on a timer.
-  void PurgeDedup() EXCLUDES(mu_);
+  // bound), in memory and in the store, at most a few thousand a call (the
+  // partition's mutex is held meanwhile); their namespaces are released
+  // once that is durable. True if more may be waiting. Called on a timer,
+  // and again at once while it answers true.
+  bool PurgeDedup() EXCLUDES(mu_);
   // Events of `ns` acknowledged at `at` (each key and version): their keys'
   // windows count from then (unless a later version's fate is recorded).
   void Settled(NamespaceId ns,

@@ -9,10 +9,9 @@
 namespace delayd {
 namespace {
 
-// Entries a purge deletes at most: one store batch of a bounded size
-// (about 1 MiB with 16-byte keys). A purge runs at each clock poll (once a
-// second), so a partition lets go of up to this many ended keys a second.
-constexpr std::size_t kPurgeMax = 40'960;
+// Entries a purge deletes at most: one store batch of a bounded size, and
+// a bounded hold of the partition's mutex.
+constexpr std::size_t kPurgeMax = 4096;
 
 }  // namespace
 
@@ -76,22 +75,25 @@ Status Partition::RestoreDedup(NamespaceId ns, std::string_view key,
   return Status::Ok();
 }
 
-void Partition::PurgeDedup() {
+bool Partition::PurgeDedup() {
   Batch batch;
   std::vector<NamespaceId> release;
-  if (!dedup_held_.load(std::memory_order_relaxed)) return;
+  bool more = false;
+  if (!dedup_held_.load(std::memory_order_relaxed)) return false;
   {
     MutexLock lock(&mu_);
-    if (stopped_ || !owned_ || dedup_windows_ == nullptr) return;
+    if (stopped_ || !owned_ || dedup_windows_ == nullptr) return false;
     std::vector<std::pair<NamespaceId, std::string>> gone =
         dedup_.TakeExpired(clock_.Wall(), kPurgeMax, *dedup_windows_);
+    more = gone.size() == kPurgeMax;
     const std::size_t evicted = std::min(dedup_evicted_.size(), kPurgeMax);
     std::move(dedup_evicted_.end() - evicted, dedup_evicted_.end(),
               std::back_inserter(gone));
+    more = more || evicted < dedup_evicted_.size();
     dedup_evicted_.resize(dedup_evicted_.size() - evicted);
     dedup_held_.store(dedup_.size() != 0 || !dedup_evicted_.empty(),
                       std::memory_order_relaxed);
-    if (gone.empty()) return;
+    if (gone.empty()) return more;
     release.reserve(gone.size());
     for (const auto& [ns, key] : gone) {
       release.push_back(ns);
@@ -107,10 +109,11 @@ void Partition::PurgeDedup() {
         if (!s.ok()) return;
         for (NamespaceId ns : release) refs->Release(ns);
       });
-      return;
+      return more;
     }
   }
   for (NamespaceId ns : release) refs_->Release(ns);
+  return more;
 }
 
 void Partition::Settled(

@@ -360,6 +360,9 @@ class Scheduler {
   // Checks the clock's offset every clock_poll, on clock_timer_'s strand.
   void PollClock() EXCLUDES(clock_mu_);
   void ArmClockPoll();
+  // Each poll deletes the dedup windows' ended entries (Partition::
+  // PurgeDedup), round after round on the strand until none wait.
+  void PurgeDedup();
   // With the system's clock: arms step_watch_, which reports each step of
   // its wall clock; AwaitClockStep acts on them, on clock_timer_'s strand.
   void WatchClockSteps();

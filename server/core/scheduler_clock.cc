@@ -45,8 +45,7 @@ void Scheduler::ClockChanged(std::function<void()> done) {
 
 void Scheduler::PollClock() {
   if (shutting_down_) return;
-  // (Also the dedup windows' purge: each poll deletes what has ended.)
-  for (auto& p : partitions_) p->PurgeDedup();
+  PurgeDedup();
   bool moved;
   {
     MutexLock lock(&clock_mu_);
@@ -56,6 +55,19 @@ void Scheduler::PollClock() {
   ClockChanged([this] {
     asio::post(clock_timer_->get_executor(), [this] { ArmClockPoll(); });
   });
+}
+
+void Scheduler::PurgeDedup() {
+  // A purge takes a few thousand entries while it holds a partition's
+  // mutex; while more wait, the next round is posted behind what queued
+  // on the strand meanwhile, so the partitions serve between rounds.
+  bool more = false;
+  for (auto& p : partitions_) more = p->PurgeDedup() || more;
+  if (more) {
+    asio::post(clock_timer_->get_executor(), [this] {
+      if (!shutting_down_) PurgeDedup();
+    });
+  }
 }
 
 void Scheduler::ArmClockPoll() {
