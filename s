@@ -1,1 +1,0 @@
-whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw
