@@ -235,7 +235,7 @@ class AsyncWorker:
         running = list(self._running.values())
         if running:
             await asyncio.wait(running, timeout=grace)
-        await self._flush()
+        await self._flush(deadline=time.monotonic() + 5)
         if self._reader is not None:
             self._reader.cancel()
         await self._finish()
@@ -333,12 +333,22 @@ class AsyncWorker:
         while True:
             await self._wake.wait()
             self._wake.clear()
-            await self._flush()
+            if not await self._flush():
+                await asyncio.sleep(0.2)  # (before the next try)
+                self._wake.set()
 
-    async def _flush(self) -> None:
-        # One flush at a time: stop()'s waits for the send loop's.
-        async with self._sending:
-            await self._flush_once()
+    async def _flush(self, deadline: Optional[float] = None) -> bool:
+        """Sends what is held: acks in one call, nacks grouped; a send that
+        fails is kept. With a deadline (stop), tries again until it passes.
+        Returns whether nothing is left. One flush at a time: stop()'s
+        waits for the send loop's."""
+        while True:
+            async with self._sending:
+                await self._flush_once()
+            left = bool(self._acks or self._nacks)
+            if not left or deadline is None or time.monotonic() >= deadline:
+                return not left
+            await asyncio.sleep(0.2)  # (before the next try)
 
     async def _flush_once(self) -> None:
         acks, self._acks = self._acks, []
@@ -358,9 +368,6 @@ class AsyncWorker:
                                        error=text, retry_after=after)
             except errors.DelaydError:
                 self._nacks += [(i, text, after) for i in ids]
-        if self._acks or self._nacks:
-            await asyncio.sleep(0.2)
-            self._wake.set()
 
     async def _lease_loop(self) -> None:
         while True:

@@ -385,11 +385,53 @@ class Async(Fixture):
                 deadline = time.monotonic() + 10
                 while len(got) < 32 and time.monotonic() < deadline:
                     await asyncio.sleep(0.01)
+                # The namespace's figures last while something keeps it:
+                # the worker's stream until stop(), then this timer.
+                await c.set_timer("~anchor", delay=3600, namespace=ns)
                 await w.stop()
                 await task
                 self.assertEqual(len(got), 32)  # (the anchor drained too)
                 s = (await c.stats(namespace=ns)).namespaces[0]
                 self.assertEqual(s.events_acked, 32)
+
+        asyncio.run(main())
+
+    def test_async_stop_sends_the_acks_of_finished_handlers_despite_failures(
+            self):
+        ns = self.ns
+
+        async def main():
+            async with delayd.AsyncClient() as c:
+                gate = asyncio.Event()
+
+                async def handle(e):
+                    await gate.wait()
+
+                w = delayd.AsyncWorker(ns, handle, concurrency=4, client=c)
+                task = asyncio.create_task(w.run(install_signal_handlers=False))
+                for i in range(4):
+                    await c.set_timer(f"k{i}", delay=0, namespace=ns)
+                deadline = time.monotonic() + 10
+                while w.running() < 4 and time.monotonic() < deadline:
+                    await asyncio.sleep(0.01)
+                self.assertEqual(w.running(), 4)
+                # The daemon's next three answers to an ack are lost (as
+                # when the node serving it stops): stop() must send again.
+                real_ack, failures = c.ack, [3]
+
+                async def ack(ids, **kw):
+                    if failures[0] > 0:
+                        failures[0] -= 1
+                        raise delayd.Unavailable("the answer was lost")
+                    return await real_ack(ids, **kw)
+
+                c.ack = ack
+                gate.set()
+                await w.stop()
+                await task
+                self.assertEqual(failures[0], 0)
+                s = (await c.stats(namespace=ns)).namespaces[0]
+                self.assertEqual((s.events_acked, s.in_flight_events), (4, 0))
 
         asyncio.run(main())
 
