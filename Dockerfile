@@ -14,7 +14,11 @@ COPY . /src
 # The commit built (the context has no .git): docker build --build-arg
 # DELAYD_COMMIT=$(git rev-parse --short=12 HEAD) .
 ARG DELAYD_COMMIT=unknown
-RUN cmake -S /src -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release \
+# The compiler cache lives in a cache mount, so a rebuild after a change
+# compiles only what changed (BuildKit, or podman/buildah 1.24 and newer).
+RUN --mount=type=cache,target=/ccache \
+    export CCACHE_DIR=/ccache CCACHE_MAXSIZE=2G \
+ && cmake -S /src -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release \
       -DDELAYD_BUILD_TESTS=OFF -DDELAYD_COMMIT=${DELAYD_COMMIT} \
  && cmake --build /build --target delayd delayctl \
  && strip /build/server/delayd /build/client/delayctl/delayctl

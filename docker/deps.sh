@@ -14,11 +14,11 @@ packages=(
   protobuf-compiler libspdlog-dev libcli11-dev librocksdb-dev libssl-dev
   prometheus-cpp-dev libboost-dev libsimdjson-dev libpq-dev libhowardhinnant-date-dev tzdata
   libcurl4-openssl-dev
+  # rebuilds (the Dockerfile's build stage keeps its cache in a cache mount)
+  ccache
 )
 if [ "${DELAYD_DEPS:-all}" != build ]; then
   packages+=(
-    # faster rebuilds
-    ccache
     # tests and benchmarks
     libgtest-dev libgmock-dev libbenchmark-dev openssl curl
     # fuzz targets: clang with libFuzzer
