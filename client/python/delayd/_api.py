@@ -28,7 +28,6 @@ from .v1 import delayd_pb2 as pb
 
 SAFE = "safe"
 CONDITIONAL = "conditional"
-ONCE = "once"  # one try, whatever happens (the worker's own retries)
 
 
 def _when(req, delay, at) -> None:
@@ -241,23 +240,23 @@ class Api:
     # ---- Work ----
 
     def ack(self, event_ids: Iterable[int], *,
-            namespace: Optional[str] = None, _once: bool = False):
+            namespace: Optional[str] = None):
         """Acknowledges events; returns how many were outstanding."""
         req = pb.AckRequest(namespace=namespace or "",
                             event_ids=list(event_ids))
-        return self._invoke("Ack", req, ONCE if _once else SAFE,
+        return self._invoke("Ack", req, SAFE,
                             lambda r: r.acked)
 
     def nack(self, event_ids: Iterable[int], *,
              namespace: Optional[str] = None, error: str = "",
-             retry_after=None, _once: bool = False):
+             retry_after=None):
         """Says events failed: each comes back after ``retry_after`` (or the
         policy's backoff). Returns how many were in flight."""
         req = pb.NackRequest(namespace=namespace or "",
                              event_ids=list(event_ids), error=error[:1024])
         if retry_after is not None:
             req.retry_after.CopyFrom(types.duration(retry_after))
-        return self._invoke("Nack", req, ONCE if _once else SAFE,
+        return self._invoke("Nack", req, SAFE,
                             lambda r: r.nacked)
 
     def extend_lease(self, event_ids: Iterable[int], extension, *,

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import time
 from typing import Callable, Optional
 
 from . import types
@@ -42,24 +41,25 @@ class _Done:
     def __init__(self, window: float, limit: int = 100_000) -> None:
         self.window = window
         self.limit = limit
-        self._ids: collections.OrderedDict[int, float] = \
-            collections.OrderedDict()
-        self._pruned = 0.0  # when prune() last ran
+        # Event ids are unique: each is added once, in time order.
+        self._ids: set[int] = set()
+        self._added: collections.deque[tuple[float, int]] = \
+            collections.deque()
+        self._prune_at = 0.0  # when prune() runs next
 
-    def add(self, event_id: int) -> None:
-        now = time.monotonic()
-        self._ids[event_id] = now
-        self._ids.move_to_end(event_id)
-        if len(self._ids) > self.limit or \
-                now - self._pruned >= self.window / 100:
-            self._pruned = now
-            self.prune()
+    def add(self, event_id: int, now: float) -> None:
+        """Adds an id handled at ``now`` (time.monotonic())."""
+        self._ids.add(event_id)
+        self._added.append((now, event_id))
+        if now >= self._prune_at or len(self._added) > self.limit:
+            self._prune_at = now + self.window / 100
+            self.prune(now)
 
-    def prune(self) -> None:
-        horizon = time.monotonic() - self.window
-        while self._ids and (len(self._ids) > self.limit or
-                             next(iter(self._ids.values())) < horizon):
-            self._ids.popitem(last=False)
+    def prune(self, now: float) -> None:
+        horizon = now - self.window
+        added, ids = self._added, self._ids
+        while added and (len(added) > self.limit or added[0][0] < horizon):
+            ids.discard(added.popleft()[1])
 
     def __contains__(self, event_id: int) -> bool:
         return event_id in self._ids

@@ -46,7 +46,7 @@ class Attempts:
         """After a failed try: the wait before the next one, or raises what
         the caller must see."""
         self.tries += 1
-        if err.code not in RETRYABLE or self.kind == "once":
+        if err.code not in RETRYABLE:
             raise err
         sent = not never_sent(err)
         if sent and self.kind == "conditional":

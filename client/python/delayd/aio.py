@@ -317,7 +317,7 @@ class AsyncWorker:
             self._running.pop(event.id, None)
         took = time.monotonic() - started
         if error is None:
-            self._done.add(event.id)
+            self._done.add(event.id, time.monotonic())
             self._acks.append(event.id)
             self._hook("on_handled", event, took)
         else:

@@ -25,6 +25,7 @@ from . import errors, types
 from ._api import Api, subscribe_request
 from ._retry import Attempts
 from .config import Config
+from .v1 import delayd_pb2 as pb
 from .v1 import delayd_pb2_grpc as pb_grpc
 
 # Keepalive pings notice a connection gone silent (a node frozen or cut
@@ -125,6 +126,27 @@ class Client(Api):
             wait = attempts.failed(err)  # (raises what is not retried)
             self._rotate(i)
             time.sleep(wait)
+
+    def _ack_nowait(self, event_ids: list[int], namespace: str,
+                    on_done: Callable[[Optional[Exception]], None]) -> None:
+        """Sends one Ack without waiting for its answer (one try, no
+        retry): a worker's thread reads on while it travels. ``on_done``
+        runs once it is answered, on gRPC's thread (it must not block),
+        with None or the error."""
+        future = self._stub(self._endpoint()).Ack.future(
+            pb.AckRequest(namespace=namespace, event_ids=event_ids),
+            timeout=self.config.timeout, metadata=self.metadata())
+
+        def done(f) -> None:
+            try:
+                error = f.exception()
+            except grpc.FutureCancelledError as e:
+                error = e
+            if isinstance(error, grpc.RpcError):
+                error = errors.from_rpc_error(error)
+            on_done(error)
+
+        future.add_done_callback(done)
 
     def _pages(self, page) -> Iterator:
         token = ""

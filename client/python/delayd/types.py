@@ -119,9 +119,13 @@ class Event(typing.NamedTuple):
                 .values_by_number[e.reason].name \
                 .removeprefix("REASON_").lower()
             _REASONS[e.reason] = reason
-        return cls(e.id, e.namespace, e.key, e.payload, e.version,
-                   e.attempt, reason, e.schedule_run, nanos(e.fire_time),
-                   nanos(e.fired_at))
+        fire, fired = e.fire_time, e.fired_at
+        # (tuple.__new__ skips the named tuple's argument handling: a
+        # third of the cost of making one.)
+        return tuple.__new__(cls, (
+            e.id, e.namespace, e.key, e.payload, e.version, e.attempt, reason,
+            e.schedule_run, fire.seconds * 1_000_000_000 + fire.nanos,
+            fired.seconds * 1_000_000_000 + fired.nanos))
 
 
 @dataclasses.dataclass(frozen=True)

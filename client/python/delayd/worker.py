@@ -102,6 +102,7 @@ class Worker:
         self._threads: list[threading.Thread] = []
         self._finished = threading.Event()
         self._sending = threading.Lock()  # held by a flush
+        self._acking = 0  # acks of _send_now awaiting their answer
 
     # ---- Life ----
 
@@ -161,7 +162,15 @@ class Worker:
                 if left <= 0:
                     break
                 self._mu.wait(left)
-        self._flush(deadline=time.monotonic() + 5)
+        # What is left to send, and sends under way, get 5 s more.
+        deadline = time.monotonic() + 5
+        with self._mu:
+            while self._acking and not self._stopped_now:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._mu.wait(left)
+        self._flush(deadline=deadline)
         with self._mu:
             stream = self._stream
         if stream is not None:
@@ -206,7 +215,7 @@ class Worker:
     def _run_loop(self) -> None:
         ran = None  # (event, error, seconds) of the handler just run
         while True:
-            with self._mu:
+            with self._lock:
                 send = ran is not None and self._handled(*ran)
                 task = self._next_task()
             if ran is not None:
@@ -340,31 +349,33 @@ class Worker:
             self.handler(event)
         except BaseException as e:  # noqa: BLE001 (a handler's failure)
             error = e
-        return event, error, time.monotonic() - started
+        ended = time.monotonic()
+        return event, error, ended - started, ended
 
     def _handled(self, event: types.Event, error: Optional[BaseException],
-                 seconds: float) -> bool:
+                 seconds: float, ended: float) -> bool:
         """Under _mu: queues a handled event's ack or nack; whether this
         thread sends now. With events still queued this thread runs the
         next one and the send loop sends (a burst's acks leave together)."""
         self._running.pop(event.id, None)
         self._avg_seconds += (seconds - self._avg_seconds) / 8
         if error is None:
-            self._done.add(event.id)
+            self._done.add(event.id, ended)
             self._outbox.append(("ack", event.id))
         else:
             after = error.after if isinstance(error, Retry) else None
             text = str(error) or type(error).__name__
             self._outbox.append(("nack", event.id, text, after))
-        if not self._running:
+        if self._stopping and not self._running:
             self._mu.notify_all()  # (stop() waits for none running)
         return not self._queued
 
     def _ran_hook(self, event: types.Event, error: Optional[BaseException],
-                  seconds: float) -> None:
+                  seconds: float, ended: float) -> None:
         if error is None:
-            self._hook("on_handled", event, seconds)
-        else:
+            if self.hooks.on_handled is not None:
+                self._hook("on_handled", event, seconds)
+        elif self.hooks.on_failed is not None:
             self._hook("on_failed", event, error, seconds)
 
     # ---- Acknowledgements and leases ----
@@ -384,7 +395,7 @@ class Worker:
                     elif not self._outbox:
                         self._out.wait(0.2)
                         continue
-                    else:
+                    elif self._running:
                         self._out.wait(0.01)
                     if self._outbox:
                         break
@@ -393,27 +404,35 @@ class Worker:
             self._flush(deadline=None)
 
     def _send_now(self) -> None:
-        """Sends the outbox from this handler thread unless a send is under
-        way (whose sender sends what this added when it is done): no
-        hand-over to another thread between a handler's end and its ack.
-        One try per call; what fails is left to the send loop, which
+        """Sends the outbox's acks from this handler thread, without
+        waiting for the answer: no hand-over to another thread between a
+        handler's end and its ack, and the thread reads the stream on while
+        the ack travels (the daemon sends the next events once it has it).
+        One try; what fails, and nacks, are left to the send loop, which
         retries, so a handler thread never waits out a fail-over here."""
-        if not self._sending.acquire(blocking=False):
-            return
+        with self._lock:
+            acks = [o[1] for o in self._outbox if o[0] == "ack"]
+            if not acks:
+                return
+            self._outbox = [o for o in self._outbox if o[0] != "ack"]
+            if self._outbox:
+                self._out.notify()
+            self._acking += 1
         try:
-            while True:
-                with self._mu:
-                    out, self._outbox = self._outbox, []
-                if not out:
-                    return
-                failed = self._send(out, once=True)
-                if failed:
-                    with self._mu:
-                        self._outbox = failed + self._outbox
-                        self._out.notify()
-                    return
-        finally:
-            self._sending.release()
+            self.client._ack_nowait(acks, self.namespace,
+                                    lambda error: self._acked(acks, error))
+        except Exception as e:  # noqa: BLE001 (e.g. the client closed)
+            self._acked(acks, e)
+
+    def _acked(self, acks: list[int], error: Optional[Exception]) -> None:
+        """An ack sent by _send_now was answered (error None) or failed."""
+        with self._lock:
+            self._acking -= 1
+            if error is not None:
+                self._outbox = [("ack", i) for i in acks] + self._outbox
+                self._out.notify()
+            if not self._acking:
+                self._mu.notify_all()  # (stop() waits for none in flight)
 
     def _flush(self, deadline: Optional[float]) -> None:
         """Sends what the outbox holds: acks in one call, nacks grouped; a
@@ -425,7 +444,7 @@ class Worker:
     def _flush_once(self, deadline: Optional[float]) -> None:
         with self._mu:
             out, self._outbox = self._outbox, []
-        failed = self._send(out, once=False)
+        failed = self._send(out)
         if failed and (deadline is None or time.monotonic() < deadline):
             with self._mu:
                 self._outbox = failed + self._outbox
@@ -435,7 +454,7 @@ class Worker:
             if deadline is not None:
                 self._flush_once(deadline)
 
-    def _send(self, out: list[tuple], once: bool) -> list[tuple]:
+    def _send(self, out: list[tuple]) -> list[tuple]:
         """Sends acks in one call, nacks grouped; returns what failed."""
         acks = [o[1] for o in out if o[0] == "ack"]
         nacks: dict[tuple, list[int]] = {}
@@ -445,14 +464,13 @@ class Worker:
         failed: list[tuple] = []
         try:
             for i in range(0, len(acks), 1000):
-                self.client.ack(acks[i:i + 1000], namespace=self.namespace,
-                                _once=once)
+                self.client.ack(acks[i:i + 1000], namespace=self.namespace)
         except errors.DelaydError:
             failed += [("ack", i) for i in acks]
         for (text, after), ids in nacks.items():
             try:
                 self.client.nack(ids, namespace=self.namespace, error=text,
-                                 retry_after=after, _once=once)
+                                 retry_after=after)
             except errors.DelaydError:
                 failed += [("nack", i, text, after) for i in ids]
         return failed

@@ -226,6 +226,39 @@ class Workers(Fixture):
         self.assertEqual((s.events_acked, s.in_flight_events), (50, 0))
         self.assertEqual(len(late), 50)
 
+    def test_acks_whose_answers_are_lost_are_sent_again(self):
+        # A separate client, so that its calls can be made to fail.
+        c, ns = delayd.Client(timeout=10.0), self.ns
+        lost = {"nowait": 3, "ack": 2}
+        real_nowait, real_ack = c._ack_nowait, c.ack
+
+        def nowait(ids, namespace, on_done):
+            if lost["nowait"] > 0:
+                lost["nowait"] -= 1
+                on_done(delayd.Unavailable("the answer was lost"))
+            else:
+                real_nowait(ids, namespace, on_done)
+
+        def ack(ids, **kw):
+            if lost["ack"] > 0:
+                lost["ack"] -= 1
+                raise delayd.Unavailable("the answer was lost")
+            return real_ack(ids, **kw)
+
+        c._ack_nowait, c.ack = nowait, ack
+        got = []
+        w = delayd.Worker(ns, lambda e: got.append(e.key), concurrency=2,
+                          client=c)
+        w.start()
+        for i in range(20):
+            self.client.set_timer(f"k{i}", delay=0, namespace=ns)
+        eventually(lambda: self.client.stats(namespace=ns).namespaces[0]
+                   .events_acked == 20, what="20 acks")
+        w.stop()
+        c.close()
+        self.assertEqual(lost, {"nowait": 0, "ack": 0})
+        self.assertEqual(sorted(got), sorted(f"k{i}" for i in range(20)))
+
     def test_a_raising_handler_is_retried_then_dead_lettered(self):
         c, ns = self.client, self.ns
         c.set_policy(namespace=ns, max_attempts=3,
