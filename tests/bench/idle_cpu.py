@@ -57,11 +57,11 @@ def cpu_ns(pid):
 
 
 class Daemon:
-    def __init__(self, binary, data_dir, log):
+    def __init__(self, binary, data_dir, log, fsync="always"):
         self.port = free_port()
         self.proc = subprocess.Popen(
             [binary, "--listen", f"127.0.0.1:{self.port}", "--data-dir",
-             data_dir, "--fsync", "always"],
+             data_dir, "--fsync", fsync],
             stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
