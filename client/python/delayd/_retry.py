@@ -8,7 +8,12 @@ import random
 from . import errors
 from .config import Retry
 
-RETRYABLE = ("UNAVAILABLE", "DEADLINE_EXCEEDED")
+# CANCELLED is never the caller's here (a sync call cannot be cancelled,
+# and an asyncio task's cancellation raises CancelledError instead): it is
+# a daemon stopping, whose gRPC ends the calls it had not answered, or a
+# node that forwarded the call stopping before its owner's answer came.
+# The call may have been applied, so it counts as an answer lost.
+RETRYABLE = ("UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED")
 
 # gRPC's words for a call that failed before any connection was made: it
 # cannot have reached a daemon, so even a conditional call may be retried.

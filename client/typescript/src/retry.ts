@@ -42,7 +42,12 @@ export class Attempts {
   /** After a failed try: ms to wait before the next, or throws what the caller sees. */
   failed(e: DelaydError): number {
     this.tries++;
-    if (e.code !== 'UNAVAILABLE' && e.code !== 'DEADLINE_EXCEEDED') throw e;
+    // CANCELLED is not the caller's here (an aborted signal is answered
+    // before this): it is a daemon stopping, whose gRPC ends the calls it
+    // had not answered, or a node that forwarded the call stopping before
+    // its owner's answer came. It may have been applied: an answer lost.
+    if (e.code !== 'UNAVAILABLE' && e.code !== 'DEADLINE_EXCEEDED' &&
+        e.code !== 'CANCELLED') throw e;
     const sent = !neverSent(e);
     if (sent && this.kind === 'conditional') {
       throw new OutcomeUnknownError(

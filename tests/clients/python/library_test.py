@@ -207,6 +207,13 @@ class Configuration(unittest.TestCase):
             safe.failed(lost)  # out of attempts
         with self.assertRaises(delayd.NotFound):
             safe.failed(delayd.NotFound("x"))  # never retried
+        # A stopping node's gRPC ends the calls it had not answered: an
+        # answer lost, not the caller's own cancellation.
+        ended = delayd.Cancelled("CANCELLED")
+        self.assertGreater(_retry.Attempts(delayd.RetryPolicy(), "safe")
+                           .failed(ended), 0)
+        with self.assertRaises(delayd.OutcomeUnknown):
+            _retry.Attempts(delayd.RetryPolicy(), "conditional").failed(ended)
 
 
 class Workers(Fixture):

@@ -207,6 +207,13 @@ describe('configuration and retries', () => {
     assert.ok(safe.failed(lost) > 0);
     assert.throws(() => safe.failed(lost), d.UnavailableError);  // out of attempts
     assert.throws(() => safe.failed(new d.NotFoundError('x')), d.NotFoundError);
+    // A stopping node's gRPC ends the calls it had not answered: an answer
+    // lost, not the caller's own cancellation (an aborted signal is
+    // answered before this).
+    const ended = new d.CancelledError('CANCELLED');
+    assert.ok(new Attempts(policy, 'safe').failed(ended) > 0);
+    assert.throws(() => new Attempts(policy, 'conditional').failed(ended),
+                  d.OutcomeUnknownError);
   });
 });
 
@@ -342,6 +349,38 @@ describe('workers', () => {
     release();
     await w.stop();
     assert.equal(peak, 4);
+  });
+
+  test('acks whose answers are lost are sent again, at stop too', async () => {
+    const ns = await namespace();
+    // A client of its own, whose next answers to an ack are lost.
+    const c = new d.Client();
+    const realAck = c.ack.bind(c);
+    let lost = 0;
+    c.ack = (ids, opts) => {
+      if (lost > 0) {
+        lost--;
+        return Promise.reject(new d.UnavailableError('the answer was lost'));
+      }
+      return realAck(ids, opts);
+    };
+    let release;
+    const gate = new Promise((r) => { release = r; });
+    const got = [];
+    const w = new d.Worker(ns, async (e) => { got.push(e.key); await gate; }, {
+      concurrency: 4, client: c});
+    w.start();
+    for (let i = 0; i < 4; i++) await client.setTimer(`k${i}`, '', {delay: 0, namespace: ns});
+    await eventually(() => w.running === 4, 'four handlers running');
+    lost = 3;
+    release();
+    await w.stop();
+    c.close();
+    assert.equal(lost, 0);
+    assert.deepEqual([...got].sort(), ['k0', 'k1', 'k2', 'k3']);
+    const s = await nsStats(ns);
+    assert.equal(s.eventsAcked, 4n);
+    assert.equal(s.inFlightEvents, 0n);
   });
 
   test('stop finishes and acknowledges what runs', async () => {
