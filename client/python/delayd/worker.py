@@ -155,27 +155,27 @@ class Worker:
                 self._outbox.append(("nack", e.id, "the worker stopped", 0))
             self._work.notify_all()
             self._out.notify()
-        deadline = time.monotonic() + grace
-        with self._mu:
-            while self._running and not self._stopped_now:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                self._mu.wait(left)
+        self._wait_while(lambda: self._running, time.monotonic() + grace)
         # What is left to send, and sends under way, get 5 s more.
         deadline = time.monotonic() + 5
-        with self._mu:
-            while self._acking and not self._stopped_now:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                self._mu.wait(left)
+        self._wait_while(lambda: self._acking, deadline)
         self._flush(deadline=deadline)
         with self._mu:
             stream = self._stream
         if stream is not None:
             stream.cancel()
         self._finish()
+
+    def _wait_while(self, busy: Callable[[], object],
+                    deadline: float) -> None:
+        """Waits (on _mu) while busy() holds, until `deadline` or a stop
+        at once."""
+        with self._mu:
+            while busy() and not self._stopped_now:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self._mu.wait(left)
 
     def stop_now(self) -> None:
         """Stops at once: running handlers are not waited for, and what
