@@ -213,7 +213,7 @@ class Worker:
     # while every thread runs a handler.
 
     def _run_loop(self) -> None:
-        ran = None  # (event, error, seconds) of the handler just run
+        ran = None  # (event, error, started, ended) of the handler just run
         while True:
             with self._lock:
                 send = ran is not None and self._handled(*ran)
@@ -349,16 +349,15 @@ class Worker:
             self.handler(event)
         except BaseException as e:  # noqa: BLE001 (a handler's failure)
             error = e
-        ended = time.monotonic()
-        return event, error, ended - started, ended
+        return event, error, started, time.monotonic()
 
     def _handled(self, event: types.Event, error: Optional[BaseException],
-                 seconds: float, ended: float) -> bool:
+                 started: float, ended: float) -> bool:
         """Under _mu: queues a handled event's ack or nack; whether this
         thread sends now. With events still queued this thread runs the
         next one and the send loop sends (a burst's acks leave together)."""
         self._running.pop(event.id, None)
-        self._avg_seconds += (seconds - self._avg_seconds) / 8
+        self._avg_seconds += (ended - started - self._avg_seconds) / 8
         if error is None:
             self._done.add(event.id, ended)
             self._outbox.append(("ack", event.id))
@@ -371,12 +370,11 @@ class Worker:
         return not self._queued
 
     def _ran_hook(self, event: types.Event, error: Optional[BaseException],
-                  seconds: float, ended: float) -> None:
+                  started: float, ended: float) -> None:
         if error is None:
-            if self.hooks.on_handled is not None:
-                self._hook("on_handled", event, seconds)
-        elif self.hooks.on_failed is not None:
-            self._hook("on_failed", event, error, seconds)
+            self._hook("on_handled", event, ended - started)
+        else:
+            self._hook("on_failed", event, error, ended - started)
 
     # ---- Acknowledgements and leases ----
 
