@@ -22,10 +22,10 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(__file__))
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [here, os.path.join(here, "..", "..", "client", "python")]
+import delayd  # noqa: E402
 from idle_cpu import Daemon, fill, settle  # noqa: E402
-
-import delayd  # noqa: E402  (idle_cpu put the library on the path)
 
 
 def rss_bytes(pid):
