@@ -40,9 +40,19 @@ Dispatcher::Dispatcher(asio::io_context& io, asio::any_io_executor reads,
       reads_(std::move(reads)) {}
 
 void Dispatcher::Publish(std::vector<Event> events) {
+  // Counted as ready before the strand takes them, so that a Stats answered
+  // meanwhile (right after recovery, or between a firing and its delivery)
+  // counts every event exactly once.
+  const std::size_t n = events.size();
+  counters_.ready.fetch_add(n);
+  mine_.ready.fetch_add(n, std::memory_order_relaxed);
   asio::post(strand_, [this, events = std::move(events)]() mutable {
     on_strand_.Enter();
-    if (closed_) return;
+    if (closed_) {
+      counters_.ready.fetch_sub(events.size());
+      mine_.ready.fetch_sub(events.size(), std::memory_order_relaxed);
+      return;
+    }
     const WallNanos now = clock_.Wall();
     for (const Event& e : events) {
       observed_.Add(std::chrono::nanoseconds(now - e.fire_time));
@@ -55,8 +65,6 @@ void Dispatcher::Publish(std::vector<Event> events) {
       for (const Event& e : events) view.push_back(&e);
       ToWatchers(view);
     }
-    counters_.ready.fetch_add(events.size());
-    mine_.ready.fetch_add(events.size(), std::memory_order_relaxed);
     for (Event& e : events) {
       const std::uint64_t id = e.id;
       // (Only an event recovered after failed deliveries has attempts.)

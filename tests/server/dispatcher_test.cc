@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <future>
 #include <thread>
 
@@ -157,6 +158,32 @@ TEST_P(DispatcherTest, EventsGoRoundRobinToWorkersWithRoom) {
   const auto more = a->WaitFor(4, 10s);
   ASSERT_EQ(more.size(), 4u);
   EXPECT_EQ(more[3].key, "k6");
+}
+
+// Stats read between Publish and the strand's taking the events (right after
+// recovery, or a firing) count them already, and once only.
+TEST_P(DispatcherTest, PublishedEventsCountAsReadyBeforeTheStrandRuns) {
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<int> blocked{0};
+  for (std::size_t t = 0; t < threads_.size(); ++t) {
+    asio::post(io_, [&blocked, released] {
+      ++blocked;
+      released.wait();
+    });
+  }
+  while (blocked.load() < static_cast<int>(threads_.size())) {
+    std::this_thread::yield();
+  }
+  Publish(3);
+  EXPECT_EQ(counters_.ready.load(), 3u);
+  release.set_value();
+  Advance(0ns);  // (A barrier through the strand.)
+  EXPECT_EQ(counters_.ready.load(), 3u);
+  auto w = Subscribe();
+  EXPECT_EQ(w->WaitFor(3, 10s).size(), 3u);
+  EXPECT_EQ(counters_.ready.load(), 0u);
+  EXPECT_EQ(counters_.in_flight.load(), 3u);
 }
 
 TEST_P(DispatcherTest, AckOfUnknownIdsSaysSo) {
