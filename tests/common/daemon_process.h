@@ -19,6 +19,10 @@
 #include <thread>
 #include <vector>
 
+#include "tests/common/temp_dir.h"
+
+extern char** environ;
+
 namespace delayd::testing {
 
 class DaemonProcess {
@@ -27,6 +31,9 @@ class DaemonProcess {
   // `timeout`) for the line that gives its port. ok() tells whether it did.
   // A non-zero `max_file_bytes` makes every write past that size in any
   // file fail (EFBIG, through RLIMIT_FSIZE): a disk that is full for it.
+  // The child's TMPDIR is a directory of its own, removed with this object:
+  // what a daemon killed with SIGKILL leaves there (its TLS certificates'
+  // private copies) goes too.
   DaemonProcess(const std::string& binary, std::vector<std::string> args,
                 std::chrono::milliseconds timeout = std::chrono::seconds(10),
                 rlim_t max_file_bytes = 0) {
@@ -39,6 +46,15 @@ class DaemonProcess {
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
+    std::vector<std::string> env_strings;
+    for (char** e = environ; *e != nullptr; ++e) {
+      if (std::string_view(*e).starts_with("TMPDIR=")) continue;
+      env_strings.emplace_back(*e);
+    }
+    if (!tmp_.path().empty()) env_strings.push_back("TMPDIR=" + tmp_.path());
+    std::vector<char*> envp;
+    for (auto& e : env_strings) envp.push_back(e.data());
+    envp.push_back(nullptr);
     pid_ = fork();
     if (pid_ == 0) {
       if (max_file_bytes != 0) {
@@ -50,7 +66,7 @@ class DaemonProcess {
       dup2(out[1], STDERR_FILENO);
       close(out[0]);
       close(out[1]);
-      execv(argv[0], argv.data());
+      execve(argv[0], argv.data(), envp.data());
       _exit(127);
     }
     close(out[1]);
@@ -173,6 +189,7 @@ class DaemonProcess {
   }
 
   pid_t pid_ = -1;
+  TempDir tmp_;  // the child's TMPDIR (made before, removed after it)
   std::optional<int> exit_code_;
   std::thread reader_;
   mutable std::mutex mu_;

@@ -12,8 +12,11 @@ import path from 'node:path';
 export const DELAYD = process.argv[2];
 export const DELAYCTL = process.argv[3];
 
+// A fresh directory, removed with its contents when the process exits.
 export function tempDir(prefix) {
-  return fs.mkdtempSync(path.join(os.tmpdir(), prefix));
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), prefix));
+  process.on('exit', () => fs.rmSync(dir, { recursive: true, force: true }));
+  return dir;
 }
 
 // Resolves once `check()` is truthy (polled), or throws after `ms`.

@@ -18,6 +18,7 @@ Usage: worker_bench.py LIBRARY_DIR library|raw throughput N CONCURRENCY
        worker_bench.py LIBRARY_DIR library|raw lateness RATE SECONDS DELAY_MS CONCURRENCY
 """
 import datetime as dt
+import itertools
 import json
 import os
 import subprocess
@@ -108,9 +109,21 @@ def throughput(n, concurrency):
         for i in range(start, min(n, start + 1000)):
             b.set(f"k{i}", b"", delay=0)
         b.commit()
-    w = worker(lambda fire_ns: None, concurrency)
+    # Every handler has run once the count reaches n (no call meanwhile:
+    # Stats polled through the whole run take the interpreter from the
+    # worker); then Stats says when all are acknowledged. (next() on a
+    # count is one step under the interpreter's lock.)
+    count, ran = itertools.count(1), threading.Event()
+
+    def handler(_fire_ns):
+        if next(count) == n:
+            ran.set()
+
+    w = worker(handler, concurrency)
     t0 = time.monotonic()
     client.set_policy(namespace=NS, paused=False)
+    if not ran.wait(120):
+        raise SystemExit(f"{MODE}: not every event was handled")
     wait_acked(n, 120)
     seconds = time.monotonic() - t0
     w.stop()
