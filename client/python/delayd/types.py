@@ -9,7 +9,6 @@ their names, converted the same way (an unset instant is None).
 from __future__ import annotations
 
 import dataclasses
-import typing
 import datetime as _dt
 from typing import Any, Optional, Union
 
@@ -82,26 +81,83 @@ def _from_ns(ns: int) -> _dt.datetime:
 _REASONS: dict[int, str] = {}
 
 
-class Event(typing.NamedTuple):
-    """A fired timer (or schedule run), as delivered; immutable.
-    ``fire_time`` and ``fired_at`` are made from the nanoseconds when read
-    (a worker that does not read them does not pay for them). A named
-    tuple, not a frozen dataclass: it is made for every event a worker
-    gets, and costs a quarter as much to make."""
-    id: int
-    namespace: str
-    key: str
-    payload: bytes
-    version: int
+_EVENT_FIELDS = ("id", "namespace", "key", "payload", "version", "attempt",
+                 "reason", "schedule_run", "fire_time_ns", "fired_at_ns")
+
+
+def _reason_of(e) -> str:
+    """An Event message's reason by name: "expired", "drained", ..."""
+    reason = _REASONS.get(e.reason)
+    if reason is None:
+        reason = e.DESCRIPTOR.fields_by_name["reason"].enum_type \
+            .values_by_number[e.reason].name.removeprefix("REASON_").lower()
+        _REASONS[e.reason] = reason
+    return reason
+
+
+class Event:
+    """A fired timer (or schedule run), as delivered; immutable, compared
+    by its fields. ``Event(id, namespace, key, payload, version, attempt,
+    reason, schedule_run, fire_time_ns, fired_at_ns)`` makes one (a
+    handler's own tests); a worker's are read from the message they came
+    in when a field other than ``id`` is first read, so that a worker pays
+    for no field its handler does not read (a third of a quick handler's
+    cost per event was making the event). ``fire_time`` and ``fired_at``
+    are aware datetimes (UTC) made from the nanoseconds when read."""
+
+    # (Slots set through their descriptors: __setattr__ refuses.)
+    __slots__ = ("id", "_pb", "_fields")
+
+    def __init__(self, id: int, namespace: str, key: str, payload: bytes,
+                 version: int, attempt: int, reason: str, schedule_run: int,
+                 fire_time_ns: int, fired_at_ns: int) -> None:
+        _set_id(self, id)
+        _set_pb(self, None)
+        _set_fields(self, (namespace, key, payload, version, attempt, reason,
+                           schedule_run, fire_time_ns, fired_at_ns))
+
+    @classmethod
+    def from_pb(cls, e) -> "Event":
+        event = object.__new__(cls)
+        _set_id(event, e.id)
+        _set_pb(event, e)
+        _set_fields(event, None)
+        return event
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"an Event is immutable (set {name!r})")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"an Event is immutable (delete {name!r})")
+
+    def _read(self) -> tuple:
+        """The fields after ``id``, read from the message on first use.
+        (Two threads reading at once both decode the same values.)"""
+        f = self._fields
+        if f is None:
+            e = self._pb
+            fire, fired = e.fire_time, e.fired_at
+            f = (e.namespace, e.key, e.payload, e.version, e.attempt,
+                 _reason_of(e),
+                 e.schedule_run, fire.seconds * 1_000_000_000 + fire.nanos,
+                 fired.seconds * 1_000_000_000 + fired.nanos)
+            _set_fields(self, f)
+            _set_pb(self, None)
+        return f
+
+    namespace = property(lambda self: self._read()[0])
+    key = property(lambda self: self._read()[1])
+    payload = property(lambda self: self._read()[2])
+    version = property(lambda self: self._read()[3])
     # 1 on first delivery, + 1 on each redelivery; 0 for a watcher's copy.
-    attempt: int
+    attempt = property(lambda self: self._read()[4])
     # "expired", "drained" or "dead_lettered" (watchers only).
-    reason: str
+    reason = property(lambda self: self._read()[5])
     # A schedule's run number (0 for a timer).
-    schedule_run: int
+    schedule_run = property(lambda self: self._read()[6])
     # The instants in nanoseconds since the Unix epoch.
-    fire_time_ns: int
-    fired_at_ns: int
+    fire_time_ns = property(lambda self: self._read()[7])
+    fired_at_ns = property(lambda self: self._read()[8])
 
     @property
     def fire_time(self) -> _dt.datetime:
@@ -111,21 +167,31 @@ class Event(typing.NamedTuple):
     def fired_at(self) -> _dt.datetime:
         return _from_ns(self.fired_at_ns)
 
-    @classmethod
-    def from_pb(cls, e) -> "Event":
-        reason = _REASONS.get(e.reason)
-        if reason is None:
-            reason = e.DESCRIPTOR.fields_by_name["reason"].enum_type \
-                .values_by_number[e.reason].name \
-                .removeprefix("REASON_").lower()
-            _REASONS[e.reason] = reason
-        fire, fired = e.fire_time, e.fired_at
-        # (tuple.__new__ skips the named tuple's argument handling: a
-        # third of the cost of making one.)
-        return tuple.__new__(cls, (
-            e.id, e.namespace, e.key, e.payload, e.version, e.attempt, reason,
-            e.schedule_run, fire.seconds * 1_000_000_000 + fire.nanos,
-            fired.seconds * 1_000_000_000 + fired.nanos))
+    def _astuple(self) -> tuple:
+        return (self.id,) + self._read()
+
+    def _asdict(self) -> dict[str, Any]:
+        return dict(zip(_EVENT_FIELDS, self._astuple()))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Event):
+            return NotImplemented
+        return self._astuple() == other._astuple()
+
+    def __hash__(self) -> int:
+        return hash(self._astuple())
+
+    def __repr__(self) -> str:
+        return "Event(" + ", ".join(
+            f"{k}={v!r}" for k, v in self._asdict().items()) + ")"
+
+    def __reduce__(self):
+        return (Event, self._astuple())
+
+
+_set_id = Event.id.__set__
+_set_pb = Event._pb.__set__
+_set_fields = Event._fields.__set__
 
 
 @dataclasses.dataclass(frozen=True)

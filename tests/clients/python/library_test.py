@@ -216,6 +216,48 @@ class Configuration(unittest.TestCase):
             _retry.Attempts(delayd.RetryPolicy(), "conditional").failed(ended)
 
 
+class Events(unittest.TestCase):
+    """An Event read from its message only when a field is first read."""
+
+    def message(self):
+        from delayd.v1 import delayd_pb2 as pb
+        e = pb.Event(id=7 << 10, namespace="ns", key="k", payload=b"p",
+                     version=3 << 10, attempt=2, reason=pb.REASON_DRAINED,
+                     schedule_run=4)
+        e.fire_time.seconds, e.fire_time.nanos = 1_700_000_000, 123_456_789
+        e.fired_at.seconds, e.fired_at.nanos = 1_700_000_001, 5_000
+        return e
+
+    def test_every_field_as_the_message_has_it(self):
+        e = delayd.Event.from_pb(self.message())
+        self.assertEqual(
+            (e.id, e.namespace, e.key, e.payload, e.version, e.attempt,
+             e.reason, e.schedule_run, e.fire_time_ns, e.fired_at_ns),
+            (7 << 10, "ns", "k", b"p", 3 << 10, 2, "drained", 4,
+             1_700_000_000_123_456_789, 1_700_000_001_000_005_000))
+        self.assertEqual(e.fire_time, dt.datetime(
+            2023, 11, 14, 22, 13, 20, 123456, tzinfo=dt.timezone.utc))
+        self.assertEqual(e.fired_at.microsecond, 5)
+
+    def test_made_by_fields_equal_to_one_read_and_immutable(self):
+        import pickle
+        read = delayd.Event.from_pb(self.message())
+        made = delayd.Event(7 << 10, "ns", "k", b"p", 3 << 10, 2, "drained",
+                            4, 1_700_000_000_123_456_789,
+                            1_700_000_001_000_005_000)
+        self.assertEqual(made, read)
+        self.assertEqual(hash(made), hash(read))
+        self.assertEqual(pickle.loads(pickle.dumps(read)), made)
+        self.assertEqual(read._asdict()["reason"], "drained")
+        self.assertIn("key='k'", repr(read))
+        self.assertNotEqual(made, delayd.Event.from_pb(
+            type(self.message())(id=7 << 10)))
+        for name in ("id", "key", "anything"):
+            with self.assertRaises(AttributeError):
+                setattr(read, name, 1)
+        self.assertEqual(read.key, "k")
+
+
 class Workers(Fixture):
     def test_each_event_handled_once_and_acknowledged(self):
         c, ns = self.client, self.ns
@@ -232,6 +274,20 @@ class Workers(Fixture):
         s = c.stats(namespace=ns).namespaces[0]
         self.assertEqual((s.events_acked, s.in_flight_events), (50, 0))
         self.assertEqual(len(late), 50)
+        # A handler reads every field of what the daemon sent.
+        seen = []
+        w = delayd.Worker(ns, seen.append, client=c)
+        w.start()
+        r = c.set_timer("fields", b"\x00payload", delay=0.05, namespace=ns)
+        eventually(lambda: seen, what="the event")
+        w.stop()
+        e = seen[0]
+        self.assertEqual((e.namespace, e.key, e.payload, e.version, e.attempt,
+                          e.reason, e.schedule_run),
+                         (ns, "fields", b"\x00payload", r.version, 1,
+                          "expired", 0))
+        self.assertEqual(e.fire_time, r.fire_time)
+        self.assertGreaterEqual(e.fired_at, e.fire_time)
 
     def test_acks_whose_answers_are_lost_are_sent_again(self):
         # A separate client, so that its calls can be made to fail.
