@@ -9,6 +9,26 @@ Forwarder::Forwarder(Options options)
     : options_(std::move(options)),
       authorization_("Bearer " + options_.token) {}
 
+Forwarder::~Forwarder() {
+  Drain(std::chrono::steady_clock::now() + std::chrono::seconds(5));
+}
+
+bool Forwarder::Drain(std::chrono::steady_clock::time_point deadline) {
+  MutexLock lock(&mu_);
+  draining_ = true;
+  while (in_flight_ > 0) {
+    if (!answered_.WaitUntil(&mu_, deadline)) break;
+  }
+  return in_flight_ == 0;
+}
+
+void Forwarder::Answered() {
+  if (in_flight_gauge_ != nullptr) in_flight_gauge_->Decrement();
+  MutexLock lock(&mu_);
+  --in_flight_;
+  answered_.SignalAll();
+}
+
 void Forwarder::SetOwners(std::string self, std::map<int, std::string> owners) {
   std::vector<std::string> by_part;
   std::set<std::string> live;
@@ -116,6 +136,18 @@ void Forwarder::Forward(grpc::CallbackServerContext* ctx,
     std::shared_ptr<grpc::GenericStub> stub;
     std::chrono::steady_clock::time_point started;
   };
+  bool refused;
+  {
+    MutexLock lock(&mu_);
+    refused = draining_;
+    if (!refused) ++in_flight_;
+  }
+  if (refused) {
+    return done(grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                             "this node is stopping: the call was not "
+                             "forwarded to its partition's owner"));
+  }
+  if (in_flight_gauge_ != nullptr) in_flight_gauge_->Increment();
   auto call = std::make_shared<Call>();
   // The caller's deadline and cancellation carry over (a cancelled call
   // cancels its forwarded one); the wait is bounded even without them.
@@ -127,10 +159,11 @@ void Forwarder::Forward(grpc::CallbackServerContext* ctx,
   ctx->AddTrailingMetadata(kOwnerTrailer, owner);
   call->stub->UnaryCall(
       call->ctx.get(), "/delayd.v1.Delayd/" + method, grpc::StubOptions(), in,
-      out, [call, &metrics, done = std::move(done)](grpc::Status s) {
+      out, [this, call, &metrics, done = std::move(done)](grpc::Status s) {
         metrics.Observe(s.error_code(),
                         std::chrono::steady_clock::now() - call->started);
         done(std::move(s));
+        Answered();
       });
 }
 

@@ -13,13 +13,19 @@
 // round): an answer of the former owner during a hand-over is UNAVAILABLE,
 // which a client retries as it would any.
 //
+// A node that stops drains its forwarder first (Drain): the calls it
+// forwarded get their owners' answers, relayed as usual; cut off, they would
+// end CANCELLED after the owner may have applied them, which tells their
+// callers nothing.
+//
 // Thread safety: every method may be called from any thread; mu_ guards the
-// owners and the channels.
+// owners, the channels and the count of calls awaiting their owners.
 #ifndef DELAYD_SERVER_API_FORWARD_H_
 #define DELAYD_SERVER_API_FORWARD_H_
 
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
+#include <prometheus/gauge.h>
 
 #include <chrono>
 #include <cstdint>
@@ -54,6 +60,7 @@ class Forwarder {
     int max_message_bytes = 64 << 20;
   };
   explicit Forwarder(Options options);
+  ~Forwarder();  // Drain(5 s from now): no call's answer outlives this.
 
   // Who owns each partition now: the owners' addresses by partition
   // (partitions missing: no live owner). `self` is this node's address; its
@@ -86,7 +93,8 @@ class Forwarder {
   // request bytes `in`, its answer's bytes into `out`; `done` gets the
   // owner's status (or the channel's, if it could not be reached). The
   // call's deadline and cancellation carry over; `in` and `out` must live
-  // until `done`. Counted in `metrics`.
+  // until `done`. Counted in `metrics`. Once draining, `done` gets
+  // UNAVAILABLE at once: the call was not sent.
   void Forward(grpc::CallbackServerContext* ctx, const std::string& method,
                const grpc::ByteBuffer* in, grpc::ByteBuffer* out,
                const std::string& owner, MethodMetrics& metrics,
@@ -106,7 +114,17 @@ class Forwarder {
   std::uint64_t WatchPeers(std::function<void()> changed) EXCLUDES(mu_);
   void Unwatch(std::uint64_t id) EXCLUDES(mu_);
 
+  // Counts the calls awaiting their owners' answers in `gauge` too (set
+  // before any call is forwarded).
+  void CountInFlight(prometheus::Gauge* gauge) { in_flight_gauge_ = gauge; }
+  // Forwards no more calls, and waits until every call forwarded has its
+  // owner's answer (relayed to its caller) or until `deadline`: whether
+  // none is left.
+  bool Drain(std::chrono::steady_clock::time_point deadline) EXCLUDES(mu_);
+
  private:
+  void Answered() EXCLUDES(mu_);
+
   std::set<std::string> PeersLocked() const REQUIRES(mu_);
 
   const Options options_;
@@ -118,6 +136,10 @@ class Forwarder {
       GUARDED_BY(mu_);
   std::map<std::uint64_t, std::function<void()>> watchers_ GUARDED_BY(mu_);
   std::uint64_t next_watcher_ GUARDED_BY(mu_) = 1;
+  std::size_t in_flight_ GUARDED_BY(mu_) = 0;  // calls awaiting answers
+  bool draining_ GUARDED_BY(mu_) = false;
+  CondVar answered_;  // in_flight_ fell
+  prometheus::Gauge* in_flight_gauge_ = nullptr;
 };
 
 }  // namespace delayd

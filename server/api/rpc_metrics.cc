@@ -85,6 +85,14 @@ RpcMetrics::RpcMetrics(prometheus::Registry& registry) {
           .Name("delayd_forwarded_request_duration_seconds")
           .Help("A forwarded call's round trip to the owning node.")
           .Register(registry);
+  forwarded_in_flight_ =
+      &prometheus::BuildGauge()
+           .Name("delayd_forwarded_requests_in_flight")
+           .Help(
+               "Calls forwarded to the node owning their partition whose "
+               "answer this node awaits.")
+           .Register(registry)
+           .Add({});
   for (int m = 0; m < kMethods; ++m) {
     methods_[m] = std::make_unique<MethodMetrics>(kNames[m], requests, latency);
     forwarded_[m] = std::make_unique<MethodMetrics>(kNames[m], forwarded,

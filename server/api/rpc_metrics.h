@@ -8,6 +8,7 @@
 #include <grpcpp/grpcpp.h>
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
+#include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
@@ -83,8 +84,11 @@ class RpcMetrics {
   // Calls a cluster node forwarded to the owner of their partition (see
   // forward.h), by the owner's answer, and their round trip.
   MethodMetrics& forwarded(Method m) { return *forwarded_[m]; }
+  // Forwarded calls whose answers this node awaits.
+  prometheus::Gauge& forwarded_in_flight() { return *forwarded_in_flight_; }
 
  private:
+  prometheus::Gauge* forwarded_in_flight_;
   std::array<std::unique_ptr<MethodMetrics>, kMethods> methods_;
   std::array<std::unique_ptr<MethodMetrics>, kMethods> forwarded_;
 };

@@ -302,6 +302,7 @@ void DelaydServer::WatchStore() {
 }
 
 void DelaydServer::Shutdown(std::chrono::milliseconds grace) {
+  const auto until = std::chrono::steady_clock::now() + grace;
   {
     MutexLock lock(&health_mu_);
     if (stopped_ || !scheduler_) return;
@@ -325,6 +326,14 @@ void DelaydServer::Shutdown(std::chrono::milliseconds grace) {
   scheduler_->Shutdown([closed] { closed->set_value(); });
   closed->get_future().wait_for(grace + std::chrono::seconds(1));
   spdlog::debug("shutdown: operations answered, streams ended");
+  // Calls forwarded to other nodes get their owners' answers, within the
+  // grace (forward.h says why).
+  if (forwarder_ && !forwarder_->Drain(until)) {
+    spdlog::warn(
+        "shutdown: calls forwarded to other nodes had no answer within the "
+        "grace; their callers get CANCELLED and do not know whether the "
+        "owners applied them");
+  }
   // Every call has been answered; what remains is sending the answers. gRPC
   // would wait out the whole deadline for idle client connections, so give
   // it only a short one.
@@ -338,6 +347,12 @@ void DelaydServer::Shutdown(std::chrono::milliseconds grace) {
                              std::chrono::milliseconds(100));
   }
   spdlog::debug("shutdown: server stopped");
+  // (The forwarded calls cut off end with their callers' calls: their
+  // callbacks run before what they touch goes.)
+  if (forwarder_) {
+    forwarder_->Drain(std::chrono::steady_clock::now() +
+                      std::chrono::seconds(1));
+  }
   stop_metrics.join();
   scheduler_->Stop();
   server_.reset();

@@ -117,7 +117,11 @@ class DelaydService final : public RawDelayd {
         backup_dir_(std::move(backup_dir)),
         validator_(scheduler.limits(), scheduler.partitions()),
         request_limits_(RequestLimits::Of(scheduler.limits())),
-        rpc_(*scheduler.metrics().registry()) {}
+        rpc_(*scheduler.metrics().registry()) {
+    if (forwarder_ != nullptr) {
+      forwarder_->CountInFlight(&rpc_.forwarded_in_flight());
+    }
+  }
 
   // Push delivery, outliving the service (null: push targets are
   // refused). Set before the service serves.

@@ -50,6 +50,15 @@ inline std::optional<std::string> HttpGet(int port, const std::string& path) {
   return response.substr(body + 4);
 }
 
+// The value of series `series` (its name and labels, as the endpoint
+// writes them) in the metrics on `port`; -1 if absent.
+inline double Metric(int port, const std::string& series) {
+  const std::string text = HttpGet(port, "/metrics").value_or("");
+  const std::size_t at = text.find("\n" + series + " ");
+  if (at == std::string::npos) return -1;
+  return std::stod(text.substr(at + series.size() + 2));
+}
+
 // One scrape, read: each sample by name and labels.
 class Scrape {
  public:

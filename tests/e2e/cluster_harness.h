@@ -6,6 +6,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -185,7 +186,7 @@ class Cluster : public ::testing::Test {
     std::ofstream(dir_ / "cluster-token") << kClusterToken << "\n";
   }
 
-  // Node `name` of the cluster (leases of 1 s), with `extra` flags, on
+  // Node `name` of the cluster, with `extra` flags, on
   // the database at `url` (url_ if empty).
   std::unique_ptr<DaemonProcess> Node(const std::string& name,
                                       std::vector<std::string> extra = {},
@@ -197,11 +198,15 @@ class Cluster : public ::testing::Test {
                                   "--advertise",
                                   "127.0.0.1:0",
                                   "--cluster-token-file",
-                                  dir_ / "cluster-token",
-                                  "--lease-ttl",
-                                  "1s",
-                                  "--shutdown-grace",
-                                  "0s"};
+                                  dir_ / "cluster-token"};
+    // Leases of 1 s, and no grace (a test's nodes stop at once), unless
+    // `extra` says otherwise.
+    for (const auto& [flag, value] : {std::pair{"--lease-ttl", "1s"},
+                                      std::pair{"--shutdown-grace", "0s"}}) {
+      if (std::find(extra.begin(), extra.end(), flag) == extra.end()) {
+        args.insert(args.end(), {flag, value});
+      }
+    }
     args.insert(args.end(), extra.begin(), extra.end());
     return std::make_unique<DaemonProcess>(DELAYD_BINARY, std::move(args));
   }

@@ -133,15 +133,6 @@ TEST_F(Cluster, APolicySetOnOneNodeAppliesOnTheOther) {
 // rotation: its calls could only fail); once it reaches the database again
 // it takes partitions and serves. (The store alone would not notice: an
 // idle node writes nothing.)
-// The value of series `series` (its name and labels, as the endpoint
-// writes them) in the metrics on `port`; -1 if absent.
-double Metric(int port, const std::string& series) {
-  const std::string text = HttpGet(port, "/metrics").value_or("");
-  const std::size_t at = text.find("\n" + series + " ");
-  if (at == std::string::npos) return -1;
-  return std::stod(text.substr(at + series.size() + 2));
-}
-
 TEST_F(Cluster, ANodeCutOffFromTheDatabaseIsNotServingUntilItReachesItAgain) {
   auto a = Node("a", {"--metrics-listen", "127.0.0.1:0"});
   ASSERT_TRUE(a->WaitForPort(30s)) << a->output();

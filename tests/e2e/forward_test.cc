@@ -6,9 +6,11 @@
 // taken without it. Real processes on one PostgreSQL.
 #include <cstdlib>
 #include <fstream>
+#include <future>
 #include <iterator>
 #include <set>
 
+#include "tests/common/metrics_scrape.h"
 #include "tests/e2e/cluster_harness.h"
 
 namespace delayd::testing {
@@ -451,6 +453,97 @@ TEST_F(Cluster, ASecondProcessWithALiveNodesIdIsRefused) {
   ASSERT_TRUE(Eventually([&] { return Owners() == "a:32,b:32"; }, 20s))
       << Owners() << "\n"
       << a->output();
+}
+
+// A node stopped while a call it forwarded waits for the owner relays the
+// owner's answer when it comes within the shutdown grace: the owner may
+// have applied the call, and CANCELLED would tell the caller nothing. A
+// call that arrives once it stops is not forwarded (UNAVAILABLE: it may be
+// sent again anywhere).
+TEST_F(Cluster, ANodeThatStopsRelaysTheAnswersToTheCallsItForwarded) {
+  std::unique_ptr<DaemonProcess> a, b;
+  // (Leases outlast b's freeze: b's answer is the write's.)
+  ASSERT_NO_FATAL_FAILURE(
+      StartTwo(&a, &b,
+               {"--metrics-listen", "127.0.0.1:0", "--shutdown-grace", "10s",
+                "--lease-ttl", "5s"}));
+  const std::string out = a->output();
+  const std::size_t at = out.find("/metrics (port ");
+  ASSERT_NE(at, std::string::npos) << out;
+  const int metrics = std::stoi(out.substr(at + 15));
+  auto stub_a = StubOf(*a);
+  std::vector<std::string> keys;
+  for (int i = 0; keys.size() < 2; ++i) {
+    const std::string key = "stop-" + std::to_string(i);
+    if (OwnerOf(key) == "b") keys.push_back(key);
+  }
+  // a knows b owns them once a call through a is forwarded.
+  ASSERT_TRUE(Eventually(
+      [&] {
+        v1::GetTimerRequest req;
+        req.set_namespace_("jobs");
+        req.set_key(keys[0]);
+        v1::Timer resp;
+        grpc::ClientContext ctx;
+        Prepare(&ctx);
+        return stub_a->GetTimer(&ctx, req, &resp).error_code() ==
+               grpc::StatusCode::NOT_FOUND;
+      },
+      10s));
+  // A call through a to b, frozen: forwarded, and waiting.
+  ASSERT_EQ(kill(b->pid(), SIGSTOP), 0);
+  struct Async {
+    grpc::ClientContext ctx;
+    v1::SetTimerRequest req;
+    v1::SetTimerResponse resp;
+    std::promise<grpc::Status> status;
+  };
+  auto send = [&](const std::string& key) {
+    auto call = std::make_unique<Async>();
+    Prepare(&call->ctx);
+    call->ctx.set_deadline(std::chrono::system_clock::now() + 30s);
+    call->req.set_namespace_("jobs");
+    call->req.set_key(key);
+    *call->req.mutable_fire_time() = FromNanos(WallNow() + 3'600'000'000'000);
+    stub_a->async()->SetTimer(&call->ctx, &call->req, &call->resp,
+                              [c = call.get()](grpc::Status s) {
+                                c->status.set_value(std::move(s));
+                              });
+    return call;
+  };
+  auto first = send(keys[0]);
+  auto first_status = first->status.get_future();
+  ASSERT_TRUE(Eventually(
+      [&] {
+        return Metric(metrics, "delayd_forwarded_requests_in_flight") == 1;
+      },
+      10s));
+  // SIGTERM: a waits for b's answer (a node that cut the call off would
+  // have exited well within this).
+  EXPECT_EQ(a->Stop(SIGTERM, 1500ms), std::nullopt) << a->output();
+  // Stopping, a forwards nothing more.
+  auto second = send(keys[1]);
+  auto second_status = second->status.get_future();
+  ASSERT_EQ(second_status.wait_for(10s), std::future_status::ready);
+  const grpc::Status s2 = second_status.get();
+  EXPECT_EQ(s2.error_code(), grpc::StatusCode::UNAVAILABLE)
+      << s2.error_message();
+  ASSERT_EQ(kill(b->pid(), SIGCONT), 0);
+  ASSERT_EQ(first_status.wait_for(20s), std::future_status::ready);
+  const grpc::Status s1 = first_status.get();
+  EXPECT_TRUE(s1.ok()) << s1.error_code() << " " << s1.error_message() << "\n"
+                       << a->output();
+  EXPECT_EQ(a->Stop(0, 20s), 0) << a->output();
+  // b has what a answered.
+  auto stub_b = StubOf(*b);
+  v1::GetTimerRequest req;
+  req.set_namespace_("jobs");
+  req.set_key(keys[0]);
+  v1::Timer got;
+  grpc::ClientContext ctx;
+  Prepare(&ctx);
+  ASSERT_TRUE(stub_b->GetTimer(&ctx, req, &got).ok());
+  EXPECT_EQ(got.version(), first->resp.version());
 }
 
 // A node frozen past its lease term whose id another process took meanwhile
