@@ -10,6 +10,8 @@
 #include <signal.h>
 
 #include <iostream>
+#include <set>
+#include <sstream>
 
 #include "tests/common/tcp_proxy.h"
 #include "tests/e2e/fault_load.h"
@@ -75,6 +77,42 @@ class ClusterFaults : public Cluster {
     ASSERT_TRUE(Eventually([&] { return load_->size() >= from + n; }, 60s))
         << load_->size() - from << " of " << n;
   }
+  // What a failed Finish says of the keys not delivered: each with its
+  // fire time, its row in the database and its partition's owner.
+  std::string Lost(const std::map<std::string, Told>& told) {
+    const FaultTally t = Check(told, Joined(workers_));
+    std::string out = std::to_string(t.lost) + " not delivered (now " +
+                      std::to_string(WallNow()) + "):\n";
+    for (const std::string& key : t.examples) {
+      const Told& was = told.at(key);
+      out += "  " + was.ns + "/" + key + " fire " + std::to_string(was.fire) +
+             ", row: " +
+             pg_->Exec(db_,
+                       "SELECT concat_ws(' ', id, part, fire_time, version, "
+                       "event_id, fired_at, attempts, dead) FROM delayd_jobs "
+                       "WHERE ns = '" +
+                           was.ns + "' AND key = '" + key + "'::bytea") +
+             ", owner " + OwnerOf(key, was.ns) + "\n";
+    }
+    // Each node's lines on those keys' partitions, and its signals.
+    std::set<std::string> parts;
+    for (const std::string& key : t.examples) {
+      const Told& was = told.at(key);
+      parts.insert("partition " +
+                   std::to_string(StablePartition(was.ns, key, 64)) + ":");
+    }
+    for (const auto& [name, node] : nodes_) {
+      std::istringstream lines(node->output());
+      out += "--- " + name + "\n";
+      for (std::string line; std::getline(lines, line);) {
+        bool keep = line.find("signal") != std::string::npos ||
+                    line.find("starting") != std::string::npos;
+        for (const auto& p : parts) keep |= line.find(p) != std::string::npos;
+        if (keep) out += line + "\n";
+      }
+    }
+    return out;
+  }
   void Kill(const std::string& name) {
     book_.Down(name);
     nodes_[name]->Stop(SIGKILL, 10s);
@@ -88,7 +126,7 @@ class ClusterFaults : public Cluster {
     const auto told = load_->told();
     ASSERT_TRUE(Eventually(
         [&] { return Check(told, Joined(workers_)).lost == 0; }, 60s))
-        << Check(told, Joined(workers_)).lost << " not delivered";
+        << Lost(told);
     // An event whose ack was lost comes again after its ack timeout (3 s):
     // a window past it.
     std::this_thread::sleep_for(4s);

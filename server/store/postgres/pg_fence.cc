@@ -43,16 +43,13 @@ void PgStore::Fenced(const std::string& error) {
       "{}: a write of node '{}' was fenced ({}): a partition it "
       "wrote moved to another node",
       where_, options_.node, error);
-  for (Queued& q : in_flight_.front().batches) {
-    if (q.refused.ok()) {
-      q.refused = Status::Unavailable(
-          "a partition lease of node '" + options_.node +
-          "' was lost (another node took the partition): not written");
-    }
-  }
-  Complete(Status::Ok());
-  // The server skipped the groups behind it (no sync point lies between
-  // them): they go again on a new connection, after CheckLeases.
+  // Nothing of the group committed, nor of the groups the server skipped
+  // behind it (no sync point lies between them). They all go again on a
+  // new connection, after CheckLeases: then only the batches that touch a
+  // partition lost are refused (FenceOf). A group holds the batches of
+  // several partitions, and one partition lost must not cost the others
+  // their writes: a firing refused so, its partition still this node's,
+  // would leave its timers stored but out of the wheel, fired by no one.
   SendAgain();
   check_leases_ = true;
 }

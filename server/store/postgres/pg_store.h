@@ -136,9 +136,10 @@ class PgStore final : public Store {
   // touches a partition not held is not written:
   // its completion gets UNAVAILABLE. Each transaction starts with
   // delayd_fence over the partitions its batches touch, so a lease lost
-  // meanwhile fails it in the database (DL001): then the group's batches
-  // get UNAVAILABLE, the writer drops the leases the database no longer
-  // says are this node's, and sends the groups behind it again.
+  // meanwhile fails it in the database (DL001): then the writer drops the
+  // leases the database no longer says are this node's and sends that
+  // group and those behind it again, the batches that touch a partition
+  // lost refused (UNAVAILABLE), the others written.
   void SetHeld(const Held& held) override EXCLUDES(mu_);
   Status LoadPartition(std::uint32_t part, std::uint64_t* version_limit,
                        std::uint64_t* event_seq_limit,
