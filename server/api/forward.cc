@@ -23,9 +23,9 @@ bool Forwarder::Drain(std::chrono::steady_clock::time_point deadline) {
 }
 
 void Forwarder::Answered() {
-  if (in_flight_gauge_ != nullptr) in_flight_gauge_->Decrement();
   MutexLock lock(&mu_);
   --in_flight_;
+  if (in_flight_gauge_ != nullptr) in_flight_gauge_->Set(in_flight_);
   answered_.SignalAll();
 }
 
@@ -141,13 +141,13 @@ void Forwarder::Forward(grpc::CallbackServerContext* ctx,
     MutexLock lock(&mu_);
     refused = draining_;
     if (!refused) ++in_flight_;
+    if (in_flight_gauge_ != nullptr) in_flight_gauge_->Set(in_flight_);
   }
   if (refused) {
     return done(grpc::Status(grpc::StatusCode::UNAVAILABLE,
                              "this node is stopping: the call was not "
                              "forwarded to its partition's owner"));
   }
-  if (in_flight_gauge_ != nullptr) in_flight_gauge_->Increment();
   auto call = std::make_shared<Call>();
   // The caller's deadline and cancellation carry over (a cancelled call
   // cancels its forwarded one); the wait is bounded even without them.
