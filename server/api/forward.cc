@@ -129,7 +129,7 @@ std::shared_ptr<grpc::GenericStub> Forwarder::StubTo(const std::string& owner) {
 void Forwarder::Forward(grpc::CallbackServerContext* ctx,
                         const std::string& method, const grpc::ByteBuffer* in,
                         grpc::ByteBuffer* out, const std::string& owner,
-                        MethodMetrics& metrics,
+                        MethodMetrics& metrics, bool name_owner,
                         std::function<void(grpc::Status)> done) {
   struct Call {
     std::unique_ptr<grpc::ClientContext> ctx;
@@ -156,7 +156,7 @@ void Forwarder::Forward(grpc::CallbackServerContext* ctx,
   PrepareContext(call->ctx.get());
   call->stub = StubTo(owner);
   call->started = std::chrono::steady_clock::now();
-  ctx->AddTrailingMetadata(kOwnerTrailer, owner);
+  if (name_owner) ctx->AddTrailingMetadata(kOwnerTrailer, owner);
   call->stub->UnaryCall(
       call->ctx.get(), "/delayd.v1.Delayd/" + method, grpc::StubOptions(), in,
       out, [this, call, &metrics, done = std::move(done)](grpc::Status s) {

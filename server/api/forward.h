@@ -94,11 +94,14 @@ class Forwarder {
   // owner's status (or the channel's, if it could not be reached). The
   // call's deadline and cancellation carry over; `in` and `out` must live
   // until `done`. Counted in `metrics`. Once draining, `done` gets
-  // UNAVAILABLE at once: the call was not sent.
+  // UNAVAILABLE at once: the call was not sent. With `name_owner`, `ctx`'s
+  // trailers name the owner (a unary call's; not a stream's, which may
+  // forward many requests).
   void Forward(grpc::CallbackServerContext* ctx, const std::string& method,
                const grpc::ByteBuffer* in, grpc::ByteBuffer* out,
                const std::string& owner, MethodMetrics& metrics,
-               std::function<void(grpc::Status)> done) EXCLUDES(mu_);
+               bool name_owner, std::function<void(grpc::Status)> done)
+      EXCLUDES(mu_);
 
   // For calls this node makes to another on a client's behalf (a relayed
   // Subscribe, relay.h): the other nodes that own partitions now; `ctx`

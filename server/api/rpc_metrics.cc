@@ -54,6 +54,7 @@ RpcMetrics::RpcMetrics(prometheus::Registry& registry) {
                                                    "Ack",
                                                    "Nack",
                                                    "ExtendLease",
+                                                   "Work",
                                                    "GetPolicy",
                                                    "SetPolicy",
                                                    "TestPushTarget",

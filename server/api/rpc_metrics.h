@@ -60,6 +60,7 @@ class RpcMetrics {
     kAck,
     kNack,
     kExtendLease,
+    kWork,
     kGetPolicy,
     kSetPolicy,
     kTestPushTarget,

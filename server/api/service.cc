@@ -304,7 +304,7 @@ grpc::ServerUnaryReactor* DelaydService::ListTimers(
     }
     if (!run.owner->empty()) {
       forwarder_->Forward(ctx, "ListTimers", in, out, *run.owner,
-                          rpc_.forwarded(RpcMetrics::kListTimers),
+                          rpc_.forwarded(RpcMetrics::kListTimers), true,
                           [call](grpc::Status s) { call.Relay(std::move(s)); });
       return call.reactor();
     }
@@ -341,51 +341,52 @@ grpc::ServerUnaryReactor* DelaydService::ListTimers(
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* DelaydService::Subscribe(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in) {
+  auto& metrics = rpc_[RpcMetrics::kSubscribe];
   // Read as a unary call's request is.
   v1::SubscribeRequest req;
   Caller caller;
-  Status read = Identify(ctx, &caller);
-  if (read.ok()) {
-    read = ReadRequest(*in, request_limits_.other.bytes, "Subscribe",
-                       request_limits_.other.from, &req);
+  Status s = Identify(ctx, &caller);
+  if (s.ok()) {
+    s = ReadRequest(*in, request_limits_.other.bytes, "Subscribe",
+                    request_limits_.other.from, &req);
   }
-  if (!read.ok()) return new FailedStream(read, rpc_[RpcMetrics::kSubscribe]);
+  StreamStart start;
+  if (s.ok()) s = StartStream(*ctx, caller, std::move(req), &start);
+  if (!s.ok()) return new FailedStream(s, metrics);
+  return new SubscribeReactor(scheduler_, ctx, std::move(start.ns),
+                              start.options, metrics, start.attach);
+}
+
+Status DelaydService::StartStream(const grpc::CallbackServerContext& ctx,
+                                  const Caller& caller,
+                                  v1::SubscribeRequest req,
+                                  StreamStart* start) {
   const bool watcher = req.mode() == v1::SubscribeRequest::WATCHER;
   if (Status s = Authorize(caller, req.namespace_(), watcher ? kRead : kWork);
       !s.ok()) {
-    return new FailedStream(s, rpc_[RpcMetrics::kSubscribe]);
+    return s;
   }
   if (scheduler_.shutting_down()) {
-    return new FailedStream(Status::Unavailable("delayd is shutting down"),
-                            rpc_[RpcMetrics::kSubscribe]);
+    return Status::Unavailable("delayd is shutting down");
   }
-  SubscribeOptions options;
-  if (Status s = validator_.Subscribe(req, &options); !s.ok()) {
-    return new FailedStream(s, rpc_[RpcMetrics::kSubscribe]);
-  }
+  SubscribeOptions& options = start->options;
+  if (Status s = validator_.Subscribe(req, &options); !s.ok()) return s;
   if (scheduler_.counters().subscribers.fetch_add(1) >=
       scheduler_.limits().max_subscribers) {
     scheduler_.counters().subscribers.fetch_sub(1);
-    return new FailedStream(
-        Status::ResourceExhausted(
-            "subscriber limit of " +
-            std::to_string(scheduler_.limits().max_subscribers) + " reached"),
-        rpc_[RpcMetrics::kSubscribe]);
+    return Status::ResourceExhausted(
+        "subscriber limit of " +
+        std::to_string(scheduler_.limits().max_subscribers) + " reached");
   }
-  std::string ns = req.namespace_().empty() ? "default" : req.namespace_();
-  auto& metrics = rpc_[RpcMetrics::kSubscribe];
-  if (forwarder_ == nullptr) {
-    return new SubscribeReactor(scheduler_, ctx, std::move(ns), options,
-                                metrics);
-  }
-  if (ctx->client_metadata().count(Forwarder::kForwardedBy) != 0) {
+  start->ns = req.namespace_().empty() ? "default" : req.namespace_();
+  if (forwarder_ == nullptr) return Status::Ok();
+  if (ctx.client_metadata().count(Forwarder::kForwardedBy) != 0) {
     // Another node's relay (relay.h): its node counts the subscriber.
-    return new SubscribeReactor(scheduler_, ctx, std::move(ns), options,
-                                metrics,
-                                [](const std::shared_ptr<StreamSink>& sink) {
-                                  sink->relayed = true;
-                                  return SubscribeReactor::AtEnd();
-                                });
+    start->attach = [](const std::shared_ptr<StreamSink>& sink) {
+      sink->relayed = true;
+      return StreamSubscription::AtEnd();
+    };
+    return Status::Ok();
   }
   // A cluster node: the other owners' events are relayed in (relay.h), each
   // node delivering its share of the worker's in-flight limit.
@@ -395,15 +396,15 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* DelaydService::Subscribe(
     options.max_in_flight = std::max(1u, options.max_in_flight / nodes);
     req.set_max_in_flight(options.max_in_flight);
   }
-  return new SubscribeReactor(scheduler_, ctx, std::move(ns), options, metrics,
-                              [&](const std::shared_ptr<StreamSink>& sink) {
-                                sink->LimitEvents(options.max_events);
-                                auto relay = std::make_shared<Relay>(
-                                    *forwarder_, scheduler_.io(), sink,
-                                    std::move(req));
-                                relay->Start();
-                                return [relay] { relay->Stop(); };
-                              });
+  start->attach = [this, max_events = options.max_events, req = std::move(req)](
+                      const std::shared_ptr<StreamSink>& sink) {
+    sink->LimitEvents(max_events);
+    auto relay =
+        std::make_shared<Relay>(*forwarder_, scheduler_.io(), sink, req);
+    relay->Start();
+    return [relay] { relay->Stop(); };
+  };
+  return Status::Ok();
 }
 
 }  // namespace delayd

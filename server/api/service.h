@@ -18,6 +18,7 @@
 #include "server/api/cluster_view.h"
 #include "server/api/forward.h"
 #include "server/api/rpc_metrics.h"
+#include "server/api/stream.h"
 #include "server/api/unary_call.h"
 #include "server/api/validate.h"
 #include "server/common/stable_hash.h"
@@ -59,6 +60,7 @@ using RawDelayd =
         v1::Delayd::WithRawCallbackMethod_Ack,
         v1::Delayd::WithRawCallbackMethod_Nack,
         v1::Delayd::WithRawCallbackMethod_ExtendLease,
+        v1::Delayd::WithRawCallbackMethod_Work,
         v1::Delayd::WithRawCallbackMethod_GetPolicy,
         v1::Delayd::WithRawCallbackMethod_SetPolicy,
         v1::Delayd::WithRawCallbackMethod_TestPushTarget,
@@ -164,6 +166,9 @@ class DelaydService final : public RawDelayd {
   grpc::ServerUnaryReactor* ExtendLease(grpc::CallbackServerContext* ctx,
                                         const grpc::ByteBuffer* in,
                                         grpc::ByteBuffer* out) override;
+  // Its requests are applied by WorkRequest (service_work.cc).
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Work(
+      grpc::CallbackServerContext* ctx) override;
   grpc::ServerUnaryReactor* GetPolicy(grpc::CallbackServerContext* ctx,
                                       const grpc::ByteBuffer* in,
                                       grpc::ByteBuffer* out) override;
@@ -239,6 +244,19 @@ class DelaydService final : public RawDelayd {
                                               RpcMetrics::Method method,
                                               DeadLetterChange change);
 
+  // Subscribe, and a Work stream's first message: authorizes and validates
+  // `req`, counts the subscriber (RESOURCE_EXHAUSTED past the limit) and
+  // says how the stream subscribes.
+  Status StartStream(const grpc::CallbackServerContext& ctx,
+                     const Caller& caller, v1::SubscribeRequest req,
+                     StreamStart* start);
+  // A Work stream's request after the first (on namespace `ns`, which its
+  // caller may work on): applied as the unary call of its kind, `done`
+  // given the answer (once, from any thread).
+  void WorkRequest(grpc::CallbackServerContext* ctx, const std::string& ns,
+                   v1::WorkRequest req,
+                   std::function<void(v1::WorkAnswer)> done);
+
   // The last namespace resolved within one request, so that a Batch of
   // operations on one namespace validates and looks it up once.
   // (The name is a view into the request, which outlives the cache.)
@@ -289,7 +307,7 @@ class DelaydService final : public RawDelayd {
                             *call.ctx());
     if (owner.empty()) return false;
     forwarder_->Forward(call.ctx(), rpc_[method].name(), call.in(), call.out(),
-                        owner, rpc_.forwarded(method),
+                        owner, rpc_.forwarded(method), true,
                         [call](grpc::Status s) { call.Relay(std::move(s)); });
     return true;
   }
@@ -309,11 +327,11 @@ class DelaydService final : public RawDelayd {
   // namespace does not exist here: its ids are unknown), each other one
   // forwarded to its node as `call`'s request with that part's ids. The
   // answers' unknown_ids are joined and their counts summed by `add`.
-  template <typename Req, typename Resp, typename Local, typename Merge>
-  grpc::ServerUnaryReactor* ByEventOwner(
-      const Unary<Req, Resp>& call, RpcMetrics::Method method,
-      std::map<std::string, std::vector<std::uint64_t>> owners, Local local,
-      Merge add);
+  // (`call` is a Unary, or a request made on a Work stream: a StreamCall.)
+  template <typename Call, typename Local, typename Merge>
+  auto ByEventOwner(const Call& call, RpcMetrics::Method method,
+                    std::map<std::string, std::vector<std::uint64_t>> owners,
+                    Local local, Merge add) -> decltype(call.reactor());
   // Drain, Stats, ListDeadLetters and ListSchedules (service_split.h):
   // `call` answered by every node owning partitions (one when not in a
   // cluster, or when `call` was forwarded here), this one by `local` (given

@@ -235,7 +235,7 @@ grpc::ServerUnaryReactor* DelaydService::SplitBatch(
   if (local.empty() && remote.size() == 1) {
     // One owner of everything: the request goes as it came.
     forwarder_->Forward(ctx, "Batch", in, call->out(), remote.begin()->first,
-                        forwarded,
+                        forwarded, true,
                         [call](grpc::Status s) { call->Relay(std::move(s)); });
     return reactor;
   }
@@ -253,7 +253,7 @@ grpc::ServerUnaryReactor* DelaydService::SplitBatch(
     (void)grpc::SerializationTraits<v1::BatchRequest>::Serialize(
         req, &part->request, &own_buffer);
     forwarder_->Forward(ctx, "Batch", &part->request, &part->response, owner,
-                        forwarded, [join, owner, part](grpc::Status s) {
+                        forwarded, true, [join, owner, part](grpc::Status s) {
                           TakeAnswer(s, owner, *part, join->resp);
                           join->PartDone();
                         });

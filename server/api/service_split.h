@@ -6,17 +6,20 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "server/api/service.h"
 
 namespace delayd {
 
-template <typename Req, typename Resp, typename Local, typename Merge>
-grpc::ServerUnaryReactor* DelaydService::ByEventOwner(
-    const Unary<Req, Resp>& call, RpcMetrics::Method method,
+template <typename Call, typename Local, typename Merge>
+auto DelaydService::ByEventOwner(
+    const Call& call, RpcMetrics::Method method,
     std::map<std::string, std::vector<std::uint64_t>> owners, Local local,
-    Merge add) {
+    Merge add) -> decltype(call.reactor()) {
+  using Req = std::decay_t<decltype(call.req())>;
+  using Resp = std::remove_pointer_t<decltype(call.resp())>;
   // This node's part, its namespace pinned until answered.
   auto here = [this, call, local](std::vector<std::uint64_t> ids,
                                   std::function<void(Status, Resp)> done) {
@@ -94,7 +97,7 @@ grpc::ServerUnaryReactor* DelaydService::ByEventOwner(
     grpc::SerializationTraits<Req>::Serialize(part, &remote->request, &own);
     forwarder_->Forward(
         call.ctx(), rpc_[method].name(), &remote->request, &remote->response,
-        owner, rpc_.forwarded(method),
+        owner, rpc_.forwarded(method), Call::kNamesOwner,
         [remote, part_done, owner](grpc::Status s) {
           Resp answer;
           if (s.ok() && !grpc::SerializationTraits<Resp>::Deserialize(
@@ -155,7 +158,8 @@ grpc::ServerUnaryReactor* DelaydService::FromEveryOwner(
     auto response = std::make_shared<grpc::ByteBuffer>();
     forwarder_->Forward(
         call.ctx(), rpc_[method].name(), call.in(), response.get(), owner,
-        rpc_.forwarded(method), [response, owner, part_done](grpc::Status s) {
+        rpc_.forwarded(method), true,
+        [response, owner, part_done](grpc::Status s) {
           Resp answer;
           if (s.ok() && !grpc::SerializationTraits<Resp>::Deserialize(
                              response.get(), &answer)

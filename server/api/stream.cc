@@ -2,6 +2,46 @@
 
 namespace delayd {
 
+StreamSubscription::StreamSubscription(Scheduler& scheduler,
+                                       StreamWriter* writer,
+                                       grpc::CallbackServerContext* ctx,
+                                       std::string ns,
+                                       const SubscribeOptions& options,
+                                       MethodMetrics& metrics)
+    : scheduler_(scheduler),
+      ns_(std::move(ns)),
+      id_(scheduler.NewSubscriberId()),
+      metrics_(metrics),
+      who_("subscriber " + std::to_string(id_) + " (" + ctx->peer() +
+           ", namespace '" + ns_ + "', " +
+           (options.watcher ? "watcher" : "worker")),
+      sink_(std::make_shared<StreamSink>(
+          writer, ctx, scheduler.io(),
+          scheduler.limits().stream_write_timeout)) {
+  LogSampled(
+      "subscriber",
+      who_ + (options.watcher
+                  ? ") connected"
+                  : ", max in flight " + std::to_string(options.max_in_flight) +
+                        ") connected"));
+}
+
+void StreamSubscription::Begin(const SubscribeOptions& options,
+                               const Attach& attach) {
+  if (attach) at_end_ = attach(sink_);
+  scheduler_.Subscribe(ns_, id_, sink_, options,
+                       [sink = sink_] { sink->SendRegistered(); });
+}
+
+void StreamSubscription::Done() {
+  const grpc::StatusCode code = sink_->Detach();
+  if (at_end_) at_end_();
+  metrics_.Observe(code, std::nullopt);
+  LogSampled("subscriber", who_ + ") disconnected: " + CodeName(code));
+  scheduler_.Unsubscribe(ns_, id_);
+  scheduler_.counters().subscribers.fetch_sub(1);
+}
+
 StreamSink::Backlog StreamSink::Deliver(std::string_view ns,
                                         std::span<const Event* const> events) {
   Action next;
@@ -112,6 +152,24 @@ void StreamSink::End(const Status& status) {
     if (reactor_ == nullptr || ending_) return;
     ending_ = true;
     end_status_ = status;
+    next = Next();
+  }
+  Run(next);
+}
+
+void StreamSink::Answer(v1::WorkAnswer answer) {
+  Action next;
+  {
+    MutexLock lock(&mu_);
+    if (reactor_ == nullptr || ending_) return;
+    // (With the events of this node queued last, if any: an answer takes
+    // no message of its own while events wait.)
+    if (queue_.empty() || !queue_.back().source.empty()) {
+      queue_.emplace_back();
+    }
+    // (Not counted in the backlog's bytes, which are events': at most 16
+    // answers await writing, each within a request's size.)
+    *queue_.back().msg.add_answers() = std::move(answer);
     next = Next();
   }
   Run(next);
@@ -244,10 +302,10 @@ void StreamSink::Run(const Action& action) {
       return;
     case Action::kWrite:
       // (in_flight_ stays untouched until OnWriteDone: writing_ is set.)
-      action.reactor->StartWrite(&in_flight_);
+      action.reactor->WriteMessage(&in_flight_);
       return;
     case Action::kFinish:
-      action.reactor->Finish(action.end);
+      action.reactor->FinishStream(action.end);
       return;
   }
 }

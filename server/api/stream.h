@@ -49,9 +49,19 @@ inline void ToProto(std::string_view ns, const Event& e, v1::Event* out) {
                                                       : v1::REASON_EXPIRED);
 }
 
-// The write side of one Subscribe stream, shared between the reactor (gRPC
-// threads), a dispatcher (its strand) and, on a cluster node, a relay (gRPC
-// threads of its streams to other nodes). One write in flight at a time;
+// What a sink writes through: the reactor of its stream (Subscribe's or
+// Work's). Called without the sink's lock held; either may run a reaction
+// of the stream inline.
+class StreamWriter {
+ public:
+  virtual ~StreamWriter() = default;
+  virtual void WriteMessage(const grpc::ByteBuffer* msg) = 0;
+  virtual void FinishStream(const grpc::Status& status) = 0;
+};
+
+// The write side of one Subscribe or Work stream, shared between the reactor
+// (gRPC threads), a dispatcher (its strand) and, on a cluster node, a relay
+// (gRPC threads of its streams to other nodes). One write in flight at a time;
 // events that arrive meanwhile are gathered into the next messages. A write
 // that has not completed within the stream-write timeout cancels the call
 // (the client stopped reading): the reactor then ends, and the dispatcher
@@ -64,9 +74,8 @@ inline void ToProto(std::string_view ns, const Event& e, v1::Event* out) {
 // mu_ what the reactor is to do (an Action) and does it after letting go.
 class StreamSink : public Subscriber {
  public:
-  StreamSink(grpc::ServerWriteReactor<grpc::ByteBuffer>* r,
-             grpc::CallbackServerContext* ctx, asio::io_context& io,
-             std::chrono::nanoseconds write_timeout)
+  StreamSink(StreamWriter* r, grpc::CallbackServerContext* ctx,
+             asio::io_context& io, std::chrono::nanoseconds write_timeout)
       : reactor_(r),
         ctx_(ctx),
         write_timer_(io),
@@ -108,6 +117,9 @@ class StreamSink : public Subscriber {
   // every party awaited has called this: the dispatcher, and a relay if
   // AwaitRegistration was called.
   void SendRegistered() EXCLUDES(mu_);
+  // Work streams: queues the answer to a request made on the stream (with
+  // the events queued, if any). Dropped once the stream is ending.
+  void Answer(v1::WorkAnswer answer) EXCLUDES(mu_);
   // The reactor's OnWriteDone.
   void OnWriteDone(bool ok) EXCLUDES(mu_);
   // Detaches from the reactor (in its OnDone) and returns the code the
@@ -131,7 +143,7 @@ class StreamSink : public Subscriber {
   // What the reactor is to do once mu_ is let go.
   struct Action {
     enum Kind { kNone, kWrite, kFinish } kind = kNone;
-    grpc::ServerWriteReactor<grpc::ByteBuffer>* reactor = nullptr;
+    StreamWriter* reactor = nullptr;
     grpc::Status end;  // kFinish's.
   };
 
@@ -149,7 +161,7 @@ class StreamSink : public Subscriber {
 
   mutable Mutex mu_;
   CondVar cancelled_;
-  grpc::ServerWriteReactor<grpc::ByteBuffer>* reactor_ GUARDED_BY(mu_);
+  StreamWriter* reactor_ GUARDED_BY(mu_);
   grpc::CallbackServerContext* const ctx_;
   asio::steady_timer write_timer_ GUARDED_BY(mu_);
   const std::chrono::nanoseconds write_timeout_;
@@ -185,52 +197,28 @@ class StreamSink : public Subscriber {
   Status end_status_ GUARDED_BY(mu_);
 };
 
-class SubscribeReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+// A stream's registration with the scheduler, as its reactor holds it:
+// made when the stream subscribes (logged), ended by Done in the reactor's
+// OnDone (counted in the stream's metrics, logged, unsubscribed).
+class StreamSubscription {
  public:
   // Runs when the stream is over (a cluster node's Relay::Stop).
   using AtEnd = std::function<void()>;
-  // Its end is counted in `metrics`; its start and end are logged.
-  // `attach`, if given, is told the stream's sink before the dispatcher is
-  // (a cluster node relays other nodes' events into it), and returns what
-  // to run at the end.
-  SubscribeReactor(
-      Scheduler& scheduler, grpc::CallbackServerContext* ctx, std::string ns,
-      SubscribeOptions options, MethodMetrics& metrics,
-      std::function<AtEnd(const std::shared_ptr<StreamSink>&)> attach = {})
-      : scheduler_(scheduler),
-        ns_(std::move(ns)),
-        id_(scheduler.NewSubscriberId()),
-        metrics_(metrics),
-        who_("subscriber " + std::to_string(id_) + " (" + ctx->peer() +
-             ", namespace '" + ns_ + "', " +
-             (options.watcher ? "watcher" : "worker")),
-        sink_(std::make_shared<StreamSink>(
-            this, ctx, scheduler.io(),
-            scheduler.limits().stream_write_timeout)) {
-    LogSampled(
-        "subscriber",
-        who_ + (options.watcher ? ") connected"
-                                : ", max in flight " +
-                                      std::to_string(options.max_in_flight) +
-                                      ") connected"));
-    if (attach) at_end_ = attach(sink_);
-    scheduler_.Subscribe(ns_, id_, sink_, options,
-                         [sink = sink_] { sink->SendRegistered(); });
-  }
+  // Told the stream's sink before the dispatcher is (a cluster node relays
+  // other nodes' events into it); returns what to run at the end.
+  using Attach = std::function<AtEnd(const std::shared_ptr<StreamSink>&)>;
+  StreamSubscription(Scheduler& scheduler, StreamWriter* writer,
+                     grpc::CallbackServerContext* ctx, std::string ns,
+                     const SubscribeOptions& options, MethodMetrics& metrics);
+  // Registers the stream (its sink may be written to from then on: the
+  // reactor must find this by then).
+  void Begin(const SubscribeOptions& options, const Attach& attach);
+  StreamSubscription(const StreamSubscription&) = delete;
+  StreamSubscription& operator=(const StreamSubscription&) = delete;
 
-  void OnWriteDone(bool ok) override { sink_->OnWriteDone(ok); }
-  void OnCancel() override {
-    sink_->End(Status::Unavailable("subscriber went away"));
-  }
-  void OnDone() override {
-    const grpc::StatusCode code = sink_->Detach();
-    if (at_end_) at_end_();
-    metrics_.Observe(code, std::nullopt);
-    LogSampled("subscriber", who_ + ") disconnected: " + CodeName(code));
-    scheduler_.Unsubscribe(ns_, id_);
-    scheduler_.counters().subscribers.fetch_sub(1);
-    delete this;
-  }
+  StreamSink& sink() const { return *sink_; }
+  const std::string& ns() const { return ns_; }
+  void Done();
 
  private:
   Scheduler& scheduler_;
@@ -240,6 +228,41 @@ class SubscribeReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   const std::string who_;
   std::shared_ptr<StreamSink> sink_;
   AtEnd at_end_;
+};
+
+// How a stream subscribes (Subscribe's, or a Work stream's first message):
+// its namespace, options, and what a cluster node attaches.
+struct StreamStart {
+  std::string ns;
+  SubscribeOptions options;
+  StreamSubscription::Attach attach;
+};
+
+class SubscribeReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
+                         public StreamWriter {
+ public:
+  using AtEnd = StreamSubscription::AtEnd;
+  SubscribeReactor(Scheduler& scheduler, grpc::CallbackServerContext* ctx,
+                   std::string ns, SubscribeOptions options,
+                   MethodMetrics& metrics,
+                   const StreamSubscription::Attach& attach = {})
+      : sub_(scheduler, this, ctx, std::move(ns), options, metrics) {
+    sub_.Begin(options, attach);
+  }
+
+  void WriteMessage(const grpc::ByteBuffer* msg) override { StartWrite(msg); }
+  void FinishStream(const grpc::Status& status) override { Finish(status); }
+  void OnWriteDone(bool ok) override { sub_.sink().OnWriteDone(ok); }
+  void OnCancel() override {
+    sub_.sink().End(Status::Unavailable("subscriber went away"));
+  }
+  void OnDone() override {
+    sub_.Done();
+    delete this;
+  }
+
+ private:
+  StreamSubscription sub_;
 };
 
 class FailedStream : public grpc::ServerWriteReactor<grpc::ByteBuffer> {

@@ -122,6 +122,9 @@ class Unary {
     }
   }
 
+  // Forwarding it names the owner in its trailers (forward.h).
+  static constexpr bool kNamesOwner = true;
+
   bool answered() const { return answered_; }
   const Req& req() const { return *req_; }
   Resp* resp() const { return resp_; }

@@ -1,0 +1,172 @@
+#include "server/api/work_stream.h"
+
+#include "server/api/unary_call.h"
+#include "server/common/limit_log.h"
+
+namespace delayd {
+
+WorkReactor::WorkReactor(Scheduler& scheduler, grpc::CallbackServerContext* ctx,
+                         MethodMetrics& metrics, std::size_t read_limit,
+                         Start start, Handle handle)
+    : scheduler_(scheduler),
+      ctx_(ctx),
+      metrics_(metrics),
+      read_limit_(read_limit),
+      start_(std::move(start)),
+      handle_(std::move(handle)) {
+  StartRead(&in_);
+}
+
+StreamSink* WorkReactor::Sink() {
+  MutexLock lock(&mu_);
+  return sub_ == nullptr ? nullptr : &sub_->sink();
+}
+
+// (Under mu_, as StartRead is: a read is never started after Finish. gRPC
+// runs no reaction of a stream inline from Finish or StartRead.)
+void WorkReactor::FinishStream(const grpc::Status& status) {
+  MutexLock lock(&mu_);
+  finishing_ = true;
+  Finish(status);
+}
+
+void WorkReactor::OnReadDone(bool ok) {
+  StreamSink* sink = Sink();
+  if (!ok) {
+    // The client closed its side (or went away): the stream is over.
+    if (sink != nullptr) {
+      sink->End(Status::Ok());
+    } else {
+      Refuse(Status::InvalidArgument(
+          "a Work stream starts with a worker's subscribe"));
+    }
+    return;
+  }
+  if (sink == nullptr) {
+    Subscribe();
+  } else {
+    Request();
+  }
+}
+
+void WorkReactor::Subscribe() {
+  v1::WorkRequest req;
+  Status s =
+      ReadRequest(in_, read_limit_, "Work", "the limit of an Ack's", &req);
+  if (s.ok() && !req.has_subscribe()) {
+    s = Status::InvalidArgument(
+        "a Work stream starts with a worker's subscribe");
+  } else if (s.ok() &&
+             req.subscribe().mode() == v1::SubscribeRequest::WATCHER) {
+    s = Status::InvalidArgument(
+        "subscribe.mode: a Work stream is a worker's (watch with Subscribe)");
+  }
+  StreamStart start;
+  if (s.ok()) s = start_(std::move(*req.mutable_subscribe()), &start);
+  if (!s.ok()) return Refuse(s);
+  StreamSubscription* sub;
+  {
+    MutexLock lock(&mu_);
+    sub_ = std::make_unique<StreamSubscription>(
+        scheduler_, this, ctx_, std::move(start.ns), start.options, metrics_);
+    sub = sub_.get();
+  }
+  sub->Begin(start.options, start.attach);
+  MutexLock lock(&mu_);
+  if (!finishing_) StartRead(&in_);
+}
+
+void WorkReactor::Request() {
+  v1::WorkRequest req;
+  Status s =
+      ReadRequest(in_, read_limit_, "Work", "the limit of an Ack's", &req);
+  if (s.ok() && req.has_subscribe()) {
+    s = Status::InvalidArgument("subscribe: the stream has subscribed");
+  } else if (s.ok() && req.request_case() == v1::WorkRequest::REQUEST_NOT_SET) {
+    s = Status::InvalidArgument("request: none set");
+  }
+  std::string ns;
+  {
+    MutexLock lock(&mu_);
+    ++awaiting_;
+    ns = sub_->ns();
+  }
+  if (!s.ok()) {
+    v1::WorkAnswer answer;
+    answer.set_ref(req.ref());
+    const grpc::Status g = ToGrpc(s);
+    answer.set_code(g.error_code());
+    answer.set_message(g.error_message());
+    Answered(std::move(answer));
+  } else {
+    handle_(ns, std::move(req),
+            [this](v1::WorkAnswer answer) { Answered(std::move(answer)); });
+  }
+  MutexLock lock(&mu_);
+  if (awaiting_ >= kMaxAwaiting) {
+    paused_ = true;
+  } else if (!finishing_) {
+    StartRead(&in_);
+  }
+}
+
+void WorkReactor::Answered(v1::WorkAnswer answer) {
+  if (StreamSink* sink = Sink()) sink->Answer(std::move(answer));
+  bool last;
+  {
+    MutexLock lock(&mu_);
+    --awaiting_;
+    if (paused_ && awaiting_ < kMaxAwaiting) {
+      paused_ = false;
+      if (!finishing_ && !done_) StartRead(&in_);
+    }
+    last = done_ && awaiting_ == 0;
+  }
+  if (last) delete this;  // (OnDone came first.)
+}
+
+void WorkReactor::Refuse(const Status& status) {
+  if (status.code() == Code::kResourceExhausted) {
+    LogLimitHit("resource", status.message());
+  }
+  const grpc::Status answer = ToGrpc(status);
+  {
+    MutexLock lock(&mu_);
+    refused_ = answer.error_code();
+  }
+  FinishStream(answer);
+}
+
+void WorkReactor::OnWriteDone(bool ok) {
+  if (StreamSink* sink = Sink()) sink->OnWriteDone(ok);
+}
+
+void WorkReactor::OnCancel() {
+  if (StreamSink* sink = Sink()) {
+    sink->End(Status::Unavailable("subscriber went away"));
+  }
+}
+
+void WorkReactor::OnDone() {
+  std::unique_ptr<StreamSubscription> sub;
+  grpc::StatusCode refused;
+  {
+    MutexLock lock(&mu_);
+    sub = std::move(sub_);
+    refused = refused_;
+  }
+  if (sub != nullptr) {
+    sub->Done();
+  } else {
+    metrics_.Observe(refused, std::nullopt);
+  }
+  bool last;
+  {
+    MutexLock lock(&mu_);
+    done_ = true;
+    last = awaiting_ == 0;
+  }
+  if (last) delete this;  // Else the last answer deletes it.
+}
+
+}  // namespace delayd
