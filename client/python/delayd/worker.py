@@ -14,7 +14,9 @@ it, so the daemon hands it no more):
 - the handler returns: the event is acknowledged; it raises: the event is
   nacked with the error's text, and comes back after the policy's backoff
   (or after ``Retry(after=...)``); after the policy's last attempt it is a
-  dead letter;
+  dead letter. Acks, nacks and lease extensions go on the worker's stream
+  (the Work method), a message each; while it reconnects, or against a
+  daemon without Work (then Subscribe), as calls;
 - while a handler runs, its event's lease is extended every third of the
   ack timeout, so a long job is never handed to another worker;
 - the stream ending (a node stopped or killed, a hand-over, a database
@@ -48,8 +50,11 @@ import time
 from typing import Callable, Optional
 
 from . import errors, types
+from ._api import subscribe_request
 from ._handling import Hooks, Retry, _Done, take_settings
 from ._retry import waits
+from ._sending import Sending
+from ._work import WorkStream
 from .client import Client
 from .config import Config, Retry as RetryPolicy
 
@@ -62,7 +67,7 @@ _EXIT = object()  # a pool thread's last task
 _SLOW = 0.0005
 
 
-class Worker:
+class Worker(Sending):
     def __init__(self, namespace: str, handler: Callable[[types.Event], None],
                  *, concurrency: int = 1, client: Optional[Client] = None,
                  config: Optional[Config] = None, ack_timeout: float = 30.0,
@@ -89,7 +94,8 @@ class Worker:
         self._woken = 0
         self._avg_seconds = 0.0  # handlers' time, a moving average
         self._reading = False
-        self._stream = None  # the Subscription being read
+        self._stream = None  # the WorkStream (or Subscription) being read
+        self._legacy = False  # the daemon has no Work method: Subscribe
         self._batches = None  # its messages' events, as they come
         self._backoff = waits(self._reconnect)
         self._retry_at = 0.0  # no reconnection before (monotonic)
@@ -157,10 +163,17 @@ class Worker:
             self._work.notify_all()
             self._out.notify()
         self._wait_while(lambda: self._running, time.monotonic() + grace)
-        # What is left to send, and sends under way, get 5 s more.
+        # What is left to send, and sends under way, get 5 s more (what a
+        # Work stream answers with an error comes back to the outbox).
         deadline = time.monotonic() + 5
-        self._wait_while(lambda: self._acking, deadline)
-        self._flush(deadline=deadline)
+        while True:
+            self._wait_while(lambda: self._acking, deadline)
+            self._flush(deadline=deadline)
+            self._wait_while(lambda: self._acking, deadline)
+            with self._mu:
+                if not (self._outbox or self._acking) or \
+                        self._stopped_now or time.monotonic() >= deadline:
+                    break
         with self._mu:
             stream = self._stream
         if stream is not None:
@@ -291,6 +304,16 @@ class Worker:
         except StopIteration:
             self._lost(None)
             return
+        except errors.Unimplemented as e:
+            if self._legacy:
+                self._lost(e)
+                return
+            # An older daemon, without Work: Subscribe, at once.
+            with self._mu:
+                self._legacy = True
+                self._stream = None
+                self._batches = None
+            return
         except errors.DelaydError as e:
             self._lost(e)
             return
@@ -312,10 +335,15 @@ class Worker:
             self._backoff = waits(self._reconnect)
             self._hook("on_stream", "connected", None)
 
-        stream = self.client.subscribe(
-            namespace=self.namespace, max_in_flight=self.concurrency,
-            ack_timeout=self.ack_timeout, keep_leases=True,
-            on_registered=registered)
+        if self._legacy:
+            stream = self.client.subscribe(
+                namespace=self.namespace, max_in_flight=self.concurrency,
+                ack_timeout=self.ack_timeout, keep_leases=True,
+                on_registered=registered)
+        else:
+            stream = WorkStream(self.client, subscribe_request(
+                self.namespace, False, self.concurrency, True,
+                self.ack_timeout), on_registered=registered)
         with self._mu:
             if self._stopping:
                 stream.cancel()
@@ -374,118 +402,6 @@ class Worker:
         if self._stopping and not self._running:
             self._mu.notify_all()  # (stop() waits for none running)
         return not self._queued
-
-    # ---- Acknowledgements and leases ----
-
-    def _send_loop(self) -> None:
-        """Sends what handler threads leave in the outbox: acks a thread
-        left to run the next queued event (sent if still there 10 ms
-        later: the thread that empties the queue usually sends them first,
-        and waking this thread for each would cost more than the send),
-        and sends that failed once."""
-        while True:
-            with self._mu:
-                while not self._finished.is_set():
-                    if self._running and (self._queued or not self._reading):
-                        self._out.wait(0.01)
-                        self._wake_one()  # (see "The pool")
-                    elif not self._outbox:
-                        self._out.wait(0.2)
-                        continue
-                    elif self._running:
-                        self._out.wait(0.01)
-                    if self._outbox:
-                        break
-                if self._finished.is_set():
-                    return
-            self._flush(deadline=None)
-
-    def _send_now(self) -> None:
-        """Sends the outbox's acks from this handler thread, without
-        waiting for the answer: no hand-over to another thread between a
-        handler's end and its ack, and the thread reads the stream on while
-        the ack travels (the daemon sends the next events once it has it).
-        One try; what fails, and nacks, are left to the send loop, which
-        retries, so a handler thread never waits out a fail-over here."""
-        with self._lock:
-            acks = [o[1] for o in self._outbox if o[0] == "ack"]
-            if not acks:
-                return
-            self._outbox = [o for o in self._outbox if o[0] != "ack"]
-            if self._outbox:
-                self._out.notify()
-            self._acking += 1
-        try:
-            self.client._ack_nowait(acks, self.namespace,
-                                    lambda error: self._acked(acks, error))
-        except Exception as e:  # noqa: BLE001 (e.g. the client closed)
-            self._acked(acks, e)
-
-    def _acked(self, acks: list[int], error: Optional[Exception]) -> None:
-        """An ack sent by _send_now was answered (error None) or failed."""
-        with self._lock:
-            self._acking -= 1
-            if error is not None:
-                self._outbox = [("ack", i) for i in acks] + self._outbox
-                self._out.notify()
-            if not self._acking:
-                self._mu.notify_all()  # (stop() waits for none in flight)
-
-    def _flush(self, deadline: Optional[float]) -> None:
-        """Sends what the outbox holds: acks in one call, nacks grouped; a
-        send that fails is kept and tried again (until `deadline`). One
-        flush at a time: stop()'s waits for the send loop's."""
-        with self._sending:
-            self._flush_once(deadline)
-
-    def _flush_once(self, deadline: Optional[float]) -> None:
-        with self._mu:
-            out, self._outbox = self._outbox, []
-        failed = self._send(out)
-        if failed and (deadline is None or time.monotonic() < deadline):
-            with self._mu:
-                self._outbox = failed + self._outbox
-                if self._stopped_now:
-                    return
-                self._mu.wait(0.2)  # (before the next try)
-            if deadline is not None:
-                self._flush_once(deadline)
-
-    def _send(self, out: list[tuple]) -> list[tuple]:
-        """Sends acks in one call, nacks grouped; returns what failed."""
-        acks = [o[1] for o in out if o[0] == "ack"]
-        nacks: dict[tuple, list[int]] = {}
-        for o in out:
-            if o[0] == "nack":
-                nacks.setdefault((o[2], o[3]), []).append(o[1])
-        failed: list[tuple] = []
-        try:
-            for i in range(0, len(acks), 1000):
-                self.client.ack(acks[i:i + 1000], namespace=self.namespace)
-        except errors.DelaydError:
-            failed += [("ack", i) for i in acks]
-        for (text, after), ids in nacks.items():
-            try:
-                self.client.nack(ids, namespace=self.namespace, error=text,
-                                 retry_after=after)
-            except errors.DelaydError:
-                failed += [("nack", i, text, after) for i in ids]
-        return failed
-
-    def _lease_loop(self) -> None:
-        period = self.ack_timeout / 3
-        while not self._finished.wait(period):
-            with self._mu:
-                if self._stopped_now:
-                    return
-                held = list(self._held)
-            if not held:
-                continue
-            try:
-                self.client.extend_lease(held, self.ack_timeout,
-                                         namespace=self.namespace)
-            except errors.DelaydError:
-                pass  # Tried again at the next period.
 
     def _hook(self, name: str, *args) -> None:
         hook = getattr(self.hooks, name)

@@ -22,6 +22,7 @@ sys.path.insert(0, LIBRARY)
 del sys.argv[1:3]
 
 import delayd  # noqa: E402
+import delayd._work  # noqa: E402
 from delayd import _retry  # noqa: E402
 
 
@@ -290,37 +291,55 @@ class Workers(Fixture):
         self.assertGreaterEqual(e.fired_at, e.fire_time)
 
     def test_acks_whose_answers_are_lost_are_sent_again(self):
-        # A separate client, so that its calls can be made to fail.
+        # The next answers to an ack on the Work stream are lost (after the
+        # ack was applied): the worker must send them again.
+        c, ns = self.client, self.ns
+        lost = [5]
+        real_send = delayd._work.WorkStream.send
+
+        def send(stream, kind, request, on_answer):
+            def answered(error, count):
+                if kind == "ack" and error is None and lost[0] > 0:
+                    lost[0] -= 1
+                    error = delayd.Unavailable("the answer was lost")
+                on_answer(error, count)
+            real_send(stream, kind, request, answered)
+
+        delayd._work.WorkStream.send = send
+        try:
+            got = []
+            w = delayd.Worker(ns, lambda e: got.append(e.key),
+                              concurrency=2, client=c)
+            w.start()
+            for i in range(20):
+                c.set_timer(f"k{i}", delay=0, namespace=ns)
+            eventually(lambda: len(got) == 20, what="20 events")
+            w.stop()
+        finally:
+            delayd._work.WorkStream.send = real_send
+        self.assertEqual(lost, [0])
+        self.assertEqual(sorted(got), sorted(f"k{i}" for i in range(20)))
+        s = c.stats(namespace=ns).namespaces[0]
+        self.assertEqual((s.events_acked, s.in_flight_events), (20, 0))
+
+    def test_acks_go_on_the_work_stream_not_as_calls(self):
         c, ns = delayd.Client(timeout=10.0), self.ns
-        lost = {"nowait": 3, "ack": 2}
+        calls = []
         real_nowait, real_ack = c._ack_nowait, c.ack
-
-        def nowait(ids, namespace, on_done):
-            if lost["nowait"] > 0:
-                lost["nowait"] -= 1
-                on_done(delayd.Unavailable("the answer was lost"))
-            else:
-                real_nowait(ids, namespace, on_done)
-
-        def ack(ids, **kw):
-            if lost["ack"] > 0:
-                lost["ack"] -= 1
-                raise delayd.Unavailable("the answer was lost")
-            return real_ack(ids, **kw)
-
-        c._ack_nowait, c.ack = nowait, ack
+        c._ack_nowait = lambda *a: (calls.append(a), real_nowait(*a))
+        c.ack = lambda *a, **kw: (calls.append(a), real_ack(*a, **kw))[1]
         got = []
-        w = delayd.Worker(ns, lambda e: got.append(e.key), concurrency=2,
+        w = delayd.Worker(ns, lambda e: got.append(e.key), concurrency=4,
                           client=c)
         w.start()
         for i in range(20):
             self.client.set_timer(f"k{i}", delay=0, namespace=ns)
-        eventually(lambda: self.client.stats(namespace=ns).namespaces[0]
-                   .events_acked == 20, what="20 acks")
+        eventually(lambda: len(got) == 20, what="20 events")
         w.stop()
         c.close()
-        self.assertEqual(lost, {"nowait": 0, "ack": 0})
-        self.assertEqual(sorted(got), sorted(f"k{i}" for i in range(20)))
+        self.assertEqual(calls, [])
+        s = self.client.stats(namespace=ns).namespaces[0]
+        self.assertEqual((s.events_acked, s.in_flight_events), (20, 0))
 
     def test_a_raising_handler_is_retried_then_dead_lettered(self):
         c, ns = self.client, self.ns

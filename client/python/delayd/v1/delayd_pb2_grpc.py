@@ -69,6 +69,11 @@ class DelaydStub(object):
                 request_serializer=delayd_dot_v1_dot_delayd__pb2.ExtendLeaseRequest.SerializeToString,
                 response_deserializer=delayd_dot_v1_dot_delayd__pb2.ExtendLeaseResponse.FromString,
                 )
+        self.Work = channel.stream_stream(
+                '/delayd.v1.Delayd/Work',
+                request_serializer=delayd_dot_v1_dot_delayd__pb2.WorkRequest.SerializeToString,
+                response_deserializer=delayd_dot_v1_dot_delayd__pb2.SubscribeResponse.FromString,
+                )
         self.GetPolicy = channel.unary_unary(
                 '/delayd.v1.Delayd/GetPolicy',
                 request_serializer=delayd_dot_v1_dot_delayd__pb2.GetPolicyRequest.SerializeToString,
@@ -244,6 +249,23 @@ class DelaydServicer(object):
     def ExtendLease(self, request, context):
         """Says delivered events are still being worked on: each one's ack deadline
         becomes now + `extension`. Errors: INVALID_ARGUMENT.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Work(self, request_iterator, context):
+        """A worker's stream that carries its acknowledgements too: the first
+        message subscribes (a `subscribe`, as Subscribe's request, worker mode
+        only); each later one is an Ack, Nack or ExtendLease of the stream's
+        namespace, applied as the call of that name is (durably, on any node)
+        and answered on the stream by a WorkAnswer with its `ref`. A request
+        costs a message rather than a call. At most 64 requests await their
+        answers at a time; the stream reads no more until one is answered.
+        The client closing its side ends the stream (answers not yet written
+        are not sent: wait for them first). Errors: as Subscribe's, and
+        INVALID_ARGUMENT when the first message is not a worker's `subscribe`;
+        a request's own error is its answer's, and the stream goes on.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -467,6 +489,11 @@ def add_DelaydServicer_to_server(servicer, server):
                     servicer.ExtendLease,
                     request_deserializer=delayd_dot_v1_dot_delayd__pb2.ExtendLeaseRequest.FromString,
                     response_serializer=delayd_dot_v1_dot_delayd__pb2.ExtendLeaseResponse.SerializeToString,
+            ),
+            'Work': grpc.stream_stream_rpc_method_handler(
+                    servicer.Work,
+                    request_deserializer=delayd_dot_v1_dot_delayd__pb2.WorkRequest.FromString,
+                    response_serializer=delayd_dot_v1_dot_delayd__pb2.SubscribeResponse.SerializeToString,
             ),
             'GetPolicy': grpc.unary_unary_rpc_method_handler(
                     servicer.GetPolicy,
@@ -747,6 +774,23 @@ class Delayd(object):
         return grpc.experimental.unary_unary(request, target, '/delayd.v1.Delayd/ExtendLease',
             delayd_dot_v1_dot_delayd__pb2.ExtendLeaseRequest.SerializeToString,
             delayd_dot_v1_dot_delayd__pb2.ExtendLeaseResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def Work(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(request_iterator, target, '/delayd.v1.Delayd/Work',
+            delayd_dot_v1_dot_delayd__pb2.WorkRequest.SerializeToString,
+            delayd_dot_v1_dot_delayd__pb2.SubscribeResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 

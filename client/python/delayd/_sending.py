@@ -1,0 +1,177 @@
+"""A Worker's acknowledgements and leases (worker.py): the part of the
+Worker that sends what its handlers decided, on its Work stream or, while
+there is none, as calls."""
+
+from __future__ import annotations
+
+import time
+from typing import Optional
+
+from . import errors, types
+from ._work import WorkStream
+from .v1 import delayd_pb2 as pb
+
+
+class Sending:
+    """Mixed into Worker, whose state (and lock) it uses."""
+
+    def _send_loop(self) -> None:
+        """Sends what handler threads leave in the outbox: acks a thread
+        left to run the next queued event (sent if still there 10 ms
+        later: the thread that empties the queue usually sends them first,
+        and waking this thread for each would cost more than the send),
+        and sends that failed once."""
+        while True:
+            with self._mu:
+                while not self._finished.is_set():
+                    if self._running and (self._queued or not self._reading):
+                        self._out.wait(0.01)
+                        self._wake_one()  # (see "The pool")
+                    elif not self._outbox:
+                        self._out.wait(0.2)
+                        continue
+                    elif self._running:
+                        self._out.wait(0.01)
+                    if self._outbox:
+                        break
+                if self._finished.is_set():
+                    return
+            self._flush(deadline=None)
+
+    def _send_now(self) -> None:
+        """Sends the outbox's acks from this handler thread, without
+        waiting for the answer: no hand-over to another thread between a
+        handler's end and its ack, and the thread reads the stream on while
+        the ack travels (the daemon sends the next events once it has it).
+        One try; what fails, and nacks, are left to the send loop, which
+        retries, so a handler thread never waits out a fail-over here."""
+        with self._lock:
+            acks = [o[1] for o in self._outbox if o[0] == "ack"]
+            if not acks:
+                return
+            self._outbox = [o for o in self._outbox if o[0] != "ack"]
+            if self._outbox:
+                self._out.notify()
+            self._acking += 1
+            stream = self._work_stream()
+        out = [("ack", i) for i in acks]
+        try:
+            if stream is not None:
+                stream.send("ack", pb.AckRequest(
+                    namespace=self.namespace, event_ids=acks),
+                    lambda error, _: self._acked(out, error))
+            else:
+                self.client._ack_nowait(
+                    acks, self.namespace,
+                    lambda error: self._acked(out, error))
+        except Exception as e:  # noqa: BLE001 (e.g. the client closed)
+            self._acked(out, e)
+
+    def _work_stream(self) -> Optional[WorkStream]:
+        """Under _mu: the Work stream acks go on (None: by calls, to any
+        node, while there is none registered)."""
+        stream = self._stream
+        if isinstance(stream, WorkStream) and stream.registered:
+            return stream
+        return None
+
+    def _acked(self, out: list[tuple], error: Optional[Exception]) -> None:
+        """A request sent without waiting (its outbox entries `out`) was
+        answered (error None) or failed (they go back to the outbox)."""
+        with self._lock:
+            self._acking -= 1
+            if error is not None:
+                self._outbox = out + self._outbox
+                self._out.notify()
+            if not self._acking:
+                self._mu.notify_all()  # (stop() waits for none in flight)
+
+    def _flush(self, deadline: Optional[float]) -> None:
+        """Sends what the outbox holds: acks in one call, nacks grouped; a
+        send that fails is kept and tried again (until `deadline`). One
+        flush at a time: stop()'s waits for the send loop's."""
+        with self._sending:
+            self._flush_once(deadline)
+
+    def _flush_once(self, deadline: Optional[float]) -> None:
+        with self._mu:
+            out, self._outbox = self._outbox, []
+        failed = self._send(out)
+        if failed and (deadline is None or time.monotonic() < deadline):
+            with self._mu:
+                self._outbox = failed + self._outbox
+                if self._stopped_now:
+                    return
+                self._mu.wait(0.2)  # (before the next try)
+            if deadline is not None:
+                self._flush_once(deadline)
+
+    def _send(self, out: list[tuple]) -> list[tuple]:
+        """Sends acks in one request, nacks grouped; returns what failed.
+        On a Work stream nothing waits for its answer (which only comes
+        once a thread reads the stream): an error puts it back."""
+        acks = [o[1] for o in out if o[0] == "ack"]
+        nacks: dict[tuple, list[int]] = {}
+        for o in out:
+            if o[0] == "nack":
+                nacks.setdefault((o[2], o[3]), []).append(o[1])
+        with self._mu:
+            stream = self._work_stream()
+        if stream is not None:
+            for i in range(0, len(acks), 1000):
+                part = acks[i:i + 1000]
+                self._send_on(stream, "ack", pb.AckRequest(
+                    namespace=self.namespace, event_ids=part),
+                    [("ack", i) for i in part])
+            for (text, after), ids in nacks.items():
+                req = pb.NackRequest(namespace=self.namespace, event_ids=ids,
+                                     error=text[:1024])
+                if after is not None:
+                    req.retry_after.CopyFrom(types.duration(after))
+                self._send_on(stream, "nack", req,
+                              [("nack", i, text, after) for i in ids])
+            return []
+        failed: list[tuple] = []
+        try:
+            for i in range(0, len(acks), 1000):
+                self.client.ack(acks[i:i + 1000], namespace=self.namespace)
+        except errors.DelaydError:
+            failed += [("ack", i) for i in acks]
+        for (text, after), ids in nacks.items():
+            try:
+                self.client.nack(ids, namespace=self.namespace, error=text,
+                                 retry_after=after)
+            except errors.DelaydError:
+                failed += [("nack", i, text, after) for i in ids]
+        return failed
+
+    def _send_on(self, stream: WorkStream, kind: str, request,
+                 out: list[tuple]) -> None:
+        with self._mu:
+            self._acking += 1
+        stream.send(kind, request, lambda error, _: self._acked(out, error))
+
+    def _lease_loop(self) -> None:
+        period = self.ack_timeout / 3
+        while not self._finished.wait(period):
+            with self._mu:
+                if self._stopped_now:
+                    return
+                held = list(self._held)
+                stream = self._work_stream()
+            if not held:
+                continue
+            try:
+                if stream is not None:
+                    # (Not waiting for the answer: it comes once a thread
+                    # reads, and all may be running long handlers.)
+                    req = pb.ExtendLeaseRequest(namespace=self.namespace,
+                                                event_ids=held)
+                    req.extension.CopyFrom(types.duration(self.ack_timeout))
+                    stream.send("extend_lease", req, lambda *_: None)
+                else:
+                    self.client.extend_lease(held, self.ack_timeout,
+                                             namespace=self.namespace)
+            except errors.DelaydError:
+                pass  # Tried again at the next period.
+
