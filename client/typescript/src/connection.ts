@@ -19,8 +19,9 @@ import type {Config} from './config.js';
 import {CancelledError, toDelaydError} from './errors.js';
 import {Attempts, sleep} from './retry.js';
 import type {Kind} from './retry.js';
-import {Delayd, SubscribeRequestSchema, SubscribeResponseSchema} from './gen/delayd/v1/delayd_pb.js';
-import type {SubscribeRequest, SubscribeResponse} from './gen/delayd/v1/delayd_pb.js';
+import {Delayd, SubscribeRequestSchema, SubscribeResponseSchema, WorkRequestSchema}
+  from './gen/delayd/v1/delayd_pb.js';
+import type {SubscribeRequest, SubscribeResponse, WorkRequest} from './gen/delayd/v1/delayd_pb.js';
 
 /** The generated client of delayd.v1.Delayd. */
 export type Stub = ConnectClient<typeof Delayd>;
@@ -34,7 +35,7 @@ const PING_INTERVAL_MS = 10_000;
 const PING_TIMEOUT_MS = 5_000;
 
 /** A grpc-js failure as connect's error (which toDelaydError maps). */
-function fromGrpcJs(e: unknown): unknown {
+export function fromGrpcJs(e: unknown): unknown {
   const err = e as Partial<grpc.ServiceError>;
   if (typeof err.code !== 'number') return e;
   return new ConnectError(err.details ?? String(e), err.code as number as Code);
@@ -159,6 +160,20 @@ export class Connections {
       }
       yield next.value as SubscribeResponse;
     }
+  }
+
+  /**
+   * A Work stream on endpoint `i`'s grpc-js channel: a worker's events in,
+   * its acks, nacks and lease extensions out, each a message rather than a
+   * call (on grpc-js for the reason Subscribe is).
+   */
+  work(i: number): grpc.ClientDuplexStream<WorkRequest, SubscribeResponse> {
+    const metadata = new grpc.Metadata();
+    for (const [k, v] of Object.entries(this.headers())) metadata.set(k, v);
+    return this.channel(i).makeBidiStreamRequest(
+      '/delayd.v1.Delayd/Work',
+      (r: WorkRequest) => Buffer.from(toBinary(WorkRequestSchema, r)),
+      (b: Buffer) => fromBinary(SubscribeResponseSchema, b), metadata);
   }
 
   /** The endpoint calls go to now. */

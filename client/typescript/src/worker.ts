@@ -15,7 +15,9 @@
  * - the handler resolves: the event is acknowledged; it throws: the event is
  *   nacked with the error's text and comes back after the policy's backoff
  *   (or after a {@link Retry}'s `afterMs`); after the policy's last attempt
- *   it is a dead letter;
+ *   it is a dead letter. Acks, nacks and lease extensions go on the
+ *   worker's stream (the Work method), a message each; while it reconnects,
+ *   or against a daemon without Work (then Subscribe), as calls;
  * - while a handler runs, its event's lease is extended every third of the
  *   ack timeout, so a long job is never handed to another worker;
  * - the stream ending (a node stopped or killed, a hand-over, a database
@@ -31,12 +33,17 @@
  *   not acknowledged comes back to other workers after its ack timeout.
  * @module
  */
+import {create} from '@bufbuild/protobuf';
+
 import {Client} from './client.js';
 import type {Subscription} from './client.js';
 import type {Config, RetryPolicy} from './config.js';
 import {DelaydError} from './errors.js';
+import * as pb from './gen/delayd/v1/delayd_pb.js';
+import {duration} from './requests.js';
 import {sleep} from './retry.js';
 import type {Event} from './types.js';
+import {WorkStream} from './work_stream.js';
 
 /** Thrown by a handler: the event failed; deliver it again after `afterMs`. */
 export class Retry extends Error {
@@ -84,6 +91,19 @@ export interface WorkerOptions {
 type Outgoing = {id: bigint; nack?: {error: string; afterMs?: number}};
 
 const now = () => performance.timeOrigin + performance.now();
+
+/** The nacks of `out` by their error and retry time, one group each. */
+function groupNacks(out: Outgoing[]): Outgoing[][] {
+  const groups = new Map<string, Outgoing[]>();
+  for (const o of out) {
+    if (o.nack === undefined) continue;
+    const k = `${o.nack.afterMs ?? ''}\n${o.nack.error}`;
+    const g = groups.get(k);
+    if (g === undefined) groups.set(k, [o]);
+    else g.push(o);
+  }
+  return [...groups.values()];
+}
 
 /** Waits for `p`, at most `ms` (no timer outlives the wait). */
 async function within(p: Promise<void>, ms: number, signal?: AbortSignal): Promise<void> {
@@ -150,7 +170,13 @@ export class Worker {
   private readonly runningIds = new Map<bigint, Event>();
   private outbox: Outgoing[] = [];
   private flushing?: Promise<void>;
-  private stream?: Subscription;
+  private stream?: Subscription | WorkStream;
+  // The Work stream once registered: acks go on it (else by unary calls).
+  private work?: WorkStream;
+  // The daemon has no Work method (an older release): Subscribe it is.
+  private legacy = false;
+  // Requests sent on a Work stream awaiting their answers.
+  private readonly sent = new Set<Promise<void>>();
   private stopping = false;
   private readonly halt = new AbortController();  // aborts on stopNow()
   private readonly ended = new AbortController();  // aborts once finished
@@ -266,30 +292,71 @@ export class Worker {
 
   private async readLoop(): Promise<void> {
     let wait = this.reconnect.initialBackoffMs;
+    const connected = () => {
+      wait = this.reconnect.initialBackoffMs;
+      this.hook('onStream', 'connected');
+    };
     while (!this.stopping) {
       const conn = this.client.conn;
       const at = conn.endpoint();
-      const stream = this.client.subscribe({
-        namespace: this.namespace, maxInFlight: this.concurrency,
-        ackTimeout: this.ackTimeout, keepLeases: true});
-      this.stream = stream;
-      void stream.registered.then(() => {
-        wait = this.reconnect.initialBackoffMs;
-        this.hook('onStream', 'connected');
-      });
       let error: DelaydError | undefined;
       try {
-        for await (const batch of stream.batches()) {
-          for (const e of batch) this.received(e);
+        if (this.legacy) {
+          await this.readSubscription(connected);
+        } else {
+          await this.readWork(at, connected);
         }
       } catch (e) {
         error = e as DelaydError;
+        if (error.code === 'UNIMPLEMENTED' && !this.legacy) {
+          this.legacy = true;  // an older daemon: at once, the old way
+          continue;
+        }
       }
       if (this.stopping) return;
       this.hook('onStream', 'lost', error);
       conn.rotate(at);  // another endpoint next time, after a jittered wait
       await sleep(wait * (0.5 + Math.random() / 2), this.ended.signal).catch(() => {});
       wait = Math.min(wait * this.reconnect.multiplier, this.reconnect.maxBackoffMs);
+    }
+  }
+
+  /** The subscription's options, as the daemon takes them. */
+  private subscribeRequest(): pb.SubscribeRequest {
+    return create(pb.SubscribeRequestSchema, {
+      namespace: this.namespace, mode: pb.SubscribeRequest_Mode.WORKER,
+      maxInFlight: this.concurrency, ackTimeout: duration(this.ackTimeout, 'ackTimeout'),
+      keepLeases: true});
+  }
+
+  /** Reads a Work stream until it ends (throws how, unless it was stopped). */
+  private async readWork(at: number, connected: () => void): Promise<void> {
+    const stream = new WorkStream(this.client.conn, at, this.subscribeRequest());
+    this.stream = stream;
+    void stream.registered.then(() => {
+      if (this.stream !== stream) return;
+      this.work = stream;
+      connected();
+      if (this.outbox.length > 0) this.flushing ??= this.flushLoop();
+    });
+    try {
+      for await (const batch of stream.batches()) {
+        for (const e of batch) this.received(e);
+      }
+    } finally {
+      if (this.work === stream) this.work = undefined;
+    }
+  }
+
+  /** Reads a Subscribe stream (a daemon without Work) until it ends. */
+  private async readSubscription(connected: () => void): Promise<void> {
+    const stream = this.client.subscribe({
+      namespace: this.namespace, maxInFlight: this.concurrency,
+      ackTimeout: this.ackTimeout, keepLeases: true});
+    this.stream = stream;
+    void stream.registered.then(connected);
+    for await (const batch of stream.batches()) {
+      for (const e of batch) this.received(e);
     }
   }
 
@@ -352,15 +419,47 @@ export class Worker {
     this.flushing ??= this.flushLoop();
   }
 
-  /** Sends what the outbox holds until it is empty: acks in one call, nacks grouped. */
+  /**
+   * Sends what the outbox holds until it is empty: on the Work stream if
+   * one is up (without waiting for the answers: a request that fails comes
+   * back to the outbox), else by unary calls (acks in one, nacks grouped).
+   */
   private async flushLoop(): Promise<void> {
-    // (Acks made in the same turn of the event loop go in one call.)
+    // (Acks made in the same turn of the event loop go together.)
     await new Promise<void>((resolve) => setImmediate(resolve));
     while (this.outbox.length > 0 && !this.halt.signal.aborted) {
+      if (this.work !== undefined) {
+        this.sendOn(this.work);
+        continue;
+      }
       const failed = await this.sendOnce();
       if (failed) await sleep(200, this.halt.signal).catch(() => {});
     }
     this.flushing = undefined;
+  }
+
+  /** Sends the outbox on a Work stream: acks in one request, nacks grouped. */
+  private sendOn(stream: WorkStream): void {
+    const out = this.outbox;
+    this.outbox = [];
+    const acks = out.filter((o) => o.nack === undefined);
+    for (let i = 0; i < acks.length; i += 1000) {
+      const part = acks.slice(i, i + 1000);
+      this.track(stream.ack(part.map((o) => o.id), this.namespace), part);
+    }
+    for (const group of groupNacks(out)) {
+      const {error, afterMs} = group[0].nack!;
+      this.track(stream.nack(group.map((o) => o.id), this.namespace, error, afterMs), group);
+    }
+  }
+
+  /** Awaits a request's answer; if it fails, its part goes again (200 ms on). */
+  private track(answer: Promise<number>, part: Outgoing[]): void {
+    const p: Promise<void> = answer.then(() => {}, () => {
+      this.outbox.push(...part);
+      setTimeout(() => { this.flushing ??= this.flushLoop(); }, 200).unref();
+    }).finally(() => this.sent.delete(p));
+    this.sent.add(p);
   }
 
   /** Sends the outbox once; whether some of it failed (it is kept). */
@@ -368,19 +467,13 @@ export class Worker {
     const out = this.outbox;
     this.outbox = [];
     const acks = out.filter((o) => o.nack === undefined).map((o) => o.id);
-    const nacks = new Map<string, Outgoing[]>();
-    for (const o of out) {
-      if (o.nack === undefined) continue;
-      const k = `${o.nack.afterMs ?? ''}\n${o.nack.error}`;
-      nacks.set(k, [...(nacks.get(k) ?? []), o]);
-    }
     const kept: Outgoing[] = [];
     const ns = {namespace: this.namespace};
     for (let i = 0; i < acks.length; i += 1000) {
       const ids = acks.slice(i, i + 1000);
       await this.client.ack(ids, ns).catch(() => kept.push(...ids.map((id) => ({id}))));
     }
-    for (const group of nacks.values()) {
+    for (const group of groupNacks(out)) {
       const {error, afterMs} = group[0].nack!;
       await this.client.nack(group.map((o) => o.id), {...ns, error, retryAfter: afterMs})
         .catch(() => kept.push(...group));
@@ -389,17 +482,22 @@ export class Worker {
     return kept.length > 0;
   }
 
-  /** Waits for the outbox to empty, until `deadline`. */
+  /** Waits for the outbox to empty and every answer, until `deadline`. */
   private async flushUntil(deadline: number): Promise<void> {
-    while ((this.flushing !== undefined || this.outbox.length > 0) && now() < deadline) {
+    while ((this.flushing !== undefined || this.outbox.length > 0 || this.sent.size > 0) &&
+           now() < deadline) {
       this.flushing ??= this.flushLoop();
-      await within(this.flushing, deadline - now());
+      await within(Promise.race([this.flushing, ...this.sent]), deadline - now());
     }
   }
 
   private async extendLeases(): Promise<void> {
     const held = [...this.runningIds.keys(), ...this.queued.map((e) => e.id)];
     if (held.length === 0 || this.halt.signal.aborted) return;
+    if (this.work !== undefined) {
+      await this.work.extendLease(held, this.ackTimeout, this.namespace).catch(() => {});
+      return;
+    }
     await this.client.extendLease(held, this.ackTimeout, {namespace: this.namespace})
       .catch(() => {});  // tried again at the next period
   }

@@ -15,6 +15,7 @@ import {after, before, describe, test} from 'node:test';
 const LIB = process.env.DELAYD_LIB;
 const d = await import(join(LIB, 'dist/esm/index.js'));
 const {Attempts} = await import(join(LIB, 'dist/esm/retry.js'));
+const {WorkStream} = await import(join(LIB, 'dist/esm/work_stream.js'));
 
 /** Polls `cond` until it is truthy, bounded by `ms`. */
 async function eventually(cond, what, ms = 10_000) {
@@ -351,19 +352,20 @@ describe('workers', () => {
     assert.equal(peak, 4);
   });
 
-  test('acks whose answers are lost are sent again, at stop too', async () => {
+  test('acks whose answers are lost are sent again, at stop too', async (t) => {
     const ns = await namespace();
-    // A client of its own, whose next answers to an ack are lost.
+    // The next answers to an ack are lost (after the ack was applied), on
+    // the Work stream and as calls alike.
     const c = new d.Client();
-    const realAck = c.ack.bind(c);
     let lost = 0;
-    c.ack = (ids, opts) => {
-      if (lost > 0) {
-        lost--;
-        return Promise.reject(new d.UnavailableError('the answer was lost'));
-      }
-      return realAck(ids, opts);
+    const losing = (real) => function (...args) {
+      const answer = real.apply(this, args);
+      if (lost === 0) return answer;
+      lost--;
+      return answer.then(() => { throw new d.UnavailableError('the answer was lost'); });
     };
+    c.ack = losing(c.ack);
+    t.mock.method(WorkStream.prototype, 'ack', losing(WorkStream.prototype.ack));
     let release;
     const gate = new Promise((r) => { release = r; });
     const got = [];
@@ -380,6 +382,25 @@ describe('workers', () => {
     assert.deepEqual([...got].sort(), ['k0', 'k1', 'k2', 'k3']);
     const s = await nsStats(ns);
     assert.equal(s.eventsAcked, 4n);
+    assert.equal(s.inFlightEvents, 0n);
+  });
+
+  test('acks go on the Work stream, not as calls', async () => {
+    const ns = await namespace();
+    const c = new d.Client();
+    let calls = 0;
+    const realAck = c.ack.bind(c);
+    c.ack = (...args) => { calls++; return realAck(...args); };
+    const got = [];
+    const w = new d.Worker(ns, (e) => { got.push(e.key); }, {concurrency: 4, client: c});
+    w.start();
+    for (let i = 0; i < 20; i++) await client.setTimer(`k${i}`, '', {delay: 0, namespace: ns});
+    await eventually(() => got.length === 20, '20 events');
+    await w.stop();
+    c.close();
+    assert.equal(calls, 0);
+    const s = await nsStats(ns);
+    assert.equal(s.eventsAcked, 20n);
     assert.equal(s.inFlightEvents, 0n);
   });
 
