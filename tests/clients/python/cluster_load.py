@@ -12,9 +12,14 @@ def load_through_faults(client, namespace: str, payload: bytes,
                         errors) -> set:
     """Sets a timer every 10 ms in `namespace` for 5 s; node 0 is killed
     1.5 s in and node 1 stopped 2 s later. Returns the keys whose set was
-    acknowledged (a set that raised `errors` may or may not exist)."""
+    acknowledged (a set that raised `errors` may or may not exist), once
+    each phase (before, between and after the faults) had at least 20."""
     pids = [int(p) for p in os.environ["DELAYD_TEST_NODE_PIDS"].split(",")]
     acked: set = set()
+    # Sets acknowledged in each phase: before the kill, between the faults,
+    # after the stop (each must have load: the faults happen under it).
+    per_phase = [0, 0, 0]
+    phase = [0]
     stop = threading.Event()
 
     def produce():
@@ -25,6 +30,7 @@ def load_through_faults(client, namespace: str, payload: bytes,
             try:
                 client.set_timer(key, payload, delay=0.3, namespace=namespace)
                 acked.add(key)
+                per_phase[phase[0]] += 1
             except errors:
                 pass  # Unanswered after its retries: may or may not exist.
             time.sleep(0.01)  # the load's pace
@@ -33,9 +39,14 @@ def load_through_faults(client, namespace: str, payload: bytes,
     producer.start()
     time.sleep(1.5)  # load before the first fault
     os.kill(pids[0], signal.SIGKILL)
+    phase[0] = 1
     time.sleep(2.0)  # load between the faults
     os.kill(pids[1], signal.SIGTERM)
+    phase[0] = 2
     time.sleep(1.5)  # load after them
     stop.set()
     producer.join()
+    print(f"sets acknowledged by phase: {per_phase}")
+    assert all(n >= 20 for n in per_phase), \
+        f"the load was too small in a phase: {per_phase}"
     return acked
