@@ -4,7 +4,9 @@
 # noisy machine:
 #   - each library's Worker against a loop written by hand over the raw
 #     stubs in its language (throughput at concurrency 32 and 1; lateness
-#     at 2,000 events/s, 50 ms ahead);
+#     at 2,000 events/s, 50 ms ahead): Subscribe with an Ack call per
+#     message ("raw"), and at concurrency 32 also a Work stream with the
+#     Ack a message on it ("rawwork");
 #   - the TypeScript Worker against BullMQ's Worker at the same concurrency
 #     (1, 32, 256; Redis without persistence, as delayd --in-memory).
 # Prints every run's JSON line, then per figure the ratio in each round and
@@ -60,9 +62,11 @@ ts() { node tests/bench/clients/worker_bench.mjs "$@"; }
 results=$work/results
 for ((round = 1; round <= rounds; round++)); do
   for pair in "py raw library throughput 50000 32" \
+              "py rawwork library throughput 50000 32" \
               "py raw library throughput 10000 1" \
               "py raw library lateness 2000 10 50 32" \
               "ts raw library throughput 50000 32" \
+              "ts rawwork library throughput 50000 32" \
               "ts raw library lateness 2000 10 50 32" \
               "ts bullmq library throughput 50000 32" \
               "ts bullmq library throughput 10000 1" \

@@ -12,10 +12,11 @@
 //
 // The hand-written loop is the one the raw API invites: for await over the
 // stream, the handler for each event of a message, one Ack for the
-// message's events.
+// message's events ("raw": Subscribe and an Ack call on connect-node;
+// "rawwork": a Work stream on grpc-js, the Ack a message on it).
 //
-// Usage: node worker_bench.mjs library|raw|bullmq throughput N CONCURRENCY
-//        node worker_bench.mjs library|raw|bullmq lateness RATE SECONDS DELAY_MS CONCURRENCY
+// Usage: node worker_bench.mjs library|raw|rawwork|bullmq throughput N CONCURRENCY
+//        node worker_bench.mjs library|raw|rawwork|bullmq lateness RATE SECONDS DELAY_MS CONCURRENCY
 // Environment: DELAYD_ENDPOINT (host:port), DELAYD_TS_LIB (client/typescript,
 // built), REDIS_PORT and BULLMQ_DIR (tests/bench/node) for bullmq.
 import {spawn} from 'node:child_process';
@@ -56,6 +57,7 @@ async function delaydWorker(handler, concurrency) {
     await ready;
     return {stop: () => w.stop()};
   }
+  if (mode === 'rawwork') return rawWork(handler, concurrency);
   const {createClient} = await importFrom(libRequire, '@connectrpc/connect');
   const {createGrpcTransport} = await importFrom(libRequire, '@connectrpc/connect-node');
   const gen = await fromLib('dist/esm/gen/delayd/v1/delayd_pb.js');
@@ -81,6 +83,41 @@ async function delaydWorker(handler, concurrency) {
   })();
   await ready;
   return {stop: async () => { abort.abort(); await loop; }};
+}
+
+// The same loop over a Work stream (@grpc/grpc-js, as the library's): the
+// message's Ack is a message on the stream.
+async function rawWork(handler, concurrency) {
+  const grpc = await importFrom(libRequire, '@grpc/grpc-js');
+  const {create, fromBinary, toBinary} = await importFrom(libRequire, '@bufbuild/protobuf');
+  const gen = await fromLib('dist/esm/gen/delayd/v1/delayd_pb.js');
+  const channel = new grpc.Client(process.env.DELAYD_ENDPOINT, grpc.credentials.createInsecure());
+  const call = channel.makeBidiStreamRequest('/delayd.v1.Delayd/Work',
+    (r) => Buffer.from(toBinary(gen.WorkRequestSchema, r)),
+    (b) => fromBinary(gen.SubscribeResponseSchema, b), new grpc.Metadata());
+  call.on('error', () => {});
+  call.write(create(gen.WorkRequestSchema, {request: {case: 'subscribe', value: create(
+    gen.SubscribeRequestSchema, {namespace: ns, mode: gen.SubscribeRequest_Mode.WORKER,
+                                 maxInFlight: concurrency})}}));
+  let registered;
+  const ready = new Promise((r) => { registered = r; });
+  const loop = (async () => {
+    try {
+      for await (const msg of call) {
+        registered();  // (the first message registers)
+        if (msg.events.length === 0) continue;
+        for (const e of msg.events) {
+          await handler(e.fireTime.seconds * 1_000_000_000n + BigInt(e.fireTime.nanos));
+        }
+        call.write(create(gen.WorkRequestSchema, {request: {case: 'ack', value: create(
+          gen.AckRequestSchema, {namespace: ns, eventIds: msg.events.map((e) => e.id)})}}));
+      }
+    } catch {
+      // (cancelled at stop)
+    }
+  })();
+  await ready;
+  return {stop: async () => { call.cancel(); await loop; channel.close(); }};
 }
 
 async function bullmq() {

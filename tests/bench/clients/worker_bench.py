@@ -12,10 +12,11 @@ nothing. Prints one JSON line.
 
 The hand-written loop is the one the raw API invites: read the stream,
 call the handler for each event of a message, acknowledge the message's
-events in one Ack, read on.
+events in one Ack, read on ("raw": Subscribe and an Ack call; "rawwork":
+the same over a Work stream, the Ack a message on it).
 
-Usage: worker_bench.py LIBRARY_DIR library|raw throughput N CONCURRENCY
-       worker_bench.py LIBRARY_DIR library|raw lateness RATE SECONDS DELAY_MS CONCURRENCY
+Usage: worker_bench.py LIBRARY_DIR library|raw|rawwork throughput N CONCURRENCY
+       worker_bench.py LIBRARY_DIR library|raw|rawwork lateness RATE SECONDS DELAY_MS CONCURRENCY
 """
 import datetime as dt
 import itertools
@@ -72,10 +73,34 @@ class Raw:
         self.call.cancel()
 
 
+class RawWork(Raw):
+    """The same loop over a Work stream: its acks are messages on it,
+    handed to grpcio's request iterator (a queue)."""
+
+    def loop(self):
+        import queue
+        requests = queue.SimpleQueue()
+        requests.put(pb.WorkRequest(subscribe=pb.SubscribeRequest(
+            namespace=NS, mode=pb.SubscribeRequest.WORKER,
+            max_in_flight=self.concurrency)))
+        self.call = self.stub.Work(iter(requests.get, None))
+        try:
+            for msg in self.call:
+                self.registered.set()  # (the first message registers)
+                for e in msg.events:
+                    self.handler(e.fire_time.seconds * 10**9 + e.fire_time.nanos)
+                if msg.events:
+                    requests.put(pb.WorkRequest(ack=pb.AckRequest(
+                        namespace=NS, event_ids=[e.id for e in msg.events])))
+        except Exception:  # noqa: BLE001 (the stream cancelled at stop)
+            pass
+        requests.put(None)
+
+
 def worker(handler, concurrency):
     """A started worker whose stream is registered."""
-    if MODE == "raw":
-        w = Raw(handler, concurrency)
+    if MODE in ("raw", "rawwork"):
+        w = (Raw if MODE == "raw" else RawWork)(handler, concurrency)
         registered = w.registered
     else:
         registered = threading.Event()
