@@ -260,7 +260,7 @@ class DelaydServicer(object):
         only); each later one is an Ack, Nack or ExtendLease of the stream's
         namespace, applied as the call of that name is (durably, on any node)
         and answered on the stream by a WorkAnswer with its `ref`. A request
-        costs a message rather than a call. At most 64 requests await their
+        costs a message rather than a call. At most 16 requests await their
         answers at a time; the stream reads no more until one is answered.
         The client closing its side ends the stream (answers not yet written
         are not sent: wait for them first). Errors: as Subscribe's, and
