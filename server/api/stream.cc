@@ -157,11 +157,11 @@ void StreamSink::End(const Status& status) {
   Run(next);
 }
 
-void StreamSink::Answer(v1::WorkAnswer answer) {
+bool StreamSink::Answer(v1::WorkAnswer answer) {
   Action next;
   {
     MutexLock lock(&mu_);
-    if (reactor_ == nullptr || ending_) return;
+    if (reactor_ == nullptr || ending_) return false;
     // (With the events of this node queued last, if any: an answer takes
     // no message of its own while events wait.)
     if (queue_.empty() || !queue_.back().source.empty()) {
@@ -173,6 +173,7 @@ void StreamSink::Answer(v1::WorkAnswer answer) {
     next = Next();
   }
   Run(next);
+  return true;
 }
 
 void StreamSink::AwaitRegistration() {
@@ -195,10 +196,12 @@ void StreamSink::SendRegistered() {
 void StreamSink::OnWriteDone(bool ok) {
   Action next;
   std::function<void()> drained, relay_drained;
+  std::size_t answers;
   {
     MutexLock lock(&mu_);
     write_timer_.cancel();
     writing_ = false;
+    answers = std::exchange(in_write_answers_, 0);
     unwritten_events_.fetch_sub(in_write_);
     unwritten_bytes_.fetch_sub(in_write_bytes_);
     in_write_ = in_write_bytes_ = 0;
@@ -223,6 +226,7 @@ void StreamSink::OnWriteDone(bool ok) {
   Run(next);
   if (drained) drained();
   if (relay_drained) relay_drained();
+  if (answers > 0 && answers_written_) answers_written_(answers);
 }
 
 std::vector<std::uint64_t> StreamSink::TakeUnwritten() {
@@ -271,6 +275,7 @@ StreamSink::Action StreamSink::Next() {
     in_write_ = static_cast<std::size_t>(msg->events_size());
     in_write_bytes_ = queue_.front().bytes;
     in_write_source_ = queue_.front().source;
+    in_write_answers_ = static_cast<std::size_t>(msg->answers_size());
     for (const v1::Event& e : msg->events()) in_write_ids_.push_back(e.id());
   }
   bool own_buffer;

@@ -118,8 +118,14 @@ class StreamSink : public Subscriber {
   // AwaitRegistration was called.
   void SendRegistered() EXCLUDES(mu_);
   // Work streams: queues the answer to a request made on the stream (with
-  // the events queued, if any). Dropped once the stream is ending.
-  void Answer(v1::WorkAnswer answer) EXCLUDES(mu_);
+  // the events queued, if any); false (dropped) once the stream is ending.
+  bool Answer(v1::WorkAnswer answer) EXCLUDES(mu_);
+  // Work streams: told (from the reactor's OnWriteDone, without mu_) how
+  // many answers each completed write carried. Set before the stream
+  // subscribes.
+  void OnAnswersWritten(std::function<void(std::size_t)> written) {
+    answers_written_ = std::move(written);
+  }
   // The reactor's OnWriteDone.
   void OnWriteDone(bool ok) EXCLUDES(mu_);
   // Detaches from the reactor (in its OnDone) and returns the code the
@@ -169,6 +175,8 @@ class StreamSink : public Subscriber {
   // The message being written (read by gRPC while writing_).
   grpc::ByteBuffer in_flight_;
   std::size_t in_write_ GUARDED_BY(mu_) = 0;
+  std::size_t in_write_answers_ GUARDED_BY(mu_) = 0;
+  std::function<void(std::size_t)> answers_written_;  // Set before use.
   // The ids of the events in the write under way, and the node that
   // delivered them (empty: this one).
   std::vector<std::uint64_t> in_write_ids_ GUARDED_BY(mu_);

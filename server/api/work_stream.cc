@@ -71,9 +71,10 @@ void WorkReactor::Subscribe() {
         scheduler_, this, ctx_, std::move(start.ns), start.options, metrics_);
     sub = sub_.get();
   }
+  sub->sink().OnAnswersWritten([this](std::size_t n) { Written(n); });
   sub->Begin(start.options, start.attach);
   MutexLock lock(&mu_);
-  if (!finishing_) StartRead(&in_);
+  ReadOn();
 }
 
 void WorkReactor::Request() {
@@ -103,26 +104,38 @@ void WorkReactor::Request() {
             [this](v1::WorkAnswer answer) { Answered(std::move(answer)); });
   }
   MutexLock lock(&mu_);
-  if (awaiting_ >= kMaxAwaiting) {
+  ReadOn();
+}
+
+void WorkReactor::ReadOn() {
+  if (finishing_ || done_) return;
+  if (awaiting_ + unwritten_ >= kMaxAwaiting) {
     paused_ = true;
-  } else if (!finishing_) {
-    StartRead(&in_);
+    return;
   }
+  paused_ = false;
+  StartRead(&in_);
 }
 
 void WorkReactor::Answered(v1::WorkAnswer answer) {
-  if (StreamSink* sink = Sink()) sink->Answer(std::move(answer));
+  StreamSink* sink = Sink();
+  const bool queued = sink != nullptr && sink->Answer(std::move(answer));
   bool last;
   {
     MutexLock lock(&mu_);
     --awaiting_;
-    if (paused_ && awaiting_ < kMaxAwaiting) {
-      paused_ = false;
-      if (!finishing_ && !done_) StartRead(&in_);
-    }
+    // (Counted once queued, so that it is never counted after its write.
+    // A stream that ends writes no more: its reads stop anyway.)
+    if (queued) ++unwritten_;
     last = done_ && awaiting_ == 0;
   }
   if (last) delete this;  // (OnDone came first.)
+}
+
+void WorkReactor::Written(std::size_t n) {
+  MutexLock lock(&mu_);
+  unwritten_ -= static_cast<int>(n);
+  if (paused_) ReadOn();
 }
 
 void WorkReactor::Refuse(const Status& status) {

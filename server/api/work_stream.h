@@ -50,9 +50,10 @@ class StreamCall {
 
 // Reads the stream's first message (a worker's subscribe) and subscribes;
 // then reads requests, each handed to `handle` and answered on the stream
-// through the sink. At most kMaxAwaiting requests await their answers: past
-// that the stream reads nothing more (HTTP/2 flow control then holds the
-// client back), so a client cannot queue work without bound. The reactor
+// through the sink. At most kMaxAwaiting requests await their answers or
+// the write of their answers: past that the stream reads nothing more
+// (HTTP/2 flow control then holds the client back), so a client cannot
+// queue work, or answers it does not read, without bound. The reactor
 // outlives OnDone until every request has its answer (gRPC's server
 // reactors have no holds), so an answer never finds it gone.
 //
@@ -94,6 +95,11 @@ class WorkReactor
   // Ends a stream that never subscribed.
   void Refuse(const Status& status) EXCLUDES(mu_);
   void Answered(v1::WorkAnswer answer) EXCLUDES(mu_);
+  // The sink wrote `n` answers (in a reaction of this stream).
+  void Written(std::size_t n) EXCLUDES(mu_);
+  // Starts the next read unless too many requests are unanswered or
+  // unwritten (then the answers resume it), or the stream is over.
+  void ReadOn() REQUIRES(mu_);
 
   Scheduler& scheduler_;
   grpc::CallbackServerContext* const ctx_;
@@ -104,7 +110,8 @@ class WorkReactor
   grpc::ByteBuffer in_;  // The message read (one read at a time).
   Mutex mu_;
   std::unique_ptr<StreamSubscription> sub_ GUARDED_BY(mu_);
-  int awaiting_ GUARDED_BY(mu_) = 0;
+  int awaiting_ GUARDED_BY(mu_) = 0;        // Requests not yet answered.
+  int unwritten_ GUARDED_BY(mu_) = 0;       // Answers queued, not yet written.
   bool paused_ GUARDED_BY(mu_) = false;     // A read is due once answered.
   bool finishing_ GUARDED_BY(mu_) = false;  // Finish was called.
   bool done_ GUARDED_BY(mu_) = false;       // OnDone ran.

@@ -241,6 +241,40 @@ TEST_F(DelaydTest, AWorkStreamStartsWithAWorkersSubscribe) {
   }
 }
 
+TEST_F(DelaydTest, AWorkStreamReadsNoMoreWhileItsAnswersAreUnread) {
+  // A client that sends requests and never reads their answers: past a few
+  // answers unwritten the stream reads nothing more, so its writes stall
+  // (flow control) instead of answers piling up in the daemon.
+  grpc::ClientContext ctx;
+  auto stream = d_.stub().Work(&ctx);
+  v1::WorkRequest sub;
+  *sub.mutable_subscribe() = TestStream::Worker("default");
+  ASSERT_TRUE(stream->Write(sub));
+  v1::WorkRequest ack;  // 10,000 unknown ids: each answer names them all.
+  for (std::uint64_t id = 1; id <= 10000; ++id) {
+    ack.mutable_ack()->add_event_ids(id << 20);
+  }
+  std::atomic<int> written{0};
+  std::thread writer([&] {
+    for (int i = 0; i < 400 && stream->Write(ack); ++i) written.fetch_add(1);
+  });
+  // 400 requests of 100 KB each are 40 MB, their answers as many; read
+  // without bound they all go within 0.3 s here. The writer must stall
+  // before the last (the deadline is the expected outcome): about half
+  // fit in the connection's flow-control windows.
+  const auto deadline = std::chrono::steady_clock::now() + 3s;
+  while (written.load() < 400 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::yield();
+  }
+  EXPECT_LT(written.load(), 400) << "the daemon read on without bound";
+  ctx.TryCancel();
+  writer.join();
+  // The daemon serves on.
+  TestWork w(d_.stub());
+  ASSERT_TRUE(w.Subscribe());
+  EXPECT_TRUE(w.WaitRegistered());
+}
+
 TEST_F(DelaydTest, ClosingAWorkStreamGivesItsUnackedEventsToOthers) {
   TestWork w(d_.stub());
   ASSERT_TRUE(w.Subscribe(1));

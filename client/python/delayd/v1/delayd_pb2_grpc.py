@@ -261,7 +261,9 @@ class DelaydServicer(object):
         namespace, applied as the call of that name is (durably, on any node)
         and answered on the stream by a WorkAnswer with its `ref`. A request
         costs a message rather than a call. At most 16 requests await their
-        answers at a time; the stream reads no more until one is answered.
+        answers, or the write of their answers, at a time; the stream reads no
+        more until one is written (a client that does not read its answers
+        stalls).
         The client closing its side ends the stream (answers not yet written
         are not sent: wait for them first). Errors: as Subscribe's, and
         INVALID_ARGUMENT when the first message is not a worker's `subscribe`;
