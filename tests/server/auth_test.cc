@@ -284,6 +284,18 @@ class AuthMatrix : public ::testing::Test {
       r.set_dir("backup-" + std::to_string(++backups_));
       v1::BackupResponse resp;
       s = stub.Backup(ctx.get(), r, &resp);
+    } else if (method == "WorkStream") {
+      v1::WorkRequest r;
+      r.mutable_subscribe()->set_namespace_(ns);
+      auto stream = stub.Work(ctx.get());
+      stream->Write(r);
+      v1::SubscribeResponse msg;
+      if (stream->Read(&msg)) {
+        ctx->TryCancel();
+        stream->Finish();
+        return grpc::StatusCode::OK;
+      }
+      s = stream->Finish();
     } else {
       v1::SubscribeRequest r;
       r.set_namespace_(ns);
@@ -317,6 +329,7 @@ TEST_F(AuthMatrix, EveryRpcNeedsItsPermissionOnItsNamespace) {
       {"ListTimers", kRead},
       {"Watch", kRead},
       {"Work", kWork},
+      {"WorkStream", kWork},
       {"Ack", kWork},
       {"Drain", kAdmin},
       {"Stats", kAdmin},
@@ -373,7 +386,7 @@ TEST_F(AuthMatrix, EveryRpcNeedsItsPermissionOnItsNamespace) {
       }
     }
   }
-  EXPECT_EQ(checked, 29 * 3 * 5);
+  EXPECT_EQ(checked, 30 * 3 * 5);
 }
 
 TEST_F(AuthMatrix, ATenantSeesItsNamespaceFiguresAndNothingElse) {
