@@ -138,16 +138,6 @@ grpc::ServerUnaryReactor* DelaydService::ExtendLease(
 
 namespace {
 
-// A request of a Work stream that could not be applied.
-v1::WorkAnswer Failed(std::uint64_t ref, const Status& s) {
-  v1::WorkAnswer answer;
-  answer.set_ref(ref);
-  const grpc::Status g = ToGrpc(s);
-  answer.set_code(g.error_code());
-  answer.set_message(g.error_message());
-  return answer;
-}
-
 // The answer of one that was, from its unary response's.
 template <typename Resp>
 std::function<void(const Status&, const Resp&)> AnswerWith(
@@ -155,7 +145,7 @@ std::function<void(const Status&, const Resp&)> AnswerWith(
     std::function<void(v1::WorkAnswer)> done) {
   return
       [ref, count, done = std::move(done)](const Status& s, const Resp& resp) {
-        if (!s.ok()) return done(Failed(ref, s));
+        if (!s.ok()) return done(FailedAnswer(ref, s));
         v1::WorkAnswer answer;
         answer.set_ref(ref);
         answer.set_done((resp.*count)());
@@ -215,7 +205,7 @@ void DelaydService::WorkRequest(grpc::CallbackServerContext* ctx,
       v1::AckRequest& r = *req.mutable_ack();
       Status s = own(r.mutable_namespace_());
       if (s.ok()) s = validator_.Ack(r);
-      if (!s.ok()) return done(Failed(ref, s));
+      if (!s.ok()) return done(FailedAnswer(ref, s));
       const auto owners = EventOwners(r.event_ids(), *ctx);
       ByEventOwner(StreamCall<v1::AckRequest, v1::AckResponse>(
                        ctx, std::move(r),
@@ -228,7 +218,7 @@ void DelaydService::WorkRequest(grpc::CallbackServerContext* ctx,
       std::optional<std::chrono::nanoseconds> retry_after;
       Status s = own(r.mutable_namespace_());
       if (s.ok()) s = validator_.Nack(r, &retry_after);
-      if (!s.ok()) return done(Failed(ref, s));
+      if (!s.ok()) return done(FailedAnswer(ref, s));
       const auto owners = EventOwners(r.event_ids(), *ctx);
       std::string error = r.error();
       ByEventOwner(StreamCall<v1::NackRequest, v1::NackResponse>(
@@ -243,7 +233,7 @@ void DelaydService::WorkRequest(grpc::CallbackServerContext* ctx,
       std::chrono::nanoseconds extension;
       Status s = own(r.mutable_namespace_());
       if (s.ok()) s = validator_.ExtendLease(r, &extension);
-      if (!s.ok()) return done(Failed(ref, s));
+      if (!s.ok()) return done(FailedAnswer(ref, s));
       const auto owners = EventOwners(r.event_ids(), *ctx);
       ByEventOwner(
           StreamCall<v1::ExtendLeaseRequest, v1::ExtendLeaseResponse>(
@@ -253,7 +243,8 @@ void DelaydService::WorkRequest(grpc::CallbackServerContext* ctx,
       return;
     }
     default:
-      return done(Failed(ref, Status::InvalidArgument("request: none set")));
+      return done(
+          FailedAnswer(ref, Status::InvalidArgument("request: none set")));
   }
 }
 

@@ -5,6 +5,15 @@
 
 namespace delayd {
 
+v1::WorkAnswer FailedAnswer(std::uint64_t ref, const Status& status) {
+  v1::WorkAnswer answer;
+  answer.set_ref(ref);
+  const grpc::Status g = ToGrpc(status);
+  answer.set_code(g.error_code());
+  answer.set_message(g.error_message());
+  return answer;
+}
+
 WorkReactor::WorkReactor(Scheduler& scheduler, grpc::CallbackServerContext* ctx,
                          MethodMetrics& metrics, std::size_t read_limit,
                          Start start, Handle handle)
@@ -93,12 +102,7 @@ void WorkReactor::Request() {
     ns = sub_->ns();
   }
   if (!s.ok()) {
-    v1::WorkAnswer answer;
-    answer.set_ref(req.ref());
-    const grpc::Status g = ToGrpc(s);
-    answer.set_code(g.error_code());
-    answer.set_message(g.error_message());
-    Answered(std::move(answer));
+    Answered(FailedAnswer(req.ref(), s));
   } else {
     handle_(ns, std::move(req),
             [this](v1::WorkAnswer answer) { Answered(std::move(answer)); });

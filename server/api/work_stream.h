@@ -18,6 +18,9 @@
 
 namespace delayd {
 
+// The answer to request `ref` of a Work stream that failed with `status`.
+v1::WorkAnswer FailedAnswer(std::uint64_t ref, const Status& status);
+
 // A request made on a Work stream, as DelaydService::ByEventOwner takes a
 // call: its request and response, answered once through `done`. Handles
 // are copied freely into callbacks.
