@@ -46,15 +46,21 @@ const producer = (async () => {
   }
 })();
 
-// The load's phases: steady, after the kill, after the stop.
-await sleep(1500);
-process.kill(pids[0], 'SIGKILL');  // the node the worker's stream is on
-phase = 1;
-await sleep(2000);
-process.kill(pids[1], 'SIGTERM');
-phase = 2;
-await sleep(1500);
-producing = false;
+// The load's phases: steady, after the kill, after the stop. Each lasts its
+// length and until 20 sets were acknowledged in it (30 s at most: CPU
+// contention lengthens a phase, it does not empty it).
+async function endPhase(ms, then) {
+  await sleep(ms);  // the phase's length under load, not a wait
+  const deadline = Date.now() + 30_000;
+  while (perPhase[phase] < 20 && Date.now() < deadline) {
+    await sleep(20);  // (polls a condition, bounded)
+  }
+  then();
+  if (phase < 2) phase++;
+}
+await endPhase(1500, () => process.kill(pids[0], 'SIGKILL'));  // the stream's node
+await endPhase(2000, () => process.kill(pids[1], 'SIGTERM'));
+await endPhase(1500, () => { producing = false; });
 await producer;
 
 let lost = [];
