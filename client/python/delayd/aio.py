@@ -32,10 +32,11 @@ import grpc
 
 from . import errors, types
 from ._api import Api, subscribe_request
+from ._awork import AsyncWorkStream
 from ._retry import Attempts, waits
 from .client import CHANNEL_OPTIONS
 from .config import Config, Retry as RetryPolicy
-from .v1 import delayd_pb2_grpc as pb_grpc
+from .v1 import delayd_pb2 as pb, delayd_pb2_grpc as pb_grpc
 from ._handling import Hooks, Retry, _Done, take_settings
 
 
@@ -166,7 +167,10 @@ Handler = Callable[[types.Event], Union[Awaitable[None], None]]
 class AsyncWorker:
     """The asyncio Worker (see worker.py for what a worker does): each
     event runs ``handler(event)`` as a task (a plain function runs in the
-    loop's default executor), at most ``concurrency`` at once."""
+    loop's default executor), at most ``concurrency`` at once. Acks, nacks
+    and lease extensions go on the worker's Work stream; while it
+    reconnects, or against a daemon without Work (then Subscribe), as
+    calls."""
 
     def __init__(self, namespace: str, handler: Handler, *,
                  concurrency: int = 1, client: Optional[AsyncClient] = None,
@@ -188,6 +192,8 @@ class AsyncWorker:
         self._finished = asyncio.Event()
         self._reader: Optional[asyncio.Task] = None
         self._sending = asyncio.Lock()
+        self._stream: Optional[AsyncWorkStream] = None  # being read
+        self._legacy = False  # the daemon has no Work method: Subscribe
 
     def _hook(self, name, *args) -> None:
         hook = getattr(self.hooks, name)
@@ -266,19 +272,38 @@ class AsyncWorker:
         while not self._stopping:
             error = None
             try:
-                async for event in self.client.subscribe(
-                        namespace=self.namespace,
-                        max_in_flight=self.concurrency,
-                        ack_timeout=self.ack_timeout, keep_leases=True,
-                        on_registered=registered):
+                async for event in self._events(registered):
                     self._received(event)
+            except errors.Unimplemented as e:
+                if not self._legacy:
+                    # An older daemon, without Work: Subscribe, at once.
+                    self._legacy = True
+                    continue
+                error = e
             except errors.DelaydError as e:
                 error = e
+            finally:
+                self._stream = None
             if self._stopping:
                 return
             self._hook("on_stream", "lost", error)
             self.client._rotate(self.client._endpoint())
             await asyncio.sleep(next(backoff))
+
+    def _events(self, registered) -> AsyncIterator[types.Event]:
+        if self._legacy:
+            return self.client.subscribe(
+                namespace=self.namespace, max_in_flight=self.concurrency,
+                ack_timeout=self.ack_timeout, keep_leases=True,
+                on_registered=registered)
+        self._stream = AsyncWorkStream(self.client, subscribe_request(
+            self.namespace, False, self.concurrency, True, self.ack_timeout))
+        return self._stream.events(registered)
+
+    def _work_stream(self) -> Optional[AsyncWorkStream]:
+        """The Work stream requests go on (None: by calls, to any node)."""
+        stream = self._stream
+        return stream if stream is not None and stream.registered else None
 
     def _received(self, event: types.Event) -> None:
         self._hook("on_event", event,
@@ -353,6 +378,10 @@ class AsyncWorker:
     async def _flush_once(self) -> None:
         acks, self._acks = self._acks, []
         nacks, self._nacks = self._nacks, []
+        stream = self._work_stream()
+        if stream is not None:
+            await self._send_on(stream, acks, nacks)
+            return
         try:
             for i in range(0, len(acks), 1000):
                 await self.client.ack(acks[i:i + 1000],
@@ -369,14 +398,48 @@ class AsyncWorker:
             except errors.DelaydError:
                 self._nacks += [(i, text, after) for i in ids]
 
+    async def _send_on(self, stream: AsyncWorkStream, acks: list[int],
+                       nacks: list[tuple]) -> None:
+        """Sends acks and nacks as messages on the Work stream, all before
+        any answer is awaited; what fails is kept for the next flush."""
+        sends, kept = [], []
+        for i in range(0, len(acks), 1000):
+            part = acks[i:i + 1000]
+            sends.append(stream.send("ack", pb.AckRequest(
+                namespace=self.namespace, event_ids=part)))
+            kept.append(lambda part=part: self._acks.extend(part))
+        groups: dict[tuple, list[int]] = {}
+        for event_id, text, after in nacks:
+            groups.setdefault((text, after), []).append(event_id)
+        for (text, after), ids in groups.items():
+            req = pb.NackRequest(namespace=self.namespace, event_ids=ids,
+                                 error=text[:1024])
+            if after is not None:
+                req.retry_after.CopyFrom(types.duration(after))
+            sends.append(stream.send("nack", req))
+            kept.append(lambda ids=ids, text=text, after=after:
+                        self._nacks.extend((i, text, after) for i in ids))
+        outcomes = await asyncio.gather(*sends, return_exceptions=True)
+        for outcome, keep in zip(outcomes, kept):
+            if isinstance(outcome, BaseException):
+                keep()
+
     async def _lease_loop(self) -> None:
         while True:
             await asyncio.sleep(self.ack_timeout / 3)
             held = list(self._running) + [e.id for e in self._queued]
             if held:
                 try:
-                    await self.client.extend_lease(held, self.ack_timeout,
-                                                   namespace=self.namespace)
+                    stream = self._work_stream()
+                    if stream is not None:
+                        req = pb.ExtendLeaseRequest(namespace=self.namespace,
+                                                    event_ids=held)
+                        req.extension.CopyFrom(
+                            types.duration(self.ack_timeout))
+                        await stream.send("extend_lease", req)
+                    else:
+                        await self.client.extend_lease(
+                            held, self.ack_timeout, namespace=self.namespace)
                 except errors.DelaydError:
                     pass  # Tried again at the next period.
 

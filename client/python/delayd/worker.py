@@ -311,8 +311,10 @@ class Worker(Sending):
             # An older daemon, without Work: Subscribe, at once.
             with self._mu:
                 self._legacy = True
-                self._stream = None
+                stream, self._stream = self._stream, None
                 self._batches = None
+            if stream is not None:
+                stream.cancel()  # (ended already; nothing left behind)
             return
         except errors.DelaydError as e:
             self._lost(e)

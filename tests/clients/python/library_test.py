@@ -22,6 +22,7 @@ sys.path.insert(0, LIBRARY)
 del sys.argv[1:3]
 
 import delayd  # noqa: E402
+import delayd._awork  # noqa: E402
 import delayd._work  # noqa: E402
 from delayd import _retry  # noqa: E402
 
@@ -341,6 +342,63 @@ class Workers(Fixture):
         s = self.client.stats(namespace=ns).namespaces[0]
         self.assertEqual((s.events_acked, s.in_flight_events), (20, 0))
 
+    def test_a_daemon_without_work_is_served_by_subscribe_and_calls(self):
+        # A daemon without the Work method (an older node during a rolling
+        # upgrade) answers UNIMPLEMENTED: both workers subscribe instead
+        # and acknowledge with calls.
+        c, ns = self.client, self.ns
+
+        class NoWork:
+            """A Work stream the daemon does not know (it opens no call)."""
+            registered = False
+
+            def __init__(self, *_, **__):
+                pass
+
+            def batches(self):
+                raise delayd.Unimplemented("unknown method Work")
+                yield  # (a generator, as the real one)
+
+            async def events(self, *_):
+                raise delayd.Unimplemented("unknown method Work")
+                yield  # (an async generator, as the real one)
+
+            def cancel(self):
+                pass
+
+        real = delayd.worker.WorkStream, delayd.aio.AsyncWorkStream
+        delayd.worker.WorkStream = delayd.aio.AsyncWorkStream = NoWork
+        try:
+            got = []
+            w = delayd.Worker(ns, lambda e: got.append(e.key),
+                              concurrency=2, client=c)
+            w.start()
+            for i in range(10):
+                c.set_timer(f"k{i}", delay=0, namespace=ns)
+            eventually(lambda: len(got) == 10, what="10 events")
+            w.stop()
+
+            async def run_async():
+                async with delayd.AsyncClient() as ac:
+                    w = delayd.AsyncWorker(ns, lambda e: got.append(e.key),
+                                           concurrency=2, client=ac)
+                    task = asyncio.create_task(
+                        w.run(install_signal_handlers=False))
+                    for i in range(10, 20):
+                        await ac.set_timer(f"k{i}", delay=0, namespace=ns)
+                    deadline = time.monotonic() + 10
+                    while len(got) < 20 and time.monotonic() < deadline:
+                        await asyncio.sleep(0.01)
+                    await w.stop()
+                    await task
+
+            asyncio.run(run_async())
+        finally:
+            delayd.worker.WorkStream, delayd.aio.AsyncWorkStream = real
+        self.assertEqual(sorted(got), sorted(f"k{i}" for i in range(20)))
+        s = c.stats(namespace=ns).namespaces[0]
+        self.assertEqual((s.events_acked, s.in_flight_events), (20, 0))
+
     def test_a_raising_handler_is_retried_then_dead_lettered(self):
         c, ns = self.client, self.ns
         c.set_policy(namespace=ns, max_attempts=3,
@@ -492,6 +550,10 @@ class Async(Fixture):
                     await asyncio.sleep(0.01)
                     got.append(e.key)
 
+                # Its acks go on the Work stream, not as calls.
+                ack_calls, real_ack = [], c.ack
+                c.ack = lambda *a, **kw: (ack_calls.append(a),
+                                          real_ack(*a, **kw))[1]
                 w = delayd.AsyncWorker(ns, handle, concurrency=8, client=c)
                 task = asyncio.create_task(w.run(install_signal_handlers=False))
                 for i in range(30):
@@ -506,6 +568,7 @@ class Async(Fixture):
                 await w.stop()
                 await task
                 self.assertEqual(len(got), 32)  # (the anchor drained too)
+                self.assertEqual(ack_calls, [])
                 s = (await c.stats(namespace=ns)).namespaces[0]
                 self.assertEqual(s.events_acked, 32)
 
@@ -530,20 +593,26 @@ class Async(Fixture):
                 while w.running() < 4 and time.monotonic() < deadline:
                     await asyncio.sleep(0.01)
                 self.assertEqual(w.running(), 4)
-                # The daemon's next three answers to an ack are lost (as
-                # when the node serving it stops): stop() must send again.
-                real_ack, failures = c.ack, [3]
+                # The daemon's next three answers to an ack on the Work
+                # stream are lost (as when the node serving it stops, after
+                # the ack was applied): stop() must send again.
+                stream_class = delayd._awork.AsyncWorkStream
+                real_send, failures = stream_class.send, [3]
 
-                async def ack(ids, **kw):
-                    if failures[0] > 0:
+                async def send(stream, kind, request):
+                    done = await real_send(stream, kind, request)
+                    if kind == "ack" and failures[0] > 0:
                         failures[0] -= 1
                         raise delayd.Unavailable("the answer was lost")
-                    return await real_ack(ids, **kw)
+                    return done
 
-                c.ack = ack
-                gate.set()
-                await w.stop()
-                await task
+                stream_class.send = send
+                try:
+                    gate.set()
+                    await w.stop()
+                    await task
+                finally:
+                    stream_class.send = real_send
                 self.assertEqual(failures[0], 0)
                 s = (await c.stats(namespace=ns)).namespaces[0]
                 self.assertEqual((s.events_acked, s.in_flight_events), (4, 0))
