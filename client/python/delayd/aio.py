@@ -355,39 +355,46 @@ class AsyncWorker:
             self._start_next()
 
     async def _send_loop(self) -> None:
+        # What handlers add while a flush awaits its answers wakes the loop
+        # again at once; only a failed send waits before the next try.
         while True:
             await self._wake.wait()
             self._wake.clear()
-            if not await self._flush():
+            async with self._sending:
+                failed = await self._flush_once()
+            if failed:
                 await asyncio.sleep(0.2)  # (before the next try)
                 self._wake.set()
 
-    async def _flush(self, deadline: Optional[float] = None) -> bool:
-        """Sends what is held: acks in one call, nacks grouped; a send that
-        fails is kept. With a deadline (stop), tries again until it passes.
-        Returns whether nothing is left. One flush at a time: stop()'s
-        waits for the send loop's."""
+    async def _flush(self, deadline: float) -> None:
+        """Sends what is held until nothing is left or ``deadline``
+        passes (stop). One flush at a time: this waits for the send
+        loop's."""
         while True:
             async with self._sending:
-                await self._flush_once()
-            left = bool(self._acks or self._nacks)
-            if not left or deadline is None or time.monotonic() >= deadline:
-                return not left
-            await asyncio.sleep(0.2)  # (before the next try)
+                failed = await self._flush_once()
+            if not (self._acks or self._nacks) or \
+                    time.monotonic() >= deadline:
+                return
+            if failed:
+                await asyncio.sleep(0.2)  # (before the next try)
 
-    async def _flush_once(self) -> None:
+    async def _flush_once(self) -> bool:
+        """Sends what is held: acks in one request, nacks grouped; what
+        fails is kept. Returns whether anything failed."""
         acks, self._acks = self._acks, []
         nacks, self._nacks = self._nacks, []
         stream = self._work_stream()
         if stream is not None:
-            await self._send_on(stream, acks, nacks)
-            return
+            return await self._send_on(stream, acks, nacks)
+        failed = False
         try:
             for i in range(0, len(acks), 1000):
                 await self.client.ack(acks[i:i + 1000],
                                       namespace=self.namespace)
         except errors.DelaydError:
             self._acks = acks + self._acks
+            failed = True
         groups: dict[tuple, list[int]] = {}
         for event_id, text, after in nacks:
             groups.setdefault((text, after), []).append(event_id)
@@ -397,11 +404,14 @@ class AsyncWorker:
                                        error=text, retry_after=after)
             except errors.DelaydError:
                 self._nacks += [(i, text, after) for i in ids]
+                failed = True
+        return failed
 
     async def _send_on(self, stream: AsyncWorkStream, acks: list[int],
-                       nacks: list[tuple]) -> None:
+                       nacks: list[tuple]) -> bool:
         """Sends acks and nacks as messages on the Work stream, all before
-        any answer is awaited; what fails is kept for the next flush."""
+        any answer is awaited; what fails is kept for the next flush.
+        Returns whether anything failed."""
         sends, kept = [], []
         for i in range(0, len(acks), 1000):
             part = acks[i:i + 1000]
@@ -420,9 +430,12 @@ class AsyncWorker:
             kept.append(lambda ids=ids, text=text, after=after:
                         self._nacks.extend((i, text, after) for i in ids))
         outcomes = await asyncio.gather(*sends, return_exceptions=True)
+        failed = False
         for outcome, keep in zip(outcomes, kept):
             if isinstance(outcome, BaseException):
                 keep()
+                failed = True
+        return failed
 
     async def _lease_loop(self) -> None:
         while True:

@@ -13,10 +13,13 @@ nothing. Prints one JSON line.
 The hand-written loop is the one the raw API invites: read the stream,
 call the handler for each event of a message, acknowledge the message's
 events in one Ack, read on ("raw": Subscribe and an Ack call; "rawwork":
-the same over a Work stream, the Ack a message on it).
+the same over a Work stream, the Ack a message on it; "rawaio": that over
+grpc.aio on an asyncio loop; "rawaiopool": the same loop handing each
+message's events to a pool thread). "library" is the Worker, "async" the
+AsyncWorker with a coroutine handler.
 
-Usage: worker_bench.py LIBRARY_DIR library|raw|rawwork throughput N CONCURRENCY
-       worker_bench.py LIBRARY_DIR library|raw|rawwork lateness RATE SECONDS DELAY_MS CONCURRENCY
+Usage: worker_bench.py LIBRARY_DIR MODE throughput N CONCURRENCY
+       worker_bench.py LIBRARY_DIR MODE lateness RATE SECONDS DELAY_MS CONCURRENCY
 """
 import datetime as dt
 import itertools
@@ -97,10 +100,117 @@ class RawWork(Raw):
         requests.put(None)
 
 
+class RawAio(Raw):
+    """The same loop over a Work stream with grpc.aio, on an asyncio loop
+    of its own thread: the handler runs on the loop, and the Ack is
+    written from it (no thread between a message and its ack)."""
+
+    def loop(self):
+        import asyncio
+        import grpc
+        self.aloop = asyncio.new_event_loop()
+
+        async def run():
+            stub = pb_grpc.DelaydStub(grpc.aio.insecure_channel(
+                os.environ["DELAYD_ENDPOINT"]))
+            self.call = stub.Work()
+            await self.call.write(pb.WorkRequest(subscribe=pb.SubscribeRequest(
+                namespace=NS, mode=pb.SubscribeRequest.WORKER,
+                max_in_flight=self.concurrency)))
+            async for msg in self.call:
+                self.registered.set()  # (the first message registers)
+                for e in msg.events:
+                    self.handler(e.fire_time.seconds * 10**9 + e.fire_time.nanos)
+                if msg.events:
+                    await self.call.write(pb.WorkRequest(ack=pb.AckRequest(
+                        namespace=NS, event_ids=[e.id for e in msg.events])))
+        try:
+            self.aloop.run_until_complete(run())
+        except BaseException:  # noqa: BLE001 (the stream cancelled at stop)
+            pass
+
+    def stop(self):
+        self.aloop.call_soon_threadsafe(self.call.cancel)
+
+
+class RawAioPool(RawAio):
+    """The aio loop reads and writes the stream; each message's events run
+    on a pool thread (the shape a threaded worker on grpc.aio would have:
+    a hand-over to the pool and back per message)."""
+
+    def loop(self):
+        import asyncio
+        import concurrent.futures
+        import grpc
+        self.aloop = asyncio.new_event_loop()
+        pool = concurrent.futures.ThreadPoolExecutor(self.concurrency)
+
+        def run_batch(events):
+            for e in events:
+                self.handler(e.fire_time.seconds * 10**9 + e.fire_time.nanos)
+
+        async def run():
+            stub = pb_grpc.DelaydStub(grpc.aio.insecure_channel(
+                os.environ["DELAYD_ENDPOINT"]))
+            self.call = stub.Work()
+            await self.call.write(pb.WorkRequest(subscribe=pb.SubscribeRequest(
+                namespace=NS, mode=pb.SubscribeRequest.WORKER,
+                max_in_flight=self.concurrency)))
+            loop, writing = asyncio.get_running_loop(), asyncio.Lock()
+
+            async def handle(events):
+                await loop.run_in_executor(pool, run_batch, events)
+                async with writing:  # (one write at a time)
+                    await self.call.write(pb.WorkRequest(ack=pb.AckRequest(
+                        namespace=NS, event_ids=[e.id for e in events])))
+            async for msg in self.call:
+                self.registered.set()
+                if msg.events:
+                    loop.create_task(handle(list(msg.events)))
+        try:
+            self.aloop.run_until_complete(run())
+        except BaseException:  # noqa: BLE001 (the stream cancelled at stop)
+            pass
+
+
+class Async:
+    """The library's AsyncWorker, on an asyncio loop of its own thread,
+    with a coroutine handler."""
+
+    def __init__(self, handler, concurrency):
+        import asyncio
+        self.registered = threading.Event()
+        self.aloop = asyncio.new_event_loop()
+
+        async def handle(e):
+            handler(e.fire_time_ns)
+
+        async def make():
+            return delayd.AsyncWorker(
+                NS, handle, concurrency=concurrency, hooks=delayd.Hooks(
+                    on_stream=lambda state, _: state == "connected"
+                    and self.registered.set()))
+        self.worker = self.aloop.run_until_complete(make())
+        self.thread = threading.Thread(target=lambda: self.aloop
+                                       .run_until_complete(self.worker.run(
+                                           install_signal_handlers=False)),
+                                       daemon=True)
+
+    def start(self):
+        self.thread.start()
+
+    def stop(self):
+        import asyncio
+        asyncio.run_coroutine_threadsafe(self.worker.stop(),
+                                         self.aloop).result(30)
+
+
 def worker(handler, concurrency):
     """A started worker whose stream is registered."""
-    if MODE in ("raw", "rawwork"):
-        w = (Raw if MODE == "raw" else RawWork)(handler, concurrency)
+    shapes = {"raw": Raw, "rawwork": RawWork, "rawaio": RawAio,
+              "rawaiopool": RawAioPool, "async": Async}
+    if MODE in shapes:
+        w = shapes[MODE](handler, concurrency)
         registered = w.registered
     else:
         registered = threading.Event()
