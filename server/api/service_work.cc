@@ -166,6 +166,20 @@ class RefusedWork
   void OnDone() override { delete this; }
 };
 
+// Each request on a Work stream counts as a call of its method
+// (delayd_grpc_requests_total{method="Ack"}, ...), from its reading to its
+// answer, as the unary call would: dashboards of acks and their latency
+// see the same figures whichever way workers send them.
+std::function<void(v1::WorkAnswer)> CountedAs(
+    MethodMetrics& metrics, std::function<void(v1::WorkAnswer)> done) {
+  return [&metrics, done = std::move(done),
+          started = std::chrono::steady_clock::now()](v1::WorkAnswer answer) {
+    metrics.Observe(static_cast<grpc::StatusCode>(answer.code()),
+                    std::chrono::steady_clock::now() - started);
+    done(std::move(answer));
+  };
+}
+
 }  // namespace
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
@@ -190,6 +204,19 @@ void DelaydService::WorkRequest(grpc::CallbackServerContext* ctx,
                                 const std::string& ns, v1::WorkRequest req,
                                 std::function<void(v1::WorkAnswer)> done) {
   const std::uint64_t ref = req.ref();
+  switch (req.request_case()) {
+    case v1::WorkRequest::kAck:
+      done = CountedAs(rpc_[RpcMetrics::kAck], std::move(done));
+      break;
+    case v1::WorkRequest::kNack:
+      done = CountedAs(rpc_[RpcMetrics::kNack], std::move(done));
+      break;
+    case v1::WorkRequest::kExtendLease:
+      done = CountedAs(rpc_[RpcMetrics::kExtendLease], std::move(done));
+      break;
+    default:
+      break;  // (Answered below, as no method's call.)
+  }
   // The stream's caller may work on its namespace, and on no other.
   auto own = [&ns](std::string* name) {
     if (!name->empty() && *name != ns) {

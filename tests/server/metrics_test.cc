@@ -309,6 +309,55 @@ TEST(Metrics, RetryingAndDeadLettersAreGauges) {
       2.0);
 }
 
+// Requests on a Work stream count as calls of their methods, by the code
+// of their answers, with their latency; the stream itself as one Work call.
+TEST(Metrics, AWorkStreamsRequestsCountAsCallsOfTheirMethods) {
+  TestDaemon d(WithMetrics());
+  ASSERT_TRUE(d.started());
+  grpc::ClientContext ctx;
+  auto stream = d.stub().Work(&ctx);
+  v1::WorkRequest req;
+  *req.mutable_subscribe() = TestStream::Worker("a");
+  ASSERT_TRUE(stream->Write(req));
+  ASSERT_TRUE(Set(d.stub(), "a", "k", 0).ok());
+  v1::SubscribeResponse msg;
+  while (msg.events().empty()) ASSERT_TRUE(stream->Read(&msg));
+  // An ack of the event, a nack of an unknown id, a lease extension with
+  // none given (INVALID_ARGUMENT), each answered on the stream.
+  req.Clear();
+  req.set_ref(1);
+  req.mutable_ack()->add_event_ids(msg.events(0).id());
+  ASSERT_TRUE(stream->Write(req));
+  req.Clear();
+  req.set_ref(2);
+  req.mutable_nack()->add_event_ids(12345);
+  ASSERT_TRUE(stream->Write(req));
+  req.Clear();
+  req.set_ref(3);
+  req.mutable_extend_lease()->add_event_ids(12345);
+  ASSERT_TRUE(stream->Write(req));
+  int answers = 0;
+  while (answers < 3 && stream->Read(&msg)) answers += msg.answers_size();
+  ASSERT_EQ(answers, 3);
+  stream->WritesDone();
+  ASSERT_TRUE(stream->Finish().ok());
+  const Scrape s = ScrapeUntil(d, [](const Scrape& s) {
+    return s.Get("delayd_grpc_requests_total",
+                 {{"method", "Work"}, {"code", "OK"}}) == 1.0;
+  });
+  auto calls = [&s](const std::string& method, const std::string& code) {
+    return s.Get("delayd_grpc_requests_total",
+                 {{"method", method}, {"code", code}});
+  };
+  EXPECT_EQ(calls("Work", "OK"), 1.0);
+  EXPECT_EQ(calls("Ack", "OK"), 1.0);
+  EXPECT_EQ(calls("Nack", "OK"), 1.0);
+  EXPECT_EQ(calls("ExtendLease", "INVALID_ARGUMENT"), 1.0);
+  EXPECT_EQ(
+      s.Get("delayd_grpc_request_duration_seconds_count", {{"method", "Ack"}}),
+      1.0);
+}
+
 TEST(Metrics, WithoutNamespaceLabelsEachFamilyIsTheSum) {
   TestDaemon d(WithMetrics(/*namespace_labels=*/false));
   ASSERT_TRUE(d.started());
