@@ -59,14 +59,37 @@ void* NewTag(std::function<void(bool)> done) {
   return new Tag{std::move(done)};
 }
 
+// What the log keeps of one call: its request's bytes in a 64-byte record,
+// about a SetTimer's record with a short key and payload. (The benches'
+// Checks are empty messages: appending only their bytes would append
+// nothing, and an fdatasync with nothing to write costs next to nothing.)
+std::string RecordOf(const health::HealthCheckRequest& req) {
+  std::string record = req.SerializeAsString();
+  record.resize(std::max<std::size_t>(record.size(), 64), '.');
+  return record;
+}
+
+// A log that every answer waits for: each group of records is appended to
+// `fd` and made durable (fdatasync) before any of them is answered.
+void AppendDurably(int fd, const std::string& bytes) {
+  if (write(fd, bytes.data(), bytes.size()) !=
+          static_cast<ssize_t>(bytes.size()) ||
+      fdatasync(fd) != 0) {
+    std::perror("log");
+    std::_Exit(1);
+  }
+}
+
 // The timer shape on one completion-queue thread, the least a gRPC server
 // can do for delayd's traffic: a Check for service "set" (a SetTimer) is
 // answered and comes due kAhead later, when the thread's wait on the queue
 // ends and it writes one message on the open Watch stream (the event); a
 // Check for "ack" is answered. Three wake-ups per timer, all on one thread;
-// no store, no wheel.
+// no store, no wheel. With a `log` (timer-1+log; -1: none), each set's
+// record is appended and synced (fdatasync) on the same thread before it is
+// answered: the floor under `--fsync always`, calls coming one at a time.
 [[noreturn]] void ServeTimers(health::Health::AsyncService& svc,
-                              grpc::ServerCompletionQueue* cq) {
+                              grpc::ServerCompletionQueue* cq, int log) {
   grpc::ServerContext watch_ctx;
   health::HealthCheckRequest watch_req;
   grpc::ServerAsyncWriter<health::HealthCheckResponse> watch(&watch_ctx);
@@ -100,6 +123,7 @@ void* NewTag(std::function<void(bool)> done) {
           }
           request_check();
           if (c->req.service() == "set") {
+            if (log >= 0) AppendDurably(log, RecordOf(c->req));
             timers.push_back(std::chrono::system_clock::now() + kAhead);
           }
           c->resp.set_status(health::HealthCheckResponse::SERVING);
@@ -131,27 +155,6 @@ void* NewTag(std::function<void(bool)> done) {
       ++due;
     }
     write_next();
-  }
-}
-
-// What the log keeps of one call: its request's bytes in a 64-byte record,
-// about a SetTimer's record with a short key and payload. (The benches'
-// Checks are empty messages: appending only their bytes would append
-// nothing, and an fdatasync with nothing to write costs next to nothing.)
-std::string RecordOf(const health::HealthCheckRequest& req) {
-  std::string record = req.SerializeAsString();
-  record.resize(std::max<std::size_t>(record.size(), 64), '.');
-  return record;
-}
-
-// A log that every answer waits for: each group of records is appended to
-// `fd` and made durable (fdatasync) before any of them is answered.
-void AppendDurably(int fd, const std::string& bytes) {
-  if (write(fd, bytes.data(), bytes.size()) !=
-          static_cast<ssize_t>(bytes.size()) ||
-      fdatasync(fd) != 0) {
-    std::perror("log");
-    std::_Exit(1);
   }
 }
 
@@ -314,7 +317,7 @@ void AnswerNow(AsyncCall* c) {
   }
   LoggedCallbackHealth logged(writer.get());
   if (shape == "callback+log") b.RegisterService(&logged);
-  if (shape.rfind("async", 0) == 0 || shape == "timer-1" ||
+  if (shape.rfind("async", 0) == 0 || shape.rfind("timer-1", 0) == 0 ||
       shape.rfind("cq1", 0) == 0) {
     b.RegisterService(&async);
     cq = b.AddCompletionQueue();
@@ -325,7 +328,8 @@ void AnswerNow(AsyncCall* c) {
     server->Wait();
     std::_Exit(0);
   }
-  if (shape == "timer-1") ServeTimers(async, cq.get());
+  if (shape == "timer-1") ServeTimers(async, cq.get(), -1);
+  if (shape == "timer-1+log") ServeTimers(async, cq.get(), fd);
   if (shape == "cq1+log") ServeLogged(async, cq.get(), fd);
   if (shape == "cq1+writer") {
     // The writer answers each call once synced; the answer's completion

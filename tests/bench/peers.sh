@@ -135,7 +135,10 @@ for ((round = 1; round <= rounds; round++)); do
   # The least any gRPC server spends on that traffic here (grpc_floor: one
   # completion-queue thread, nothing but the calls, the events and their
   # timing).
-  add grpc_floor_cores "$("$grpc_floor" --timer-only --rounds 1 --seconds "$steady_seconds" | grep -oE '[0-9.]+ cores' | grep -oE '^[0-9.]+')"
+  # timer-1+log: the same, each set's record appended and synced first.
+  floor=$("$grpc_floor" --timer-only --rounds 1 --seconds "$steady_seconds")
+  add grpc_floor_cores "$(grep -oE '[0-9.]+ cores' <<<"$floor" | grep -oE '^[0-9.]+')"
+  add grpc_floor_synced_cores "$(grep -oE '[0-9.]+ synced cores' <<<"$floor" | grep -oE '^[0-9.]+')"
   for fsync in always 1s; do
     rm -rf "$work/delayd"
     out=$("$load_gen" --only steady --seconds "$steady_seconds" \
@@ -175,4 +178,6 @@ ratio("2k/s CPU: delayd always / redis (BullMQ)", "delayd_cores_always", "redis_
 ratio("2k/s CPU: delayd 1s / redis (BullMQ)", "delayd_cores_1s", "redis_cores_bullmq")
 ratio("2k/s CPU: gRPC floor / redis (BullMQ)", "grpc_floor_cores", "redis_cores_bullmq")
 ratio("2k/s CPU: delayd always / gRPC floor", "delayd_cores_always", "grpc_floor_cores")
+ratio("2k/s CPU: delayd 1s / gRPC floor", "delayd_cores_1s", "grpc_floor_cores")
+ratio("2k/s CPU: delayd always / floor, synced", "delayd_cores_always", "grpc_floor_synced_cores")
 '
