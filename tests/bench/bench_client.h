@@ -396,6 +396,11 @@ class Bench {
     for (auto& t : threads) t.join();
   }
 
+  // Whether Lateness() acknowledges on a Work stream (each ack a message on
+  // the worker's own stream, as the client libraries do) instead of
+  // subscribing and calling Ack.
+  void set_work_acks(bool on) { work_acks_ = on; }
+
   // Subscribes a worker to `ns` and records lateness (ms) of `expect`
   // events, acking as it goes; gives up after `timeout`.
   std::vector<double> Lateness(const std::string& ns, std::size_t expect,
@@ -405,13 +410,29 @@ class Bench {
     v1::SubscribeRequest req;
     req.set_namespace_(ns);
     req.set_max_in_flight(10000);
-    auto reader = stubs_[0]->Subscribe(&ctx, req);
+    std::unique_ptr<grpc::ClientReaderInterface<v1::SubscribeResponse>> reader;
+    std::unique_ptr<
+        grpc::ClientReaderWriter<v1::WorkRequest, v1::SubscribeResponse>>
+        work;
+    if (work_acks_) {
+      work = stubs_[0]->Work(&ctx);
+      v1::WorkRequest first;
+      *first.mutable_subscribe() = req;
+      if (!work->Write(first)) return {};
+    } else {
+      reader = stubs_[0]->Subscribe(&ctx, req);
+    }
+    // (A Work stream reads as a Subscribe stream; its writes are acks.)
+    auto read = [&](v1::SubscribeResponse* m) {
+      return work ? work->Read(m) : reader->Read(m);
+    };
+    std::uint64_t ref = 0;
     v1::SubscribeResponse msg;
     std::vector<double> late;
     late.reserve(expect);
     fired_late_.clear();
     std::atomic<std::size_t> count{0};
-    if (!reader->Read(&msg)) return late;  // Registered.
+    if (!read(&msg)) return late;  // Registered.
     std::thread driver(after_subscribe);
     const auto deadline = Clock::now() + timeout;
     std::thread watchdog([&] {
@@ -439,12 +460,19 @@ class Bench {
         v1::AckRequest ack;
         ack.set_namespace_(ns);
         for (auto id : ids) ack.add_event_ids(id);
+        if (work) {  // Not waiting for the answer (read and dropped).
+          v1::WorkRequest w;
+          w.set_ref(++ref);
+          *w.mutable_ack() = std::move(ack);
+          if (!work->Write(w)) return;
+          continue;
+        }
         v1::AckResponse ack_resp;
         grpc::ClientContext ack_ctx;
         stubs_[1 % stubs_.size()]->Ack(&ack_ctx, ack, &ack_resp);
       }
     });
-    while (late.size() < expect && reader->Read(&msg)) {
+    while (late.size() < expect && read(&msg)) {
       const std::int64_t now = WallNanos();
       std::lock_guard lock(ack_mu);
       for (const auto& e : msg.events()) {
@@ -470,7 +498,11 @@ class Bench {
     ctx.TryCancel();
     watchdog.join();
     driver.join();
-    reader->Finish();
+    if (work) {
+      work->Finish();
+    } else {
+      reader->Finish();
+    }
     return late;
   }
 
@@ -491,6 +523,7 @@ class Bench {
  private:
   std::vector<double> fired_late_;
   std::int64_t last_arrival_ = 0;
+  bool work_acks_ = false;
   std::atomic<std::uint64_t> batch_keys_{0};
   std::string authorization_;  // Sent with every call when not empty.
   std::vector<std::unique_ptr<v1::Delayd::Stub>> stubs_;

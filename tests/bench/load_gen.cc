@@ -8,7 +8,8 @@
 //             the daemon's CPU, by thread too, and first what the same
 //             daemon spends on health Checks at that pace), and 100k timers
 //             due within one second;
-//             `steady` alone runs the first;
+//             `steady` alone runs the first; the worker acks with Ack
+//             calls, or with --work-acks on its Work stream;
 //   memory    RSS per pending timer with 1M pending (16 B key, 16 B payload);
 //   idle      daemon CPU over 10 s idle with those 1M pending.
 // Those run against one daemon started with the given daemon args (default
@@ -265,6 +266,7 @@ int Main(int argc, char** argv) {
   int rounds = 0;  // 0: each section's own (ab 5, security 3).
   std::uint64_t fire_count = 200'000;  // Timers per firing round of ab.
   int steady_delay_ms = 50;  // How far ahead the steady 2k/s timers are set.
+  bool work_acks = false;    // The lateness worker acks on a Work stream.
   std::vector<std::string> daemon_args = {"--in-memory"};
   std::vector<std::string> b_args;  // Given to --daemon-b only.
   for (int i = 1; i < argc; ++i) {
@@ -279,6 +281,8 @@ int Main(int argc, char** argv) {
       fire_count = std::max(1000ULL, std::stoull(argv[++i]));
     } else if (a == "--steady-delay-ms" && i + 1 < argc) {
       steady_delay_ms = std::max(0, std::stoi(argv[++i]));
+    } else if (a == "--work-acks") {
+      work_acks = true;
     } else if (a == "--only" && i + 1 < argc) {
       only = argv[++i];
     } else if (a == "--daemon-b" && i + 1 < argc) {
@@ -296,7 +300,8 @@ int Main(int argc, char** argv) {
                    "load_gen: unknown argument or missing value: %s\n"
                    "usage: load_gen [--daemon PATH] [--daemon-b PATH] "
                    "[--b-arg ARG]... [--seconds N] [--rounds N] [--fire N] "
-                   "[--steady-delay-ms N] [--only NAME] [--scratch DIR] "
+                   "[--steady-delay-ms N] [--work-acks] [--only NAME] "
+                   "[--scratch DIR] "
                    "[-- daemon args]\n",
                    a.c_str());
       return 2;
@@ -315,6 +320,7 @@ int Main(int argc, char** argv) {
     }
     std::printf("delayd pid %d on %s\n", d.pid(), d.address().c_str());
     Bench bench(d.address(), 4);
+    bench.set_work_acks(work_acks);
     if (want("unary")) {
       // Alternating rounds, medians compared: the machine is shared and noisy.
       bench.HealthRate(64, 500ms);  // Warm-up.
