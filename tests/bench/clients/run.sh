@@ -60,24 +60,29 @@ export DELAYD_TS_LIB=$PWD/client/typescript
 py() { /usr/bin/python3 tests/bench/clients/worker_bench.py client/python "$@"; }
 ts() { node tests/bench/clients/worker_bench.mjs "$@"; }
 results=$work/results
+# Each pair: language, baseline, library, figure and its arguments. PAIRS
+# (the same, separated by ';') runs others instead, e.g.
+# PAIRS='py rawaio async throughput 50000 32'.
+pairs=("py raw library throughput 50000 32"
+       "py rawwork library throughput 50000 32"
+       "py raw library throughput 10000 1"
+       "py raw library lateness 2000 10 50 32"
+       "ts raw library throughput 50000 32"
+       "ts rawwork library throughput 50000 32"
+       "ts raw library lateness 2000 10 50 32"
+       "ts bullmq library throughput 50000 32"
+       "ts bullmq library throughput 10000 1"
+       "ts bullmq library throughput 50000 256"
+       "ts bullmq library lateness 2000 10 50 32")
+[ -z "${PAIRS:-}" ] || IFS=';' read -ra pairs <<<"$PAIRS"
 for ((round = 1; round <= rounds; round++)); do
-  for pair in "py raw library throughput 50000 32" \
-              "py rawwork library throughput 50000 32" \
-              "py raw library throughput 10000 1" \
-              "py raw library lateness 2000 10 50 32" \
-              "ts raw library throughput 50000 32" \
-              "ts rawwork library throughput 50000 32" \
-              "ts raw library lateness 2000 10 50 32" \
-              "ts bullmq library throughput 50000 32" \
-              "ts bullmq library throughput 10000 1" \
-              "ts bullmq library throughput 50000 256" \
-              "ts bullmq library lateness 2000 10 50 32"; do
+  for pair in "${pairs[@]}"; do
     read -r lang base lib kind rest <<<"$pair"
     for mode in "$base" "$lib"; do
       # shellcheck disable=SC2086 # (rest: the figure's arguments)
       line=$($lang "$mode" "$kind" $rest)
       echo "$line"
-      echo "$round $lang $base $kind ${rest// /_} $line" >>"$results"
+      echo "$round $lang $base $lib $kind ${rest// /_} $line" >>"$results"
     done
   done
 done
@@ -86,21 +91,21 @@ done
 import collections, json, sys
 runs = collections.defaultdict(dict)
 for line in open(sys.argv[1]):
-    rnd, lang, base, kind, args, js = line.split(" ", 5)
+    rnd, lang, base, lib, kind, args, js = line.split(" ", 6)
     r = json.loads(js)
-    runs[(lang, base, kind, args)].setdefault(rnd, {})[r["mode"]] = r
+    runs[(lang, base, lib, kind, args)].setdefault(rnd, {})[r["mode"]] = r
 print("\nfigure: library against the baseline, per round [range]")
-for (lang, base, kind, args), by_round in runs.items():
-    pairs = [r for r in by_round.values() if base in r and "library" in r]
+for (lang, base, lib, kind, args), by_round in runs.items():
+    pairs = [r for r in by_round.values() if base in r and lib in r]
     if kind == "throughput":
-        ratios = [r["library"]["per_second"] / r[base]["per_second"] for r in pairs]
+        ratios = [r[lib]["per_second"] / r[base]["per_second"] for r in pairs]
         text = " ".join(f"{x:.2f}x" for x in ratios)
-        print(f"{lang} {kind} {args} vs {base}: {text} [{min(ratios):.2f}-{max(ratios):.2f}x]")
+        print(f"{lang} {kind} {args} {lib} vs {base}: {text} [{min(ratios):.2f}-{max(ratios):.2f}x]")
     else:
         for q in ("p50_ms", "p99_ms"):
-            diff = [r["library"][q] - r[base][q] for r in pairs]
-            ratio = [r["library"][q] / max(r[base][q], 1e-9) for r in pairs]
-            print(f"{lang} {kind} {args} {q} vs {base}: "
+            diff = [r[lib][q] - r[base][q] for r in pairs]
+            ratio = [r[lib][q] / max(r[base][q], 1e-9) for r in pairs]
+            print(f"{lang} {kind} {args} {q} {lib} vs {base}: "
                   + " ".join(f"{d:+.3f} ms ({x:.2f}x)" for d, x in zip(diff, ratio))
                   + f" [{min(ratio):.2f}-{max(ratio):.2f}x]")
 EOF
