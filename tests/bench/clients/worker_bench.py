@@ -107,27 +107,31 @@ class RawAio(Raw):
 
     def loop(self):
         import asyncio
-        import grpc
         self.aloop = asyncio.new_event_loop()
-
-        async def run():
-            stub = pb_grpc.DelaydStub(grpc.aio.insecure_channel(
-                os.environ["DELAYD_ENDPOINT"]))
-            self.call = stub.Work()
-            await self.call.write(pb.WorkRequest(subscribe=pb.SubscribeRequest(
-                namespace=NS, mode=pb.SubscribeRequest.WORKER,
-                max_in_flight=self.concurrency)))
-            async for msg in self.call:
-                self.registered.set()  # (the first message registers)
-                for e in msg.events:
-                    self.handler(e.fire_time.seconds * 10**9 + e.fire_time.nanos)
-                if msg.events:
-                    await self.call.write(pb.WorkRequest(ack=pb.AckRequest(
-                        namespace=NS, event_ids=[e.id for e in msg.events])))
         try:
-            self.aloop.run_until_complete(run())
+            self.aloop.run_until_complete(self.run())
         except BaseException:  # noqa: BLE001 (the stream cancelled at stop)
             pass
+
+    async def open(self):
+        """Opens the Work stream (self.call) and subscribes."""
+        import grpc
+        stub = pb_grpc.DelaydStub(grpc.aio.insecure_channel(
+            os.environ["DELAYD_ENDPOINT"]))
+        self.call = stub.Work()
+        await self.call.write(pb.WorkRequest(subscribe=pb.SubscribeRequest(
+            namespace=NS, mode=pb.SubscribeRequest.WORKER,
+            max_in_flight=self.concurrency)))
+
+    async def run(self):
+        await self.open()
+        async for msg in self.call:
+            self.registered.set()  # (the first message registers)
+            for e in msg.events:
+                self.handler(e.fire_time.seconds * 10**9 + e.fire_time.nanos)
+            if msg.events:
+                await self.call.write(pb.WorkRequest(ack=pb.AckRequest(
+                    namespace=NS, event_ids=[e.id for e in msg.events])))
 
     def stop(self):
         self.aloop.call_soon_threadsafe(self.call.cancel)
@@ -138,39 +142,27 @@ class RawAioPool(RawAio):
     on a pool thread (the shape a threaded worker on grpc.aio would have:
     a hand-over to the pool and back per message)."""
 
-    def loop(self):
+    async def run(self):
         import asyncio
         import concurrent.futures
-        import grpc
-        self.aloop = asyncio.new_event_loop()
         pool = concurrent.futures.ThreadPoolExecutor(self.concurrency)
 
         def run_batch(events):
             for e in events:
                 self.handler(e.fire_time.seconds * 10**9 + e.fire_time.nanos)
 
-        async def run():
-            stub = pb_grpc.DelaydStub(grpc.aio.insecure_channel(
-                os.environ["DELAYD_ENDPOINT"]))
-            self.call = stub.Work()
-            await self.call.write(pb.WorkRequest(subscribe=pb.SubscribeRequest(
-                namespace=NS, mode=pb.SubscribeRequest.WORKER,
-                max_in_flight=self.concurrency)))
-            loop, writing = asyncio.get_running_loop(), asyncio.Lock()
+        await self.open()
+        loop, writing = asyncio.get_running_loop(), asyncio.Lock()
 
-            async def handle(events):
-                await loop.run_in_executor(pool, run_batch, events)
-                async with writing:  # (one write at a time)
-                    await self.call.write(pb.WorkRequest(ack=pb.AckRequest(
-                        namespace=NS, event_ids=[e.id for e in events])))
-            async for msg in self.call:
-                self.registered.set()
-                if msg.events:
-                    loop.create_task(handle(list(msg.events)))
-        try:
-            self.aloop.run_until_complete(run())
-        except BaseException:  # noqa: BLE001 (the stream cancelled at stop)
-            pass
+        async def handle(events):
+            await loop.run_in_executor(pool, run_batch, events)
+            async with writing:  # (one write at a time)
+                await self.call.write(pb.WorkRequest(ack=pb.AckRequest(
+                    namespace=NS, event_ids=[e.id for e in events])))
+        async for msg in self.call:
+            self.registered.set()
+            if msg.events:
+                loop.create_task(handle(list(msg.events)))
 
 
 class Async:
