@@ -183,6 +183,9 @@ class AsyncWorker:
         self._own_client = client is None
         self.client = client or AsyncClient(config)
         self._queued: collections.deque[types.Event] = collections.deque()
+        self._queued_ids: set[int] = set()  # the ids of _queued
+        # (Looked up once: inspect's check costs about a microsecond.)
+        self._is_coroutine = inspect.iscoroutinefunction(handler)
         self._running: dict[int, asyncio.Task] = {}
         self._done = _Done(dedup_window)
         self._acks: list[int] = []
@@ -238,6 +241,7 @@ class AsyncWorker:
         for e in self._queued:
             self._nacks.append((e.id, "the worker stopped", 0))
         self._queued.clear()
+        self._queued_ids.clear()
         running = list(self._running.values())
         if running:
             await asyncio.wait(running, timeout=grace)
@@ -306,30 +310,34 @@ class AsyncWorker:
         return stream if stream is not None and stream.registered else None
 
     def _received(self, event: types.Event) -> None:
-        self._hook("on_event", event,
-                   max(0.0, time.time() - event.fire_time_ns / 1e9))
+        # (Hooks are looked up before their arguments are made: reading
+        # fire_time_ns decodes the event, which a handler may not need.)
+        if self.hooks.on_event is not None:
+            self._hook("on_event", event,
+                       max(0.0, time.time() - event.fire_time_ns / 1e9))
         if event.id in self._done:
             self._acks.append(event.id)
-        elif event.id in self._running or any(
-                q.id == event.id for q in self._queued):
+        elif event.id in self._running or event.id in self._queued_ids:
             pass
         elif self._stopping:
             self._nacks.append((event.id, "the worker stopped", 0))
         else:
             self._queued.append(event)
+            self._queued_ids.add(event.id)
             self._start_next()
         self._wake.set()
 
     def _start_next(self) -> None:
         while self._queued and len(self._running) < self.concurrency:
             event = self._queued.popleft()
+            self._queued_ids.discard(event.id)
             self._running[event.id] = asyncio.create_task(self._handle(event))
 
     async def _handle(self, event: types.Event) -> None:
         started = time.monotonic()
         error: Optional[BaseException] = None
         try:
-            if inspect.iscoroutinefunction(self.handler):
+            if self._is_coroutine:
                 await self.handler(event)
             else:
                 await asyncio.get_running_loop().run_in_executor(
@@ -340,11 +348,13 @@ class AsyncWorker:
             error = e
         finally:
             self._running.pop(event.id, None)
-        took = time.monotonic() - started
+        ended = time.monotonic()
+        took = ended - started
         if error is None:
-            self._done.add(event.id, time.monotonic())
+            self._done.add(event.id, ended)
             self._acks.append(event.id)
-            self._hook("on_handled", event, took)
+            if self.hooks.on_handled is not None:
+                self._hook("on_handled", event, took)
         else:
             after = error.after if isinstance(error, Retry) else None
             self._nacks.append((event.id, str(error) or type(error).__name__,

@@ -554,7 +554,12 @@ class Async(Fixture):
                 ack_calls, real_ack = [], c.ack
                 c.ack = lambda *a, **kw: (ack_calls.append(a),
                                           real_ack(*a, **kw))[1]
-                w = delayd.AsyncWorker(ns, handle, concurrency=8, client=c)
+                seen, handled = [], []
+                hooks = delayd.Hooks(
+                    on_event=lambda e, late: seen.append(late),
+                    on_handled=lambda e, took: handled.append(took))
+                w = delayd.AsyncWorker(ns, handle, concurrency=8, client=c,
+                                       hooks=hooks)
                 task = asyncio.create_task(w.run(install_signal_handlers=False))
                 for i in range(30):
                     await c.set_timer(f"k{i}", delay=0, namespace=ns)
@@ -569,6 +574,12 @@ class Async(Fixture):
                 await task
                 self.assertEqual(len(got), 32)  # (the anchor drained too)
                 self.assertEqual(ack_calls, [])
+                # The hooks saw each event arrive, and each handled (the
+                # handler sleeps 10 ms).
+                self.assertEqual(len(seen), 32)
+                self.assertTrue(all(late >= 0 for late in seen))
+                self.assertEqual(len(handled), 32)
+                self.assertTrue(all(took >= 0.009 for took in handled))
                 s = (await c.stats(namespace=ns)).namespaces[0]
                 self.assertEqual(s.events_acked, 32)
 
