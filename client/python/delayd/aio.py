@@ -292,6 +292,7 @@ class AsyncWorker:
                 return
             self._hook("on_stream", "lost", error)
             self.client._rotate(self.client._endpoint())
+            self._legacy = False  # (Work asked for again: see Worker._lost)
             await asyncio.sleep(next(backoff))
 
     def _events(self, registered) -> AsyncIterator[types.Event]:

@@ -360,8 +360,11 @@ class Worker(Sending):
             self._batches = None
             if self._stopping:
                 return
-            # Another endpoint next time, after a jittered wait.
+            # Another endpoint next time, after a jittered wait, asked for
+            # Work again (an older node left behind by a rolling upgrade
+            # refuses it at once).
             self._retry_at = time.monotonic() + next(self._backoff)
+            self._legacy = False
         self._hook("on_stream", "lost", error)
         self.client._rotate(self.client._endpoint())
 

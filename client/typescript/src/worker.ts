@@ -315,7 +315,8 @@ export class Worker {
       }
       if (this.stopping) return;
       this.hook('onStream', 'lost', error);
-      conn.rotate(at);  // another endpoint next time, after a jittered wait
+      conn.rotate(at);  // another endpoint next time, after a jittered wait,
+      this.legacy = false;  // asking for Work again (an older node refuses it at once)
       await sleep(wait * (0.5 + Math.random() / 2), this.ended.signal).catch(() => {});
       wait = Math.min(wait * this.reconnect.multiplier, this.reconnect.maxBackoffMs);
     }

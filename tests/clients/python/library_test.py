@@ -399,6 +399,61 @@ class Workers(Fixture):
         s = c.stats(namespace=ns).namespaces[0]
         self.assertEqual((s.events_acked, s.in_flight_events), (20, 0))
 
+    def test_a_worker_asks_for_work_again_when_its_stream_ends(self):
+        # A worker that fell back to Subscribe (its node had no Work) asks
+        # for Work again once that stream ends (the node was upgraded), and
+        # then acknowledges on it.
+        c, ns = self.client, self.ns
+
+        class NoWorkOnce:
+            """Refuses Work once (opening no call), then is the real one."""
+            refused = 0
+
+            def __new__(cls, *args, **kwargs):
+                if cls.refused:
+                    return real_work(*args, **kwargs)
+                cls.refused += 1
+                return super().__new__(cls)
+
+            def batches(self):
+                raise delayd.Unimplemented("unknown method Work")
+                yield  # (a generator, as the real one)
+
+            def cancel(self):
+                pass
+
+        real_work = delayd.worker.WorkStream
+        delayd.worker.WorkStream = NoWorkOnce
+        try:
+            got = []
+            w = delayd.Worker(ns, lambda e: got.append(e.key),
+                              concurrency=2, client=c)
+            w.start()
+            eventually(lambda: w._legacy and w._stream is not None,
+                       what="a Subscribe stream")
+            for i in range(5):
+                c.set_timer(f"k{i}", delay=0, namespace=ns)
+            eventually(lambda: c.stats(namespace=ns).namespaces[0]
+                       .events_acked == 5, what="5 acknowledged")
+            calls = []
+            real_nowait, real_ack = c._ack_nowait, c.ack
+            c._ack_nowait = lambda *a: (calls.append(a), real_nowait(*a))
+            c.ack = lambda *a, **kw: (calls.append(a), real_ack(*a, **kw))[1]
+            w._stream.cancel()  # (the stream ends: its node stopped)
+            eventually(lambda: not w._legacy and w._stream is not None,
+                       what="a Work stream")
+            for i in range(5, 10):
+                c.set_timer(f"k{i}", delay=0, namespace=ns)
+            eventually(lambda: len(got) == 10, what="10 events")
+            w.stop()
+            c._ack_nowait, c.ack = real_nowait, real_ack
+        finally:
+            delayd.worker.WorkStream = real_work
+        self.assertEqual(calls, [])
+        self.assertEqual(sorted(got), sorted(f"k{i}" for i in range(10)))
+        s = c.stats(namespace=ns).namespaces[0]
+        self.assertEqual((s.events_acked, s.in_flight_events), (10, 0))
+
     def test_a_raising_handler_is_retried_then_dead_lettered(self):
         c, ns = self.client, self.ns
         c.set_policy(namespace=ns, max_attempts=3,
@@ -616,6 +671,62 @@ class Async(Fixture):
                 self.assertEqual(len(got), 1000)
 
         asyncio.run(main())
+
+    def test_an_async_worker_asks_for_work_again_when_its_stream_ends(self):
+        # As the Worker does (Workers' test of the same name): refused Work
+        # once, it subscribes; that stream ends at once (its node stopped);
+        # it asks for Work again, and its events come on that.
+        ns = self.ns
+
+        class NoWorkOnce:
+            refused = 0
+            registered = False
+
+            def __new__(cls, *args, **kwargs):
+                if cls.refused:
+                    return real_work(*args, **kwargs)
+                cls.refused += 1
+                return super().__new__(cls)
+
+            async def events(self, *_):
+                raise delayd.Unimplemented("unknown method Work")
+                yield  # (an async generator, as the real one)
+
+        async def main():
+            async with delayd.AsyncClient() as c:
+                async def subscribe_ending(**_):
+                    raise delayd.Unavailable("the node stopped")
+                    yield  # (an async generator, as the real one)
+
+                c.subscribe = subscribe_ending
+                got = []
+
+                async def handle(e):
+                    got.append(e.key)
+
+                w = delayd.AsyncWorker(ns, handle, concurrency=2, client=c)
+                task = asyncio.create_task(w.run(install_signal_handlers=False))
+                for i in range(5):
+                    await c.set_timer(f"k{i}", delay=0, namespace=ns)
+                deadline = time.monotonic() + 10
+                while (len(got) < 5 or w._stream is None
+                       or not w._stream.registered) and \
+                        time.monotonic() < deadline:
+                    await asyncio.sleep(0.01)
+                self.assertFalse(w._legacy)
+                self.assertTrue(w._stream is not None and w._stream.registered)
+                await w.stop()
+                await task
+                self.assertEqual(sorted(got), [f"k{i}" for i in range(5)])
+                s = (await c.stats(namespace=ns)).namespaces[0]
+                self.assertEqual((s.events_acked, s.in_flight_events), (5, 0))
+
+        real_work = delayd.aio.AsyncWorkStream
+        delayd.aio.AsyncWorkStream = NoWorkOnce
+        try:
+            asyncio.run(main())
+        finally:
+            delayd.aio.AsyncWorkStream = real_work
 
     def test_async_stop_sends_the_acks_of_finished_handlers_despite_failures(
             self):

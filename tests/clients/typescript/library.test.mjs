@@ -404,6 +404,36 @@ describe('workers', () => {
     assert.equal(s.inFlightEvents, 0n);
   });
 
+  test('a worker refused Work subscribes, and asks for Work again when that stream ends', async (t) => {
+    // An older node (no Work) refuses the stream; the worker subscribes;
+    // that node stops (its Subscribe fails); the worker asks for Work again.
+    const ns = await namespace();
+    const c = new d.Client();
+    const realBatches = WorkStream.prototype.batches;
+    let refused = 0;
+    t.mock.method(WorkStream.prototype, 'batches', function (...args) {
+      if (refused > 0) return realBatches.apply(this, args);
+      refused++;
+      this.cancel();  // (the older node opened nothing)
+      return (async function* () { throw new d.UnimplementedError('unknown method Work'); })();
+    });
+    let subscribed = 0;
+    c.subscribe = () => { subscribed++; throw new d.UnavailableError('the node stopped'); };
+    const got = [];
+    const w = new d.Worker(ns, (e) => { got.push(e.key); }, {concurrency: 2, client: c});
+    w.start();
+    await eventually(() => subscribed === 1, 'a Subscribe');
+    for (let i = 0; i < 5; i++) await client.setTimer(`k${i}`, '', {delay: 0, namespace: ns});
+    await eventually(() => got.length === 5, '5 events');
+    await w.stop();
+    c.close();
+    assert.equal(subscribed, 1);
+    assert.deepEqual([...got].sort(), ['k0', 'k1', 'k2', 'k3', 'k4']);
+    const s = await nsStats(ns);
+    assert.equal(s.eventsAcked, 5n);
+    assert.equal(s.inFlightEvents, 0n);
+  });
+
   test('stop finishes and acknowledges what runs', async () => {
     const ns = await namespace();
     let started;
