@@ -204,19 +204,6 @@ void DelaydService::WorkRequest(grpc::CallbackServerContext* ctx,
                                 const std::string& ns, v1::WorkRequest req,
                                 std::function<void(v1::WorkAnswer)> done) {
   const std::uint64_t ref = req.ref();
-  switch (req.request_case()) {
-    case v1::WorkRequest::kAck:
-      done = CountedAs(rpc_[RpcMetrics::kAck], std::move(done));
-      break;
-    case v1::WorkRequest::kNack:
-      done = CountedAs(rpc_[RpcMetrics::kNack], std::move(done));
-      break;
-    case v1::WorkRequest::kExtendLease:
-      done = CountedAs(rpc_[RpcMetrics::kExtendLease], std::move(done));
-      break;
-    default:
-      break;  // (Answered below, as no method's call.)
-  }
   // The stream's caller may work on its namespace, and on no other.
   auto own = [&ns](std::string* name) {
     if (!name->empty() && *name != ns) {
@@ -229,6 +216,7 @@ void DelaydService::WorkRequest(grpc::CallbackServerContext* ctx,
   };
   switch (req.request_case()) {
     case v1::WorkRequest::kAck: {
+      done = CountedAs(rpc_[RpcMetrics::kAck], std::move(done));
       v1::AckRequest& r = *req.mutable_ack();
       Status s = own(r.mutable_namespace_());
       if (s.ok()) s = validator_.Ack(r);
@@ -241,6 +229,7 @@ void DelaydService::WorkRequest(grpc::CallbackServerContext* ctx,
       return;
     }
     case v1::WorkRequest::kNack: {
+      done = CountedAs(rpc_[RpcMetrics::kNack], std::move(done));
       v1::NackRequest& r = *req.mutable_nack();
       std::optional<std::chrono::nanoseconds> retry_after;
       Status s = own(r.mutable_namespace_());
@@ -256,6 +245,7 @@ void DelaydService::WorkRequest(grpc::CallbackServerContext* ctx,
       return;
     }
     case v1::WorkRequest::kExtendLease: {
+      done = CountedAs(rpc_[RpcMetrics::kExtendLease], std::move(done));
       v1::ExtendLeaseRequest& r = *req.mutable_extend_lease();
       std::chrono::nanoseconds extension;
       Status s = own(r.mutable_namespace_());
