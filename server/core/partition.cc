@@ -503,11 +503,17 @@ std::optional<Status> Partition::FireRecords(
   auto publish = [this, by_ns] {
     for (auto& [ns, events] : *by_ns) publish_(ns, std::move(events));
   };
+  // (With nothing waiting for it to be durable, the write needs no sync of
+  // its own: the next one that does, an ack's, covers it.)
+  Store::Done on_durable;
+  if (!covered || done) {
+    on_durable = [covered, publish, done = std::move(done)](Status s) {
+      if (!covered && s.ok()) publish();
+      if (done) done(std::move(s));
+    };
+  }
   store_->Write(batch, covered ? std::function<void()>(publish) : nullptr,
-                [covered, publish, done = std::move(done)](Status s) {
-                  if (!covered && s.ok()) publish();
-                  if (done) done(std::move(s));
-                });
+                std::move(on_durable));
   return std::nullopt;
 }
 

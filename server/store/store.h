@@ -146,6 +146,9 @@ class Store {
   // Queues `batch` (taking its contents) for the writer; `done` (may be
   // null) runs once it is durable, or with the store's error. An empty
   // batch is queued too: its completion comes after every earlier batch's.
+  // A batch without `done` may be made durable later than it would with one
+  // (RocksDB under --fsync always: with the next write that has one, or
+  // after the fsync interval), but never after a later batch.
   virtual void Commit(Batch& batch, Done done) = 0;
   // As Commit(), for a firing; `written` (may be null) runs on the store's
   // writer once the batch is written (RocksDB: in its log; PostgreSQL: its

@@ -103,6 +103,11 @@ class PowerLossFs : public rocksdb::FileSystemWrapper {
     std::lock_guard lock(mu_);
     return syncs_;
   }
+  // Syncs of write-ahead log files.
+  std::uint64_t log_syncs() const {
+    std::lock_guard lock(mu_);
+    return log_syncs_;
+  }
 
   rocksdb::IOStatus NewWritableFile(
       const std::string& fname, const rocksdb::FileOptions& options,
@@ -252,6 +257,7 @@ class PowerLossFs : public rocksdb::FileSystemWrapper {
       std::lock_guard lock(fs_->mu_);
       if (fs_->dead_) return s;
       ++fs_->syncs_;
+      if (log_) ++fs_->log_syncs_;
       auto it = fs_->files_.find(name_);
       if (it != fs_->files_.end()) {
         it->second.synced = std::max(it->second.synced, size);
@@ -303,6 +309,7 @@ class PowerLossFs : public rocksdb::FileSystemWrapper {
   bool dead_ = false;
   std::optional<rocksdb::IOStatus> fail_;
   std::uint64_t syncs_ = 0;
+  std::uint64_t log_syncs_ = 0;
   std::map<std::string, FileState> files_;        // Written through here.
   std::map<std::string, std::uint64_t> crashed_;  // Lengths Crash() left.
 };

@@ -3,7 +3,8 @@
 // syncs under --fsync always; PostgreSQL's tables locked against writes),
 // a timer set just now fires in memory but its event waits until the set
 // is durable; a timer set durably before fires at once, its firing's own
-// durability not waited for.
+// durability not waited for (and, under --fsync always, made durable by the
+// next sync someone waits for).
 #include <gtest/gtest.h>
 #include <libpq-fe.h>
 
@@ -73,6 +74,35 @@ TEST(DurableFiring, ATimerSetDurablyFiresWithoutWaitingForItsFiringsSync) {
   const auto got = worker.WaitFor(1, 10s);
   ASSERT_EQ(got.size(), 1u) << "a durable timer's event waited for a sync";
   EXPECT_EQ(got[0].key(), "later");
+}
+
+// Under --fsync always, a firing of timers set durably is made durable by
+// the next sync someone waits for (here its event's ack), not by one of its
+// own: one sync for the fire and the ack together.
+TEST(DurableFiring, AFiringOfDurableTimersHasNoSyncOfItsOwn) {
+  HoldingDaemon held([](DelaydServer::Options&, RocksOptions& store) {
+    store.fsync_interval = std::chrono::hours(1);  // (No timed sync.)
+  });
+  TestDaemon& d = held.daemon;
+  ASSERT_TRUE(d.started());
+  TestStream worker(d.stub(), TestStream::Worker("default"));
+  ASSERT_TRUE(worker.WaitRegistered());
+  // (The first firing also reserves event ids, with a sync of its own.)
+  std::size_t n = 0;
+  for (const std::string key : {"first", "second"}) {
+    ASSERT_TRUE(Set(d.stub(), "", key, 300).ok());  // Answered: durable.
+    const std::uint64_t before = held.fs->log_syncs();
+    const auto got = worker.WaitFor(++n, 10s);  // (All received so far.)
+    ASSERT_EQ(got.size(), n);
+    ASSERT_EQ(got.back().key(), key);
+    v1::AckResponse acked;
+    ASSERT_TRUE(Ack(d.stub(), "default", {got.back().id()}, &acked).ok());
+    ASSERT_EQ(acked.acked(), 1u);
+    if (key == "second") {
+      EXPECT_EQ(held.fs->log_syncs(), before + 1)
+          << "the firing was synced apart from the ack";
+    }
+  }
 }
 
 // A connection of the test's own that holds delayd's tables against

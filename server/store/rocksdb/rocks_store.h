@@ -62,6 +62,8 @@ namespace delayd {
 
 enum class FsyncPolicy {
   kAlways,    // Each write is acknowledged after a WAL sync: nothing is lost.
+              // (A write nobody waits for is synced with the next one that
+              // is, or after `fsync_interval`.)
   kInterval,  // WAL synced every `fsync_interval`: a power loss or OS crash
               // loses at most that much; a crash of delayd alone loses
               // nothing.
@@ -209,6 +211,9 @@ class RocksStore final : public Store {
   // syncs everything written so far in one go.
   void WriterLoop() EXCLUDES(mu_);
   void SyncLoop() EXCLUDES(mu_);
+  // kAlways: hands the syncer a sync if a write nobody waits for has been
+  // unsynced for fsync_interval.
+  void SyncUnsyncedIfDue() REQUIRES(mu_);
   // Syncs the log (everything written so far); `completions` wait on it.
   Status SyncLog(std::size_t completions) EXCLUDES(mu_);
   // Runs (or hands to the executor) the completions of a group, without
@@ -332,8 +337,11 @@ class RocksStore final : public Store {
   bool sync_pending_ GUARDED_BY(mu_) = false;
   // Completions being run or handed over.
   int running_ GUARDED_BY(mu_) = 0;
-  // Written since the last sync (interval policy).
+  // Written since the last sync (interval policy; under kAlways, writes
+  // nobody waits for), and since when (kAlways: the writer hands the
+  // syncer a sync once fsync_interval has passed).
   bool unsynced_ GUARDED_BY(mu_) = false;
+  std::chrono::steady_clock::time_point unsynced_since_ GUARDED_BY(mu_);
   bool closing_ GUARDED_BY(mu_) = false;
   std::thread writer_;
   std::thread syncer_;

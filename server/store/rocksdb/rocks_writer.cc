@@ -133,19 +133,33 @@ rocksdb::Status RocksStore::WriteGroup(const std::vector<Queued>& group) {
 void RocksStore::WriterLoop() {
   MutexLock lock(&mu_);
   for (;;) {
-    while (queue_.empty() && !closing_) cv_.Wait(&mu_);
+    while (queue_.empty() && !closing_) {
+      if (!unsynced_ || options_.fsync != FsyncPolicy::kAlways) {
+        cv_.Wait(&mu_);
+      } else if (!cv_.WaitUntil(&mu_,
+                                unsynced_since_ + options_.fsync_interval)) {
+        SyncUnsyncedIfDue();
+      }
+    }
     if (queue_.empty()) break;  // Closing, and everything written.
     // The whole queue is one group: what arrives while it is written waits
     // for the next one, and no longer.
     std::vector<Queued> group;
     group.reserve(queue_.size());
     bool sync = false;
+    bool writes = false;  // Some batch is not empty.
     for (Queued& q : queue_) {
+      const bool written = q.batch != nullptr && q.batch->Count() > 0;
+      writes = writes || written;
+      // Under kAlways, a write someone waits for (its `done`) is synced
+      // before that runs; one nobody waits for (a firing whose timers were
+      // set durably, a dedup fate) is synced with the next that is, or
+      // once fsync_interval passes (above): until then a loss of the
+      // machine undoes it, and with it nothing written after it.
+      sync = sync || q.sync ||
+             (options_.fsync == FsyncPolicy::kAlways && written && q.done);
       group.push_back(
           Queued{q.batch, std::move(q.written), std::move(q.done), q.sync});
-      sync = sync || q.sync ||
-             (options_.fsync == FsyncPolicy::kAlways && q.batch != nullptr &&
-              q.batch->Count() > 0);
     }
     writing_ = true;
     if (!views_.empty()) {
@@ -204,12 +218,28 @@ void RocksStore::WriterLoop() {
       sync_pending_ = true;
       sync_cv_.Signal();
     } else {
-      if (status.ok()) unsynced_ = true;
+      if (status.ok() && writes && !unsynced_) {
+        unsynced_ = true;
+        unsynced_since_ = std::chrono::steady_clock::now();
+      }
       RunDone(std::move(done), status);
+      SyncUnsyncedIfDue();  // (Writes that never stop need it too.)
     }
     idle_cv_.SignalAll();
   }
   writer_done_ = true;
+  sync_cv_.Signal();
+}
+
+void RocksStore::SyncUnsyncedIfDue() {
+  if (options_.fsync != FsyncPolicy::kAlways || !unsynced_ ||
+      std::chrono::steady_clock::now() <
+          unsynced_since_ + options_.fsync_interval) {
+    return;
+  }
+  // The syncer syncs it, and everything else written so far.
+  unsynced_ = false;
+  sync_pending_ = true;
   sync_cv_.Signal();
 }
 
@@ -238,11 +268,13 @@ void RocksStore::SyncLoop() {
   auto last_sync = Clock::now();
   for (;;) {
     if (options_.fsync == FsyncPolicy::kInterval) {
-      while (waiting_.empty() && !writer_done_ &&
+      while (waiting_.empty() && !sync_pending_ && !writer_done_ &&
              sync_cv_.WaitUntil(&mu_, last_sync + options_.fsync_interval)) {
       }
     } else {
-      while (waiting_.empty() && !writer_done_) sync_cv_.Wait(&mu_);
+      while (waiting_.empty() && !sync_pending_ && !writer_done_) {
+        sync_cv_.Wait(&mu_);
+      }
     }
     if (writer_done_ && waiting_.empty()) break;
     const bool due = options_.fsync == FsyncPolicy::kInterval &&
