@@ -85,6 +85,11 @@ _EVENT_FIELDS = ("id", "namespace", "key", "payload", "version", "attempt",
                  "reason", "schedule_run", "fire_time_ns", "fired_at_ns")
 
 
+def _ns(t) -> int:
+    """A Timestamp message in nanoseconds since the Unix epoch."""
+    return t.seconds * 1_000_000_000 + t.nanos
+
+
 def _reason_of(e) -> str:
     """An Event message's reason by name: "expired", "drained", ..."""
     reason = _REASONS.get(e.reason)
@@ -99,13 +104,16 @@ class Event:
     """A fired timer (or schedule run), as delivered; immutable, compared
     by its fields. ``Event(id, namespace, key, payload, version, attempt,
     reason, schedule_run, fire_time_ns, fired_at_ns)`` makes one (a
-    handler's own tests); a worker's are read from the message they came
-    in when a field other than ``id`` is first read, so that a worker pays
-    for no field its handler does not read (a third of a quick handler's
-    cost per event was making the event). ``fire_time`` and ``fired_at``
-    are aware datetimes (UTC) made from the nanoseconds when read."""
+    handler's own tests); a worker's read each field from the message they
+    came in when it is read, so that a worker pays for no field its handler
+    does not read (making the event, or decoding all its fields, was a
+    third of a quick handler's cost per event). ``fire_time`` and
+    ``fired_at`` are aware datetimes (UTC) made from the nanoseconds when
+    read."""
 
-    # (Slots set through their descriptors: __setattr__ refuses.)
+    # (Slots set through their descriptors: __setattr__ refuses.) Either
+    # _pb (a worker's event: its message) or _fields (the rest, in
+    # _EVENT_FIELDS' order) is None.
     __slots__ = ("id", "_pb", "_fields")
 
     def __init__(self, id: int, namespace: str, key: str, payload: bytes,
@@ -131,33 +139,37 @@ class Event:
         raise AttributeError(f"an Event is immutable (delete {name!r})")
 
     def _read(self) -> tuple:
-        """The fields after ``id``, read from the message on first use.
-        (Two threads reading at once both decode the same values.)"""
-        f = self._fields
-        if f is None:
-            e = self._pb
-            fire, fired = e.fire_time, e.fired_at
-            f = (e.namespace, e.key, e.payload, e.version, e.attempt,
-                 _reason_of(e),
-                 e.schedule_run, fire.seconds * 1_000_000_000 + fire.nanos,
-                 fired.seconds * 1_000_000_000 + fired.nanos)
-            _set_fields(self, f)
-            _set_pb(self, None)
-        return f
+        """The fields after ``id``."""
+        e = self._pb
+        if e is None:
+            return self._fields
+        return (e.namespace, e.key, e.payload, e.version, e.attempt,
+                _reason_of(e), e.schedule_run, _ns(e.fire_time),
+                _ns(e.fired_at))
 
-    namespace = property(lambda self: self._read()[0])
-    key = property(lambda self: self._read()[1])
-    payload = property(lambda self: self._read()[2])
-    version = property(lambda self: self._read()[3])
+    # Each read from the message, or from the fields given.
+    namespace = property(lambda self: self._fields[0] if self._pb is None
+                         else self._pb.namespace)
+    key = property(lambda self: self._fields[1] if self._pb is None
+                   else self._pb.key)
+    payload = property(lambda self: self._fields[2] if self._pb is None
+                       else self._pb.payload)
+    version = property(lambda self: self._fields[3] if self._pb is None
+                       else self._pb.version)
     # 1 on first delivery, + 1 on each redelivery; 0 for a watcher's copy.
-    attempt = property(lambda self: self._read()[4])
+    attempt = property(lambda self: self._fields[4] if self._pb is None
+                       else self._pb.attempt)
     # "expired", "drained" or "dead_lettered" (watchers only).
-    reason = property(lambda self: self._read()[5])
+    reason = property(lambda self: self._fields[5] if self._pb is None
+                      else _reason_of(self._pb))
     # A schedule's run number (0 for a timer).
-    schedule_run = property(lambda self: self._read()[6])
+    schedule_run = property(lambda self: self._fields[6] if self._pb is None
+                            else self._pb.schedule_run)
     # The instants in nanoseconds since the Unix epoch.
-    fire_time_ns = property(lambda self: self._read()[7])
-    fired_at_ns = property(lambda self: self._read()[8])
+    fire_time_ns = property(lambda self: self._fields[7] if self._pb is None
+                            else _ns(self._pb.fire_time))
+    fired_at_ns = property(lambda self: self._fields[8] if self._pb is None
+                           else _ns(self._pb.fired_at))
 
     @property
     def fire_time(self) -> _dt.datetime:

@@ -103,7 +103,8 @@ class Worker(Sending):
         self._held: dict[int, types.Event] = {}
         self._running = 0
         self._done = _Done(dedup_window)
-        self._outbox: list[tuple] = []  # ("ack", id) / ("nack", id, err, after)
+        self._acks: list[int] = []  # event ids to acknowledge
+        self._nacks: list[tuple] = []  # (event id, error text, retry after)
         self._stopping = False
         self._stopped_now = False
         self._threads: list[threading.Thread] = []
@@ -159,19 +160,19 @@ class Worker(Sending):
             self._queued.clear()
             for e in given_back:
                 del self._held[e.id]
-                self._outbox.append(("nack", e.id, "the worker stopped", 0))
+                self._nacks.append((e.id, "the worker stopped", 0))
             self._work.notify_all()
             self._out.notify()
         self._wait_while(lambda: self._running, time.monotonic() + grace)
         # What is left to send, and sends under way, get 5 s more (what a
-        # Work stream answers with an error comes back to the outbox).
+        # Work stream answers with an error is to be sent again).
         deadline = time.monotonic() + 5
         while True:
             self._wait_while(lambda: self._acking, deadline)
             self._flush(deadline=deadline)
             self._wait_while(lambda: self._acking, deadline)
             with self._mu:
-                if not (self._outbox or self._acking) or \
+                if not (self._acks or self._nacks or self._acking) or \
                         self._stopped_now or time.monotonic() >= deadline:
                     break
         with self._mu:
@@ -374,19 +375,20 @@ class Worker(Sending):
             for event in batch:
                 self._hook("on_event", event,
                            max(0.0, now - event.fire_time_ns / 1e9))
+        done, held, queued = self._done, self._held, self._queued
         with self._mu:
             for event in batch:
-                if event.id in self._done:
-                    self._outbox.append(("ack", event.id))  # handled already
-                elif event.id in self._held:
+                i = event.id
+                if i in done:
+                    self._acks.append(i)  # handled already
+                elif i in held:
                     pass  # in hand: its lease is kept, its ack will go
                 elif self._stopping:
-                    self._outbox.append(("nack", event.id,
-                                         "the worker stopped", 0))
+                    self._nacks.append((i, "the worker stopped", 0))
                 else:
-                    self._queued.append(event)
-                    self._held[event.id] = event
-            if self._outbox:
+                    queued.append(event)
+                    held[i] = event
+            if self._acks or self._nacks:
                 self._out.notify()
 
     def _handled(self, event: types.Event, error: Optional[BaseException],
@@ -399,11 +401,11 @@ class Worker(Sending):
         self._avg_seconds += (ended - started - self._avg_seconds) / 8
         if error is None:
             self._done.add(event.id, ended)
-            self._outbox.append(("ack", event.id))
+            self._acks.append(event.id)
         else:
             after = error.after if isinstance(error, Retry) else None
             text = str(error) or type(error).__name__
-            self._outbox.append(("nack", event.id, text, after))
+            self._nacks.append((event.id, text, after))
         if self._stopping and not self._running:
             self._mu.notify_all()  # (stop() waits for none running)
         return not self._queued

@@ -219,7 +219,7 @@ class Configuration(unittest.TestCase):
 
 
 class Events(unittest.TestCase):
-    """An Event read from its message only when a field is first read."""
+    """An Event reads each field from its message when it is read."""
 
     def message(self):
         from delayd.v1 import delayd_pb2 as pb
@@ -258,6 +258,38 @@ class Events(unittest.TestCase):
             with self.assertRaises(AttributeError):
                 setattr(read, name, 1)
         self.assertEqual(read.key, "k")
+
+
+class HandledIds(unittest.TestCase):
+    """A worker's window of handled event ids (a repeat is acknowledged,
+    not run again): each kept its window, the whole bounded."""
+
+    def test_each_id_is_kept_its_window_then_forgotten(self):
+        import random
+        from delayd._handling import _Done
+        done, rng, added, now = _Done(10.0, limit=10_000), \
+            random.Random(7), [], 0.0
+        for i in range(3000):
+            now += rng.choice((0.001, 0.01, 0.3, 2.0, 7.0))
+            done.add(i, now)
+            added.append((now, i))
+            recent = [j for t, j in added[-400:] if now - t < 10.0]
+            self.assertTrue(all(j in done for j in recent), i)
+        self.assertNotIn(0, done)
+        # Added long after: what was older than two windows is gone.
+        done.add(10_000, now + 10.0)
+        done.add(10_001, now + 20.0)
+        self.assertFalse(any(j in done for _, j in added))
+        self.assertIn(10_001, done)
+
+    def test_a_burst_keeps_the_latest_half_of_its_limit_at_least(self):
+        from delayd._handling import _Done
+        done = _Done(600.0, limit=100)
+        for i in range(1000):
+            done.add(i, 5.0)
+        kept = [i for i in range(1000) if i in done]
+        self.assertLessEqual(len(kept), 100)
+        self.assertEqual(kept[-50:], list(range(950, 1000)))
 
 
 class Workers(Fixture):
