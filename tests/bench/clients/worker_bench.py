@@ -205,10 +205,12 @@ def worker(handler, concurrency):
         w = shapes[MODE](handler, concurrency)
         registered = w.registered
     else:
+        # (A client of its own, as each raw loop has its own channel: the
+        # bench's own calls do not share the worker's.)
         registered = threading.Event()
         w = delayd.Worker(
             NS, lambda e: handler(e.fire_time_ns), concurrency=concurrency,
-            client=client, hooks=delayd.Hooks(
+            hooks=delayd.Hooks(
                 on_stream=lambda state, _: state == "connected"
                 and registered.set()))
     w.start()
