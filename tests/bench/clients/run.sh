@@ -9,6 +9,9 @@
 #     Ack a message on it ("rawwork");
 #   - the TypeScript Worker against BullMQ's Worker at the same concurrency
 #     (1, 32, 256; Redis without persistence, as delayd --in-memory).
+# TRIALS (default 1) runs each pair that many times in a round, the two
+# alternating, and takes each one's median: a burst of load from elsewhere
+# on a shared machine then moves one trial, not the round's ratio.
 # Prints every run's JSON line, then per figure the ratio in each round and
 # their range.
 #
@@ -17,6 +20,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 rounds=${ROUNDS:-3}
+trials=${TRIALS:-1}
 work=$(mktemp -d)
 daemon_pid= redis_pid=
 cleanup() {
@@ -78,22 +82,30 @@ pairs=("py raw library throughput 50000 32"
 for ((round = 1; round <= rounds; round++)); do
   for pair in "${pairs[@]}"; do
     read -r lang base lib kind rest <<<"$pair"
-    for mode in "$base" "$lib"; do
-      # shellcheck disable=SC2086 # (rest: the figure's arguments)
-      line=$($lang "$mode" "$kind" $rest)
-      echo "$line"
-      echo "$round $lang $base $lib $kind ${rest// /_} $line" >>"$results"
+    for ((trial = 1; trial <= trials; trial++)); do
+      for mode in "$base" "$lib"; do
+        # shellcheck disable=SC2086 # (rest: the figure's arguments)
+        line=$($lang "$mode" "$kind" $rest)
+        echo "$line"
+        echo "$round $lang $base $lib $kind ${rest// /_} $line" >>"$results"
+      done
     done
   done
 done
 
 /usr/bin/python3 - "$results" <<'EOF'
-import collections, json, sys
-runs = collections.defaultdict(dict)
+import collections, json, statistics, sys
+trials = collections.defaultdict(list)
 for line in open(sys.argv[1]):
     rnd, lang, base, lib, kind, args, js = line.split(" ", 6)
     r = json.loads(js)
-    runs[(lang, base, lib, kind, args)].setdefault(rnd, {})[r["mode"]] = r
+    trials[(lang, base, lib, kind, args, rnd, r["mode"])].append(r)
+# A round's figure of each mode: the median of its trials, field by field.
+runs = collections.defaultdict(dict)
+for (lang, base, lib, kind, args, rnd, mode), rs in trials.items():
+    runs[(lang, base, lib, kind, args)].setdefault(rnd, {})[mode] = {
+        k: statistics.median(r[k] for r in rs)
+        for k in rs[0] if isinstance(rs[0][k], (int, float))}
 print("\nfigure: library against the baseline, per round [range]")
 for (lang, base, lib, kind, args), by_round in runs.items():
     pairs = [r for r in by_round.values() if base in r and lib in r]
