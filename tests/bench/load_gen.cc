@@ -5,9 +5,10 @@
 //   batch     SetTimer items/s through Batch (100 per call, calls in flight);
 //   lateness  delivered-to-worker minus fire time: steady 2k timers/s (one
 //             SetTimer at a time, --steady-delay-ms ahead, default 50; with
-//             the daemon's CPU, by thread too, and first what the same
-//             daemon spends on health Checks at that pace), and 100k timers
-//             due within one second;
+//             the daemon's CPU, by thread too, its WAL syncs per timer
+//             (from its metrics, which load_gen turns on), and first what
+//             the same daemon spends on health Checks at that pace), and
+//             100k timers due within one second;
 //             `steady` alone runs the first; the worker acks with Ack
 //             calls, or with --work-acks on its Work stream;
 //   memory    RSS per pending timer with 1M pending (16 B key, 16 B payload);
@@ -47,9 +48,28 @@
 // is refused with this usage.
 #include "tests/bench/bench_client.h"
 #include "tests/bench/sections.h"
+#include "tests/common/metrics_scrape.h"
 
 namespace delayd::bench {
 namespace {
+
+// The port of `d`'s metrics endpoint (its start-up line), or 0 if it has
+// none.
+int MetricsPort(const delayd::testing::DaemonProcess& d) {
+  const std::string out = d.output();
+  const auto line = out.find("metrics on http://");
+  if (line == std::string::npos) return 0;
+  const auto at = out.find("(port ", line);
+  return at == std::string::npos ? 0 : std::atoi(out.c_str() + at + 6);
+}
+
+// Syncs of the store's write-ahead log so far (-1 without metrics or
+// without a log: an in-memory daemon has none).
+double WalSyncs(int metrics_port) {
+  if (metrics_port == 0) return -1;
+  return delayd::testing::Metric(metrics_port,
+                                 "delayd_store_wal_sync_seconds_count");
+}
 
 // The floor under the steady run's CPU: what the same daemon spends on
 // `calls` health Checks paced at 4k/s, one at a time (a timer's SetTimer and
@@ -313,11 +333,19 @@ int Main(int argc, char** argv) {
 
   if (want("unary") || want("batch") || want("lateness") || want("steady") ||
       want("memory")) {
-    delayd::testing::DaemonProcess d(daemon, daemon_args);
+    // (Metrics on, unless the args say where: the steady run reads the
+    // WAL's syncs from them.)
+    std::vector<std::string> args = daemon_args;
+    if (std::find(args.begin(), args.end(), "--metrics-listen") == args.end()) {
+      args.insert(args.end(), {"--metrics-listen", "127.0.0.1:0"});
+    }
+    delayd::testing::DaemonProcess d(daemon, args);
     if (!d.ok()) {
       std::fprintf(stderr, "daemon did not start:\n%s\n", d.output().c_str());
       return 1;
     }
+    d.WaitForOutput("metrics on http://", 5s);
+    const int metrics_port = MetricsPort(d);
     std::printf("delayd pid %d on %s\n", d.pid(), d.address().c_str());
     Bench bench(d.address(), 4);
     bench.set_work_acks(work_acks);
@@ -359,6 +387,7 @@ int Main(int argc, char** argv) {
       SteadyHealthFloor(bench, d.pid(), n);
       const std::chrono::milliseconds ahead(steady_delay_ms);
       const double steady_cpu = CpuSeconds(d.pid());
+      const double steady_syncs = WalSyncs(metrics_port);
       const auto steady_threads = CpuByThread(d.pid());
       const auto steady_start = Clock::now();
       auto late = bench.Lateness("steady", n, dur + ahead + 10s, [&] {
@@ -386,6 +415,14 @@ int Main(int argc, char** argv) {
       const double steady_used = CpuSeconds(d.pid()) - steady_cpu;
       std::printf("  daemon CPU %.2f cores (%.1f us per timer)\n",
                   steady_used / steady_wall, 1e6 * steady_used / n);
+      if (const double syncs = WalSyncs(metrics_port);
+          steady_syncs >= 0 && syncs >= 0) {
+        // (A timer's set and its event's ack each wait for a sync under
+        // --fsync always; group commit shares one among several.)
+        std::printf("  WAL syncs %.2f per timer (%.0f)\n",
+                    (syncs - steady_syncs) / static_cast<double>(n),
+                    syncs - steady_syncs);
+      }
       PrintCpuByThread(steady_threads, CpuByThread(d.pid()), steady_wall);
       p = Summarize(bench.fired_late());
       std::printf(
