@@ -20,11 +20,13 @@
 // flight over 4 connections (load_gen's health figure). Rounds alternate
 // between the shapes; medians are printed, with the range.
 //
-// --timer-only: the timer shape alone (timer-1: a "set" call, an event on a
-// stream 2 ms later, an "ack" call; one completion-queue thread), server CPU
-// per timer at --rate / 2 timers/s; and timer-1+log, the same thread also
+// --timer-only: the timer shapes alone (timer-1: a "set" call, an event on
+// a stream 2 ms later, an "ack" call; one completion-queue thread), server
+// CPU per timer at --rate / 2 timers/s; timer-1+log, the same thread also
 // appending and syncing each set's record before answering it (the floor
-// under delayd's --fsync always), in the same rounds.
+// under delayd's --fsync always); and the same two on the callback API with
+// a timer thread, and a writer thread for the log (timer-cb, timer-cb+log:
+// delayd's threads without its work), in the same rounds.
 // --durable: the ceilings of shapes whose answers wait for an fdatasync'd
 // log (callback+log, cq1+writer, cq1+log: grpc_floor_serve.cc) against the
 // best of those that answer at once, in the same round.
@@ -248,10 +250,13 @@ int main(int argc, char** argv) {
   const std::vector<std::string> shapes = {"callback", "async-1", "async-2",
                                            "sync"};
   std::vector<std::vector<double>> us(shapes.size()), peak(shapes.size());
-  std::vector<double> timer_us, logged_us;
+  const std::vector<std::string> timer_shapes = {"timer-1", "timer-1+log",
+                                                 "timer-cb", "timer-cb+log"};
+  std::vector<std::vector<double>> timer_us(timer_shapes.size());
   for (int r = 0; r < rounds; ++r) {
-    timer_us.push_back(TimerRound("timer-1", rate / 2, seconds));
-    logged_us.push_back(TimerRound("timer-1+log", rate / 2, seconds));
+    for (std::size_t s = 0; s < timer_shapes.size(); ++s) {
+      timer_us[s].push_back(TimerRound(timer_shapes[s], rate / 2, seconds));
+    }
     if (timer_only) continue;
     for (std::size_t s = 0; s < shapes.size(); ++s) {
       const Figures f = Round(shapes[s], rate, seconds);
@@ -261,16 +266,22 @@ int main(int argc, char** argv) {
   }
   std::printf(
       "server CPU per timer at %d timers/s (set, event %lld ms later, ack; "
-      "one completion-queue thread):\n",
+      "timer-1: one completion-queue thread; timer-cb: the callback API and "
+      "a timer thread; +log: each set synced first):\n",
       rate / 2, static_cast<long long>(kAhead.count()));
-  Print("timer-1", timer_us, "us", 1);
-  Print("timer-1+log", logged_us, "us", 1);
-  std::sort(timer_us.begin(), timer_us.end());
-  std::sort(logged_us.begin(), logged_us.end());
-  std::printf("  timer-1   %.3f cores\n",
-              timer_us[timer_us.size() / 2] * (rate / 2) / 1e6);
-  std::printf("  timer-1+log   %.3f synced cores\n",
-              logged_us[logged_us.size() / 2] * (rate / 2) / 1e6);
+  for (std::size_t s = 0; s < timer_shapes.size(); ++s) {
+    Print(timer_shapes[s].c_str(), timer_us[s], "us", 1);
+  }
+  for (std::size_t s = 0; s < timer_shapes.size(); ++s) {
+    std::vector<double> v = timer_us[s];
+    std::sort(v.begin(), v.end());
+    std::printf("  %-12s median %.3f cores; per round, against timer-1:",
+                timer_shapes[s].c_str(), v[v.size() / 2] * (rate / 2) / 1e6);
+    for (std::size_t r = 0; r < timer_us[s].size(); ++r) {
+      std::printf(" %.2fx", timer_us[s][r] / timer_us[0][r]);
+    }
+    std::printf("\n");
+  }
   if (timer_only) return 0;
   std::printf("server CPU per health Check at %d/s, one at a time:\n", rate);
   for (std::size_t s = 0; s < shapes.size(); ++s) {

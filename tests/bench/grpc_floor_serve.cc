@@ -217,6 +217,127 @@ class LoggedCallbackHealth : public health::Health::CallbackService {
   LogWriter* const log_;
 };
 
+// timer-cb: the timer shape on the callback API, the way delayd's service
+// is built but with none of its work: a "set" Check arms a timer and is
+// answered from gRPC's callback thread; a timer thread of its own sleeps
+// until the next due time and starts the event's write on the Watch
+// stream's reactor, whose completion (and the next write) runs on gRPC's
+// threads; an "ack" Check is answered inline. With a LogWriter
+// (timer-cb+log), a set's record is appended and synced by the writer
+// thread, which then arms the timer and answers it (delayd's hand-over to
+// its store under --fsync always). Against timer-1 (the same traffic on
+// one completion-queue thread), what the callback API and these
+// hand-overs cost per timer.
+class CallbackTimers : public health::Health::CallbackService {
+ public:
+  explicit CallbackTimers(LogWriter* log) : log_(log) {
+    event_.set_status(health::HealthCheckResponse::SERVING);
+    std::thread([this] { Loop(); }).detach();
+  }
+
+  grpc::ServerUnaryReactor* Check(grpc::CallbackServerContext* ctx,
+                                  const health::HealthCheckRequest* req,
+                                  health::HealthCheckResponse* resp) override {
+    resp->set_status(health::HealthCheckResponse::SERVING);
+    auto* r = ctx->DefaultReactor();
+    if (req->service() != "set") {
+      r->Finish(grpc::Status::OK);
+    } else if (log_ == nullptr) {
+      Arm();
+      r->Finish(grpc::Status::OK);
+    } else {
+      log_->Add(RecordOf(*req), [this, r] {
+        Arm();
+        r->Finish(grpc::Status::OK);
+      });
+    }
+    return r;
+  }
+
+  grpc::ServerWriteReactor<health::HealthCheckResponse>* Watch(
+      grpc::CallbackServerContext*,
+      const health::HealthCheckRequest*) override {
+    // (Never finished: the bench kills this process.)
+    auto* w = new Watcher(this);
+    {
+      std::lock_guard lock(mu_);
+      watcher_ = w;
+    }
+    WriteNext();
+    return w;
+  }
+
+ private:
+  class Watcher : public grpc::ServerWriteReactor<health::HealthCheckResponse> {
+   public:
+    explicit Watcher(CallbackTimers* owner) : owner_(owner) {}
+    void OnWriteDone(bool ok) override {
+      {
+        std::lock_guard lock(owner_->mu_);
+        owner_->writing_ = false;
+      }
+      if (ok) owner_->WriteNext();
+    }
+    void OnDone() override {}
+
+   private:
+    CallbackTimers* const owner_;
+  };
+
+  void Arm() {
+    bool was_empty;
+    {
+      std::lock_guard lock(mu_);
+      was_empty = timers_.empty();
+      timers_.push_back(std::chrono::system_clock::now() + kAhead);
+    }
+    // (Due times only grow: the timer thread, waiting for the first, needs
+    // waking only when there was none.)
+    if (was_empty) cv_.notify_one();
+  }
+
+  // Starts the next event's write if one is due and none is under way.
+  void WriteNext() {
+    Watcher* w = nullptr;
+    {
+      std::lock_guard lock(mu_);
+      if (watcher_ == nullptr || writing_ || due_ == 0) return;
+      --due_;
+      writing_ = true;
+      w = watcher_;
+    }
+    w->StartWrite(&event_);
+  }
+
+  [[noreturn]] void Loop() {
+    for (;;) {
+      {
+        std::unique_lock lock(mu_);
+        if (timers_.empty()) {
+          cv_.wait(lock);
+          continue;
+        }
+        cv_.wait_until(lock, timers_.front());
+        const auto now = std::chrono::system_clock::now();
+        while (!timers_.empty() && timers_.front() <= now) {
+          timers_.pop_front();
+          ++due_;
+        }
+      }
+      WriteNext();
+    }
+  }
+
+  LogWriter* const log_;
+  health::HealthCheckResponse event_;  // Every event's message.
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::chrono::system_clock::time_point> timers_;  // Under mu_.
+  Watcher* watcher_ = nullptr;                                // Under mu_.
+  bool writing_ = false;                                      // Under mu_.
+  int due_ = 0;  // Events due and not yet written; under mu_.
+};
+
 // Asks the queue for the next call; the AsyncCall is its tag.
 void RequestCall(health::Health::AsyncService& svc,
                  grpc::ServerCompletionQueue* cq) {
@@ -317,6 +438,13 @@ void AnswerNow(AsyncCall* c) {
   }
   LoggedCallbackHealth logged(writer.get());
   if (shape == "callback+log") b.RegisterService(&logged);
+  std::unique_ptr<LogWriter> timer_log;
+  if (shape == "timer-cb+log") timer_log = std::make_unique<LogWriter>(fd);
+  std::unique_ptr<CallbackTimers> timers;
+  if (shape.rfind("timer-cb", 0) == 0) {
+    timers = std::make_unique<CallbackTimers>(timer_log.get());
+    b.RegisterService(timers.get());
+  }
   if (shape.rfind("async", 0) == 0 || shape.rfind("timer-1", 0) == 0 ||
       shape.rfind("cq1", 0) == 0) {
     b.RegisterService(&async);
