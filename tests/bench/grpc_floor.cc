@@ -26,7 +26,10 @@
 // appending and syncing each set's record before answering it (the floor
 // under delayd's --fsync always); and the same two on the callback API with
 // a timer thread, and a writer thread for the log (timer-cb, timer-cb+log:
-// delayd's threads without its work), in the same rounds.
+// delayd's threads without its work); and timer-1+writer, one
+// completion-queue thread whose sets a writer thread syncs and answers (the
+// owning thread with its group commit handed off and back), in the same
+// rounds.
 // --durable: the ceilings of shapes whose answers wait for an fdatasync'd
 // log (callback+log, cq1+writer, cq1+log: grpc_floor_serve.cc) against the
 // best of those that answer at once, in the same round.
@@ -250,8 +253,8 @@ int main(int argc, char** argv) {
   const std::vector<std::string> shapes = {"callback", "async-1", "async-2",
                                            "sync"};
   std::vector<std::vector<double>> us(shapes.size()), peak(shapes.size());
-  const std::vector<std::string> timer_shapes = {"timer-1", "timer-1+log",
-                                                 "timer-cb", "timer-cb+log"};
+  const std::vector<std::string> timer_shapes = {
+      "timer-1", "timer-1+log", "timer-1+writer", "timer-cb", "timer-cb+log"};
   std::vector<std::vector<double>> timer_us(timer_shapes.size());
   for (int r = 0; r < rounds; ++r) {
     for (std::size_t s = 0; s < timer_shapes.size(); ++s) {
@@ -267,7 +270,8 @@ int main(int argc, char** argv) {
   std::printf(
       "server CPU per timer at %d timers/s (set, event %lld ms later, ack; "
       "timer-1: one completion-queue thread; timer-cb: the callback API and "
-      "a timer thread; +log: each set synced first):\n",
+      "a timer thread; +log: each set synced first; +writer: synced and "
+      "answered by a writer thread):\n",
       rate / 2, static_cast<long long>(kAhead.count()));
   for (std::size_t s = 0; s < timer_shapes.size(); ++s) {
     Print(timer_shapes[s].c_str(), timer_us[s], "us", 1);

@@ -88,8 +88,13 @@ void AppendDurably(int fd, const std::string& bytes) {
 // no store, no wheel. With a `log` (timer-1+log; -1: none), each set's
 // record is appended and synced (fdatasync) on the same thread before it is
 // answered: the floor under `--fsync always`, calls coming one at a time.
-[[noreturn]] void ServeTimers(health::Health::AsyncService& svc,
-                              grpc::ServerCompletionQueue* cq, int log) {
+// With `answer_set` (timer-1+writer), a set is armed on this thread and
+// handed to it to be answered later from another thread (a writer that
+// syncs its record first): the owning thread with its store's group commit
+// handed off and back, the shape the redesign of delayd's threads aims at.
+[[noreturn]] void ServeTimers(
+    health::Health::AsyncService& svc, grpc::ServerCompletionQueue* cq, int log,
+    const std::function<void(AsyncCall*)>& answer_set = nullptr) {
   grpc::ServerContext watch_ctx;
   health::HealthCheckRequest watch_req;
   grpc::ServerAsyncWriter<health::HealthCheckResponse> watch(&watch_ctx);
@@ -125,6 +130,7 @@ void AppendDurably(int fd, const std::string& bytes) {
           if (c->req.service() == "set") {
             if (log >= 0) AppendDurably(log, RecordOf(c->req));
             timers.push_back(std::chrono::system_clock::now() + kAhead);
+            if (answer_set) return answer_set(c);
           }
           c->resp.set_status(health::HealthCheckResponse::SERVING);
           c->writer.Finish(c->resp, grpc::Status::OK,
@@ -433,7 +439,8 @@ void AnswerNow(AsyncCall* c) {
   if (shape == "callback") b.RegisterService(&callback);
   if (shape == "sync") b.RegisterService(&sync);
   std::unique_ptr<LogWriter> writer;
-  if (shape == "callback+log" || shape == "cq1+writer") {
+  if (shape == "callback+log" || shape == "cq1+writer" ||
+      shape == "timer-1+writer") {
     writer = std::make_unique<LogWriter>(fd);
   }
   LoggedCallbackHealth logged(writer.get());
@@ -458,6 +465,17 @@ void AnswerNow(AsyncCall* c) {
   }
   if (shape == "timer-1") ServeTimers(async, cq.get(), -1);
   if (shape == "timer-1+log") ServeTimers(async, cq.get(), fd);
+  if (shape == "timer-1+writer") {
+    // The writer finishes each set once synced; the finish's completion
+    // comes back to the queue's thread.
+    ServeTimers(async, cq.get(), -1, [&](AsyncCall* c) {
+      writer->Add(RecordOf(c->req), [c] {
+        c->resp.set_status(health::HealthCheckResponse::SERVING);
+        c->writer.Finish(c->resp, grpc::Status::OK,
+                         NewTag([c](bool) { delete c; }));
+      });
+    });
+  }
   if (shape == "cq1+log") ServeLogged(async, cq.get(), fd);
   if (shape == "cq1+writer") {
     // The writer answers each call once synced; the answer's completion
