@@ -42,8 +42,8 @@ class _Done:
     Two generations of ids: the newer takes what is added, and once it is
     ``window`` old (or holds ``limit // 2``) it becomes the older and the
     older is dropped whole. Adding is one set insertion and a comparison,
-    and forgetting costs nothing per id (a deque of (time, id) pruned an id
-    at a time cost a tenth of a quick handler's time per event)."""
+    and forgetting costs nothing per id (pruning ids one at a time would
+    add about a tenth to what a quick handler's event costs the worker)."""
 
     def __init__(self, window: float, limit: int = 100_000) -> None:
         self.window = window

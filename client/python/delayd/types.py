@@ -106,10 +106,9 @@ class Event:
     reason, schedule_run, fire_time_ns, fired_at_ns)`` makes one (a
     handler's own tests); a worker's read each field from the message they
     came in when it is read, so that a worker pays for no field its handler
-    does not read (making the event, or decoding all its fields, was a
-    third of a quick handler's cost per event). ``fire_time`` and
-    ``fired_at`` are aware datetimes (UTC) made from the nanoseconds when
-    read."""
+    does not read (decoding every field would add a third to what a quick
+    handler's event costs the worker). ``fire_time`` and ``fired_at`` are
+    aware datetimes (UTC) made from the nanoseconds when read."""
 
     # (Slots set through their descriptors: __setattr__ refuses.) Either
     # _pb (a worker's event: its message) or _fields (the rest, in
