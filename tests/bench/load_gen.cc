@@ -53,16 +53,6 @@
 namespace delayd::bench {
 namespace {
 
-// The port of `d`'s metrics endpoint (its start-up line), or 0 if it has
-// none.
-int MetricsPort(const delayd::testing::DaemonProcess& d) {
-  const std::string out = d.output();
-  const auto line = out.find("metrics on http://");
-  if (line == std::string::npos) return 0;
-  const auto at = out.find("(port ", line);
-  return at == std::string::npos ? 0 : std::atoi(out.c_str() + at + 6);
-}
-
 // Syncs of the store's write-ahead log so far (-1 without metrics or
 // without a log: an in-memory daemon has none).
 double WalSyncs(int metrics_port) {
@@ -345,7 +335,7 @@ int Main(int argc, char** argv) {
       return 1;
     }
     d.WaitForOutput("metrics on http://", 5s);
-    const int metrics_port = MetricsPort(d);
+    const int metrics_port = delayd::testing::MetricsPortIn(d.output());
     std::printf("delayd pid %d on %s\n", d.pid(), d.address().c_str());
     Bench bench(d.address(), 4);
     bench.set_work_acks(work_acks);

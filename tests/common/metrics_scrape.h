@@ -9,6 +9,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -48,6 +49,13 @@ inline std::optional<std::string> HttpGet(int port, const std::string& path) {
     return std::nullopt;
   }
   return response.substr(body + 4);
+}
+
+// The metrics port a daemon's log `output` names ("metrics on
+// http://ADDR/metrics (port N"), or 0 if it names none yet.
+inline int MetricsPortIn(const std::string& output) {
+  const std::size_t at = output.find("/metrics (port ");
+  return at == std::string::npos ? 0 : std::atoi(output.c_str() + at + 15);
 }
 
 // The value of series `series` (its name and labels, as the endpoint

@@ -137,8 +137,7 @@ TEST_F(Cluster, ANodeCutOffFromTheDatabaseIsNotServingUntilItReachesItAgain) {
   auto a = Node("a", {"--metrics-listen", "127.0.0.1:0"});
   ASSERT_TRUE(a->WaitForPort(30s)) << a->output();
   ASSERT_TRUE(a->WaitForOutput("/metrics (port ", 5s));
-  const std::string out = a->output();
-  const int metrics = std::stoi(out.substr(out.find("/metrics (port ") + 15));
+  const int metrics = MetricsPortIn(a->output());
   ASSERT_TRUE(Eventually([&] { return Owners() == "a:64"; }, 20s)) << Owners();
   auto loaded = [&] {
     const std::string out = a->output();

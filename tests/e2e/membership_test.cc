@@ -89,10 +89,8 @@ TEST_F(Cluster, ANodeThatStopsRelaysTheAnswersToTheCallsItForwarded) {
       StartTwo(&a, &b,
                {"--metrics-listen", "127.0.0.1:0", "--shutdown-grace", "10s",
                 "--lease-ttl", "5s"}));
-  const std::string out = a->output();
-  const std::size_t at = out.find("/metrics (port ");
-  ASSERT_NE(at, std::string::npos) << out;
-  const int metrics = std::stoi(out.substr(at + 15));
+  const int metrics = MetricsPortIn(a->output());
+  ASSERT_NE(metrics, 0) << a->output();
   auto stub_a = StubOf(*a);
   std::vector<std::string> keys;
   for (int i = 0; keys.size() < 2; ++i) {

@@ -153,9 +153,7 @@ TEST(Prometheus, ScrapesThePendingGaugeAndALatenessQuantile) {
   int metrics_port = 0;
   for (auto deadline = Clock::now() + 5s;
        metrics_port == 0 && Clock::now() < deadline;) {
-    const std::string out = d.output();
-    const auto at = out.find("/metrics (port ");
-    if (at != std::string::npos) metrics_port = std::stoi(out.substr(at + 15));
+    metrics_port = MetricsPortIn(d.output());
     std::this_thread::sleep_for(10ms);  // The pause of a bounded poll.
   }
   ASSERT_NE(metrics_port, 0) << d.output();
