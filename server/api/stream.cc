@@ -1,5 +1,7 @@
 #include "server/api/stream.h"
 
+#include <unordered_set>
+
 namespace delayd {
 
 StreamSubscription::StreamSubscription(Scheduler& scheduler,
@@ -71,10 +73,22 @@ StreamSink::Backlog StreamSink::Deliver(std::string_view ns,
     }
     unwritten_events_.fetch_add(events.size());
     unwritten_bytes_.fetch_add(bytes);
-    next = Next();
+    next = NextOrGather();
   }
   Run(next);
   return Unwritten();
+}
+
+void StreamSink::Acked(std::span<const std::uint64_t> ids) {
+  MutexLock lock(&mu_);
+  if (!writing_ || !in_write_source_.empty() || in_write_ids_.empty()) return;
+  // (A write's events are at most the worker's max_in_flight; an ack's
+  // usually a message's worth.)
+  const std::unordered_set<std::uint64_t> acked(ids.begin(), ids.end());
+  const std::size_t found = std::erase_if(
+      in_write_ids_, [&](std::uint64_t id) { return acked.count(id) != 0; });
+  in_write_ -= found;
+  unwritten_events_.fetch_sub(found);
 }
 
 std::uint64_t StreamSink::TakeEvents(std::uint64_t want) {
@@ -170,7 +184,7 @@ bool StreamSink::Answer(v1::WorkAnswer answer) {
     // (Not counted in the backlog's bytes, which are events': at most 16
     // answers await writing, each within a request's size.)
     *queue_.back().msg.add_answers() = std::move(answer);
-    next = Next();
+    next = NextOrGather();
   }
   Run(next);
   return true;
@@ -258,8 +272,31 @@ grpc::StatusCode StreamSink::Detach() {
   return finish_code_;
 }
 
+StreamSink::Action StreamSink::NextOrGather() {
+  if (!Turn::Open()) return Next();
+  if (!flush_due_) {
+    flush_due_ = true;
+    Turn::Defer([self = weak_from_this()] {
+      if (auto alive = self.lock()) {
+        static_cast<StreamSink*>(alive.get())->Flush();
+      }
+    });
+  }
+  return {};
+}
+
+void StreamSink::Flush() {
+  Action next;
+  {
+    MutexLock lock(&mu_);
+    flush_due_ = false;
+    next = Next();
+  }
+  Run(next);
+}
+
 StreamSink::Action StreamSink::Next() {
-  if (reactor_ == nullptr || writing_ || finished_) return {};
+  if (reactor_ == nullptr || writing_ || finished_ || flush_due_) return {};
   if (ending_) {
     finished_ = true;
     const grpc::Status end = ToGrpc(end_status_);

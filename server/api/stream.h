@@ -25,6 +25,7 @@
 #include "server/common/status.h"
 #include "server/core/dispatcher.h"
 #include "server/core/scheduler.h"
+#include "server/core/turn.h"
 
 namespace delayd {
 
@@ -90,6 +91,7 @@ class StreamSink : public Subscriber {
   // The events of this node's dispatcher only (not relayed ones).
   std::vector<std::uint64_t> TakeUnwritten() override EXCLUDES(mu_);
   std::uint64_t EventsLeft() const override { return events_left_.load(); }
+  void Acked(std::span<const std::uint64_t> ids) override EXCLUDES(mu_);
 
   // A cluster node's worker also gets the events other nodes deliver to
   // this node on its behalf (relay.h). The stream takes at most
@@ -158,8 +160,14 @@ class StreamSink : public Subscriber {
     return ns.size() + e.blob.key().size() + e.blob.payload().size() + 64;
   }
   // Decides the next step: a write of the next message (serialized into
-  // in_flight_, its timer armed), or the stream's end once writes are done.
+  // in_flight_, its timer armed), or the stream's end once writes are done;
+  // nothing while a turn's Flush is due.
   Action Next() REQUIRES(mu_);
+  // Next(), or within a turn (turn.h) nothing yet: the turn's end then
+  // takes the next step (Flush), so that what the turn queued for this
+  // stream (an ack's answer and the events it let go) leaves in one message.
+  Action NextOrGather() REQUIRES(mu_);
+  void Flush() EXCLUDES(mu_);
   // Does it (without mu_).
   void Run(const Action& action);
   // The write timer went off: cancels the call if the write is still stuck.
@@ -195,6 +203,7 @@ class StreamSink : public Subscriber {
   std::atomic<std::size_t> unwritten_bytes_{0};
   bool writing_ GUARDED_BY(mu_) = false;
   bool force_write_ GUARDED_BY(mu_) = false;
+  bool flush_due_ GUARDED_BY(mu_) = false;      // A turn's end calls Flush.
   int registration_waits_ GUARDED_BY(mu_) = 1;  // SendRegistered calls due.
   bool ending_ GUARDED_BY(mu_) = false;
   bool finished_ GUARDED_BY(mu_) = false;

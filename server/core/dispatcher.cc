@@ -7,6 +7,7 @@
 
 #include "server/common/limit_log.h"
 #include "server/core/payload_ref.h"
+#include "server/core/turn.h"
 
 namespace delayd {
 namespace {
@@ -256,10 +257,13 @@ void Dispatcher::Ack(std::vector<std::uint64_t> ids,
   asio::post(strand_, [this, ids = std::move(ids),
                        done = std::move(done)]() mutable {
     on_strand_.Enter();
+    // (The events this lets go and its answer, in one message: turn.h.)
+    Turn turn;
     AckResult result;
     const SteadyTime now = clock_.Steady();
     Batch batch;
     std::vector<std::pair<std::string, std::uint64_t>> settled;
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> by_worker;
     const bool dedup = settled_ && policy_.dedup_window.count() > 0;
     for (std::uint64_t id : ids) {
       auto it = outstanding_.find(id);
@@ -269,6 +273,7 @@ void Dispatcher::Ack(std::vector<std::uint64_t> ids,
         continue;
       }
       Outstanding& o = it->second;
+      if (o.worker != 0) by_worker.emplace_back(o.worker, id);
       if (LeaveState(id, o)) observed_.Add(now - o.delivered_at);
       if (store_ != nullptr) {
         batch.RemoveEvent(id, PayloadIdOf(o.event.blob), o.fate_stored);
@@ -284,6 +289,7 @@ void Dispatcher::Ack(std::vector<std::uint64_t> ids,
     counters_.acked.fetch_add(result.acked);
     mine_.acked.fetch_add(result.acked, std::memory_order_relaxed);
     observed_.AddTo(metrics_.ack_latency());
+    TellAcked(by_worker);
     Pump();
     if (batch.empty()) {
       if (!settled.empty()) settled_(id_, std::move(settled));
@@ -305,6 +311,20 @@ void Dispatcher::Ack(std::vector<std::uint64_t> ids,
                      done(std::move(result));
                    });
   });
+}
+
+void Dispatcher::TellAcked(
+    std::vector<std::pair<std::uint64_t, std::uint64_t>>& acked) {
+  std::sort(acked.begin(), acked.end());  // (Usually one worker's.)
+  std::vector<std::uint64_t> ids;
+  for (std::size_t i = 0; i < acked.size();) {
+    const std::uint64_t worker = acked[i].first;
+    ids.clear();
+    for (; i < acked.size() && acked[i].first == worker; ++i) {
+      ids.push_back(acked[i].second);
+    }
+    if (Worker* w = FindWorker(worker)) w->sink->Acked(ids);
+  }
 }
 
 void Dispatcher::DropPartition(std::uint32_t part,

@@ -96,6 +96,11 @@ class Subscriber : public std::enable_shared_from_this<Subscriber> {
   // stream ended first (queued, in a write that failed, or delivered after
   // its end). Their leases are taken back (a worker that keeps its leases).
   virtual std::vector<std::uint64_t> TakeUnwritten() { return {}; }
+  // Called on a dispatcher strand: its client acknowledged `ids`, events
+  // this dispatcher delivered to it, so it has them. Those of them in a
+  // write whose completion is yet to come stop counting in Unwritten():
+  // the room the ack frees is used in the same turn (turn.h).
+  virtual void Acked(std::span<const std::uint64_t> /*ids*/) {}
   // How many more events it takes over its life, counting those it gets
   // from elsewhere (a cluster node's relayed events, relay.h): a worker's
   // room is bounded by it as by its own max_events.
@@ -389,6 +394,10 @@ class Dispatcher {
   // ready, as an ack or a drop does (the caller forgets it); true if it was
   // in flight.
   bool LeaveState(std::uint64_t event_id, Outstanding& o) REQUIRES(on_strand_);
+  // Tells each worker's subscriber the events of (worker id, event id)
+  // pairs it acknowledged (Subscriber::Acked).
+  void TellAcked(std::vector<std::pair<std::uint64_t, std::uint64_t>>& acked)
+      REQUIRES(on_strand_);
   void Requeue(std::uint64_t event_id, Outstanding& o) REQUIRES(on_strand_);
   // Undoes `o`'s delivery, which its worker never got: ready again, at the
   // front, its attempt not counted.

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "server/core/dispatcher.h"
+#include "server/core/turn.h"
 
 namespace delayd {
 
@@ -55,6 +56,7 @@ void Dispatcher::Nack(std::vector<std::uint64_t> ids,
   asio::post(strand_, [this, ids = std::move(ids), retry_after,
                        error = std::move(error), done = std::move(done)] {
     on_strand_.Enter();
+    Turn turn;  // (As an ack's: turn.h.)
     LeaseResult result =
         EachInFlight(ids, [&](std::uint64_t id, Outstanding& o) {
           on_strand_.Enter();  // (clang's analysis sees a lambda apart)
