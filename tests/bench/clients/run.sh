@@ -15,6 +15,8 @@
 # Prints every run's JSON line, then per figure the ratio in each round and
 # their range.
 #
+# DELAYD (default build/server/delayd) is the daemon they run against.
+#
 # Usage: tests/bench/clients/run.sh   (from the repository root, after the
 #        build; installs the TypeScript library's and BullMQ's npm packages)
 set -euo pipefail
@@ -48,7 +50,7 @@ wait_for() {
   done
 }
 
-build/server/delayd --in-memory --listen 127.0.0.1:0 >"$work/delayd.log" 2>&1 &
+"${DELAYD:-build/server/delayd}" --in-memory --listen 127.0.0.1:0 >"$work/delayd.log" 2>&1 &
 daemon_pid=$!
 wait_for delayd ' port [0-9]+' "$work/delayd.log"
 export DELAYD_ENDPOINT=127.0.0.1:$(grep -oE ' port [0-9]+' "$work/delayd.log" | head -1 | grep -oE '[0-9]+')
