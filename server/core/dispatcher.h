@@ -99,8 +99,9 @@ class Subscriber : public std::enable_shared_from_this<Subscriber> {
   // Called on a dispatcher strand: `ids`, events this dispatcher delivered
   // to it, were acknowledged (by its client, which so has them, or by
   // another for it). Those of them in a write whose completion is yet to
-  // come stop counting in Unwritten(): the room the ack frees is used in
-  // the same turn (turn.h).
+  // come stop counting among Unwritten()'s events (their bytes count until
+  // it completes): the room the ack frees is used in the same turn
+  // (turn.h).
   virtual void Acked(std::span<const std::uint64_t> /*ids*/) {}
   // How many more events it takes over its life, counting those it gets
   // from elsewhere (a cluster node's relayed events, relay.h): a worker's
