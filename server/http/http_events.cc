@@ -30,30 +30,41 @@ std::string ReasonName(v1::Reason r) {
   }
 }
 
-// A pull's stream and what it got. The stream's deadline is the pull's
-// wait: when it passes, what came is the answer. Locking: mu_ guards the
-// phase and the answer; the stream's callbacks run one at a time.
+// A pull's Work stream and what it got. The pull ends its stream with a
+// half-close (WorkCall::Close), never a cancel: at its first message with
+// events, or when its wait is over. Every message the daemon wrote is then
+// read, and what it never wrote goes back to the other workers (so no
+// event is left leased to a pull that answered). The call's own deadline,
+// a margin after the wait, only bounds a daemon that does not finish.
+// Locking: mu_ guards the phase and the answer; the stream's callbacks run
+// one at a time.
 class Pull {
  public:
   Pull(Call call, EventCall events)
       : call_(std::move(call)), events_(std::move(events)) {}
 
   static void Start(std::shared_ptr<Pull> pull, const v1::SubscribeRequest& req,
-                    SystemClock::time_point deadline) {
-    pull->stream_ = SubscribeCall::Make(
-        pull->events_.authorization, req, deadline,
+                    SystemClock::time_point wait_over) {
+    pull->stream_ = WorkCall::Make(
+        pull->events_.authorization, req, wait_over + seconds(10),
         [pull](v1::SubscribeResponse& msg) { pull->OnMessage(msg); },
         [pull](const grpc::Status& s) { pull->OnEnd(s); });
-    pull->events_.set_cancel(
-        [weak = std::weak_ptr<SubscribeCall>(pull->stream_)] {
-          if (auto stream = weak.lock()) stream->Cancel();
-        });
+    // (The HTTP client left: what was written to the stream is lost with
+    // it, as a worker's that disconnects, until its ack timeout.)
+    pull->events_.set_cancel([weak = std::weak_ptr<WorkCall>(pull->stream_)] {
+      if (auto stream = weak.lock()) stream->Cancel();
+    });
+    pull->wait_.Set(wait_over,
+                    [weak = std::weak_ptr<WorkCall>(pull->stream_)](bool over) {
+                      if (!over) return;  // Cancelled: the pull ended.
+                      if (auto stream = weak.lock()) stream->Close();
+                    });
     pull->stream_->Begin(pull->events_.stub);
   }
 
  private:
   void OnMessage(v1::SubscribeResponse& msg) EXCLUDES(mu_) {
-    bool cancel = false;
+    bool close = false;
     {
       MutexLock lock(&mu_);
       if (!registered_) {
@@ -63,15 +74,11 @@ class Pull {
           *out_.add_events() = std::move(e);
         }
         // The first message with events answers; an empty one does not.
-        cancel = out_.events_size() > 0 && !cancelled_;
-        cancelled_ = cancelled_ || cancel;
+        close = out_.events_size() > 0 && !closed_;
+        closed_ = closed_ || close;
       }
     }
-    // Cancelled, the stream is read to its end: events handed to it are
-    // this client's, and what its server never wrote goes back to the
-    // others (the dispatcher takes back a keep-leases stream's unwritten
-    // events).
-    if (cancel) stream_->Cancel();
+    if (close) stream_->Close();
     stream_->Next();
   }
 
@@ -95,16 +102,18 @@ class Pull {
     } else {
       Send(call_, 200, ToJson(out));
     }
+    wait_.Cancel();
     stream_.reset();
     if (events_.done) events_.done();
   }
 
   const Call call_;
   const EventCall events_;
-  std::shared_ptr<SubscribeCall> stream_;
+  std::shared_ptr<WorkCall> stream_;
+  grpc::Alarm wait_;  // Closes the stream when the wait is over.
   Mutex mu_;
   bool registered_ GUARDED_BY(mu_) = false;
-  bool cancelled_ GUARDED_BY(mu_) = false;
+  bool closed_ GUARDED_BY(mu_) = false;
   v1::PullResponse out_ GUARDED_BY(mu_);
 };
 
@@ -290,9 +299,9 @@ void ServePull(const Call& call, const Match& m, std::string_view body,
   req.set_max_events(n);
   req.set_keep_leases(true);
   if (pull.has_ack_timeout()) *req.mutable_ack_timeout() = pull.ack_timeout();
-  const auto deadline = SystemClock::now() +
-                        (wait.count() == 0 ? milliseconds(seconds(10)) : wait);
-  Pull::Start(std::make_shared<Pull>(call, std::move(events)), req, deadline);
+  const auto wait_over = SystemClock::now() +
+                         (wait.count() == 0 ? milliseconds(seconds(10)) : wait);
+  Pull::Start(std::make_shared<Pull>(call, std::move(events)), req, wait_over);
 }
 
 void ServeWatch(const Call& call, const Match& m, std::string_view query,

@@ -2,12 +2,13 @@
 
 namespace delayd::http {
 
-std::shared_ptr<SubscribeCall> SubscribeCall::Make(
+template <bool kWork>
+std::shared_ptr<StreamCall<kWork>> StreamCall<kWork>::Make(
     const std::string& authorization, const v1::SubscribeRequest& req,
     std::chrono::system_clock::time_point deadline, OnMessage on_message,
     OnEnd on_end) {
-  std::shared_ptr<SubscribeCall> call(
-      new SubscribeCall(std::move(on_message), std::move(on_end)));
+  std::shared_ptr<StreamCall> call(
+      new StreamCall(std::move(on_message), std::move(on_end)));
   call->req_ = req;
   if (!authorization.empty()) {
     call->ctx_.AddMetadata("authorization", authorization);
@@ -18,58 +19,125 @@ std::shared_ptr<SubscribeCall> SubscribeCall::Make(
   return call;
 }
 
-void SubscribeCall::Begin(v1::Delayd::Stub* stub) {
-  self_ = std::static_pointer_cast<SubscribeCall>(shared_from_this());
-  stub->async()->Subscribe(&ctx_, &req_, this);
+template <bool kWork>
+void StreamCall<kWork>::Begin(v1::Delayd::Stub* stub) {
+  self_ = this->shared_from_this();
+  if constexpr (kWork) {
+    *work_req_.mutable_subscribe() = req_;
+    stub->async()->Work(&ctx_, this);
+  } else {
+    stub->async()->Subscribe(&ctx_, &req_, this);
+  }
   // The hold keeps the call from completing between a message and the read
-  // Next starts.
-  AddHold();
+  // Next starts; a WorkCall's second, until its half-close is started.
+  this->AddMultipleHolds(kWork ? 2 : 1);
   {
     MutexLock lock(&mu_);
     reading_ = true;
+    writing_ = kWork;
   }
-  StartRead(&msg_);
-  StartCall();
+  if constexpr (kWork) this->StartWrite(&work_req_);
+  this->StartRead(&msg_);
+  this->StartCall();
 }
 
-void SubscribeCall::Next() {
+template <bool kWork>
+void StreamCall<kWork>::Next() {
   {
     MutexLock lock(&mu_);
     if (let_go_ || reading_) return;
     reading_ = true;
   }
-  StartRead(&msg_);
+  this->StartRead(&msg_);
 }
 
-void SubscribeCall::Cancel() {
+template <bool kWork>
+void StreamCall<kWork>::Cancel() {
   ctx_.TryCancel();
-  bool release;
+  bool release, release_writes;
   {
     MutexLock lock(&mu_);
     ending_ = true;
     release = LetGo();
+    release_writes = LetGoOfWrites();
   }
-  if (release) RemoveHold();
+  if (release_writes) this->RemoveHold();
+  if (release) this->RemoveHold();
 }
 
-bool SubscribeCall::LetGo() {
+template <bool kWork>
+void StreamCall<kWork>::Close() {
+  if constexpr (!kWork) {
+    Cancel();
+  } else {
+    bool start;
+    {
+      MutexLock lock(&mu_);
+      if (writes_ != Writes::kOpen || ending_) return;
+      writes_ = Writes::kClosing;
+      start = !writing_;  // (Else OnWriteDone starts it.)
+    }
+    if (start) HalfClose();
+  }
+}
+
+template <bool kWork>
+void StreamCall<kWork>::HalfClose() {
+  if constexpr (kWork) this->StartWritesDone();
+  {
+    MutexLock lock(&mu_);
+    writes_ = Writes::kDone;
+  }
+  this->RemoveHold();
+}
+
+template <bool kWork>
+void StreamCall<kWork>::OnWriteDone(bool ok) {
+  bool close = false, release = false;
+  {
+    MutexLock lock(&mu_);
+    writing_ = false;
+    if (ok && writes_ == Writes::kClosing) {
+      close = true;
+    } else if (!ok || ending_) {
+      // (A failed write: the call is over, its reads end too.)
+      release = writes_ != Writes::kDone;
+      writes_ = Writes::kDone;
+    }
+  }
+  if (close) HalfClose();
+  if (release) this->RemoveHold();
+}
+
+template <bool kWork>
+bool StreamCall<kWork>::LetGo() {
   if (reading_ || let_go_) return false;
   let_go_ = true;
   return true;
 }
 
-void SubscribeCall::OnReadDone(bool ok) {
-  bool release = false;
+template <bool kWork>
+bool StreamCall<kWork>::LetGoOfWrites() {
+  if (writes_ != Writes::kOpen || writing_) return false;
+  writes_ = Writes::kDone;
+  return true;
+}
+
+template <bool kWork>
+void StreamCall<kWork>::OnReadDone(bool ok) {
+  bool release = false, release_writes = false;
   {
     MutexLock lock(&mu_);
     reading_ = false;
     if (!ok) {
       ending_ = true;
       release = LetGo();
+      release_writes = LetGoOfWrites();
     }
   }
+  if (release_writes) this->RemoveHold();
   if (release) {
-    RemoveHold();
+    this->RemoveHold();
     return;
   }
   if (!ok) return;
@@ -84,12 +152,16 @@ void SubscribeCall::OnReadDone(bool ok) {
     MutexLock lock(&mu_);
     ended = ending_ && LetGo();
   }
-  if (ended) RemoveHold();
+  if (ended) this->RemoveHold();
 }
 
-void SubscribeCall::OnDone(const grpc::Status& s) {
+template <bool kWork>
+void StreamCall<kWork>::OnDone(const grpc::Status& s) {
   on_end_(s);
   self_.reset();  // (Last: may destroy this.)
 }
+
+template class StreamCall<false>;
+template class StreamCall<true>;
 
 }  // namespace delayd::http
