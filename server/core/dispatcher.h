@@ -97,10 +97,10 @@ class Subscriber : public std::enable_shared_from_this<Subscriber> {
   // its end). Their leases are taken back (a worker that keeps its leases).
   virtual std::vector<std::uint64_t> TakeUnwritten() { return {}; }
   // Called on a dispatcher strand: `ids`, events this dispatcher delivered
-  // to it, were acknowledged (by its client, which so has them, or by
+  // to it, were acked or nacked (by its client, which so has them, or by
   // another for it). Those of them in a write whose completion is yet to
   // come stop counting among Unwritten()'s events (their bytes count until
-  // it completes): the room the ack frees is used in the same turn
+  // it completes): the room an ack or nack frees is used in the same turn
   // (turn.h).
   virtual void Acked(std::span<const std::uint64_t> /*ids*/) {}
   // How many more events it takes over its life, counting those it gets
@@ -397,7 +397,7 @@ class Dispatcher {
   // in flight.
   bool LeaveState(std::uint64_t event_id, Outstanding& o) REQUIRES(on_strand_);
   // Tells each worker's subscriber the events of (worker id, event id)
-  // pairs it acknowledged (Subscriber::Acked).
+  // pairs it acked or nacked (Subscriber::Acked).
   void TellAcked(std::vector<std::pair<std::uint64_t, std::uint64_t>>& acked)
       REQUIRES(on_strand_);
   void Requeue(std::uint64_t event_id, Outstanding& o) REQUIRES(on_strand_);

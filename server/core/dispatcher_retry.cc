@@ -57,12 +57,16 @@ void Dispatcher::Nack(std::vector<std::uint64_t> ids,
                        error = std::move(error), done = std::move(done)] {
     on_strand_.Enter();
     Turn turn;  // (As an ack's: turn.h.)
+    // (Its client has them: they stop holding its room, as acked ones.)
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> by_worker;
     LeaseResult result =
         EachInFlight(ids, [&](std::uint64_t id, Outstanding& o) {
           on_strand_.Enter();  // (clang's analysis sees a lambda apart)
+          if (o.worker != 0) by_worker.emplace_back(o.worker, id);
           SetError(id, o, error);
           Fail(id, o, retry_after.value_or(BackoffFor(o)));
         });
+    TellAcked(by_worker);
     WriteFates();
     Pump();
     done(std::move(result));

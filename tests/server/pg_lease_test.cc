@@ -280,6 +280,7 @@ struct Node {
                   owners = std::move(o);
                 },
                 {},
+                {},
                 {}},
                [this](const std::vector<Lease>& gained,
                       const std::vector<int>& lost) {
