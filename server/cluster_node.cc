@@ -65,9 +65,7 @@ ClusterNode::ClusterNode(pg::LeaseKeeper::Options options, Scheduler& scheduler,
   options.on_round = [this](bool taken, std::chrono::nanoseconds took) {
     OnRound(taken, took);
   };
-  options.on_level = [this](const pg::ClusterLevel& level) {
-    OnLevel(level);
-  };
+  options.on_level = [this](const pg::ClusterLevel& level) { OnLevel(level); };
   // A policy set on any node applies on every node.
   options.on_policies = [this] {
     if (stopping_) return;

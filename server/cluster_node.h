@@ -58,8 +58,7 @@ class ClusterNode : public ClusterView {
 
   // ClusterView: on a connection of its own, opened per call.
   Status Describe(v1::ClusterStatusResponse* out) override;
-  Status RequireLevel(int level, std::string_view what) override
-      EXCLUDES(mu_);
+  Status RequireLevel(int level, std::string_view what) override EXCLUDES(mu_);
 
  private:
   void OnChange(const std::vector<pg::Lease>& gained,

@@ -193,8 +193,8 @@ int Cluster(Client& c) {
     std::printf("%-20s %-28s %-8s %-5s %-10s %-9d %s%s\n", n.node().c_str(),
                 n.advertise().c_str(),
                 n.release().empty() ? "0.1" : n.release().c_str(),
-                n.live() ? "yes" : "no", heartbeat,
-                n.partitions_size(), Ranges(n.partitions()).c_str(),
+                n.live() ? "yes" : "no", heartbeat, n.partitions_size(),
+                Ranges(n.partitions()).c_str(),
                 n.node() == resp.node() ? "  (answered)" : "");
   }
   google::protobuf::RepeatedField<std::uint32_t> unowned;

@@ -296,8 +296,8 @@ void Http(const std::string& binary, std::chrono::milliseconds dur) {
       binary,
       // Room for every timer the rounds set: a refused set costs the
       // daemon less than a kept one and would flatter the figure.
-      {"--in-memory", "--http-listen", "127.0.0.1:0",
-       "--max-pending-timers", "200000000"});
+      {"--in-memory", "--http-listen", "127.0.0.1:0", "--max-pending-timers",
+       "200000000"});
   const int port = HttpPort(d);
   if (!d.ok() || port == 0) {
     std::fprintf(stderr, "daemon did not start:\n%s\n", d.output().c_str());

@@ -248,8 +248,7 @@ TEST_F(PgLeaseTest, TheClusterLevelWaitsForOlderNodesThenRefusesThem) {
   Result v(PQexec(c.get(), "SELECT version, cluster_level FROM delayd_schema"));
   EXPECT_EQ(std::string(PQgetvalue(v.get(), 0, 0)),
             std::to_string(kSchemaVersion));
-  EXPECT_EQ(std::string(PQgetvalue(v.get(), 0, 1)),
-            std::to_string(kNodeLevel));
+  EXPECT_EQ(std::string(PQgetvalue(v.get(), 0, 1)), std::to_string(kNodeLevel));
 
   Result old(PQexec(c.get(), kOldHeartbeat));
   EXPECT_TRUE(IsBelowClusterLevel(old.get())) << ErrorOf(old.get());

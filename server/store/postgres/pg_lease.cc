@@ -60,8 +60,9 @@ Status Heartbeat(PGconn* conn, std::string_view node, std::string_view instance,
       !s.ok()) {
     // Below the cluster's level (a newer release raised it): this node
     // must stop.
-    return IsBelowClusterLevel(r.get()) ? Status::FailedPrecondition(s.message())
-                                        : s;
+    return IsBelowClusterLevel(r.get())
+               ? Status::FailedPrecondition(s.message())
+               : s;
   }
   if (PQntuples(r.get()) != 1) {
     return Status::FailedPrecondition(
