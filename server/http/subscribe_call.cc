@@ -34,7 +34,6 @@ void StreamCall<kWork>::Begin(v1::Delayd::Stub* stub) {
   {
     MutexLock lock(&mu_);
     reading_ = true;
-    writing_ = kWork;
   }
   if constexpr (kWork) this->StartWrite(&work_req_);
   this->StartRead(&msg_);
@@ -70,43 +69,41 @@ void StreamCall<kWork>::Close() {
   if constexpr (!kWork) {
     Cancel();
   } else {
-    bool start;
     {
       MutexLock lock(&mu_);
-      if (writes_ != Writes::kOpen || ending_) return;
-      writes_ = Writes::kClosing;
-      start = !writing_;  // (Else OnWriteDone starts it.)
+      if (ending_) return;
+      if (writes_ == Writes::kSubscribing) {
+        writes_ = Writes::kSubscribingThenClose;  // (OnWriteDone closes.)
+        return;
+      }
+      if (writes_ != Writes::kOpen) return;
+      writes_ = Writes::kDone;
     }
-    if (start) HalfClose();
+    HalfClose();
   }
 }
 
 template <bool kWork>
 void StreamCall<kWork>::HalfClose() {
   if constexpr (kWork) this->StartWritesDone();
-  {
-    MutexLock lock(&mu_);
-    writes_ = Writes::kDone;
-  }
   this->RemoveHold();
 }
 
 template <bool kWork>
 void StreamCall<kWork>::OnWriteDone(bool ok) {
-  bool close = false, release = false;
+  bool close, release;
   {
     MutexLock lock(&mu_);
-    writing_ = false;
-    if (ok && writes_ == Writes::kClosing) {
-      close = true;
-    } else if (!ok || ending_) {
-      // (A failed write: the call is over, its reads end too.)
-      release = writes_ != Writes::kDone;
-      writes_ = Writes::kDone;
-    }
+    close = ok && writes_ == Writes::kSubscribingThenClose;
+    // (A failed write: the call is over, its reads end too.)
+    release = !close && (!ok || ending_);
+    writes_ = close || release ? Writes::kDone : Writes::kOpen;
   }
-  if (close) HalfClose();
-  if (release) this->RemoveHold();
+  if (close) {
+    HalfClose();
+  } else if (release) {
+    this->RemoveHold();
+  }
 }
 
 template <bool kWork>
@@ -118,7 +115,7 @@ bool StreamCall<kWork>::LetGo() {
 
 template <bool kWork>
 bool StreamCall<kWork>::LetGoOfWrites() {
-  if (writes_ != Writes::kOpen || writing_) return false;
+  if (writes_ != Writes::kOpen) return false;
   writes_ = Writes::kDone;
   return true;
 }

@@ -80,11 +80,13 @@ class StreamCall : public StreamCallBase<kWork>,
   // Lets go of the hold if no read is under way; true if the caller must
   // call RemoveHold (outside mu_).
   bool LetGo() REQUIRES(mu_);
-  // The reads are over: the write side's hold goes too unless a write or
-  // the half-close still needs it. True if the caller must call RemoveHold.
+  // The reads are over: the write side's hold goes too unless the
+  // subscribe's write still needs it (its completion lets it go). True if
+  // the caller must call RemoveHold.
   bool LetGoOfWrites() REQUIRES(mu_);
-  // Starts the half-close, then lets go of the write side's hold.
-  void HalfClose() EXCLUDES(mu_);
+  // Starts the half-close, then lets go of the write side's hold (its
+  // caller moved writes_ to kDone).
+  void HalfClose();
 
   grpc::ClientContext ctx_;
   v1::SubscribeRequest req_;
@@ -96,11 +98,13 @@ class StreamCall : public StreamCallBase<kWork>,
   bool reading_ GUARDED_BY(mu_) = false;
   bool let_go_ GUARDED_BY(mu_) = false;
   bool ending_ GUARDED_BY(mu_) = false;
-  bool writing_ GUARDED_BY(mu_) = false;  // The subscribe's write.
   // The write side of a WorkCall, which holds the call open (a hold of
-  // its own) until the half-close is started or the reads are over.
-  enum class Writes { kOpen, kClosing, kDone };
-  Writes writes_ GUARDED_BY(mu_) = kWork ? Writes::kOpen : Writes::kDone;
+  // its own) until the half-close is started or the reads are over: its
+  // subscribe being written (and Close called meanwhile, or not), then
+  // open, then done (the hold let go, or about to be by whoever moved it
+  // here).
+  enum class Writes { kSubscribing, kSubscribingThenClose, kOpen, kDone };
+  Writes writes_ GUARDED_BY(mu_) = kWork ? Writes::kSubscribing : Writes::kDone;
   std::shared_ptr<StreamCall> self_;  // until OnDone
 };
 
