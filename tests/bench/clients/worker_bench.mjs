@@ -13,10 +13,12 @@
 // The hand-written loop is the one the raw API invites: for await over the
 // stream, the handler for each event of a message, one Ack for the
 // message's events ("raw": Subscribe and an Ack call on connect-node;
-// "rawwork": a Work stream on grpc-js, the Ack a message on it).
+// "rawwork": a Work stream on grpc-js, the Ack a message on it; "rawh2":
+// the same Work stream on node:http2 with no gRPC library, the floor of
+// what any transport costs this process).
 //
-// Usage: node worker_bench.mjs library|raw|rawwork|bullmq throughput N CONCURRENCY
-//        node worker_bench.mjs library|raw|rawwork|bullmq lateness RATE SECONDS DELAY_MS CONCURRENCY
+// Usage: node worker_bench.mjs library|raw|rawwork|rawh2|bullmq throughput N CONCURRENCY
+//        node worker_bench.mjs library|raw|rawwork|rawh2|bullmq lateness RATE SECONDS DELAY_MS CONCURRENCY
 // Environment: DELAYD_ENDPOINT (host:port), DELAYD_TS_LIB (client/typescript,
 // built), REDIS_PORT and BULLMQ_DIR (tests/bench/node) for bullmq.
 import {spawn} from 'node:child_process';
@@ -58,6 +60,7 @@ async function delaydWorker(handler, concurrency) {
     return {stop: () => w.stop()};
   }
   if (mode === 'rawwork') return rawWork(handler, concurrency);
+  if (mode === 'rawh2') return rawH2(handler, concurrency);
   const {createClient} = await importFrom(libRequire, '@connectrpc/connect');
   const {createGrpcTransport} = await importFrom(libRequire, '@connectrpc/connect-node');
   const gen = await fromLib('dist/esm/gen/delayd/v1/delayd_pb.js');
@@ -118,6 +121,55 @@ async function rawWork(handler, concurrency) {
   })();
   await ready;
   return {stop: async () => { call.cancel(); await loop; channel.close(); }};
+}
+
+// The same Work loop on Node's own http2, with gRPC's framing written here
+// (a flag byte and a 4-byte length before each message): what the stream
+// costs without a gRPC library in between.
+async function rawH2(handler, concurrency) {
+  const http2 = await import('node:http2');
+  const {create, fromBinary, toBinary} = await importFrom(libRequire, '@bufbuild/protobuf');
+  const gen = await fromLib('dist/esm/gen/delayd/v1/delayd_pb.js');
+  const session = http2.connect(`http://${process.env.DELAYD_ENDPOINT}`);
+  session.on('error', () => {});
+  const req = session.request({':method': 'POST', ':path': '/delayd.v1.Delayd/Work',
+                               'content-type': 'application/grpc', te: 'trailers'});
+  req.on('error', () => {});
+  const send = (r) => {
+    const body = toBinary(gen.WorkRequestSchema, r);
+    const frame = Buffer.allocUnsafe(5 + body.length);
+    frame[0] = 0;
+    frame.writeUInt32BE(body.length, 1);
+    frame.set(body, 5);
+    req.write(frame);
+  };
+  send(create(gen.WorkRequestSchema, {request: {case: 'subscribe', value: create(
+    gen.SubscribeRequestSchema, {namespace: ns, mode: gen.SubscribeRequest_Mode.WORKER,
+                                 maxInFlight: concurrency})}}));
+  let registered;
+  const ready = new Promise((r) => { registered = r; });
+  let pending = Buffer.alloc(0);
+  let chain = Promise.resolve();
+  req.on('data', (chunk) => {
+    pending = pending.length ? Buffer.concat([pending, chunk]) : chunk;
+    while (pending.length >= 5) {
+      const len = pending.readUInt32BE(1);
+      if (pending.length < 5 + len) break;
+      const msg = fromBinary(gen.SubscribeResponseSchema, pending.subarray(5, 5 + len));
+      pending = pending.subarray(5 + len);
+      registered();  // (the first message registers)
+      if (msg.events.length === 0) continue;
+      chain = chain.then(async () => {
+        for (const e of msg.events) {
+          await handler(e.fireTime.seconds * 1_000_000_000n + BigInt(e.fireTime.nanos));
+        }
+        send(create(gen.WorkRequestSchema, {request: {case: 'ack', value: create(
+          gen.AckRequestSchema, {namespace: ns, eventIds: msg.events.map((e) => e.id)})}}));
+      });
+    }
+  });
+  await ready;
+  return {stop: async () => { await chain; req.close(); session.close(); }};
 }
 
 async function bullmq() {
