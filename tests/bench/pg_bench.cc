@@ -12,11 +12,15 @@
 //   firing   lateness at the worker, steady 2k timers/s, on PostgreSQL and
 //            on RocksDB, alternating; and 100k timers due within 1 s;
 //   restart  1 M pending on PostgreSQL: the time until delayd serves again,
-//            and RSS per pending timer against the RocksDB store's.
+//            and RSS per pending timer against the RocksDB store's;
+//   burstfloor (only when named) the burst's row work alone: 100k rows
+//            fired and deleted by delayd's statements on 1, 2 and 4
+//            connections, each a range of partitions.
 // (Clusters of nodes on one database: cluster_scale_bench.)
 // Every daemon gets a fresh database (or data directory).
 //
-// Usage: pg_bench [--seconds N] [--rounds N] [--only ingest|firing|restart]
+// Usage: pg_bench [--seconds N] [--rounds N]
+//                 [--only ingest|firing|burst|restart|burstfloor]
 #include <libpq-fe.h>
 
 #include <fstream>
@@ -278,6 +282,140 @@ void Burst(PostgresServer& pg, const std::string& scratch) {
   }
 }
 
+// The burst's row work without delayd: 100k rows of delayd's shape, then
+// each fired (delayd's own `fire` statement over arrays) and deleted (its
+// `remove`), in transactions of `group` rows, pipelined `depth` deep, on
+// `conns` connections each owning a range of partitions (the ids ≡ c mod
+// conns). Seconds from the first fire sent to the last delete committed.
+double BurstFloor(PostgresServer& pg, int conns, int group) {
+  constexpr std::uint64_t kRows = 100'000;
+  const std::string db = pg.NewDatabase();
+  pg.Exec(db,
+          "CREATE TABLE j (id bigint PRIMARY KEY, part smallint NOT NULL, "
+          "ns text NOT NULL, key bytea NOT NULL, fire_time bigint NOT NULL, "
+          "version bigint NOT NULL, payload bytea NOT NULL, event_id bigint, "
+          "fired_at bigint, reason smallint, attempts integer, dead boolean, "
+          "error bytea, retry_at bigint); CREATE INDEX ON j (part, "
+          "fire_time) WHERE event_id IS NULL; CREATE UNIQUE INDEX ON j "
+          "(event_id) WHERE event_id IS NOT NULL; INSERT INTO j (id, part, "
+          "ns, key, fire_time, version, payload) SELECT g, g % 64, 'burst', "
+          "convert_to(lpad(g::text, 16, '0'), 'UTF8'), 1, g, "
+          "convert_to(repeat('x', 100), 'UTF8') FROM generate_series(1, "
+          "100000) g");
+  for (const char* sql : {"VACUUM ANALYZE j", "CHECKPOINT"}) {
+    std::string error;
+    pg.Exec(db, sql, &error);
+    if (!error.empty()) std::printf("  burst floor: %s", error.c_str());
+  }
+  const auto start = Clock::now();
+  std::vector<std::thread> threads;
+  for (int c = 0; c < conns; ++c) {
+    threads.emplace_back([&, c] {
+      PGconn* conn = PQconnectdb(pg.Url(db).c_str());
+      PQclear(PQexec(conn, "SET plan_cache_mode = force_generic_plan"));
+      PQclear(PQprepare(
+          conn, "fire",
+          "UPDATE j SET event_id = u.e, fired_at = u.at, reason = u.r, "
+          "fire_time = u.f, version = u.v FROM unnest($1::int8[], "
+          "$2::int8[], $3::int8[], $4::int2[], $5::int8[], $6::int8[]) AS "
+          "u(id, e, at, r, f, v) WHERE j.id = u.id",
+          0, nullptr));
+      PQclear(PQprepare(conn, "remove",
+                        "DELETE FROM j WHERE id = ANY($1::int8[])", 0,
+                        nullptr));
+      PQenterPipelineMode(conn);
+      std::vector<std::uint64_t> mine;
+      for (std::uint64_t id = 1 + c; id <= kRows; id += conns) {
+        mine.push_back(id);
+      }
+      // Sends group `g`'s fire (or, `ack`, its delete) as a transaction.
+      auto send = [&](std::size_t g, bool ack) {
+        Array id(20), e(20), at(20), r(21), f(20), v(20);
+        for (std::size_t i = g * group;
+             i < std::min(mine.size(), (g + 1) * group); ++i) {
+          id.Add(Int(mine[i], 8));
+          e.Add(Int(mine[i], 8));
+          at.Add(Int(2, 8));
+          r.Add(Int(1, 2));
+          f.Add(Int(1, 8));
+          v.Add(Int(mine[i], 8));
+        }
+        std::string values[6] = {id.Encode(), e.Encode(), at.Encode(),
+                                 r.Encode(),  f.Encode(), v.Encode()};
+        const char* ptrs[6];
+        int lengths[6], formats[6];
+        for (int i = 0; i < 6; ++i) {
+          ptrs[i] = values[i].data();
+          lengths[i] = static_cast<int>(values[i].size());
+          formats[i] = 1;
+        }
+        PQsendQueryParams(conn, "BEGIN", 0, nullptr, nullptr, nullptr, nullptr,
+                          0);
+        PQsendQueryPrepared(conn, ack ? "remove" : "fire", ack ? 1 : 6, ptrs,
+                            lengths, formats, 0);
+        PQsendQueryParams(conn, "COMMIT", 0, nullptr, nullptr, nullptr, nullptr,
+                          0);
+        PQpipelineSync(conn);
+      };
+      auto read_one = [&] {
+        for (int q = 0; q < 3; ++q) {
+          PGresult* res = PQgetResult(conn);
+          if (PQresultStatus(res) != PGRES_COMMAND_OK) {
+            std::printf("  burst floor: %s", PQresultErrorMessage(res));
+          }
+          PQclear(res);
+          PQclear(PQgetResult(conn));
+        }
+        PQclear(PQgetResult(conn));  // (The sync.)
+      };
+      // As in a burst: group g fired, and the group before it acknowledged,
+      // with up to 4 transactions in flight.
+      const std::size_t groups = (mine.size() + group - 1) / group;
+      std::size_t sent = 0, read = 0;
+      for (std::size_t g = 0; g <= groups; ++g) {
+        for (int ack = 0; ack < 2; ++ack) {
+          if (ack == 0 && g == groups) continue;
+          if (ack == 1 && g == 0) continue;
+          send(ack == 1 ? g - 1 : g, ack == 1);
+          if (++sent - read > 4) {
+            read_one();
+            ++read;
+          }
+        }
+      }
+      for (; read < sent; ++read) read_one();
+      PQfinish(conn);
+    });
+  }
+  for (auto& t : threads) t.join();
+  const double took =
+      std::chrono::duration<double>(Clock::now() - start).count();
+  const std::string left = pg.Exec(db, "SELECT count(*) FROM j");
+  if (left != "0") std::printf("  burst floor: %s rows left\n", left.c_str());
+  return took;
+}
+
+// BurstFloor on 1, 2 and 4 connections, alternating, `rounds` rounds.
+void BurstFloors(PostgresServer& pg, int rounds) {
+  const int kConns[] = {1, 2, 4};
+  std::vector<double> took[3];
+  for (int round = 0; round < rounds; ++round) {
+    for (int k = 0; k < 3; ++k) {
+      took[k].push_back(BurstFloor(pg, kConns[k], 1000));
+      std::printf(
+          "  round %d: %d connection(s): 100k fired and deleted in "
+          "%.3f s\n",
+          round + 1, kConns[k], took[k].back());
+    }
+  }
+  for (int k = 0; k < 3; ++k) {
+    std::printf(
+        "burst floor, %d connection(s): 100k fired and deleted in %.3f s "
+        "(median of %d; %.2fx one connection's)\n",
+        kConns[k], Median(took[k]), rounds, Median(took[k]) / Median(took[0]));
+  }
+}
+
 void Restart(PostgresServer& pg, const std::string& scratch) {
   constexpr std::uint64_t kTimers = 1'000'000;
   for (int m = 0; m < 2; ++m) {
@@ -330,6 +468,7 @@ int Main(int argc, char** argv) {
   if (want("firing")) Firing(*pg, scratch, dur, rounds);
   if (want("firing") || want("burst")) Burst(*pg, scratch);
   if (want("restart")) Restart(*pg, scratch);
+  if (only == "burstfloor") BurstFloors(*pg, rounds);
   return 0;
 }
 
