@@ -286,8 +286,9 @@ void Burst(PostgresServer& pg, const std::string& scratch) {
 // each fired (delayd's own `fire` statement over arrays) and deleted (its
 // `remove`), in transactions of `group` rows, pipelined `depth` deep, on
 // `conns` connections each owning a range of partitions (the ids ≡ c mod
-// conns). Seconds from the first fire sent to the last delete committed.
-double BurstFloor(PostgresServer& pg, int conns, int group) {
+// conns). Seconds from the first fire sent to the last delete committed
+// (without `deletes`: to the last fire committed).
+double BurstFloor(PostgresServer& pg, int conns, int group, bool deletes) {
   constexpr std::uint64_t kRows = 100'000;
   const std::string db = pg.NewDatabase();
   pg.Exec(db,
@@ -375,7 +376,7 @@ double BurstFloor(PostgresServer& pg, int conns, int group) {
       for (std::size_t g = 0; g <= groups; ++g) {
         for (int ack = 0; ack < 2; ++ack) {
           if (ack == 0 && g == groups) continue;
-          if (ack == 1 && g == 0) continue;
+          if (ack == 1 && (g == 0 || !deletes)) continue;
           send(ack == 1 ? g - 1 : g, ack == 1);
           if (++sent - read > 4) {
             read_one();
@@ -391,28 +392,36 @@ double BurstFloor(PostgresServer& pg, int conns, int group) {
   const double took =
       std::chrono::duration<double>(Clock::now() - start).count();
   const std::string left = pg.Exec(db, "SELECT count(*) FROM j");
-  if (left != "0") std::printf("  burst floor: %s rows left\n", left.c_str());
+  if (left != (deletes ? "0" : "100000")) {
+    std::printf("  burst floor: %s rows left\n", left.c_str());
+  }
   return took;
 }
 
-// BurstFloor on 1, 2 and 4 connections, alternating, `rounds` rounds.
+// BurstFloor on 1, 2 and 4 connections, and on one without the deletes,
+// alternating, `rounds` rounds.
 void BurstFloors(PostgresServer& pg, int rounds) {
-  const int kConns[] = {1, 2, 4};
-  std::vector<double> took[3];
+  struct Shape {
+    int conns;
+    bool deletes;
+  };
+  const Shape kShapes[] = {{1, true}, {2, true}, {4, true}, {1, false}};
+  std::vector<double> took[4];
   for (int round = 0; round < rounds; ++round) {
-    for (int k = 0; k < 3; ++k) {
-      took[k].push_back(BurstFloor(pg, kConns[k], 1000));
-      std::printf(
-          "  round %d: %d connection(s): 100k fired and deleted in "
-          "%.3f s\n",
-          round + 1, kConns[k], took[k].back());
+    for (int k = 0; k < 4; ++k) {
+      took[k].push_back(
+          BurstFloor(pg, kShapes[k].conns, 1000, kShapes[k].deletes));
+      std::printf("  round %d: %d connection(s): 100k fired%s in %.3f s\n",
+                  round + 1, kShapes[k].conns,
+                  kShapes[k].deletes ? " and deleted" : "", took[k].back());
     }
   }
-  for (int k = 0; k < 3; ++k) {
+  for (int k = 0; k < 4; ++k) {
     std::printf(
-        "burst floor, %d connection(s): 100k fired and deleted in %.3f s "
-        "(median of %d; %.2fx one connection's)\n",
-        kConns[k], Median(took[k]), rounds, Median(took[k]) / Median(took[0]));
+        "burst floor, %d connection(s): 100k fired%s in %.3f s (median of "
+        "%d; %.2fx one connection's)\n",
+        kShapes[k].conns, kShapes[k].deletes ? " and deleted" : "",
+        Median(took[k]), rounds, Median(took[k]) / Median(took[0]));
   }
 }
 
