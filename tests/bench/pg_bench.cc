@@ -68,6 +68,22 @@ std::string Int(std::uint64_t v, int bytes) {
   return s;
 }
 
+// Sends BEGIN, prepared statement `name` with the first `n` of `values` as
+// binary parameters, and COMMIT, in pipeline mode (no sync).
+void SendTransaction(PGconn* conn, const char* name, const std::string* values,
+                     int n) {
+  std::vector<const char*> ptrs(n);
+  std::vector<int> lengths(n), formats(n, 1);
+  for (int i = 0; i < n; ++i) {
+    ptrs[i] = values[i].data();
+    lengths[i] = static_cast<int>(values[i].size());
+  }
+  PQsendQueryParams(conn, "BEGIN", 0, nullptr, nullptr, nullptr, nullptr, 0);
+  PQsendQueryPrepared(conn, name, n, ptrs.data(), lengths.data(),
+                      formats.data(), 0);
+  PQsendQueryParams(conn, "COMMIT", 0, nullptr, nullptr, nullptr, nullptr, 0);
+}
+
 // The ceiling: `conns` connections each pipelining transactions of
 // `per_txn` rows (BEGIN, one INSERT of arrays, COMMIT; `depth` transactions
 // sent before their answers are read) into `table`, for `d`. Rows/s.
@@ -109,18 +125,7 @@ double RawIngest(const std::string& url, const std::string& table, int conns,
           std::string values[7] = {
               id.Encode(),   part.Encode(),    ns.Encode(),  key.Encode(),
               fire.Encode(), version.Encode(), data.Encode()};
-          const char* ptrs[7];
-          int lengths[7], formats[7];
-          for (int i = 0; i < 7; ++i) {
-            ptrs[i] = values[i].data();
-            lengths[i] = static_cast<int>(values[i].size());
-            formats[i] = 1;
-          }
-          PQsendQueryParams(conn, "BEGIN", 0, nullptr, nullptr, nullptr,
-                            nullptr, 0);
-          PQsendQueryPrepared(conn, "ins", 7, ptrs, lengths, formats, 0);
-          PQsendQueryParams(conn, "COMMIT", 0, nullptr, nullptr, nullptr,
-                            nullptr, 0);
+          SendTransaction(conn, "ins", values, 7);
         }
         PQpipelineSync(conn);
         bool failed = false;
@@ -343,19 +348,7 @@ double BurstFloor(PostgresServer& pg, int conns, int group, bool deletes) {
         }
         std::string values[6] = {id.Encode(), e.Encode(), at.Encode(),
                                  r.Encode(),  f.Encode(), v.Encode()};
-        const char* ptrs[6];
-        int lengths[6], formats[6];
-        for (int i = 0; i < 6; ++i) {
-          ptrs[i] = values[i].data();
-          lengths[i] = static_cast<int>(values[i].size());
-          formats[i] = 1;
-        }
-        PQsendQueryParams(conn, "BEGIN", 0, nullptr, nullptr, nullptr, nullptr,
-                          0);
-        PQsendQueryPrepared(conn, ack ? "remove" : "fire", ack ? 1 : 6, ptrs,
-                            lengths, formats, 0);
-        PQsendQueryParams(conn, "COMMIT", 0, nullptr, nullptr, nullptr, nullptr,
-                          0);
+        SendTransaction(conn, ack ? "remove" : "fire", values, ack ? 1 : 6);
         PQpipelineSync(conn);
       };
       auto read_one = [&] {
