@@ -36,6 +36,7 @@ const importFrom = (req, name) => import(pathToFileURL(req.resolve(name)).href);
 
 const delayd = await fromLib('dist/esm/index.js');
 const client = new delayd.Client();
+const nanos = (t) => t.seconds * 1_000_000_000n + BigInt(t.nanos);
 const nowNs = () => BigInt(Math.round((performance.timeOrigin + performance.now()) * 1e6));
 
 async function waitUntil(done, timeoutMs, what) {
@@ -48,12 +49,13 @@ async function waitUntil(done, timeoutMs, what) {
 
 const acked = async () => BigInt((await client.stats({namespace: ns})).namespaces[0].eventsAcked);
 
-// A started worker whose stream is registered: {stop()}. handler(dueMs, nowMs).
+// A started worker whose stream is registered: {stop()}. handler(fireNs,
+// firedAtNs): the event's due time and when the daemon fired it.
 async function delaydWorker(handler, concurrency) {
   if (mode === 'library') {
     let registered;
     const ready = new Promise((r) => { registered = r; });
-    const w = new delayd.Worker(ns, (e) => handler(e.fireTimeNs), {
+    const w = new delayd.Worker(ns, (e) => handler(e.fireTimeNs, e.firedAtNs), {
       concurrency, client, hooks: {onStream: (s) => s === 'connected' && registered()}});
     w.start();
     await ready;
@@ -76,7 +78,7 @@ async function delaydWorker(handler, concurrency) {
         registered();  // (the first message registers)
         if (msg.events.length === 0) continue;
         for (const e of msg.events) {
-          await handler(e.fireTime.seconds * 1_000_000_000n + BigInt(e.fireTime.nanos));
+          await handler(nanos(e.fireTime), nanos(e.firedAt));
         }
         await stub.ack({namespace: ns, eventIds: msg.events.map((e) => e.id)});
       }
@@ -110,7 +112,7 @@ async function rawWork(handler, concurrency) {
         registered();  // (the first message registers)
         if (msg.events.length === 0) continue;
         for (const e of msg.events) {
-          await handler(e.fireTime.seconds * 1_000_000_000n + BigInt(e.fireTime.nanos));
+          await handler(nanos(e.fireTime), nanos(e.firedAt));
         }
         call.write(create(gen.WorkRequestSchema, {request: {case: 'ack', value: create(
           gen.AckRequestSchema, {namespace: ns, eventIds: msg.events.map((e) => e.id)})}}));
@@ -161,7 +163,7 @@ async function rawH2(handler, concurrency) {
       if (msg.events.length === 0) continue;
       chain = chain.then(async () => {
         for (const e of msg.events) {
-          await handler(e.fireTime.seconds * 1_000_000_000n + BigInt(e.fireTime.nanos));
+          await handler(nanos(e.fireTime), nanos(e.firedAt));
         }
         send(create(gen.WorkRequestSchema, {request: {case: 'ack', value: create(
           gen.AckRequestSchema, {namespace: ns, eventIds: msg.events.map((e) => e.id)})}}));
@@ -225,6 +227,9 @@ async function throughput(n, concurrency) {
 
 async function lateness(rate, seconds, delayMs, concurrency) {
   const late = [];
+  // delayd: the daemon's own part of each event's lateness (fired_at minus
+  // the due time), to tell it from the worker's.
+  const daemonLate = [];
   const n = rate * seconds;
   let stop;
   if (mode === 'bullmq') {
@@ -240,7 +245,10 @@ async function lateness(rate, seconds, delayMs, concurrency) {
       await queue.close();
     };
   } else {
-    const w = await delaydWorker((fireNs) => { late.push(Number(nowNs() - fireNs) / 1e6); }, concurrency);
+    const w = await delaydWorker((fireNs, firedNs) => {
+      late.push(Number(nowNs() - fireNs) / 1e6);
+      daemonLate.push(Number(firedNs - fireNs) / 1e6);
+    }, concurrency);
     stop = () => w.stop();
   }
   await new Promise((resolve, reject) => {
@@ -250,9 +258,12 @@ async function lateness(rate, seconds, delayMs, concurrency) {
   });
   await waitUntil(() => late.length >= n, 60_000, `${late.length} of ${n} handled`);
   await stop();
+  const pick = (xs, q) => xs[Math.min(xs.length - 1, Math.floor(q * xs.length))];
   late.sort((a, b) => a - b);
-  const pick = (q) => late[Math.min(late.length - 1, Math.floor(q * late.length))];
-  return {events: late.length, p50_ms: pick(0.5), p99_ms: pick(0.99)};
+  const result = {events: late.length, p50_ms: pick(late, 0.5), p99_ms: pick(late, 0.99)};
+  if (daemonLate.length === 0) return result;
+  daemonLate.sort((a, b) => a - b);
+  return {...result, daemon_p50_ms: pick(daemonLate, 0.5), daemon_p99_ms: pick(daemonLate, 0.99)};
 }
 
 // Adds `rate` jobs a second in groups every 10 ms, each due `delayMs` after
