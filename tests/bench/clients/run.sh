@@ -13,7 +13,8 @@
 # alternating, and takes each one's median: a burst of load from elsewhere
 # on a shared machine then moves one trial, not the round's ratio.
 # Prints every run's JSON line, then per figure the ratio in each round and
-# their range.
+# their range (for lateness, also the daemon's own p99 where a side reads
+# it: fired_at minus the due time).
 #
 # DELAYD (default build/server/delayd) is the daemon they run against.
 #
@@ -122,4 +123,11 @@ for (lang, base, lib, kind, args), by_round in runs.items():
             print(f"{lang} {kind} {args} {q} {lib} vs {base}: "
                   + " ".join(f"{d:+.3f} ms ({x:.2f}x)" for d, x in zip(diff, ratio))
                   + f" [{min(ratio):.2f}-{max(ratio):.2f}x]")
+        # The daemon's own part (fired_at minus due), where a side has it.
+        for mode in (base, lib):
+            own = [r[mode]["daemon_p99_ms"] for r in pairs
+                   if "daemon_p99_ms" in r[mode]]
+            if own:
+                print(f"{lang} {kind} {args} daemon_p99_ms under {mode}: "
+                      + " ".join(f"{x:.3f} ms" for x in own))
 EOF
