@@ -70,5 +70,51 @@ TEST_F(AlarmWheelTest, AnEmptyPassStillEndsAndArmsForTheNext) {
   EXPECT_EQ(wheel_.arms(), 1u);
 }
 
+// Timers a few microseconds apart, as in a burst: the end of a pass arms
+// for kCoalesce after it, not for the next one's microsecond, and the pass
+// then takes every timer due by then, none before its time.
+TEST(AlarmWheelCoalesce, APassArmsNoSoonerThanTheCoalescingWindow) {
+  using std::chrono::microseconds;
+  testing::FakeClock clock;
+  asio::io_context io;
+  AlarmWheel wheel(io.get_executor(), clock, microseconds(1), clock.Steady(),
+                   [](AlarmWheel::Time) {});
+  const AlarmWheel::Time t0 = wheel.Now();
+  for (std::uint64_t i = 1; i <= 30; ++i) {
+    wheel.Scheduled(wheel.wheel().Schedule(t0 + microseconds(10 * i), i));
+  }
+  // Outside a pass: armed for the first timer's exact time.
+  ASSERT_EQ(wheel.armed(), t0 + microseconds(10));
+  std::vector<AlarmWheel::Expired> due;
+  std::uint64_t taken = 0;
+  AlarmWheel::Time last_pass{};
+  for (int pass = 0; taken < 30; ++pass) {
+    ASSERT_LT(pass, 10);
+    ASSERT_TRUE(wheel.armed());
+    // The wake-up comes when armed: the pass takes what is due by then.
+    clock.Advance(*wheel.armed() - wheel.Now());
+    if (pass > 0) {
+      EXPECT_GE(wheel.Now() - last_pass, AlarmWheel::kCoalesce);
+    }
+    last_pass = wheel.Now();
+    ASSERT_TRUE(wheel.Alarmed(*wheel.armed()));
+    wheel.TakeDue(&due);
+    for (const auto& e : due) {
+      EXPECT_LE(t0 + microseconds(10 * e.cookie), wheel.Now()) << "early";
+      EXPECT_EQ(e.cookie, ++taken) << "out of order";
+    }
+    wheel.Rearm();
+  }
+  // 300 µs of timers in passes kCoalesce apart: 1 + 300 µs / kCoalesce
+  // wake-ups, not 30.
+  EXPECT_LE(wheel.arms(), static_cast<std::uint64_t>(
+                              1 + microseconds(300) / AlarmWheel::kCoalesce));
+  // A timer further out than the window is armed for its exact time.
+  wheel.Scheduled(wheel.wheel().Schedule(wheel.Now() + microseconds(500), 99));
+  wheel.TakeDue(&due);
+  wheel.Rearm();
+  EXPECT_EQ(wheel.armed(), wheel.Now() + microseconds(500));
+}
+
 }  // namespace
 }  // namespace delayd
