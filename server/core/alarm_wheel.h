@@ -4,8 +4,8 @@
 // One owner, one wake-up: the timer is armed for the earliest due time only
 // (never a fixed ticker), so an idle owner with millions of pending timers
 // uses no CPU. At each wake-up the owner takes every due timer out of the
-// wheel first (TakeDue), then acts on them (it may change the wheel), then
-// re-arms for the wheel's exact next deadline (Rearm).
+// wheel first (TakeDue), acts on them (it may change the wheel), then
+// re-arms (Rearm) for the next deadline, or kCoalesce after the pass.
 //
 // Thread safety: none of its own. It belongs to one owner, which calls
 // every method holding its lock (a partition) or on its strand (a
@@ -44,11 +44,11 @@ class AlarmWheel {
   using Time = wheel::TimingWheel::Time;
   using Expired = wheel::TimingWheel::Expired;
 
-  // `epoch` is the steady instant that wheel time 0 stands for. The timer's
-  // completions run on `executor` and call `on_alarm` with the wheel time
-  // the timer was armed for.
+  // The least time from a pass to the wake-up its Rearm() arms: timers due
+  // within it wait for the next pass, later by at most this, never earlier.
+  // (See the top.)
   static constexpr std::chrono::nanoseconds kCoalesce{50'000};
-
+  // Wheel time 0 is `epoch`; completions call on_alarm(at) on `executor`.
   AlarmWheel(asio::any_io_executor executor, const Clock& clock,
              std::chrono::nanoseconds tick, SteadyTime epoch,
              std::function<void(Time)> on_alarm)
@@ -67,8 +67,8 @@ class AlarmWheel {
 
   // Call after scheduling or rescheduling `handle`: arms the timer for it if
   // it is due before the armed wake-up. Removing timers needs no call: the
-  // armed wake-up (never later than the earliest timer) then finds nothing
-  // due and re-arms for the exact next deadline. So operations never pay for
+  // armed wake-up (no later than the earliest timer, or kCoalesce after a
+  // pass) then finds nothing due and re-arms. So operations never pay for
   // NextDeadline(), and an idle owner never wakes for nothing. Between
   // TakeDue() and Rearm() it does nothing: Rearm() arms once for what the
   // pass scheduled (a timer set due now in a pass would otherwise arm the
