@@ -21,7 +21,8 @@ void Dispatcher::Bury(std::uint64_t event_id, Outstanding& o) {
   counters_.dead_letters.fetch_add(1);
   mine_.dead_letters.fetch_add(1, std::memory_order_relaxed);
   if (store_ != nullptr) {
-    fates_.PutFate(event_id, {o.event.attempt, true, ErrorOf(event_id, o)});
+    fates_.PutFate(event_id, PayloadIdOf(o.event.blob),
+                   {o.event.attempt, true, ErrorOf(event_id, o)});
     Touch(fates_, o.event);
     o.fate_stored = true;
   }
@@ -237,7 +238,7 @@ void Dispatcher::RequeueOrPurge(bool purge,
     SetError(id, o, {});
     ready_.push_back(id);
     if (store_ != nullptr && o.fate_stored) {
-      batch.RemoveFate(id);
+      batch.RemoveFate(id, PayloadIdOf(o.event.blob));
       Touch(batch, o.event);
       o.fate_stored = false;
     }

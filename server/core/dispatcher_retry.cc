@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "server/core/dispatcher.h"
+#include "server/core/payload_ref.h"
 #include "server/core/turn.h"
 
 namespace delayd {
@@ -135,7 +136,7 @@ void Dispatcher::Fail(std::uint64_t event_id, Outstanding& o,
   if (store_ != nullptr) {
     const WallNanos retry_at =
         wait.count() > 0 ? clock_.Wall() + wait.count() : 0;
-    fates_.PutFate(event_id,
+    fates_.PutFate(event_id, PayloadIdOf(o.event.blob),
                    {o.event.attempt, false, ErrorOf(event_id, o), retry_at});
     Touch(fates_, o.event);
     o.fate_stored = true;

@@ -78,18 +78,21 @@ void Batch::RemoveEvent(std::uint64_t event_id, std::uint64_t payload_id,
   AppendRaw<std::uint8_t>(rep_, with_fate ? 1 : 0);
 }
 
-void Batch::PutFate(std::uint64_t event_id, const StoredFate& fate) {
+void Batch::PutFate(std::uint64_t event_id, std::uint64_t payload_id,
+                    const StoredFate& fate) {
   Begin(Kind::kPutFate);
   AppendRaw(rep_, event_id);
+  AppendRaw(rep_, payload_id);
   AppendRaw(rep_, fate.attempts);
   AppendRaw<std::uint8_t>(rep_, fate.dead ? 1 : 0);
   AppendRaw(rep_, fate.retry_at);
   AppendString(rep_, fate.error);
 }
 
-void Batch::RemoveFate(std::uint64_t event_id) {
+void Batch::RemoveFate(std::uint64_t event_id, std::uint64_t payload_id) {
   Begin(Kind::kRemoveFate);
   AppendRaw(rep_, event_id);
+  AppendRaw(rep_, payload_id);
 }
 
 void Batch::ReserveIds(std::uint32_t partition, std::uint64_t version_limit,
@@ -162,6 +165,7 @@ bool Batch::Reader::Next(Change* c) {
       break;
     case Kind::kPutFate:
       c->id = ReadRaw<std::uint64_t>(p);
+      c->payload_id = ReadRaw<std::uint64_t>(p);
       c->fate.attempts = ReadRaw<std::uint32_t>(p);
       c->fate.dead = ReadRaw<std::uint8_t>(p) != 0;
       c->fate.retry_at = ReadRaw<WallNanos>(p);
@@ -169,6 +173,7 @@ bool Batch::Reader::Next(Change* c) {
       break;
     case Kind::kRemoveFate:
       c->id = ReadRaw<std::uint64_t>(p);
+      c->payload_id = ReadRaw<std::uint64_t>(p);
       break;
     case Kind::kReserveIds:
       c->partition = ReadRaw<std::uint32_t>(p);

@@ -67,8 +67,8 @@ class Batch {
     kFireTimer,     // event: timer event.payload_id is now this event
     kRemoveEvent,   // id, payload_id, flag: the event, its payload, and
                     // (flag) its fate are gone
-    kPutFate,       // id, fate
-    kRemoveFate,    // id
+    kPutFate,       // id, payload_id (its row's: the event's payload), fate
+    kRemoveFate,    // id, payload_id
     kReserveIds,    // partition, limits (see Store::ReserveIds)
     kPutNamespace,  // id, name (empty: the id is free)
     kPutPolicy,     // name, policy (encoded; empty: the default)
@@ -105,8 +105,9 @@ class Batch {
   // `with_fate`: the event has a fate record, removed too.
   void RemoveEvent(std::uint64_t event_id, std::uint64_t payload_id,
                    bool with_fate);
-  void PutFate(std::uint64_t event_id, const StoredFate& fate);
-  void RemoveFate(std::uint64_t event_id);
+  void PutFate(std::uint64_t event_id, std::uint64_t payload_id,
+               const StoredFate& fate);
+  void RemoveFate(std::uint64_t event_id, std::uint64_t payload_id);
   void ReserveIds(std::uint32_t partition, std::uint64_t version_limit,
                   std::uint64_t event_seq_limit);
   void PutNamespace(NamespaceId id, std::string_view name);

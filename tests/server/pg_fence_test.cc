@@ -131,7 +131,7 @@ TEST_F(PgFenceTest, NodesShareTheDatabaseAndWriteOnlyWhatTheyHold) {
   Batch fire;  // (A second timer, fired, with a failed delivery.)
   fire.Append(Add(KeyIn(5, 1), 6));
   fire.FireTimer(StoredEvent{77, 0, KeyIn(5, 1), 6, 1, 2, Reason::kExpired, 6});
-  fire.PutFate(77, StoredFate{2, false, "busy", 123});
+  fire.PutFate(77, 6, StoredFate{2, false, "busy", 123});
   EXPECT_TRUE(CommitNow(*b, std::move(fire)).ok());
   Batch reserve;
   reserve.ReserveIds(5, 100, 200);

@@ -110,12 +110,13 @@ class GroupStatements {
         break;
       case Batch::Kind::kPutFate:
         Begin(Run::kFate);
-        fates_[c.id] = {c.fate.attempts, c.fate.dead, std::string(c.fate.error),
-                        c.fate.retry_at};
+        fates_[c.payload_id] = {c.id, c.fate.attempts, c.fate.dead,
+                                std::string(c.fate.error), c.fate.retry_at};
         break;
       case Batch::Kind::kRemoveFate:
         Begin(Run::kUnfate);
-        a_.Int64(static_cast<std::int64_t>(c.id));
+        a_.Int64(static_cast<std::int64_t>(c.payload_id));
+        b_.Int64(static_cast<std::int64_t>(c.id));
         break;
       case Batch::Kind::kReserveIds: {
         FlushRun();
@@ -200,10 +201,11 @@ class GroupStatements {
         out_.push_back({"fire", std::move(p)});
         break;
       case Run::kFate: {
-        pg::Array ids(pg::kInt8), attempts(pg::kInt4), dead(pg::kBool),
-            error(pg::kBytea), retry_at(pg::kInt8);
+        pg::Array ids(pg::kInt8), events(pg::kInt8), attempts(pg::kInt4),
+            dead(pg::kBool), error(pg::kBytea), retry_at(pg::kInt8);
         for (const auto& [id, f] : fates_) {
           ids.Int64(static_cast<std::int64_t>(id));
+          events.Int64(static_cast<std::int64_t>(f.event_id));
           attempts.Int32(static_cast<std::int32_t>(f.attempts));
           dead.Bool(f.dead);
           error.Bytes(f.error);
@@ -213,7 +215,8 @@ class GroupStatements {
             retry_at.Null();
           }
         }
-        for (pg::Array* a : {&ids, &attempts, &dead, &error, &retry_at}) {
+        for (pg::Array* a :
+             {&ids, &events, &attempts, &dead, &error, &retry_at}) {
           p.Add(a->Encode());
         }
         out_.push_back({"fate", std::move(p)});
@@ -221,6 +224,7 @@ class GroupStatements {
       }
       case Run::kUnfate:
         p.Add(a_.Encode());
+        p.Add(b_.Encode());
         out_.push_back({"unfate", std::move(p)});
         break;
     }
@@ -230,6 +234,7 @@ class GroupStatements {
   }
 
   struct Fate {
+    std::uint64_t event_id;
     std::uint32_t attempts;
     bool dead;
     std::string error;
@@ -245,7 +250,7 @@ class GroupStatements {
   pg::Array a_{pg::kInt8}, b_{pg::kInt8}, c_{pg::kInt8}, d_{pg::kInt8},
       e_{pg::kInt8}, f_{pg::kInt8}, g_{pg::kBytea};
   std::map<std::uint64_t, std::pair<WallNanos, std::int64_t>> moves_;
-  std::map<std::uint64_t, Fate> fates_;
+  std::map<std::uint64_t, Fate> fates_;  // By row (payload id).
 };
 
 }  // namespace delayd::pg

@@ -39,14 +39,17 @@ constexpr Statement kStatements[] = {
      "u.r, fire_time = u.f, version = u.v FROM unnest($1::int8[], "
      "$2::int8[], $3::int8[], $4::int2[], $5::int8[], $6::int8[]) AS u(id, "
      "e, at, r, f, v) WHERE j.id = u.id"},
+    // A fate finds its row by the row's key; no index holds event_id, so
+    // that a firing changes no indexed column (pg_schema.h, "hot-fires").
     {"fate",
      "UPDATE delayd_jobs AS j SET attempts = u.a, dead = u.d, error = u.err, "
-     "retry_at = u.rt FROM unnest($1::int8[], $2::int4[], $3::bool[], "
-     "$4::bytea[], $5::int8[]) AS u(e, a, d, err, rt) WHERE j.event_id = "
-     "u.e"},
+     "retry_at = u.rt FROM unnest($1::int8[], $2::int8[], $3::int4[], "
+     "$4::bool[], $5::bytea[], $6::int8[]) AS u(id, e, a, d, err, rt) WHERE "
+     "j.id = u.id AND j.event_id = u.e"},
     {"unfate",
-     "UPDATE delayd_jobs SET attempts = NULL, dead = NULL, error = NULL, "
-     "retry_at = NULL WHERE event_id = ANY($1::int8[])"},
+     "UPDATE delayd_jobs AS j SET attempts = NULL, dead = NULL, error = "
+     "NULL, retry_at = NULL FROM unnest($1::int8[], $2::int8[]) AS u(id, e) "
+     "WHERE j.id = u.id AND j.event_id = u.e"},
     {"counters",
      "INSERT INTO delayd_counters (part, version_limit, event_limit) VALUES "
      "($1::int4, $2::int8, $3::int8) ON CONFLICT (part) DO UPDATE SET "
