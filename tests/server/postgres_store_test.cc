@@ -1,8 +1,9 @@
 // What only the PostgreSQL store does, against real PostgreSQL servers the
-// tests start: its schema (created, migrated once, a newer one refused), one
-// delayd per database, a commit whose answer was lost (resolved, never
-// written twice nor lost), the database stopped and started under load,
-// and a fail-over to a synchronous standby.
+// tests start: its schema (created, migrated once, a newer one refused, a
+// firing written as a heap-only update), one delayd per database, a commit
+// whose answer was lost (resolved, never written twice nor lost), the
+// database stopped and started under load, and a fail-over to a synchronous
+// standby.
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 
@@ -140,6 +141,41 @@ std::string Rows(PostgresServer* pg, const std::string& db,
 bool WaitFor(PostgresServer* pg, const std::string& db, const std::string& sql,
              const std::string& want) {
   return Eventually([&] { return pg->Exec(db, sql) == want; });
+}
+
+// A firing changes no indexed column and finds room on its row's page, so
+// PostgreSQL writes every one as a heap-only update (no index entry).
+TEST(PostgresSchema, AFiringIsAHeapOnlyUpdate) {
+  PostgresServer* pg = SharedPostgres();
+  ASSERT_NE(pg, nullptr);
+  const std::string db = pg->NewDatabase();
+  TestDaemon d(OnPostgres(Database(pg->Url(db))));
+  ASSERT_TRUE(d.started());
+  EXPECT_EQ(pg->Exec(db,
+                     "SELECT string_agg(indexname, ',' ORDER BY indexname) "
+                     "FROM pg_indexes WHERE tablename = 'delayd_jobs'"),
+            "delayd_jobs_part,delayd_jobs_pkey");
+  constexpr int kTimers = 200;
+  for (int i = 0; i < kTimers; ++i) {
+    ASSERT_TRUE(Set(d.stub(), "", "k" + std::to_string(i), 300).ok());
+  }
+  // (No worker: the events stay.)
+  ASSERT_TRUE(WaitFor(pg, db,
+                      "SELECT count(*) FROM delayd_jobs WHERE event_id IS "
+                      "NOT NULL",
+                      std::to_string(kTimers)));
+  const std::string stats =
+      "SELECT n_tup_upd || '/' || n_tup_hot_upd FROM pg_stat_user_tables "
+      "WHERE relname = 'delayd_jobs'";
+  // (The writer's backend reports its counts within about a second.)
+  EXPECT_TRUE(Eventually(
+      [&] {
+        return pg->Exec(db, stats).starts_with(std::to_string(kTimers) + "/");
+      },
+      30s))
+      << pg->Exec(db, stats);
+  EXPECT_EQ(pg->Exec(db, stats),
+            std::to_string(kTimers) + "/" + std::to_string(kTimers));
 }
 
 // The connection is lost once the group's transaction has committed on the
