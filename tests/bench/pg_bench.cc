@@ -14,12 +14,13 @@
 //   restart  1 M pending on PostgreSQL: the time until delayd serves again,
 //            and RSS per pending timer against the RocksDB store's;
 //   burstfloor (only when named) the burst's row work alone: 100k rows
-//            fired and deleted by delayd's statements on 1, 2 and 4
+//            fired and deleted by delayd's statements, on the table as
+//            before and after its "hot-fires" step, on 1 and 2
 //            connections, each a range of partitions.
 // (Clusters of nodes on one database: cluster_scale_bench.)
 // Every daemon gets a fresh database (or data directory).
 //
-// Usage: pg_bench [--seconds N] [--rounds N]
+// Usage: pg_bench [--seconds N] [--rounds N] [--daemon PATH]
 //                 [--only ingest|firing|burst|restart|burstfloor]
 #include <libpq-fe.h>
 
@@ -157,6 +158,8 @@ double RawIngest(const std::string& url, const std::string& table, int conns,
          std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+std::string g_daemon = DELAYD_BINARY;  // --daemon: another build's.
+
 struct Daemon {
   // A delayd on a new database of `pg` (or, without it, on a RocksDB
   // directory under `scratch`).
@@ -170,7 +173,7 @@ struct Daemon {
       std::filesystem::remove_all(dir);
       args = {"--data-dir", dir};
     }
-    d = std::make_unique<DaemonProcess>(DELAYD_BINARY, args, 120s);
+    d = std::make_unique<DaemonProcess>(g_daemon, args, 120s);
   }
   ~Daemon() {
     if (d) d->Stop(SIGTERM, 60s);
@@ -292,22 +295,30 @@ void Burst(PostgresServer& pg, const std::string& scratch) {
 // `remove`), in transactions of `group` rows, pipelined `depth` deep, on
 // `conns` connections each owning a range of partitions (the ids ≡ c mod
 // conns). Seconds from the first fire sent to the last delete committed
-// (without `deletes`: to the last fire committed).
-double BurstFloor(PostgresServer& pg, int conns, int group, bool deletes) {
+// (without `deletes`: to the last fire committed). `hot`: the table as
+// delayd makes it (pg_schema.cc, "hot-fires"); otherwise as before that
+// step (indexes naming event_id, pages filled).
+double BurstFloor(PostgresServer& pg, int conns, int group, bool deletes,
+                  bool hot) {
   constexpr std::uint64_t kRows = 100'000;
   const std::string db = pg.NewDatabase();
   pg.Exec(db,
-          "CREATE TABLE j (id bigint PRIMARY KEY, part smallint NOT NULL, "
-          "ns text NOT NULL, key bytea NOT NULL, fire_time bigint NOT NULL, "
-          "version bigint NOT NULL, payload bytea NOT NULL, event_id bigint, "
-          "fired_at bigint, reason smallint, attempts integer, dead boolean, "
-          "error bytea, retry_at bigint); CREATE INDEX ON j (part, "
-          "fire_time) WHERE event_id IS NULL; CREATE UNIQUE INDEX ON j "
-          "(event_id) WHERE event_id IS NOT NULL; INSERT INTO j (id, part, "
-          "ns, key, fire_time, version, payload) SELECT g, g % 64, 'burst', "
-          "convert_to(lpad(g::text, 16, '0'), 'UTF8'), 1, g, "
-          "convert_to(repeat('x', 100), 'UTF8') FROM generate_series(1, "
-          "100000) g");
+          std::string("CREATE TABLE j (id bigint PRIMARY KEY, part smallint "
+                      "NOT NULL, ns text NOT NULL, key bytea NOT NULL, "
+                      "fire_time bigint NOT NULL, version bigint NOT NULL, "
+                      "payload bytea NOT NULL, event_id bigint, fired_at "
+                      "bigint, reason smallint, attempts integer, dead "
+                      "boolean, error bytea, retry_at bigint)") +
+              (hot ? " WITH (fillfactor = 45); CREATE INDEX ON j (part); "
+                   : "; CREATE INDEX ON j (part, fire_time) WHERE event_id "
+                     "IS NULL; CREATE UNIQUE INDEX ON j (event_id) WHERE "
+                     "event_id IS NOT NULL; ") +
+              "INSERT INTO j (id, part, "
+              "ns, key, fire_time, version, payload) SELECT g, g % 64, "
+              "'burst', "
+              "convert_to(lpad(g::text, 16, '0'), 'UTF8'), 1, g, "
+              "convert_to(repeat('x', 100), 'UTF8') FROM generate_series(1, "
+              "100000) g");
   for (const char* sql : {"VACUUM ANALYZE j", "CHECKPOINT"}) {
     std::string error;
     pg.Exec(db, sql, &error);
@@ -398,30 +409,40 @@ double BurstFloor(PostgresServer& pg, int conns, int group, bool deletes) {
   return took;
 }
 
-// BurstFloor on 1, 2 and 4 connections, and on one without the deletes,
-// alternating, `rounds` rounds.
+// BurstFloor on the table as before the "hot-fires" step (one connection)
+// and as now (1 and 2 connections, and one without the deletes),
+// alternating, `rounds` rounds; ratios against the first, per round.
 void BurstFloors(PostgresServer& pg, int rounds) {
   struct Shape {
     int conns;
     bool deletes;
+    bool hot;
   };
-  const Shape kShapes[] = {{1, true}, {2, true}, {4, true}, {1, false}};
-  std::vector<double> took[4];
+  constexpr int kN = 5;
+  const Shape kShapes[kN] = {{1, true, false},
+                             {1, true, true},
+                             {2, true, true},
+                             {1, false, false},
+                             {1, false, true}};
+  auto name = [&](int k) {
+    return std::to_string(kShapes[k].conns) + " connection(s), " +
+           (kShapes[k].hot ? "now" : "before") + ": 100k fired" +
+           (kShapes[k].deletes ? " and deleted" : "");
+  };
+  std::vector<double> took[kN];
   for (int round = 0; round < rounds; ++round) {
-    for (int k = 0; k < 4; ++k) {
-      took[k].push_back(
-          BurstFloor(pg, kShapes[k].conns, 1000, kShapes[k].deletes));
-      std::printf("  round %d: %d connection(s): 100k fired%s in %.3f s\n",
-                  round + 1, kShapes[k].conns,
-                  kShapes[k].deletes ? " and deleted" : "", took[k].back());
+    for (int k = 0; k < kN; ++k) {
+      took[k].push_back(BurstFloor(pg, kShapes[k].conns, 1000,
+                                   kShapes[k].deletes, kShapes[k].hot));
+      std::printf("  round %d: %s in %.3f s (%.2fx the first)\n", round + 1,
+                  name(k).c_str(), took[k].back(),
+                  took[k].back() / took[0].back());
     }
   }
-  for (int k = 0; k < 4; ++k) {
-    std::printf(
-        "burst floor, %d connection(s): 100k fired%s in %.3f s (median of "
-        "%d; %.2fx one connection's)\n",
-        kShapes[k].conns, kShapes[k].deletes ? " and deleted" : "",
-        Median(took[k]), rounds, Median(took[k]) / Median(took[0]));
+  for (int k = 0; k < kN; ++k) {
+    std::printf("burst floor, %s in %.3f s (median of %d; %.2fx the first)\n",
+                name(k).c_str(), Median(took[k]), rounds,
+                Median(took[k]) / Median(took[0]));
   }
 }
 
@@ -465,6 +486,7 @@ int Main(int argc, char** argv) {
   const int rounds = std::stoi(Arg(argc, argv, "--rounds", "3"));
   const std::string only = Arg(argc, argv, "--only", "");
   g_peers = Arg(argc, argv, "--peers", "1") != "0";
+  g_daemon = Arg(argc, argv, "--daemon", DELAYD_BINARY);
   const std::string scratch =
       std::filesystem::temp_directory_path() / "delayd-pg-bench";
   std::filesystem::create_directories(scratch);
