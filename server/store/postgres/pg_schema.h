@@ -26,9 +26,9 @@
 //                    (pg_join.h)
 //   delayd_schema_steps  the additive steps applied (below)
 //
-// Besides the versioned migrations, additive steps (a table, a column with
-// a default) are applied by name without raising the version: a binary of
-// the same version that predates a step still works beside it.
+// Besides the versioned migrations, steps (a table, a column with a
+// default, an index traded for one no statement needs) apply by name
+// without raising the version: an older binary still works beside them.
 //
 // Rolling upgrades (expand, then contract): a binary applies at start only
 // what older binaries work beside (migrations up to kStartVersion, steps),
