@@ -167,8 +167,10 @@ ALTER TABLE delayd_schema ADD COLUMN cluster_level integer NOT NULL
       // primary key) or read by partition; the two indexes that named
       // event_id go (a fate finds its row by id: pg_store.cc). The fill
       // factor applies to pages filled from now on; a row grows by about 24
-      // bytes when it fires, so 45 % leaves room for every row of a page. A
-      // binary before this step works beside it: its fates scan the table.
+      // bytes when it fires, so 45 % leaves room for every row of a page
+      // once rows carry a payload (rows with no namespace, key or payload to
+      // speak of: about 97 % of those fired in one transaction). A binary
+      // before this step works beside it: its fates scan the table.
       {"hot-fires", R"sql(
 ALTER TABLE delayd_jobs SET (fillfactor = 45);
 CREATE INDEX delayd_jobs_part ON delayd_jobs (part);

@@ -24,7 +24,7 @@
 //   delayd_leases    per partition, its owner, epoch and lease expiry
 //   delayd_cluster   one row: a keyed digest of the cluster's token
 //                    (pg_join.h)
-//   delayd_schema_steps  the additive steps applied (below)
+//   delayd_schema_steps  the steps applied (below)
 //
 // Besides the versioned migrations, steps (a table, a column with a
 // default, an index traded for one no statement needs) apply by name
