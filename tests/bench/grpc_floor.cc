@@ -6,8 +6,12 @@
 // which runs itself again as `grpc_floor --serve SHAPE FD LOG` for each
 // server (grpc_floor_serve.cc).
 //
-//   grpc_floor [--rate N] [--seconds N] [--rounds N]
+//   grpc_floor [--rate N] [--seconds N] [--rounds N] [--server-cpu N]
 //              [--timer-only | --durable]
+//
+// --server-cpu N: each server process runs on CPU N alone (all its threads
+// share one core; run the client elsewhere with taskset), to tell a
+// wake-up's cost on an idle core from its cost on the waker's.
 //
 // Shapes, each the way its API is meant to be used:
 //   callback  the callback API (what delayd uses): the handler finishes the
@@ -36,6 +40,7 @@
 #include "tests/bench/grpc_floor.h"
 
 #include <grpcpp/grpcpp.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -68,6 +73,10 @@ std::string LogPath() {
          ("grpc-floor-" + std::to_string(getpid()) + ".log");
 }
 
+// The CPU each server is pinned to (--server-cpu), or -1: where the
+// scheduler puts it.
+int g_server_cpu = -1;
+
 // Starts `grpc_floor --serve SHAPE FD LOG` (a fresh process image: gRPC's
 // threads in this one do not survive fork); returns its pid and port.
 std::pair<pid_t, int> Spawn(const std::string& shape) {
@@ -77,6 +86,12 @@ std::pair<pid_t, int> Spawn(const std::string& shape) {
   const pid_t child = fork();
   if (child == 0) {
     close(fds[0]);
+    if (g_server_cpu >= 0) {
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(g_server_cpu, &one);
+      if (sched_setaffinity(0, sizeof one, &one) != 0) std::_Exit(126);
+    }
     const std::string fd = std::to_string(fds[1]);
     execl("/proc/self/exe", "grpc_floor", "--serve", shape.c_str(), fd.c_str(),
           log.c_str(), static_cast<char*>(nullptr));
@@ -238,6 +253,8 @@ int main(int argc, char** argv) {
       seconds = std::max(1, std::atoi(argv[++i]));
     } else if (a == "--rounds" && i + 1 < argc) {
       rounds = std::max(1, std::atoi(argv[++i]));
+    } else if (a == "--server-cpu" && i + 1 < argc) {
+      g_server_cpu = std::max(0, std::atoi(argv[++i]));
     } else if (a == "--timer-only") {
       timer_only = true;
     } else if (a == "--durable") {
@@ -245,7 +262,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: grpc_floor [--rate N] [--seconds N] [--rounds N] "
-                   "[--timer-only | --durable]\n");
+                   "[--server-cpu N] [--timer-only | --durable]\n");
       return 2;
     }
   }
