@@ -33,7 +33,11 @@
 // delayd's threads without its work); and timer-1+writer, one
 // completion-queue thread whose sets a writer thread syncs and answers (the
 // owning thread with its group commit handed off and back), in the same
-// rounds.
+// rounds; and timer-2loop, the same traffic on two completion-queue
+// threads, one per core, each owning the timers it arms, the worker's
+// stream on the first (an event the second fires is handed over to be
+// written), and timer-2loop-hop, where besides every other set is armed by
+// the other loop than the one its call came to (grpc_floor_loops.h).
 // --durable: the ceilings of shapes whose answers wait for an fdatasync'd
 // log (callback+log, cq1+writer, cq1+log: grpc_floor_serve.cc) against the
 // best of those that answer at once, in the same round.
@@ -271,7 +275,8 @@ int main(int argc, char** argv) {
                                            "sync"};
   std::vector<std::vector<double>> us(shapes.size()), peak(shapes.size());
   const std::vector<std::string> timer_shapes = {
-      "timer-1", "timer-1+log", "timer-1+writer", "timer-cb", "timer-cb+log"};
+      "timer-1",      "timer-1+log", "timer-1+writer", "timer-cb",
+      "timer-cb+log", "timer-2loop", "timer-2loop-hop"};
   std::vector<std::vector<double>> timer_us(timer_shapes.size());
   for (int r = 0; r < rounds; ++r) {
     for (std::size_t s = 0; s < timer_shapes.size(); ++s) {
@@ -288,7 +293,8 @@ int main(int argc, char** argv) {
       "server CPU per timer at %d timers/s (set, event %lld ms later, ack; "
       "timer-1: one completion-queue thread; timer-cb: the callback API and "
       "a timer thread; +log: each set synced first; +writer: synced and "
-      "answered by a writer thread):\n",
+      "answered by a writer thread; 2loop: two completion-queue threads, "
+      "-hop: half the sets armed by the other):\n",
       rate / 2, static_cast<long long>(kAhead.count()));
   for (std::size_t s = 0; s < timer_shapes.size(); ++s) {
     Print(timer_shapes[s].c_str(), timer_us[s], "us", 1);

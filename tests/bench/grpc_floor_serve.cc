@@ -17,6 +17,7 @@
 
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "tests/bench/grpc_floor.h"
+#include "tests/bench/grpc_floor_loops.h"
 
 namespace delayd::bench::floor {
 namespace {
@@ -453,10 +454,12 @@ void AnswerNow(AsyncCall* c) {
     b.RegisterService(timers.get());
   }
   if (shape.rfind("async", 0) == 0 || shape.rfind("timer-1", 0) == 0 ||
-      shape.rfind("cq1", 0) == 0) {
+      shape.rfind("cq1", 0) == 0 || shape.rfind("timer-2loop", 0) == 0) {
     b.RegisterService(&async);
     cq = b.AddCompletionQueue();
   }
+  std::unique_ptr<grpc::ServerCompletionQueue> cq_second;
+  if (shape.rfind("timer-2loop", 0) == 0) cq_second = b.AddCompletionQueue();
   auto server = b.BuildAndStart();
   if (write(port_fd, &port, sizeof port) != sizeof port) std::_Exit(1);
   if (!cq) {
@@ -464,6 +467,12 @@ void AnswerNow(AsyncCall* c) {
     std::_Exit(0);
   }
   if (shape == "timer-1") ServeTimers(async, cq.get(), -1);
+  if (shape == "timer-2loop") {
+    ServeLoops(async, cq.get(), cq_second.get(), /*hop_sets=*/false);
+  }
+  if (shape == "timer-2loop-hop") {
+    ServeLoops(async, cq.get(), cq_second.get(), /*hop_sets=*/true);
+  }
   if (shape == "timer-1+log") ServeTimers(async, cq.get(), fd);
   if (shape == "timer-1+writer") {
     // The writer finishes each set once synced; the finish's completion
