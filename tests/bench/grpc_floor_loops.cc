@@ -5,7 +5,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -14,20 +13,13 @@
 #include <vector>
 
 #include "tests/bench/grpc_floor.h"
+#include "tests/bench/grpc_floor_tags.h"
 
 namespace delayd::bench::floor {
 namespace {
 
 namespace health = grpc::health::v1;
 using Clock = std::chrono::system_clock;
-
-// What a completion-queue operation does when it completes.
-struct Tag {
-  std::function<void(bool)> done;
-};
-void* NewTag(std::function<void(bool)> done) {
-  return new Tag{std::move(done)};
-}
 
 // One thread polling one queue, with the timers it owns and a mailbox for
 // work other threads hand it. Locking: mu_ guards the mailbox; the rest is
@@ -63,21 +55,8 @@ class Loop {
   // queue's wait ends at the earliest), until the process is killed.
   [[noreturn]] void Run(const std::function<void()>& fired) {
     for (;;) {
-      const auto next = timers_.empty() ? Clock::now() + std::chrono::seconds(1)
-                                        : *timers_.begin();
-      void* tag;
-      bool ok;
-      switch (cq_->AsyncNext(&tag, &ok, next)) {
-        case grpc::CompletionQueue::SHUTDOWN:
-          std::_Exit(0);
-        case grpc::CompletionQueue::TIMEOUT:
-          break;
-        case grpc::CompletionQueue::GOT_EVENT: {
-          auto* t = static_cast<Tag*>(tag);
-          t->done(ok);
-          delete t;
-        }
-      }
+      RunNext(cq_, timers_.empty() ? Clock::now() + std::chrono::seconds(1)
+                                   : *timers_.begin());
       const auto now = Clock::now();
       while (!timers_.empty() && *timers_.begin() <= now) {
         timers_.erase(timers_.begin());

@@ -18,6 +18,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "tests/bench/grpc_floor.h"
 #include "tests/bench/grpc_floor_loops.h"
+#include "tests/bench/grpc_floor_tags.h"
 
 namespace delayd::bench::floor {
 namespace {
@@ -51,14 +52,6 @@ struct AsyncCall {
   grpc::ServerAsyncResponseWriter<health::HealthCheckResponse> writer{&ctx};
   bool answered = false;
 };
-
-// What a completion-queue operation does when it completes.
-struct Tag {
-  std::function<void(bool)> done;
-};
-void* NewTag(std::function<void(bool)> done) {
-  return new Tag{std::move(done)};
-}
 
 // What the log keeps of one call: its request's bytes in a 64-byte record,
 // about a SetTimer's record with a short key and payload. (The benches'
@@ -139,23 +132,10 @@ void AppendDurably(int fd, const std::string& bytes) {
         }));
   };
   request_check();
-  void* tag;
-  bool ok;
   for (;;) {
-    const auto next = timers.empty() ? std::chrono::system_clock::now() +
-                                           std::chrono::seconds(1)
-                                     : timers.front();
-    switch (cq->AsyncNext(&tag, &ok, next)) {
-      case grpc::CompletionQueue::SHUTDOWN:
-        std::_Exit(0);
-      case grpc::CompletionQueue::TIMEOUT:
-        break;
-      case grpc::CompletionQueue::GOT_EVENT: {
-        auto* t = static_cast<Tag*>(tag);
-        t->done(ok);
-        delete t;
-      }
-    }
+    RunNext(cq, timers.empty()
+                    ? std::chrono::system_clock::now() + std::chrono::seconds(1)
+                    : timers.front());
     const auto now = std::chrono::system_clock::now();
     while (!timers.empty() && timers.front() <= now) {
       timers.pop_front();
