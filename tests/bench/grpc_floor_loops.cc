@@ -83,34 +83,6 @@ class Loop {
   bool wake_pending_ = false;                   // Under mu_.
 };
 
-// The worker's Watch stream, on loop 0 (its thread only).
-struct Watch {
-  grpc::ServerContext ctx;
-  health::HealthCheckRequest req;
-  grpc::ServerAsyncWriter<health::HealthCheckResponse> writer{&ctx};
-  health::HealthCheckResponse event;
-  bool watching = false, writing = false;
-  int due = 0;  // Events fired and not yet written.
-
-  void WriteNext() {
-    if (!watching || writing || due == 0) return;
-    --due;
-    writing = true;
-    writer.Write(event, NewTag([this](bool ok) {
-                   writing = false;
-                   if (ok) WriteNext();
-                 }));
-  }
-};
-
-// One Check call, requested on a loop's queue.
-struct Call {
-  grpc::ServerContext ctx;
-  health::HealthCheckRequest req;
-  health::HealthCheckResponse resp;
-  grpc::ServerAsyncResponseWriter<health::HealthCheckResponse> writer{&ctx};
-};
-
 }  // namespace
 
 [[noreturn]] void ServeLoops(health::Health::AsyncService& svc,
@@ -118,16 +90,10 @@ struct Call {
                              grpc::ServerCompletionQueue* cq1, bool hop_sets) {
   Loop loop0(cq0), loop1(cq1);
   Loop* loops[2] = {&loop0, &loop1};
-  Watch watch;
-  watch.event.set_status(health::HealthCheckResponse::SERVING);
-  svc.RequestWatch(&watch.ctx, &watch.req, &watch.writer, cq0, cq0,
-                   NewTag([&](bool ok) {
-                     watch.watching = ok;
-                     watch.WriteNext();
-                   }));
+  WatchStream watch(svc, cq0);  // Loop 0's.
   std::atomic<unsigned> sets{0};
   std::function<void(int)> request = [&](int i) {
-    auto* c = new Call;
+    auto* c = new AsyncCall;
     Loop& here = *loops[i];
     svc.RequestCheck(&c->ctx, &c->req, &c->writer, here.cq(), here.cq(),
                      NewTag([&, c, i](bool ok) {
@@ -154,10 +120,7 @@ struct Call {
   };
   request(0);
   request(1);
-  auto write_event = [&watch] {
-    ++watch.due;
-    watch.WriteNext();
-  };
+  auto write_event = [&watch] { watch.Fired(); };
   std::thread second([&] { loop1.Run([&] { loop0.Post(write_event); }); });
   loop0.Run(write_event);
 }

@@ -44,15 +44,6 @@ class SyncHealth : public health::Health::Service {
   }
 };
 
-// One call in the completion-queue shape: requested, then answered.
-struct AsyncCall {
-  grpc::ServerContext ctx;
-  health::HealthCheckRequest req;
-  health::HealthCheckResponse resp;
-  grpc::ServerAsyncResponseWriter<health::HealthCheckResponse> writer{&ctx};
-  bool answered = false;
-};
-
 // What the log keeps of one call: its request's bytes in a 64-byte record,
 // about a SetTimer's record with a short key and payload. (The benches'
 // Checks are empty messages: appending only their bytes would append
@@ -89,29 +80,10 @@ void AppendDurably(int fd, const std::string& bytes) {
 [[noreturn]] void ServeTimers(
     health::Health::AsyncService& svc, grpc::ServerCompletionQueue* cq, int log,
     const std::function<void(AsyncCall*)>& answer_set = nullptr) {
-  grpc::ServerContext watch_ctx;
-  health::HealthCheckRequest watch_req;
-  grpc::ServerAsyncWriter<health::HealthCheckResponse> watch(&watch_ctx);
-  health::HealthCheckResponse event;
-  event.set_status(health::HealthCheckResponse::SERVING);
+  WatchStream watch(svc, cq);
   // Due times, in order (all are kAhead after their set). The queue's own
   // deadline wakes this thread for them: no timer thread, no hand-over.
   std::deque<std::chrono::system_clock::time_point> timers;
-  bool watching = false, writing = false;
-  int due = 0;  // Events fired and not yet written.
-  std::function<void()> write_next = [&] {
-    if (!watching || writing || due == 0) return;
-    --due;
-    writing = true;
-    watch.Write(event, NewTag([&](bool ok) {
-                  writing = false;
-                  if (ok) write_next();
-                }));
-  };
-  svc.RequestWatch(&watch_ctx, &watch_req, &watch, cq, cq, NewTag([&](bool ok) {
-    watching = ok;
-    write_next();
-  }));
   std::function<void()> request_check = [&] {
     auto* c = new AsyncCall;
     svc.RequestCheck(
@@ -139,9 +111,8 @@ void AppendDurably(int fd, const std::string& bytes) {
     const auto now = std::chrono::system_clock::now();
     while (!timers.empty() && timers.front() <= now) {
       timers.pop_front();
-      ++due;
+      watch.Fired();
     }
-    write_next();
   }
 }
 

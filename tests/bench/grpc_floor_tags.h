@@ -1,5 +1,6 @@
 // What grpc_floor's completion-queue servers share: an operation's tag as
-// the closure its completion runs, and one turn of a queue's loop.
+// the closure its completion runs, one turn of a queue's loop, a call, and
+// the worker's Watch stream its timers' events are written on.
 #ifndef DELAYD_TESTS_BENCH_GRPC_FLOOR_TAGS_H_
 #define DELAYD_TESTS_BENCH_GRPC_FLOOR_TAGS_H_
 
@@ -9,6 +10,8 @@
 #include <cstdlib>
 #include <functional>
 #include <utility>
+
+#include "grpc/health/v1/health.grpc.pb.h"
 
 namespace delayd::bench::floor {
 
@@ -38,6 +41,57 @@ inline void RunNext(grpc::CompletionQueue* cq,
     }
   }
 }
+
+// One Check call in the completion-queue shape: requested, then answered.
+struct AsyncCall {
+  grpc::ServerContext ctx;
+  grpc::health::v1::HealthCheckRequest req;
+  grpc::health::v1::HealthCheckResponse resp;
+  grpc::ServerAsyncResponseWriter<grpc::health::v1::HealthCheckResponse> writer{
+      &ctx};
+  bool answered = false;
+};
+
+// The worker's Watch stream, requested on `cq` and used only by the thread
+// polling it: each Fired() event is written once the one before is, one
+// write in flight at a time.
+class WatchStream {
+ public:
+  WatchStream(grpc::health::v1::Health::AsyncService& svc,
+              grpc::ServerCompletionQueue* cq) {
+    event_.set_status(grpc::health::v1::HealthCheckResponse::SERVING);
+    svc.RequestWatch(&ctx_, &req_, &writer_, cq, cq, NewTag([this](bool ok) {
+      watching_ = ok;
+      WriteNext();
+    }));
+  }
+  WatchStream(const WatchStream&) = delete;
+  WatchStream& operator=(const WatchStream&) = delete;
+
+  // A timer came due: its event is to be written.
+  void Fired() {
+    ++due_;
+    WriteNext();
+  }
+
+ private:
+  void WriteNext() {
+    if (!watching_ || writing_ || due_ == 0) return;
+    --due_;
+    writing_ = true;
+    writer_.Write(event_, NewTag([this](bool ok) {
+                    writing_ = false;
+                    if (ok) WriteNext();
+                  }));
+  }
+
+  grpc::ServerContext ctx_;
+  grpc::health::v1::HealthCheckRequest req_;
+  grpc::ServerAsyncWriter<grpc::health::v1::HealthCheckResponse> writer_{&ctx_};
+  grpc::health::v1::HealthCheckResponse event_;
+  bool watching_ = false, writing_ = false;
+  int due_ = 0;  // Events fired and not yet written.
+};
 
 }  // namespace delayd::bench::floor
 
