@@ -37,7 +37,10 @@
 // threads, one per core, each owning the timers it arms, the worker's
 // stream on the first (an event the second fires is handed over to be
 // written), and timer-2loop-hop, where besides every other set is armed by
-// the other loop than the one its call came to (grpc_floor_loops.h).
+// the other loop than the one its call came to (grpc_floor_loops.h); and
+// timer-1+cb-idle, timer-1 in a server that also has a service on the
+// callback API which no call reaches (gRPC's threads for that API then poll
+// the same connections as the completion queue's thread).
 // --durable: the ceilings of shapes whose answers wait for an fdatasync'd
 // log (callback+log, cq1+writer, cq1+log: grpc_floor_serve.cc) against the
 // best of those that answer at once, in the same round.
@@ -275,8 +278,8 @@ int main(int argc, char** argv) {
                                            "sync"};
   std::vector<std::vector<double>> us(shapes.size()), peak(shapes.size());
   const std::vector<std::string> timer_shapes = {
-      "timer-1",      "timer-1+log", "timer-1+writer", "timer-cb",
-      "timer-cb+log", "timer-2loop", "timer-2loop-hop"};
+      "timer-1",      "timer-1+log", "timer-1+writer",  "timer-cb",
+      "timer-cb+log", "timer-2loop", "timer-2loop-hop", "timer-1+cb-idle"};
   std::vector<std::vector<double>> timer_us(timer_shapes.size());
   for (int r = 0; r < rounds; ++r) {
     for (std::size_t s = 0; s < timer_shapes.size(); ++s) {
@@ -294,7 +297,8 @@ int main(int argc, char** argv) {
       "timer-1: one completion-queue thread; timer-cb: the callback API and "
       "a timer thread; +log: each set synced first; +writer: synced and "
       "answered by a writer thread; 2loop: two completion-queue threads, "
-      "-hop: half the sets armed by the other):\n",
+      "-hop: half the sets armed by the other; +cb-idle: timer-1 beside an "
+      "idle callback service):\n",
       rate / 2, static_cast<long long>(kAhead.count()));
   for (std::size_t s = 0; s < timer_shapes.size(); ++s) {
     Print(timer_shapes[s].c_str(), timer_us[s], "us", 1);

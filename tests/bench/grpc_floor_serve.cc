@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "delayd/v1/delayd.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "tests/bench/grpc_floor.h"
 #include "tests/bench/grpc_floor_loops.h"
@@ -411,13 +412,20 @@ void AnswerNow(AsyncCall* c) {
   }
   std::unique_ptr<grpc::ServerCompletionQueue> cq_second;
   if (shape.rfind("timer-2loop", 0) == 0) cq_second = b.AddCompletionQueue();
+  // timer-1+cb-idle: timer-1 beside a service on the callback API that no
+  // call reaches (as delayd's other methods would be, were only its timer
+  // calls on the completion-queue API).
+  delayd::v1::Delayd::CallbackService idle_callback;
+  if (shape == "timer-1+cb-idle") b.RegisterService(&idle_callback);
   auto server = b.BuildAndStart();
   if (write(port_fd, &port, sizeof port) != sizeof port) std::_Exit(1);
   if (!cq) {
     server->Wait();
     std::_Exit(0);
   }
-  if (shape == "timer-1") ServeTimers(async, cq.get(), -1);
+  if (shape == "timer-1" || shape == "timer-1+cb-idle") {
+    ServeTimers(async, cq.get(), -1);
+  }
   if (shape == "timer-2loop") {
     ServeLoops(async, cq.get(), cq_second.get(), /*hop_sets=*/false);
   }
