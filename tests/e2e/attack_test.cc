@@ -272,10 +272,12 @@ TEST_F(Attack, OversizedRequestsAreRefusedBeforeParsing) {
   EXPECT_EQ(good.WaitFor(100, 10s), 100u);
   // (Parsed, the other methods' requests grew the daemon by 296 MB; with
   // those refused by size, Batch's parsed with their unknown fields still
-  // took 129 MB. Now 51-87 MB: the buffers gRPC received them into, Batch's
-  // copy in one piece, gRPC's own.)
+  // took 129 MB. Now 51-164 MB (19 runs here, 56-164): the buffers
+  // gRPC received them into, eight connections' at once at the peak, which
+  // the timing of the attackers decides, Batch's copy in one piece, gRPC's
+  // own. The bound is under what parsing took.)
   if (kCheckMemory) {
-    EXPECT_LT(rss.growth(), 150u << 20);
+    EXPECT_LT(rss.growth(), 250u << 20);
   }
   std::printf("oversized requests: RSS growth %.1f MB\n", rss.growth() / 1e6);
 }
