@@ -46,7 +46,7 @@ void Dispatcher::Publish(std::vector<Event> events) {
   // counts every event exactly once.
   const std::size_t n = events.size();
   counters_.ready.fetch_add(n);
-  mine_.ready.fetch_add(n, std::memory_order_relaxed);
+  mine_.ready.fetch_add(n);
   asio::post(strand_, [this, events = std::move(events)]() mutable {
     on_strand_.Enter();
     if (closed_) {
@@ -174,7 +174,14 @@ void Dispatcher::Subscribe(std::uint64_t id,
       subscriber->End(Status::Unavailable("delayd is shutting down"));
       return;
     }
+    // A stream's backlog written out frees room only for events that wait
+    // for it: with none ready, no turn is taken (one wake-up of the pool
+    // less per write). The ready count is raised before a turn reads the
+    // stream's backlog, and the stream lowers its backlog before it reads
+    // the count, each in one total order (seq_cst): either that turn sees
+    // the room or this sees the events.
     subscriber->on_drained = [this] {
+      if (mine_.ready.load() == 0) return;
       asio::post(strand_, [this] {
         on_strand_.Enter();
         Pump();
@@ -410,7 +417,7 @@ void Dispatcher::Requeue(std::uint64_t event_id, Outstanding& o) {
   ready_.push_front(event_id);
   counters_.ready.fetch_add(1);
   counters_.redelivered.fetch_add(1);
-  mine_.ready.fetch_add(1, std::memory_order_relaxed);
+  mine_.ready.fetch_add(1);
   mine_.redelivered.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -419,7 +426,7 @@ void Dispatcher::TakeBack(std::uint64_t event_id, Outstanding& o) {
   if (o.event.attempt > 0) --o.event.attempt;
   ready_.push_front(event_id);
   counters_.ready.fetch_add(1);
-  mine_.ready.fetch_add(1, std::memory_order_relaxed);
+  mine_.ready.fetch_add(1);
   // (It stays counted as delivered, when it was handed over: the total
   // only grows, as a Prometheus counter must.)
 }
@@ -488,7 +495,7 @@ void Dispatcher::TakeAckTimeouts() {
       counters_.retrying.fetch_sub(1);
       counters_.ready.fetch_add(1);
       mine_.retrying.fetch_sub(1, std::memory_order_relaxed);
-      mine_.ready.fetch_add(1, std::memory_order_relaxed);
+      mine_.ready.fetch_add(1);
     } else {
       // Its ack deadline: the delivery failed.
       Fail(event_id, o, BackoffFor(o));

@@ -248,7 +248,7 @@ void Dispatcher::RequeueOrPurge(bool purge,
   mine_.dead_letters.fetch_sub(n, std::memory_order_relaxed);
   if (!purge) {
     counters_.ready.fetch_add(n);
-    mine_.ready.fetch_add(n, std::memory_order_relaxed);
+    mine_.ready.fetch_add(n);
     Pump();
   }
   if (batch.empty()) {

@@ -160,6 +160,23 @@ TEST_P(DispatcherTest, EventsGoRoundRobinToWorkersWithRoom) {
   EXPECT_EQ(more[3].key, "k6");
 }
 
+// A worker held back by its unwritten bytes gets the events that waited
+// for it once its stream is written out, with nothing else happening (no
+// ack, no new event): the drained stream alone takes the turn.
+TEST_P(DispatcherTest, EventsHeldBackByAStreamsBacklogGoOnceItDrains) {
+  limits_.worker_backlog_bytes = 1;  // Full with one unwritten event.
+  auto w = Subscribe(/*max_in_flight=*/100, 60s, false, /*stalled=*/true);
+  Publish(1);
+  ASSERT_EQ(w->WaitFor(1, 10s).size(), 1u);
+  Publish(4, 1);
+  Advance(0ns);
+  EXPECT_EQ(w->got().size(), 1u);
+  EXPECT_EQ(counters_.of(0).ready.load(), 4u);
+  w->Unstall();
+  EXPECT_EQ(w->WaitFor(5, 10s).size(), 5u);
+  EXPECT_EQ(counters_.of(0).ready.load(), 0u);
+}
+
 // Stats read between Publish and the strand's taking the events (right after
 // recovery, or a firing) count them already, and once only.
 TEST_P(DispatcherTest, PublishedEventsCountAsReadyBeforeTheStrandRuns) {
