@@ -117,7 +117,11 @@ class Subscriber : public std::enable_shared_from_this<Subscriber> {
 
   // Set by the dispatcher before anything is delivered; the subscriber
   // calls it (from any thread) each time its backlog has been written out,
-  // so that a worker held back by its backlog gets more.
+  // so that a worker held back by its backlog gets more. The subscriber
+  // lowers what Unwritten() reports (a seq_cst atomic, or under a lock
+  // that Unwritten() takes too) before the call: the dispatcher takes a
+  // turn only if events are ready by then, and relies on a turn that ran
+  // earlier having seen the backlog it lowered.
   std::function<void()> on_drained;
 };
 
