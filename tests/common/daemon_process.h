@@ -118,6 +118,11 @@ class DaemonProcess {
   }
   pid_t pid() const { return pid_; }
   std::string address() const { return "127.0.0.1:" + std::to_string(port()); }
+  // Whether the child's output has ended: it and what it forked exited.
+  bool exited() const {
+    std::lock_guard lock(mu_);
+    return eof_;
+  }
   // What the child printed so far (the start and the latest part of it, if
   // it printed more than kKeepBytes).
   std::string output() const {

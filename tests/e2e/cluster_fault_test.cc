@@ -9,9 +9,12 @@
 // duplicates no more than what can be in flight at the faults.
 #include <signal.h>
 
+#include <ctime>
+#include <iomanip>
 #include <iostream>
 #include <set>
 #include <sstream>
+#include <vector>
 
 #include "tests/common/tcp_proxy.h"
 #include "tests/e2e/fault_load.h"
@@ -76,6 +79,50 @@ class ClusterFaults : public Cluster {
     const std::size_t from = load_->size();
     ASSERT_TRUE(Eventually([&] { return load_->size() >= from + n; }, 60s))
         << load_->size() - from << " of " << n;
+  }
+  // Prints `what` with the wall clock's time, to be read beside the nodes'
+  // log lines.
+  static void Mark(const std::string& what) {
+    const auto now = std::chrono::system_clock::now();
+    const std::time_t t = std::chrono::system_clock::to_time_t(now);
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                        now.time_since_epoch())
+                        .count() %
+                    1000;
+    std::tm tm{};
+    gmtime_r(&t, &tm);
+    char at[32];
+    std::strftime(at, sizeof at, "%H:%M:%S", &tm);
+    std::cout << "[ fault    ] " << at << "." << std::setfill('0')
+              << std::setw(3) << ms << " " << what << std::endl;
+  }
+  // What a failed wait for the owners says: each node's warnings, errors,
+  // signals and starts, then its last lines (the whole logs would be cut
+  // short by ctest's output limit).
+  std::string Story() {
+    std::string out;
+    for (const auto& [name, node] : nodes_) {
+      std::istringstream lines(node->output());
+      std::vector<std::string> tail;
+      out +=
+          "--- " + name + (node->exited() ? " (exited)" : " (running)") + "\n";
+      for (std::string line; std::getline(lines, line);) {
+        if (line.find(" error ") != std::string::npos ||
+            line.find(" warning ") != std::string::npos ||
+            line.find(" critical ") != std::string::npos ||
+            line.find("signal") != std::string::npos ||
+            line.find("starting") != std::string::npos) {
+          out += line + "\n";
+        }
+        tail.push_back(line);
+      }
+      out += "  (last lines)\n";
+      for (std::size_t i = tail.size() > 8 ? tail.size() - 8 : 0;
+           i < tail.size(); ++i) {
+        out += tail[i] + "\n";
+      }
+    }
+    return out;
   }
   // What a failed Finish says of the keys not delivered: each with its
   // fire time, its row in the database and its partition's owner.
@@ -184,7 +231,9 @@ TEST_F(ClusterFaults, AFrozenNodeActsOnNothingItLost) {
   ASSERT_NO_FATAL_FAILURE(Load(300));
   ASSERT_EQ(kill(nodes_["b"]->pid(), SIGCONT), 0);
   book_.Up("b", nodes_["b"]->address());
-  ASSERT_TRUE(Eventually([&] { return OwnerCount() == 3; }, 30s)) << Owners();
+  ASSERT_TRUE(Eventually([&] { return OwnerCount() == 3; }, 30s))
+      << Owners() << "\n"
+      << Story();
   ASSERT_NO_FATAL_FAILURE(Load(300));
   Finish("a node frozen past its lease", 1);
 }
@@ -229,14 +278,18 @@ TEST_F(ClusterFaults, ANodeCutOffFromTheDatabaseActsOnNothingItLost) {
                                      std::to_string(proxy.port()) + "/" + db_));
   Begin();
   ASSERT_NO_FATAL_FAILURE(Load(300));
+  Mark("c cut off");
   proxy.Cut();
   // (Within a few lease terms: a transaction of c's left open by the cut
   // must not hold its leases' rows.)
   ASSERT_TRUE(Eventually([&] { return OthersOwnAll("c"); }, 5s)) << Owners();
+  Mark("a and b own all");
   ASSERT_NO_FATAL_FAILURE(Load(300));
+  Mark("c healed");
   proxy.Heal();
   ASSERT_TRUE(Eventually([&] { return OwnerCount() == 3; }, 30s))
-      << Owners() << nodes_["c"]->output();
+      << Owners() << "\n"
+      << Story();
   ASSERT_NO_FATAL_FAILURE(Load(300));
   Finish("a node cut off from the database", 1);
 }

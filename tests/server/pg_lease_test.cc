@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <map>
@@ -402,6 +403,39 @@ TEST_F(PgLeaseTest, AKeeperWhoseDatabaseCallHangsLetsGoOnItsOwnClock) {
   for (const auto& [part, epoch] : a.epochs) {
     EXPECT_EQ(epoch, 2) << "partition " << part;
   }
+}
+
+// A write transaction left open on leases (its node was cut off from the
+// database mid-send; the server keeps the transaction until it notices)
+// holds up the taking of those leases, but never the taker's heartbeat and
+// renewals: the taker stays live and keeps its own partitions meanwhile,
+// and takes the others once the transaction ends.
+TEST_F(PgLeaseTest, ATransactionLeftOpenOnLeasesHoldsUpNoKeepersHeartbeat) {
+  const LeaseTerms terms{600ms, 200ms};
+  Node a(url_, "a", terms), b(url_, "b", terms);
+  a.keeper.Start();
+  b.keeper.Start();
+  ASSERT_TRUE(Eventually([&] { return a.holds() == 4 && b.holds() == 4; }));
+  Conn cut = Connect();
+  Result fence = BeginFenced(cut.get(), "b", b.keeper.held());
+  ASSERT_EQ(PQresultStatus(fence.get()), PGRES_TUPLES_OK);
+  b.keeper.Stop(/*release=*/false);
+  // Three terms past b's leases' expiry, a's taking of them waits on the
+  // open transaction's locks all along; a's own four stay a's.
+  Conn watch = Connect();
+  const auto end = std::chrono::steady_clock::now() + 3 * terms.ttl;
+  while (std::chrono::steady_clock::now() < end) {
+    ASSERT_EQ(a.losses.load(), 0u) << "a lost leases while a taking waited";
+    std::vector<std::string> live;
+    ASSERT_TRUE(LiveNodes(watch.get(), terms.ttl, &live).ok());
+    ASSERT_TRUE(std::find(live.begin(), live.end(), "a") != live.end())
+        << "a's heartbeat stopped while a taking waited";
+    std::this_thread::sleep_for(20ms);  // (a sampling interval)
+  }
+  EXPECT_EQ(a.holds(), 4u);
+  ASSERT_TRUE(Ok(cut.get(), "ROLLBACK"));
+  ASSERT_TRUE(Eventually([&] { return a.holds() == 8; }));
+  a.keeper.Stop(/*release=*/true);
 }
 
 TEST(PgLeaseBalance, LiveNodesGetEvenSharesAndNeverTakeFromEachOther) {

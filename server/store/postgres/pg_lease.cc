@@ -246,6 +246,16 @@ Status Release(PGconn* conn, std::string_view node,
              p, "releasing partition leases", &r);
 }
 
+Status LimitLockWaits(PGconn* conn, std::chrono::milliseconds wait) {
+  Params p;
+  Result r;
+  const std::string sql =
+      "SET lock_timeout = " + std::to_string(std::max<long long>(
+                                  1, static_cast<long long>(wait.count())));
+  return Run(conn, sql.c_str(), p, "bounding the lease keeper's lock waits",
+             &r);
+}
+
 Status Listen(PGconn* conn) {
   for (const char* channel : {kLeaseChannel, kPolicyChannel}) {
     Params p;

@@ -121,6 +121,15 @@ inline constexpr const char* kPolicyChannel = "delayd_policies";
 Status Listen(PGconn* conn);
 Status Notify(PGconn* conn);
 
+// Bounds how long each later statement on `conn` waits for a row lock.
+// A keeper's statements wait on locks that nodes' write transactions hold
+// (delayd_fence's shared locks): one held on and on (a transaction whose
+// node was cut off from the database mid-send stays open until the server
+// notices) must not hold up the keeper's heartbeat, or its node would stop
+// counting as live. A statement that waits longer fails UNAVAILABLE
+// (55P03), and the next round tries again.
+Status LimitLockWaits(PGconn* conn, std::chrono::milliseconds wait);
+
 // The statement a write transaction starts with, and its parameters.
 inline constexpr const char* kFenceSql =
     "SELECT delayd_fence($1::text, $2::int4[], $3::int8[])";

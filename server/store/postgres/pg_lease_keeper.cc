@@ -127,7 +127,15 @@ void LeaseKeeper::Run() {
     }
     if (!conn || PQstatus(conn.get()) != CONNECTION_OK) {
       conn = ConnectTo(options_.conninfo);
-      if (PQstatus(conn.get()) == CONNECTION_OK) (void)Listen(conn.get());
+      // (A round's lock wait is bounded to a quarter of the term, so that
+      // the round's heartbeat is never more than a term apart.)
+      if (PQstatus(conn.get()) == CONNECTION_OK) {
+        if (LimitLockWaits(conn.get(), options_.terms.ttl / 4).ok()) {
+          (void)Listen(conn.get());
+        } else {
+          conn.reset();
+        }
+      }
     }
     const bool connected = PQstatus(conn.get()) == CONNECTION_OK;
     if (stopping) {
