@@ -286,18 +286,23 @@ TEST_F(DelaydTest, AWorkStreamReadsNoMoreWhileItsAnswersAreUnread) {
     ack.mutable_ack()->add_event_ids(id << 20);
   }
   std::atomic<int> written{0};
+  constexpr int kRequests = 1000;
   std::thread writer([&] {
-    for (int i = 0; i < 400 && stream->Write(ack); ++i) written.fetch_add(1);
+    for (int i = 0; i < kRequests && stream->Write(ack); ++i) {
+      written.fetch_add(1);
+    }
   });
-  // 400 requests of 100 KB each are 40 MB, their answers as many; read
-  // without bound they all go within 0.3 s here. The writer must stall
-  // before the last (the deadline is the expected outcome): about half
-  // fit in the connection's flow-control windows.
+  // 1,000 requests of 100 KB each are 100 MB, their answers as many; read
+  // without bound 400 go within 0.3 s here. The writer must stall before
+  // the last (the deadline is the expected outcome): 184-254 requests fit
+  // in the flow-control windows here, which gRPC grows with its estimate
+  // of the connection's bandwidth and delay, so the total is far past them.
   const auto deadline = std::chrono::steady_clock::now() + 3s;
-  while (written.load() < 400 && std::chrono::steady_clock::now() < deadline) {
+  while (written.load() < kRequests &&
+         std::chrono::steady_clock::now() < deadline) {
     std::this_thread::yield();
   }
-  EXPECT_LT(written.load(), 400) << "the daemon read on without bound";
+  EXPECT_LT(written.load(), kRequests) << "the daemon read on without bound";
   ctx.TryCancel();
   writer.join();
   // The daemon serves on.
