@@ -127,8 +127,9 @@ void LeaseKeeper::Run() {
     }
     if (!conn || PQstatus(conn.get()) != CONNECTION_OK) {
       conn = ConnectTo(options_.conninfo);
-      // (A round's lock wait is bounded to a quarter of the term, so that
-      // the round's heartbeat is never more than a term apart.)
+      // (Each statement's lock wait is bounded to a quarter of the term: a
+      // round held up by another transaction's locks still ends, and the
+      // next one's heartbeat follows, within about a term.)
       if (PQstatus(conn.get()) == CONNECTION_OK) {
         if (LimitLockWaits(conn.get(), options_.terms.ttl / 4).ok()) {
           (void)Listen(conn.get());

@@ -7,6 +7,10 @@
 // gains and loses is told to `on_change`, on its thread, gains with their
 // epochs (the fencing tokens of the node's writes).
 //
+// No statement of a round waits more than a quarter of the term for a row
+// lock (LimitLockWaits): a write transaction left open on the leases holds
+// up a taking, never the heartbeat of the rounds after it.
+//
 // A lease is dropped, and told as lost, when it is not renewed (another node
 // took it) or when its own-clock validity passes without a renewal (the
 // database cannot be reached): a node never acts for a partition longer
