@@ -127,11 +127,11 @@ void LeaseKeeper::Run() {
     }
     if (!conn || PQstatus(conn.get()) != CONNECTION_OK) {
       conn = ConnectTo(options_.conninfo);
-      // (Each statement's lock wait is bounded to a quarter of the term: a
-      // round held up by another transaction's locks still ends, and the
-      // next one's heartbeat follows, within about a term.)
+      // (Each statement's lock wait is bounded to a sixth of the term: a
+      // round held up by another transaction's locks still ends well
+      // within the renewals' margin.)
       if (PQstatus(conn.get()) == CONNECTION_OK) {
-        if (LimitLockWaits(conn.get(), options_.terms.ttl / 4).ok()) {
+        if (LimitLockWaits(conn.get(), options_.terms.ttl / 6).ok()) {
           (void)Listen(conn.get());
         } else {
           conn.reset();
@@ -170,8 +170,10 @@ void LeaseKeeper::Run() {
       policies_told_ = Clock::now();
       options_.on_policies();
     }
+    // (A third of the term from the round's start, not its end: a round
+    // slowed by a lock wait does not push the next renewal back.)
     WaitForRound(connected ? conn.get() : nullptr,
-                 Clock::now() + options_.terms.ttl / 3);
+                 started + options_.terms.ttl / 3);
   }
 }
 

@@ -7,7 +7,7 @@
 // gains and loses is told to `on_change`, on its thread, gains with their
 // epochs (the fencing tokens of the node's writes).
 //
-// No statement of a round waits more than a quarter of the term for a row
+// No statement of a round waits more than a sixth of the term for a row
 // lock (LimitLockWaits): a write transaction left open on the leases holds
 // up a taking, never the heartbeat of the rounds after it.
 //
