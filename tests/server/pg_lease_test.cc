@@ -411,7 +411,9 @@ TEST_F(PgLeaseTest, AKeeperWhoseDatabaseCallHangsLetsGoOnItsOwnClock) {
 // renewals: the taker stays live and keeps its own partitions meanwhile,
 // and takes the others once the transaction ends.
 TEST_F(PgLeaseTest, ATransactionLeftOpenOnLeasesHoldsUpNoKeepersHeartbeat) {
-  const LeaseTerms terms{600ms, 200ms};
+  // (Terms long enough for a loaded machine under a sanitizer: rounds
+  // 0.5 s apart, lock waits of 0.25 s, renewals valid for 1 s.)
+  const LeaseTerms terms{1500ms, 500ms};
   Node a(url_, "a", terms), b(url_, "b", terms);
   a.keeper.Start();
   b.keeper.Start();
