@@ -9,13 +9,12 @@
 // duplicates no more than what can be in flight at the faults.
 #include <signal.h>
 
-#include <ctime>
-#include <iomanip>
 #include <iostream>
 #include <set>
 #include <sstream>
 #include <vector>
 
+#include "server/common/rfc3339.h"
 #include "tests/common/tcp_proxy.h"
 #include "tests/e2e/fault_load.h"
 
@@ -83,18 +82,8 @@ class ClusterFaults : public Cluster {
   // Prints `what` with the wall clock's time, to be read beside the nodes'
   // log lines.
   static void Mark(const std::string& what) {
-    const auto now = std::chrono::system_clock::now();
-    const std::time_t t = std::chrono::system_clock::to_time_t(now);
-    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                        now.time_since_epoch())
-                        .count() %
-                    1000;
-    std::tm tm{};
-    gmtime_r(&t, &tm);
-    char at[32];
-    std::strftime(at, sizeof at, "%H:%M:%S", &tm);
-    std::cout << "[ fault    ] " << at << "." << std::setfill('0')
-              << std::setw(3) << ms << " " << what << std::endl;
+    std::cout << "[ fault    ] " << Rfc3339Millis(WallNow()) << " " << what
+              << std::endl;
   }
   // What a failed wait for the owners says: each node's warnings, errors,
   // signals and starts, then its last lines (the whole logs would be cut
@@ -280,8 +269,10 @@ TEST_F(ClusterFaults, ANodeCutOffFromTheDatabaseActsOnNothingItLost) {
   ASSERT_NO_FATAL_FAILURE(Load(300));
   Mark("c cut off");
   proxy.Cut();
-  // (Within a few lease terms: a transaction of c's left open by the cut
-  // must not hold its leases' rows.)
+  // (Within a few lease terms: this load's write groups fit in one of the
+  // proxy's reads, so the cut falls between c's transactions. One cut in
+  // the middle would hold the partitions it touched until the heal: the
+  // README's keepalives.)
   ASSERT_TRUE(Eventually([&] { return OthersOwnAll("c"); }, 5s)) << Owners();
   Mark("a and b own all");
   ASSERT_NO_FATAL_FAILURE(Load(300));

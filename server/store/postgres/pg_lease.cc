@@ -249,6 +249,7 @@ Status Release(PGconn* conn, std::string_view node,
 Status LimitLockWaits(PGconn* conn, std::chrono::milliseconds wait) {
   Params p;
   Result r;
+  // (At least 1 ms: a lock_timeout of 0 turns the bound off.)
   const std::string sql =
       "SET lock_timeout = " + std::to_string(std::max<long long>(
                                   1, static_cast<long long>(wait.count())));
