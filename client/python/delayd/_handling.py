@@ -60,6 +60,20 @@ class _Done:
             self._old, self._ids = ids, set()
             self._turn_at = now + self.window
 
+    def add_all(self, event_ids: list[int], now: float) -> None:
+        """Adds ids handled by ``now`` (time.monotonic()), as add() each."""
+        ids, half, turn_at = self._ids, self._half, self._turn_at
+        for event_id in event_ids:
+            ids.add(event_id)
+            if now >= turn_at or len(ids) >= half:
+                self._old, self._ids = ids, set()
+                turn_at = self._turn_at = now + self.window
+                ids = self._ids
+
+    def generations(self) -> tuple[set[int], set[int]]:
+        """The ids as two sets (valid until the next add)."""
+        return self._ids, self._old
+
     def __contains__(self, event_id: int) -> bool:
         return event_id in self._ids or event_id in self._old
 

@@ -16,26 +16,31 @@ class Sending:
     """Mixed into Worker, whose state (and lock) it uses."""
 
     def _send_loop(self) -> None:
-        """Sends the acks and nacks handler threads leave: acks a thread
-        left to run the next queued event (sent if still there 10 ms
-        later: the thread that empties the queue usually sends them first,
-        and waking this thread for each would cost more than the send),
-        and sends that failed once."""
+        """Sends the acks and nacks handler threads leave: while events are
+        in hand it records, every 10 ms, the outcomes pool threads left
+        (a thread running a quick burst records them itself once the queue
+        is empty, and usually sends them first: waking this thread for
+        each would cost more than the send), and sends them; and sends
+        what failed once."""
         while True:
+            recorded = []
             with self._mu:
                 while not self._finished.is_set():
-                    if self._running and (self._queued or not self._reading):
+                    if self._in_hand():
                         self._out.wait(0.01)
+                        for results in self._results:
+                            if results:
+                                recorded += self._record(results)
                         self._wake_one()  # (see "The pool")
                     elif not (self._acks or self._nacks):
                         self._out.wait(0.2)
                         continue
-                    elif self._running:
-                        self._out.wait(0.01)
                     if self._acks or self._nacks:
                         break
                 if self._finished.is_set():
                     return
+            if recorded:
+                self._call_hooks(recorded)
             self._flush(deadline=None)
 
     def _send_now(self) -> None:

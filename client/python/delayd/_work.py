@@ -50,7 +50,7 @@ class WorkStream:
                 for answer in msg.answers:
                     self._answered(answer)
                 if msg.events:
-                    yield [types.Event.from_pb(e) for e in msg.events]
+                    yield types.events_of(msg.events)
         except grpc.RpcError as rpc_error:
             if rpc_error.code() == grpc.StatusCode.CANCELLED:
                 return

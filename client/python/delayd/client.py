@@ -214,7 +214,7 @@ class Subscription:
                     self._on_registered()
                     self._on_registered = None
                 if msg.events:
-                    yield [types.Event.from_pb(e) for e in msg.events]
+                    yield types.events_of(msg.events)
         except grpc.RpcError as rpc_error:
             if rpc_error.code() == grpc.StatusCode.CANCELLED:
                 return

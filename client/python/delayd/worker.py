@@ -86,8 +86,16 @@ class Worker(Sending):
         self._mu = threading.Condition(self._lock)
         self._work = threading.Condition(self._lock)
         self._out = threading.Condition(self._lock)
-        # Guarded by _lock:
+        # The events received and not yet taken by a pool thread: appended
+        # under _lock, taken by a pool thread's popleft() with or without
+        # it (a deque's append and popleft are atomic, so each event is
+        # taken once).
         self._queued: collections.deque[types.Event] = collections.deque()
+        # Each pool thread's outcomes not yet recorded, (event, error,
+        # started, ended): appended by that thread alone, without _lock;
+        # taken and recorded under _lock, by it or the send loop.
+        self._results: list[collections.deque] = []
+        # Guarded by _lock:
         # Pool threads waiting on _work, and those woken not yet awake
         # (see _wake_one); whether one reads the stream; the stream.
         self._waiting = 0
@@ -99,9 +107,9 @@ class Worker(Sending):
         self._batches = None  # its messages' events, as they come
         self._backoff = waits(self._reconnect)
         self._retry_at = 0.0  # no reconnection before (monotonic)
-        # The events queued or running, by id, and how many run.
+        # The events queued, running or run but not yet recorded, by id
+        # (those past the queue are "in hand": _in_hand()).
         self._held: dict[int, types.Event] = {}
-        self._running = 0
         self._done = _Done(dedup_window)
         self._acks: list[int] = []  # event ids to acknowledge
         self._nacks: list[tuple] = []  # (event id, error text, retry after)
@@ -116,10 +124,12 @@ class Worker(Sending):
 
     def start(self) -> None:
         """Starts the worker's threads and returns."""
-        targets = [self._send_loop, self._lease_loop]
-        targets += [self._run_loop] * self.concurrency
-        for target in targets:
-            t = threading.Thread(target=target, daemon=True,
+        self._results = [collections.deque()
+                         for _ in range(self.concurrency)]
+        targets = [(self._send_loop, ()), (self._lease_loop, ())]
+        targets += [(self._run_loop, (r,)) for r in self._results]
+        for target, args in targets:
+            t = threading.Thread(target=target, args=args, daemon=True,
                                  name=f"delayd-{target.__name__.strip('_')}")
             t.start()
             self._threads.append(t)
@@ -156,14 +166,16 @@ class Worker(Sending):
         # another worker) while its handler still ran here. Events that
         # arrive meanwhile are given back at once (_received).
         with self._mu:
-            given_back = list(self._queued)
-            self._queued.clear()
-            for e in given_back:
+            while True:  # (each taken once: pool threads take without _mu)
+                try:
+                    e = self._queued.popleft()
+                except IndexError:
+                    break
                 del self._held[e.id]
                 self._nacks.append((e.id, "the worker stopped", 0))
             self._work.notify_all()
             self._out.notify()
-        self._wait_while(lambda: self._running, time.monotonic() + grace)
+        self._wait_while(self._in_hand, time.monotonic() + grace)
         # What is left to send, and sends under way, get 5 s more (what a
         # Work stream answers with an error is to be sent again).
         deadline = time.monotonic() + 5
@@ -226,28 +238,31 @@ class Worker(Sending):
     # up the events behind it for one tick at most. The stream asks for no
     # more events than there are threads, so nothing waits for a reader
     # while every thread runs a handler.
+    #
+    # While handlers are quick a thread runs the queued events one after
+    # another without taking _lock: it takes each from the queue, which
+    # another thread woken meanwhile may take from too, and leaves each
+    # outcome in its results, recorded (the ack queued, the window of
+    # handled ids) once the queue is empty, or by the send loop on its
+    # tick while a handler still runs. Taking _lock per event cost a
+    # quick handler's worker more than all else it does per event.
 
-    def _run_loop(self) -> None:
+    def _run_loop(self, results: collections.deque) -> None:
         # (The handler's run is inline, and the hooks are looked up only
         # when set: each call saved here is a tenth of a quick handler's
         # cost per event.)
         handler, hooks, monotonic = self.handler, self.hooks, time.monotonic
-        # The event just run (None: none), its error, its start and end.
-        event, error, started, ended = None, None, 0.0, 0.0
+        queued, put = self._queued, results.append
+        hooked = hooks.on_handled is not None or hooks.on_failed is not None
         while True:
             with self._lock:
-                send = event is not None and \
-                    self._handled(event, error, started, ended)
+                recorded = self._record(results) if results else ()
                 task = self._next_task()
-            if event is not None:
-                if send:
+            if recorded:
+                if not queued:
                     self._send_now()
-                if error is None:
-                    if hooks.on_handled is not None:
-                        self._hook("on_handled", event, ended - started)
-                elif hooks.on_failed is not None:
-                    self._hook("on_failed", event, error, ended - started)
-                event = None
+                if hooked:
+                    self._call_hooks(recorded)
             if task is _EXIT:
                 return
             if task is None:
@@ -256,13 +271,21 @@ class Worker(Sending):
                     self._reading = False
                     if self._avg_seconds >= _SLOW:
                         self._wake_one()
-            else:
-                event, error, started = task, None, monotonic()
+                continue
+            event = task
+            while True:
+                started = monotonic()
                 try:
                     handler(event)
+                    put((event, None, started, monotonic()))
                 except BaseException as e:  # noqa: BLE001 (its failure)
-                    error = e
-                ended = monotonic()
+                    put((event, e, started, monotonic()))
+                if self._avg_seconds >= _SLOW or self._stopped_now:
+                    break  # (one at a time: see above)
+                try:
+                    event = queued.popleft()
+                except IndexError:
+                    break
 
     def _next_task(self):
         """Under _mu: an event to run, None to read the stream, or _EXIT."""
@@ -270,8 +293,10 @@ class Worker(Sending):
             if self._stopped_now:
                 return _EXIT
             if self._queued:
-                event = self._queued.popleft()
-                self._running += 1
+                try:
+                    event = self._queued.popleft()
+                except IndexError:  # (taken meanwhile, without _mu)
+                    continue
                 if self._avg_seconds >= _SLOW:
                     self._wake_one()
                 return event
@@ -285,7 +310,6 @@ class Worker(Sending):
             self._work.wait()
             self._waiting -= 1
             self._woken = max(0, self._woken - 1)
-
     def _wake_one(self) -> None:
         """Under _mu: wakes a waiting thread if events wait or nobody
         reads, unless one woken has yet to take its turn (which wakes the
@@ -375,40 +399,65 @@ class Worker(Sending):
             for event in batch:
                 self._hook("on_event", event,
                            max(0.0, now - event.fire_time_ns / 1e9))
-        done, held, queued = self._done, self._held, self._queued
+        held, queued = self._held, self._queued
         with self._mu:
+            # (The window's two generations looked up here: `in` on the
+            # window would be a call per event.)
+            new, old = self._done.generations()
             for event in batch:
                 i = event.id
-                if i in done:
+                if i in new or i in old:
                     self._acks.append(i)  # handled already
                 elif i in held:
                     pass  # in hand: its lease is kept, its ack will go
                 elif self._stopping:
                     self._nacks.append((i, "the worker stopped", 0))
                 else:
-                    queued.append(event)
                     held[i] = event
+                    queued.append(event)
             if self._acks or self._nacks:
                 self._out.notify()
 
-    def _handled(self, event: types.Event, error: Optional[BaseException],
-                 started: float, ended: float) -> bool:
-        """Under _mu: queues a handled event's ack or nack; whether this
-        thread sends now. With events still queued this thread runs the
-        next one and the send loop sends (a burst's acks leave together)."""
-        self._held.pop(event.id, None)
-        self._running -= 1
-        self._avg_seconds += (ended - started - self._avg_seconds) / 8
-        if error is None:
-            self._done.add(event.id, ended)
-            self._acks.append(event.id)
-        else:
-            after = error.after if isinstance(error, Retry) else None
-            text = str(error) or type(error).__name__
-            self._nacks.append((event.id, text, after))
-        if self._stopping and not self._running:
-            self._mu.notify_all()  # (stop() waits for none running)
-        return not self._queued
+    def _record(self, results: collections.deque) -> list:
+        """Under _mu: records the outcomes a pool thread left in `results`
+        (each event's ack or nack, the window of handled ids); returns
+        them. A thread that empties the queue sends them (_run_loop); with
+        events still queued it runs the next and the send loop sends (a
+        burst's acks leave together)."""
+        held, acks, avg = self._held, self._acks, self._avg_seconds
+        out, handled, ended = [], [], 0.0
+        while results:  # (only holders of _mu take from it)
+            outcome = results.popleft()
+            event, error, started, ended = outcome
+            held.pop(event.id, None)
+            avg += (ended - started - avg) / 8
+            if error is None:
+                handled.append(event.id)
+            else:
+                after = error.after if isinstance(error, Retry) else None
+                text = str(error) or type(error).__name__
+                self._nacks.append((event.id, text, after))
+            out.append(outcome)
+        self._avg_seconds = avg
+        self._done.add_all(handled, ended)
+        acks += handled
+        if self._stopping and not self._in_hand():
+            self._mu.notify_all()  # (stop() waits for none in hand)
+        return out
+
+    def _in_hand(self) -> int:
+        """Under _mu: how many events pool threads took and whose outcome
+        is not yet recorded (at most one more, while one is being taken)."""
+        return len(self._held) - len(self._queued)
+
+    def _call_hooks(self, outcomes: list) -> None:
+        hooks = self.hooks
+        for event, error, started, ended in outcomes:
+            if error is None:
+                if hooks.on_handled is not None:
+                    self._hook("on_handled", event, ended - started)
+            elif hooks.on_failed is not None:
+                self._hook("on_failed", event, error, ended - started)
 
     def _hook(self, name: str, *args) -> None:
         hook = getattr(self.hooks, name)
@@ -422,6 +471,7 @@ class Worker(Sending):
     # ---- For tests and tools ----
 
     def running(self) -> int:
+        """Events taken by handlers and not yet recorded as done."""
         with self._mu:
-            return self._running
+            return self._in_hand()
 
