@@ -1,6 +1,6 @@
 """An AsyncWorker's Work stream (grpc.aio): its events in, and on the same
 stream its acks, nacks and lease extensions, each answered by the daemon
-under the ``ref`` it was sent with (see _work.py for the threaded one)."""
+under the ``ref`` it was sent with."""
 
 from __future__ import annotations
 

@@ -14,9 +14,9 @@ it, so the daemon hands it no more):
 - the handler returns: the event is acknowledged; it raises: the event is
   nacked with the error's text, and comes back after the policy's backoff
   (or after ``Retry(after=...)``); after the policy's last attempt it is a
-  dead letter. Acks, nacks and lease extensions go on the worker's stream
-  (the Work method), a message each; while it reconnects, or against a
-  daemon without Work (then Subscribe), as calls;
+  dead letter. The worker reads a Subscribe stream; acks, nacks and lease
+  extensions are calls (to any node: see "Acknowledgements" in
+  _sending.py for how they are sent);
 - while a handler runs, its event's lease is extended every third of the
   ack timeout, so a long job is never handed to another worker;
 - the stream ending (a node stopped or killed, a hand-over, a database
@@ -50,11 +50,9 @@ import time
 from typing import Callable, Optional
 
 from . import errors, types
-from ._api import subscribe_request
 from ._handling import Hooks, Retry, _Done, take_settings
 from ._retry import waits
 from ._sending import Sending
-from ._work import WorkStream
 from .client import Client
 from .config import Config, Retry as RetryPolicy
 
@@ -102,8 +100,7 @@ class Worker(Sending):
         self._woken = 0
         self._avg_seconds = 0.0  # handlers' time, a moving average
         self._reading = False
-        self._stream = None  # the WorkStream (or Subscription) being read
-        self._legacy = False  # the daemon has no Work method: Subscribe
+        self._stream = None  # the Subscription being read
         self._batches = None  # its messages' events, as they come
         self._backoff = waits(self._reconnect)
         self._retry_at = 0.0  # no reconnection before (monotonic)
@@ -119,6 +116,8 @@ class Worker(Sending):
         self._finished = threading.Event()
         self._sending = threading.Lock()  # held by a flush
         self._acking = 0  # acks of _send_now awaiting their answer
+        self._acks_sent = 0  # by _send_now
+        self._ack_seconds = 0.0  # their round trip, a moving average
 
     # ---- Life ----
 
@@ -176,8 +175,8 @@ class Worker(Sending):
             self._work.notify_all()
             self._out.notify()
         self._wait_while(self._in_hand, time.monotonic() + grace)
-        # What is left to send, and sends under way, get 5 s more (what a
-        # Work stream answers with an error is to be sent again).
+        # What is left to send, and sends under way, get 5 s more (an ack
+        # sent without waiting that fails is to be sent again).
         deadline = time.monotonic() + 5
         while True:
             self._wait_while(lambda: self._acking, deadline)
@@ -329,18 +328,6 @@ class Worker(Sending):
         except StopIteration:
             self._lost(None)
             return
-        except errors.Unimplemented as e:
-            if self._legacy:
-                self._lost(e)
-                return
-            # An older daemon, without Work: Subscribe, at once.
-            with self._mu:
-                self._legacy = True
-                stream, self._stream = self._stream, None
-                self._batches = None
-            if stream is not None:
-                stream.cancel()  # (ended already; nothing left behind)
-            return
         except errors.DelaydError as e:
             self._lost(e)
             return
@@ -362,15 +349,10 @@ class Worker(Sending):
             self._backoff = waits(self._reconnect)
             self._hook("on_stream", "connected", None)
 
-        if self._legacy:
-            stream = self.client.subscribe(
-                namespace=self.namespace, max_in_flight=self.concurrency,
-                ack_timeout=self.ack_timeout, keep_leases=True,
-                on_registered=registered)
-        else:
-            stream = WorkStream(self.client, subscribe_request(
-                self.namespace, False, self.concurrency, True,
-                self.ack_timeout), on_registered=registered)
+        stream = self.client.subscribe(
+            namespace=self.namespace, max_in_flight=self.concurrency,
+            ack_timeout=self.ack_timeout, keep_leases=True,
+            on_registered=registered)
         with self._mu:
             if self._stopping:
                 stream.cancel()
@@ -385,11 +367,8 @@ class Worker(Sending):
             self._batches = None
             if self._stopping:
                 return
-            # Another endpoint next time, after a jittered wait, asked for
-            # Work again (an older node left behind by a rolling upgrade
-            # refuses it at once).
+            # Another endpoint next time, after a jittered wait.
             self._retry_at = time.monotonic() + next(self._backoff)
-            self._legacy = False
         self._hook("on_stream", "lost", error)
         self.client._rotate(self.client._endpoint())
 

@@ -6,7 +6,8 @@
 #     stubs in its language (throughput at concurrency 32 and 1; lateness
 #     at 2,000 events/s, 50 ms ahead): Subscribe with an Ack call per
 #     message ("raw"), and at concurrency 32 also a Work stream with the
-#     Ack a message on it ("rawwork");
+#     Ack a message on it ("rawwork") and, in Python, the Subscribe loop on
+#     a channel that reads on the loop's thread, as the Worker's ("rawst");
 #   - the TypeScript Worker against BullMQ's Worker at the same concurrency
 #     (1, 32, 256; Redis without persistence, as delayd --in-memory).
 # TRIALS (default 1) runs each pair that many times in a round, the two
@@ -72,6 +73,7 @@ results=$work/results
 # PAIRS='py rawaio async throughput 50000 32'.
 pairs=("py raw library throughput 50000 32"
        "py rawwork library throughput 50000 32"
+       "py rawst library throughput 50000 32"
        "py raw library throughput 10000 1"
        "py raw library lateness 2000 10 50 32"
        "ts raw library throughput 50000 32"

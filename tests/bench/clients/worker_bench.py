@@ -12,7 +12,8 @@ nothing. Prints one JSON line.
 
 The hand-written loop is the one the raw API invites: read the stream,
 call the handler for each event of a message, acknowledge the message's
-events in one Ack, read on ("raw": Subscribe and an Ack call; "rawwork":
+events in one Ack, read on ("raw": Subscribe and an Ack call; "rawst": the
+same on a channel that reads the stream on the loop's thread; "rawwork":
 the same over a Work stream, the Ack a message on it; "rawaio": that over
 grpc.aio on an asyncio loop; "rawaiopool": the same loop handing each
 message's events to a pool thread). "library" is the Worker, "async" the
@@ -74,6 +75,21 @@ class Raw:
 
     def stop(self):
         self.call.cancel()
+
+
+class RawSt(Raw):
+    """The Subscribe loop on a channel with grpcio's single-threaded
+    unary-stream option, as the library's Worker reads: the reading thread
+    takes the stream's messages itself (no gRPC thread hands them over)."""
+
+    def __init__(self, handler, concurrency):
+        import grpc
+        import grpc.experimental
+        super().__init__(handler, concurrency)
+        self.stub = pb_grpc.DelaydStub(grpc.insecure_channel(
+            os.environ["DELAYD_ENDPOINT"], options=[(
+                grpc.experimental.ChannelOptions.SingleThreadedUnaryStream,
+                1)]))
 
 
 class RawWork(Raw):
@@ -199,7 +215,7 @@ class Async:
 
 def worker(handler, concurrency):
     """A started worker whose stream is registered."""
-    shapes = {"raw": Raw, "rawwork": RawWork, "rawaio": RawAio,
+    shapes = {"raw": Raw, "rawst": RawSt, "rawwork": RawWork, "rawaio": RawAio,
               "rawaiopool": RawAioPool, "async": Async}
     if MODE in shapes:
         w = shapes[MODE](handler, concurrency)

@@ -23,7 +23,6 @@ del sys.argv[1:3]
 
 import delayd  # noqa: E402
 import delayd._awork  # noqa: E402
-import delayd._work  # noqa: E402
 from delayd import _retry  # noqa: E402
 
 
@@ -343,21 +342,20 @@ class Workers(Fixture):
         self.assertGreaterEqual(e.fired_at, e.fire_time)
 
     def test_acks_whose_answers_are_lost_are_sent_again(self):
-        # The next answers to an ack on the Work stream are lost (after the
+        # The next answers to a handler thread's ack are lost (after the
         # ack was applied): the worker must send them again.
         c, ns = self.client, self.ns
         lost = [5]
-        real_send = delayd._work.WorkStream.send
+        real_once = c._ack_once
 
-        def send(stream, kind, request, on_answer):
-            def answered(error, count):
-                if kind == "ack" and error is None and lost[0] > 0:
-                    lost[0] -= 1
-                    error = delayd.Unavailable("the answer was lost")
-                on_answer(error, count)
-            real_send(stream, kind, request, answered)
+        def once(ids, namespace):
+            error = real_once(ids, namespace)
+            if error is None and lost[0] > 0:
+                lost[0] -= 1
+                error = delayd.Unavailable("the answer was lost")
+            return error
 
-        delayd._work.WorkStream.send = send
+        c._ack_once = once
         try:
             got = []
             w = delayd.Worker(ns, lambda e: got.append(e.key),
@@ -368,47 +366,68 @@ class Workers(Fixture):
             eventually(lambda: len(got) == 20, what="20 events")
             w.stop()
         finally:
-            delayd._work.WorkStream.send = real_send
+            c._ack_once = real_once
         self.assertEqual(lost, [0])
         self.assertEqual(sorted(got), sorted(f"k{i}" for i in range(20)))
         s = c.stats(namespace=ns).namespaces[0]
         self.assertEqual((s.events_acked, s.in_flight_events), (20, 0))
 
-    def test_acks_go_on_the_work_stream_not_as_calls(self):
-        c, ns = delayd.Client(timeout=10.0), self.ns
-        calls = []
-        real_nowait, real_ack = c._ack_nowait, c.ack
-        c._ack_nowait = lambda *a: (calls.append(a), real_nowait(*a))
-        c.ack = lambda *a, **kw: (calls.append(a), real_ack(*a, **kw))[1]
+    def test_the_stream_is_read_on_the_workers_own_threads(self):
+        # (Its channel's option: no thread of gRPC's reads the stream and
+        # hands each message over; see client.py.)
+        import grpc._channel
+        c, ns = delayd.Client(), self.ns
         got = []
-        w = delayd.Worker(ns, lambda e: got.append(e.key), concurrency=4,
-                          client=c)
+        w = delayd.Worker(ns, lambda e: got.append(e.key), client=c)
         w.start()
-        for i in range(20):
-            self.client.set_timer(f"k{i}", delay=0, namespace=ns)
-        eventually(lambda: len(got) == 20, what="20 events")
+        self.client.set_timer("k", delay=0, namespace=ns)
+        eventually(lambda: got, what="the event")
+        self.assertIsInstance(w._stream._call,
+                              grpc._channel._SingleThreadedRendezvous)
         w.stop()
         c.close()
-        self.assertEqual(calls, [])
+
+    def test_slow_acks_are_sent_without_waiting_and_some_still_waited(self):
+        # Acks that take long (a store that syncs each write) go without
+        # waiting for their answers, so that they overlap; every sixteenth
+        # waits, to see whether acks are quick again.
+        c, ns = delayd.Client(), self.ns
+        waited, nowait = [], []
+        real_once, real_nowait = c._ack_once, c._ack_nowait
+
+        def once(ids, namespace):
+            time.sleep(0.002)  # (a slow answer)
+            waited.append(len(ids))
+            return real_once(ids, namespace)
+
+        c._ack_once = once
+        c._ack_nowait = lambda ids, *a: (nowait.append(len(ids)),
+                                         real_nowait(ids, *a))
+        got = []
+        w = delayd.Worker(ns, lambda e: got.append(e.key), client=c)
+        w.start()
+        for i in range(100):
+            self.client.set_timer(f"k{i}", delay=0, namespace=ns)
+        eventually(lambda: len(got) == 100, what="100 events")
+        w.stop()
+        c.close()
+        self.assertEqual(sorted(got), sorted(f"k{i}" for i in range(100)))
+        self.assertGreater(len(waited), 1)
+        self.assertGreater(len(nowait), len(waited))
         s = self.client.stats(namespace=ns).namespaces[0]
-        self.assertEqual((s.events_acked, s.in_flight_events), (20, 0))
+        self.assertEqual((s.events_acked, s.in_flight_events), (100, 0))
 
     def test_a_daemon_without_work_is_served_by_subscribe_and_calls(self):
         # A daemon without the Work method (an older node during a rolling
-        # upgrade) answers UNIMPLEMENTED: both workers subscribe instead
-        # and acknowledge with calls.
+        # upgrade) answers UNIMPLEMENTED: the AsyncWorker subscribes
+        # instead and acknowledges with calls (the Worker always does).
         c, ns = self.client, self.ns
 
         class NoWork:
             """A Work stream the daemon does not know (it opens no call)."""
-            registered = False
 
             def __init__(self, *_, **__):
                 pass
-
-            def batches(self):
-                raise delayd.Unimplemented("unknown method Work")
-                yield  # (a generator, as the real one)
 
             async def events(self, *_):
                 raise delayd.Unimplemented("unknown method Work")
@@ -417,90 +436,27 @@ class Workers(Fixture):
             def cancel(self):
                 pass
 
-        real = delayd.worker.WorkStream, delayd.aio.AsyncWorkStream
-        delayd.worker.WorkStream = delayd.aio.AsyncWorkStream = NoWork
+        real = delayd.aio.AsyncWorkStream
+        delayd.aio.AsyncWorkStream = NoWork
+        got = []
         try:
-            got = []
-            w = delayd.Worker(ns, lambda e: got.append(e.key),
-                              concurrency=2, client=c)
-            w.start()
-            for i in range(10):
-                c.set_timer(f"k{i}", delay=0, namespace=ns)
-            eventually(lambda: len(got) == 10, what="10 events")
-            w.stop()
-
             async def run_async():
                 async with delayd.AsyncClient() as ac:
                     w = delayd.AsyncWorker(ns, lambda e: got.append(e.key),
                                            concurrency=2, client=ac)
                     task = asyncio.create_task(
                         w.run(install_signal_handlers=False))
-                    for i in range(10, 20):
+                    for i in range(10):
                         await ac.set_timer(f"k{i}", delay=0, namespace=ns)
                     deadline = time.monotonic() + 10
-                    while len(got) < 20 and time.monotonic() < deadline:
+                    while len(got) < 10 and time.monotonic() < deadline:
                         await asyncio.sleep(0.01)
                     await w.stop()
                     await task
 
             asyncio.run(run_async())
         finally:
-            delayd.worker.WorkStream, delayd.aio.AsyncWorkStream = real
-        self.assertEqual(sorted(got), sorted(f"k{i}" for i in range(20)))
-        s = c.stats(namespace=ns).namespaces[0]
-        self.assertEqual((s.events_acked, s.in_flight_events), (20, 0))
-
-    def test_a_worker_asks_for_work_again_when_its_stream_ends(self):
-        # A worker that fell back to Subscribe (its node had no Work) asks
-        # for Work again once that stream ends (the node was upgraded), and
-        # then acknowledges on it.
-        c, ns = self.client, self.ns
-
-        class NoWorkOnce:
-            """Refuses Work once (opening no call), then is the real one."""
-            refused = 0
-
-            def __new__(cls, *args, **kwargs):
-                if cls.refused:
-                    return real_work(*args, **kwargs)
-                cls.refused += 1
-                return super().__new__(cls)
-
-            def batches(self):
-                raise delayd.Unimplemented("unknown method Work")
-                yield  # (a generator, as the real one)
-
-            def cancel(self):
-                pass
-
-        real_work = delayd.worker.WorkStream
-        delayd.worker.WorkStream = NoWorkOnce
-        try:
-            got = []
-            w = delayd.Worker(ns, lambda e: got.append(e.key),
-                              concurrency=2, client=c)
-            w.start()
-            eventually(lambda: w._legacy and w._stream is not None,
-                       what="a Subscribe stream")
-            for i in range(5):
-                c.set_timer(f"k{i}", delay=0, namespace=ns)
-            eventually(lambda: c.stats(namespace=ns).namespaces[0]
-                       .events_acked == 5, what="5 acknowledged")
-            calls = []
-            real_nowait, real_ack = c._ack_nowait, c.ack
-            c._ack_nowait = lambda *a: (calls.append(a), real_nowait(*a))
-            c.ack = lambda *a, **kw: (calls.append(a), real_ack(*a, **kw))[1]
-            w._stream.cancel()  # (the stream ends: its node stopped)
-            eventually(lambda: not w._legacy and w._stream is not None,
-                       what="a Work stream")
-            for i in range(5, 10):
-                c.set_timer(f"k{i}", delay=0, namespace=ns)
-            eventually(lambda: len(got) == 10, what="10 events")
-            w.stop()
-            c._ack_nowait, c.ack = real_nowait, real_ack
-        finally:
-            delayd.worker.WorkStream = real_work
-        self.assertEqual(calls, [])
+            delayd.aio.AsyncWorkStream = real
         self.assertEqual(sorted(got), sorted(f"k{i}" for i in range(10)))
         s = c.stats(namespace=ns).namespaces[0]
         self.assertEqual((s.events_acked, s.in_flight_events), (10, 0))
