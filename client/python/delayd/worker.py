@@ -117,6 +117,7 @@ class Worker(Sending):
         self._sending = threading.Lock()  # held by a flush
         self._acking = 0  # acks of _send_now awaiting their answer
         self._acks_sent = 0  # by _send_now
+        self._probed_at = 0  # _acks_sent at its last probe
         self._ack_seconds = 0.0  # their round trip, a moving average
 
     # ---- Life ----
