@@ -16,6 +16,7 @@ const LIB = process.env.DELAYD_LIB;
 const d = await import(join(LIB, 'dist/esm/index.js'));
 const {Attempts} = await import(join(LIB, 'dist/esm/retry.js'));
 const {WorkStream} = await import(join(LIB, 'dist/esm/work_stream.js'));
+const {Done} = await import(join(LIB, 'dist/esm/worker.js'));
 
 /** Polls `cond` until it is truthy, bounded by `ms`. */
 async function eventually(cond, what, ms = 10_000) {
@@ -215,6 +216,40 @@ describe('configuration and retries', () => {
     assert.ok(new Attempts(policy, 'safe').failed(ended) > 0);
     assert.throws(() => new Attempts(policy, 'conditional').failed(ended),
                   d.OutcomeUnknownError);
+  });
+});
+
+describe('the window of handled ids', () => {
+  // (A repeat of an id in it is acknowledged, not run again.)
+  test('each id is kept its window, then forgotten', () => {
+    let seed = 7;
+    const rand = () => (seed = (seed * 1103515245 + 12345) % 2147483648) / 2147483648;
+    const steps = [1, 10, 300, 2000, 7000];
+    const done = new Done(10_000, 10_000);
+    const added = [];
+    let now = 0;
+    for (let i = 0; i < 3000; i++) {
+      now += steps[Math.floor(rand() * steps.length)];
+      const id = (BigInt(i) << 10n) | 5n;
+      done.add(id, now);
+      added.push([now, id]);
+      for (const [t, j] of added.slice(-400)) {
+        if (now - t < 10_000) assert.ok(done.has(j), `${j} forgotten within its window`);
+      }
+    }
+    // Added long after: what was older than two windows is gone.
+    done.add(1n << 60n, now + 10_000);
+    done.add((1n << 60n) + 1n, now + 20_000);
+    assert.ok(!added.some(([, j]) => done.has(j)));
+    assert.ok(done.has((1n << 60n) + 1n), 'an id past 2^53 is kept too');
+  });
+
+  test('a burst keeps the latest half of its limit at least, never more than it', () => {
+    const done = new Done(600_000, 100);
+    for (let i = 0; i < 1000; i++) done.add(BigInt(i), 5);
+    const kept = Array.from({length: 1000}, (_, i) => i).filter((i) => done.has(BigInt(i)));
+    assert.ok(kept.length <= 100 && done.size <= 100);
+    assert.deepEqual(kept.slice(-50), Array.from({length: 50}, (_, i) => 950 + i));
   });
 });
 
