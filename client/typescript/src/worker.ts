@@ -475,8 +475,11 @@ export class Worker {
    * again), else by unary calls (acks in one, nacks grouped).
    */
   private async flushLoop(): Promise<void> {
-    // (Acks made in the same turn of the event loop go together.)
-    await new Promise<void>((resolve) => setImmediate(resolve));
+    // (What the handlers of one message queue goes together: those that
+    // return no promise run in one pump(), and the reactions of promises
+    // settled meanwhile come before this one. Not setImmediate(): that
+    // waits for the event loop's turn and cost 4 % of the rate.)
+    await new Promise<void>((resolve) => queueMicrotask(resolve));
     while (this.pending() && !this.halt.signal.aborted) {
       if (this.work !== undefined) {
         this.sendOn(this.work);
@@ -541,8 +544,13 @@ export class Worker {
   private async flushUntil(deadline: number): Promise<void> {
     while ((this.flushing !== undefined || this.pending() || this.sent.size > 0) &&
            now() < deadline) {
-      this.flushing ??= this.flushLoop();
-      await within(Promise.race([this.flushing, ...this.sent]), deadline - now());
+      // (A flush only for what is queued: one started while only answers
+      // are awaited ends at once, and waiting on such flushes one after
+      // another spun the event loop until the answers came.)
+      if (this.pending()) this.flushing ??= this.flushLoop();
+      const waits = [...this.sent];
+      if (this.flushing !== undefined) waits.push(this.flushing);
+      await within(Promise.race(waits), deadline - now());
     }
   }
 

@@ -420,6 +420,32 @@ describe('workers', () => {
     assert.equal(s.inFlightEvents, 0n);
   });
 
+  test('stop waits for answers without spinning', async (t) => {
+    // Answers that take 300 ms: stop() waits for them on their promises
+    // (it once started a flush again and again meanwhile, taking the CPU).
+    const ns = await namespace();
+    const real = WorkStream.prototype.ack;
+    t.mock.method(WorkStream.prototype, 'ack', function (...args) {
+      return real.apply(this, args).then((n) => new Promise((r) => setTimeout(() => r(n), 300)));
+    });
+    let release;
+    const gate = new Promise((r) => { release = r; });
+    const w = new d.Worker(ns, async () => { await gate; }, {client});
+    w.start();
+    await client.setTimer('k', '', {delay: 0, namespace: ns});
+    await eventually(() => w.running === 1, 'the handler to run');
+    const cpu = process.cpuUsage();
+    const started = performance.now();
+    release();
+    await w.stop();
+    const took = performance.now() - started;
+    const used = process.cpuUsage(cpu);
+    assert.ok(took >= 250, `stop returned after ${took} ms, before the answer`);
+    assert.ok((used.user + used.system) / 1000 < took / 3,
+              `${(used.user + used.system) / 1000} ms of CPU in a ${took} ms stop`);
+    assert.equal((await nsStats(ns)).eventsAcked, 1n);
+  });
+
   test('acks go on the Work stream, not as calls', async () => {
     const ns = await namespace();
     const c = new d.Client();
