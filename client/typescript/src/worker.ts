@@ -152,7 +152,12 @@ export class Done {
 
   /** Adds an id handled at `at` (ms, as now()). */
   add(id: bigint, at: number): void {
-    this.ids.add(keyOf(id));
+    this.addKey(keyOf(id), at);
+  }
+
+  /** add() of an id by its keyOf(). */
+  addKey(k: number | bigint, at: number): void {
+    this.ids.add(k);
     if (at >= this.turnAt || this.ids.size >= this.half) {
       this.old = this.ids;
       this.ids = new Set();
@@ -161,7 +166,11 @@ export class Done {
   }
 
   has(id: bigint): boolean {
-    const k = keyOf(id);
+    return this.hasKey(keyOf(id));
+  }
+
+  /** has() of an id by its keyOf(). */
+  hasKey(k: number | bigint): boolean {
     return this.ids.has(k) || this.old.has(k);
   }
 
@@ -187,6 +196,11 @@ export class Worker {
   private acks: bigint[] = [];
   private nacks: Nack[] = [];
   private pumping = false;  // pump() runs
+  // now() when the events in hand came or the last handler's promise
+  // settled: when a handler that returns no promise ended, to the window of
+  // handled ids (one clock read per message rather than per event).
+  private clock = 0;
+  private readonly timed: boolean;  // hooks take handlers' durations
   private flushing?: Promise<void>;
   private stream?: Subscription | WorkStream;
   // The Work stream once registered: acks go on it (else by unary calls).
@@ -227,6 +241,7 @@ export class Worker {
     this.ownClient = options.client === undefined;
     this.client = options.client ?? new Client(options.config);
     this.done = new Done(options.dedupWindow ?? 600_000);
+    this.timed = this.hooks.onHandled !== undefined || this.hooks.onFailed !== undefined;
   }
 
   /** How many handlers run now. */
@@ -360,6 +375,7 @@ export class Worker {
     });
     try {
       for await (const batch of stream.batches()) {
+        this.clock = now();
         for (const e of batch) this.received(e);
       }
     } finally {
@@ -375,6 +391,7 @@ export class Worker {
     this.stream = stream;
     void stream.registered.then(connected);
     for await (const batch of stream.batches()) {
+      this.clock = now();
       for (const e of batch) this.received(e);
     }
   }
@@ -383,9 +400,10 @@ export class Worker {
     if (this.hooks.onEvent !== undefined) {
       this.hook('onEvent', e, Math.max(0, now() - Number(e.fireTimeNs / 1000n) / 1000));
     }
-    if (this.done.has(e.id)) {
+    const k = keyOf(e.id);
+    if (this.done.hasKey(k)) {
       this.ack(e.id);  // handled already
-    } else if (this.runningIds.has(keyOf(e.id)) || this.queued.some((q) => q.id === e.id)) {
+    } else if (this.runningIds.has(k) || this.queued.some((q) => q.id === e.id)) {
       // In hand: its lease is kept and its ack will go.
     } else if (this.stopping) {
       this.nack(e.id, 'the worker stopped', 0);
@@ -403,8 +421,9 @@ export class Worker {
     try {
       while (this.runningIds.size < this.concurrency && this.queued.length > 0) {
         const e = this.queued.shift()!;
-        this.runningIds.set(keyOf(e.id), e);
-        this.handle(e);
+        const k = keyOf(e.id);
+        this.runningIds.set(k, e);
+        this.handle(e, k);
       }
     } finally {
       this.pumping = false;
@@ -416,36 +435,41 @@ export class Worker {
    * promise made and awaited per event: for a quick handler that was a
    * fifth of what the worker spent on an event).
    */
-  private handle(e: Event): void {
-    const started = now();
+  private handle(e: Event, k: number | bigint): void {
+    const started = this.timed ? now() : 0;
     let result: unknown;
     try {
       result = this.handler(e, this.halt.signal);
     } catch (error) {
-      this.handled(e, started, {error});
+      this.handled(e, k, started, {error});
       return;
     }
     if (typeof (result as PromiseLike<unknown> | undefined)?.then === 'function') {
-      (result as PromiseLike<unknown>).then(() => this.handled(e, started),
-                                            (error) => this.handled(e, started, {error}));
+      (result as PromiseLike<unknown>).then(() => {
+        this.clock = now();
+        this.handled(e, k, started);
+      }, (error) => {
+        this.clock = now();
+        this.handled(e, k, started, {error});
+      });
     } else {
-      this.handled(e, started);
+      this.handled(e, k, started);
     }
   }
 
-  private handled(e: Event, started: number, failure?: {error: unknown}): void {
-    const ended = now();
-    this.runningIds.delete(keyOf(e.id));
+  private handled(e: Event, k: number | bigint, started: number,
+                  failure?: {error: unknown}): void {
+    this.runningIds.delete(k);
     if (this.halt.signal.aborted) return;  // stopNow(): it comes back
     if (failure === undefined) {
-      this.done.add(e.id, ended);
+      this.done.addKey(k, this.clock);
       this.ack(e.id);
-      if (this.hooks.onHandled !== undefined) this.hook('onHandled', e, ended - started);
+      if (this.hooks.onHandled !== undefined) this.hook('onHandled', e, now() - started);
     } else {
       const err = failure.error;
       const text = err instanceof Error ? err.message || err.name : String(err);
       this.nack(e.id, text, err instanceof Retry ? err.afterMs : undefined);
-      if (this.hooks.onFailed !== undefined) this.hook('onFailed', e, err, ended - started);
+      if (this.hooks.onFailed !== undefined) this.hook('onFailed', e, err, now() - started);
     }
     if (this.runningIds.size === 0) this.idle?.();
     this.pump();
