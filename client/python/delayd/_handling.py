@@ -54,14 +54,10 @@ class _Done:
 
     def add(self, event_id: int, now: float) -> None:
         """Adds an id handled at ``now`` (time.monotonic())."""
-        ids = self._ids
-        ids.add(event_id)
-        if now >= self._turn_at or len(ids) >= self._half:
-            self._old, self._ids = ids, set()
-            self._turn_at = now + self.window
+        self.add_all((event_id,), now)
 
-    def add_all(self, event_ids: list[int], now: float) -> None:
-        """Adds ids handled by ``now`` (time.monotonic()), as add() each."""
+    def add_all(self, event_ids, now: float) -> None:
+        """Adds ids handled by ``now`` (time.monotonic())."""
         ids, half, turn_at = self._ids, self._half, self._turn_at
         for event_id in event_ids:
             ids.add(event_id)

@@ -87,20 +87,19 @@ class Sending:
             if not wait:
                 self.client._ack_nowait(
                     acks, self.namespace,
-                    lambda error: self._acked(acks, [], error))
+                    lambda error: self._acked(acks, error))
                 return
             started = time.monotonic()
             error = self.client._ack_once(acks, self.namespace)
-            self._acked(acks, [], error, time.monotonic() - started)
+            self._acked(acks, error, time.monotonic() - started)
         except Exception as e:  # noqa: BLE001 (e.g. the client closed)
-            self._acked(acks, [], e)
+            self._acked(acks, e)
 
-    def _acked(self, acks: list[int], nacks: list[tuple],
-               error: Optional[Exception],
+    def _acked(self, acks: list[int], error: Optional[Exception],
                waited: Optional[float] = None) -> None:
-        """A request sent by _send_now (of `acks` and `nacks`) was answered
-        (error None) or failed (they are to be sent again); `waited`: how
-        long its sender waited for it, if it did."""
+        """An Ack sent by _send_now (of `acks`) was answered (error None)
+        or failed (they are to be sent again); `waited`: how long its
+        sender waited for it, if it did."""
         with self._lock:
             self._acking -= 1
             if waited is not None and error is None:
@@ -111,7 +110,6 @@ class Sending:
                     self._ack_seconds + (waited - self._ack_seconds) / 8
             if error is not None:
                 self._acks = acks + self._acks
-                self._nacks = nacks + self._nacks
                 self._out.notify()
             if not self._acking:
                 self._mu.notify_all()  # (stop() waits for none in flight)

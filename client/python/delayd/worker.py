@@ -310,6 +310,7 @@ class Worker(Sending):
             self._work.wait()
             self._waiting -= 1
             self._woken = max(0, self._woken - 1)
+
     def _wake_one(self) -> None:
         """Under _mu: wakes a waiting thread if events wait or nobody
         reads, unless one woken has yet to take its turn (which wakes the
