@@ -14,11 +14,22 @@ bindir=${DELAYD_PG_BINDIR:-/usr/lib/postgresql/15/bin}
 work=$(mktemp -d)
 pg_pid=
 pids=()
+# The postmaster's own PID (the first line of its postmaster.pid once it
+# runs), else the PID started: as root that is runuser's, which does not
+# pass SIGINT on, and a signal to it alone left the server running.
+postmaster() {
+  local p
+  p=$(head -1 "$work/pg/postmaster.pid" 2>/dev/null) || true
+  echo "${p:-$pg_pid}"
+}
 cleanup() {
   for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
   if [ -n "$pg_pid" ]; then
-    kill -INT "$pg_pid" 2>/dev/null
-    for _ in $(seq 100); do kill -0 "$pg_pid" 2>/dev/null || break; sleep 0.05; done
+    local pm
+    pm=$(postmaster)
+    kill -INT "$pm" 2>/dev/null
+    # Polls the server's exit, bounded (5 s).
+    for _ in $(seq 100); do kill -0 "$pm" 2>/dev/null || break; sleep 0.05; done
   fi
   rm -rf "$work"
 }
