@@ -33,20 +33,24 @@ export class WorkStream {
 
   constructor(conn: Connections, i: number, subscribe: pb.SubscribeRequest) {
     this.call = conn.work(i);
-    // (A failed write ends the call, which batches() reports.)
+    // (A failed write ends the call, which read() reports.)
     this.call.on('error', () => {});
     this.call.write(create(pb.WorkRequestSchema,
                            {request: {case: 'subscribe', value: subscribe}}));
   }
 
-  /** The events a message at a time; throws how the stream ended. */
-  async *batches(): AsyncGenerator<Event[]> {
+  /**
+   * Reads the stream until it ends, giving `onEvents` the events of each
+   * message as it comes (no promise per message: a generator's cost a
+   * message was 6 µs here); rejects with how the stream ended.
+   */
+  async read(onEvents: (events: Event[]) => void): Promise<void> {
     let error: DelaydError | undefined;
     try {
       for await (const m of this.call as AsyncIterable<pb.SubscribeResponse>) {
         this.onRegistered();
         for (const a of m.answers) this.answered(a);
-        if (m.events.length > 0) yield m.events.map(eventOf);
+        if (m.events.length > 0) onEvents(m.events.map(eventOf));
       }
     } catch (e) {
       error = toDelaydError(fromGrpcJs(e));

@@ -38,6 +38,7 @@ import {create} from '@bufbuild/protobuf';
 import {Client} from './client.js';
 import type {Subscription} from './client.js';
 import type {Config, RetryPolicy} from './config.js';
+import {Done, keyOf} from './done.js';
 import {DelaydError} from './errors.js';
 import * as pb from './gen/delayd/v1/delayd_pb.js';
 import {duration} from './requests.js';
@@ -117,69 +118,6 @@ async function within(p: Promise<void>, ms: number, signal?: AbortSignal): Promi
   }
 }
 
-const MAX_SAFE = BigInt(Number.MAX_SAFE_INTEGER);
-
-/**
- * An event id as a key of the worker's maps and sets: a number while it is
- * a safe integer (in practice always: an id counts up per partition from
- * 1024), else the bigint; one id always gives the same key. (Here a set's
- * look-up and add took 0.18-0.28 µs with numbers, 0.30 µs with bigints.)
- */
-const keyOf = (id: bigint): number | bigint => (id <= MAX_SAFE ? Number(id) : id);
-
-/**
- * Event ids handled recently: a repeat is acknowledged, not run again. Each
- * id is kept at least `windowMs`, unless more than `limit / 2` are added
- * after it meanwhile (then at least the latest `limit / 2` are kept); never
- * more than `limit` ids.
- *
- * Two generations of ids: the newer takes what is added, and once it is
- * `windowMs` old (or holds `limit / 2`) it becomes the older and the older
- * is dropped whole. (A queue of ids pruned one at a time from a map of
- * 100,000 cost 0.7-0.85 µs an event, the most of anything the worker did
- * for a quick handler's event; this costs 0.2-0.3 µs.)
- * @internal
- */
-export class Done {
-  private ids = new Set<number | bigint>();  // the newer generation
-  private old = new Set<number | bigint>();
-  private turnAt = 0;  // when the newer becomes the older (ms, as now())
-  private readonly half: number;
-
-  constructor(private readonly windowMs: number, limit = 100_000) {
-    this.half = Math.max(1, Math.floor(limit / 2));
-  }
-
-  /** Adds an id handled at `at` (ms, as now()). */
-  add(id: bigint, at: number): void {
-    this.addKey(keyOf(id), at);
-  }
-
-  /** add() of an id by its keyOf(). */
-  addKey(k: number | bigint, at: number): void {
-    this.ids.add(k);
-    if (at >= this.turnAt || this.ids.size >= this.half) {
-      this.old = this.ids;
-      this.ids = new Set();
-      this.turnAt = at + this.windowMs;
-    }
-  }
-
-  has(id: bigint): boolean {
-    return this.hasKey(keyOf(id));
-  }
-
-  /** has() of an id by its keyOf(). */
-  hasKey(k: number | bigint): boolean {
-    return this.ids.has(k) || this.old.has(k);
-  }
-
-  /** How many ids it holds. */
-  get size(): number {
-    return this.ids.size + this.old.size;
-  }
-}
-
 /** Runs a handler for each event of a namespace (see the module's text). */
 export class Worker {
   readonly client: Client;
@@ -191,7 +129,9 @@ export class Worker {
   private readonly ownClient: boolean;
   private readonly done: Done;
   private readonly queued: Event[] = [];
-  private readonly runningIds = new Map<number | bigint, Event>();  // by keyOf()
+  // The handlers awaited, by keyOf() of their event's id.
+  private readonly runningIds = new Map<number | bigint, Event>();
+  private inHandler = 0;  // 1 while a handler's call has not returned
   // What is to be sent: acks by event id, nacks apart.
   private acks: bigint[] = [];
   private nacks: Nack[] = [];
@@ -201,7 +141,8 @@ export class Worker {
   // handled ids (one clock read per message rather than per event).
   private clock = 0;
   private readonly timed: boolean;  // hooks take handlers' durations
-  private flushing?: Promise<void>;
+  private flushing?: Promise<void>;  // flushLoop() runs
+  private flushQueued = false;  // flushSoon() is queued
   private stream?: Subscription | WorkStream;
   // The Work stream once registered: acks go on it (else by unary calls).
   private work?: WorkStream;
@@ -246,7 +187,7 @@ export class Worker {
 
   /** How many handlers run now. */
   get running(): number {
-    return this.runningIds.size;
+    return this.runningIds.size + this.inHandler;
   }
 
   /** Starts reading and handling; returns at once (see `stopped`). */
@@ -289,7 +230,7 @@ export class Worker {
     // The stream stays open until what runs is acknowledged: an event of a
     // stream that ended could go to another worker while its handler ran.
     for (const e of this.queued.splice(0)) this.nack(e.id, 'the worker stopped', 0);
-    if (this.runningIds.size > 0) {
+    if (this.running > 0) {  // (a handler that calls stop() counts)
       const idle = new Promise<void>((resolve) => { this.idle = resolve; });
       await within(idle, graceMs, this.halt.signal);
     }
@@ -374,10 +315,10 @@ export class Worker {
       if (this.pending()) this.flushing ??= this.flushLoop();
     });
     try {
-      for await (const batch of stream.batches()) {
+      await stream.read((batch) => {
         this.clock = now();
         for (const e of batch) this.received(e);
-      }
+      });
     } finally {
       if (this.work === stream) this.work = undefined;
     }
@@ -407,6 +348,8 @@ export class Worker {
       // In hand: its lease is kept and its ack will go.
     } else if (this.stopping) {
       this.nack(e.id, 'the worker stopped', 0);
+    } else if (this.queued.length === 0 && this.runningIds.size < this.concurrency) {
+      this.handle(e, k);  // (nothing waits before it: no trip through the queue)
     } else {
       this.queued.push(e);
       this.pump();
@@ -421,9 +364,7 @@ export class Worker {
     try {
       while (this.runningIds.size < this.concurrency && this.queued.length > 0) {
         const e = this.queued.shift()!;
-        const k = keyOf(e.id);
-        this.runningIds.set(k, e);
-        this.handle(e, k);
+        this.handle(e, keyOf(e.id));
       }
     } finally {
       this.pumping = false;
@@ -431,24 +372,32 @@ export class Worker {
   }
 
   /**
-   * Runs the handler; a handler that returns no promise is done at once (no
-   * promise made and awaited per event: for a quick handler that was a
-   * fifth of what the worker spent on an event).
+   * Runs the handler. One that returns no promise is done before anything
+   * else runs: it is counted in `inHandler` while its call runs, never in
+   * `runningIds` (the handlers awaited), and no promise is made and awaited
+   * for it (for a quick handler that was a fifth of what the worker spent
+   * on an event).
    */
   private handle(e: Event, k: number | bigint): void {
     const started = this.timed ? now() : 0;
     let result: unknown;
+    this.inHandler++;
     try {
       result = this.handler(e, this.halt.signal);
     } catch (error) {
+      this.inHandler--;
       this.handled(e, k, started, {error});
       return;
     }
+    this.inHandler--;
     if (typeof (result as PromiseLike<unknown> | undefined)?.then === 'function') {
+      this.runningIds.set(k, e);
       (result as PromiseLike<unknown>).then(() => {
+        this.runningIds.delete(k);
         this.clock = now();
         this.handled(e, k, started);
       }, (error) => {
+        this.runningIds.delete(k);
         this.clock = now();
         this.handled(e, k, started, {error});
       });
@@ -457,9 +406,9 @@ export class Worker {
     }
   }
 
+  /** A handler ended (and is no longer in `runningIds`). */
   private handled(e: Event, k: number | bigint, started: number,
                   failure?: {error: unknown}): void {
-    this.runningIds.delete(k);
     if (this.halt.signal.aborted) return;  // stopNow(): it comes back
     if (failure === undefined) {
       this.done.addKey(k, this.clock);
@@ -471,23 +420,45 @@ export class Worker {
       this.nack(e.id, text, err instanceof Retry ? err.afterMs : undefined);
       if (this.hooks.onFailed !== undefined) this.hook('onFailed', e, err, now() - started);
     }
-    if (this.runningIds.size === 0) this.idle?.();
-    this.pump();
+    if (this.running === 0) this.idle?.();
+    if (this.queued.length > 0) this.pump();
   }
 
   // ---- Acknowledgements and leases ----
 
-  /** Queues an ack and starts a flush unless one runs. */
+  /** Queues an ack, to be sent at the next microtask. */
   private ack(id: bigint): void {
     this.acks.push(id);
-    this.flushing ??= this.flushLoop();
+    if (!this.flushQueued) this.queueFlush();
   }
 
-  /** Queues a nack and starts a flush unless one runs. */
+  /** Queues a nack, to be sent at the next microtask. */
   private nack(id: bigint, error: string, afterMs?: number): void {
     this.nacks.push({id, error, afterMs});
-    this.flushing ??= this.flushLoop();
+    if (!this.flushQueued) this.queueFlush();
   }
+
+  /**
+   * Sends what is queued at the next microtask: what the handlers of one
+   * message queue goes together (those that return no promise run in one
+   * turn, and the reactions of promises settled meanwhile come first). Not
+   * setImmediate(): that waits for the event loop's turn and cost 4 % of
+   * the rate.
+   */
+  private queueFlush(): void {
+    this.flushQueued = true;
+    queueMicrotask(this.flushSoon);
+  }
+
+  private readonly flushSoon = (): void => {
+    this.flushQueued = false;
+    if (!this.pending() || this.halt.signal.aborted) return;
+    if (this.work !== undefined && this.flushing === undefined) {
+      this.sendOn(this.work);  // (at once: nothing to await)
+    } else {
+      this.flushing ??= this.flushLoop();
+    }
+  };
 
   private pending(): boolean {
     return this.acks.length > 0 || this.nacks.length > 0;
@@ -499,11 +470,7 @@ export class Worker {
    * again), else by unary calls (acks in one, nacks grouped).
    */
   private async flushLoop(): Promise<void> {
-    // (What the handlers of one message queue goes together: those that
-    // return no promise run in one pump(), and the reactions of promises
-    // settled meanwhile come before this one. Not setImmediate(): that
-    // waits for the event loop's turn and cost 4 % of the rate.)
-    await new Promise<void>((resolve) => queueMicrotask(resolve));
+    await new Promise<void>((resolve) => queueMicrotask(resolve));  // (as queueFlush)
     while (this.pending() && !this.halt.signal.aborted) {
       if (this.work !== undefined) {
         this.sendOn(this.work);

@@ -16,7 +16,7 @@ const LIB = process.env.DELAYD_LIB;
 const d = await import(join(LIB, 'dist/esm/index.js'));
 const {Attempts} = await import(join(LIB, 'dist/esm/retry.js'));
 const {WorkStream} = await import(join(LIB, 'dist/esm/work_stream.js'));
-const {Done} = await import(join(LIB, 'dist/esm/worker.js'));
+const {Done} = await import(join(LIB, 'dist/esm/done.js'));
 
 /** Polls `cond` until it is truthy, bounded by `ms`. */
 async function eventually(cond, what, ms = 10_000) {
@@ -242,6 +242,41 @@ describe('the window of handled ids', () => {
     done.add((1n << 60n) + 1n, now + 20_000);
     assert.ok(!added.some(([, j]) => done.has(j)));
     assert.ok(done.has((1n << 60n) + 1n), 'an id past 2^53 is kept too');
+  });
+
+  test('its tables answer as two generations of Sets would', () => {
+    // Random ids (0, near each other, far apart, past 2^53) added and
+    // looked up over turns by time and by size, against the same window
+    // kept in JavaScript Sets: every answer and size the same.
+    let seed = 11;
+    const rand = (n) => (seed = (seed * 1103515245 + 12345) % 2147483648) % n;
+    const model = {ids: new Set(), old: new Set(), turnAt: 0};
+    const half = 3000;
+    const done = new Done(1000, 2 * half);
+    const pick = () => {
+      switch (rand(4)) {
+        case 0: return BigInt(rand(5000));
+        case 1: return BigInt(rand(2 ** 30)) * 1024n + BigInt(rand(1024));
+        case 2: return (1n << 53n) - 2n + BigInt(rand(4));  // around 2^53
+        default: return BigInt(rand(1000)) * 4294967296n;  // the same low half
+      }
+    };
+    let now = 0;
+    for (let i = 0; i < 40_000; i++) {
+      now += rand(3);
+      const id = pick();
+      const probe = pick();
+      assert.equal(done.has(probe), model.ids.has(probe) || model.old.has(probe), `has(${probe})`);
+      done.add(id, now);
+      model.ids.add(id);
+      if (now >= model.turnAt || model.ids.size >= half) {
+        model.old = model.ids;
+        model.ids = new Set();
+        model.turnAt = now + 1000;
+      }
+      assert.equal(done.size, model.ids.size + model.old.size);
+    }
+    for (const id of [...model.ids, ...model.old]) assert.ok(done.has(id), `${id} kept`);
   });
 
   test('a burst keeps the latest half of its limit at least, never more than it', () => {
@@ -470,13 +505,13 @@ describe('workers', () => {
     // that node stops (its Subscribe fails); the worker asks for Work again.
     const ns = await namespace();
     const c = new d.Client();
-    const realBatches = WorkStream.prototype.batches;
+    const realRead = WorkStream.prototype.read;
     let refused = 0;
-    t.mock.method(WorkStream.prototype, 'batches', function (...args) {
-      if (refused > 0) return realBatches.apply(this, args);
+    t.mock.method(WorkStream.prototype, 'read', function (...args) {
+      if (refused > 0) return realRead.apply(this, args);
       refused++;
       this.cancel();  // (the older node opened nothing)
-      return (async function* () { throw new d.UnimplementedError('unknown method Work'); })();
+      return Promise.reject(new d.UnimplementedError('unknown method Work'));
     });
     let subscribed = 0;
     c.subscribe = () => { subscribed++; throw new d.UnavailableError('the node stopped'); };
@@ -510,6 +545,26 @@ describe('workers', () => {
     const s = await nsStats(ns);
     assert.equal(s.eventsAcked, 1n);
     assert.equal(s.eventsRedelivered, 0n);
+  });
+
+  test('a handler that stops its worker, and returns no promise, is acknowledged', async () => {
+    // (A handler that returns no promise runs outside the map of awaited
+    // handlers; stop() called from it still waits for it to return.)
+    const ns = await namespace();
+    let stopping;
+    const ran = [];
+    const w = new d.Worker(ns, (e) => {
+      ran.push(e.key);
+      stopping = w.stop();
+    }, {client});
+    w.start();
+    await client.setTimer('only', '', {delay: 0, namespace: ns});
+    await eventually(() => stopping !== undefined, 'the handler to run');
+    await stopping;
+    assert.deepEqual(ran, ['only']);
+    const s = await nsStats(ns);
+    assert.equal(s.eventsAcked, 1n);
+    assert.equal(s.inFlightEvents, 0n);
   });
 
   test('SIGTERM to the worker\'s process finishes its handler', async () => {
