@@ -5,7 +5,11 @@
 //
 //   throughput: N jobs due at once (a paused namespace, a paused BullMQ
 //       queue); the worker starts, the namespace (queue) resumes, and the
-//       clock runs until every job is done: jobs per second.
+//       clock runs until every job is done: jobs per second. With WARMUP,
+//       the worker first handles that many jobs, off the clock: the figure
+//       of a process that has compiled its code (a worker's steady state;
+//       without it a run of 50,000 is mostly the JIT's warm-up, and the
+//       side with more code pays more of it).
 //   lateness: a producer process adds RATE jobs a second for SECONDS, each
 //       due DELAY_MS later; a job's lateness is when the handler gets it
 //       minus when it was due (p50, p99, ms; BullMQ's times are whole ms).
@@ -17,11 +21,12 @@
 // the same Work stream on node:http2 with no gRPC library, the floor of
 // what any transport costs this process).
 //
-// Usage: node worker_bench.mjs library|raw|rawwork|rawh2|bullmq throughput N CONCURRENCY
+// Usage: node worker_bench.mjs library|raw|rawwork|rawh2|bullmq throughput N CONCURRENCY [WARMUP]
 //        node worker_bench.mjs library|raw|rawwork|rawh2|bullmq lateness RATE SECONDS DELAY_MS CONCURRENCY
 // Environment: DELAYD_ENDPOINT (host:port), DELAYD_TS_LIB (client/typescript,
 // built), REDIS_PORT and BULLMQ_DIR (tests/bench/node) for bullmq.
 import {spawn} from 'node:child_process';
+import {existsSync, readFileSync} from 'node:fs';
 import {createRequire} from 'node:module';
 import path from 'node:path';
 import {pathToFileURL} from 'node:url';
@@ -32,7 +37,20 @@ const lib = process.env.DELAYD_TS_LIB;
 const ns = `bench-${mode}-${process.pid}`;
 const fromLib = (file) => import(pathToFileURL(path.join(lib, file)).href);
 const libRequire = createRequire(path.join(lib, 'package.json'));
-const importFrom = (req, name) => import(pathToFileURL(req.resolve(name)).href);
+// A package as an ES module imports it (its exports' "import" entry, where
+// it has one), as the library and the generated code do: resolving it by
+// require() would load its CommonJS build, a second copy of the code whose
+// JIT state only the raw loop's messages shape.
+const importFrom = async (req, name) => {
+  const main = req.resolve(name);
+  let dir = path.dirname(main);
+  while (!existsSync(path.join(dir, 'package.json')) ||
+         JSON.parse(readFileSync(path.join(dir, 'package.json'), 'utf8')).name !== name) {
+    dir = path.dirname(dir);
+  }
+  const entry = JSON.parse(readFileSync(path.join(dir, 'package.json'), 'utf8')).exports?.['.']?.import;
+  return import(pathToFileURL(entry === undefined ? main : path.join(dir, entry)).href);
+};
 
 const delayd = await fromLib('dist/esm/index.js');
 const client = new delayd.Client();
@@ -179,50 +197,88 @@ async function bullmq() {
   return {mq: req('bullmq'), connection: {host: '127.0.0.1', port: Number(process.env.REDIS_PORT)}};
 }
 
-async function throughput(n, concurrency) {
+async function throughput(n, concurrency, warmup = 0) {
   let t0;
+  // Each side counts its handlers' runs up to `goal` (the warm-up's, then
+  // the warm-up's and the figure's): `all` resolves `ran` at it.
+  let done = 0;
+  let goal = warmup;
+  let all;
+  let ran = new Promise((r) => { all = r; });
+  const count = () => { if (++done === goal) all(); };
+  const measured = () => {
+    goal = warmup + n;
+    ran = new Promise((r) => { all = r; });
+  };
   if (mode === 'bullmq') {
     const {mq, connection} = await bullmq();
     const queue = new mq.Queue(ns, {connection});
-    await queue.pause();
-    for (let i = 0; i < n; i += 1000) {
-      await queue.addBulk(Array.from({length: Math.min(1000, n - i)},
-        (_, j) => ({name: 'job', data: {}, opts: {removeOnComplete: true}})));
+    const addJobs = async (jobs) => {
+      for (let i = 0; i < jobs; i += 1000) {
+        await queue.addBulk(Array.from({length: Math.min(1000, jobs - i)},
+          (_, j) => ({name: 'job', data: {}, opts: {removeOnComplete: true}})));
+      }
+    };
+    const start = async () => {
+      const worker = new mq.Worker(ns, async () => count(), {connection, concurrency});
+      await worker.waitUntilReady();
+      return worker;
+    };
+    let worker;
+    if (warmup > 0) {
+      worker = await start();
+      await addJobs(warmup);
+      await within(ran, 'warm-up');
     }
-    let done = 0;
-    let all;
-    const finished = new Promise((r) => { all = r; });
-    const worker = new mq.Worker(ns, async () => { if (++done === n) all(); }, {connection, concurrency});
-    await worker.waitUntilReady();
+    await queue.pause();
+    measured();
+    await addJobs(n);
+    worker ??= await start();
     t0 = performance.now();
     await queue.resume();
-    await Promise.race([finished, new Promise((_, f) => setTimeout(() => f(new Error('timeout')), 120_000).unref())]);
+    await within(ran, 'timeout');
     const seconds = (performance.now() - t0) / 1000;
     await worker.close();
     await queue.obliterate({force: true});
     await queue.close();
     return {events: n, seconds, per_second: n / seconds};
   }
-  await client.pause({namespace: ns});
-  for (let i = 0; i < n; i += 1000) {
-    const b = client.batch({namespace: ns});
-    for (let j = i; j < Math.min(n, i + 1000); j++) b.set(`k${j}`, '', {delay: 0});
-    await b.commit();
-  }
-  // Every handler has run once `handled` reaches n (no call meanwhile:
+  const setAll = async (timers, prefix) => {
+    for (let i = 0; i < timers; i += 1000) {
+      const b = client.batch({namespace: ns});
+      for (let j = i; j < Math.min(timers, i + 1000); j++) b.set(`${prefix}${j}`, '', {delay: 0});
+      await b.commit();
+    }
+  };
+  // Every handler has run once `done` reaches the goal (no call meanwhile:
   // Stats polled through the whole run cost this process more CPU than the
   // worker); then Stats says when all are acknowledged.
-  let handled = 0;
-  let all;
-  const ran = new Promise((r) => { all = r; });
-  const w = await delaydWorker(() => { if (++handled === n) all(); }, concurrency);
+  let w;
+  if (warmup > 0) {
+    w = await delaydWorker(count, concurrency);
+    await setAll(warmup, 'w');
+    await within(ran, 'warm-up');
+    await waitUntil(async () => (await acked()) >= BigInt(warmup), 120_000, 'warm-up not acknowledged');
+  }
+  await client.pause({namespace: ns});
+  measured();
+  await setAll(n, 'k');
+  w ??= await delaydWorker(count, concurrency);
   t0 = performance.now();
+  const cpu0 = process.cpuUsage();
   await client.resume({namespace: ns});
-  await Promise.race([ran, new Promise((_, f) => setTimeout(() => f(new Error('timeout')), 120_000).unref())]);
-  await waitUntil(async () => (await acked()) >= BigInt(n), 120_000, 'not all acknowledged');
+  await within(ran, 'timeout');
+  await waitUntil(async () => (await acked()) >= BigInt(warmup + n), 120_000, 'not all acknowledged');
   const seconds = (performance.now() - t0) / 1000;
+  const cpu = process.cpuUsage(cpu0);
   await w.stop();
-  return {events: n, seconds, per_second: n / seconds};
+  // This process's CPU (user + system) per event over the run.
+  return {events: n, seconds, per_second: n / seconds, cpu_us_per_event: (cpu.user + cpu.system) / n};
+}
+
+// Waits for `p`, at most 120 s.
+function within(p, what) {
+  return Promise.race([p, new Promise((_, f) => setTimeout(() => f(new Error(`${mode}: ${what}`)), 120_000).unref())]);
 }
 
 async function lateness(rate, seconds, delayMs, concurrency) {
