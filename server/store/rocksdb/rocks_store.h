@@ -337,9 +337,10 @@ class RocksStore final : public Store {
   bool sync_pending_ GUARDED_BY(mu_) = false;
   // Completions being run or handed over.
   int running_ GUARDED_BY(mu_) = 0;
-  // Written since the last sync (interval policy; under kAlways, writes
-  // nobody waits for), and since when (kAlways: the writer hands the
-  // syncer a sync once fsync_interval has passed).
+  // Written since the last sync (interval policy, where the writer wakes
+  // the syncer when it becomes true; under kAlways, writes nobody waits
+  // for), and since when (kAlways: the writer hands the syncer a sync once
+  // fsync_interval has passed).
   bool unsynced_ GUARDED_BY(mu_) = false;
   std::chrono::steady_clock::time_point unsynced_since_ GUARDED_BY(mu_);
   bool closing_ GUARDED_BY(mu_) = false;

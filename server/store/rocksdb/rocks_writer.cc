@@ -221,6 +221,9 @@ void RocksStore::WriterLoop() {
       if (status.ok() && writes && !unsynced_) {
         unsynced_ = true;
         unsynced_since_ = std::chrono::steady_clock::now();
+        // (Under an interval the syncer sleeps until there is something
+        // to sync.)
+        if (options_.fsync == FsyncPolicy::kInterval) sync_cv_.Signal();
       }
       RunDone(std::move(done), status);
       SyncUnsyncedIfDue();  // (Writes that never stop need it too.)
@@ -268,8 +271,17 @@ void RocksStore::SyncLoop() {
   auto last_sync = Clock::now();
   for (;;) {
     if (options_.fsync == FsyncPolicy::kInterval) {
-      while (waiting_.empty() && !sync_pending_ && !writer_done_ &&
-             sync_cv_.WaitUntil(&mu_, last_sync + options_.fsync_interval)) {
+      // Until the interval since the last sync passes with something
+      // written since; with nothing written, until a write (the writer
+      // signals the first) rather than once an interval: an idle store
+      // sleeps.
+      while (waiting_.empty() && !sync_pending_ && !writer_done_) {
+        if (!unsynced_) {
+          sync_cv_.Wait(&mu_);
+        } else if (!sync_cv_.WaitUntil(
+                       &mu_, last_sync + options_.fsync_interval)) {
+          break;  // Due.
+        }
       }
     } else {
       while (waiting_.empty() && !sync_pending_ && !writer_done_) {
