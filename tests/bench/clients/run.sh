@@ -10,6 +10,9 @@
 #     a channel that reads on the loop's thread, as the Worker's ("rawst");
 #   - the TypeScript Worker against BullMQ's Worker at the same concurrency
 #     (1, 32, 256; Redis without persistence, as delayd --in-memory).
+# A fifth number after a TypeScript throughput figure's is a warm-up: that
+# many jobs handled off the clock first, so that the figure is of a process
+# V8 has compiled (a worker's steady state) rather than of its start.
 # TRIALS (default 1) runs each pair that many times in a round, the two
 # alternating, and takes each one's median: a burst of load from elsewhere
 # on a shared machine then moves one trial, not the round's ratio.
