@@ -1,16 +1,19 @@
 // The RocksDB store's syncs (rocks_store.h). Under --fsync always: a write
 // nobody waits for is synced with the next that someone does, or once the
 // interval passes. Under an interval: a write is synced within it, and an
-// idle store does not wake for nothing.
+// idle store does not wake for nothing; nor does its marker.
 #include <gtest/gtest.h>
 #include <time.h>
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <future>
 #include <memory>
 #include <string>
 #include <thread>
 
+#include "server/store/rocksdb/rocks_mark.h"
 #include "server/store/rocksdb/rocks_store.h"
 #include "tests/common/power_loss_fs.h"
 #include "tests/common/temp_dir.h"
@@ -19,6 +22,7 @@ namespace delayd::testing {
 namespace {
 
 using std::chrono_literals::operator""s;
+using std::chrono_literals::operator""ms;
 
 class AlwaysSyncs : public ::testing::Test {
  protected:
@@ -55,6 +59,23 @@ class AlwaysSyncs : public ::testing::Test {
           << "an unsynced write stayed so";
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
+  }
+
+  // Writes timer `id` and waits until it is durable.
+  void PutDurable(std::uint64_t id) {
+    std::promise<Status> durable;
+    Put(id, nullptr, [&](Status s) { durable.set_value(std::move(s)); });
+    auto synced = durable.get_future();
+    ASSERT_EQ(synced.wait_for(10s), std::future_status::ready);
+    ASSERT_TRUE(synced.get().ok());
+  }
+
+  // The durable sequence the store's mark records.
+  std::uint64_t MarkedSequence() {
+    StoreMark mark;
+    bool marked = false;
+    EXPECT_TRUE(ReadMark(env_.get(), dir_ / "data", &mark, &marked).ok());
+    return mark.sequence;
   }
 
   // Writes timer `id` and waits until it is written (not synced).
@@ -134,6 +155,60 @@ TEST_F(IntervalSyncs, AWriteIsSyncedWithinItAndAnIdleStoreSleeps) {
   WaitForSyncsAbove(synced);
   EXPECT_EQ(fs_->Crash().bytes, 0u);
   fs_->Revive();
+}
+
+// How often the store's marker thread has slept and woken (its voluntary
+// context switches), or -1 if there is no such thread.
+long MarkerWakeUps() {
+  for (const auto& task :
+       std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string name;
+    std::getline(comm, name);
+    if (name != "store-marker") continue;
+    std::ifstream status(task.path() / "status");
+    for (std::string line; std::getline(status, line);) {
+      if (line.starts_with("voluntary_ctxt_switches:")) {
+        return std::stol(line.substr(line.find(':') + 1));
+      }
+    }
+  }
+  return -1;
+}
+
+TEST_F(AlwaysSyncs, AnIdleStoresMarkerSleepsUntilAWrite) {
+  PutDurable(1);
+  // It checks once a second while the mark changes; the first check that
+  // finds nothing changed puts it to sleep (bounded wait for that).
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  long seen = MarkerWakeUps();
+  ASSERT_GE(seen, 0) << "no store-marker thread";
+  for (auto still = std::chrono::steady_clock::now();;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const long now = MarkerWakeUps();
+    if (now != seen) {
+      seen = now;
+      still = std::chrono::steady_clock::now();
+    } else if (std::chrono::steady_clock::now() - still > 1500ms) {
+      break;  // Longer than its interval without waking: asleep.
+    }
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline)
+        << "the marker of an idle store kept waking";
+  }
+  // Asleep: three of its intervals pass without a wake-up (what is tested
+  // is time passing with nothing written, so the test lets it pass).
+  std::this_thread::sleep_for(3s);
+  EXPECT_EQ(MarkerWakeUps(), seen) << "an idle store's marker woke";
+  // A write wakes it: the mark records the write's durability within
+  // seconds, not at the idle interval's end.
+  const std::uint64_t before = MarkedSequence();
+  PutDurable(2);
+  const auto recorded = std::chrono::steady_clock::now() + 10s;
+  while (MarkedSequence() <= before) {  // Polls the mark, bounded.
+    ASSERT_LT(std::chrono::steady_clock::now(), recorded)
+        << "a write to a sleeping marker's store went unmarked";
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
 }
 
 }  // namespace

@@ -346,7 +346,8 @@ void RocksStore::NoteDurable(std::uint64_t sequence) {
   }
 }
 
-Status RocksStore::UpdateMark() {
+Status RocksStore::UpdateMark(bool* changed) {
+  if (changed != nullptr) *changed = false;
   StoreMark next;
   next.sequence = durable_seq_.load();
   std::vector<std::string> files;
@@ -365,6 +366,7 @@ Status RocksStore::UpdateMark() {
     return s;
   }
   mark_ = std::move(next);
+  if (changed != nullptr) *changed = true;
   return Status::Ok();
 }
 
@@ -372,15 +374,31 @@ void RocksStore::MarkLoop() {
   // Often enough that a store damaged after a few seconds of writes is
   // caught; rarely enough to cost nothing (three small syncs).
   constexpr auto kMarkInterval = std::chrono::seconds(1);
+  // An idle store's check (listing RocksDB's live files) cost more than the
+  // rest of its idle wake-ups together; what changes the mark without a
+  // write (a flush or compaction finishing after the last one) is recorded
+  // this late at most, and a mark recorded earlier stays true meanwhile.
+  constexpr auto kMarkIdleInterval = std::chrono::seconds(60);
   MutexLock lock(&mu_);
+  bool changed = true;  // The last check found a change: still active.
   for (;;) {
-    const auto next = std::chrono::steady_clock::now() + kMarkInterval;
-    while (!closing_ && mark_cv_.WaitUntil(&mu_, next)) {
+    const bool active = changed;
+    const auto next = std::chrono::steady_clock::now() +
+                      (active ? kMarkInterval : kMarkIdleInterval);
+    mark_asleep_ = !active;
+    while (!closing_ && (active || mark_asleep_) &&
+           mark_cv_.WaitUntil(&mu_, next)) {
     }
+    mark_asleep_ = false;
     if (closing_) return;
+    changed = true;
+    // Woken from sleep (by a write, or once the idle interval passed):
+    // checks a second later, when that write is durable.
+    if (!active) continue;
     MutexUnlock unlock(&mu_);
     ReaderLock open(&close_mu_);
-    if (!closed_ && !failed_) UpdateMark();
+    if (!closed_ && !failed_ && UpdateMark(&changed).ok()) continue;
+    changed = true;  // (Closed, failed, or not written: tried again.)
   }
 }
 

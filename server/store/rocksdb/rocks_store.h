@@ -247,9 +247,11 @@ class RocksStore final : public Store {
   // Writes one group as one RocksDB write.
   rocksdb::Status WriteGroup(const std::vector<Queued>& group);
   // Every kMarkInterval, records in the mark how much is durable, if that
-  // changed (rocks_mark.h).
+  // changed (rocks_mark.h); once a check finds nothing changed, sleeps
+  // until the writer writes again (or kMarkIdleInterval passes).
   void MarkLoop() EXCLUDES(mu_);
-  Status UpdateMark();
+  // Writes the mark if it changed; `changed` (if given) says whether it did.
+  Status UpdateMark(bool* changed = nullptr);
   // After a salvage: names the timers and events that the copied
   // directory's log, read past its damage, holds and this store does not.
   std::string NameDropped();
@@ -305,6 +307,8 @@ class RocksStore final : public Store {
   CondVar idle_cv_;  // Sync() waits for the queue to be done.
   CondVar sync_cv_;  // The syncer waits for work.
   CondVar mark_cv_;  // The marker waits out its interval.
+  // The marker sleeps until a write (the writer wakes it, and clears this).
+  bool mark_asleep_ GUARDED_BY(mu_) = false;
   // Batches not yet written, in order (the writer's group is kept at the
   // front, for views, until it is written).
   std::deque<Queued> queue_ GUARDED_BY(mu_);

@@ -206,6 +206,10 @@ void RocksStore::WriterLoop() {
     }
     queued_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
     writing_ = false;
+    if (mark_asleep_) {  // (What it wrote may change the mark.)
+      mark_asleep_ = false;
+      mark_cv_.Signal();
+    }
     std::vector<Done> done;
     for (Queued& q : group) {
       if (q.done) done.push_back(std::move(q.done));
