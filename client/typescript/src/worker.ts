@@ -429,13 +429,13 @@ export class Worker {
   /** Queues an ack, to be sent at the next microtask. */
   private ack(id: bigint): void {
     this.acks.push(id);
-    if (!this.flushQueued) this.queueFlush();
+    this.queueFlush();
   }
 
   /** Queues a nack, to be sent at the next microtask. */
   private nack(id: bigint, error: string, afterMs?: number): void {
     this.nacks.push({id, error, afterMs});
-    if (!this.flushQueued) this.queueFlush();
+    this.queueFlush();
   }
 
   /**
@@ -446,6 +446,7 @@ export class Worker {
    * the rate.
    */
   private queueFlush(): void {
+    if (this.flushQueued) return;
     this.flushQueued = true;
     queueMicrotask(this.flushSoon);
   }

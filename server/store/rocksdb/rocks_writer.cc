@@ -282,8 +282,8 @@ void RocksStore::SyncLoop() {
       while (waiting_.empty() && !sync_pending_ && !writer_done_) {
         if (!unsynced_) {
           sync_cv_.Wait(&mu_);
-        } else if (!sync_cv_.WaitUntil(
-                       &mu_, last_sync + options_.fsync_interval)) {
+        } else if (!sync_cv_.WaitUntil(&mu_,
+                                       last_sync + options_.fsync_interval)) {
           break;  // Due.
         }
       }

@@ -43,13 +43,17 @@ const libRequire = createRequire(path.join(lib, 'package.json'));
 // JIT state only the raw loop's messages shape.
 const importFrom = async (req, name) => {
   const main = req.resolve(name);
-  let dir = path.dirname(main);
-  while (!existsSync(path.join(dir, 'package.json')) ||
-         JSON.parse(readFileSync(path.join(dir, 'package.json'), 'utf8')).name !== name) {
-    dir = path.dirname(dir);
+  // The package's directory: the nearest above its entry whose package.json
+  // names it.
+  for (let dir = path.dirname(main); dir !== path.dirname(dir); dir = path.dirname(dir)) {
+    const file = path.join(dir, 'package.json');
+    if (!existsSync(file)) continue;
+    const pkg = JSON.parse(readFileSync(file, 'utf8'));
+    if (pkg.name !== name) continue;
+    const entry = pkg.exports?.['.']?.import;
+    return import(pathToFileURL(entry === undefined ? main : path.join(dir, entry)).href);
   }
-  const entry = JSON.parse(readFileSync(path.join(dir, 'package.json'), 'utf8')).exports?.['.']?.import;
-  return import(pathToFileURL(entry === undefined ? main : path.join(dir, entry)).href);
+  return import(pathToFileURL(main).href);
 };
 
 const delayd = await fromLib('dist/esm/index.js');
