@@ -7,6 +7,7 @@
 #include <set>
 
 #include "server/common/limit_log.h"
+#include "server/common/thread_name.h"
 
 namespace delayd::push {
 
@@ -107,6 +108,7 @@ void Pusher::Start() {
     }
   }
   thread_ = std::thread([this] { Run(); });
+  NameThread(thread_, "delayd-push");
 }
 
 void Pusher::Stop() {
@@ -184,7 +186,11 @@ void Pusher::Run() {
       curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, &job);
       Finish(job, msg->data.result);
     }
-    curl_multi_poll(multi, nullptr, 0, 1000, nullptr);
+    // curl's own timers (a request's timeout, a connection's) shorten the
+    // wait (curl_multi_poll(3)); nothing else here is timed, so with no
+    // request in flight the thread sleeps until Wake(): an idle daemon's
+    // pusher does not wake.
+    curl_multi_poll(multi, nullptr, 0, kIdleWaitMs, nullptr);
   }
   LeaveAll();
 }

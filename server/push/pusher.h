@@ -52,6 +52,8 @@ class Pusher {
   // Read of a body at most; past it the transfer is cut off and the
   // answer judged by its status.
   static constexpr std::size_t kBodyRead = 64 << 10;
+  // The longest the thread waits for curl or Wake() (an hour).
+  static constexpr int kIdleWaitMs = 3'600'000;
 
   Pusher(Scheduler& scheduler, PushOptions options);
   ~Pusher();

@@ -6,8 +6,6 @@
 #include <time.h>
 
 #include <chrono>
-#include <filesystem>
-#include <fstream>
 #include <future>
 #include <memory>
 #include <string>
@@ -17,6 +15,7 @@
 #include "server/store/rocksdb/rocks_store.h"
 #include "tests/common/power_loss_fs.h"
 #include "tests/common/temp_dir.h"
+#include "tests/common/thread_names.h"
 
 namespace delayd::testing {
 namespace {
@@ -157,48 +156,17 @@ TEST_F(IntervalSyncs, AWriteIsSyncedWithinItAndAnIdleStoreSleeps) {
   fs_->Revive();
 }
 
-// How often the store's marker thread has slept and woken (its voluntary
-// context switches), or -1 if there is no such thread.
-long MarkerWakeUps() {
-  for (const auto& task :
-       std::filesystem::directory_iterator("/proc/self/task")) {
-    std::ifstream comm(task.path() / "comm");
-    std::string name;
-    std::getline(comm, name);
-    if (name != "store-marker") continue;
-    std::ifstream status(task.path() / "status");
-    for (std::string line; std::getline(status, line);) {
-      if (line.starts_with("voluntary_ctxt_switches:")) {
-        return std::stol(line.substr(line.find(':') + 1));
-      }
-    }
-  }
-  return -1;
-}
-
 TEST_F(AlwaysSyncs, AnIdleStoresMarkerSleepsUntilAWrite) {
   PutDurable(1);
   // It checks once a second while the mark changes; the first check that
   // finds nothing changed puts it to sleep (bounded wait for that).
-  const auto deadline = std::chrono::steady_clock::now() + 10s;
-  long seen = MarkerWakeUps();
-  ASSERT_GE(seen, 0) << "no store-marker thread";
-  for (auto still = std::chrono::steady_clock::now();;) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    const long now = MarkerWakeUps();
-    if (now != seen) {
-      seen = now;
-      still = std::chrono::steady_clock::now();
-    } else if (std::chrono::steady_clock::now() - still > 1500ms) {
-      break;  // Longer than its interval without waking: asleep.
-    }
-    ASSERT_LT(std::chrono::steady_clock::now(), deadline)
-        << "the marker of an idle store kept waking";
-  }
+  const long seen = WaitUntilAsleep("store-marker", 1500ms, 10s);
+  ASSERT_GE(seen, 0) << "the marker of an idle store kept waking (or there "
+                        "is no store-marker thread)";
   // Asleep: three of its intervals pass without a wake-up (what is tested
   // is time passing with nothing written, so the test lets it pass).
   std::this_thread::sleep_for(3s);
-  EXPECT_EQ(MarkerWakeUps(), seen) << "an idle store's marker woke";
+  EXPECT_EQ(WakeUpsOf("store-marker"), seen) << "an idle store's marker woke";
   // A write wakes it: the mark records the write's durability within
   // seconds, not at the idle interval's end.
   const std::uint64_t before = MarkedSequence();
