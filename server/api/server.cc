@@ -181,7 +181,7 @@ Status DelaydServer::Start() {
     }
   }
   report_timer_ =
-      std::make_unique<asio::steady_timer>(asio::make_strand(scheduler_->io()));
+      std::make_unique<asio::steady_timer>(scheduler_->housekeeping());
   ReportRedeliveries(scheduler_->counters().redelivered.load());
   if (scheduler_->durable()) {
     stall_timer_ =
@@ -241,7 +241,7 @@ void DelaydServer::SetClusterHealth(bool serving, const std::string& why) {
 }
 
 void DelaydServer::ReportRedeliveries(std::uint64_t before) {
-  report_timer_->expires_after(kReportInterval);
+  report_timer_->expires_at(NextTick(kReportInterval));
   report_timer_->async_wait([this, before](const asio::error_code& ec) {
     if (ec) return;
     const std::uint64_t now = scheduler_->counters().redelivered.load();
@@ -291,11 +291,11 @@ void DelaydServer::WatchStore() {
     }
   }
   // A stall is seen within a quarter of the limit (and 1 s) of passing it.
-  stall_timer_->expires_after(
-      limit.count() > 0 ? std::clamp<std::chrono::milliseconds>(
-                              limit / 4, std::chrono::milliseconds(10),
-                              std::chrono::seconds(1))
-                        : std::chrono::milliseconds(250));
+  stall_timer_->expires_at(
+      NextTick(limit.count() > 0 ? std::clamp<std::chrono::milliseconds>(
+                                       limit / 4, std::chrono::milliseconds(10),
+                                       std::chrono::seconds(1))
+                                 : std::chrono::milliseconds(250)));
   stall_timer_->async_wait([this](const asio::error_code& ec) {
     if (!ec) WatchStore();
   });

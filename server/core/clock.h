@@ -23,6 +23,18 @@ namespace delayd {
 
 using SteadyTime = std::chrono::steady_clock::time_point;
 
+// The first multiple of `period` of the system's steady clock after now.
+// Periodic work armed on this grid (the clock poll, the layers' own checks,
+// all on Scheduler::housekeeping()) falls due together and is run by one
+// wake-up of one thread, not a wake-up each: an idle daemon's CPU is its
+// wake-ups.
+inline std::chrono::steady_clock::time_point NextTick(
+    std::chrono::nanoseconds period) {
+  const auto now = std::chrono::steady_clock::now().time_since_epoch();
+  if (period.count() <= 0) return std::chrono::steady_clock::time_point(now);
+  return std::chrono::steady_clock::time_point((now / period + 1) * period);
+}
+
 class Clock {
  public:
   virtual ~Clock() = default;

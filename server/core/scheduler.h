@@ -268,6 +268,13 @@ class Scheduler {
   Metrics& metrics() { return metrics_; }
   // The pool's io_context (for timers of the layers above).
   asio::io_context& io() { return io_; }
+  // The strand the scheduler's periodic work (its clock poll) runs on,
+  // after Start: periodic checks of the layers above run here too, armed
+  // on NextTick's grid, so that they wake one thread together.
+  asio::any_io_executor housekeeping() {
+    return clock_timer_ ? clock_timer_->get_executor()
+                        : asio::any_io_executor(asio::make_strand(io_));
+  }
   const Limits& limits() const { return options_.limits; }
   // Options::partitions, or the store's shared partitions (see
   // Store::SharedPartitions). Set by Start.

@@ -71,7 +71,7 @@ void Scheduler::PurgeDedup() {
 }
 
 void Scheduler::ArmClockPoll() {
-  clock_timer_->expires_after(options_.clock_poll);
+  clock_timer_->expires_at(NextTick(options_.clock_poll));
   clock_timer_->async_wait([this](const asio::error_code& ec) {
     if (!ec) PollClock();
   });
