@@ -18,7 +18,6 @@
 #include "server/cluster_node.h"
 #include "server/common/json_log.h"
 #include "server/daemon_flags.h"
-#include "server/heap_pages.h"
 #include "server/store/postgres/pg_join.h"
 #include "server/store/postgres/pg_schema.h"
 #include "server/store/rocksdb/check.h"
@@ -203,7 +202,6 @@ std::unique_ptr<delayd::ClusterNode> StartCluster(
 }  // namespace
 
 int main(int argc, char** argv) {
-  delayd::ExecWithHugePageHeap(argv);
   CLI::App app{"delayd: a delayed-job scheduling daemon"};
   delayd::DaemonFlags flags;
   delayd::AddFlags(app, flags);

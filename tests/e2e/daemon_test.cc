@@ -4,11 +4,8 @@
 #include <signal.h>
 #include <stdlib.h>
 
-#include <algorithm>
 #include <atomic>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <mutex>
 #include <thread>
 
@@ -17,7 +14,6 @@
 #include "tests/common/daemon_process.h"
 #include "tests/common/postgres_server.h"
 #include "tests/common/temp_dir.h"
-#include "tests/server/calls.h"
 #include "tests/server/test_client.h"
 
 namespace delayd::testing {
@@ -132,40 +128,6 @@ TEST(DelaydBinary, FlagsComeFromEnvironment) {
   EXPECT_EQ(d.Stop(SIGINT, 10s), 0);
   EXPECT_LT(std::chrono::steady_clock::now() - start, 2s)
       << "an idle client connection held up the stop";
-}
-
-// The environment the process `pid` runs with, one entry a line.
-std::string EnvironOf(pid_t pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/environ");
-  std::string all((std::istreambuf_iterator<char>(f)),
-                  std::istreambuf_iterator<char>());
-  std::replace(all.begin(), all.end(), '\0', '\n');
-  return "\n" + all;
-}
-
-// The daemon runs with its heap on huge pages (server/heap_pages.h): it
-// starts itself again with glibc's tunable set, in the same process, and
-// serves; a setting of the operator's is left as it is.
-TEST(DelaydBinary, ItsHeapAsksForHugePagesUnlessTheOperatorSaidOtherwise) {
-  unsetenv("GLIBC_TUNABLES");
-  {
-    DaemonProcess d(DELAYD_BINARY, {"--in-memory"});
-    ASSERT_TRUE(d.ok()) << d.output();
-    EXPECT_NE(
-        EnvironOf(d.pid()).find("\nGLIBC_TUNABLES=glibc.malloc.hugetlb=1\n"),
-        std::string::npos);
-    EXPECT_TRUE(Set(*Connect(d), "", "k", 60000).ok());
-    EXPECT_EQ(d.Stop(SIGTERM, 10s), 0);
-  }
-  setenv("GLIBC_TUNABLES", "glibc.malloc.hugetlb=0", 1);
-  DaemonProcess d(DELAYD_BINARY, {"--in-memory"});
-  unsetenv("GLIBC_TUNABLES");
-  ASSERT_TRUE(d.ok()) << d.output();
-  const std::string env = EnvironOf(d.pid());
-  EXPECT_NE(env.find("\nGLIBC_TUNABLES=glibc.malloc.hugetlb=0\n"),
-            std::string::npos);
-  EXPECT_EQ(env.find("hugetlb=1"), std::string::npos);
-  EXPECT_EQ(d.Stop(SIGTERM, 10s), 0);
 }
 
 TEST(DelaydBinary, BadFlagIsAUsageError) {
