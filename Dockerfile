@@ -45,6 +45,11 @@ USER delayd
 # (DELAYD_TLS_CERT, DELAYD_TLS_KEY, DELAYD_AUTH_TOKENS: see the README).
 # Port 9464 serves Prometheus metrics over plain HTTP (/metrics).
 # Port 8080 serves the HTTP/JSON API (/v1/...; the same tokens as 7070).
+# GLIBC_TUNABLES: glibc asks the kernel for huge pages for the heap (where
+# the host's /sys/kernel/mm/transparent_hugepage/enabled allows it on
+# request): a restart builds a million pending timers with far fewer page
+# faults (tests/bench/README.md, "Restart with the heap on huge pages").
+ENV GLIBC_TUNABLES=glibc.malloc.hugetlb=1
 ENV DELAYD_LISTEN=0.0.0.0:7070 \
     DELAYD_HEALTH_LISTEN=0.0.0.0:7071 \
     DELAYD_METRICS_LISTEN=0.0.0.0:9464 \

@@ -95,6 +95,9 @@ step "run it"
 start
 echo "delayd at $endpoint"
 [ "$("${cli[@]}" exec "$name" id -u)" != 0 ] || fail "runs as root"
+"${cli[@]}" exec "$name" sh -c 'tr "\0" "\n" </proc/1/environ' |
+  grep -qx "GLIBC_TUNABLES=glibc.malloc.hugetlb=1" ||
+  fail "delayd in the image runs without its heap on huge pages"
 "${cli[@]}" image inspect --format '{{json .Config.Healthcheck}}' "$tag" |
   grep -q "delayctl" || fail "the image has no HEALTHCHECK with delayctl"
 # The engine runs the HEALTHCHECK every 2 s; podman without systemd runs it

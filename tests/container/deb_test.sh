@@ -74,11 +74,13 @@ check 'grep -q "^ProtectSystem=strict" "$unit"'
 check 'grep -q "^NoNewPrivileges=yes" "$unit"'
 check 'grep -q "^Restart=on-failure" "$unit"'
 check 'grep -qx "DELAYD_DATA_DIR=/var/lib/delayd" /etc/default/delayd'
+check 'grep -qx "GLIBC_TUNABLES=glibc.malloc.hugetlb=1" /etc/default/delayd'
 check 'delayd --version | grep -qE "^delayd [0-9.]+ \(commit "'
 check '[ "$(delayctl --version | cut -d" " -f2-)" = "$(delayd --version | cut -d" " -f2-)" ]'
 
 start
 check '[ "$(stat -c %U "/proc/$pid")" = delayd ] && [ "$(cat "/proc/$pid/comm")" = delayd ]'
+check 'tr "\\0" "\\n" <"/proc/$pid/environ" | grep -qx "GLIBC_TUNABLES=glibc.malloc.hugetlb=1"'
 delayctl set soon "from the package" --in 1s >/dev/null
 check 'timeout 20 delayctl watch --count 1 | grep -q "from the package"'
 delayctl set later kept --in 1h >/dev/null
