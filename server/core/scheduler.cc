@@ -86,7 +86,10 @@ Status Scheduler::Start(RecoveryReport* report) {
     NameThread(threads_.back(), "delayd-pool");
   }
   if (options_.clock_poll.count() > 0) {
-    clock_timer_.emplace(asio::make_strand(io_));
+    clock_timer_.emplace(clock_io_);
+    clock_work_.emplace(asio::make_work_guard(clock_io_));
+    clock_thread_ = std::thread([this] { clock_io_.run(); });
+    NameThread(clock_thread_, "delayd-clock");
     // (Armed here: a step from here on is seen.)
     if (options_.clock == nullptr) WatchClockSteps();
     asio::post(clock_timer_->get_executor(), [this] {
@@ -105,6 +108,10 @@ Status Scheduler::Start(RecoveryReport* report) {
 void Scheduler::Stop() {
   // (Before the threads stop: a listener call under way waits for them.)
   clock_.Listen(this, nullptr);
+  // The periodic work first: it reaches into partitions and the store.
+  clock_work_.reset();
+  clock_io_.stop();
+  if (clock_thread_.joinable()) clock_thread_.join();
   work_.reset();
   io_.stop();
   for (auto& t : threads_) {

@@ -268,9 +268,13 @@ class Scheduler {
   Metrics& metrics() { return metrics_; }
   // The pool's io_context (for timers of the layers above).
   asio::io_context& io() { return io_; }
-  // The strand the scheduler's periodic work (its clock poll) runs on,
-  // after Start: periodic checks of the layers above run here too, armed
-  // on NextTick's grid, so that they wake one thread together.
+  // Where the scheduler's periodic work (its clock poll) runs, after
+  // Start: a thread of its own, "delayd-clock" (a strand of the pool
+  // without a clock poll). Periodic checks of the layers above run here
+  // too, armed on NextTick's grid, so that they wake one thread together
+  // and the pool sleeps through an idle second (a wake-up of the pool,
+  // whose io_context several threads run, also wakes a second thread to
+  // hand it the reactor).
   asio::any_io_executor housekeeping() {
     return clock_timer_ ? clock_timer_->get_executor()
                         : asio::any_io_executor(asio::make_strand(io_));
@@ -457,6 +461,11 @@ class Scheduler {
   // The clock's offset when deadlines were last derived.
   Mutex clock_mu_;
   std::chrono::nanoseconds derived_offset_ GUARDED_BY(clock_mu_);
+  // The periodic work's own loop (housekeeping()), run by clock_thread_.
+  asio::io_context clock_io_;
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>>
+      clock_work_;
+  std::thread clock_thread_;
   std::optional<asio::steady_timer> clock_timer_;
   std::optional<asio::posix::stream_descriptor> step_watch_;
 };

@@ -1,6 +1,7 @@
-// An idle durable daemon wakes its pool once for all of its periodic checks
-// (the clock poll, the store's stall watch, the redelivery report: one
-// strand, one grid; core/clock.h's NextTick), not once for each.
+// An idle durable daemon wakes one thread once a second for all of its
+// periodic checks (the clock poll, the store's stall watch, the redelivery
+// report: Scheduler::housekeeping(), one grid: core/clock.h's NextTick),
+// not once for each, and its pool not at all.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -17,10 +18,9 @@ namespace {
 
 using std::chrono_literals::operator""s;
 
-TEST(IdleDaemon, ItsPoolWakesOnceASecondForAllItsChecks) {
+TEST(IdleDaemon, ItsChecksWakeOneThreadOnceASecondAndThePoolSleeps) {
   TempDir dir;
   DelaydServer::Options o = TestDaemon::DefaultOptions();
-  o.scheduler.threads = 1;  // Each wake-up of the pool is then one count.
   RocksOptions store;
   store.dir = dir / "data";
   o.scheduler.store = RocksStoreOpener(store);  // --fsync always.
@@ -32,13 +32,16 @@ TEST(IdleDaemon, ItsPoolWakesOnceASecondForAllItsChecks) {
   ASSERT_TRUE(Set(d.stub(), "a", "k", 3'600'000).ok());
   // What is measured is time passing with nothing to do: the test lets
   // five seconds pass.
-  const long before = WakeUpsOf("delayd-pool");
+  const long pool = WakeUpsOf("delayd-pool");
+  const long clock = WakeUpsOf("delayd-clock");
+  ASSERT_GE(clock, 0) << "no delayd-clock thread";
   std::this_thread::sleep_for(5s);
-  const long woke = WakeUpsOf("delayd-pool") - before;
+  const long checks = WakeUpsOf("delayd-clock") - clock;
   // Once a second, and a spare; a check each on its own tick is 10.
-  EXPECT_LE(woke, 7) << "the pool woke " << woke
-                     << " times in 5 s with nothing to do";
-  EXPECT_GE(woke, 4) << "the clock poll stopped";
+  EXPECT_LE(checks, 7) << "the checks woke " << checks
+                       << " times in 5 s with nothing to do";
+  EXPECT_GE(checks, 4) << "the clock poll stopped";
+  EXPECT_LE(WakeUpsOf("delayd-pool") - pool, 1) << "an idle daemon's pool woke";
 }
 
 }  // namespace
