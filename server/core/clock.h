@@ -23,7 +23,8 @@ namespace delayd {
 
 using SteadyTime = std::chrono::steady_clock::time_point;
 
-// The first multiple of `period` of the system's steady clock after now.
+// The first multiple of `period` of the system's steady clock after now:
+// for Asio's timers, which run on that clock (not on a Clock).
 // Periodic work armed on this grid (the clock poll, the layers' own checks,
 // all on Scheduler::housekeeping()) falls due together and is run by one
 // wake-up of one thread, not a wake-up each: an idle daemon's CPU is its

@@ -11,7 +11,10 @@
 //   - the namespace table is under ns_mutex_, the policies under it too
 //     (written one SetPolicy at a time, policy_mutex_);
 //   - with shared partitions, the leases held are under held_mu_, taken
-//     before a partition's mutex (scheduler_partitions.cc).
+//     before a partition's mutex (scheduler_partitions.cc);
+//   - the periodic work (the clock poll, the dedup purge, the clock's
+//     steps) is confined to the clock thread, clock_io_'s one
+//     (housekeeping()); the offset it compares is under clock_mu_.
 // Nothing holds a lock across I/O, a wait, a callback or a reply. Calls
 // that only change memory answer on the caller's thread once the lock is
 // let go; calls that wait for the store answer from its completions; reads
@@ -269,8 +272,8 @@ class Scheduler {
   // The pool's io_context (for timers of the layers above).
   asio::io_context& io() { return io_; }
   // Where the scheduler's periodic work (its clock poll) runs, after
-  // Start: a thread of its own, "delayd-clock" (a strand of the pool
-  // without a clock poll). Periodic checks of the layers above run here
+  // Start: a thread of its own, "delayd-clock" (without a clock poll, a
+  // strand of the pool). Periodic checks of the layers above run here
   // too, armed on NextTick's grid, so that they wake one thread together
   // and the pool sleeps through an idle second (a wake-up of the pool,
   // whose io_context several threads run, also wakes a second thread to
@@ -315,7 +318,8 @@ class Scheduler {
   // some strand) once every operation accepted before the call has answered
   // (durably) and every dispatcher is closed.
   void Shutdown(std::function<void()> done) EXCLUDES(ns_mutex_);
-  // Stops the thread pool and waits for it, then closes the store.
+  // Stops the clock thread, then the thread pool, and waits for them;
+  // then closes the store.
   // Idempotent.
   void Stop();
 
@@ -368,14 +372,14 @@ class Scheduler {
   bool ListPage(const Partition& p, Partition::Found& found,
                 std::optional<std::uint32_t> next, ListCursor from,
                 ListLimits limit, std::vector<TimerInfo>& acc, ListDone& done);
-  // Checks the clock's offset every clock_poll, on clock_timer_'s strand.
+  // Checks the clock's offset every clock_poll, on the clock thread.
   void PollClock() EXCLUDES(clock_mu_);
   void ArmClockPoll();
   // Each poll deletes the dedup windows' ended entries (Partition::
   // PurgeDedup), round after round on the strand until none wait.
   void PurgeDedup();
   // With the system's clock: arms step_watch_, which reports each step of
-  // its wall clock; AwaitClockStep acts on them, on clock_timer_'s strand.
+  // its wall clock; AwaitClockStep acts on them, on the clock thread.
   void WatchClockSteps();
   void AwaitClockStep();
   // Where payloads are read from the store (with one): threads of their

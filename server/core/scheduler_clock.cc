@@ -60,7 +60,7 @@ void Scheduler::PollClock() {
 void Scheduler::PurgeDedup() {
   // A purge takes a few thousand entries while it holds a partition's
   // mutex; while more wait, the next round is posted behind what queued
-  // on the strand meanwhile, so the partitions serve between rounds.
+  // on the clock thread meanwhile, so the partitions serve between rounds.
   bool more = false;
   for (auto& p : partitions_) more = p->PurgeDedup() || more;
   if (more) {
