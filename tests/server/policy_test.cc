@@ -397,9 +397,11 @@ TEST_F(PolicyTest, WorkersWithoutAnAckTimeoutTakeThePolicys) {
   // later than it left.)
   const WallNanos set_at = WallNow();
   SetTimers(d, "jobs", 1);
-  // With the 30 s default it would not come back within the wait.
+  // With the 30 s default it would not come back within the wait. A third
+  // attempt may follow 200 ms later, before a slow (sanitized) test thread
+  // wakes; the first two are what the policy's timeout decides.
   auto got = worker.WaitFor(2, 10'000ms);
-  ASSERT_EQ(got.size(), 2u);
+  ASSERT_GE(got.size(), 2u);
   EXPECT_EQ(got[1].attempt(), 2u);
   EXPECT_GE(worker.ReceivedAt()[1] - set_at, 200'000'000);
 }
