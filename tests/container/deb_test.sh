@@ -80,7 +80,10 @@ check '[ "$(delayctl --version | cut -d" " -f2-)" = "$(delayd --version | cut -d
 
 start
 check '[ "$(stat -c %U "/proc/$pid")" = delayd ] && [ "$(cat "/proc/$pid/comm")" = delayd ]'
-check 'tr "\\0" "\\n" <"/proc/$pid/environ" | grep -qx "GLIBC_TUNABLES=glibc.malloc.hugetlb=1"'
+# (Read as delayd's user: the container's root may not read another user's
+# process environment.)
+check 'setpriv --reuid delayd --regid delayd --init-groups -- cat "/proc/$pid/environ" |
+  tr "\\0" "\\n" | grep -qx "GLIBC_TUNABLES=glibc.malloc.hugetlb=1"'
 delayctl set soon "from the package" --in 1s >/dev/null
 check 'timeout 20 delayctl watch --count 1 | grep -q "from the package"'
 delayctl set later kept --in 1h >/dev/null
