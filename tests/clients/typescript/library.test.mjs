@@ -293,13 +293,33 @@ describe('workers', () => {
     const ns = await namespace();
     const got = [];
     const late = [];
-    const w = new d.Worker(ns, (e) => { got.push(e.key); }, {
+    let first;
+    const w = new d.Worker(ns, (e) => { got.push(e.key); first ??= e; }, {
       concurrency: 4, client, hooks: {onEvent: (e, ms) => late.push(ms)}});
     w.start();
-    for (let i = 0; i < 50; i++) await client.setTimer(`k${i}`, '', {delay: 0, namespace: ns});
+    const set = [];
+    for (let i = 0; i < 50; i++) {
+      set.push(await client.setTimer(`k${i}`, 'p', {delay: 0, namespace: ns}));
+    }
     await eventually(() => got.length === 50, '50 events');
     await w.stop();
     assert.deepEqual([...got].sort(), Array.from({length: 50}, (_, i) => `k${i}`).sort());
+    // Every field, the instants (getters) among them.
+    const i = Number(first.key.slice(1));
+    assert.equal(first.namespace, ns);
+    assert.deepEqual([...first.payload], [...Buffer.from('p')]);
+    assert.equal(first.version, set[i].version);
+    assert.ok(first.fireTime instanceof Date);
+    assert.equal(first.fireTime.getTime(), set[i].fireTime.getTime());
+    // (A Date rounds its nanoseconds to the nearest millisecond.)
+    const ms = (ns) => Number((ns + 500_000n) / 1_000_000n);
+    assert.equal(ms(first.fireTimeNs), first.fireTime.getTime());
+    assert.ok(first.firedAtNs >= first.fireTimeNs);
+    assert.equal(ms(first.firedAtNs), first.firedAt.getTime());
+    assert.equal(first.attempt, 1);
+    assert.equal(first.reason, 'expired');
+    assert.equal(first.scheduleRun, 0n);
+    assert.equal(typeof first.id, 'bigint');
     const s = await nsStats(ns);
     assert.equal(s.eventsAcked, 50n);
     assert.equal(s.inFlightEvents, 0n);
@@ -435,7 +455,14 @@ describe('workers', () => {
       return answer.then(() => { throw new d.UnavailableError('the answer was lost'); });
     };
     c.ack = losing(c.ack);
-    t.mock.method(WorkStream.prototype, 'ack', losing(WorkStream.prototype.ack));
+    // (On the stream, the answer is a callback's.)
+    const real = WorkStream.prototype.ack;
+    t.mock.method(WorkStream.prototype, 'ack', function (ids, namespace, answer) {
+      if (lost === 0) return real.call(this, ids, namespace, answer);
+      lost--;
+      return real.call(this, ids, namespace, (error) =>
+        answer(error ?? new d.UnavailableError('the answer was lost'), 0));
+    });
     let release;
     const gate = new Promise((r) => { release = r; });
     const got = [];
@@ -456,12 +483,12 @@ describe('workers', () => {
   });
 
   test('stop waits for answers without spinning', async (t) => {
-    // Answers that take 300 ms: stop() waits for them on their promises
+    // Answers that take 300 ms: stop() waits for them without spinning
     // (it once started a flush again and again meanwhile, taking the CPU).
     const ns = await namespace();
     const real = WorkStream.prototype.ack;
-    t.mock.method(WorkStream.prototype, 'ack', function (...args) {
-      return real.apply(this, args).then((n) => new Promise((r) => setTimeout(() => r(n), 300)));
+    t.mock.method(WorkStream.prototype, 'ack', function (ids, namespace, answer) {
+      return real.call(this, ids, namespace, (error, n) => setTimeout(() => answer(error, n), 300));
     });
     let release;
     const gate = new Promise((r) => { release = r; });
