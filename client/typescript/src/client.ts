@@ -34,10 +34,11 @@ import {InvalidArgumentError} from './errors.js';
 import * as pb from './gen/delayd/v1/delayd_pb.js';
 import {bytes, duration, pushTarget, setRequest, spec, when} from './requests.js';
 import type {Kind} from './retry.js';
-import {eventOf, plain, timerOf} from './types.js';
+import {plain, timerOf} from './types.js';
 import type {CallOptions, Event, InNamespace, MoveOptions, MoveResult, Plain,
              Policy, PushTarget, PushTestResult, RemoveOptions, ScheduleOptions,
              ScheduleSpec, SetOptions, SetResult, Timer} from './types.js';
+import type {WireResponse} from './wire.js';
 
 const ns = (o: InNamespace) => o.namespace ?? '';
 const kindOf = (conditional: boolean): Kind => (conditional ? 'conditional' : 'safe');
@@ -436,7 +437,7 @@ export class Subscription implements AsyncIterable<Event> {
 
   /** @internal */
   constructor(private readonly open: (signal: AbortSignal) =>
-    AsyncIterable<pb.SubscribeResponse>) {}
+    AsyncIterable<WireResponse>) {}
 
   async *[Symbol.asyncIterator](): AsyncGenerator<Event> {
     for await (const batch of this.batches()) yield* batch;
@@ -447,7 +448,7 @@ export class Subscription implements AsyncIterable<Event> {
     try {
       for await (const msg of this.open(this.abort.signal)) {
         this.onRegistered();
-        if (msg.events.length > 0) yield msg.events.map(eventOf);
+        if (msg.events.length > 0) yield msg.events;
       }
     } catch (e) {
       if (this.abort.signal.aborted) return;

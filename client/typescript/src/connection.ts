@@ -19,9 +19,10 @@ import type {Config} from './config.js';
 import {CancelledError, toDelaydError} from './errors.js';
 import {Attempts, sleep} from './retry.js';
 import type {Kind} from './retry.js';
-import {Delayd, SubscribeRequestSchema, SubscribeResponseSchema, WorkRequestSchema}
-  from './gen/delayd/v1/delayd_pb.js';
-import type {SubscribeRequest, SubscribeResponse, WorkRequest} from './gen/delayd/v1/delayd_pb.js';
+import {Delayd, SubscribeRequestSchema, WorkRequestSchema} from './gen/delayd/v1/delayd_pb.js';
+import type {SubscribeRequest, WorkRequest} from './gen/delayd/v1/delayd_pb.js';
+import {decodeResponse} from './wire.js';
+import type {WireResponse} from './wire.js';
 
 /** The generated client of delayd.v1.Delayd. */
 export type Stub = ConnectClient<typeof Delayd>;
@@ -131,14 +132,14 @@ export class Connections {
    * stream, which keeps nothing once read. Unary calls stay on connect.
    */
   async *subscribe(i: number, req: SubscribeRequest,
-                   signal: AbortSignal): AsyncGenerator<SubscribeResponse> {
+                   signal: AbortSignal): AsyncGenerator<WireResponse> {
     const client = this.channel(i);
     const metadata = new grpc.Metadata();
     for (const [k, v] of Object.entries(this.headers())) metadata.set(k, v);
     const call = client.makeServerStreamRequest(
       '/delayd.v1.Delayd/Subscribe',
       (r: SubscribeRequest) => Buffer.from(toBinary(SubscribeRequestSchema, r)),
-      (b: Buffer) => fromBinary(SubscribeResponseSchema, b), req, metadata);
+      decodeResponse, req, metadata);
     const cancel = () => call.cancel();
     signal.addEventListener('abort', cancel, {once: true});
     // Read by hand, not with for await: a consumer that stops reading
@@ -158,7 +159,7 @@ export class Connections {
         signal.removeEventListener('abort', cancel);
         return;
       }
-      yield next.value as SubscribeResponse;
+      yield next.value as WireResponse;
     }
   }
 
@@ -167,13 +168,13 @@ export class Connections {
    * its acks, nacks and lease extensions out, each a message rather than a
    * call (on grpc-js for the reason Subscribe is).
    */
-  work(i: number): grpc.ClientDuplexStream<WorkRequest, SubscribeResponse> {
+  work(i: number): grpc.ClientDuplexStream<WorkRequest, WireResponse> {
     const metadata = new grpc.Metadata();
     for (const [k, v] of Object.entries(this.headers())) metadata.set(k, v);
     return this.channel(i).makeBidiStreamRequest(
       '/delayd.v1.Delayd/Work',
       (r: WorkRequest) => Buffer.from(toBinary(WorkRequestSchema, r)),
-      (b: Buffer) => fromBinary(SubscribeResponseSchema, b), metadata);
+      decodeResponse, metadata);
   }
 
   /** The endpoint calls go to now. */

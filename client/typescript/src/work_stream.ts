@@ -14,8 +14,8 @@ import {errorOfCode, toDelaydError, UnavailableError} from './errors.js';
 import type {DelaydError} from './errors.js';
 import * as pb from './gen/delayd/v1/delayd_pb.js';
 import {duration} from './requests.js';
-import {eventOf} from './types.js';
 import type {Event} from './types.js';
+import type {WireAnswer, WireResponse} from './wire.js';
 
 /**
  * Called once with a request's outcome: how many ids were done, or the
@@ -25,7 +25,7 @@ export type Answer = (error: DelaydError | undefined, done: number) => void;
 
 /** One Work stream, from the endpoint it was opened on, without reconnection. */
 export class WorkStream {
-  private readonly call: grpc.ClientDuplexStream<pb.WorkRequest, pb.SubscribeResponse>;
+  private readonly call: grpc.ClientDuplexStream<pb.WorkRequest, WireResponse>;
   // By ref: numbers, since a Map's look-up of a bigint key costs more, and
   // a stream sends fewer than 2^53 requests.
   private readonly awaiting = new Map<number, Answer>();
@@ -59,11 +59,11 @@ export class WorkStream {
     let error: DelaydError | undefined;
     try {
       await new Promise<void>((resolve, reject) => {
-        this.call.on('data', (m: pb.SubscribeResponse) => {
+        this.call.on('data', (m: WireResponse) => {
           try {
             this.onRegistered();
             for (const a of m.answers) this.answered(a);
-            if (m.events.length > 0) onEvents(m.events.map(eventOf));
+            if (m.events.length > 0) onEvents(m.events);
           } catch (e) {
             // (Thrown in an emitter's listener it would be the process's
             // uncaught exception: it ends this stream instead.)
@@ -126,7 +126,7 @@ export class WorkStream {
     this.call.write(create(pb.WorkRequestSchema, {request, ref: BigInt(ref)}));
   }
 
-  private answered(a: pb.WorkAnswer): void {
+  private answered(a: WireAnswer): void {
     const ref = Number(a.ref);
     const answer = this.awaiting.get(ref);
     if (answer === undefined) return;

@@ -66,7 +66,7 @@ redis-server --port "$redis_port" --bind 127.0.0.1 --dir "$work" --save "" \
 redis_pid=$!
 wait_for redis-server 'Ready to accept connections' "$work/redis.log"
 export REDIS_PORT=$redis_port BULLMQ_DIR=$PWD/tests/bench/node
-export DELAYD_TS_LIB=$PWD/client/typescript
+export DELAYD_TS_LIB=${DELAYD_TS_LIB:-$PWD/client/typescript}
 
 py() { /usr/bin/python3 tests/bench/clients/worker_bench.py client/python "$@"; }
 ts() { node tests/bench/clients/worker_bench.mjs "$@"; }

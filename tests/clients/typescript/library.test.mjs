@@ -17,6 +17,11 @@ const d = await import(join(LIB, 'dist/esm/index.js'));
 const {Attempts} = await import(join(LIB, 'dist/esm/retry.js'));
 const {WorkStream} = await import(join(LIB, 'dist/esm/work_stream.js'));
 const {Done} = await import(join(LIB, 'dist/esm/done.js'));
+const wire = await import(join(LIB, 'dist/esm/wire.js'));
+const {eventOf} = await import(join(LIB, 'dist/esm/types.js'));
+const pb = await import(join(LIB, 'dist/esm/gen/delayd/v1/delayd_pb.js'));
+const protobuf = await import(join(LIB, 'node_modules/@bufbuild/protobuf/dist/esm/index.js'));
+const wkt = await import(join(LIB, 'node_modules/@bufbuild/protobuf/dist/esm/wkt/index.js'));
 
 /** Polls `cond` until it is truthy, bounded by `ms`. */
 async function eventually(cond, what, ms = 10_000) {
@@ -216,6 +221,92 @@ describe('configuration and retries', () => {
     assert.ok(new Attempts(policy, 'safe').failed(ended) > 0);
     assert.throws(() => new Attempts(policy, 'conditional').failed(ended),
                   d.OutcomeUnknownError);
+  });
+});
+
+describe('the stream decoder', () => {
+  // The library decodes its streams' messages itself (src/wire.ts); these
+  // hold it to what protobuf-es decodes from the same bytes.
+  let seed = 11;
+  const rand = () => (seed = (seed * 1103515245 + 12345) % 2147483648) / 2147483648;
+  const pick = (xs) => xs[Math.floor(rand() * xs.length)];
+  const u64 = () => pick([0n, 1n, 127n, 128n, 300n, (1n << 53n) - 1n, 1n << 53n,
+                          (1n << 63n) + 5n, (1n << 64n) - 1n,
+                          BigInt(Math.floor(rand() * 2 ** 40))]);
+  const text = () => pick(['', 'k', 'jobs', 'clé-ü', '注文/42', 'a'.repeat(70),
+                           'é'.repeat(40), `k${Math.floor(rand() * 1e6)}`]);
+  const instant = () => pick([undefined, {seconds: 0n, nanos: 0},
+    {seconds: 1764800000n, nanos: Math.floor(rand() * 1e9)}, {seconds: -62135596800n, nanos: 1},
+    {seconds: 253402300799n, nanos: 999999999}]);
+  // An unknown field of each wire type (numbers no message uses).
+  const unknown = () => pick([[], [0xb8, 0x06, 0x96, 0x01], [0xc1, 0x06, 1, 2, 3, 4, 5, 6, 7, 8],
+                              [0xca, 0x06, 2, 0x61, 0x62], [0xd5, 0x06, 9, 9, 9, 9]]);
+  const lenPrefixed = (bytes) => {
+    const len = [];
+    for (let n = bytes.length; ; n >>>= 7) {
+      if (n < 0x80) { len.push(n); break; }
+      len.push((n & 0x7f) | 0x80);
+    }
+    return [...len, ...bytes];
+  };
+  // A random SubscribeResponse, encoded with unknown fields among its own.
+  const message = () => {
+    const events = Array.from({length: Math.floor(rand() * 4)}, () => protobuf.create(pb.EventSchema, {
+      id: u64(), namespace: text(), key: text(),
+      payload: Uint8Array.from({length: pick([0, 1, 200])}, () => Math.floor(rand() * 256)),
+      version: u64(), fireTime: instant(), firedAt: instant(),
+      attempt: pick([0, 1, 7, 2 ** 32 - 1]), reason: pick([0, 1, 2, 3, 9]), scheduleRun: u64()}));
+    const answers = Array.from({length: Math.floor(rand() * 3)}, () => protobuf.create(pb.WorkAnswerSchema, {
+      ref: u64(), code: pick([0, 5, 14, -1]), message: text(), done: pick([0, 3, 2 ** 32 - 1]),
+      unknownIds: [u64(), u64()]}));
+    const bytes = [];
+    for (const e of events) bytes.push(0x0a, ...lenPrefixed([...protobuf.toBinary(pb.EventSchema, e), ...unknown()]));
+    for (const a of answers) bytes.push(0x12, ...lenPrefixed([...protobuf.toBinary(pb.WorkAnswerSchema, a), ...unknown()]));
+    bytes.push(...unknown());
+    return Buffer.from(bytes);
+  };
+
+  test('it reads what protobuf-es reads, unknown fields skipped', () => {
+    for (let i = 0; i < 3000; i++) {
+      const bytes = message();
+      const want = protobuf.fromBinary(pb.SubscribeResponseSchema, bytes);
+      const got = wire.decodeResponse(bytes);
+      assert.equal(got.events.length, want.events.length);
+      want.events.forEach((w, j) => {
+        const e = eventOf(w);
+        const g = got.events[j];
+        for (const f of ['id', 'namespace', 'key', 'version', 'attempt', 'reason', 'scheduleRun',
+                         'fireTimeNs', 'firedAtNs']) {
+          assert.equal(g[f], e[f], `event ${f}`);
+        }
+        assert.equal(g.fireTime.getTime(), e.fireTime.getTime());
+        assert.equal(g.firedAt.getTime(), e.firedAt.getTime());
+        assert.deepEqual([...g.payload], [...e.payload]);
+      });
+      assert.deepEqual(got.answers.map(({ref, code, message, done}) => ({ref, code, message, done})),
+                       want.answers.map(({ref, code, message, done}) => ({ref, code, message, done})));
+    }
+  });
+
+  test('it knows every field of the schemas it reads', () => {
+    const schemas = {'delayd.v1.SubscribeResponse': pb.SubscribeResponseSchema,
+                     'delayd.v1.Event': pb.EventSchema, 'delayd.v1.WorkAnswer': pb.WorkAnswerSchema,
+                     'google.protobuf.Timestamp': wkt.TimestampSchema};
+    assert.deepEqual(Object.keys(wire.KNOWN_FIELDS).sort(), Object.keys(schemas).sort());
+    for (const [name, schema] of Object.entries(schemas)) {
+      assert.deepEqual(wire.KNOWN_FIELDS[name], schema.fields.map((f) => f.number).sort((a, b) => a - b),
+                       `${name}: a field the decoder does not read`);
+    }
+  });
+
+  test('a damaged message is refused', () => {
+    const bytes = protobuf.toBinary(pb.SubscribeResponseSchema, protobuf.create(pb.SubscribeResponseSchema, {
+      events: [{id: 5n, namespace: 'n', key: 'k', fireTime: {seconds: 9n, nanos: 1}}]}));
+    for (let cut = 1; cut < bytes.length; cut++) {
+      assert.throws(() => wire.decodeResponse(Buffer.from(bytes.subarray(0, cut))), RangeError,
+                    `cut at ${cut}`);
+    }
+    assert.throws(() => wire.decodeResponse(Buffer.from([0x0b])), RangeError);  // a group
   });
 });
 
