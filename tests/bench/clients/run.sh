@@ -20,7 +20,8 @@
 # their range (for lateness, also the daemon's own p99 where a side reads
 # it: fired_at minus the due time).
 #
-# DELAYD (default build/server/delayd) is the daemon they run against.
+# DELAYD (default build/server/delayd) is the daemon they run against;
+# DELAYD_TS_LIB (default client/typescript) the built TypeScript library.
 #
 # Usage: tests/bench/clients/run.sh   (from the repository root, after the
 #        build; installs the TypeScript library's and BullMQ's npm packages)
