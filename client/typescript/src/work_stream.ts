@@ -85,8 +85,9 @@ export class WorkStream {
 
   /**
    * Acknowledges events; `answer` gets how many were outstanding. (A
-   * callback rather than a promise: a worker sends one a message, and the
-   * promise and its reactions were its largest cost a message.)
+   * callback rather than a promise: a worker sends one a message and
+   * awaits none of them, so a promise and its reactions would be made for
+   * each message for nothing.)
    */
   ack(eventIds: bigint[], namespace: string, answer: Answer): void {
     this.send({case: 'ack', value: create(pb.AckRequestSchema, {namespace, eventIds})}, answer);

@@ -505,7 +505,10 @@ export class Worker {
     }
   }
 
-  /** A request sent on a Work stream was answered; if it failed, what it sent goes again (200 ms on). */
+  /**
+   * A request sent on a Work stream was answered; if it failed, what it
+   * sent goes again (200 ms on).
+   */
   private answered(error: unknown, acks: bigint[], nacks: Nack[]): void {
     this.awaited--;
     if (error !== undefined) {
