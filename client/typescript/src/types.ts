@@ -65,12 +65,22 @@ export interface BatchResult {
   error?: Error;
 }
 
-const dateOf = (t?: Timestamp) => (t === undefined ? new Date(0) : timestampDate(t));
+/** An instant as [seconds, nanoseconds] since the Unix epoch. @internal */
+export type Instant = [number, number];
+
+const instantOf = (t?: Timestamp): Instant | undefined =>
+  t === undefined ? undefined : [Number(t.seconds), t.nanos];
+
+// (As protobuf-es's timestampDate: the nanoseconds rounded to the millisecond.)
+const dateAt = (t?: Instant) =>
+  new Date(t === undefined ? 0 : t[0] * 1000 + Math.round(t[1] / 1_000_000));
+const nanosAt = (t?: Instant) =>
+  (t === undefined ? 0n : BigInt(t[0]) * 1_000_000_000n + BigInt(t[1]));
 
 /** @internal */
 export function timerOf(t: PbTimer): Timer {
   return {namespace: t.namespace, key: t.key, payload: t.payload,
-          fireTime: dateOf(t.fireTime), version: t.version};
+          fireTime: dateAt(instantOf(t.fireTime)), version: t.version};
 }
 
 const reasons = new Map<number, string>();
@@ -83,12 +93,6 @@ function reasonOf(code: number): string {
   }
   return reason;
 }
-
-/** An instant as [seconds, nanoseconds] since the Unix epoch. @internal */
-export type Instant = [number, number];
-
-const instantOf = (t?: Timestamp): Instant | undefined =>
-  t === undefined ? undefined : [Number(t.seconds), t.nanos];
 
 /**
  * An Event as read from a message. Its instants are getters, made when
@@ -116,12 +120,6 @@ export class DeliveredEvent implements Event {
   get fireTimeNs(): bigint { return nanosAt(this.#fireTime); }
   get firedAtNs(): bigint { return nanosAt(this.#firedAt); }
 }
-
-// (As protobuf-es's timestampDate: the nanoseconds rounded to the millisecond.)
-const dateAt = (t?: Instant) =>
-  new Date(t === undefined ? 0 : t[0] * 1000 + Math.round(t[1] / 1_000_000));
-const nanosAt = (t?: Instant) =>
-  (t === undefined ? 0n : BigInt(t[0]) * 1_000_000_000n + BigInt(t[1]));
 
 /** @internal */
 export function eventOf(e: PbEvent): Event {

@@ -108,8 +108,7 @@ class Reader {
   /** An int64 (a Timestamp's seconds), as a number (exact to 2^53 s). */
   i64(): number {
     const v = this.u64();
-    const n = typeof v === 'number' ? v : Number(BigInt.asIntN(64, v));
-    return n;
+    return typeof v === 'number' ? v : Number(BigInt.asIntN(64, v));
   }
 
   /** The end of a length-delimited field starting here. */
