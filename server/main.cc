@@ -2,6 +2,7 @@
 // lines, and a shutdown driven by SIGTERM / SIGINT.
 #include <absl/synchronization/mutex.h>
 #include <malloc.h>
+#include <openssl/crypto.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 #include <sys/prctl.h>
@@ -202,6 +203,9 @@ std::unique_ptr<delayd::ClusterNode> StartCluster(
 }  // namespace
 
 int main(int argc, char** argv) {
+  // As delayctl's main says: each thread frees its own OpenSSL state as it
+  // ends, and a thread that ends after exit's clean-up leaks nothing.
+  OPENSSL_init_crypto(OPENSSL_INIT_NO_ATEXIT, nullptr);
   CLI::App app{"delayd: a delayed-job scheduling daemon"};
   delayd::DaemonFlags flags;
   delayd::AddFlags(app, flags);
