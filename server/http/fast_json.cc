@@ -106,6 +106,12 @@ std::optional<std::string_view> PlainString(od::value v) {
   for (const char c : token) {
     if (c == '\\' || static_cast<unsigned char>(c) < 0x20) return std::nullopt;
   }
+  // raw_json_token() leaves the value unread. Read, the iterator stands
+  // after it, and the object's next step checks the separator that follows
+  // (unread, the step skips the value as if it were a member's name: a
+  // ':' after a string passed as the name's colon).
+  od::raw_json_string read;
+  if (v.get_raw_json_string().get(read)) return std::nullopt;
   return token;
 }
 
@@ -164,7 +170,9 @@ bool ReadValue(Field f, od::value v, Op* op) {
     if (type == od::json_type::number) {
       text = v.raw_json_token();
       text = text.substr(0, text.find_first_of(" \t\r\n"));
-      return Digits(text, UINT64_MAX, &op->expected);
+      std::uint64_t read;  // (read, as a string is in PlainString)
+      return Digits(text, UINT64_MAX, &op->expected) &&
+             !v.get_uint64().get(read) && read == op->expected;
     }
   }
   const auto s = PlainString(v);

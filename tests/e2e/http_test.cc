@@ -171,6 +171,14 @@ TEST_F(HttpTest, ErrorsMapToHttpStatusesWithTheGrpcCodeInTheBody) {
   EXPECT_EQ(ErrorStatus(r), "INVALID_ARGUMENT");
   r = Do("PUT", "/v1/namespaces/s/timers/k", R"({"delay": "15m"})");
   EXPECT_EQ(r.status, 400);  // proto3 JSON durations are in seconds: "900s"
+  // Malformed JSON after a well-formed value: refused, and nothing is set.
+  r = Do("PUT", "/v1/namespaces/s/timers/m", R"({"delay": "5s": 1}})");
+  EXPECT_EQ(r.status, 400);
+  r = Do("POST", "/v1/timers:batch",
+         R"({"operations": [{"set": {"namespace": "s", "key": "m",
+             "delay": "5s": 1}}}]})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(Do("GET", "/v1/namespaces/s/timers/m").status, 404);
   r = Do("PUT", "/v1/namespaces/bad%20name/timers/k", R"({"delay": "1s"})");
   EXPECT_EQ(r.status, 400);  // the service's own check
   EXPECT_NE(r.body.find("namespace"), std::string::npos) << r.body;

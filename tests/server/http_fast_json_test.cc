@@ -111,6 +111,16 @@ TEST(FastJson, LeavesEverythingElseToProtobuf) {
       Batch(R"({"move": {"payload": "MDEy"}})"),
       Batch(R"({"remove": {"delay": "1s"}})"),
       Batch("{\"set\": {\"key\": \"\xff\"}}"),
+      // A value followed by anything but ',' or '}'.
+      R"({"operations":[{"set":{"namespace":"s","key":"b","delay":"5s":r ue}}}]})",
+      Batch(set + R"("delay": "5s":r ue}})"),
+      Batch(set + R"("delay": "5s": 1}}})"),
+      Batch(R"({"move": {"expectedVersion": 7: 8}}})"),
+      Batch(set + R"("delay": "5s": "6s"}})"),
+      Batch(set + R"("delay": "5s" "6s"}})"),
+      Batch(R"({"move": {"expectedVersion": 7: 8}})"),
+      Batch(R"({"move": {"expectedVersion": 7 8}})"),
+      R"({"operations": [] : 1})",
   };
   for (const std::string& body : bodies) {
     SCOPED_TRACE(body);
@@ -135,6 +145,8 @@ TEST(FastJson, ASetTimerBodyTakesItsPathAndMustAgreeWithIt) {
   EXPECT_FALSE(SetTimerRequestWire(R"({"key": "x"})", "n", "k").has_value());
   EXPECT_FALSE(SetTimerRequestWire("{}", "n", "\xff").has_value());
   EXPECT_TRUE(SetTimerRequestWire("{}", "n", "k").has_value());
+  EXPECT_FALSE(
+      SetTimerRequestWire(R"({"delay": "5s": 1}})", "n", "k").has_value());
 }
 
 TEST(FastJson, ParsesInPlaceOrFromACopy) {
