@@ -106,10 +106,11 @@ std::optional<std::string_view> PlainString(od::value v) {
   for (const char c : token) {
     if (c == '\\' || static_cast<unsigned char>(c) < 0x20) return std::nullopt;
   }
-  // raw_json_token() leaves the value unread. Read, the iterator stands
-  // after it, and the object's next step checks the separator that follows
-  // (unread, the step skips the value as if it were a member's name: a
-  // ':' after a string passed as the name's colon).
+  // raw_json_token() only looks at the value; reading it moves the
+  // iterator past it, so that the object's next step checks the separator
+  // after it. (Left unread, that step skips the value, and simdjson's skip
+  // takes a string followed by ':' for a member's name: what followed was
+  // never checked.)
   od::raw_json_string read;
   if (v.get_raw_json_string().get(read)) return std::nullopt;
   return token;
@@ -170,7 +171,7 @@ bool ReadValue(Field f, od::value v, Op* op) {
     if (type == od::json_type::number) {
       text = v.raw_json_token();
       text = text.substr(0, text.find_first_of(" \t\r\n"));
-      std::uint64_t read;  // (read, as a string is in PlainString)
+      std::uint64_t read;  // (read past it: see PlainString)
       return Digits(text, UINT64_MAX, &op->expected) &&
              !v.get_uint64().get(read) && read == op->expected;
     }
