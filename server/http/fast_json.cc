@@ -173,7 +173,7 @@ bool ReadValue(Field f, od::value v, Op* op) {
       text = text.substr(0, text.find_first_of(" \t\r\n"));
       std::uint64_t read;  // (read past it: see PlainString)
       return Digits(text, UINT64_MAX, &op->expected) &&
-             !v.get_uint64().get(read) && read == op->expected;
+             !v.get_uint64().get(read);
     }
   }
   const auto s = PlainString(v);
