@@ -59,6 +59,9 @@ class _Done:
     def add_all(self, event_ids, now: float) -> None:
         """Adds ids handled by ``now`` (time.monotonic())."""
         ids, half, turn_at = self._ids, self._half, self._turn_at
+        if now < turn_at and len(ids) + len(event_ids) < half:
+            ids.update(event_ids)  # (no turn: in bulk)
+            return
         for event_id in event_ids:
             ids.add(event_id)
             if now >= turn_at or len(ids) >= half:

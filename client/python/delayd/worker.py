@@ -272,14 +272,18 @@ class Worker(Sending):
                     if self._avg_seconds >= _SLOW:
                         self._wake_one()
                 continue
-            event = task
+            event, started = task, monotonic()
             while True:
-                started = monotonic()
+                # (A handler's time starts where the one before it ended:
+                # one clock reading an event.)
                 try:
                     handler(event)
-                    put((event, None, started, monotonic()))
+                    ended = monotonic()
+                    put((event, None, started, ended))
                 except BaseException as e:  # noqa: BLE001 (its failure)
-                    put((event, e, started, monotonic()))
+                    ended = monotonic()
+                    put((event, e, started, ended))
+                started = ended
                 if self._avg_seconds >= _SLOW or self._stopped_now:
                     break  # (one at a time: see above)
                 try:

@@ -310,6 +310,71 @@ class HandledIds(unittest.TestCase):
         self.assertEqual(kept[-50:], list(range(950, 1000)))
 
 
+class ScriptedStream:
+    """A client whose Subscribe stream gives the messages of `script`
+    (lists of event ids), then stays open until cancelled; it records the
+    acks it is sent."""
+
+    def __init__(self, script):
+        from delayd import types
+        from delayd.v1 import delayd_pb2 as pb
+        self.messages = []
+        for ids in script:
+            m = pb.SubscribeResponse()
+            for i in ids:
+                m.events.add(id=i, key=f"k{i}")
+            self.messages.append(types.events_of(m.events))
+        self.acked, self.ended = [], threading.Event()
+
+    def subscribe(self, **kw):
+        kw["on_registered"]()
+        return self
+
+    def batches(self):
+        yield from self.messages
+        self.ended.wait(10)
+
+    def cancel(self):
+        self.ended.set()
+
+    def _ack_once(self, ids, namespace):
+        self.acked += ids
+
+    def ack(self, ids, namespace=None):
+        self.acked += ids
+
+    def extend_lease(self, *args, **kw):
+        pass
+
+    def _endpoint(self):
+        return 0
+
+    def _rotate(self, i):
+        pass
+
+
+class Receiving(unittest.TestCase):
+    """What a Worker does with a message's events (a scripted stream, no
+    daemon)."""
+
+    def test_an_id_repeated_in_a_message_or_after_it_runs_once(self):
+        # Ids repeated within a message, and ids of an earlier message
+        # (handled, or still in hand), are each run once and acknowledged.
+        stream = ScriptedStream([[1, 2, 2, 3], [4, 1, 5], [6], [2, 6, 7]])
+        ran, done = [], threading.Event()
+
+        def handler(event):
+            ran.append(event.id)
+            if len(set(ran)) == 7:
+                done.set()
+        w = delayd.Worker("ns", handler, concurrency=4, client=stream)
+        w.start()
+        self.assertTrue(done.wait(10))
+        w.stop()
+        self.assertEqual(sorted(ran), [1, 2, 3, 4, 5, 6, 7])
+        self.assertEqual(set(stream.acked), {1, 2, 3, 4, 5, 6, 7})
+
+
 class Workers(Fixture):
     def test_each_event_handled_once_and_acknowledged(self):
         c, ns = self.client, self.ns
