@@ -26,17 +26,18 @@ import collections
 import inspect
 import signal
 import time
+import types as _pytypes
 from typing import AsyncIterator, Awaitable, Callable, Optional, Union
 
 import grpc
 
 from . import errors, types
 from ._api import Api, subscribe_request
-from ._awork import AsyncWorkStream
+from ._awork import AsyncSending, AsyncWorkStream
 from ._retry import Attempts, waits
 from .client import CHANNEL_OPTIONS
 from .config import Config, Retry as RetryPolicy
-from .v1 import delayd_pb2 as pb, delayd_pb2_grpc as pb_grpc
+from .v1 import delayd_pb2_grpc as pb_grpc
 from ._handling import Hooks, Retry, _Done, take_settings
 
 
@@ -164,13 +165,47 @@ class AsyncClient(Api):
 Handler = Callable[[types.Event], Union[Awaitable[None], None]]
 
 
-class AsyncWorker:
+_LEFT = object()  # a handler's event left unacknowledged
+
+
+@_pytypes.coroutine
+def _rest_of(coro, suspended_on):
+    """Awaits the rest of a coroutine whose first step (``coro.send(None)``)
+    yielded ``suspended_on``: what the awaiting task sends or throws goes to
+    it, as if it had been awaited from its start. (Python 3.12's eager
+    tasks do this; Debian 12's Python is 3.11.)"""
+    while True:
+        try:
+            sent = yield suspended_on
+        except GeneratorExit:
+            coro.close()
+            raise
+        except BaseException as e:  # noqa: BLE001 (the task's, passed on)
+            try:
+                suspended_on = coro.throw(e)
+            except StopIteration as stop:
+                return stop.value
+        else:
+            try:
+                suspended_on = coro.send(sent)
+            except StopIteration as stop:
+                return stop.value
+
+
+class AsyncWorker(AsyncSending):
     """The asyncio Worker (see worker.py for what a worker does): each
-    event runs ``handler(event)`` as a task (a plain function runs in the
-    loop's default executor), at most ``concurrency`` at once. Acks, nacks
-    and lease extensions go on the worker's Work stream; while it
-    reconnects, or against a daemon without Work (then Subscribe), as
-    calls."""
+    event runs ``handler(event)`` (a plain function in the loop's default
+    executor), at most ``concurrency`` at once. Acks, nacks and lease
+    extensions go on the worker's Work stream; while it reconnects, or
+    against a daemon without Work (then Subscribe), as calls.
+
+    Handlers run in lanes: up to ``concurrency`` tasks, each awaiting one
+    handler after another while events are queued. A lane that takes an
+    event while more wait wakes another (one woken at a time), so a
+    handler that suspends holds up nothing else, while a burst of
+    handlers that finish without suspending runs in one lane, in one turn
+    of the loop. (A task per event cost the worker half of its rate:
+    tests/bench/README.md, "The AsyncWorker in lanes".)"""
 
     def __init__(self, namespace: str, handler: Handler, *,
                  concurrency: int = 1, client: Optional[AsyncClient] = None,
@@ -186,7 +221,12 @@ class AsyncWorker:
         self._queued_ids: set[int] = set()  # the ids of _queued
         # (Looked up once: inspect's check costs about a microsecond.)
         self._is_coroutine = inspect.iscoroutinefunction(handler)
+        # The events being handled, by id: the lane running each.
         self._running: dict[int, asyncio.Task] = {}
+        self._lanes: set[asyncio.Task] = set()
+        self._idle: collections.deque[asyncio.Future] = collections.deque()
+        self._woken = 0  # lanes woken (or started) yet to take their turn
+        self._none_running = asyncio.Event()  # set while _running is empty
         self._done = _Done(dedup_window)
         self._acks: list[int] = []
         self._nacks: list[tuple] = []
@@ -224,7 +264,7 @@ class AsyncWorker:
         try:
             await self._finished.wait()
         finally:
-            for t in (self._reader, sender, leases):
+            for t in (self._reader, sender, leases, *self._lanes):
                 t.cancel()
             if install_signal_handlers:
                 for s in (signal.SIGTERM, signal.SIGINT):
@@ -242,9 +282,12 @@ class AsyncWorker:
             self._nacks.append((e.id, "the worker stopped", 0))
         self._queued.clear()
         self._queued_ids.clear()
-        running = list(self._running.values())
-        if running:
-            await asyncio.wait(running, timeout=grace)
+        if self._running:
+            self._none_running.clear()
+            try:
+                await asyncio.wait_for(self._none_running.wait(), grace)
+            except asyncio.TimeoutError:
+                pass
         await self._flush(deadline=time.monotonic() + 5)
         if self._reader is not None:
             self._reader.cancel()
@@ -252,7 +295,7 @@ class AsyncWorker:
 
     def stop_now(self) -> None:
         self._stopping = True
-        for t in self._running.values():
+        for t in set(self._running.values()):
             t.cancel()
         if self._reader is not None:
             self._reader.cancel()
@@ -276,8 +319,8 @@ class AsyncWorker:
         while not self._stopping:
             error = None
             try:
-                async for event in self._events(registered):
-                    self._received(event)
+                async for batch in self._batches(registered):
+                    self._received(batch)
             except errors.Unimplemented as e:
                 if not self._legacy:
                     # An older daemon, without Work: Subscribe, at once.
@@ -295,177 +338,141 @@ class AsyncWorker:
             self._legacy = False  # (Work asked for again: see Worker._lost)
             await asyncio.sleep(next(backoff))
 
-    def _events(self, registered) -> AsyncIterator[types.Event]:
+    def _batches(self, registered) -> AsyncIterator[list[types.Event]]:
         if self._legacy:
-            return self.client.subscribe(
+            return self._one_by_one(self.client.subscribe(
                 namespace=self.namespace, max_in_flight=self.concurrency,
                 ack_timeout=self.ack_timeout, keep_leases=True,
-                on_registered=registered)
+                on_registered=registered))
         self._stream = AsyncWorkStream(self.client, subscribe_request(
             self.namespace, False, self.concurrency, True, self.ack_timeout))
-        return self._stream.events(registered)
+        return self._stream.batches(registered)
+
+    @staticmethod
+    async def _one_by_one(events: AsyncIterator[types.Event]
+                          ) -> AsyncIterator[list[types.Event]]:
+        async for event in events:
+            yield [event]
 
     def _work_stream(self) -> Optional[AsyncWorkStream]:
         """The Work stream requests go on (None: by calls, to any node)."""
         stream = self._stream
         return stream if stream is not None and stream.registered else None
 
-    def _received(self, event: types.Event) -> None:
+    def _received(self, batch: list[types.Event]) -> None:
         # (Hooks are looked up before their arguments are made: reading
         # fire_time_ns decodes the event, which a handler may not need.)
         if self.hooks.on_event is not None:
-            self._hook("on_event", event,
-                       max(0.0, time.time() - event.fire_time_ns / 1e9))
-        if event.id in self._done:
-            self._acks.append(event.id)
-        elif event.id in self._running or event.id in self._queued_ids:
-            pass
-        elif self._stopping:
-            self._nacks.append((event.id, "the worker stopped", 0))
-        else:
-            self._queued.append(event)
-            self._queued_ids.add(event.id)
-            self._start_next()
-        self._wake.set()
-
-    def _start_next(self) -> None:
-        while self._queued and len(self._running) < self.concurrency:
-            event = self._queued.popleft()
-            self._queued_ids.discard(event.id)
-            self._running[event.id] = asyncio.create_task(self._handle(event))
-
-    async def _handle(self, event: types.Event) -> None:
-        started = time.monotonic()
-        error: Optional[BaseException] = None
-        try:
-            if self._is_coroutine:
-                await self.handler(event)
-            else:
-                await asyncio.get_running_loop().run_in_executor(
-                    None, self.handler, event)
-        except asyncio.CancelledError:
-            return  # stop_now: left unacknowledged
-        except BaseException as e:  # noqa: BLE001 (a handler's failure)
-            error = e
-        finally:
-            self._running.pop(event.id, None)
-        ended = time.monotonic()
-        took = ended - started
-        if error is None:
-            self._done.add(event.id, ended)
-            self._acks.append(event.id)
-            if self.hooks.on_handled is not None:
-                self._hook("on_handled", event, took)
-        else:
-            after = error.after if isinstance(error, Retry) else None
-            self._nacks.append((event.id, str(error) or type(error).__name__,
-                                after))
-            self._hook("on_failed", event, error, took)
-        self._wake.set()
-        if not self._stopping:
-            self._start_next()
-
-    async def _send_loop(self) -> None:
-        # What handlers add while a flush awaits its answers wakes the loop
-        # again at once; only a failed send waits before the next try.
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            async with self._sending:
-                failed = await self._flush_once()
-            if failed:
-                await asyncio.sleep(0.2)  # (before the next try)
+            now = time.time()
+            for event in batch:
+                self._hook("on_event", event,
+                           max(0.0, now - event.fire_time_ns / 1e9))
+        running, queued_ids = self._running, self._queued_ids
+        new, old = self._done.generations()  # (`in` on it: a call an id)
+        for event in batch:
+            i = event.id
+            if i in new or i in old:
+                self._acks.append(i)
+                self._wake.set()  # (for the send loop)
+            elif i in running or i in queued_ids:
+                pass
+            elif self._stopping:
+                self._nacks.append((i, "the worker stopped", 0))
                 self._wake.set()
+            else:
+                self._queued.append(event)
+                queued_ids.add(i)
+        self._wake_lane()
 
-    async def _flush(self, deadline: float) -> None:
-        """Sends what is held until nothing is left or ``deadline``
-        passes (stop). One flush at a time: this waits for the send
-        loop's."""
+    def _wake_lane(self) -> None:
+        """Wakes an idle lane, or starts one while fewer than
+        ``concurrency`` exist, unless one woken has yet to take its turn
+        (which wakes the next if events still wait)."""
+        if self._woken or self._stopping or not self._queued:
+            return
+        if self._idle:
+            self._woken += 1
+            self._idle.popleft().set_result(None)
+        elif len(self._lanes) < self.concurrency:
+            self._woken += 1
+            lane = asyncio.create_task(self._lane())
+            self._lanes.add(lane)
+            lane.add_done_callback(self._lanes.discard)
+
+    async def _lane(self) -> None:
+        """Handles queued events one after another; idle while none wait.
+        Ends when cancelled (stop_now, or the worker finished). The ids of
+        events handled are recorded (acks, the window of handled ids)
+        before the lane next lets the loop run, not one by one."""
+        loop, me = asyncio.get_running_loop(), asyncio.current_task()
+        queued, running, handled = self._queued, self._running, []
+        monotonic, on_handled = time.monotonic, self.hooks.on_handled
+        self._woken -= 1
         while True:
-            async with self._sending:
-                failed = await self._flush_once()
-            if not (self._acks or self._nacks) or \
-                    time.monotonic() >= deadline:
-                return
-            if failed:
-                await asyncio.sleep(0.2)  # (before the next try)
-
-    async def _flush_once(self) -> bool:
-        """Sends what is held: acks in one request, nacks grouped; what
-        fails is kept. Returns whether anything failed."""
-        acks, self._acks = self._acks, []
-        nacks, self._nacks = self._nacks, []
-        stream = self._work_stream()
-        if stream is not None:
-            return await self._send_on(stream, acks, nacks)
-        failed = False
-        try:
-            for i in range(0, len(acks), 1000):
-                await self.client.ack(acks[i:i + 1000],
-                                      namespace=self.namespace)
-        except errors.DelaydError:
-            self._acks = acks + self._acks
-            failed = True
-        groups: dict[tuple, list[int]] = {}
-        for event_id, text, after in nacks:
-            groups.setdefault((text, after), []).append(event_id)
-        for (text, after), ids in groups.items():
+            if not queued or self._stopping:
+                handled = self._handled(handled)
+                wake = loop.create_future()
+                self._idle.append(wake)
+                await wake
+                self._woken -= 1
+                continue
+            event = queued.popleft()
+            self._queued_ids.discard(event.id)
+            running[event.id] = me
+            started = monotonic()
+            outcome: object = _LEFT  # None: handled; or the error raised
             try:
-                await self.client.nack(ids, namespace=self.namespace,
-                                       error=text, retry_after=after)
-            except errors.DelaydError:
-                self._nacks += [(i, text, after) for i in ids]
-                failed = True
-        return failed
-
-    async def _send_on(self, stream: AsyncWorkStream, acks: list[int],
-                       nacks: list[tuple]) -> bool:
-        """Sends acks and nacks as messages on the Work stream, all before
-        any answer is awaited; what fails is kept for the next flush.
-        Returns whether anything failed."""
-        sends, kept = [], []
-        for i in range(0, len(acks), 1000):
-            part = acks[i:i + 1000]
-            sends.append(stream.send("ack", pb.AckRequest(
-                namespace=self.namespace, event_ids=part)))
-            kept.append(lambda part=part: self._acks.extend(part))
-        groups: dict[tuple, list[int]] = {}
-        for event_id, text, after in nacks:
-            groups.setdefault((text, after), []).append(event_id)
-        for (text, after), ids in groups.items():
-            req = pb.NackRequest(namespace=self.namespace, event_ids=ids,
-                                 error=text[:1024])
-            if after is not None:
-                req.retry_after.CopyFrom(types.duration(after))
-            sends.append(stream.send("nack", req))
-            kept.append(lambda ids=ids, text=text, after=after:
-                        self._nacks.extend((i, text, after) for i in ids))
-        outcomes = await asyncio.gather(*sends, return_exceptions=True)
-        failed = False
-        for outcome, keep in zip(outcomes, kept):
-            if isinstance(outcome, BaseException):
-                keep()
-                failed = True
-        return failed
-
-    async def _lease_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.ack_timeout / 3)
-            held = list(self._running) + [e.id for e in self._queued]
-            if held:
-                try:
-                    stream = self._work_stream()
-                    if stream is not None:
-                        req = pb.ExtendLeaseRequest(namespace=self.namespace,
-                                                    event_ids=held)
-                        req.extension.CopyFrom(
-                            types.duration(self.ack_timeout))
-                        await stream.send("extend_lease", req)
+                if self._is_coroutine:
+                    # Its first step here: one that ends without
+                    # suspending needs no other lane woken.
+                    coro = self.handler(event)
+                    try:
+                        suspended_on = coro.send(None)
+                    except StopIteration:
+                        pass
                     else:
-                        await self.client.extend_lease(
-                            held, self.ack_timeout, namespace=self.namespace)
-                except errors.DelaydError:
-                    pass  # Tried again at the next period.
+                        handled = self._handled(handled)
+                        self._wake_lane()
+                        await _rest_of(coro, suspended_on)
+                else:
+                    handled = self._handled(handled)
+                    self._wake_lane()
+                    await loop.run_in_executor(None, self.handler, event)
+                outcome = None
+            except asyncio.CancelledError:
+                if me.cancelling():
+                    raise  # stop_now: left unacknowledged; the lane ends
+                # (The handler's own: left unacknowledged.)
+            except BaseException as e:  # noqa: BLE001 (a handler's failure)
+                outcome = e
+            finally:
+                running.pop(event.id, None)
+                if not running:
+                    self._none_running.set()
+            if outcome is None:
+                handled.append(event.id)
+                if on_handled is not None:
+                    self._hook("on_handled", event, monotonic() - started)
+            elif outcome is not _LEFT:
+                self._failed(event, outcome, monotonic() - started)
+
+    def _handled(self, ids: list[int]) -> list[int]:
+        """Records handled events: their acks, the window of handled ids.
+        Returns a list to fill next."""
+        if ids:
+            self._done.add_all(ids, time.monotonic())
+            self._acks += ids
+            self._wake.set()  # (for the send loop)
+            return []
+        return ids
+
+    def _failed(self, event: types.Event, error: BaseException,
+                took: float) -> None:
+        after = error.after if isinstance(error, Retry) else None
+        self._nacks.append((event.id, str(error) or type(error).__name__,
+                            after))
+        self._hook("on_failed", event, error, took)
+        self._wake.set()
 
     def running(self) -> int:
         return len(self._running)

@@ -494,7 +494,7 @@ class Workers(Fixture):
             def __init__(self, *_, **__):
                 pass
 
-            async def events(self, *_):
+            async def batches(self, *_):
                 raise delayd.Unimplemented("unknown method Work")
                 yield  # (an async generator, as the real one)
 
@@ -712,6 +712,63 @@ class Async(Fixture):
 
         asyncio.run(main())
 
+    def test_async_lanes_never_exceed_concurrency_nor_wait_on_a_stuck_one(
+            self):
+        # Handlers that finish without suspending, that suspend, and one
+        # stuck: never more than 4 at once, 4 reached, the stuck one holds
+        # up no other; stop_now() cancels it and leaves its event
+        # unacknowledged.
+        ns = self.ns
+
+        async def main():
+            async with delayd.AsyncClient() as c:
+                running, peak, done = 0, 0, []
+                stuck, cancelled = asyncio.Event(), []
+
+                async def handle(e):
+                    nonlocal running, peak
+                    running += 1
+                    peak = max(peak, running)
+                    try:
+                        if e.key == "stuck":
+                            try:
+                                await stuck.wait()
+                            except asyncio.CancelledError:
+                                cancelled.append(e.key)
+                                raise
+                        elif int(e.key[1:]) % 2:
+                            await asyncio.sleep(0.005)
+                        done.append(e.key)
+                    finally:
+                        running -= 1
+
+                w = delayd.AsyncWorker(ns, handle, concurrency=4, client=c)
+                task = asyncio.create_task(w.run(install_signal_handlers=False))
+                await c.set_timer("stuck", delay=0, namespace=ns)
+                deadline = time.monotonic() + 10
+                while w.running() < 1 and time.monotonic() < deadline:
+                    await asyncio.sleep(0.01)
+                b = c.batch(namespace=ns)
+                for i in range(100):
+                    b.set(f"k{i}", b"", delay=0)
+                await b.commit()
+                while len(done) < 100 and time.monotonic() < deadline:
+                    await asyncio.sleep(0.01)
+                self.assertEqual(sorted(done),
+                                 sorted(f"k{i}" for i in range(100)))
+                self.assertEqual((peak, w.running()), (4, 1))
+                while (await c.stats(namespace=ns)).namespaces[0] \
+                        .events_acked < 100 and time.monotonic() < deadline:
+                    await asyncio.sleep(0.01)  # (the acks sent, bounded)
+                w.stop_now()
+                await task
+                self.assertEqual(cancelled, ["stuck"])
+                s = (await c.stats(namespace=ns)).namespaces[0]
+                self.assertEqual((s.events_acked, s.in_flight_events),
+                                 (100, 1))
+
+        asyncio.run(main())
+
     def test_async_acks_arriving_during_a_flush_do_not_wait(self):
         # Quick handlers finish while a flush awaits its answer: the next
         # flush goes at once. Only a failed send waits before the next (a
@@ -772,7 +829,7 @@ class Async(Fixture):
                 cls.refused += 1
                 return super().__new__(cls)
 
-            async def events(self, *_):
+            async def batches(self, *_):
                 raise delayd.Unimplemented("unknown method Work")
                 yield  # (an async generator, as the real one)
 
