@@ -235,6 +235,43 @@ def worker(handler, concurrency):
     return w
 
 
+def tasks():
+    """Per thread of this process: (name, CPU seconds, voluntary and
+    involuntary context switches), read from /proc (Python's threads by
+    their names, gRPC's by the kernel's)."""
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                stat = f.read()
+            with open(f"/proc/self/task/{tid}/status") as f:
+                status = dict(line.split(":\t", 1) for line in f
+                              if ":\t" in line)
+        except OSError:
+            continue  # (ended meanwhile)
+        comm = stat[stat.index("(") + 1:stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2:].split()
+        out[int(tid)] = (names.get(int(tid), comm),
+                         (int(fields[11]) + int(fields[12])) / tick,
+                         int(status["voluntary_ctxt_switches"]),
+                         int(status["nonvoluntary_ctxt_switches"]))
+    return out
+
+
+def task_report(before, after, n):
+    """THREADS=1: each thread's share of the run, per event (CPU in µs,
+    context switches), on stderr."""
+    for tid, (name, cpu, vol, invol) in sorted(after.items()):
+        _, cpu0, vol0, invol0 = before.get(tid, (name, 0, 0, 0))
+        if cpu - cpu0 or vol - vol0 or invol - invol0:
+            print(f"  {name:28} cpu {(cpu - cpu0) / n * 1e6:6.2f} us/event"
+                  f"  switches {(vol - vol0) / n:6.3f} voluntary"
+                  f" {(invol - invol0) / n:6.3f} involuntary /event",
+                  file=sys.stderr)
+
+
 def acked():
     return client.stats(namespace=NS).namespaces[0].events_acked
 
@@ -265,10 +302,14 @@ def throughput(n, concurrency):
             ran.set()
 
     w = worker(handler, concurrency)
+    report = os.environ.get("THREADS") == "1"
+    before = tasks() if report else None
     t0, cpu0 = time.monotonic(), time.process_time()
     client.set_policy(namespace=NS, paused=False)
     if not ran.wait(120):
         raise SystemExit(f"{MODE}: not every event was handled")
+    if report:
+        task_report(before, tasks(), n)
     # (The process's CPU, all threads, until the last handler ran: a shared
     # machine's load moves it less than the rate.)
     cpu = time.process_time() - cpu0
