@@ -227,6 +227,7 @@ class AsyncWorker(AsyncSending):
         self._idle: collections.deque[asyncio.Future] = collections.deque()
         self._woken = 0  # lanes woken (or started) yet to take their turn
         self._none_running = asyncio.Event()  # set while _running is empty
+        self._ending = False  # lanes are being cancelled (and end)
         self._done = _Done(dedup_window)
         self._acks: list[int] = []
         self._nacks: list[tuple] = []
@@ -264,6 +265,7 @@ class AsyncWorker(AsyncSending):
         try:
             await self._finished.wait()
         finally:
+            self._ending = True
             for t in (self._reader, sender, leases, *self._lanes):
                 t.cancel()
             if install_signal_handlers:
@@ -295,6 +297,7 @@ class AsyncWorker(AsyncSending):
 
     def stop_now(self) -> None:
         self._stopping = True
+        self._ending = True
         for t in set(self._running.values()):
             t.cancel()
         if self._reader is not None:
@@ -390,10 +393,13 @@ class AsyncWorker(AsyncSending):
         (which wakes the next if events still wait)."""
         if self._woken or self._stopping or not self._queued:
             return
-        if self._idle:
-            self._woken += 1
-            self._idle.popleft().set_result(None)
-        elif len(self._lanes) < self.concurrency:
+        while self._idle:
+            wake = self._idle.popleft()
+            if not wake.done():  # (not a lane cancelled meanwhile)
+                self._woken += 1
+                wake.set_result(None)
+                return
+        if len(self._lanes) < self.concurrency:
             self._woken += 1
             lane = asyncio.create_task(self._lane())
             self._lanes.add(lane)
@@ -440,7 +446,7 @@ class AsyncWorker(AsyncSending):
                     await loop.run_in_executor(None, self.handler, event)
                 outcome = None
             except asyncio.CancelledError:
-                if me.cancelling():
+                if self._ending:
                     raise  # stop_now: left unacknowledged; the lane ends
                 # (The handler's own: left unacknowledged.)
             except BaseException as e:  # noqa: BLE001 (a handler's failure)
