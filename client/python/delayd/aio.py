@@ -200,11 +200,11 @@ class AsyncWorker(AsyncSending):
     against a daemon without Work (then Subscribe), as calls.
 
     Handlers run in lanes: up to ``concurrency`` tasks, each awaiting one
-    handler after another while events are queued. A lane that takes an
-    event while more wait wakes another (one woken at a time), so a
-    handler that suspends holds up nothing else, while a burst of
-    handlers that finish without suspending runs in one lane, in one turn
-    of the loop. (A task per event cost the worker half of its rate:
+    handler after another while events are queued. A lane whose handler
+    suspends (or runs in the executor) wakes another while events wait
+    (one woken at a time), so a slow handler holds up nothing else, while
+    a burst of handlers that finish without suspending runs in one lane,
+    in one turn of the loop. (A task per event made 0.64-0.84x the rate:
     tests/bench/README.md, "The AsyncWorker in lanes".)"""
 
     def __init__(self, namespace: str, handler: Handler, *,
