@@ -13,6 +13,7 @@ from typing import AsyncIterator, Callable, Optional
 import grpc
 
 from . import errors, types
+from ._handling import group_nacks
 from .v1 import delayd_pb2 as pb
 
 
@@ -143,10 +144,7 @@ class AsyncSending:
         except errors.DelaydError:
             self._acks = acks + self._acks
             failed = True
-        groups: dict[tuple, list[int]] = {}
-        for event_id, text, after in nacks:
-            groups.setdefault((text, after), []).append(event_id)
-        for (text, after), ids in groups.items():
+        for (text, after), ids in group_nacks(nacks).items():
             try:
                 await self.client.nack(ids, namespace=self.namespace,
                                        error=text, retry_after=after)
@@ -166,10 +164,7 @@ class AsyncSending:
             sends.append(stream.send("ack", pb.AckRequest(
                 namespace=self.namespace, event_ids=part)))
             kept.append(lambda part=part: self._acks.extend(part))
-        groups: dict[tuple, list[int]] = {}
-        for event_id, text, after in nacks:
-            groups.setdefault((text, after), []).append(event_id)
-        for (text, after), ids in groups.items():
+        for (text, after), ids in group_nacks(nacks).items():
             req = pb.NackRequest(namespace=self.namespace, event_ids=ids,
                                  error=text[:1024])
             if after is not None:

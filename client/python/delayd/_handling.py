@@ -1,6 +1,6 @@
 """What both workers (worker.Worker, aio.AsyncWorker) share: the error a
-handler raises to choose its retry, the hooks, and the window of handled
-event ids."""
+handler raises to choose its retry, the hooks, the window of handled
+event ids, and how nacks are grouped into requests."""
 
 from __future__ import annotations
 
@@ -75,6 +75,15 @@ class _Done:
 
     def __contains__(self, event_id: int) -> bool:
         return event_id in self._ids or event_id in self._old
+
+
+def group_nacks(nacks: list[tuple]) -> dict[tuple, list[int]]:
+    """Nacks, (event id, error text, retry after) each, as the ids of each
+    (error text, retry after): one request a group."""
+    groups: dict[tuple, list[int]] = {}
+    for event_id, text, after in nacks:
+        groups.setdefault((text, after), []).append(event_id)
+    return groups
 
 
 def take_settings(worker, namespace: str, handler, concurrency: int,

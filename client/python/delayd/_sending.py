@@ -23,6 +23,7 @@ import time
 from typing import Optional
 
 from . import errors
+from ._handling import group_nacks
 
 # An ack round trip (seconds, a moving average) past which acks are sent
 # without waiting: here 0.16-0.29 ms against an in-memory daemon at full
@@ -142,9 +143,7 @@ class Sending:
               nacks: list[tuple]) -> tuple[list[int], list[tuple]]:
         """Sends acks in one call, nacks grouped by error and retry;
         returns the acks and nacks that failed."""
-        grouped: dict[tuple, list[int]] = {}
-        for event_id, text, after in nacks:
-            grouped.setdefault((text, after), []).append(event_id)
+        grouped = group_nacks(nacks)
         failed_acks: list[int] = []
         failed_nacks: list[tuple] = []
         try:
