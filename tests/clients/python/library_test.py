@@ -771,6 +771,40 @@ class Async(Fixture):
 
         asyncio.run(main())
 
+    def test_an_async_raising_handler_is_retried_then_dead_lettered(self):
+        # Its first attempt fails without suspending, the later ones after
+        # suspending: each is nacked with its error and its retry time.
+        ns = self.ns
+
+        async def main():
+            async with delayd.AsyncClient() as c:
+                await c.set_policy(namespace=ns, max_attempts=3,
+                                   initial_backoff=dt.timedelta(
+                                       milliseconds=200))
+                attempts = []
+
+                async def handle(e):
+                    attempts.append((e.attempt, time.monotonic()))
+                    if e.attempt == 1:
+                        raise delayd.Retry("try again soon", after=0.05)
+                    await asyncio.sleep(0)
+                    raise RuntimeError(f"attempt {e.attempt} failed")
+
+                w = delayd.AsyncWorker(ns, handle, client=c)
+                task = asyncio.create_task(w.run(install_signal_handlers=False))
+                await c.set_timer("flaky", delay=0, namespace=ns)
+                deadline, letters = time.monotonic() + 10, []
+                while not letters and time.monotonic() < deadline:
+                    await asyncio.sleep(0.01)  # (polls a condition, bounded)
+                    letters = [r async for r in c.dead_letters(namespace=ns)]
+                await w.stop()
+                await task
+                self.assertEqual([a for a, _ in attempts], [1, 2, 3])
+                self.assertGreaterEqual(attempts[2][1] - attempts[1][1], 0.35)
+                self.assertEqual(letters[0].error, "attempt 3 failed")
+
+        asyncio.run(main())
+
     def test_async_acks_arriving_during_a_flush_do_not_wait(self):
         # Quick handlers finish while a flush awaits its answer: the next
         # flush goes at once. Only a failed send waits before the next (a
