@@ -130,6 +130,23 @@ class DaemonProcess {
     return output_;
   }
 
+  // Stops the child with SIGSTOP and waits until all its threads have
+  // stopped: a stop takes effect once one of its threads runs to take the
+  // signal, and until then the others go on (on a busy machine, for
+  // milliseconds). False if the child exited instead (then its exit code
+  // is kept for Stop).
+  bool Freeze() {
+    if (pid_ <= 0 || exit_code_ || kill(pid_, SIGSTOP) != 0) return false;
+    int status = 0;
+    if (waitpid(pid_, &status, WUNTRACED) != pid_) return false;
+    if (WIFSTOPPED(status)) return true;
+    exit_code_ =
+        WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return false;
+  }
+  // Lets a frozen child run on.
+  bool Thaw() { return pid_ > 0 && !exit_code_ && kill(pid_, SIGCONT) == 0; }
+
   // Sends `signo` and waits up to `timeout` for the exit; returns the exit
   // code (128 + signal if killed by one), or nullopt if it did not exit.
   // After an exit, output() holds everything the child printed.

@@ -215,10 +215,10 @@ TEST_F(ClusterFaults, AFrozenNodeActsOnNothingItLost) {
   Begin();
   ASSERT_NO_FATAL_FAILURE(Load(300));
   book_.Down("b");
-  ASSERT_EQ(kill(nodes_["b"]->pid(), SIGSTOP), 0);
+  ASSERT_TRUE(nodes_["b"]->Freeze());
   ASSERT_TRUE(Eventually([&] { return OthersOwnAll("b"); }, 5s)) << Owners();
   ASSERT_NO_FATAL_FAILURE(Load(300));
-  ASSERT_EQ(kill(nodes_["b"]->pid(), SIGCONT), 0);
+  ASSERT_TRUE(nodes_["b"]->Thaw());
   book_.Up("b", nodes_["b"]->address());
   ASSERT_TRUE(Eventually([&] { return OwnerCount() == 3; }, 30s))
       << Owners() << "\n"

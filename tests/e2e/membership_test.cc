@@ -111,7 +111,7 @@ TEST_F(Cluster, ANodeThatStopsRelaysTheAnswersToTheCallsItForwarded) {
       },
       10s));
   // A call through a to b, frozen: forwarded, and waiting.
-  ASSERT_EQ(kill(b->pid(), SIGSTOP), 0);
+  ASSERT_TRUE(b->Freeze());
   struct Async {
     grpc::ClientContext ctx;
     v1::SetTimerRequest req;
@@ -148,7 +148,7 @@ TEST_F(Cluster, ANodeThatStopsRelaysTheAnswersToTheCallsItForwarded) {
   const grpc::Status s2 = second_status.get();
   EXPECT_EQ(s2.error_code(), grpc::StatusCode::UNAVAILABLE)
       << s2.error_message();
-  ASSERT_EQ(kill(b->pid(), SIGCONT), 0);
+  ASSERT_TRUE(b->Thaw());
   ASSERT_EQ(first_status.wait_for(20s), std::future_status::ready);
   const grpc::Status s1 = first_status.get();
   EXPECT_TRUE(s1.ok()) << s1.error_code() << " " << s1.error_message() << "\n"
@@ -171,10 +171,10 @@ TEST_F(Cluster, ANodeThatStopsRelaysTheAnswersToTheCallsItForwarded) {
 TEST_F(Cluster, AFrozenNodeWhoseIdWasTakenStopsWhenItWakes) {
   std::unique_ptr<DaemonProcess> a, b;
   ASSERT_NO_FATAL_FAILURE(StartTwo(&a, &b));
-  ASSERT_EQ(kill(a->pid(), SIGSTOP), 0);
+  ASSERT_TRUE(a->Freeze());
   auto successor = Node("a");
   ASSERT_TRUE(successor->WaitForPort(30s)) << successor->output();
-  ASSERT_EQ(kill(a->pid(), SIGCONT), 0);
+  ASSERT_TRUE(a->Thaw());
   EXPECT_EQ(a->Stop(0, 20s), 2) << a->output();
   EXPECT_NE(a->output().find("is held by another process now"),
             std::string::npos)

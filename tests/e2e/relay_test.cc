@@ -4,8 +4,6 @@
 // Its max_in_flight is split between the owners, its max_events holds
 // across them, and events its client never got go back to their owners
 // uncounted. Real processes on one PostgreSQL.
-#include <signal.h>
-
 #include <set>
 
 #include "tests/e2e/cluster_harness.h"
@@ -49,13 +47,13 @@ class Relaying : public TwoNodes {
 // with b frozen, a watcher on a is not told it is registered; once b runs
 // again it is, and gets what then comes due on b at once.
 TEST_F(Relaying, ARegistrationWaitsForEveryOwner) {
-  ASSERT_EQ(kill(b_->pid(), SIGSTOP), 0);
+  ASSERT_TRUE(b_->Freeze());
   v1::SubscribeRequest watch;
   watch.set_mode(v1::SubscribeRequest::WATCHER);
   Stream watcher(*stub_a_, watch);
   // (Well within b's lease of 1 s, and a's wait of 2 s.)
   const bool early = watcher.Registered(300ms);
-  ASSERT_EQ(kill(b_->pid(), SIGCONT), 0);
+  ASSERT_TRUE(b_->Thaw());
   EXPECT_FALSE(early) << "registered while b could not have registered it";
   ASSERT_TRUE(watcher.Registered());
   const int on_b = SetDue(20);
