@@ -260,7 +260,8 @@ TEST_F(SchedulerTest, StalledWorkerNeverHoldsMoreThanItsRoom) {
 // Drains kTimers timers of 1 KiB (one publish: one partition) to a watcher
 // that writes nothing, under `limits`; with a store in `data_dir` if not
 // empty. Returns how many events it was given before it was ended (-1 if it
-// was not ended with RESOURCE_EXHAUSTED).
+// was not ended with RESOURCE_EXHAUSTED, -2 if the scheduler did not start:
+// nothing after that would be answered).
 constexpr int kTimers = 1000;
 constexpr std::size_t kPayload = 1024;
 int GivenToAStalledWatcher(bool with_store, Limits limits) {
@@ -272,7 +273,10 @@ int GivenToAStalledWatcher(bool with_store, Limits limits) {
     o.store = MemoryStore::Opener(std::make_shared<MemoryStore::Disk>());
   }
   Scheduler scheduler(o);
-  EXPECT_TRUE(scheduler.Start().ok());
+  if (const Status s = scheduler.Start(); !s.ok()) {
+    ADD_FAILURE() << "Start: " << s.message();
+    return -2;
+  }
   NamespacePin pin;
   EXPECT_TRUE(scheduler.Intern("default", &pin).ok());
   const NamespaceId ns = pin.id();
