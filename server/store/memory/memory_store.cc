@@ -411,6 +411,7 @@ void MemoryStore::WriterLoop() {
     }
     queue_.pop_front();
     writing_ = false;
+    completing_ = true;
     if (!status.ok() && !failed_) {
       failed_ = true;
       if (hooks_.on_error) hooks_.on_error(status);
@@ -429,6 +430,7 @@ void MemoryStore::WriterLoop() {
         }
       }
     }
+    completing_ = false;
     idle_.SignalAll();
   }
 }
@@ -460,7 +462,7 @@ void MemoryStore::Flush(std::function<void()> done) {
 
 void MemoryStore::Sync() {
   MutexLock lock(&mu_);
-  while (!queue_.empty() || writing_) idle_.Wait(&mu_);
+  while (!queue_.empty() || writing_ || completing_) idle_.Wait(&mu_);
 }
 
 void MemoryStore::Close() {

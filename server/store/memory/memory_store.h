@@ -175,6 +175,8 @@ class MemoryStore final : public Store {
   CondVar idle_;
   std::deque<Queued> queue_ GUARDED_BY(mu_);
   bool writing_ GUARDED_BY(mu_) = false;
+  // The writer runs a batch's completions (Sync waits for them too).
+  bool completing_ GUARDED_BY(mu_) = false;
   bool closing_ GUARDED_BY(mu_) = false;
   bool failed_ GUARDED_BY(mu_) = false;
   std::function<void(std::function<void()>)> executor_ GUARDED_BY(mu_);
