@@ -282,7 +282,9 @@ class Cluster : public ::testing::Test {
 };
 
 // Nodes a and b of a cluster with a stub for each, once each node knows who
-// owns what (a call through a that needs the owners' map succeeds).
+// owns what (a call through each that needs its owners' map succeeds: a
+// node learns of the other's partitions at its own lease round, which may
+// come after the database shows them).
 class TwoNodes : public Cluster {
  protected:
   void SetUp() override {
@@ -290,16 +292,18 @@ class TwoNodes : public Cluster {
     ASSERT_NO_FATAL_FAILURE(StartTwo(&a_, &b_));
     stub_a_ = StubOf(*a_);
     stub_b_ = StubOf(*b_);
-    ASSERT_TRUE(Eventually(
-        [&] {
-          v1::ListTimersRequest req;
-          req.set_namespace_("jobs");
-          v1::ListTimersResponse resp;
-          grpc::ClientContext ctx;
-          Prepare(&ctx);
-          return stub_a_->ListTimers(&ctx, req, &resp).ok();
-        },
-        10s));
+    for (v1::Delayd::Stub* stub : {stub_a_.get(), stub_b_.get()}) {
+      ASSERT_TRUE(Eventually(
+          [&] {
+            v1::ListTimersRequest req;
+            req.set_namespace_("jobs");
+            v1::ListTimersResponse resp;
+            grpc::ClientContext ctx;
+            Prepare(&ctx);
+            return stub->ListTimers(&ctx, req, &resp).ok();
+          },
+          10s));
+    }
   }
 
   // `n` keys of namespace "jobs" that node `node` owns.
