@@ -258,9 +258,9 @@ TEST_F(SchedulerTest, StalledWorkerNeverHoldsMoreThanItsRoom) {
 }
 
 // Drains kTimers timers of 1 KiB (one publish: one partition) to a watcher
-// that writes nothing, under `limits`; with a store in `data_dir` if not
-// empty. Returns how many events it was given before it was ended (-1 if it
-// was not ended with RESOURCE_EXHAUSTED, -2 if the scheduler did not start:
+// that writes nothing, under `limits`; over the in-memory store if
+// `with_store`. Returns how many events it was given before it was ended (-1 if
+// it was not ended with RESOURCE_EXHAUSTED, -2 if the scheduler did not start:
 // nothing after that would be answered).
 constexpr int kTimers = 1000;
 constexpr std::size_t kPayload = 1024;
