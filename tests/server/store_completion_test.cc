@@ -79,6 +79,22 @@ TEST_P(StoreSync, WaitsForACompletionUnderWay) {
   EXPECT_TRUE(synced.get()) << "Sync returned before the completion ended";
 }
 
+// A commit after Close is refused: its completion gets the error (and the
+// store does not touch what Close released).
+TEST_P(StoreSync, ACommitAfterCloseIsRefused) {
+  store_->Close();
+  std::promise<Status> got;
+  Batch batch;
+  batch.AddTimer(StoredTimer{0, "k", 0, 1, 1}, "p");
+  store_->Commit(batch, [&](Status s) { got.set_value(s); });
+  auto f = got.get_future();
+  ASSERT_EQ(f.wait_for(10s), std::future_status::ready);
+  EXPECT_FALSE(f.get().ok());
+  Batch now;
+  now.AddTimer(StoredTimer{0, "n", 0, 2, 2}, "p");
+  EXPECT_FALSE(store_->WriteNow(now).ok());
+}
+
 INSTANTIATE_TEST_SUITE_P(Stores, StoreSync,
                          ::testing::Values(Kind::kMemory, Kind::kRocksDb,
                                            Kind::kPostgres),

@@ -386,6 +386,13 @@ void MemoryStore::CommitSynced(Batch& batch, Done done) {
 }
 
 Status MemoryStore::WriteNow(Batch& batch) {
+  {
+    MutexLock lock(&mu_);
+    if (closing_) {
+      batch.Clear();
+      return Status::Unavailable("the store is closed");
+    }
+  }
   MutexLock lock(&disk_->mu_);
   if (!disk_->fail_.ok()) return disk_->fail_;
   disk_->Apply(batch);

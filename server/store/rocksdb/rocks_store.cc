@@ -312,8 +312,14 @@ Status RocksStore::WriteSynced(rocksdb::WriteBatch& batch, const char* what) {
 
 Status RocksStore::WriteNow(Batch& batch) {
   rocksdb::WriteBatch rocks;
-  ToRocks(batch, rocks);
+  bool closed;
+  {
+    ReaderLock lock(&close_mu_);
+    closed = closed_;
+    if (!closed) ToRocks(batch, rocks);
+  }
   batch.Clear();
+  if (closed) return Status::Unavailable(where_ + " is closed");
   return WriteSynced(rocks, "writing");
 }
 

@@ -205,7 +205,9 @@ class RocksStore final : public Store {
   void Enqueue(Batch& batch, std::function<void()> written, Done done,
                bool sync) EXCLUDES(mu_);
   // Adds `batch`'s changes to `out` as RocksDB records (the layout above).
-  void ToRocks(const Batch& batch, rocksdb::WriteBatch& out) const;
+  // (Shared close_mu_: the column families go at Close.)
+  void ToRocks(const Batch& batch, rocksdb::WriteBatch& out) const
+      REQUIRES_SHARED(close_mu_);
   // The writer thread: writes queued batches in order, a group at a time,
   // and hands those to be synced to the syncer thread (SyncLoop), which
   // syncs everything written so far in one go.

@@ -66,8 +66,13 @@ void RocksStore::Enqueue(Batch& batch, std::function<void()> written, Done done,
   // durable firing 10 % slower).
   std::shared_ptr<rocksdb::WriteBatch> rocks;
   if (refused.ok()) {
-    rocks = std::make_shared<rocksdb::WriteBatch>();
-    ToRocks(batch, *rocks);
+    ReaderLock lock(&close_mu_);
+    if (closed_) {
+      refused = Status::Unavailable(where_ + " is closed");
+    } else {
+      rocks = std::make_shared<rocksdb::WriteBatch>();
+      ToRocks(batch, *rocks);
+    }
   }
   {
     MutexLock lock(&mu_);
