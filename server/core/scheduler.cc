@@ -73,12 +73,18 @@ Status Scheduler::Start(RecoveryReport* report) {
       store_.reset();
       return s;
     }
-    // Completions leave from the pool, in the order the store finished
-    // them, while the store goes on to the next group. (Not during
-    // recovery, which waits for its writes before the pool runs.)
+    // The store's own thread may run the completions of what it wrote
+    // (RocksDB: a few, while nothing else waits for it): handing each group
+    // to the pool cost a thread's wake-up, 5-9 % of the daemon's CPU at a
+    // steady 2 k timers/s under --fsync 1s (tests/bench/README.md,
+    // "Completions on the store's thread"). The others leave from the pool:
+    // a batch refused in Commit (its caller may hold a lock), a burst's, all
+    // of a store that runs none itself. (Neither during recovery, which
+    // waits for its writes before the pool runs.)
     store_->SetExecutor([this](std::function<void()> run) {
       asio::post(replies_, std::move(run));
     });
+    store_->SetInlineCompletions(true);
   }
   for (std::uint32_t t = 0; t < std::max<std::uint32_t>(1, options_.threads);
        ++t) {
@@ -106,6 +112,9 @@ Status Scheduler::Start(RecoveryReport* report) {
 }
 
 void Scheduler::Stop() {
+  // (First: from here on completions go to the pool, which stops, so that
+  // none runs once the pool and what it serves are gone.)
+  if (store_) store_->SetInlineCompletions(false);
   // (Before the threads stop: a listener call under way waits for them.)
   clock_.Listen(this, nullptr);
   // The periodic work first: it reaches into partitions and the store.

@@ -6,8 +6,10 @@
 //     thread applies an operation by taking it, for work in memory only;
 //   - a dispatcher is confined to its strand on the pool (dispatcher.h);
 //   - the store is one writer queue (store.h); its completions (answers of
-//     writes, the publishing of fired events once written) run on one
-//     strand of the pool, replies_, in the order the store finished them;
+//     writes, the publishing of fired events once written) run one group
+//     at a time, in the order the store finished them: on the store's own
+//     thread that finished it (store.h, SetInlineCompletions), or on one
+//     strand of the pool, replies_;
 //   - the namespace table is under ns_mutex_, the policies under it too
 //     (written one SetPolicy at a time, policy_mutex_);
 //   - with shared partitions, the leases held are under held_mu_, taken
@@ -25,8 +27,8 @@
 // bound (Admit).
 //
 // `done` callbacks of the public methods run on the calling thread (an
-// answer known at once), on the store's completion strand, or on the read
-// pool; none is run while a lock of the scheduler's is held.
+// answer known at once), on the store's thread or completion strand, or on
+// the read pool; none is run while a lock of the scheduler's is held.
 //
 // Thread safety: every public method may be called from any thread.
 #ifndef DELAYD_SERVER_CORE_SCHEDULER_H_
@@ -395,8 +397,8 @@ class Scheduler {
   const SteadyTime epoch_;
   asio::io_context io_;
   asio::executor_work_guard<asio::io_context::executor_type> work_;
-  // Where the store's completions run, in the order the store finished
-  // them.
+  // Where the store's completions run when the store does not run them
+  // itself (store.h: SetInlineCompletions), in the order it finished them.
   Strand replies_{asio::make_strand(io_)};
   Counters counters_;
   Metrics metrics_;

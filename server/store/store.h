@@ -11,11 +11,13 @@
 // returns at once; the store writes queued batches in that order, many in
 // one group, and runs each batch's completion once it is durable (under the
 // backend's durability setting). Completions run on the executor given by
-// SetExecutor (the scheduler's completion strand), never on the caller's
-// thread inside Commit: a caller may commit while holding its own lock. A
-// batch that cannot be queued (the store failed, or is closing) is not
-// written, and its completion runs with the error like any other (before
-// SetExecutor, during recovery, on the caller's thread).
+// SetExecutor (the scheduler's completion strand), or, while
+// SetInlineCompletions is on and the backend chooses to, on the store's own
+// thread that finished their group; never on the caller's thread inside
+// Commit: a caller may commit while holding its own lock. A batch that
+// cannot be queued (the store failed, or is closing) is not written, and its
+// completion runs with the error like any other, through the executor
+// (before SetExecutor, during recovery, on the caller's thread).
 //
 // Reads: payloads are read by id, after the fact, through a View taken when
 // the caller found the ids (under its own lock): a payload deleted since
@@ -172,6 +174,14 @@ class Store {
   // recovery) the store's own thread runs them.
   virtual void SetExecutor(
       std::function<void(std::function<void()>)> executor) = 0;
+  // While `on`, the completions of written batches may run on the store's
+  // own thread that finished their group, rather than through the
+  // executor: a thread hand-over less per group (a backend chooses when,
+  // e.g. only while that thread has nothing else waiting). Either way one
+  // group's run at a time, in the order the store finished them. A
+  // completion must then not wait for the store (Sync, WriteNow). A backend
+  // that does not support it keeps using the executor.
+  virtual void SetInlineCompletions(bool /*on*/) {}
   // Whether so much waits to be written that callers should refuse new
   // changes (UNAVAILABLE) instead of queueing them; `why` says so.
   virtual bool Backlogged(std::string* why) const = 0;

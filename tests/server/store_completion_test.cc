@@ -2,12 +2,20 @@
 // and its completions have run. Recovery relies on it: right after Sync it
 // counts the completions of the overdue timers' firing, and a Sync that
 // returned while one still ran made the daemon refuse to start.
+//
+// Where completions run (store.h, SetInlineCompletions): on the store's own
+// thread while that is on (RocksDB and the memory store; PostgreSQL keeps
+// the executor), one group at a time, and a refused batch's through the
+// executor, since its caller may hold a lock.
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
 #include <future>
 #include <memory>
+#include <optional>
+#include <string>
+#include <thread>
 
 #include "server/store/memory/memory_store.h"
 #include "tests/server/test_stores.h"
@@ -93,6 +101,94 @@ TEST_P(StoreSync, ACommitAfterCloseIsRefused) {
   Batch now;
   now.AddTimer(StoredTimer{0, "n", 0, 2, 2}, "p");
   EXPECT_FALSE(store_->WriteNow(now).ok());
+}
+
+// Counts what is handed to it, and runs it on the calling thread.
+struct CountingExecutor {
+  std::shared_ptr<std::atomic<int>> handed =
+      std::make_shared<std::atomic<int>>(0);
+  std::function<void(std::function<void()>)> Get() const {
+    return [handed = handed](std::function<void()> run) {
+      ++*handed;
+      run();
+    };
+  }
+};
+
+// Commits one timer (`id`: its version and payload id) and waits for its
+// completion; its thread, or nullopt.
+std::optional<std::thread::id> CommitAndWait(Store& store,
+                                             const std::string& key,
+                                             std::uint64_t id) {
+  auto ran = std::make_shared<std::promise<std::thread::id>>();
+  Batch batch;
+  batch.AddTimer(StoredTimer{0, key, 0, id, id}, "p");
+  store.Commit(batch, [ran](Status s) {
+    EXPECT_TRUE(s.ok()) << s.message();
+    ran->set_value(std::this_thread::get_id());
+  });
+  auto f = ran->get_future();
+  if (f.wait_for(10s) != std::future_status::ready) return std::nullopt;
+  return f.get();
+}
+
+TEST_P(StoreSync, InlineCompletionsRunOnTheStoresThread) {
+  CountingExecutor executor;
+  store_->SetExecutor(executor.Get());
+  store_->SetInlineCompletions(true);
+  const auto inline_thread = CommitAndWait(*store_, "a", 1);
+  ASSERT_TRUE(inline_thread.has_value()) << "no completion";
+  EXPECT_NE(*inline_thread, std::this_thread::get_id());
+  // PostgreSQL keeps the executor; the others run it themselves.
+  EXPECT_EQ(*executor.handed, GetParam() == Kind::kPostgres ? 1 : 0);
+  store_->SetInlineCompletions(false);
+  ASSERT_TRUE(CommitAndWait(*store_, "b", 2).has_value()) << "no completion";
+  EXPECT_EQ(*executor.handed, GetParam() == Kind::kPostgres ? 2 : 1);
+}
+
+TEST_P(StoreSync, ARefusedBatchsCompletionGoesThroughTheExecutor) {
+  CountingExecutor executor;
+  store_->SetExecutor(executor.Get());
+  store_->SetInlineCompletions(true);
+  store_->Close();
+  Status got = Status::Ok();
+  Batch batch;
+  batch.AddTimer(StoredTimer{0, "k", 0, 1, 1}, "p");
+  // (The executor runs it on this thread: it has run once Commit returns.)
+  store_->Commit(batch, [&](Status s) { got = s; });
+  EXPECT_EQ(*executor.handed, 1);
+  EXPECT_FALSE(got.ok());
+}
+
+// Under `always` the RocksDB store's syncer runs a synced group's
+// completions and its writer those of a group with nothing to write or sync
+// (an empty batch): never both at once, as on the executor's strand.
+TEST_P(StoreSync, InlineCompletionsRunOneGroupAtATime) {
+  CountingExecutor executor;
+  store_->SetExecutor(executor.Get());
+  store_->SetInlineCompletions(true);
+  std::promise<void> started;
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<bool> first_done = false;
+  Batch batch;
+  batch.AddTimer(StoredTimer{0, "k", 0, 1, 1}, "p");
+  store_->Commit(batch, [&](Status) {
+    started.set_value();
+    released.wait();
+    first_done = true;
+  });
+  ASSERT_EQ(started.get_future().wait_for(10s), std::future_status::ready);
+  std::promise<bool> second;
+  Batch empty;
+  store_->Commit(empty, [&](Status) { second.set_value(first_done.load()); });
+  auto after = second.get_future();
+  // One that does not wait for the first runs within this time.
+  EXPECT_EQ(after.wait_for(200ms), std::future_status::timeout);
+  release.set_value();
+  ASSERT_EQ(after.wait_for(10s), std::future_status::ready);
+  EXPECT_TRUE(after.get()) << "ran beside the first group's completion";
+  EXPECT_EQ(*executor.handed, GetParam() == Kind::kPostgres ? 2 : 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Stores, StoreSync,

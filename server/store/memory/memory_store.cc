@@ -424,7 +424,7 @@ void MemoryStore::WriterLoop() {
       if (hooks_.on_error) hooks_.on_error(status);
       if (hooks_.on_write_failure) hooks_.on_write_failure(status);
     }
-    const auto executor = executor_;
+    const auto executor = inline_completions_ ? nullptr : executor_;
     {
       MutexUnlock unlock(&mu_);
       if (status.ok() && q.written) q.written();
@@ -452,6 +452,11 @@ void MemoryStore::SetExecutor(
     std::function<void(std::function<void()>)> executor) {
   MutexLock lock(&mu_);
   executor_ = std::move(executor);
+}
+
+void MemoryStore::SetInlineCompletions(bool on) {
+  MutexLock lock(&mu_);
+  inline_completions_ = on;
 }
 
 bool MemoryStore::Backlogged(std::string*) const { return false; }

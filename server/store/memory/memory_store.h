@@ -138,6 +138,8 @@ class MemoryStore final : public Store {
   Status Failed() const override;
   void SetExecutor(
       std::function<void(std::function<void()>)> executor) override;
+  // On: the writer thread runs each batch's completion itself.
+  void SetInlineCompletions(bool on) override EXCLUDES(mu_);
   bool Backlogged(std::string* why) const override;
   std::chrono::nanoseconds Busy() const override;
   void Flush(std::function<void()> done) override;
@@ -180,6 +182,7 @@ class MemoryStore final : public Store {
   bool closing_ GUARDED_BY(mu_) = false;
   bool failed_ GUARDED_BY(mu_) = false;
   std::function<void(std::function<void()>)> executor_ GUARDED_BY(mu_);
+  bool inline_completions_ GUARDED_BY(mu_) = false;
   std::chrono::steady_clock::time_point busy_since_ GUARDED_BY(mu_);
   std::thread writer_;
 };

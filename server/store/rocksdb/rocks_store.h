@@ -20,8 +20,9 @@
 // Writes (rocks_writer.cc): Commit() turns a batch into RocksDB records and
 // queues them; one writer thread writes the queued batches as one RocksDB
 // write (one log append) at a time, and hands it to the syncer thread, which
-// syncs the log as the fsync policy says and hands the group's completions to
-// the executor, while the writer goes on with the next group. Reads see every
+// syncs the log as the fsync policy says and runs the group's completions
+// (or hands them to the executor), while the writer goes on with the next
+// group. Reads see every
 // queued batch through a View (rocks_read.cc). A stalled disk stops only the
 // writer; the queue is bounded by Backlogged() checks of the callers.
 //
@@ -32,8 +33,11 @@
 //
 // Locking: mu_ guards the queue, the views and the writer's and syncer's
 // state; close_mu_ is held shared by every use of the database and
-// exclusively to close it; disk_ops_mu_ guards the running disk operations.
-// Order: close_mu_ before mu_; disk_ops_mu_ is taken alone.
+// exclusively to close it; disk_ops_mu_ guards the running disk operations;
+// completing_mu_ is held by whichever thread runs a group's completions
+// (the writer, the syncer or the executor's), so that they run one group at
+// a time. Order: completing_mu_ (taken without mu_: a completion may commit
+// or read) before close_mu_ before mu_; disk_ops_mu_ is taken alone.
 #ifndef DELAYD_SERVER_STORE_ROCKSDB_ROCKS_STORE_H_
 #define DELAYD_SERVER_STORE_ROCKSDB_ROCKS_STORE_H_
 
@@ -149,6 +153,10 @@ class RocksStore final : public Store {
   Status Failed() const override;
   void SetExecutor(
       std::function<void(std::function<void()>)> executor) override;
+  // On: the writer runs the completions of the groups it finishes (synced
+  // or not needing it), the syncer those of the groups it syncs, each while
+  // nothing else waits for it (under load, the executor runs them).
+  void SetInlineCompletions(bool on) override EXCLUDES(mu_);
   bool Backlogged(std::string* why) const override;
   std::chrono::nanoseconds Busy() const override;
   void Flush(std::function<void()> done) override;
@@ -219,8 +227,13 @@ class RocksStore final : public Store {
   // Syncs the log (everything written so far); `completions` wait on it.
   Status SyncLog(std::size_t completions) EXCLUDES(mu_);
   // Runs (or hands to the executor) the completions of a group, without
-  // mu_ (held on entry and on return).
-  void RunDone(std::vector<Done> done, const Status& status) REQUIRES(mu_);
+  // mu_ (held on entry and on return). `idle`: called by the writer or the
+  // syncer for a group it finished, with nothing else waiting for that
+  // thread (then SetInlineCompletions may run them there; under load they
+  // go to the executor, to run beside the next write or sync); false for a
+  // batch refused in Commit.
+  void RunDone(std::vector<Done> done, const Status& status, bool idle)
+      REQUIRES(mu_);
   Status Read(std::span<const std::uint64_t> ids, const RocksView* view,
               std::vector<std::string>* payloads, std::vector<bool>* readable,
               std::vector<bool>* gone);
@@ -333,6 +346,12 @@ class RocksStore final : public Store {
       const std::unordered_map<std::uint64_t, std::size_t>& missing,
       std::vector<bool>& deleted) EXCLUDES(mu_);
   std::function<void(std::function<void()>)> executor_ GUARDED_BY(mu_);
+  bool inline_completions_ GUARDED_BY(mu_) = false;
+  // Groups of completions handed to the executor and not yet run.
+  std::atomic<int> handed_{0};
+  // The most completions of one group the writer or syncer runs itself.
+  static constexpr std::size_t kInlineCompletions = 4;
+  Mutex completing_mu_;
   std::atomic<std::size_t> queued_bytes_{0};
   bool writing_ GUARDED_BY(mu_) = false;  // The writer holds a group.
   bool writer_done_ GUARDED_BY(mu_) = false;

@@ -84,10 +84,11 @@ void RocksStore::Enqueue(Batch& batch, std::function<void()> written, Done done,
       queue_.push_back(
           Queued{std::move(rocks), std::move(written), std::move(done), sync});
     } else if (done) {
-      // Not written: its completion, like any, through the executor.
+      // Not written: its completion through the executor (this thread may
+      // hold its caller's lock).
       std::vector<Done> one;
       one.push_back(std::move(done));
-      RunDone(std::move(one), refused);
+      RunDone(std::move(one), refused, /*idle=*/false);
     }
   }
   batch.Clear();
@@ -111,6 +112,11 @@ void RocksStore::SetExecutor(
     std::function<void(std::function<void()>)> executor) {
   MutexLock lock(&mu_);
   executor_ = std::move(executor);
+}
+
+void RocksStore::SetInlineCompletions(bool on) {
+  MutexLock lock(&mu_);
+  inline_completions_ = on;
 }
 
 rocksdb::Status RocksStore::WriteGroup(const std::vector<Queued>& group) {
@@ -234,7 +240,7 @@ void RocksStore::WriterLoop() {
         // to sync.)
         if (options_.fsync == FsyncPolicy::kInterval) sync_cv_.Signal();
       }
-      RunDone(std::move(done), status);
+      RunDone(std::move(done), status, /*idle=*/queue_.empty());
       SyncUnsyncedIfDue();  // (Writes that never stop need it too.)
     }
     idle_cv_.SignalAll();
@@ -255,9 +261,17 @@ void RocksStore::SyncUnsyncedIfDue() {
   sync_cv_.Signal();
 }
 
-void RocksStore::RunDone(std::vector<Done> done, const Status& status) {
+void RocksStore::RunDone(std::vector<Done> done, const Status& status,
+                         bool idle) {
   if (done.empty()) return;
-  const auto executor = executor_;
+  // Here only for a few (many are a burst's: they run beside the next
+  // write or sync instead), and while none handed over earlier waits:
+  // completions run in the order the store finished them either way.
+  const bool here = idle && inline_completions_ &&
+                    done.size() <= kInlineCompletions &&
+                    handed_.load(std::memory_order_acquire) == 0;
+  auto executor = here ? nullptr : executor_;
+  if (executor) handed_.fetch_add(1, std::memory_order_relaxed);
   ++running_;
   {
     MutexUnlock unlock(&mu_);
@@ -265,9 +279,16 @@ void RocksStore::RunDone(std::vector<Done> done, const Status& status) {
       for (auto& d : done) d(status);
     };
     if (executor) {
-      executor(std::move(run));
-    } else {
+      executor([this, run = std::move(run)]() mutable {
+        MutexLock one_group(&completing_mu_);
+        run();
+        handed_.fetch_sub(1, std::memory_order_release);
+      });
+    } else if (here) {
+      MutexLock one_group(&completing_mu_);
       run();
+    } else {
+      run();  // (Recovery: no executor yet.)
     }
   }
   --running_;
@@ -315,7 +336,8 @@ void RocksStore::SyncLoop() {
     }
     if (needed) last_sync = Clock::now();
     syncing_ = false;
-    RunDone(std::move(group), status);
+    RunDone(std::move(group), status,
+            /*idle=*/waiting_.empty() && !sync_pending_);
     idle_cv_.SignalAll();
   }
 }
