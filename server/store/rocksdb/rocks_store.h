@@ -22,9 +22,9 @@
 // write (one log append) at a time, and hands it to the syncer thread, which
 // syncs the log as the fsync policy says and runs the group's completions
 // (or hands them to the executor), while the writer goes on with the next
-// group. Reads see every
-// queued batch through a View (rocks_read.cc). A stalled disk stops only the
-// writer; the queue is bounded by Backlogged() checks of the callers.
+// group. Reads see every queued batch through a View (rocks_read.cc). A
+// stalled disk stops only the writer; the queue is bounded by Backlogged()
+// checks of the callers.
 //
 // Damage: besides RocksDB's checksums, a mark file records how much the
 // store had made durable (rocks_mark.h), and a store that comes back with
