@@ -75,7 +75,7 @@ Status Scheduler::Start(RecoveryReport* report) {
     }
     // The store's own thread may run the completions of what it wrote
     // (RocksDB: a few, while nothing else waits for it): handing each group
-    // to the pool cost a thread's wake-up, 5-9 % of the daemon's CPU at a
+    // to the pool cost a thread's wake-up, 5-8 % of the daemon's CPU at a
     // steady 2 k timers/s under --fsync 1s (tests/bench/README.md,
     // "Completions on the store's thread"). The others leave from the pool:
     // a batch refused in Commit (its caller may hold a lock), a burst's, all

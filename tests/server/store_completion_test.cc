@@ -60,29 +60,45 @@ class StoreSync : public ::testing::TestWithParam<Kind> {
   std::unique_ptr<Store> store_;
 };
 
+// Commits one timer whose completion, once it runs, waits for Release().
+class BlockedCompletion {
+ public:
+  explicit BlockedCompletion(Store& store) {
+    Batch batch;
+    batch.AddTimer(StoredTimer{0, "k", 0, 1, 1}, "p");
+    store.Commit(batch, [this](Status s) {
+      EXPECT_TRUE(s.ok()) << s.message();
+      started_.set_value();
+      released_.wait();
+      finished_ = true;
+    });
+  }
+  // Whether the completion started within 10 s.
+  bool Started() {
+    return started_.get_future().wait_for(10s) == std::future_status::ready;
+  }
+  void Release() { release_.set_value(); }
+  bool finished() const { return finished_; }
+
+ private:
+  std::promise<void> started_;
+  std::promise<void> release_;
+  std::shared_future<void> released_ = release_.get_future().share();
+  std::atomic<bool> finished_ = false;
+};
+
 TEST_P(StoreSync, WaitsForACompletionUnderWay) {
-  std::promise<void> started;
-  std::promise<void> release;
-  std::shared_future<void> released = release.get_future().share();
-  std::atomic<bool> finished = false;
-  Batch batch;
-  batch.AddTimer(StoredTimer{0, "k", 0, 1, 1}, "p");
-  store_->Commit(batch, [&](Status s) {
-    EXPECT_TRUE(s.ok()) << s.message();
-    started.set_value();
-    released.wait();
-    finished = true;
-  });
-  ASSERT_EQ(started.get_future().wait_for(10s), std::future_status::ready);
+  BlockedCompletion first(*store_);
+  ASSERT_TRUE(first.Started());
   // The completion is under way (on the store's thread: no executor yet).
   auto synced = std::async(std::launch::async, [&] {
     store_->Sync();
-    return finished.load();
+    return first.finished();
   });
   // A Sync that does not wait returns within this time; one that waits
   // returns only after the release below.
   EXPECT_EQ(synced.wait_for(200ms), std::future_status::timeout);
-  release.set_value();
+  first.Release();
   ASSERT_EQ(synced.wait_for(10s), std::future_status::ready);
   EXPECT_TRUE(synced.get()) << "Sync returned before the completion ended";
 }
@@ -167,25 +183,15 @@ TEST_P(StoreSync, InlineCompletionsRunOneGroupAtATime) {
   CountingExecutor executor;
   store_->SetExecutor(executor.Get());
   store_->SetInlineCompletions(true);
-  std::promise<void> started;
-  std::promise<void> release;
-  std::shared_future<void> released = release.get_future().share();
-  std::atomic<bool> first_done = false;
-  Batch batch;
-  batch.AddTimer(StoredTimer{0, "k", 0, 1, 1}, "p");
-  store_->Commit(batch, [&](Status) {
-    started.set_value();
-    released.wait();
-    first_done = true;
-  });
-  ASSERT_EQ(started.get_future().wait_for(10s), std::future_status::ready);
+  BlockedCompletion first(*store_);
+  ASSERT_TRUE(first.Started());
   std::promise<bool> second;
   Batch empty;
-  store_->Commit(empty, [&](Status) { second.set_value(first_done.load()); });
+  store_->Commit(empty, [&](Status) { second.set_value(first.finished()); });
   auto after = second.get_future();
   // One that does not wait for the first runs within this time.
   EXPECT_EQ(after.wait_for(200ms), std::future_status::timeout);
-  release.set_value();
+  first.Release();
   ASSERT_EQ(after.wait_for(10s), std::future_status::ready);
   EXPECT_TRUE(after.get()) << "ran beside the first group's completion";
   EXPECT_EQ(*executor.handed, GetParam() == Kind::kPostgres ? 2 : 0);
