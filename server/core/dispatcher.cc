@@ -47,7 +47,10 @@ void Dispatcher::Publish(std::vector<Event> events) {
   const std::size_t n = events.size();
   counters_.ready.fetch_add(n);
   mine_.ready.fetch_add(n);
-  asio::post(strand_, [this, events = std::move(events)]() mutable {
+  // (Deferred: from a pool thread, such as the one that fired and wrote the
+  // events, the strand's turn runs on that thread once it is free, without
+  // waking another; from any other thread, as a post.)
+  asio::defer(strand_, [this, events = std::move(events)]() mutable {
     on_strand_.Enter();
     if (closed_) {
       counters_.ready.fetch_sub(events.size());

@@ -359,8 +359,16 @@ void Partition::Forget(std::uint32_t r) {
 }
 
 void Partition::OnAlarm(AlarmWheel::Time at) {
-  MutexLock lock(&mu_);
-  if (wheel_.Alarmed(at) && owned_) FireDue();
+  bool write_here = false;
+  {
+    MutexLock lock(&mu_);
+    if (!wheel_.Alarmed(at) || !owned_) return;
+    in_alarm_ = true;
+    FireDue();
+    in_alarm_ = false;
+    write_here = std::exchange(deferred_write_, false);
+  }
+  if (write_here) store_->WriteHere();
 }
 
 void Partition::FireDue() {
@@ -512,8 +520,14 @@ std::optional<Status> Partition::FireRecords(
       if (done) done(std::move(s));
     };
   }
-  store_->Write(batch, covered ? std::function<void()>(publish) : nullptr,
-                std::move(on_durable));
+  std::function<void()> written;
+  if (covered) written = std::move(publish);
+  if (in_alarm_) {
+    store_->WriteDeferred(batch, std::move(written), std::move(on_durable));
+    deferred_write_ = true;
+  } else {
+    store_->Write(batch, std::move(written), std::move(on_durable));
+  }
   return std::nullopt;
 }
 

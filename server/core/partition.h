@@ -328,7 +328,10 @@ class Partition {
   std::uint32_t NewRecord() REQUIRES(mu_);
   // Removes record `r` from the index and frees it.
   void Forget(std::uint32_t r) REQUIRES(mu_);
-  // The alarm armed for wheel time `at` went off (on the pool).
+  // The alarm armed for wheel time `at` went off (on the pool). Its
+  // firing's write is left queued (Store::WriteDeferred) and written by
+  // this thread once it lets mu_ go (WriteHere): the events then leave
+  // without the store's writer being woken and handing them back.
   void OnAlarm(AlarmWheel::Time at) EXCLUDES(mu_);
   // Fires what is due now, then re-arms. The runs a schedule's wake-up sets
   // due now fire in the same call, not after another alarm.
@@ -419,6 +422,10 @@ class Partition {
   const Publish publish_;
 
   mutable Mutex mu_;
+  // Set while OnAlarm fires: FireRecords then defers its write; and whether
+  // it did (for OnAlarm's WriteHere).
+  bool in_alarm_ GUARDED_BY(mu_) = false;
+  bool deferred_write_ GUARDED_BY(mu_) = false;
   // A deque: growing never copies records or leaves a freed array behind.
   std::deque<Record> records_ GUARDED_BY(mu_);
   std::vector<std::uint32_t> free_records_ GUARDED_BY(mu_);

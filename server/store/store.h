@@ -161,6 +161,20 @@ class Store {
   // batch is not written.
   virtual void Write(Batch& batch, std::function<void()> written,
                      Done durable) = 0;
+  // As Write(), for a caller that calls WriteHere() next, once it holds no
+  // lock: the store may leave the batch to be written by that call, on the
+  // caller's thread, instead of waking its writer (a thread hand-over less
+  // for a firing; RocksDB does). `written` then runs on whichever thread
+  // writes it.
+  virtual void WriteDeferred(Batch& batch, std::function<void()> written,
+                             Done durable) {
+    Write(batch, std::move(written), std::move(durable));
+  }
+  // Writes what WriteDeferred left queued, here; or leaves it to the
+  // writer, which the store then wakes if need be (another thread is
+  // writing, or the queue is long). Takes the store's lock: call it holding
+  // none that a completion or `written` takes.
+  virtual void WriteHere() {}
   // As Commit(), durable whatever the durability setting (id reservations,
   // policies).
   virtual void CommitSynced(Batch& batch, Done done) = 0;

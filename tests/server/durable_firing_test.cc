@@ -4,13 +4,15 @@
 // a timer set just now fires in memory but its event waits until the set
 // is durable; a timer set durably before fires at once, its firing's own
 // durability not waited for (and, under --fsync always, made durable by the
-// next sync someone waits for).
+// next sync someone waits for), and its firing written by the thread that
+// fired it.
 #include <gtest/gtest.h>
 #include <libpq-fe.h>
 
 #include <atomic>
 #include <thread>
 
+#include "tests/common/thread_names.h"
 #include "tests/server/hung_disk.h"
 #include "tests/server/test_stores.h"
 
@@ -103,6 +105,32 @@ TEST(DurableFiring, AFiringOfDurableTimersHasNoSyncOfItsOwn) {
           << "the firing was synced apart from the ack";
     }
   }
+}
+
+// A firing of timers set durably is written by the pool thread whose alarm
+// fired it (Store::WriteDeferred), which then publishes its events: the
+// store's writer is not woken for it.
+TEST(DurableFiring, AFiringIsWrittenByTheThreadThatFiredIt) {
+  HoldingDaemon held([](DelaydServer::Options&, RocksOptions& store) {
+    store.fsync_interval = std::chrono::hours(1);  // (No timed sync.)
+  });
+  TestDaemon& d = held.daemon;
+  ASSERT_TRUE(d.started());
+  TestStream worker(d.stub(), TestStream::Worker("default"));
+  ASSERT_TRUE(worker.WaitRegistered());
+  // (The first firing also reserves event ids, a write of its own.)
+  ASSERT_TRUE(Set(d.stub(), "", "first", 1).ok());
+  ASSERT_EQ(worker.WaitFor(1, 10s).size(), 1u);
+  constexpr int kTimers = 10;
+  for (int i = 0; i < kTimers; ++i) {  // Answered: durable.
+    ASSERT_TRUE(Set(d.stub(), "", "t" + std::to_string(i), 400 + 40 * i).ok());
+  }
+  const long before = WakeUpsOf("store-writer");
+  ASSERT_GE(before, 0) << "no thread named store-writer";
+  ASSERT_EQ(worker.WaitFor(1 + kTimers, 10s).size(), 1u + kTimers);
+  // (A wake-up or two of the last set's group may fall after `before`.)
+  EXPECT_LT(WakeUpsOf("store-writer") - before, kTimers / 2)
+      << "the store's writer woke for the firings";
 }
 
 // A connection of the test's own that holds delayd's tables against

@@ -6,16 +6,20 @@
 // Where completions run (store.h, SetInlineCompletions): on the store's own
 // thread while that is on (RocksDB and the memory store; PostgreSQL keeps
 // the executor), one group at a time, and a refused batch's through the
-// executor, since its caller may hold a lock.
+// executor, since its caller may hold a lock. Where a deferred write is
+// written (store.h, WriteDeferred): RocksDB on the thread that calls
+// WriteHere, unless the queue is long.
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
 #include <future>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "server/store/memory/memory_store.h"
 #include "tests/server/test_stores.h"
@@ -195,6 +199,53 @@ TEST_P(StoreSync, InlineCompletionsRunOneGroupAtATime) {
   ASSERT_EQ(after.wait_for(10s), std::future_status::ready);
   EXPECT_TRUE(after.get()) << "ran beside the first group's completion";
   EXPECT_EQ(*executor.handed, GetParam() == Kind::kPostgres ? 2 : 0);
+}
+
+// Defers `n` batches (timers `first`..), each recording the thread its
+// `written` ran on, calls WriteHere, and waits until all are durable.
+std::vector<std::thread::id> DeferThenWriteHere(Store& store,
+                                                std::uint64_t first, int n) {
+  auto threads = std::make_shared<std::vector<std::thread::id>>();
+  auto mu = std::make_shared<std::mutex>();
+  for (int i = 0; i < n; ++i) {
+    const std::uint64_t id = first + static_cast<std::uint64_t>(i);
+    Batch batch;
+    batch.AddTimer(StoredTimer{0, "k" + std::to_string(id), 0, id, id}, "p");
+    store.WriteDeferred(
+        batch,
+        [threads, mu] {
+          std::lock_guard lock(*mu);
+          threads->push_back(std::this_thread::get_id());
+        },
+        nullptr);
+  }
+  store.WriteHere();
+  store.Sync();
+  std::lock_guard lock(*mu);
+  return *threads;
+}
+
+// RocksDB writes a few deferred batches on the thread that calls WriteHere
+// (a firing's write on the thread that fired it); the others write them on
+// their writer as any other.
+TEST_P(StoreSync, WriteHereWritesAFewDeferredBatchesOnTheCallersThread) {
+  const auto threads = DeferThenWriteHere(*store_, 1, 2);
+  ASSERT_EQ(threads.size(), 2u) << "a deferred batch was not written";
+  for (const auto& t : threads) {
+    EXPECT_EQ(t == std::this_thread::get_id(), GetParam() == Kind::kRocksDb);
+  }
+  std::vector<std::string> payloads;
+  std::vector<bool> readable;
+  const std::uint64_t ids[] = {1, 2};
+  ASSERT_TRUE(store_->GetPayloads(ids, &payloads, &readable).ok());
+  EXPECT_EQ(payloads, (std::vector<std::string>{"p", "p"}));
+}
+
+// A longer queue is the writer's: the caller goes on (a burst's firings).
+TEST_P(StoreSync, WriteHereLeavesALongQueueToTheWriter) {
+  const auto threads = DeferThenWriteHere(*store_, 1, 8);
+  ASSERT_EQ(threads.size(), 8u) << "a deferred batch was not written";
+  for (const auto& t : threads) EXPECT_NE(t, std::this_thread::get_id());
 }
 
 INSTANTIATE_TEST_SUITE_P(Stores, StoreSync,

@@ -148,6 +148,12 @@ class RocksStore final : public Store {
   void Commit(Batch& batch, Done done) override;
   void Write(Batch& batch, std::function<void()> written,
              Done durable) override;
+  // Queues the batch without waking the writer; WriteHere writes it (with
+  // whatever else is queued) on the caller's thread unless the writer, or
+  // another such thread, is writing a group then, which then takes it.
+  void WriteDeferred(Batch& batch, std::function<void()> written,
+                     Done durable) override;
+  void WriteHere() override EXCLUDES(mu_);
   void CommitSynced(Batch& batch, Done done) override;
   Status WriteNow(Batch& batch) override;
   Status Failed() const override;
@@ -207,11 +213,11 @@ class RocksStore final : public Store {
     Done done;
     bool sync = false;  // Synced whatever the policy.
   };
-  // Queues a batch, taking its contents and callbacks; if the store failed
-  // or is closing, runs `done` with the error instead (through the
-  // executor).
+  // Queues a batch, taking its contents and callbacks, and wakes the writer
+  // if `wake_writer`; if the store failed or is closing, runs `done` with
+  // the error instead (through the executor).
   void Enqueue(Batch& batch, std::function<void()> written, Done done,
-               bool sync) EXCLUDES(mu_);
+               bool sync, bool wake_writer) EXCLUDES(mu_);
   // Adds `batch`'s changes to `out` as RocksDB records (the layout above).
   // (Shared close_mu_: the column families go at Close.)
   void ToRocks(const Batch& batch, rocksdb::WriteBatch& out) const
@@ -220,6 +226,10 @@ class RocksStore final : public Store {
   // and hands those to be synced to the syncer thread (SyncLoop), which
   // syncs everything written so far in one go.
   void WriterLoop() EXCLUDES(mu_);
+  // Writes the whole queue as one group (the writer's, or WriteHere's
+  // thread's: whichever holds writing_), then hands it to the syncer or runs
+  // its completions.
+  void WriteQueue() REQUIRES(mu_);
   void SyncLoop() EXCLUDES(mu_);
   // kAlways: hands the syncer a sync if a write nobody waits for has been
   // unsynced for fsync_interval.
@@ -351,9 +361,14 @@ class RocksStore final : public Store {
   std::atomic<int> handed_{0};
   // The most completions of one group the writer or syncer runs itself.
   static constexpr std::size_t kInlineCompletions = 4;
+  // The most queued batches, and bytes, WriteHere writes itself.
+  static constexpr std::size_t kWriteHereBatches = 4;
+  static constexpr std::size_t kWriteHereBytes = 16 << 10;
   Mutex completing_mu_;
   std::atomic<std::size_t> queued_bytes_{0};
-  bool writing_ GUARDED_BY(mu_) = false;  // The writer holds a group.
+  // A thread (the writer, or one in WriteHere) holds a group: groups are
+  // written one at a time.
+  bool writing_ GUARDED_BY(mu_) = false;
   bool writer_done_ GUARDED_BY(mu_) = false;
   // Completions of written groups, for the syncer's next sync.
   std::vector<Done> waiting_ GUARDED_BY(mu_);

@@ -59,7 +59,7 @@ class NoteDeletes : public rocksdb::WriteBatch::Handler {
 }  // namespace
 
 void RocksStore::Enqueue(Batch& batch, std::function<void()> written, Done done,
-                         bool sync) {
+                         bool sync, bool wake_writer) {
   Status refused = Failed();
   // Turned into RocksDB's records here, outside mu_: the writer only
   // writes (converting a firing of thousands of timers on the writer made
@@ -92,20 +92,20 @@ void RocksStore::Enqueue(Batch& batch, std::function<void()> written, Done done,
     }
   }
   batch.Clear();
-  if (refused.ok()) cv_.Signal();
+  if (refused.ok() && wake_writer) cv_.Signal();
 }
 
 void RocksStore::Commit(Batch& batch, Done done) {
-  Enqueue(batch, nullptr, std::move(done), false);
+  Enqueue(batch, nullptr, std::move(done), false, true);
 }
 
 void RocksStore::Write(Batch& batch, std::function<void()> written,
                        Done durable) {
-  Enqueue(batch, std::move(written), std::move(durable), false);
+  Enqueue(batch, std::move(written), std::move(durable), false, true);
 }
 
 void RocksStore::CommitSynced(Batch& batch, Done done) {
-  Enqueue(batch, nullptr, std::move(done), true);
+  Enqueue(batch, nullptr, std::move(done), true, true);
 }
 
 void RocksStore::SetExecutor(
@@ -144,8 +144,10 @@ rocksdb::Status RocksStore::WriteGroup(const std::vector<Queued>& group) {
 void RocksStore::WriterLoop() {
   MutexLock lock(&mu_);
   for (;;) {
-    while (queue_.empty() && !closing_) {
-      if (!unsynced_ || options_.fsync != FsyncPolicy::kAlways) {
+    // (While another thread writes a group, WriteHere, the writer waits:
+    // groups are written one at a time, in order.)
+    while (writing_ || (queue_.empty() && !closing_)) {
+      if (writing_ || !unsynced_ || options_.fsync != FsyncPolicy::kAlways) {
         cv_.Wait(&mu_);
       } else if (!cv_.WaitUntil(&mu_,
                                 unsynced_since_ + options_.fsync_interval)) {
@@ -153,100 +155,125 @@ void RocksStore::WriterLoop() {
       }
     }
     if (queue_.empty()) break;  // Closing, and everything written.
-    // The whole queue is one group: what arrives while it is written waits
-    // for the next one, and no longer.
-    std::vector<Queued> group;
-    group.reserve(queue_.size());
-    bool sync = false;
-    bool writes = false;  // Some batch is not empty.
-    for (Queued& q : queue_) {
-      const bool written = q.batch != nullptr && q.batch->Count() > 0;
-      writes = writes || written;
-      // Under kAlways, a write someone waits for (its `done`) is synced
-      // before that runs; one nobody waits for (a firing whose timers were
-      // set durably, a dedup fate) is synced with the next that is, or
-      // once fsync_interval passes (above): until then a loss of the
-      // machine undoes it, and with it nothing written after it.
-      sync = sync || q.sync ||
-             (options_.fsync == FsyncPolicy::kAlways && written && q.done);
-      group.push_back(
-          Queued{q.batch, std::move(q.written), std::move(q.done), q.sync});
-    }
-    writing_ = true;
-    if (!views_.empty()) {
-      // Views learn of the group's deletes before it is written (see Read).
-      // They are found without mu_: a view taken meanwhile has the group
-      // among its queued batches anyway.
-      std::deque<std::uint64_t> deleted;
-      {
-        MutexUnlock unlock(&mu_);
-        NoteDeletes deletes(payloads_->GetID(), deleted);
-        for (const Queued& q : group) {
-          if (q.batch) q.batch->Iterate(&deletes);
-        }
-      }
-      if (!views_.empty()) {
-        deletes_.insert(deletes_.end(), deleted.begin(), deleted.end());
-        if (deletes_.size() > options_.max_deletes_kept) TrimDeletes();
-      }
-    }
-
-    Status status;
-    {
-      MutexUnlock unlock(&mu_);
-      status = Failed();
-      if (status.ok()) {
-        if (rocksdb::Status s = WriteGroup(group); !s.ok()) {
-          status = Error("write", s);
-          NoteWriteError(status);
-        }
-      }
-      if (status.ok()) {
-        for (Queued& q : group) {
-          if (q.written) q.written();
-        }
-      }
-    }
-
-    std::size_t bytes = 0;
-    for (std::size_t i = 0; i < group.size(); ++i) {
-      if (queue_.front().batch) {
-        bytes += queue_.front().batch->GetDataSize();
-      }
-      queue_.pop_front();
-    }
-    queued_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
-    writing_ = false;
-    if (mark_asleep_) {  // (What it wrote may change the mark.)
-      mark_asleep_ = false;
-      mark_cv_.Signal();
-    }
-    std::vector<Done> done;
-    for (Queued& q : group) {
-      if (q.done) done.push_back(std::move(q.done));
-    }
-    if (status.ok() && sync) {
-      // The syncer syncs it (with whatever else is written by then) while
-      // this thread writes the next group.
-      waiting_.insert(waiting_.end(), std::make_move_iterator(done.begin()),
-                      std::make_move_iterator(done.end()));
-      sync_pending_ = true;
-      sync_cv_.Signal();
-    } else {
-      if (status.ok() && writes && !unsynced_) {
-        unsynced_ = true;
-        unsynced_since_ = std::chrono::steady_clock::now();
-        // (Under an interval the syncer sleeps until there is something
-        // to sync.)
-        if (options_.fsync == FsyncPolicy::kInterval) sync_cv_.Signal();
-      }
-      RunDone(std::move(done), status, /*idle=*/queue_.empty());
-      SyncUnsyncedIfDue();  // (Writes that never stop need it too.)
-    }
-    idle_cv_.SignalAll();
+    WriteQueue();
   }
   writer_done_ = true;
   sync_cv_.Signal();
+}
+
+void RocksStore::WriteDeferred(Batch& batch, std::function<void()> written,
+                               Done durable) {
+  Enqueue(batch, std::move(written), std::move(durable), false,
+          /*wake_writer=*/false);
+}
+
+void RocksStore::WriteHere() {
+  MutexLock lock(&mu_);
+  // Only a small queue: a burst's firings are written by the writer while
+  // the caller's thread goes on firing (written here, firing throughput
+  // measured 3-6 % lower).
+  if (!writing_ && !closing_ && !queue_.empty() &&
+      queue_.size() <= kWriteHereBatches &&
+      queued_bytes_.load(std::memory_order_relaxed) <= kWriteHereBytes) {
+    WriteQueue();
+  }
+  // What came meanwhile, or closing: the writer's (it may be waiting for
+  // this thread's group, or have slept through a deferred batch).
+  if (!writing_ && (!queue_.empty() || closing_)) cv_.Signal();
+}
+
+void RocksStore::WriteQueue() {
+  // The whole queue is one group: what arrives while it is written waits
+  // for the next one, and no longer.
+  std::vector<Queued> group;
+  group.reserve(queue_.size());
+  bool sync = false;
+  bool writes = false;  // Some batch is not empty.
+  for (Queued& q : queue_) {
+    const bool written = q.batch != nullptr && q.batch->Count() > 0;
+    writes = writes || written;
+    // Under kAlways, a write someone waits for (its `done`) is synced
+    // before that runs; one nobody waits for (a firing whose timers were
+    // set durably, a dedup fate) is synced with the next that is, or
+    // once fsync_interval passes (above): until then a loss of the
+    // machine undoes it, and with it nothing written after it.
+    sync = sync || q.sync ||
+           (options_.fsync == FsyncPolicy::kAlways && written && q.done);
+    group.push_back(
+        Queued{q.batch, std::move(q.written), std::move(q.done), q.sync});
+  }
+  writing_ = true;
+  if (!views_.empty()) {
+    // Views learn of the group's deletes before it is written (see Read).
+    // They are found without mu_: a view taken meanwhile has the group
+    // among its queued batches anyway.
+    std::deque<std::uint64_t> deleted;
+    {
+      MutexUnlock unlock(&mu_);
+      NoteDeletes deletes(payloads_->GetID(), deleted);
+      for (const Queued& q : group) {
+        if (q.batch) q.batch->Iterate(&deletes);
+      }
+    }
+    if (!views_.empty()) {
+      deletes_.insert(deletes_.end(), deleted.begin(), deleted.end());
+      if (deletes_.size() > options_.max_deletes_kept) TrimDeletes();
+    }
+  }
+
+  Status status;
+  {
+    MutexUnlock unlock(&mu_);
+    status = Failed();
+    if (status.ok()) {
+      if (rocksdb::Status s = WriteGroup(group); !s.ok()) {
+        status = Error("write", s);
+        NoteWriteError(status);
+      }
+    }
+    if (status.ok()) {
+      for (Queued& q : group) {
+        if (q.written) q.written();
+      }
+    }
+  }
+
+  std::size_t bytes = 0;
+  for (std::size_t i = 0; i < group.size(); ++i) {
+    if (queue_.front().batch) {
+      bytes += queue_.front().batch->GetDataSize();
+    }
+    queue_.pop_front();
+  }
+  queued_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
+  writing_ = false;
+  if (mark_asleep_) {  // (What it wrote may change the mark.)
+    mark_asleep_ = false;
+    mark_cv_.Signal();
+  }
+  std::vector<Done> done;
+  for (Queued& q : group) {
+    if (q.done) done.push_back(std::move(q.done));
+  }
+  if (status.ok() && sync) {
+    // The syncer syncs it (with whatever else is written by then) while
+    // this thread writes the next group.
+    waiting_.insert(waiting_.end(), std::make_move_iterator(done.begin()),
+                    std::make_move_iterator(done.end()));
+    sync_pending_ = true;
+    sync_cv_.Signal();
+  } else {
+    if (status.ok() && writes && !unsynced_) {
+      unsynced_ = true;
+      unsynced_since_ = std::chrono::steady_clock::now();
+      // (Under an interval the syncer sleeps until there is something
+      // to sync.)
+      if (options_.fsync == FsyncPolicy::kInterval) sync_cv_.Signal();
+    }
+    RunDone(std::move(done), status, /*idle=*/queue_.empty());
+    SyncUnsyncedIfDue();  // (Writes that never stop need it too.)
+  }
+  idle_cv_.SignalAll();
 }
 
 void RocksStore::SyncUnsyncedIfDue() {
