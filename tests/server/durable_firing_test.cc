@@ -78,13 +78,19 @@ TEST(DurableFiring, ATimerSetDurablyFiresWithoutWaitingForItsFiringsSync) {
   EXPECT_EQ(got[0].key(), "later");
 }
 
+// A daemon on a file system that counts syncs, with no timed sync.
+struct UntimedSyncs : HoldingDaemon {
+  UntimedSyncs()
+      : HoldingDaemon([](DelaydServer::Options&, RocksOptions& store) {
+          store.fsync_interval = std::chrono::hours(1);
+        }) {}
+};
+
 // Under --fsync always, a firing of timers set durably is made durable by
 // the next sync someone waits for (here its event's ack), not by one of its
 // own: one sync for the fire and the ack together.
 TEST(DurableFiring, AFiringOfDurableTimersHasNoSyncOfItsOwn) {
-  HoldingDaemon held([](DelaydServer::Options&, RocksOptions& store) {
-    store.fsync_interval = std::chrono::hours(1);  // (No timed sync.)
-  });
+  UntimedSyncs held;
   TestDaemon& d = held.daemon;
   ASSERT_TRUE(d.started());
   TestStream worker(d.stub(), TestStream::Worker("default"));
@@ -111,9 +117,7 @@ TEST(DurableFiring, AFiringOfDurableTimersHasNoSyncOfItsOwn) {
 // fired it (Store::WriteDeferred), which then publishes its events: the
 // store's writer is not woken for it.
 TEST(DurableFiring, AFiringIsWrittenByTheThreadThatFiredIt) {
-  HoldingDaemon held([](DelaydServer::Options&, RocksOptions& store) {
-    store.fsync_interval = std::chrono::hours(1);  // (No timed sync.)
-  });
+  UntimedSyncs held;
   TestDaemon& d = held.daemon;
   ASSERT_TRUE(d.started());
   TestStream worker(d.stub(), TestStream::Worker("default"));
