@@ -358,14 +358,19 @@ void Partition::Forget(std::uint32_t r) {
   counters_.pending.fetch_sub(1);
 }
 
+void Partition::SetWriteFiringsHere(bool on) {
+  MutexLock lock(&mu_);
+  write_firings_here_ = on;
+}
+
 void Partition::OnAlarm(AlarmWheel::Time at) {
   bool write_here = false;
   {
     MutexLock lock(&mu_);
     if (!wheel_.Alarmed(at) || !owned_) return;
-    in_alarm_ = true;
+    defer_writes_ = write_firings_here_;
     FireDue();
-    in_alarm_ = false;
+    defer_writes_ = false;
     write_here = std::exchange(deferred_write_, false);
   }
   if (write_here) store_->WriteHere();
@@ -522,7 +527,7 @@ std::optional<Status> Partition::FireRecords(
   }
   std::function<void()> written;
   if (covered) written = std::move(publish);
-  if (in_alarm_) {
+  if (defer_writes_) {
     store_->WriteDeferred(batch, std::move(written), std::move(on_durable));
     deferred_write_ = true;
   } else {

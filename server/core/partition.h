@@ -252,6 +252,11 @@ class Partition {
   // Each namespace's window, shared by the partitions; set once, before
   // recovery. Without it (or with a window of 0) nothing is recorded.
   void SetDedupWindows(DedupWindows* windows) EXCLUDES(mu_);
+  // Whether an alarm's thread writes its firing itself (OnAlarm). Only
+  // while another pool thread remains: a write the disk holds up holds that
+  // thread too (one at most: a second WriteHere leaves the queue to the
+  // store's writer), and what is in memory must still go out meanwhile.
+  void SetWriteFiringsHere(bool on) EXCLUDES(mu_);
   // A key's fate as the store kept it (recovery, or the taking of a
   // partition); one whose window has ended is deleted by the next purge.
   // INTERNAL if `encoded` is not an entry.
@@ -328,10 +333,11 @@ class Partition {
   std::uint32_t NewRecord() REQUIRES(mu_);
   // Removes record `r` from the index and frees it.
   void Forget(std::uint32_t r) REQUIRES(mu_);
-  // The alarm armed for wheel time `at` went off (on the pool). Its
-  // firing's write is left queued (Store::WriteDeferred) and written by
-  // this thread once it lets mu_ go (WriteHere): the events then leave
-  // without the store's writer being woken and handing them back.
+  // The alarm armed for wheel time `at` went off (on the pool). If
+  // SetWriteFiringsHere is on, its firing's write is left queued
+  // (Store::WriteDeferred) and written by this thread once it lets mu_ go
+  // (WriteHere): the events then leave without the store's writer being
+  // woken and handing them back.
   void OnAlarm(AlarmWheel::Time at) EXCLUDES(mu_);
   // Fires what is due now, then re-arms. The runs a schedule's wake-up sets
   // due now fire in the same call, not after another alarm.
@@ -422,9 +428,10 @@ class Partition {
   const Publish publish_;
 
   mutable Mutex mu_;
-  // Set while OnAlarm fires: FireRecords then defers its write; and whether
-  // it did (for OnAlarm's WriteHere).
-  bool in_alarm_ GUARDED_BY(mu_) = false;
+  bool write_firings_here_ GUARDED_BY(mu_) = false;
+  // Set while OnAlarm fires with write_firings_here_: FireRecords then
+  // defers its write; and whether it did (for OnAlarm's WriteHere).
+  bool defer_writes_ GUARDED_BY(mu_) = false;
   bool deferred_write_ GUARDED_BY(mu_) = false;
   // A deque: growing never copies records or leaves a freed array behind.
   std::deque<Record> records_ GUARDED_BY(mu_);

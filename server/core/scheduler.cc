@@ -61,6 +61,9 @@ Status Scheduler::Start(RecoveryReport* report) {
           dispatchers_[ns]->Publish(std::move(events));
         }));
     partitions_.back()->SetDedupWindows(&dedup_windows_);
+    // (Not with one pool thread: a firing's write that hangs on the disk
+    // would stop every delivery and ack.)
+    partitions_.back()->SetWriteFiringsHere(options_.threads >= 2);
   }
   // Shared, a partition is this node's only once taken (TakePartition).
   if (shared_partitions_) {

@@ -66,6 +66,53 @@ TEST(StalledStore, DeliveryAndAcksGoOnWhileTheLogHangs) {
       Eventually([&] { return Stats(d.stub()).in_flight_events() == 0; }));
 }
 
+// As above, with a timer falling due while the log hangs: its firing's
+// write waits for the disk on whichever thread writes it, and the pool
+// (`threads` threads) still delivers and takes acks of what is in memory.
+void DeliveryGoesOnWhileAFiringWaitsForTheLog(std::uint32_t threads) {
+  HoldingDaemon held([threads](DelaydServer::Options& o, RocksOptions&) {
+    o.scheduler.threads = threads;
+  });
+  auto& fs = held.fs;
+  TestDaemon& d = held.daemon;
+  ASSERT_TRUE(d.started());
+  TestStream worker(d.stub(), TestStream::Worker("default", 1));
+  ASSERT_TRUE(worker.WaitRegistered());
+  for (const char* key : {"e0", "e1", "e2"}) {
+    ASSERT_TRUE(Set(d.stub(), "", key, 1).ok());
+  }
+  ASSERT_EQ(worker.WaitFor(1).size(), 1u);
+  ASSERT_TRUE(Eventually([&] { return Stats(d.stub()).ready_events() == 2; }));
+  ASSERT_TRUE(Set(d.stub(), "", "due", 300).ok());  // Answered: durable.
+
+  fs->HoldLogWrites(true);
+  std::vector<std::thread> threads_started;
+  Release release{fs.get(), threads_started};
+  ASSERT_TRUE(Eventually([&] { return fs->held_log_writes() > 0; }))
+      << "the firing's write did not reach the log";
+  for (std::size_t n = 1; n <= 3; ++n) {
+    const auto got = worker.WaitFor(n, 10s);
+    ASSERT_EQ(got.size(), n) << "delivery stopped while a firing's write "
+                                "waits for the log, with "
+                             << threads << " pool thread(s)";
+    threads_started.emplace_back([&d, id = got[n - 1].id()] {
+      EXPECT_TRUE(Ack(d.stub(), "", {id}).ok());
+    });
+  }
+  fs->HoldLogWrites(false);
+  for (auto& t : threads_started) t.join();
+  threads_started.clear();
+  EXPECT_EQ(worker.WaitFor(4, 10s).size(), 4u) << "the due timer was lost";
+}
+
+TEST(StalledStore, OnePoolThreadDeliversWhileAFiringWaitsForTheLog) {
+  DeliveryGoesOnWhileAFiringWaitsForTheLog(1);
+}
+
+TEST(StalledStore, TwoPoolThreadsDeliverWhileAFiringWaitsForTheLog) {
+  DeliveryGoesOnWhileAFiringWaitsForTheLog(2);
+}
+
 TEST(StalledStore, ChangesAreRefusedOnceTheBacklogIsFull) {
   constexpr std::size_t kPayload = 4096;
   constexpr int kSetters = 10;

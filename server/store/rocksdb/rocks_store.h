@@ -18,13 +18,15 @@
 // rewrite the small timer and event records.
 //
 // Writes (rocks_writer.cc): Commit() turns a batch into RocksDB records and
-// queues them; one writer thread writes the queued batches as one RocksDB
+// queues them; the writer thread writes the queued batches as one RocksDB
 // write (one log append) at a time, and hands it to the syncer thread, which
 // syncs the log as the fsync policy says and runs the group's completions
 // (or hands them to the executor), while the writer goes on with the next
-// group. Reads see every queued batch through a View (rocks_read.cc). A
-// stalled disk stops only the writer; the queue is bounded by Backlogged()
-// checks of the callers.
+// group. A caller of WriteHere writes a short queue itself instead, one
+// group at a time with the writer. Reads see every queued batch through a
+// View (rocks_read.cc). A stalled disk stops the writer, and at most one
+// WriteHere caller; the queue is bounded by Backlogged() checks of the
+// callers.
 //
 // Damage: besides RocksDB's checksums, a mark file records how much the
 // store had made durable (rocks_mark.h), and a store that comes back with
@@ -35,7 +37,8 @@
 // state; close_mu_ is held shared by every use of the database and
 // exclusively to close it; disk_ops_mu_ guards the running disk operations;
 // completing_mu_ is held by whichever thread runs a group's completions
-// (the writer, the syncer or the executor's), so that they run one group at
+// (the writer, a WriteHere caller, the syncer or the executor's), so that
+// they run one group at
 // a time. Order: completing_mu_ (taken without mu_: a completion may commit
 // or read) before close_mu_ before mu_; disk_ops_mu_ is taken alone.
 #ifndef DELAYD_SERVER_STORE_ROCKSDB_ROCKS_STORE_H_
