@@ -163,6 +163,12 @@ void AddStore(CLI::App& app, DaemonFlags& f) {
                "Start on a store whose log is damaged in the middle, keeping "
                "what precedes the damage (what follows it is lost)")
       ->envname("DELAYD_SALVAGE");
+  app.add_flag("--fixed-event-ids", f.fixed_event_ids,
+               "RocksDB: a fired timer's event id is its version, the same "
+               "if it fires again after a crash, and its event leaves as "
+               "soon as its firing is queued (ids are then not in firing "
+               "order); recorded in the store")
+      ->envname("DELAYD_FIXED_EVENT_IDS");
   app.add_flag("--in-memory", f.in_memory,
                "Keep no store: everything is lost when delayd stops")
       ->envname("DELAYD_IN_MEMORY");
@@ -374,6 +380,11 @@ Status FinishFlags(DaemonFlags& f) {
   if (IsClusterNode(f)) {
     if (Status s = ReadClusterToken(f); !s.ok()) return s;
   }
+  if (f.fixed_event_ids && (f.in_memory || !f.store.empty())) {
+    return Status::InvalidArgument(
+        "--fixed-event-ids: only the RocksDB store (--data-dir) fixes event "
+        "ids");
+  }
   if (f.in_memory) return Status::Ok();
   f.server.scheduler.on_store_error = [](const Status& s) {
     LogRepeated("store-error", s.message());
@@ -390,6 +401,7 @@ Status FinishFlags(DaemonFlags& f) {
   RocksOptions store;
   store.dir = f.data_dir;
   store.salvage = f.salvage;
+  store.fixed_event_ids = f.fixed_event_ids;
   if (Status s = ParseFsyncPolicy(f.fsync, &store); !s.ok()) return s;
   f.server.scheduler.store = RocksStoreOpener(store);
   return Status::Ok();

@@ -36,6 +36,7 @@ struct DaemonFlags {
   std::string data_dir = "delayd-data";
   std::string fsync = "always";
   bool salvage = false;
+  bool fixed_event_ids = false;
   bool in_memory = false;
   std::chrono::nanoseconds shutdown_grace = std::chrono::seconds(5);
   std::string log_level = "info";

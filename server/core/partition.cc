@@ -1,6 +1,7 @@
 #include "server/core/partition.h"
 
 #include <algorithm>
+#include <asio/defer.hpp>
 #include <cassert>
 #include <unordered_map>
 
@@ -20,8 +21,10 @@ Partition::Partition(asio::io_context& io, std::uint32_t index,
       store_(store),
       refs_(refs),
       publish_(std::move(publish)),
+      io_(io),
       wheel_(io.get_executor(), clock, tick, epoch,
-             [this](AlarmWheel::Time at) { OnAlarm(at); }) {
+             [this](AlarmWheel::Time at) { OnAlarm(at); }),
+      fixed_ids_from_(Store::kNoFixedEventIds) {
   assert(index < 1024);
 }
 
@@ -140,6 +143,12 @@ Status Partition::ReserveIds(std::uint64_t versions, std::uint64_t events) {
   if (!reserving_ && (versions_left < versions + kIdBlock / 2 ||
                       events_left < events + kIdBlock / 2)) {
     ReserveAhead(versions, events);
+  }
+  if (events > 0 && next_event_seq_ + events > fixed_ids_from_) {
+    // (A store's counters have room for a million restarts below its fixed
+    // ids: Store::FixedEventIdsFrom.)
+    return Status::ResourceExhausted(
+        "the event ids of timers set before event ids were fixed ran out");
   }
   if (versions <= versions_left && events <= events_left) return Status::Ok();
   if (next_version_ + versions + kIdBlock >= (std::uint64_t{1} << 54) ||
@@ -373,7 +382,9 @@ void Partition::OnAlarm(AlarmWheel::Time at) {
     defer_writes_ = false;
     write_here = std::exchange(deferred_write_, false);
   }
-  if (write_here) store_->WriteHere();
+  // (Deferred: the events FireRecords published before the write, each a
+  // deferred turn of its dispatcher's strand, leave first.)
+  if (write_here) asio::defer(io_, [store = store_] { store->WriteHere(); });
 }
 
 void Partition::FireDue() {
@@ -431,7 +442,8 @@ std::vector<Event> Partition::TakeEvents(
   for (std::uint32_t r : records) {
     Record& rec = records_[r];
     Event e{};
-    e.id = (next_event_seq_++ << 10) | partition_;  // Reserved by the caller.
+    e.id = FixedId(rec.version) ? rec.version
+                                : (next_event_seq_++ << 10) | partition_;
     e.ns = rec.ns();
     e.blob = std::move(rec.blob);
     e.version = rec.version;
@@ -458,11 +470,19 @@ std::vector<Event> Partition::TakeEvents(
   return events;
 }
 
+std::uint64_t Partition::CountedIds(
+    const std::vector<std::uint32_t>& records) const {
+  std::uint64_t counted = 0;
+  for (std::uint32_t r : records) counted += !FixedId(records_[r].version);
+  return counted;
+}
+
 std::optional<Status> Partition::FireRecords(
     const std::vector<std::uint32_t>& records, Reason reason,
     std::function<void(Status)> done) {
   if (records.empty()) return Status::Ok();
-  Status s = ReserveIds(0, records.size());
+  const std::uint64_t counted = CountedIds(records);
+  Status s = ReserveIds(0, counted);
   if (s.ok() && store_ != nullptr) s = store_->Failed();
   if (!s.ok()) {
     // Nothing changed: each timer fires again after kRetryIds, or at its
@@ -502,11 +522,13 @@ std::optional<Status> Partition::FireRecords(
     return Status::Ok();
   }
   // Timers set or moved durably: their events are published once the
-  // firing is written, without waiting for it to be durable. That is safe:
-  // until the firing is durable, so is nothing written after it (acks
-  // included), so a loss of the machine or a crash of the database leaves
-  // the timers pending, to fire again after the restart: at least once,
-  // never lost (with ids that do not repeat: ReserveIds). Otherwise they
+  // firing is written, without waiting for it to be durable; if their ids
+  // are fixed, once it is queued, before it is written. That is safe:
+  // until the firing is written (durable), so is nothing queued after it
+  // (acks included), so a crash (a loss of the machine, of the database)
+  // leaves the timers pending, to fire again after the restart: at least
+  // once, never lost, and with fixed ids each event again under its id (a
+  // worker that handled it can tell). Otherwise they
   // wait for the firing to be durable, and with it the write that set them:
   // no event leaves for a timer a crash could undo. Only `done` (a Drain's
   // answer) waits for durability in every case. If the write fails, the
@@ -526,7 +548,11 @@ std::optional<Status> Partition::FireRecords(
     };
   }
   std::function<void()> written;
-  if (covered) written = std::move(publish);
+  if (covered && counted == 0) {
+    publish();
+  } else if (covered) {
+    written = std::move(publish);
+  }
   if (defer_writes_) {
     store_->WriteDeferred(batch, std::move(written), std::move(on_durable));
     deferred_write_ = true;

@@ -127,8 +127,11 @@ class Partition {
   // fires those whose time passed while the daemon was down and returns their
   // events in fire-time order (unpublished); `durable` runs once that firing is
   // on disk. RestoreCounters() reserves the first ids (a synced write).
+  // `fixed_event_ids_from` is the store's FixedEventIdsFrom(): versions
+  // are handed out from there on.
   Status RestoreCounters(std::uint64_t next_version,
-                         std::uint64_t next_event_seq) EXCLUDES(mu_);
+                         std::uint64_t next_event_seq,
+                         std::uint64_t fixed_event_ids_from) EXCLUDES(mu_);
   void Restore(const StoredTimer& timer, WallNanos wall_now,
                SteadyTime steady_now) EXCLUDES(mu_);
   std::vector<Event> FireOverdue(std::function<void(Status)> durable)
@@ -383,11 +386,16 @@ class Partition {
   // woke.
   bool OnExpired(const std::vector<AlarmWheel::Expired>& due) REQUIRES(mu_);
   // Turns records into events, removing them and recording that in `batch`
-  // (if any).
+  // (if any). An event's id is its timer's version if FixedId(version),
+  // else the partition's next event sequence number (reserved by the
+  // caller: ReserveIds).
   std::vector<Event> TakeEvents(const std::vector<std::uint32_t>& records,
                                 Reason reason, Batch* batch) REQUIRES(mu_);
-  // Turns records into events (removing them) and publishes them once
-  // their firing is written; `done` (if any) gets the outcome once durable
+  // Turns records into events (removing them) and publishes them: timers
+  // set or moved durably whose ids are fixed, once the firing is queued
+  // (fired again after a crash, each comes with the same id); other
+  // durably set ones once it is written; the rest once it is durable (see
+  // durable_versions_). `done` (if any) gets the outcome once durable
   // (on the store's completion executor; without a store, or if nothing
   // could be queued, the outcome is returned instead and `done` not run).
   // If ids cannot be had yet (ReserveIds), nothing changes and the records
@@ -409,6 +417,14 @@ class Partition {
   std::uint64_t NewVersion() REQUIRES(mu_) {
     return (next_version_++ << 10) | partition_;
   }
+  // Whether a timer of `version` fires with the version as its event id
+  // (Store::FixedEventIdsFrom).
+  bool FixedId(std::uint64_t version) const REQUIRES(mu_) {
+    return (version >> 10) >= fixed_ids_from_;
+  }
+  // How many of `records` fire with ids from the counter (!FixedId).
+  std::uint64_t CountedIds(const std::vector<std::uint32_t>& records) const
+      REQUIRES(mu_);
   // Every version below sequence number `upto` is durable (the batches that
   // gave them out were acknowledged by the store).
   void NoteDurable(std::uint64_t upto) {
@@ -426,6 +442,7 @@ class Partition {
   Store* const store_;
   NamespaceRefs* const refs_;
   const Publish publish_;
+  asio::io_context& io_;
 
   mutable Mutex mu_;
   bool write_firings_here_ GUARDED_BY(mu_) = false;
@@ -442,6 +459,8 @@ class Partition {
   // use, and the limits durable in the store (ReserveIds).
   std::uint64_t next_version_ GUARDED_BY(mu_) = 1;
   std::uint64_t next_event_seq_ GUARDED_BY(mu_) = 1;
+  // The store's FixedEventIdsFrom(), from RestoreCounters on.
+  std::uint64_t fixed_ids_from_ GUARDED_BY(mu_);
   // The sequence numbers below which versions are durable (NoteDurable;
   // those restored from the store are). A timer fired at such a version
   // was set or moved durably, so its event may leave once its firing is

@@ -65,11 +65,16 @@ void Partition::Disown() {
 }
 
 Status Partition::RestoreCounters(std::uint64_t next_version,
-                                  std::uint64_t next_event_seq) {
+                                  std::uint64_t next_event_seq,
+                                  std::uint64_t fixed_event_ids_from) {
   Batch batch;
   {
     MutexLock lock(&mu_);
+    fixed_ids_from_ = fixed_event_ids_from;
     next_version_ = std::max(next_version_, next_version);
+    if (fixed_ids_from_ != Store::kNoFixedEventIds) {
+      next_version_ = std::max(next_version_, fixed_ids_from_);
+    }
     next_event_seq_ = std::max(next_event_seq_, next_event_seq);
     // The first block, synced before anything is served, with room for
     // firing the overdue timers too.
@@ -112,7 +117,7 @@ std::vector<Event> Partition::FireOverdue(std::function<void(Status)> durable) {
                          ? records_[a].fire_time < records_[b].fire_time
                          : records_[a].version < records_[b].version;
             });
-  if (Status s = ReserveIds(0, overdue_.size()); !s.ok()) {
+  if (Status s = ReserveIds(0, CountedIds(overdue_)); !s.ok()) {
     durable(s);
     return {};
   }

@@ -153,7 +153,8 @@ Status Scheduler::LoadPartition(std::uint32_t part) {
   if (s.ok()) s = error;
   if (s.ok()) {
     s = p.RestoreCounters(std::max(next_version, version_limit),
-                          std::max(next_event_seq, event_seq_limit));
+                          std::max(next_event_seq, event_seq_limit),
+                          store_->FixedEventIdsFrom());
   }
   std::vector<Event> overdue;
   if (s.ok()) {

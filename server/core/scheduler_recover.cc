@@ -150,7 +150,9 @@ Status Scheduler::Recover(RecoveryReport* report) {
   // Versions and event ids continue past anything stored or reserved,
   // whatever the number of partitions now.
   for (auto& p : partitions_) {
-    if (Status s = p->RestoreCounters(next_version, next_event_seq); !s.ok()) {
+    if (Status s = p->RestoreCounters(next_version, next_event_seq,
+                                      store_->FixedEventIdsFrom());
+        !s.ok()) {
       return s;
     }
   }

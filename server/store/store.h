@@ -120,6 +120,20 @@ class Store {
   // next numbers to use after a restart).
   virtual Status LoadCounters(std::uint64_t* next_version,
                               std::uint64_t* next_event_seq) = 0;
+  // The first version sequence number (a version's bits above its
+  // partition's 10) whose firing takes the version itself as its event id:
+  // a timer fired again after a crash (its firing not yet written) then
+  // comes with the id it had, and its event may be published as soon as
+  // its firing is queued (Partition::FireRecords). Timers with earlier
+  // versions take ids from the partitions' event counters, which stay below
+  // this number (ids of the two kinds never meet). kNoFixedEventIds (the
+  // default; RocksDB without --fixed-event-ids; PostgreSQL, whose fence may
+  // refuse a firing after it is sent): every event takes a counter's id,
+  // which grows in firing order, and is published only once written.
+  // A store that fixes ids writes its batches in the order they are queued
+  // and, once one fails, none after it (as every store here does).
+  static constexpr std::uint64_t kNoFixedEventIds = ~std::uint64_t{0};
+  virtual std::uint64_t FixedEventIdsFrom() const { return kNoFixedEventIds; }
   // Visits every pending timer / unacknowledged event / event fate.
   virtual Status ForEachTimer(
       const std::function<void(const StoredTimer&)>& visit) = 0;

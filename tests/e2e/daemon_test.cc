@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -277,6 +278,45 @@ TEST(DelaydBinary, BackupNeedsABackupDirAndAStore) {
   const grpc::Status s = Connect(d)->Backup(&ctx, req, &resp);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_NE(s.error_message().find("--backup-dir"), std::string::npos);
+}
+
+// --fixed-event-ids: each event's id is its timer's version, in a store
+// that keeps that from its first start; the flag needs the RocksDB store.
+TEST(DelaydBinary, FixedEventIdsGiveEachEventItsTimersVersion) {
+  TempDir dir;
+  const std::vector<std::string> args = {"--data-dir", dir.path() + "/data",
+                                         "--fixed-event-ids"};
+  DaemonProcess d(DELAYD_BINARY, args);
+  ASSERT_TRUE(d.ok()) << d.output();
+  auto stub = Connect(d);
+  TestStream watcher(*stub, TestStream::Watcher("default"));
+  ASSERT_TRUE(watcher.WaitRegistered());
+  std::map<std::string, std::uint64_t> versions;
+  // Each key set twice, due the second time: its version is then ahead of
+  // any counter an event id could come from.
+  for (const std::string key : {"a", "b", "c", "a", "b", "c"}) {
+    v1::SetTimerRequest req;
+    req.set_key(key);
+    *req.mutable_delay() = Millis(versions.count(key) ? 0 : 3'600'000);
+    v1::SetTimerResponse resp;
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub->SetTimer(&ctx, req, &resp).ok());
+    versions[key] = resp.version();
+  }
+  const auto events = watcher.WaitFor(3);
+  ASSERT_EQ(events.size(), 3u);
+  for (const auto& e : events) {
+    EXPECT_EQ(e.id(), versions[e.key()]) << e.key();
+    EXPECT_EQ(e.version(), versions[e.key()]) << e.key();
+  }
+  EXPECT_EQ(d.Stop(SIGTERM, 10s), 0);
+
+  DaemonProcess memory(DELAYD_BINARY, {"--in-memory", "--fixed-event-ids"}, 5s);
+  EXPECT_FALSE(memory.ok());
+  EXPECT_NE(memory.Stop(0, 5s), 0);
+  EXPECT_NE(memory.output().find("--fixed-event-ids: only the RocksDB store"),
+            std::string::npos)
+      << memory.output();
 }
 
 }  // namespace

@@ -44,7 +44,8 @@ class PartitionTest : public ::testing::TestWithParam<bool> {
         });
     // With a store, versions and event ids come from reserved blocks.
     if (store_) {
-      EXPECT_TRUE(partition_->RestoreCounters(1, 1).ok());
+      EXPECT_TRUE(
+          partition_->RestoreCounters(1, 1, store_->FixedEventIdsFrom()).ok());
     }
     for (int t = 0; t < 2; ++t) threads_.emplace_back([this] { io_.run(); });
   }

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <map>
+#include <tuple>
 
 #include "delayd/text/build_info.h"
 #include "server/common/record_codec.h"
@@ -201,6 +202,73 @@ TEST(StoreFormat, ABinaryThatKnowsNoFormatsRefusesTheStore) {
   EXPECT_NE(s.ToString().find(FormatFamily(2)), std::string::npos)
       << s.ToString();
   if (s.ok()) RawClose(db, handles);
+}
+
+// Event ids fixed by versions (Store::FixedEventIdsFrom, with the option):
+// from the first version of a new store; in one that held timers before,
+// past every number its counters handed out (they go on giving the ids of
+// the timers it holds).
+RocksOptions Fixed(const std::string& dir) {
+  RocksOptions o = At(dir);
+  o.fixed_event_ids = true;
+  return o;
+}
+
+TEST(FixedEventIds, ANewStoreFixesThemFromTheStart) {
+  TempDir dir;
+  const std::string data = dir.path() + "/data";
+  std::unique_ptr<RocksStore> store;
+  ASSERT_TRUE(RocksStore::Open(Fixed(data), StoreHooks(), &store).ok());
+  EXPECT_EQ(store->FixedEventIdsFrom(), 0u);
+  EXPECT_TRUE(store->OpenNotes().empty());
+  store.reset();
+  ASSERT_TRUE(RocksStore::Open(Fixed(data), StoreHooks(), &store).ok());
+  EXPECT_EQ(store->FixedEventIdsFrom(), 0u);
+  // Without the option, counters give every id (the record stays).
+  store.reset();
+  ASSERT_TRUE(RocksStore::Open(At(data), StoreHooks(), &store).ok());
+  EXPECT_EQ(store->FixedEventIdsFrom(), Store::kNoFixedEventIds);
+  store.reset();
+  ASSERT_TRUE(RocksStore::Open(Fixed(data), StoreHooks(), &store).ok());
+  EXPECT_EQ(store->FixedEventIdsFrom(), 0u);
+}
+
+TEST(FixedEventIds, AStoreFromBeforeFixesThemPastItsCounters) {
+  TempDir dir;
+  const std::string data = dir.path() + "/data";
+  MakeStore(data, {FormatFamily(2)}, 2);
+  {
+    // Two partitions' counters, as the build before reserved them.
+    std::unique_ptr<rocksdb::DB> db;
+    std::vector<rocksdb::ColumnFamilyHandle*> handles;
+    ASSERT_TRUE(RawOpen(data, Families(data), &db, &handles).ok());
+    for (const auto& [part, versions, events] :
+         {std::tuple{0, 5'000, 9'000}, std::tuple{1, 7'000, 3'000}}) {
+      std::string key = "c", value;
+      record::AppendBE(key, part, 2);
+      for (std::uint64_t limit : {versions, events}) {
+        value.append(reinterpret_cast<const char*>(&limit), sizeof limit);
+      }
+      ASSERT_TRUE(db->Put({}, handles[0], key, value).ok());
+    }
+    RawClose(db, handles);
+  }
+  const std::uint64_t from = 9'000 + (std::uint64_t{1} << 40);
+  std::unique_ptr<RocksStore> store;
+  ASSERT_TRUE(RocksStore::Open(At(data), StoreHooks(), &store).ok());
+  EXPECT_EQ(store->FixedEventIdsFrom(), Store::kNoFixedEventIds);
+  store.reset();
+  ASSERT_TRUE(RocksStore::Open(Fixed(data), StoreHooks(), &store).ok());
+  EXPECT_EQ(store->FixedEventIdsFrom(), from);
+  ASSERT_EQ(store->OpenNotes().size(), 1u);
+  EXPECT_NE(store->OpenNotes()[0].find(std::to_string(from << 10)),
+            std::string::npos)
+      << store->OpenNotes()[0];
+  store.reset();
+  // Recorded: the next start finds the same, and says nothing.
+  ASSERT_TRUE(RocksStore::Open(Fixed(data), StoreHooks(), &store).ok());
+  EXPECT_EQ(store->FixedEventIdsFrom(), from);
+  EXPECT_TRUE(store->OpenNotes().empty());
 }
 
 }  // namespace

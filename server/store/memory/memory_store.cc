@@ -65,6 +65,16 @@ std::uint32_t MemoryStore::Disk::shared_partitions() const {
   return shared_;
 }
 
+void MemoryStore::Disk::FixEventIdsFrom(std::uint64_t seq) {
+  MutexLock lock(&mu_);
+  fixed_ids_from_ = seq;
+}
+
+std::uint64_t MemoryStore::Disk::fixed_event_ids_from() const {
+  MutexLock lock(&mu_);
+  return fixed_ids_from_;
+}
+
 std::uint64_t MemoryStore::Disk::untouched() const {
   MutexLock lock(&mu_);
   return untouched_;
@@ -206,7 +216,8 @@ StoreOpener MemoryStore::Opener(std::shared_ptr<Disk> disk) {
 MemoryStore::MemoryStore(std::shared_ptr<Disk> disk, StoreHooks hooks)
     : disk_(std::move(disk)),
       hooks_(std::move(hooks)),
-      shared_(disk_->shared_partitions()) {
+      shared_(disk_->shared_partitions()),
+      fixed_ids_from_(disk_->fixed_event_ids_from()) {
   writer_ = std::thread([this] { WriterLoop(); });
   NameThread(writer_, "store-writer");
 }

@@ -44,6 +44,10 @@ class MemoryStore final : public Store {
     // partition against what its batch says it touches.
     void SharePartitions(std::uint32_t n) EXCLUDES(mu_);
     std::uint32_t shared_partitions() const EXCLUDES(mu_);
+    // What stores opened from now on give as FixedEventIdsFrom()
+    // (kNoFixedEventIds unless set).
+    void FixEventIdsFrom(std::uint64_t seq) EXCLUDES(mu_);
+    std::uint64_t fixed_event_ids_from() const EXCLUDES(mu_);
     // Changes written of a partition their batch did not name, and of one
     // it named.
     std::uint64_t untouched() const EXCLUDES(mu_);
@@ -93,6 +97,7 @@ class MemoryStore final : public Store {
     std::map<std::pair<NamespaceId, std::string>, std::string> dedup_
         GUARDED_BY(mu_);
     std::uint32_t shared_ GUARDED_BY(mu_) = 0;
+    std::uint64_t fixed_ids_from_ GUARDED_BY(mu_) = Store::kNoFixedEventIds;
     std::uint64_t touched_ GUARDED_BY(mu_) = 0;
     std::uint64_t untouched_ GUARDED_BY(mu_) = 0;
   };
@@ -107,6 +112,7 @@ class MemoryStore final : public Store {
   // partition not held (SetHeld) is refused, as the PostgreSQL store's
   // fence would.
   std::uint32_t SharedPartitions() const override { return shared_; }
+  std::uint64_t FixedEventIdsFrom() const override { return fixed_ids_from_; }
   void SetHeld(const Held& held) override EXCLUDES(mu_);
   Status LoadPartition(std::uint32_t part, std::uint64_t* version_limit,
                        std::uint64_t* event_seq_limit,
@@ -171,6 +177,7 @@ class MemoryStore final : public Store {
   const StoreHooks hooks_;
   const std::string where_ = "memory store";
   const std::uint32_t shared_;
+  const std::uint64_t fixed_ids_from_;
   mutable Mutex mu_;
   Held held_ GUARDED_BY(mu_);
   CondVar cv_;

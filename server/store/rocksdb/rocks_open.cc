@@ -23,6 +23,15 @@ namespace {
 
 // The meta record of the store's format: 4 bytes, big-endian.
 constexpr char kFormatKey = 'V';
+// The meta record of FixedEventIdsFrom(): 8 bytes, big-endian.
+constexpr char kFixedIdsKey = 'E';
+// Room left, in a store that held timers before its event ids were fixed,
+// for its event counters (which those timers still use) below the first
+// fixed id: a restart skips at most 1.5 blocks of 2^20 numbers, so this
+// lasts about 700,000 restarts (Partition::ReserveIds refuses beyond; and
+// as many more with fixed_event_ids turned off, whose counters then give
+// every id, before the record could meet them if it were turned on again).
+constexpr std::uint64_t kCounterRoom = std::uint64_t{1} << 40;
 
 // A store that is damaged: named, with what to do about it.
 Status Refusal(const std::string& dir, const std::string& why) {
@@ -230,6 +239,11 @@ Status RocksStore::Open(const RocksOptions& options, StoreHooks hooks,
       missing.push_back(std::move(m));
     }
   }
+  if (Status s = store->RecordFixedEventIds(found.exists); !s.ok()) {
+    store->failed_ = true;
+    store->Close();
+    return s;
+  }
   if (options.read_only) {
     store->mark_problems_ = std::move(missing);
   } else {
@@ -298,6 +312,48 @@ Status RocksStore::RecordFormat(bool existed) {
                    std::to_string(format) + " to " +
                    std::to_string(kStoreFormat) +
                    " (no record changed; delayd 0.1 no longer opens it)";
+  }
+  return Status::Ok();
+}
+
+Status RocksStore::RecordFixedEventIds(bool existed) {
+  if (!options_.fixed_event_ids) return Status::Ok();
+  const std::string key(1, kFixedIdsKey);
+  std::string value;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), meta_, key, &value);
+  if (s.ok()) {
+    if (value.size() != 8) {
+      return Status::Internal(where_ + ": malformed record of fixed event ids");
+    }
+    fixed_event_ids_from_ = record::ReadBE(value.data(), 8);
+    return Status::Ok();
+  }
+  if (!s.IsNotFound()) return Error("reading the fixed event ids' record", s);
+  std::uint64_t from = 0;
+  if (existed) {
+    std::uint64_t next_version = 0, next_event_seq = 0;
+    if (Status st = LoadCounters(&next_version, &next_event_seq); !st.ok()) {
+      return st;
+    }
+    if (next_version != 0 || next_event_seq != 0) {
+      from = std::max(next_version, next_event_seq) + kCounterRoom;
+    }
+  }
+  fixed_event_ids_from_ = from;
+  if (options_.read_only) return Status::Ok();
+  value.clear();
+  record::AppendBE(value, from, 8);
+  rocksdb::WriteOptions sync;
+  sync.sync = true;
+  if (s = db_->Put(sync, meta_, key, value); !s.ok()) {
+    return Error("recording the fixed event ids", s);
+  }
+  if (from != 0) {
+    format_note_ += std::string(format_note_.empty() ? "" : "; ") +
+                    "--fixed-event-ids: timers set from now on fire with "
+                    "their version as their event id (versions from " +
+                    std::to_string(from << 10) +
+                    "); those set before keep ids of their own";
   }
   return Status::Ok();
 }

@@ -98,6 +98,9 @@ struct RocksOptions {
   rocksdb::Env* EnvOrDefault() const {
     return env ? env : rocksdb::Env::Default();
   }
+  // Fired timers take their versions as event ids (FixedEventIdsFrom):
+  // recorded in the store the first time, and kept while this is set.
+  bool fixed_event_ids = false;
   // Queued bytes beyond which Backlogged() is true.
   std::size_t max_backlog_bytes = 64 << 20;
   // Whether ReadCached reads (tests turn it off to make every read go
@@ -131,6 +134,12 @@ class RocksStore final : public Store {
   Status LoadNamespaces(std::vector<std::string>* names) override;
   Status LoadCounters(std::uint64_t* next_version,
                       std::uint64_t* next_event_seq) override;
+  // With RocksOptions::fixed_event_ids, as recorded the first time (in a
+  // new store, or one that held timers already: rocks_open.cc); without,
+  // kNoFixedEventIds.
+  std::uint64_t FixedEventIdsFrom() const override {
+    return fixed_event_ids_from_;
+  }
   Status ForEachTimer(
       const std::function<void(const StoredTimer&)>& visit) override;
   Status ForEachEvent(
@@ -286,6 +295,10 @@ class RocksStore final : public Store {
   // Checks the format record and writes this format's (an upgrade, or a
   // new store); refuses a newer one (rocks_format.h).
   Status RecordFormat(bool existed);
+  // With fixed_event_ids: reads FixedEventIdsFrom()'s record, or makes it
+  // (synced; read-only: only computed): 0 for a store whose counters handed
+  // out nothing yet, else past every number they did, with room for more.
+  Status RecordFixedEventIds(bool existed);
   // Writes `batch` and syncs it before returning; `what` names it in an
   // error.
   Status WriteSynced(rocksdb::WriteBatch& batch, const char* what);
@@ -317,6 +330,7 @@ class RocksStore final : public Store {
   std::string salvage_dropped_;
   // What the format check did at open, if anything (rocks_format.h).
   std::string format_note_;
+  std::uint64_t fixed_event_ids_from_ = kNoFixedEventIds;  // Set at open.
   // Read-only: what the mark says the store lost (reported by Check()).
   std::vector<std::string> mark_problems_;
   std::unique_ptr<rocksdb::DB> db_;
