@@ -72,6 +72,7 @@ class Endpoint {
 };
 
 struct Received {
+  std::uint64_t id;
   std::string key;
   std::uint64_t version;
   WallNanos fire_time;
@@ -79,7 +80,11 @@ struct Received {
   WallNanos received_at;
 };
 
-class Crash : public ::testing::TestWithParam<bool> {};
+// The store: RocksDB, PostgreSQL, or RocksDB with --fixed-event-ids (where
+// every event's id is its version, whoever delivers it).
+enum class CrashStore { kRocksDB, kPostgreSQL, kRocksDBFixedIds };
+
+class Crash : public ::testing::TestWithParam<CrashStore> {};
 
 TEST_P(Crash, KilledAtRandomMomentsLosesNothingAcknowledged) {
   const int rounds = EnvInt("DELAYD_CRASH_ROUNDS", 3);
@@ -91,7 +96,10 @@ TEST_P(Crash, KilledAtRandomMomentsLosesNothingAcknowledged) {
   std::vector<std::string> args = {"--data-dir", dir / "data", "--fsync",
                                    fsync};
   std::unique_ptr<PostgresServer> pg;
-  if (GetParam()) {
+  if (GetParam() == CrashStore::kRocksDBFixedIds) {
+    args.push_back("--fixed-event-ids");
+  }
+  if (GetParam() == CrashStore::kPostgreSQL) {
     std::string error;
     pg = PostgresServer::Start(&error);
     ASSERT_NE(pg, nullptr) << error;
@@ -264,8 +272,9 @@ TEST_P(Crash, KilledAtRandomMomentsLosesNothingAcknowledged) {
         {
           std::lock_guard lock(received_mu);
           for (const auto& e : msg.events()) {
-            received.push_back({e.key(), e.version(), ToNanos(e.fire_time()),
-                                ToNanos(e.fired_at()), WallNow()});
+            received.push_back({e.id(), e.key(), e.version(),
+                                ToNanos(e.fire_time()), ToNanos(e.fired_at()),
+                                WallNow()});
             ack.add_event_ids(e.id());
           }
         }
@@ -390,6 +399,9 @@ TEST_P(Crash, KilledAtRandomMomentsLosesNothingAcknowledged) {
     EXPECT_EQ(must_not_fire.count({e.key, e.version}), 0u)
         << e.key << " v" << e.version << " fired after it was superseded";
     EXPECT_GE(e.fired_at, e.fire_time) << e.key << " v" << e.version;
+    if (GetParam() == CrashStore::kRocksDBFixedIds) {
+      EXPECT_EQ(e.id, e.version) << e.key;
+    }
     EXPECT_GE(e.received_at, e.fire_time) << e.key << " v" << e.version;
     auto acked = acked_fire_time.find({e.key, e.version});
     if (acked != acked_fire_time.end()) {
@@ -416,9 +428,19 @@ TEST_P(Crash, KilledAtRandomMomentsLosesNothingAcknowledged) {
       must_not_fire.size(), received.size());
 }
 
-INSTANTIATE_TEST_SUITE_P(Stores, Crash, ::testing::Bool(),
-                         [](const auto& info) {
-                           return info.param ? "PostgreSQL" : "RocksDB";
+INSTANTIATE_TEST_SUITE_P(Stores, Crash,
+                         ::testing::Values(CrashStore::kRocksDB,
+                                           CrashStore::kPostgreSQL,
+                                           CrashStore::kRocksDBFixedIds),
+                         [](const auto& info) -> std::string {
+                           switch (info.param) {
+                             case CrashStore::kPostgreSQL:
+                               return "PostgreSQL";
+                             case CrashStore::kRocksDBFixedIds:
+                               return "RocksDBFixedEventIds";
+                             default:
+                               return "RocksDB";
+                           }
                          });
 
 }  // namespace
