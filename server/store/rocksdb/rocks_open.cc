@@ -33,6 +33,14 @@ constexpr char kFixedIdsKey = 'E';
 // every id, before the record could meet them if it were turned on again).
 constexpr std::uint64_t kCounterRoom = std::uint64_t{1} << 40;
 
+// A meta record written and synced at open.
+rocksdb::Status PutSynced(rocksdb::DB& db, rocksdb::ColumnFamilyHandle* meta,
+                          const std::string& key, const std::string& value) {
+  rocksdb::WriteOptions sync;
+  sync.sync = true;
+  return db.Put(sync, meta, key, value);
+}
+
 // A store that is damaged: named, with what to do about it.
 Status Refusal(const std::string& dir, const std::string& why) {
   return Status::Internal(
@@ -302,9 +310,7 @@ Status RocksStore::RecordFormat(bool existed) {
   // a store the next start upgrades again.
   value.clear();
   record::AppendBE(value, kStoreFormat, 4);
-  rocksdb::WriteOptions sync;
-  sync.sync = true;
-  if (s = db_->Put(sync, meta_, key, value); !s.ok()) {
+  if (s = PutSynced(*db_, meta_, key, value); !s.ok()) {
     return Error("recording the store's format", s);
   }
   if (existed) {
@@ -343,9 +349,7 @@ Status RocksStore::RecordFixedEventIds(bool existed) {
   if (options_.read_only) return Status::Ok();
   value.clear();
   record::AppendBE(value, from, 8);
-  rocksdb::WriteOptions sync;
-  sync.sync = true;
-  if (s = db_->Put(sync, meta_, key, value); !s.ok()) {
+  if (s = PutSynced(*db_, meta_, key, value); !s.ok()) {
     return Error("recording the fixed event ids", s);
   }
   if (from != 0) {
