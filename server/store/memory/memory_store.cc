@@ -104,6 +104,7 @@ void MemoryStore::Disk::CheckPartition(const Batch& batch,
                                        const Batch::Change& c) {
   if (shared_ == 0) return;
   auto event = [&](std::uint64_t id) {
+    mu_.AssertHeld();  // (Called from CheckPartition's own scope.)
     if (auto it = events_.find(id); it != events_.end()) {
       Check(batch, it->second.event.ns, it->second.key);
     }
@@ -276,12 +277,13 @@ Status MemoryStore::LoadPartition(std::uint32_t part,
   MutexLock lock(&disk_->mu_);
   if (disk_->shared_ == 0)
     return Store::LoadPartition(part, nullptr, nullptr, {});
-  const auto& names = disk_->namespaces_;
-  auto name = [&names](NamespaceId ns) -> std::string_view {
-    if (ns < names.size()) return names[ns];
+  auto name = [this](NamespaceId ns) -> std::string_view {
+    disk_->mu_.AssertHeld();  // (Called from LoadPartition's own scope.)
+    if (ns < disk_->namespaces_.size()) return disk_->namespaces_[ns];
     return {};
   };
   auto in = [&](NamespaceId ns, std::string_view key) {
+    disk_->mu_.AssertHeld();  // (Called from LoadPartition's own scope.)
     return StablePartition(name(ns), key, disk_->shared_) == part;
   };
   auto counters = disk_->counters_.find(part);
