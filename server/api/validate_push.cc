@@ -171,7 +171,12 @@ Status PushTargetFields(const v1::PushTarget& in,
       return Bad(
           "secrets: each must be whsec_ and the base64 of 24 to 64 bytes");
     }
-    out->secrets.push_back(secret);
+    // (A secret given twice is one: signing twice with it adds nothing,
+    // and the target reads back with each secret once.)
+    if (std::find(out->secrets.begin(), out->secrets.end(), secret) ==
+        out->secrets.end()) {
+      out->secrets.push_back(secret);
+    }
   }
   for (const std::string& id : in.secret_ids()) {
     auto kept = std::find_if(
