@@ -324,18 +324,22 @@ void Partition::SetWriteFiringsHere(bool on) {
 }
 
 void Partition::OnAlarm(AlarmWheel::Time at) {
-  bool write_here = false;
+  Deferred deferred = Deferred::kNothing;
   {
     MutexLock lock(&mu_);
     if (!wheel_.Alarmed(at) || !owned_) return;
     defer_writes_ = write_firings_here_;
     FireDue();
     defer_writes_ = false;
-    write_here = std::exchange(deferred_write_, false);
+    deferred = std::exchange(deferred_, Deferred::kNothing);
   }
-  // (Deferred: the events FireRecords published before the write, each a
-  // deferred turn of its dispatcher's strand, leave first.)
-  if (write_here) asio::defer(io_, [store = store_] { store->WriteHere(); });
+  if (deferred == Deferred::kWrite) {
+    store_->WriteHere();
+  } else if (deferred == Deferred::kWriteAfterPublish) {
+    // (Deferred: the events published before the write, each a deferred
+    // turn of its dispatcher's strand, leave first.)
+    asio::defer(io_, [store = store_] { store->WriteHere(); });
+  }
 }
 
 void Partition::FireDue() {
@@ -492,14 +496,19 @@ std::optional<Status> Partition::FireRecords(
     };
   }
   std::function<void()> written;
-  if (covered && counted == 0) {
+  const bool publish_first = covered && counted == 0;
+  if (publish_first) {
     publish();
   } else if (covered) {
     written = std::move(publish);
   }
   if (defer_writes_) {
     store_->WriteDeferred(batch, std::move(written), std::move(on_durable));
-    deferred_write_ = true;
+    if (publish_first) {
+      deferred_ = Deferred::kWriteAfterPublish;
+    } else if (deferred_ == Deferred::kNothing) {
+      deferred_ = Deferred::kWrite;
+    }
   } else {
     store_->Write(batch, std::move(written), std::move(on_durable));
   }

@@ -447,9 +447,11 @@ class Partition {
   mutable Mutex mu_;
   bool write_firings_here_ GUARDED_BY(mu_) = false;
   // Set while OnAlarm fires with write_firings_here_: FireRecords then
-  // defers its write; and whether it did (for OnAlarm's WriteHere).
+  // defers its write; and what it deferred (for OnAlarm's WriteHere): a
+  // write, or one whose events it published before it (ordered after).
   bool defer_writes_ GUARDED_BY(mu_) = false;
-  bool deferred_write_ GUARDED_BY(mu_) = false;
+  enum class Deferred { kNothing, kWrite, kWriteAfterPublish };
+  Deferred deferred_ GUARDED_BY(mu_) = Deferred::kNothing;
   // A deque: growing never copies records or leaves a freed array behind.
   std::deque<Record> records_ GUARDED_BY(mu_);
   std::vector<std::uint32_t> free_records_ GUARDED_BY(mu_);
