@@ -18,6 +18,17 @@
 namespace delayd::testing {
 namespace {
 
+// Three timers due at once for `worker`, a worker with room for one:
+// one delivered, the other two waiting in memory for room.
+void OneDeliveredTwoReady(TestDaemon& d, TestStream& worker) {
+  ASSERT_TRUE(worker.WaitRegistered());
+  for (const char* key : {"e0", "e1", "e2"}) {
+    ASSERT_TRUE(Set(d.stub(), "", key, 1).ok());
+  }
+  ASSERT_EQ(worker.WaitFor(1).size(), 1u);
+  ASSERT_TRUE(Eventually([&] { return Stats(d.stub()).ready_events() == 2; }));
+}
+
 TEST(StalledStore, DeliveryAndAcksGoOnWhileTheLogHangs) {
   HoldingDaemon held;
   auto& fs = held.fs;
@@ -26,12 +37,7 @@ TEST(StalledStore, DeliveryAndAcksGoOnWhileTheLogHangs) {
   ASSERT_TRUE(Set(d.stub(), "", "waiting", 3'600'000).ok());
   // One event at a time: the other two wait in memory for room.
   TestStream worker(d.stub(), TestStream::Worker("default", 1));
-  ASSERT_TRUE(worker.WaitRegistered());
-  for (const char* key : {"e0", "e1", "e2"}) {
-    ASSERT_TRUE(Set(d.stub(), "", key, 1).ok());
-  }
-  ASSERT_EQ(worker.WaitFor(1).size(), 1u);
-  ASSERT_TRUE(Eventually([&] { return Stats(d.stub()).ready_events() == 2; }));
+  ASSERT_NO_FATAL_FAILURE(OneDeliveredTwoReady(d, worker));
 
   fs->HoldLogWrites(true);
   std::vector<std::thread> threads;
@@ -77,12 +83,7 @@ void DeliveryGoesOnWhileAFiringWaitsForTheLog(std::uint32_t threads) {
   TestDaemon& d = held.daemon;
   ASSERT_TRUE(d.started());
   TestStream worker(d.stub(), TestStream::Worker("default", 1));
-  ASSERT_TRUE(worker.WaitRegistered());
-  for (const char* key : {"e0", "e1", "e2"}) {
-    ASSERT_TRUE(Set(d.stub(), "", key, 1).ok());
-  }
-  ASSERT_EQ(worker.WaitFor(1).size(), 1u);
-  ASSERT_TRUE(Eventually([&] { return Stats(d.stub()).ready_events() == 2; }));
+  ASSERT_NO_FATAL_FAILURE(OneDeliveredTwoReady(d, worker));
   ASSERT_TRUE(Set(d.stub(), "", "due", 300).ok());  // Answered: durable.
 
   fs->HoldLogWrites(true);
