@@ -74,10 +74,13 @@ ts() { node tests/bench/clients/worker_bench.mjs "$@"; }
 results=$work/results
 # Each pair: language, baseline, library, figure and its arguments. PAIRS
 # (the same, separated by ';') runs others instead, e.g.
-# PAIRS='py rawaio async throughput 50000 32'.
-pairs=("py raw library throughput 50000 32"
-       "py rawwork library throughput 50000 32"
-       "py rawst library throughput 50000 32"
+# PAIRS='py rawaio async throughput 50000 32'. The Python pairs at
+# concurrency 32 take 200,000 events (1.2-1.5 s a run): over 50,000 (0.35 s)
+# a loop's start weighs on its rate, and the raw Work loop's more than the
+# Worker's (its stream and request thread start with it).
+pairs=("py raw library throughput 200000 32"
+       "py rawwork library throughput 200000 32"
+       "py rawst library throughput 200000 32"
        "py raw library throughput 10000 1"
        "py raw library lateness 2000 10 50 32"
        "ts raw library throughput 50000 32"
