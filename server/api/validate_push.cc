@@ -120,6 +120,16 @@ Status Pems(const v1::PushTarget& in, PushTarget* out) {
   return Status::Ok();
 }
 
+// Adds `secret` unless it is there already: a secret given twice (by value
+// or by id) is one, since signing twice with it adds nothing, and the
+// target then reads back with each secret once.
+void AddSecretOnce(std::vector<std::string>& secrets,
+                   const std::string& secret) {
+  if (std::find(secrets.begin(), secrets.end(), secret) == secrets.end()) {
+    secrets.push_back(secret);
+  }
+}
+
 }  // namespace
 
 Status PushTargetFields(const v1::PushTarget& in,
@@ -171,12 +181,7 @@ Status PushTargetFields(const v1::PushTarget& in,
       return Bad(
           "secrets: each must be whsec_ and the base64 of 24 to 64 bytes");
     }
-    // (A secret given twice is one: signing twice with it adds nothing,
-    // and the target reads back with each secret once.)
-    if (std::find(out->secrets.begin(), out->secrets.end(), secret) ==
-        out->secrets.end()) {
-      out->secrets.push_back(secret);
-    }
+    AddSecretOnce(out->secrets, secret);
   }
   for (const std::string& id : in.secret_ids()) {
     auto kept = std::find_if(
@@ -185,10 +190,7 @@ Status PushTargetFields(const v1::PushTarget& in,
     if (kept == current.secrets.end()) {
       return Bad("secret_ids: " + id + " names no secret of the target");
     }
-    if (std::find(out->secrets.begin(), out->secrets.end(), *kept) ==
-        out->secrets.end()) {
-      out->secrets.push_back(*kept);
-    }
+    AddSecretOnce(out->secrets, *kept);
   }
   if (out->secrets.size() > kMaxSecrets) return Bad("secrets: at most 4");
   out->retry_client_errors = in.retry_client_errors();

@@ -176,6 +176,12 @@ test('two secrets during a rotation: each verifies the same request', async () =
   assert.deepEqual(again.push.secretIds, policy.push.secretIds);
 });
 
+test('a secret given twice is kept once', async () => {
+  await daemon.setPolicy('twice', { push: target('/twice', { secrets: [SECRET, SECRET] }) });
+  const policy = await daemon.ok('GET', '/namespaces/twice/policy');
+  assert.equal(policy.push.secretIds.length, 1);
+});
+
 test('a test request is sent at once and answered', async () => {
   recv.on('/try', (r, res) => { res.writeHead(r.headers['delayd-reason'] === 'test' ? 204 : 400); res.end(); });
   const r = await daemon.ok('POST', '/namespaces/try/policy:testPush',
