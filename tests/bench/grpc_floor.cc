@@ -7,7 +7,7 @@
 // server (grpc_floor_serve.cc).
 //
 //   grpc_floor [--rate N] [--seconds N] [--rounds N] [--server-cpu N]
-//              [--timer-only | --durable]
+//              [--timer-only [--shapes A,B,...] | --durable]
 //
 // --server-cpu N: each server process runs on CPU N alone (all its threads
 // share one core; run the client elsewhere with taskset), to tell a
@@ -40,7 +40,13 @@
 // the other loop than the one its call came to (grpc_floor_loops.h); and
 // timer-1+cb-idle, timer-1 in a server that also has a service on the
 // callback API which no call reaches (gRPC's threads for that API then poll
-// the same connections as the completion queue's thread).
+// the same connections as the completion queue's thread); and
+// timer-1+rocks, timer-1 writing each set, firing and ack to RocksDB as
+// delayd's store does under --fsync 1s (the WAL unsynced), on the queue's
+// thread, and timer-1+rocks-writer, the same writes made by a writer thread
+// that answers the sets and acks once written (grpc_floor_store.h): the
+// store's cost under one loop, with and without its thread.
+// --shapes A,B,...: only these timer shapes (and timer-1, the ratios' base).
 // --durable: the ceilings of shapes whose answers wait for an fdatasync'd
 // log (callback+log, cq1+writer, cq1+log: grpc_floor_serve.cc) against the
 // best of those that answer at once, in the same round.
@@ -252,6 +258,7 @@ int main(int argc, char** argv) {
   }
   int rate = 4000, seconds = 3, rounds = 3;
   bool timer_only = false, durable = false;
+  std::string only;  // --shapes, with commas around: ",a,b,".
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--rate" && i + 1 < argc) {
@@ -264,12 +271,15 @@ int main(int argc, char** argv) {
       g_server_cpu = std::max(0, std::atoi(argv[++i]));
     } else if (a == "--timer-only") {
       timer_only = true;
+    } else if (a == "--shapes" && i + 1 < argc) {
+      only = "," + std::string(argv[++i]) + ",";
     } else if (a == "--durable") {
       durable = true;
     } else {
       std::fprintf(stderr,
                    "usage: grpc_floor [--rate N] [--seconds N] [--rounds N] "
-                   "[--server-cpu N] [--timer-only | --durable]\n");
+                   "[--server-cpu N] [--timer-only [--shapes A,B,...] | "
+                   "--durable]\n");
       return 2;
     }
   }
@@ -277,9 +287,16 @@ int main(int argc, char** argv) {
   const std::vector<std::string> shapes = {"callback", "async-1", "async-2",
                                            "sync"};
   std::vector<std::vector<double>> us(shapes.size()), peak(shapes.size());
-  const std::vector<std::string> timer_shapes = {
-      "timer-1",      "timer-1+log", "timer-1+writer",  "timer-cb",
-      "timer-cb+log", "timer-2loop", "timer-2loop-hop", "timer-1+cb-idle"};
+  std::vector<std::string> timer_shapes;
+  for (const char* shape :
+       {"timer-1", "timer-1+log", "timer-1+writer", "timer-cb", "timer-cb+log",
+        "timer-2loop", "timer-2loop-hop", "timer-1+cb-idle", "timer-1+rocks",
+        "timer-1+rocks-writer"}) {
+    if (only.empty() || timer_shapes.empty() ||
+        only.find("," + std::string(shape) + ",") != std::string::npos) {
+      timer_shapes.push_back(shape);
+    }
+  }
   std::vector<std::vector<double>> timer_us(timer_shapes.size());
   for (int r = 0; r < rounds; ++r) {
     for (std::size_t s = 0; s < timer_shapes.size(); ++s) {

@@ -19,6 +19,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "tests/bench/grpc_floor.h"
 #include "tests/bench/grpc_floor_loops.h"
+#include "tests/bench/grpc_floor_store.h"
 #include "tests/bench/grpc_floor_tags.h"
 
 namespace delayd::bench::floor {
@@ -78,9 +79,12 @@ void AppendDurably(int fd, const std::string& bytes) {
 // handed to it to be answered later from another thread (a writer that
 // syncs its record first): the owning thread with its store's group commit
 // handed off and back, the shape the redesign of delayd's threads aims at.
+// With a `store` (timer-1+rocks, timer-1+rocks-writer), each set, firing and
+// ack is written to it, and a set or ack it answers is left to it.
 [[noreturn]] void ServeTimers(
     health::Health::AsyncService& svc, grpc::ServerCompletionQueue* cq, int log,
-    const std::function<void(AsyncCall*)>& answer_set = nullptr) {
+    const std::function<void(AsyncCall*)>& answer_set = nullptr,
+    TimerStore* store = nullptr) {
   WatchStream watch(svc, cq);
   // Due times, in order (all are kAhead after their set). The queue's own
   // deadline wakes this thread for them: no timer thread, no hand-over.
@@ -98,10 +102,12 @@ void AppendDurably(int fd, const std::string& bytes) {
             if (log >= 0) AppendDurably(log, RecordOf(c->req));
             timers.push_back(std::chrono::system_clock::now() + kAhead);
             if (answer_set) return answer_set(c);
+            if (store != nullptr && store->Set(c)) return;
+          } else if (store != nullptr && c->req.service() == "ack" &&
+                     store->Ack(c)) {
+            return;
           }
-          c->resp.set_status(health::HealthCheckResponse::SERVING);
-          c->writer.Finish(c->resp, grpc::Status::OK,
-                           NewTag([c](bool) { delete c; }));
+          AnswerServing(c);
         }));
   };
   request_check();
@@ -112,6 +118,7 @@ void AppendDurably(int fd, const std::string& bytes) {
     const auto now = std::chrono::system_clock::now();
     while (!timers.empty() && timers.front() <= now) {
       timers.pop_front();
+      if (store != nullptr) store->Fire();
       watch.Fired();
     }
   }
@@ -437,12 +444,13 @@ void AnswerNow(AsyncCall* c) {
     // The writer finishes each set once synced; the finish's completion
     // comes back to the queue's thread.
     ServeTimers(async, cq.get(), -1, [&](AsyncCall* c) {
-      writer->Add(RecordOf(c->req), [c] {
-        c->resp.set_status(health::HealthCheckResponse::SERVING);
-        c->writer.Finish(c->resp, grpc::Status::OK,
-                         NewTag([c](bool) { delete c; }));
-      });
+      writer->Add(RecordOf(c->req), [c] { AnswerServing(c); });
     });
+  }
+  if (shape == "timer-1+rocks" || shape == "timer-1+rocks-writer") {
+    auto store = MakeRocksTimerStore(std::string(log) + ".rocks",
+                                     shape == "timer-1+rocks-writer");
+    ServeTimers(async, cq.get(), -1, nullptr, store.get());
   }
   if (shape == "cq1+log") ServeLogged(async, cq.get(), fd);
   if (shape == "cq1+writer") {

@@ -52,6 +52,13 @@ struct AsyncCall {
   bool answered = false;
 };
 
+// Answers `c` SERVING and frees it once the answer is sent (from any
+// thread: the completion comes back to the call's queue).
+inline void AnswerServing(AsyncCall* c) {
+  c->resp.set_status(grpc::health::v1::HealthCheckResponse::SERVING);
+  c->writer.Finish(c->resp, grpc::Status::OK, NewTag([c](bool) { delete c; }));
+}
+
 // The worker's Watch stream, requested on `cq` and used only by the thread
 // polling it: each Fired() event is written once the one before is, one
 // write in flight at a time.
