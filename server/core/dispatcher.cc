@@ -307,19 +307,26 @@ void Dispatcher::Ack(std::vector<std::uint64_t> ids,
       done(std::move(result));
       return;
     }
-    store_->Commit(batch,
-                   [this, done = std::move(done), result = std::move(result),
-                    settled = std::move(settled)](Status s) mutable {
-                     // Not durable: the events come back after a restart (at
-                     // least once), so the acknowledgement fails.
-                     if (!s.ok()) {
-                       result.error = s;
-                     } else {
-                       if (!settled.empty()) settled_(id_, std::move(settled));
-                       refs_->Release(id_, result.acked);
-                     }
-                     done(std::move(result));
-                   });
+    Store::Done durable = [this, done = std::move(done),
+                           result = std::move(result),
+                           settled = std::move(settled)](Status s) mutable {
+      // Not durable: the events come back after a restart (at least once),
+      // so the acknowledgement fails.
+      if (!s.ok()) {
+        result.error = s;
+      } else {
+        if (!settled.empty()) settled_(id_, std::move(settled));
+        refs_->Release(id_, result.acked);
+      }
+      done(std::move(result));
+    };
+    if (!write_acks_here_) return store_->Commit(batch, std::move(durable));
+    // Written, and usually answered, by this thread once it leaves the
+    // strand (deferred: a write the disk holds up must not hold the strand,
+    // whose deliveries go on meanwhile).
+    store_->CommitDeferred(batch, std::move(durable));
+    asio::defer(strand_.get_inner_executor(),
+                [store = store_] { store->WriteHere(); });
   });
 }
 

@@ -199,6 +199,12 @@ class Dispatcher {
   // With a store whose partitions are shared (Store::SharedPartitions): the
   // partition of a key, so that each batch says which it touches. Set once,
   // before the dispatcher is used.
+  // Whether an ack's write is made by the pool thread that takes it
+  // (Store::CommitDeferred) rather than by the store's writer. Only while
+  // another pool thread remains: a write the disk holds up holds that
+  // thread too, and what is in memory must still go out meanwhile. Set
+  // once, before the dispatcher is used.
+  void SetWriteAcksHere(bool on) { write_acks_here_ = on; }
   void SetPartitionOf(
       std::function<std::uint32_t(NamespaceId, std::string_view)> f) {
     partition_of_ = std::move(f);
@@ -518,6 +524,7 @@ class Dispatcher {
   std::function<void(NamespaceId, std::string_view)> run_closed_;
   Settled settled_;
   std::function<std::uint32_t(NamespaceId, std::string_view)> partition_of_;
+  bool write_acks_here_ = false;
   // Records in `batch` that it changes the partition of `e`.
   void Touch(Batch& batch, const Event& e) const {
     if (partition_of_) batch.Touch(partition_of_(id_, e.blob.key()));

@@ -66,24 +66,33 @@ OpResult Partition::ApplyOne(Op& op, WallNanos wall_now, SteadyTime steady_now,
 }
 
 std::optional<OpResult> Partition::Apply(Op& op, Done& durable) {
-  Batch batch;
-  MutexLock lock(&mu_);
-  if (auto refused = Refusal()) return OpResult{*std::move(refused)};
-  OpResult r = ApplyOne(op, clock_.Wall(), clock_.Steady(),
-                        store_ != nullptr ? &batch : nullptr);
-  if (batch.empty()) return r;
-  // (If the store failed, the change stays in memory only, the completion
-  // answers with the store's error, and the daemon stops.)
-  batch.Touch(partition_);
-  store_->Commit(batch, [this, r, upto = next_version_,
-                         durable = std::move(durable)](Status s) mutable {
-    if (s.ok()) {
-      NoteDurable(upto);
-    } else {
-      r.status = std::move(s);
-    }
-    durable(std::move(r));
-  });
+  {
+    Batch batch;
+    MutexLock lock(&mu_);
+    if (auto refused = Refusal()) return OpResult{*std::move(refused)};
+    OpResult r = ApplyOne(op, clock_.Wall(), clock_.Steady(),
+                          store_ != nullptr ? &batch : nullptr);
+    if (batch.empty()) return r;
+    // (If the store failed, the change stays in memory only, the completion
+    // answers with the store's error, and the daemon stops.)
+    batch.Touch(partition_);
+    store_->CommitDeferred(batch,
+                           [this, r, upto = next_version_,
+                            durable = std::move(durable)](Status s) mutable {
+                             if (s.ok()) {
+                               NoteDurable(upto);
+                             } else {
+                               r.status = std::move(s);
+                             }
+                             durable(std::move(r));
+                           });
+  }
+  // Written by the calling thread (a gRPC thread), unless the store's
+  // writer or another thread is writing: no hand-over to the writer and
+  // back for a call (tests/bench/README.md, "A call's write on the thread
+  // that takes it"). A write the disk holds up holds this thread, and at
+  // most one thread of the daemon at a time (RocksStore::WriteHere).
+  store_->WriteHere();
   return std::nullopt;
 }
 

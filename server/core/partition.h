@@ -78,9 +78,11 @@ class Partition {
 
   // Applies `op` now. If nothing waits for the store (no store, or the
   // operation changed nothing), returns its result for the caller to answer
-  // with. Otherwise its changes are queued and nullopt returned: `durable`
+  // with. Otherwise its changes are written and nullopt returned: `durable`
   // (taken) then gets the result once they are durable, or the store's
-  // error, on the store's completion executor.
+  // error, on the store's completion executor or, if the calling thread
+  // wrote them (Store::CommitDeferred), on it before Apply returns. The
+  // caller holds no lock that a store completion takes.
   std::optional<OpResult> Apply(Op& op, Done& durable) EXCLUDES(mu_);
   // As Apply, for the operations `ops[i]` of `indices`, in that order, in
   // one hold of the lock and one store batch; results go to `results[i]`.

@@ -46,6 +46,8 @@ NamespaceId Scheduler::NewDispatcher(const std::string& name) {
       io_, ReadExecutor(), clock_, name, id, counters_, metrics_,
       options_.limits, store_.get(), refs_.get()));
   dispatchers_[id] = owned_dispatchers_.back().get();
+  // (Not with one pool thread: see SetWriteFiringsHere.)
+  dispatchers_[id]->SetWriteAcksHere(options_.threads >= 2);
   if (shared_partitions_) {
     dispatchers_[id]->SetPartitionOf(
         [this](NamespaceId ns, std::string_view key) {

@@ -184,10 +184,17 @@ class Store {
                              Done durable) {
     Write(batch, std::move(written), std::move(durable));
   }
-  // Writes what WriteDeferred left queued, here; or leaves it to the
-  // writer, which the store then wakes if need be (another thread is
-  // writing, or the queue is long). Takes the store's lock: call it holding
-  // none that a completion or `written` takes.
+  // As Commit(), for a caller that calls WriteHere() next, once it holds no
+  // lock: the store may write the batch, and run `done`, on the caller's
+  // thread (RocksDB does while its queue is short, but under --fsync
+  // always).
+  virtual void CommitDeferred(Batch& batch, Done done) {
+    Commit(batch, std::move(done));
+  }
+  // Writes what WriteDeferred or CommitDeferred left queued, here; or
+  // leaves it to the writer, which the store then wakes if need be (another
+  // thread is writing, or the queue is long). Takes the store's lock: call it
+  // holding none that a completion or `written` takes.
   virtual void WriteHere() {}
   // As Commit(), durable whatever the durability setting (id reservations,
   // policies).

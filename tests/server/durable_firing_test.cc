@@ -5,7 +5,8 @@
 // is durable; a timer set durably before fires at once, its firing's own
 // durability not waited for (and, under --fsync always, made durable by the
 // next sync someone waits for), and its firing written by the thread that
-// fired it.
+// fired it (as a set's write is by the gRPC thread that takes the call, and
+// an ack's by the pool thread that takes it).
 #include <gtest/gtest.h>
 #include <libpq-fe.h>
 
@@ -135,6 +136,60 @@ TEST(DurableFiring, AFiringIsWrittenByTheThreadThatFiredIt) {
   // (A wake-up or two of the last set's group may fall after `before`.)
   EXPECT_LT(WakeUpsOf("store-writer") - before, kTimers / 2)
       << "the store's writer woke for the firings";
+}
+
+// A daemon under --fsync 1s, where a call's write is made by the thread
+// that takes it (under always, the store's threads write and sync it).
+struct TimedSyncs : HoldingDaemon {
+  TimedSyncs()
+      : HoldingDaemon([](DelaydServer::Options&, RocksOptions& store) {
+          store.fsync = FsyncPolicy::kInterval;
+        }) {}
+};
+
+// A SetTimer's write is made by the gRPC thread that takes the call
+// (Store::CommitDeferred), which then answers it: the store's writer is not
+// woken for it.
+TEST(DurableFiring, ASetIsWrittenByTheThreadThatTakesTheCall) {
+  TimedSyncs held;
+  TestDaemon& d = held.daemon;
+  ASSERT_TRUE(d.started());
+  ASSERT_TRUE(Set(d.stub(), "", "first", 3'600'000).ok());  // The namespace.
+  const long before =
+      WaitUntilAsleep("store-writer", std::chrono::milliseconds(300), 10s);
+  ASSERT_GE(before, 0) << "the store's writer never slept";
+  constexpr int kTimers = 10;
+  for (int i = 0; i < kTimers; ++i) {  // Answered: durable.
+    ASSERT_TRUE(Set(d.stub(), "", "t" + std::to_string(i), 3'600'000).ok());
+  }
+  EXPECT_LT(WakeUpsOf("store-writer") - before, kTimers / 2)
+      << "the store's writer woke for the sets";
+}
+
+// An ack's write is made by the pool thread that takes it, once it leaves
+// the namespace's strand: the store's writer is not woken for it.
+TEST(DurableFiring, AnAckIsWrittenByThePoolThreadThatTakesIt) {
+  TimedSyncs held;
+  TestDaemon& d = held.daemon;
+  ASSERT_TRUE(d.started());
+  TestStream worker(d.stub(), TestStream::Worker("default"));
+  ASSERT_TRUE(worker.WaitRegistered());
+  constexpr int kTimers = 10;
+  for (int i = 0; i < kTimers; ++i) {
+    ASSERT_TRUE(Set(d.stub(), "", "t" + std::to_string(i), 1).ok());
+  }
+  const auto got = worker.WaitFor(kTimers, 10s);
+  ASSERT_EQ(got.size(), static_cast<std::size_t>(kTimers));
+  const long before =
+      WaitUntilAsleep("store-writer", std::chrono::milliseconds(300), 10s);
+  ASSERT_GE(before, 0) << "the store's writer never slept";
+  for (const auto& e : got) {  // One at a time, each answered: durable.
+    v1::AckResponse acked;
+    ASSERT_TRUE(Ack(d.stub(), "default", {e.id()}, &acked).ok());
+    ASSERT_EQ(acked.acked(), 1u);
+  }
+  EXPECT_LT(WakeUpsOf("store-writer") - before, kTimers / 2)
+      << "the store's writer woke for the acks";
 }
 
 // A connection of the test's own that holds delayd's tables against

@@ -29,8 +29,14 @@ void OneDeliveredTwoReady(TestDaemon& d, TestStream& worker) {
   ASSERT_TRUE(Eventually([&] { return Stats(d.stub()).ready_events() == 2; }));
 }
 
-TEST(StalledStore, DeliveryAndAcksGoOnWhileTheLogHangs) {
-  HoldingDaemon held;
+// Under --fsync 1s a set's write, and an ack's, hangs on the thread that
+// takes it (a gRPC thread, a pool thread), and at most one thread at a time
+// (the others' writes queue for the store's writer); under always, on the
+// store's writer.
+void DeliveryAndAcksGoOnWhileTheLogHangs(FsyncPolicy fsync) {
+  HoldingDaemon held([fsync](DelaydServer::Options&, RocksOptions& store) {
+    store.fsync = fsync;
+  });
   auto& fs = held.fs;
   TestDaemon& d = held.daemon;
   ASSERT_TRUE(d.started());
@@ -70,6 +76,14 @@ TEST(StalledStore, DeliveryAndAcksGoOnWhileTheLogHangs) {
   EXPECT_TRUE(set_done);
   EXPECT_TRUE(
       Eventually([&] { return Stats(d.stub()).in_flight_events() == 0; }));
+}
+
+TEST(StalledStore, DeliveryAndAcksGoOnWhileTheLogHangs) {
+  DeliveryAndAcksGoOnWhileTheLogHangs(FsyncPolicy::kAlways);
+}
+
+TEST(StalledStore, DeliveryAndAcksGoOnWhileTheLogHangsUnderAnInterval) {
+  DeliveryAndAcksGoOnWhileTheLogHangs(FsyncPolicy::kInterval);
 }
 
 // As above, with a timer falling due while the log hangs: its firing's
@@ -112,6 +126,52 @@ TEST(StalledStore, OnePoolThreadDeliversWhileAFiringWaitsForTheLog) {
 
 TEST(StalledStore, TwoPoolThreadsDeliverWhileAFiringWaitsForTheLog) {
   DeliveryGoesOnWhileAFiringWaitsForTheLog(2);
+}
+
+// As above, with an ack's write the first to wait for the log: a pool
+// thread that takes an ack writes it itself (under --fsync 1s) only while
+// another pool thread remains (Dispatcher::SetWriteAcksHere), and off the
+// namespace's strand, so delivery goes on either way.
+void DeliveryGoesOnWhileAnAcksWriteWaitsForTheLog(std::uint32_t threads) {
+  HoldingDaemon held([threads](DelaydServer::Options& o, RocksOptions& store) {
+    o.scheduler.threads = threads;
+    store.fsync = FsyncPolicy::kInterval;
+  });
+  auto& fs = held.fs;
+  TestDaemon& d = held.daemon;
+  ASSERT_TRUE(d.started());
+  TestStream worker(d.stub(), TestStream::Worker("default", 1));
+  ASSERT_NO_FATAL_FAILURE(OneDeliveredTwoReady(d, worker));
+
+  fs->HoldLogWrites(true);
+  std::vector<std::thread> acks;
+  Release release{fs.get(), acks};
+  for (std::size_t n = 1; n <= 3; ++n) {
+    const auto got = worker.WaitFor(n, 10s);
+    ASSERT_EQ(got.size(), n) << "delivery stopped while an ack's write "
+                                "waits for the log, with "
+                             << threads << " pool thread(s)";
+    acks.emplace_back([&d, id = got[n - 1].id()] {
+      EXPECT_TRUE(Ack(d.stub(), "", {id}).ok());
+    });
+    if (n == 1) {
+      ASSERT_TRUE(Eventually([&] { return fs->held_log_writes() > 0; }))
+          << "the ack's write did not reach the log";
+    }
+  }
+  fs->HoldLogWrites(false);
+  for (auto& t : acks) t.join();
+  acks.clear();
+  EXPECT_TRUE(
+      Eventually([&] { return Stats(d.stub()).in_flight_events() == 0; }));
+}
+
+TEST(StalledStore, OnePoolThreadDeliversWhileAnAcksWriteWaitsForTheLog) {
+  DeliveryGoesOnWhileAnAcksWriteWaitsForTheLog(1);
+}
+
+TEST(StalledStore, TwoPoolThreadsDeliverWhileAnAcksWriteWaitsForTheLog) {
+  DeliveryGoesOnWhileAnAcksWriteWaitsForTheLog(2);
 }
 
 TEST(StalledStore, ChangesAreRefusedOnceTheBacklogIsFull) {
