@@ -196,15 +196,15 @@ class Dispatcher {
   using Settled = std::function<void(
       NamespaceId, std::vector<std::pair<std::string, std::uint64_t>>)>;
   void SetSettled(Settled f) { settled_ = std::move(f); }
-  // With a store whose partitions are shared (Store::SharedPartitions): the
-  // partition of a key, so that each batch says which it touches. Set once,
-  // before the dispatcher is used.
   // Whether an ack's write is made by the pool thread that takes it
   // (Store::CommitDeferred) rather than by the store's writer. Only while
   // another pool thread remains: a write the disk holds up holds that
   // thread too, and what is in memory must still go out meanwhile. Set
   // once, before the dispatcher is used.
   void SetWriteAcksHere(bool on) { write_acks_here_ = on; }
+  // With a store whose partitions are shared (Store::SharedPartitions): the
+  // partition of a key, so that each batch says which it touches. Set once,
+  // before the dispatcher is used.
   void SetPartitionOf(
       std::function<std::uint32_t(NamespaceId, std::string_view)> f) {
     partition_of_ = std::move(f);

@@ -87,11 +87,11 @@ std::optional<OpResult> Partition::Apply(Op& op, Done& durable) {
                              durable(std::move(r));
                            });
   }
-  // Written by the calling thread (a gRPC thread), unless the store's
-  // writer or another thread is writing: no hand-over to the writer and
-  // back for a call (tests/bench/README.md, "A call's write on the thread
-  // that takes it"). A write the disk holds up holds this thread, and at
-  // most one thread of the daemon at a time (RocksStore::WriteHere).
+  // The store may write it on this thread (a gRPC thread; RocksDB under
+  // --fsync 1s or never, unless its writer or another thread is writing):
+  // no hand-over to the writer and back for a call (tests/bench/README.md,
+  // "A call's write on the thread that takes it"). A write the disk holds
+  // up then holds this thread, and at most one thread at a time.
   store_->WriteHere();
   return std::nullopt;
 }
