@@ -324,9 +324,10 @@ void Dispatcher::Ack(std::vector<std::uint64_t> ids,
     // Written, and usually answered, by this thread once it leaves the
     // strand (deferred: a write the disk holds up must not hold the strand,
     // whose deliveries go on meanwhile).
-    store_->CommitDeferred(batch, std::move(durable));
-    asio::defer(strand_.get_inner_executor(),
-                [store = store_] { store->WriteHere(); });
+    if (store_->CommitDeferred(batch, std::move(durable))) {
+      asio::defer(strand_.get_inner_executor(),
+                  [store = store_] { store->WriteHere(); });
+    }
   });
 }
 

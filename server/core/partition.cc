@@ -66,6 +66,7 @@ OpResult Partition::ApplyOne(Op& op, WallNanos wall_now, SteadyTime steady_now,
 }
 
 std::optional<OpResult> Partition::Apply(Op& op, Done& durable) {
+  bool deferred = false;
   {
     Batch batch;
     MutexLock lock(&mu_);
@@ -76,23 +77,23 @@ std::optional<OpResult> Partition::Apply(Op& op, Done& durable) {
     // (If the store failed, the change stays in memory only, the completion
     // answers with the store's error, and the daemon stops.)
     batch.Touch(partition_);
-    store_->CommitDeferred(batch,
-                           [this, r, upto = next_version_,
-                            durable = std::move(durable)](Status s) mutable {
-                             if (s.ok()) {
-                               NoteDurable(upto);
-                             } else {
-                               r.status = std::move(s);
-                             }
-                             durable(std::move(r));
-                           });
+    deferred = store_->CommitDeferred(
+        batch, [this, r, upto = next_version_,
+                durable = std::move(durable)](Status s) mutable {
+          if (s.ok()) {
+            NoteDurable(upto);
+          } else {
+            r.status = std::move(s);
+          }
+          durable(std::move(r));
+        });
   }
   // The store may write it on this thread (a gRPC thread; RocksDB under
   // --fsync 1s or never, unless its writer or another thread is writing):
   // no hand-over to the writer and back for a call (tests/bench/README.md,
   // "A call's write on the thread that takes it"). A write the disk holds
   // up then holds this thread, and at most one thread at a time.
-  store_->WriteHere();
+  if (deferred) store_->WriteHere();
   return std::nullopt;
 }
 

@@ -184,12 +184,14 @@ class Store {
                              Done durable) {
     Write(batch, std::move(written), std::move(durable));
   }
-  // As Commit(), for a caller that calls WriteHere() next, once it holds no
-  // lock: the store may write the batch, and run `done`, on the caller's
-  // thread (RocksDB does while its queue is short, but under --fsync
-  // always).
-  virtual void CommitDeferred(Batch& batch, Done done) {
+  // As Commit(), for a caller that then calls WriteHere(), once it holds no
+  // lock, if this returns true: the store may then write the batch, and run
+  // `done`, on the caller's thread (RocksDB does while its queue is short,
+  // but under --fsync always). False: the store's writer has it, and
+  // WriteHere would find nothing left for the caller.
+  virtual bool CommitDeferred(Batch& batch, Done done) {
     Commit(batch, std::move(done));
+    return false;
   }
   // Writes what WriteDeferred or CommitDeferred left queued, here; or
   // leaves it to the writer, which the store then wakes if need be (another

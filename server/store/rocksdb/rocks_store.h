@@ -167,9 +167,9 @@ class RocksStore final : public Store {
                      Done durable) override;
   // Under --fsync always, as Commit() (a call's write and its sync both
   // left to the store's threads: written by the calling gRPC thread, under
-  // load the groups got smaller and unary SetTimer 4-5 % slower); else as
-  // WriteDeferred.
-  void CommitDeferred(Batch& batch, Done done) override;
+  // load the groups got smaller and unary SetTimer 4-5 % slower), and
+  // false; else as WriteDeferred, and true.
+  bool CommitDeferred(Batch& batch, Done done) override;
   void WriteHere() override EXCLUDES(mu_);
   void CommitSynced(Batch& batch, Done done) override;
   Status WriteNow(Batch& batch) override;

@@ -168,9 +168,10 @@ void RocksStore::WriteDeferred(Batch& batch, std::function<void()> written,
           /*wake_writer=*/false);
 }
 
-void RocksStore::CommitDeferred(Batch& batch, Done done) {
-  Enqueue(batch, nullptr, std::move(done), false,
-          /*wake_writer=*/options_.fsync == FsyncPolicy::kAlways);
+bool RocksStore::CommitDeferred(Batch& batch, Done done) {
+  const bool deferred = options_.fsync != FsyncPolicy::kAlways;
+  Enqueue(batch, nullptr, std::move(done), false, /*wake_writer=*/!deferred);
+  return deferred;
 }
 
 void RocksStore::WriteHere() {
