@@ -1,11 +1,10 @@
+// Dispatcher: events published, workers subscribed and gone, acks, and
+// the pump that hands ready events to workers (dispatcher.h).
 #include "server/core/dispatcher.h"
 
 #include <algorithm>
-#include <cassert>
 #include <limits>
-#include <optional>
 
-#include "server/common/limit_log.h"
 #include "server/core/payload_ref.h"
 #include "server/core/turn.h"
 
@@ -80,90 +79,6 @@ void Dispatcher::Publish(std::vector<Event> events) {
     }
     Pump();
   });
-}
-
-void Dispatcher::ToWatchers(std::span<const Event* const> events) {
-  if (watchers_.empty()) return;
-  if (store_ == nullptr) {
-    for (std::size_t from = 0; from < events.size() && !watchers_.empty();
-         from += kWatchChunk) {
-      DeliverToWatchers(
-          events.subspan(from, std::min(kWatchChunk, events.size() - from)),
-          std::numeric_limits<std::uint64_t>::max());
-    }
-    return;
-  }
-  // Their payloads are read on the pool (StartWatchRead); the copies wait
-  // meanwhile, no more of them than a watcher may fall behind.
-  std::uint64_t upto = 0;
-  for (const auto& [id, sink] : watchers_) upto = std::max(upto, id);
-  const std::shared_ptr<const Store::View> view = store_->NewView();
-  for (const Event* e : events) {
-    if (watch_queue_.size() >= limits_.watcher_backlog) {
-      ClearWatchQueue();
-      EndWatchers(WatchersBehind());
-      return;
-    }
-    watch_queue_.push_back(
-        {CopyWithPayload(*e, e->blob.payload()), upto, view});
-    watch_pending_.insert(e->id);
-  }
-  if (!watch_reading_) StartWatchRead();
-}
-
-Status Dispatcher::WatchersBehind() const {
-  return Status::ResourceExhausted(
-      "watcher fell more than " + std::to_string(limits_.watcher_backlog) +
-      " events or " + std::to_string(limits_.watcher_backlog_bytes) +
-      " bytes behind (the watcher-backlog limits)");
-}
-
-void Dispatcher::Count(const Subscriber& s, bool watcher, bool joined) {
-  if (s.relayed) return;
-  auto& all = watcher ? counters_.watchers : counters_.workers;
-  auto& mine = watcher ? mine_.watchers : mine_.workers;
-  if (joined) {
-    all.fetch_add(1);
-    mine.fetch_add(1, std::memory_order_relaxed);
-  } else {
-    all.fetch_sub(1);
-    mine.fetch_sub(1, std::memory_order_relaxed);
-  }
-}
-
-Dispatcher::Watchers::iterator Dispatcher::DropWatcher(Watchers::iterator it) {
-  Count(*it->second, true, false);
-  refs_->Release(id_);
-  return watchers_.erase(it);
-}
-
-void Dispatcher::EndWatchers(const Status& status) {
-  LogLimitHit("watcher-backlog", status.message());
-  while (!watchers_.empty()) {
-    watchers_.back().second->End(status);
-    DropWatcher(watchers_.end() - 1);
-  }
-}
-
-void Dispatcher::DeliverToWatchers(std::span<const Event* const> view,
-                                   std::uint64_t upto) {
-  if (view.empty()) return;
-  for (auto it = watchers_.begin(); it != watchers_.end();) {
-    if (it->first > upto) {  // Came after these were published.
-      ++it;
-      continue;
-    }
-    const Subscriber::Backlog b = it->second->Deliver(name_, view);
-    if (b.events > limits_.watcher_backlog ||
-        b.bytes > limits_.watcher_backlog_bytes) {
-      const Status ended = WatchersBehind();
-      LogLimitHit("watcher-backlog", ended.message());
-      it->second->End(ended);
-      it = DropWatcher(it);
-    } else {
-      ++it;
-    }
-  }
 }
 
 void Dispatcher::Subscribe(std::uint64_t id,
@@ -388,133 +303,6 @@ void Dispatcher::Close(const Status& status, std::function<void()> done) {
     ack_wheel_.Stop();
     done();
   });
-}
-
-Dispatcher::Worker* Dispatcher::FindWorker(std::uint64_t id) {
-  for (Worker& w : workers_) {
-    if (w.id == id) return &w;
-  }
-  return nullptr;
-}
-
-bool Dispatcher::LeaveState(std::uint64_t event_id, Outstanding& o) {
-  if (o.worker != 0) {
-    if (Worker* w = FindWorker(o.worker)) w->in_flight.erase(event_id);
-    LeaveFlight(o);
-    return true;
-  }
-  if (o.retrying) {
-    CancelAckTimer(o);
-    counters_.retrying.fetch_sub(1);
-    mine_.retrying.fetch_sub(1, std::memory_order_relaxed);
-  } else {
-    // Ready: (ready_ and held_ skip ids no longer outstanding).
-    counters_.ready.fetch_sub(1);
-    mine_.ready.fetch_sub(1, std::memory_order_relaxed);
-  }
-  return false;
-}
-
-void Dispatcher::LeaveFlight(Outstanding& o) {
-  assert(o.worker != 0);
-  CancelAckTimer(o);
-  o.worker = 0;
-  counters_.in_flight.fetch_sub(1);
-  mine_.in_flight.fetch_sub(1, std::memory_order_relaxed);
-}
-
-void Dispatcher::Requeue(std::uint64_t event_id, Outstanding& o) {
-  LeaveFlight(o);
-  ready_.push_front(event_id);
-  counters_.ready.fetch_add(1);
-  counters_.redelivered.fetch_add(1);
-  mine_.ready.fetch_add(1);
-  mine_.redelivered.fetch_add(1, std::memory_order_relaxed);
-}
-
-void Dispatcher::TakeBack(std::uint64_t event_id, Outstanding& o) {
-  LeaveFlight(o);
-  if (o.event.attempt > 0) --o.event.attempt;
-  ready_.push_front(event_id);
-  counters_.ready.fetch_add(1);
-  mine_.ready.fetch_add(1);
-  // (It stays counted as delivered, when it was handed over: the total
-  // only grows, as a Prometheus counter must.)
-}
-
-void Dispatcher::StartAckTimer(std::uint64_t event_id, Outstanding& o,
-                               std::chrono::nanoseconds timeout) {
-  if (free_cookies_.empty()) {
-    o.ack_cookie = static_cast<std::uint32_t>(cookie_ids_.size());
-    cookie_ids_.push_back(event_id);
-  } else {
-    o.ack_cookie = free_cookies_.back();
-    free_cookies_.pop_back();
-    cookie_ids_[o.ack_cookie] = event_id;
-  }
-  o.ack_timer =
-      ack_wheel_.wheel().Schedule(ack_wheel_.Now() + timeout, o.ack_cookie);
-  ack_wheel_.Scheduled(o.ack_timer);
-}
-
-void Dispatcher::CancelAckTimer(Outstanding& o) {
-  if (o.ack_timer == wheel::TimingWheel::kNoHandle) return;
-  ack_wheel_.wheel().Cancel(o.ack_timer);
-  free_cookies_.push_back(o.ack_cookie);
-  o.ack_timer = wheel::TimingWheel::kNoHandle;
-}
-
-const std::string& Dispatcher::ErrorOf(std::uint64_t id,
-                                       const Outstanding& o) const {
-  static const std::string kNone;
-  return o.has_error ? errors_.at(id) : kNone;
-}
-
-void Dispatcher::SetError(std::uint64_t id, Outstanding& o, std::string text) {
-  if (text.empty()) {
-    if (o.has_error) errors_.erase(id);
-    o.has_error = false;
-    return;
-  }
-  errors_.insert_or_assign(id, std::move(text));
-  o.has_error = true;
-}
-
-void Dispatcher::Forget(
-    std::unordered_map<std::uint64_t, Outstanding>::iterator it) {
-  if (it->second.has_error) errors_.erase(it->first);
-  outstanding_.erase(it);
-}
-
-void Dispatcher::OnAckAlarm(AlarmWheel::Time at) {
-  if (ack_wheel_.Alarmed(at)) TakeAckTimeouts();
-}
-
-void Dispatcher::TakeAckTimeouts() {
-  ack_wheel_.TakeDue(&due_);
-  for (const auto& e : due_) {
-    // A visited timer was never cancelled, so its event is still in flight,
-    // or still retrying.
-    const std::uint64_t event_id = cookie_ids_[e.cookie];
-    free_cookies_.push_back(e.cookie);
-    Outstanding& o = outstanding_.at(event_id);
-    o.ack_timer = wheel::TimingWheel::kNoHandle;
-    if (o.retrying) {
-      // Its retry time: ready again, ahead of events never delivered.
-      o.retrying = false;
-      ready_.push_front(event_id);
-      counters_.retrying.fetch_sub(1);
-      counters_.ready.fetch_add(1);
-      mine_.retrying.fetch_sub(1, std::memory_order_relaxed);
-      mine_.ready.fetch_add(1);
-    } else {
-      // Its ack deadline: the delivery failed.
-      Fail(event_id, o, BackoffFor(o));
-    }
-  }
-  ack_wheel_.Rearm();
-  WriteFates();
-  Pump();
 }
 
 std::size_t Dispatcher::WorkerRoom(const Worker& w) const {
