@@ -219,7 +219,7 @@ void SetSteady(Bench& bench, const std::string& ns, std::size_t n) {
     std::this_thread::sleep_until(start + std::chrono::microseconds(500 * i));
     v1::SetTimerRequest req;
     req.set_namespace_(ns);
-    req.set_key("s" + std::to_string(i));
+    req.set_key(std::string("s").append(std::to_string(i)));
     req.mutable_delay()->set_nanos(50'000'000);
     v1::SetTimerResponse resp;
     grpc::ClientContext ctx;

@@ -39,7 +39,8 @@ int RunCheck(const std::string& dir, bool json) {
                       ",\"events\":" + std::to_string(report.events) +
                       ",\"problems\":[";
     for (std::size_t i = 0; i < report.problems.size(); ++i) {
-      out += (i ? "," : "") + Quoted(report.problems[i]);
+      if (i > 0) out += ',';
+      out += Quoted(report.problems[i]);
     }
     std::printf("%s]}\n", out.c_str());
   } else {
