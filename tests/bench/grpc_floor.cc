@@ -7,7 +7,7 @@
 // server (grpc_floor_serve.cc).
 //
 //   grpc_floor [--rate N] [--seconds N] [--rounds N] [--server-cpu N]
-//              [--timer-only [--shapes A,B,...] | --durable]
+//              [--timer-only [--shapes A,B,...] | --durable | --waits]
 //
 // --server-cpu N: each server process runs on CPU N alone (all its threads
 // share one core; run the client elsewhere with taskset), to tell a
@@ -45,13 +45,21 @@
 // delayd's store does under --fsync 1s (the WAL unsynced), on the queue's
 // thread, and timer-1+rocks-writer, the same writes made by a writer thread
 // that answers the sets and acks once written (grpc_floor_store.h): the
-// store's cost under one loop, with and without its thread.
+// store's cost under one loop, with and without its thread; and
+// timer-1+tt, timer-1 whose timers a timer thread keeps and hands to the
+// loop as they come due (gRPC's own waits end up to a millisecond late:
+// grpc_floor_precise.h), and timer-1+tt+rocks, the same writing to RocksDB
+// as timer-1+rocks does. Each timer shape's lateness is printed too: an
+// event's arrival at the worker minus its due time.
 // --shapes A,B,...: only these timer shapes (and timer-1, the ratios' base).
+// --waits: how late gRPC's own waits (a grpc::Alarm, AsyncNext's deadline)
+// end, 2,000 of each.
 // --durable: the ceilings of shapes whose answers wait for an fdatasync'd
 // log (callback+log, cq1+writer, cq1+log: grpc_floor_serve.cc) against the
 // best of those that answer at once, in the same round.
 #include "tests/bench/grpc_floor.h"
 
+#include <grpcpp/alarm.h>
 #include <grpcpp/grpcpp.h>
 #include <sched.h>
 #include <signal.h>
@@ -65,8 +73,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "tests/bench/bench_client.h"
@@ -162,14 +172,25 @@ Figures Round(const std::string& shape, int rate, int seconds) {
   return f;
 }
 
+// A timer shape's figures in one round.
+struct TimerFigures {
+  double us_per_timer = -1;  // Server CPU.
+  // Lateness, ms: an event's arrival at the worker minus its due time,
+  // estimated as kAhead after the middle of its set's call (when the server
+  // took it, give or take the call's asymmetry: tens of µs here). Events
+  // come in the order of their sets, all kAhead after them.
+  double late_p50 = -1, late_p99 = -1;
+};
+
 // Server CPU in µs per timer at `rate` timers/s for `seconds` on a timer
-// shape (timer-1, timer-1+log): this process sets ("set" Checks, one at a time,
-// paced) and a worker thread acknowledges each event with an "ack" Check as it
-// arrives.
-double TimerRound(const std::string& shape, int rate, int seconds) {
+// shape (timer-1, timer-1+log, ...), and the events' lateness: this process
+// sets ("set" Checks, one at a time, paced) and a worker thread
+// acknowledges each event with an "ack" Check as it arrives.
+TimerFigures TimerRound(const std::string& shape, int rate, int seconds) {
   const auto [child, port] = Spawn(shape);
+  constexpr long kWarm = 10;
   const long n = static_cast<long>(rate) * seconds;
-  double per_timer = -1;
+  TimerFigures f;
   {
     auto stub = StubAt(port);
     grpc::ClientContext watch_ctx;
@@ -178,9 +199,14 @@ double TimerRound(const std::string& shape, int rate, int seconds) {
     health::HealthCheckRequest watch_req;
     auto reader = stub->Watch(&watch_ctx, watch_req);
     std::atomic<long> acked{0};
+    // Each event's arrival (the worker's), each set's estimated due time
+    // (the setter's); read once the worker has joined.
+    std::vector<Clock::time_point> arrived(n + kWarm), due(n + kWarm);
     std::thread worker([&] {
       health::HealthCheckResponse ev;
-      while (acked.load() < n + 10 && reader->Read(&ev)) {
+      long i = 0;
+      while (acked.load() < n + kWarm && reader->Read(&ev)) {
+        if (i < n + kWarm) arrived[i++] = Clock::now();
         if (CheckOnce(*stub, "ack")) acked.fetch_add(1);
       }
     });
@@ -191,28 +217,45 @@ double TimerRound(const std::string& shape, int rate, int seconds) {
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }
     };
-    for (int i = 0; i < 10; ++i) CheckOnce(*stub, "set");  // Warm-up.
-    await_acks(10, std::chrono::seconds(5));
+    auto set = [&](long i) {
+      const auto sent = Clock::now();
+      CheckOnce(*stub, "set");
+      due[i] = sent + (Clock::now() - sent) / 2 + kAhead;
+    };
+    for (long i = 0; i < kWarm; ++i) set(i);  // Warm-up.
+    await_acks(kWarm, std::chrono::seconds(5));
     const double cpu = CpuSeconds(child);
     const auto start = Clock::now();
     for (long i = 0; i < n; ++i) {
       std::this_thread::sleep_until(
           start + std::chrono::nanoseconds(1'000'000'000L / rate * i));
-      CheckOnce(*stub, "set");
+      set(kWarm + i);
     }
-    await_acks(n + 10, std::chrono::seconds(10));
-    if (acked.load() == n + 10) {
-      per_timer = 1e6 * (CpuSeconds(child) - cpu) / n;
+    await_acks(n + kWarm, std::chrono::seconds(10));
+    const bool all = acked.load() == n + kWarm;
+    if (all) {
+      f.us_per_timer = 1e6 * (CpuSeconds(child) - cpu) / n;
     } else {
       std::fprintf(stderr, "timer round: %ld of %ld events acknowledged\n",
-                   acked.load(), n + 10);
+                   acked.load(), n + kWarm);
     }
     watch_ctx.TryCancel();
     worker.join();
     reader->Finish();
+    if (all) {
+      std::vector<double> late;
+      for (long i = kWarm; i < n + kWarm; ++i) {
+        late.push_back(
+            std::chrono::duration<double, std::milli>(arrived[i] - due[i])
+                .count());
+      }
+      std::sort(late.begin(), late.end());
+      f.late_p50 = late[late.size() / 2];
+      f.late_p99 = late[late.size() * 99 / 100];
+    }
   }
   Reap(child);
-  return per_timer;
+  return f;
 }
 
 void Print(const char* shape, std::vector<double> v, const char* unit,
@@ -221,6 +264,48 @@ void Print(const char* shape, std::vector<double> v, const char* unit,
   std::printf("  %-12s median %8.2f %s  (%.2f-%.2f)\n", shape,
               v[v.size() / 2] * scale, unit, v.front() * scale,
               v.back() * scale);
+}
+
+// How late gRPC's own waits end: `n` grpc::Alarms on a queue, then `n`
+// AsyncNext deadlines, each 0.2-3.2 ms ahead; prints their lateness.
+int Waits(int n) {
+  grpc::CompletionQueue cq;
+  std::mt19937 random(1);
+  auto ahead = [&] {
+    return std::chrono::system_clock::now() +
+           std::chrono::microseconds(200 + random() % 3000);
+  };
+  auto late = [](std::chrono::system_clock::time_point due) {
+    return std::chrono::duration<double, std::milli>(
+               std::chrono::system_clock::now() - due)
+        .count();
+  };
+  std::vector<double> alarm, next;
+  void* tag;
+  bool ok;
+  for (int i = 0; i < n; ++i) {
+    const auto due = ahead();
+    grpc::Alarm a;
+    a.Set(&cq, due, &a);
+    cq.Next(&tag, &ok);
+    alarm.push_back(late(due));
+  }
+  for (int i = 0; i < n; ++i) {
+    const auto due = ahead();
+    if (cq.AsyncNext(&tag, &ok, due) != grpc::CompletionQueue::TIMEOUT) {
+      return 1;
+    }
+    next.push_back(late(due));
+  }
+  std::printf("how late gRPC's waits end, ms (%d each, 0.2-3.2 ms ahead):\n",
+              n);
+  for (const auto& [name, v] :
+       {std::pair{"grpc::Alarm", &alarm}, std::pair{"AsyncNext", &next}}) {
+    std::sort(v->begin(), v->end());
+    std::printf("  %-12s p50 %.3f p99 %.3f max %.3f\n", name,
+                (*v)[v->size() / 2], (*v)[v->size() * 99 / 100], v->back());
+  }
+  return 0;
 }
 
 // Ceilings of the two shapes that answer at once and of the two whose
@@ -275,11 +360,13 @@ int main(int argc, char** argv) {
       only = "," + std::string(argv[++i]) + ",";
     } else if (a == "--durable") {
       durable = true;
+    } else if (a == "--waits") {
+      return Waits(2000);
     } else {
       std::fprintf(stderr,
                    "usage: grpc_floor [--rate N] [--seconds N] [--rounds N] "
                    "[--server-cpu N] [--timer-only [--shapes A,B,...] | "
-                   "--durable]\n");
+                   "--durable | --waits]\n");
       return 2;
     }
   }
@@ -291,16 +378,20 @@ int main(int argc, char** argv) {
   for (const char* shape :
        {"timer-1", "timer-1+log", "timer-1+writer", "timer-cb", "timer-cb+log",
         "timer-2loop", "timer-2loop-hop", "timer-1+cb-idle", "timer-1+rocks",
-        "timer-1+rocks-writer"}) {
+        "timer-1+rocks-writer", "timer-1+tt", "timer-1+tt+rocks"}) {
     if (only.empty() || timer_shapes.empty() ||
         only.find("," + std::string(shape) + ",") != std::string::npos) {
       timer_shapes.push_back(shape);
     }
   }
-  std::vector<std::vector<double>> timer_us(timer_shapes.size());
+  std::vector<std::vector<double>> timer_us(timer_shapes.size()),
+      late50(timer_shapes.size()), late99(timer_shapes.size());
   for (int r = 0; r < rounds; ++r) {
     for (std::size_t s = 0; s < timer_shapes.size(); ++s) {
-      timer_us[s].push_back(TimerRound(timer_shapes[s], rate / 2, seconds));
+      const TimerFigures f = TimerRound(timer_shapes[s], rate / 2, seconds);
+      timer_us[s].push_back(f.us_per_timer);
+      late50[s].push_back(f.late_p50);
+      late99[s].push_back(f.late_p99);
     }
     if (timer_only) continue;
     for (std::size_t s = 0; s < shapes.size(); ++s) {
@@ -315,7 +406,7 @@ int main(int argc, char** argv) {
       "a timer thread; +log: each set synced first; +writer: synced and "
       "answered by a writer thread; 2loop: two completion-queue threads, "
       "-hop: half the sets armed by the other; +cb-idle: timer-1 beside an "
-      "idle callback service):\n",
+      "idle callback service; +tt: timers kept by a timer thread):\n",
       rate / 2, static_cast<long long>(kAhead.count()));
   for (std::size_t s = 0; s < timer_shapes.size(); ++s) {
     Print(timer_shapes[s].c_str(), timer_us[s], "us", 1);
@@ -328,6 +419,21 @@ int main(int argc, char** argv) {
     for (std::size_t r = 0; r < timer_us[s].size(); ++r) {
       std::printf(" %.2fx", timer_us[s][r] / timer_us[0][r]);
     }
+    std::printf("\n");
+  }
+  std::printf(
+      "lateness (an event's arrival minus its due time), ms; not for the "
+      "+log shapes, which arm a set's timer after its sync, so that the "
+      "middle of its call is no estimate of when:\n");
+  for (std::size_t s = 0; s < timer_shapes.size(); ++s) {
+    const std::string& shape = timer_shapes[s];
+    if (shape.size() >= 4 && shape.compare(shape.size() - 4, 4, "+log") == 0) {
+      continue;
+    }
+    std::printf("  %-12s p50", shape.c_str());
+    for (double v : late50[s]) std::printf(" %.3f", v);
+    std::printf("  p99");
+    for (double v : late99[s]) std::printf(" %.3f", v);
     std::printf("\n");
   }
   if (timer_only) return 0;

@@ -42,7 +42,8 @@ class Loop {
     }
     if (!wake) return;
     auto* alarm = new grpc::Alarm;
-    alarm->Set(cq_, gpr_now(GPR_CLOCK_MONOTONIC), NewTag([this, alarm](bool) {
+    alarm->Set(cq_, gpr_inf_past(GPR_CLOCK_MONOTONIC),
+               NewTag([this, alarm](bool) {
                  delete alarm;
                  RunMailbox();
                }));

@@ -19,6 +19,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "tests/bench/grpc_floor.h"
 #include "tests/bench/grpc_floor_loops.h"
+#include "tests/bench/grpc_floor_precise.h"
 #include "tests/bench/grpc_floor_store.h"
 #include "tests/bench/grpc_floor_tags.h"
 
@@ -451,6 +452,11 @@ void AnswerNow(AsyncCall* c) {
     auto store = MakeRocksTimerStore(std::string(log) + ".rocks",
                                      shape == "timer-1+rocks-writer");
     ServeTimers(async, cq.get(), -1, nullptr, store.get());
+  }
+  if (shape == "timer-1+tt") ServePrecise(async, cq.get(), nullptr);
+  if (shape == "timer-1+tt+rocks") {
+    auto store = MakeRocksTimerStore(std::string(log) + ".rocks", false);
+    ServePrecise(async, cq.get(), store.get());
   }
   if (shape == "cq1+log") ServeLogged(async, cq.get(), fd);
   if (shape == "cq1+writer") {

@@ -1,0 +1,127 @@
+// The timer shape with a timer thread that fires on time
+// (grpc_floor_precise.h).
+#include "tests/bench/grpc_floor_precise.h"
+
+#include <grpcpp/alarm.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "tests/bench/grpc_floor.h"
+#include "tests/bench/grpc_floor_tags.h"
+
+namespace delayd::bench::floor {
+namespace {
+
+namespace health = grpc::health::v1;
+using Clock = std::chrono::system_clock;
+
+// Due times kept off the loop. Locking: mu_ guards everything but cq_.
+class TimerThread {
+ public:
+  explicit TimerThread(grpc::ServerCompletionQueue* cq) : cq_(cq) {
+    std::thread([this] { Loop(); }).detach();
+  }
+
+  // From the loop: a timer due at `at` (due times only grow, so the thread,
+  // waiting for the first, needs waking only when there was none).
+  void Arm(Clock::time_point at) {
+    bool was_empty;
+    {
+      std::lock_guard lock(mu_);
+      was_empty = timers_.empty();
+      timers_.push_back(at);
+    }
+    if (was_empty) cv_.notify_one();
+  }
+
+  // From the loop, when woken: how many timers came due since the last call.
+  int TakeDue() {
+    std::lock_guard lock(mu_);
+    const int n = due_;
+    due_ = 0;
+    wake_pending_ = false;
+    return n;
+  }
+
+  // Set by the loop: what runs there once timers come due.
+  std::function<void()> on_due;
+
+ private:
+  [[noreturn]] void Loop() {
+    for (;;) {
+      bool wake = false;
+      {
+        std::unique_lock lock(mu_);
+        if (timers_.empty()) {
+          cv_.wait(lock);
+          continue;
+        }
+        cv_.wait_until(lock, timers_.front());
+        const auto now = Clock::now();
+        while (!timers_.empty() && timers_.front() <= now) {
+          timers_.pop_front();
+          ++due_;
+        }
+        if (due_ > 0 && !wake_pending_) wake = wake_pending_ = true;
+      }
+      if (!wake) continue;
+      // (An alarm due at once: the loop's queue returns its tag promptly.)
+      auto* alarm = new grpc::Alarm;
+      alarm->Set(cq_, gpr_inf_past(GPR_CLOCK_MONOTONIC),
+                 NewTag([this, alarm](bool) {
+                   delete alarm;
+                   on_due();
+                 }));
+    }
+  }
+
+  grpc::ServerCompletionQueue* const cq_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Clock::time_point> timers_;  // Under mu_.
+  int due_ = 0;                           // Under mu_.
+  bool wake_pending_ = false;             // Under mu_.
+};
+
+}  // namespace
+
+[[noreturn]] void ServePrecise(health::Health::AsyncService& svc,
+                               grpc::ServerCompletionQueue* cq,
+                               TimerStore* store) {
+  WatchStream watch(svc, cq);
+  TimerThread timers(cq);
+  timers.on_due = [&] {
+    for (int n = timers.TakeDue(); n > 0; --n) {
+      if (store != nullptr) store->Fire();
+      watch.Fired();
+    }
+  };
+  std::function<void()> request_check = [&] {
+    auto* c = new AsyncCall;
+    svc.RequestCheck(&c->ctx, &c->req, &c->writer, cq, cq,
+                     NewTag([&, c](bool ok) {
+                       if (!ok) {
+                         delete c;
+                         return;
+                       }
+                       request_check();
+                       if (c->req.service() == "set") {
+                         timers.Arm(Clock::now() + kAhead);
+                         if (store != nullptr && store->Set(c)) return;
+                       } else if (store != nullptr &&
+                                  c->req.service() == "ack" && store->Ack(c)) {
+                         return;
+                       }
+                       AnswerServing(c);
+                     }));
+  };
+  request_check();
+  for (;;) RunNext(cq, Clock::now() + std::chrono::hours(1));
+}
+
+}  // namespace delayd::bench::floor
