@@ -1,8 +1,6 @@
 // The timer shape on two event loops (grpc_floor_loops.h).
 #include "tests/bench/grpc_floor_loops.h"
 
-#include <grpcpp/alarm.h>
-
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -41,12 +39,7 @@ class Loop {
       wake_pending_ = true;
     }
     if (!wake) return;
-    auto* alarm = new grpc::Alarm;
-    alarm->Set(cq_, gpr_inf_past(GPR_CLOCK_MONOTONIC),
-               NewTag([this, alarm](bool) {
-                 delete alarm;
-                 RunMailbox();
-               }));
+    RunSoon(cq_, [this] { RunMailbox(); });
   }
 
   // On this loop: a timer due at `at`.

@@ -2,8 +2,6 @@
 // (grpc_floor_precise.h).
 #include "tests/bench/grpc_floor_precise.h"
 
-#include <grpcpp/alarm.h>
-
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -70,13 +68,7 @@ class TimerThread {
         if (due_ > 0 && !wake_pending_) wake = wake_pending_ = true;
       }
       if (!wake) continue;
-      // (An alarm due at once: the loop's queue returns its tag promptly.)
-      auto* alarm = new grpc::Alarm;
-      alarm->Set(cq_, gpr_inf_past(GPR_CLOCK_MONOTONIC),
-                 NewTag([this, alarm](bool) {
-                   delete alarm;
-                   on_due();
-                 }));
+      RunSoon(cq_, [this] { on_due(); });
     }
   }
 

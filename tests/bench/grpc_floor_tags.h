@@ -4,6 +4,7 @@
 #ifndef DELAYD_TESTS_BENCH_GRPC_FLOOR_TAGS_H_
 #define DELAYD_TESTS_BENCH_GRPC_FLOOR_TAGS_H_
 
+#include <grpcpp/alarm.h>
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
@@ -21,6 +22,18 @@ struct Tag {
 };
 inline void* NewTag(std::function<void(bool)> done) {
   return new Tag{std::move(done)};
+}
+
+// From any thread: `f` runs on the thread polling `cq`, as soon as it
+// polls. (An alarm due in the past completes at once; one due "now" is
+// rounded up by gRPC to its next millisecond.)
+inline void RunSoon(grpc::CompletionQueue* cq, std::function<void()> f) {
+  auto* alarm = new grpc::Alarm;
+  alarm->Set(cq, gpr_inf_past(GPR_CLOCK_MONOTONIC),
+             NewTag([alarm, f = std::move(f)](bool) {
+               delete alarm;
+               f();
+             }));
 }
 
 // Waits on `cq` until `deadline` for one completion and runs its Tag (the
