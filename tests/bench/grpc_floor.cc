@@ -49,8 +49,11 @@
 // timer-1+tt, timer-1 whose timers a timer thread keeps and hands to the
 // loop as they come due (gRPC's own waits end up to a millisecond late:
 // grpc_floor_precise.h), and timer-1+tt+rocks, the same writing to RocksDB
-// as timer-1+rocks does. Each timer shape's lateness is printed too: an
-// event's arrival at the worker minus its due time.
+// as timer-1+rocks does, and timer-1+tt+log, the same appending and syncing
+// each set's record as timer-1+log does, its timer armed before the sync
+// (the floor under --fsync always that fires on time). Each timer shape's
+// lateness is printed too: an event's arrival at the worker minus its due
+// time (not for timer-1+log and timer-cb+log, which arm after the sync).
 // --shapes A,B,...: only these timer shapes (and timer-1, the ratios' base).
 // --waits: how late gRPC's own waits (a grpc::Alarm, AsyncNext's deadline)
 // end, 2,000 of each.
@@ -261,7 +264,7 @@ TimerFigures TimerRound(const std::string& shape, int rate, int seconds) {
 void Print(const char* shape, std::vector<double> v, const char* unit,
            double scale) {
   std::sort(v.begin(), v.end());
-  std::printf("  %-12s median %8.2f %s  (%.2f-%.2f)\n", shape,
+  std::printf("  %-16s median %8.2f %s  (%.2f-%.2f)\n", shape,
               v[v.size() / 2] * scale, unit, v.front() * scale,
               v.back() * scale);
 }
@@ -378,7 +381,8 @@ int main(int argc, char** argv) {
   for (const char* shape :
        {"timer-1", "timer-1+log", "timer-1+writer", "timer-cb", "timer-cb+log",
         "timer-2loop", "timer-2loop-hop", "timer-1+cb-idle", "timer-1+rocks",
-        "timer-1+rocks-writer", "timer-1+tt", "timer-1+tt+rocks"}) {
+        "timer-1+rocks-writer", "timer-1+tt", "timer-1+tt+rocks",
+        "timer-1+tt+log"}) {
     if (only.empty() || timer_shapes.empty() ||
         only.find("," + std::string(shape) + ",") != std::string::npos) {
       timer_shapes.push_back(shape);
@@ -414,7 +418,7 @@ int main(int argc, char** argv) {
   for (std::size_t s = 0; s < timer_shapes.size(); ++s) {
     std::vector<double> v = timer_us[s];
     std::sort(v.begin(), v.end());
-    std::printf("  %-12s median %.3f cores; per round, against timer-1:",
+    std::printf("  %-16s median %.3f cores; per round, against timer-1:",
                 timer_shapes[s].c_str(), v[v.size() / 2] * (rate / 2) / 1e6);
     for (std::size_t r = 0; r < timer_us[s].size(); ++r) {
       std::printf(" %.2fx", timer_us[s][r] / timer_us[0][r]);
@@ -422,15 +426,13 @@ int main(int argc, char** argv) {
     std::printf("\n");
   }
   std::printf(
-      "lateness (an event's arrival minus its due time), ms; not for the "
-      "+log shapes, which arm a set's timer after its sync, so that the "
-      "middle of its call is no estimate of when:\n");
+      "lateness (an event's arrival minus its due time), ms; not for "
+      "timer-1+log and timer-cb+log, which arm a set's timer after its "
+      "sync, so that the middle of its call is no estimate of when:\n");
   for (std::size_t s = 0; s < timer_shapes.size(); ++s) {
     const std::string& shape = timer_shapes[s];
-    if (shape.size() >= 4 && shape.compare(shape.size() - 4, 4, "+log") == 0) {
-      continue;
-    }
-    std::printf("  %-12s p50", shape.c_str());
+    if (shape == "timer-1+log" || shape == "timer-cb+log") continue;
+    std::printf("  %-16s p50", shape.c_str());
     for (double v : late50[s]) std::printf(" %.3f", v);
     std::printf("  p99");
     for (double v : late99[s]) std::printf(" %.3f", v);

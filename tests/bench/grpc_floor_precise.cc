@@ -84,7 +84,7 @@ class TimerThread {
 
 [[noreturn]] void ServePrecise(health::Health::AsyncService& svc,
                                grpc::ServerCompletionQueue* cq,
-                               TimerStore* store) {
+                               TimerStore* store, int log) {
   WatchStream watch(svc, cq);
   TimerThread timers(cq);
   timers.on_due = [&] {
@@ -104,6 +104,7 @@ class TimerThread {
                        request_check();
                        if (c->req.service() == "set") {
                          timers.Arm(Clock::now() + kAhead);
+                         if (log >= 0) AppendDurably(log, RecordOf(c->req));
                          if (store != nullptr && store->Set(c)) return;
                        } else if (store != nullptr &&
                                   c->req.service() == "ack" && store->Ack(c)) {

@@ -47,27 +47,6 @@ class SyncHealth : public health::Health::Service {
   }
 };
 
-// What the log keeps of one call: its request's bytes in a 64-byte record,
-// about a SetTimer's record with a short key and payload. (The benches'
-// Checks are empty messages: appending only their bytes would append
-// nothing, and an fdatasync with nothing to write costs next to nothing.)
-std::string RecordOf(const health::HealthCheckRequest& req) {
-  std::string record = req.SerializeAsString();
-  record.resize(std::max<std::size_t>(record.size(), 64), '.');
-  return record;
-}
-
-// A log that every answer waits for: each group of records is appended to
-// `fd` and made durable (fdatasync) before any of them is answered.
-void AppendDurably(int fd, const std::string& bytes) {
-  if (write(fd, bytes.data(), bytes.size()) !=
-          static_cast<ssize_t>(bytes.size()) ||
-      fdatasync(fd) != 0) {
-    std::perror("log");
-    std::_Exit(1);
-  }
-}
-
 // The timer shape on one completion-queue thread, the least a gRPC server
 // can do for delayd's traffic: a Check for service "set" (a SetTimer) is
 // answered and comes due kAhead later, when the thread's wait on the queue
@@ -453,10 +432,11 @@ void AnswerNow(AsyncCall* c) {
                                      shape == "timer-1+rocks-writer");
     ServeTimers(async, cq.get(), -1, nullptr, store.get());
   }
-  if (shape == "timer-1+tt") ServePrecise(async, cq.get(), nullptr);
+  if (shape == "timer-1+tt") ServePrecise(async, cq.get(), nullptr, -1);
+  if (shape == "timer-1+tt+log") ServePrecise(async, cq.get(), nullptr, fd);
   if (shape == "timer-1+tt+rocks") {
     auto store = MakeRocksTimerStore(std::string(log) + ".rocks", false);
-    ServePrecise(async, cq.get(), store.get());
+    ServePrecise(async, cq.get(), store.get(), -1);
   }
   if (shape == "cq1+log") ServeLogged(async, cq.get(), fd);
   if (shape == "cq1+writer") {

@@ -1,15 +1,20 @@
 // What grpc_floor's completion-queue servers share: an operation's tag as
-// the closure its completion runs, one turn of a queue's loop, a call, and
-// the worker's Watch stream its timers' events are written on.
+// the closure its completion runs, one turn of a queue's loop, a call, the
+// +log shapes' durable log, and the worker's Watch stream its timers' events
+// are written on.
 #ifndef DELAYD_TESTS_BENCH_GRPC_FLOOR_TAGS_H_
 #define DELAYD_TESTS_BENCH_GRPC_FLOOR_TAGS_H_
 
 #include <grpcpp/alarm.h>
 #include <grpcpp/grpcpp.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <string>
 #include <utility>
 
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -70,6 +75,27 @@ struct AsyncCall {
 inline void AnswerServing(AsyncCall* c) {
   c->resp.set_status(grpc::health::v1::HealthCheckResponse::SERVING);
   c->writer.Finish(c->resp, grpc::Status::OK, NewTag([c](bool) { delete c; }));
+}
+
+// What the log keeps of one call: its request's bytes in a 64-byte record,
+// about a SetTimer's record with a short key and payload. (The benches'
+// Checks are empty messages: appending only their bytes would append
+// nothing, and an fdatasync with nothing to write costs next to nothing.)
+inline std::string RecordOf(const grpc::health::v1::HealthCheckRequest& req) {
+  std::string record = req.SerializeAsString();
+  record.resize(std::max<std::size_t>(record.size(), 64), '.');
+  return record;
+}
+
+// A log that every answer waits for: each group of records is appended to
+// `fd` and made durable (fdatasync) before any of them is answered.
+inline void AppendDurably(int fd, const std::string& bytes) {
+  if (write(fd, bytes.data(), bytes.size()) !=
+          static_cast<ssize_t>(bytes.size()) ||
+      fdatasync(fd) != 0) {
+    std::perror("log");
+    std::_Exit(1);
+  }
 }
 
 // The worker's Watch stream, requested on `cq` and used only by the thread
