@@ -42,6 +42,7 @@ import {Done, keyOf} from './done.js';
 import {DelaydError} from './errors.js';
 import * as pb from './gen/delayd/v1/delayd_pb.js';
 import {duration} from './requests.js';
+import {Outbox, now, within} from './outbox.js';
 import {sleep} from './retry.js';
 import type {Event} from './types.js';
 import {WorkStream} from './work_stream.js';
@@ -89,35 +90,6 @@ export interface WorkerOptions {
   reconnect?: Partial<RetryPolicy>;
 }
 
-type Nack = {id: bigint; error: string; afterMs?: number};
-
-const now = () => performance.timeOrigin + performance.now();
-
-/** Nacks by their error and retry time, one group each. */
-function groupNacks(nacks: Nack[]): Nack[][] {
-  const groups = new Map<string, Nack[]>();
-  for (const n of nacks) {
-    const k = `${n.afterMs ?? ''}\n${n.error}`;
-    const g = groups.get(k);
-    if (g === undefined) groups.set(k, [n]);
-    else g.push(n);
-  }
-  return [...groups.values()];
-}
-
-/** Waits for `p`, at most `ms` (no timer outlives the wait). */
-async function within(p: Promise<void>, ms: number, signal?: AbortSignal): Promise<void> {
-  const timer = new AbortController();
-  const stop = () => timer.abort();
-  signal?.addEventListener('abort', stop, {once: true});
-  try {
-    await Promise.race([p, sleep(Math.max(0, ms), timer.signal).catch(() => {})]);
-  } finally {
-    timer.abort();
-    signal?.removeEventListener('abort', stop);
-  }
-}
-
 /** Runs a handler for each event of a namespace (see the module's text). */
 export class Worker {
   readonly client: Client;
@@ -132,27 +104,16 @@ export class Worker {
   // The handlers awaited, by keyOf() of their event's id.
   private readonly runningIds = new Map<number | bigint, Event>();
   private inHandler = 0;  // 1 while a handler's call has not returned
-  // What is to be sent: acks by event id, nacks apart.
-  private acks: bigint[] = [];
-  private nacks: Nack[] = [];
   private pumping = false;  // pump() runs
   // now() when the events in hand came or the last handler's promise
   // settled: when a handler that returns no promise ended, to the window of
   // handled ids (one clock read per message rather than per event).
   private clock = 0;
   private readonly timed: boolean;  // hooks take handlers' durations
-  private flushing?: Promise<void>;  // flushLoop() runs
-  private flushQueued = false;  // flushSoon() is queued
   private stream?: Subscription | WorkStream;
-  // The Work stream once registered: acks go on it (else by unary calls).
-  private work?: WorkStream;
   // The daemon has no Work method (an older release): Subscribe it is.
   private legacy = false;
-  // Requests sent on a Work stream awaiting their answers, and what waits
-  // for the next answer (flushUntil()).
-  private awaited = 0;
-  private nextAnswer?: Promise<void>;
-  private answerCame?: () => void;
+  private readonly outbox: Outbox;  // acks and nacks, on the Work stream once up
   private stopping = false;
   private readonly halt = new AbortController();  // aborts on stopNow()
   private readonly ended = new AbortController();  // aborts once finished
@@ -185,6 +146,7 @@ export class Worker {
     this.ownClient = options.client === undefined;
     this.client = options.client ?? new Client(options.config);
     this.done = new Done(options.dedupWindow ?? 600_000);
+    this.outbox = new Outbox(this.client, namespace, this.halt.signal);
     this.timed = this.hooks.onHandled !== undefined || this.hooks.onFailed !== undefined;
   }
 
@@ -232,12 +194,12 @@ export class Worker {
     this.stopping = true;
     // The stream stays open until what runs is acknowledged: an event of a
     // stream that ended could go to another worker while its handler ran.
-    for (const e of this.queued.splice(0)) this.nack(e.id, 'the worker stopped', 0);
+    for (const e of this.queued.splice(0)) this.outbox.nack(e.id, 'the worker stopped', 0);
     if (this.running > 0) {  // (a handler that calls stop() counts)
       const idle = new Promise<void>((resolve) => { this.idle = resolve; });
       await within(idle, graceMs, this.halt.signal);
     }
-    await this.flushUntil(now() + 5000);
+    await this.outbox.flushUntil(now() + 5000);
     this.finish();
   }
 
@@ -313,9 +275,9 @@ export class Worker {
     this.stream = stream;
     void stream.registered.then(() => {
       if (this.stream !== stream) return;
-      this.work = stream;
+      this.outbox.work = stream;
       connected();
-      if (this.pending()) this.flushing ??= this.flushLoop();
+      this.outbox.resume();
     });
     try {
       await stream.read((batch) => {
@@ -323,7 +285,7 @@ export class Worker {
         for (const e of batch) this.received(e);
       });
     } finally {
-      if (this.work === stream) this.work = undefined;
+      if (this.outbox.work === stream) this.outbox.work = undefined;
     }
   }
 
@@ -346,11 +308,11 @@ export class Worker {
     }
     const k = keyOf(e.id);
     if (this.done.hasKey(k)) {
-      this.ack(e.id);  // handled already
+      this.outbox.ack(e.id);  // handled already
     } else if (this.runningIds.has(k) || this.queued.some((q) => q.id === e.id)) {
       // In hand: its lease is kept and its ack will go.
     } else if (this.stopping) {
-      this.nack(e.id, 'the worker stopped', 0);
+      this.outbox.nack(e.id, 'the worker stopped', 0);
     } else if (this.queued.length === 0 && this.runningIds.size < this.concurrency) {
       this.handle(e, k);  // (nothing waits before it: no trip through the queue)
     } else {
@@ -415,157 +377,26 @@ export class Worker {
     if (this.halt.signal.aborted) return;  // stopNow(): it comes back
     if (failure === undefined) {
       this.done.addKey(k, this.clock);
-      this.ack(e.id);
+      this.outbox.ack(e.id);
       if (this.hooks.onHandled !== undefined) this.hook('onHandled', e, now() - started);
     } else {
       const err = failure.error;
       const text = err instanceof Error ? err.message || err.name : String(err);
-      this.nack(e.id, text, err instanceof Retry ? err.afterMs : undefined);
+      this.outbox.nack(e.id, text, err instanceof Retry ? err.afterMs : undefined);
       if (this.hooks.onFailed !== undefined) this.hook('onFailed', e, err, now() - started);
     }
     if (this.running === 0) this.idle?.();
     if (this.queued.length > 0) this.pump();
   }
 
-  // ---- Acknowledgements and leases ----
-
-  /** Queues an ack, to be sent at the next microtask. */
-  private ack(id: bigint): void {
-    this.acks.push(id);
-    this.queueFlush();
-  }
-
-  /** Queues a nack, to be sent at the next microtask. */
-  private nack(id: bigint, error: string, afterMs?: number): void {
-    this.nacks.push({id, error, afterMs});
-    this.queueFlush();
-  }
-
-  /**
-   * Sends what is queued at the next microtask: what the handlers of one
-   * message queue goes together (those that return no promise run in one
-   * turn, and the reactions of promises settled meanwhile come first). Not
-   * setImmediate(): that waits for the event loop's turn and cost 4 % of
-   * the rate.
-   */
-  private queueFlush(): void {
-    if (this.flushQueued) return;
-    this.flushQueued = true;
-    queueMicrotask(this.flushSoon);
-  }
-
-  private readonly flushSoon = (): void => {
-    this.flushQueued = false;
-    if (!this.pending() || this.halt.signal.aborted) return;
-    if (this.work !== undefined && this.flushing === undefined) {
-      this.sendOn(this.work);  // (at once: nothing to await)
-    } else {
-      this.flushing ??= this.flushLoop();
-    }
-  };
-
-  private pending(): boolean {
-    return this.acks.length > 0 || this.nacks.length > 0;
-  }
-
-  /**
-   * Sends what is queued until nothing is: on the Work stream if one is up
-   * (without waiting for the answers: a request that fails is queued
-   * again), else by unary calls (acks in one, nacks grouped).
-   */
-  private async flushLoop(): Promise<void> {
-    await new Promise<void>((resolve) => queueMicrotask(resolve));  // (as queueFlush)
-    while (this.pending() && !this.halt.signal.aborted) {
-      if (this.work !== undefined) {
-        this.sendOn(this.work);
-        continue;
-      }
-      const failed = await this.sendOnce();
-      if (failed) await sleep(200, this.halt.signal).catch(() => {});
-    }
-    this.flushing = undefined;
-  }
-
-  /** Sends what is queued on a Work stream: acks in one request, nacks grouped. */
-  private sendOn(stream: WorkStream): void {
-    const acks = this.acks;
-    const nacks = this.nacks;
-    this.acks = [];
-    this.nacks = [];
-    for (let i = 0; i < acks.length; i += 1000) {
-      const part = acks.length <= 1000 ? acks : acks.slice(i, i + 1000);
-      this.awaited++;
-      stream.ack(part, this.namespace, (error) => this.answered(error, part, []));
-    }
-    for (const group of groupNacks(nacks)) {
-      const {error, afterMs} = group[0];
-      this.awaited++;
-      stream.nack(group.map((n) => n.id), this.namespace, error, afterMs,
-                  (failure) => this.answered(failure, [], group));
-    }
-  }
-
-  /**
-   * A request sent on a Work stream was answered; if it failed, what it
-   * sent goes again (200 ms on).
-   */
-  private answered(error: unknown, acks: bigint[], nacks: Nack[]): void {
-    this.awaited--;
-    if (error !== undefined) {
-      this.acks.push(...acks);
-      this.nacks.push(...nacks);
-      setTimeout(() => { this.flushing ??= this.flushLoop(); }, 200).unref();
-    }
-    const came = this.answerCame;
-    this.nextAnswer = this.answerCame = undefined;
-    came?.();
-  }
-
-  /** Sends what is queued once, by calls; whether some of it failed (it is kept). */
-  private async sendOnce(): Promise<boolean> {
-    const acks = this.acks;
-    const nacks = this.nacks;
-    this.acks = [];
-    this.nacks = [];
-    const keptAcks: bigint[] = [];
-    const keptNacks: Nack[] = [];
-    const ns = {namespace: this.namespace};
-    for (let i = 0; i < acks.length; i += 1000) {
-      const ids = acks.slice(i, i + 1000);
-      await this.client.ack(ids, ns).catch(() => keptAcks.push(...ids));
-    }
-    for (const group of groupNacks(nacks)) {
-      const {error, afterMs} = group[0];
-      await this.client.nack(group.map((n) => n.id), {...ns, error, retryAfter: afterMs})
-        .catch(() => keptNacks.push(...group));
-    }
-    this.acks = keptAcks.concat(this.acks);
-    this.nacks = keptNacks.concat(this.nacks);
-    return keptAcks.length > 0 || keptNacks.length > 0;
-  }
-
-  /** Waits until all is sent and every answer is in, until `deadline`. */
-  private async flushUntil(deadline: number): Promise<void> {
-    while ((this.flushing !== undefined || this.pending() || this.awaited > 0) &&
-           now() < deadline) {
-      // (A flush only for what is queued: one started while only answers
-      // are awaited ends at once, and waiting on such flushes one after
-      // another spun the event loop until the answers came.)
-      if (this.pending()) this.flushing ??= this.flushLoop();
-      const waits: Promise<void>[] = [];
-      if (this.awaited > 0) {
-        waits.push(this.nextAnswer ??= new Promise((resolve) => { this.answerCame = resolve; }));
-      }
-      if (this.flushing !== undefined) waits.push(this.flushing);
-      await within(Promise.race(waits), deadline - now());
-    }
-  }
+  // ---- Leases ----
 
   private async extendLeases(): Promise<void> {
     const held = [...[...this.runningIds.values()].map((e) => e.id), ...this.queued.map((e) => e.id)];
     if (held.length === 0 || this.halt.signal.aborted) return;
-    if (this.work !== undefined) {
-      await this.work.extendLease(held, this.ackTimeout, this.namespace).catch(() => {});
+    const work = this.outbox.work;
+    if (work !== undefined) {
+      await work.extendLease(held, this.ackTimeout, this.namespace).catch(() => {});
       return;
     }
     await this.client.extendLease(held, this.ackTimeout, {namespace: this.namespace})
