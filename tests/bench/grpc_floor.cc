@@ -49,11 +49,12 @@
 // timer-1+tt, timer-1 whose timers a timer thread keeps and hands to the
 // loop as they come due (gRPC's own waits end up to a millisecond late:
 // grpc_floor_precise.h), and timer-1+tt+rocks, the same writing to RocksDB
-// as timer-1+rocks does, and timer-1+tt+log, the same appending and syncing
-// each set's record as timer-1+log does, its timer armed before the sync
-// (the floor under --fsync always that fires on time). Each timer shape's
-// lateness is printed too: an event's arrival at the worker minus its due
-// time (not for timer-1+log and timer-cb+log, which arm after the sync).
+// as timer-1+rocks does, and timer-1+tt+log, the same syncing a record for
+// each set and each ack before answering it and appending one for each
+// firing, as delayd does under --fsync always, a set's timer armed before
+// its sync (the floor under --fsync always that fires on time). Each timer
+// shape's lateness is printed too: an event's arrival at the worker minus its
+// due time (not for timer-1+log and timer-cb+log, which arm after the sync).
 // --shapes A,B,...: only these timer shapes (and timer-1, the ratios' base).
 // --waits: how late gRPC's own waits (a grpc::Alarm, AsyncNext's deadline)
 // end, 2,000 of each.

@@ -87,9 +87,11 @@ class TimerThread {
                                TimerStore* store, int log) {
   WatchStream watch(svc, cq);
   TimerThread timers(cq);
+  const std::string fired_record(64, 'f');
   timers.on_due = [&] {
     for (int n = timers.TakeDue(); n > 0; --n) {
       if (store != nullptr) store->Fire();
+      if (log >= 0) Append(log, fired_record);
       watch.Fired();
     }
   };
@@ -102,12 +104,14 @@ class TimerThread {
                          return;
                        }
                        request_check();
-                       if (c->req.service() == "set") {
-                         timers.Arm(Clock::now() + kAhead);
-                         if (log >= 0) AppendDurably(log, RecordOf(c->req));
-                         if (store != nullptr && store->Set(c)) return;
-                       } else if (store != nullptr &&
-                                  c->req.service() == "ack" && store->Ack(c)) {
+                       const bool set = c->req.service() == "set";
+                       if (set) timers.Arm(Clock::now() + kAhead);
+                       // A set's and an ack's record, synced before the
+                       // answer, as delayd's under --fsync always.
+                       if (log >= 0) AppendDurably(log, RecordOf(c->req));
+                       if (store != nullptr &&
+                           (set ? store->Set(c)
+                                : c->req.service() == "ack" && store->Ack(c))) {
                          return;
                        }
                        AnswerServing(c);

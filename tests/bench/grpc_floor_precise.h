@@ -22,9 +22,11 @@ namespace delayd::bench::floor {
 // which wakes the loop (a grpc::Alarm due at once, unless one is pending)
 // when it comes due. With a `store` (timer-1+tt+rocks), each set, firing
 // and ack is written to it on the loop's thread, as in timer-1+rocks. With a
-// `log` (timer-1+tt+log; -1: none), each set's record is appended and synced
-// on the loop's thread before it is answered, as in timer-1+log, but its
-// timer is armed first, as delayd arms a timer before its write is durable.
+// `log` (timer-1+tt+log; -1: none), each set's and each ack's record is
+// appended and synced on the loop's thread before the call is answered, and
+// each firing's appended unsynced, as delayd's store does under --fsync
+// always (timer-1+log syncs the sets alone); a set's timer is armed before
+// its sync, as delayd arms a timer before its write is durable.
 [[noreturn]] void ServePrecise(grpc::health::v1::Health::AsyncService& svc,
                                grpc::ServerCompletionQueue* cq,
                                TimerStore* store, int log);
