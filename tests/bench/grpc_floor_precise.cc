@@ -6,8 +6,11 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "tests/bench/grpc_floor.h"
 #include "tests/bench/grpc_floor_tags.h"
@@ -80,6 +83,58 @@ class TimerThread {
   bool wake_pending_ = false;             // Under mu_.
 };
 
+// Writes and syncs the log off the loop, as delayd's writer and syncer do:
+// the loop hands over each turn's records with the calls that wait for
+// them; one write and one fdatasync take everything handed over meanwhile,
+// and this thread answers the calls (an answer may start on any thread).
+// Locking: mu_ guards records_ and waiting_.
+class LogThread {
+ public:
+  explicit LogThread(int fd) : fd_(fd) {
+    std::thread([this] { Loop(); }).detach();
+  }
+
+  // From the loop: `records` are written and synced, then `calls` answered.
+  void Add(std::string& records, std::vector<AsyncCall*>& calls) {
+    {
+      std::lock_guard lock(mu_);
+      records_ += records;
+      waiting_.insert(waiting_.end(), calls.begin(), calls.end());
+    }
+    records.clear();
+    calls.clear();
+    cv_.notify_one();
+  }
+
+ private:
+  [[noreturn]] void Loop() {
+    for (;;) {
+      std::string records;
+      std::vector<AsyncCall*> calls;
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [this] { return !records_.empty(); });
+        records.swap(records_);
+        calls.swap(waiting_);
+      }
+      // (A firing's record alone is written, not synced: the next call's
+      // sync covers it, as delayd's firings get no sync of their own.)
+      if (calls.empty()) {
+        Append(fd_, records);
+      } else {
+        AppendDurably(fd_, records);
+      }
+      for (AsyncCall* c : calls) AnswerServing(c);
+    }
+  }
+
+  const int fd_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::string records_;              // Under mu_.
+  std::vector<AsyncCall*> waiting_;  // Under mu_.
+};
+
 }  // namespace
 
 [[noreturn]] void ServePrecise(health::Health::AsyncService& svc,
@@ -87,11 +142,17 @@ class TimerThread {
                                TimerStore* store, int log) {
   WatchStream watch(svc, cq);
   TimerThread timers(cq);
+  // With a log: the records of this turn of the loop, the calls whose
+  // answers wait for their sync, and the thread that writes and syncs.
+  std::string records;
+  std::vector<AsyncCall*> unsynced;
+  std::unique_ptr<LogThread> log_thread;
+  if (log >= 0) log_thread = std::make_unique<LogThread>(log);
   const std::string fired_record(64, 'f');
   timers.on_due = [&] {
     for (int n = timers.TakeDue(); n > 0; --n) {
       if (store != nullptr) store->Fire();
-      if (log >= 0) Append(log, fired_record);
+      if (log >= 0) records += fired_record;
       watch.Fired();
     }
   };
@@ -106,9 +167,11 @@ class TimerThread {
                        request_check();
                        const bool set = c->req.service() == "set";
                        if (set) timers.Arm(Clock::now() + kAhead);
-                       // A set's and an ack's record, synced before the
-                       // answer, as delayd's under --fsync always.
-                       if (log >= 0) AppendDurably(log, RecordOf(c->req));
+                       if (log >= 0) {
+                         records += RecordOf(c->req);
+                         unsynced.push_back(c);
+                         return;
+                       }
                        if (store != nullptr &&
                            (set ? store->Set(c)
                                 : c->req.service() == "ack" && store->Ack(c))) {
@@ -118,7 +181,17 @@ class TimerThread {
                      }));
   };
   request_check();
-  for (;;) RunNext(cq, Clock::now() + std::chrono::hours(1));
+  for (;;) {
+    // Waits for the first completion; then takes what is ready without
+    // waiting, and once nothing is, hands that turn's records and calls to
+    // the log's thread.
+    const bool turn_open = !records.empty();
+    if (RunNext(cq, turn_open ? Clock::time_point()
+                              : Clock::now() + std::chrono::hours(1))) {
+      continue;
+    }
+    if (turn_open) log_thread->Add(records, unsynced);
+  }
 }
 
 }  // namespace delayd::bench::floor

@@ -22,11 +22,17 @@ namespace delayd::bench::floor {
 // which wakes the loop (a grpc::Alarm due at once, unless one is pending)
 // when it comes due. With a `store` (timer-1+tt+rocks), each set, firing
 // and ack is written to it on the loop's thread, as in timer-1+rocks. With a
-// `log` (timer-1+tt+log; -1: none), each set's and each ack's record is
-// appended and synced on the loop's thread before the call is answered, and
-// each firing's appended unsynced, as delayd's store does under --fsync
-// always (timer-1+log syncs the sets alone); a set's timer is armed before
-// its sync, as delayd arms a timer before its write is durable.
+// `log` (timer-1+tt+log; -1: none), each set, ack and firing makes a
+// record, and the calls are answered once their records are synced, as
+// delayd's store does under --fsync always: the loop hands each turn's
+// records (the completions that were ready together) to a thread that
+// writes and syncs them and answers the calls, so that the loop fires on
+// time meanwhile. (With the syncs on the loop, a sync a call, two a timer,
+// did not keep up with 2 k timers/s here; once a turn, it kept up but fired
+// 0.87 ms late at the median; with the loop writing and another thread
+// syncing, the loop's writes waited for the syncs and fell behind.) A
+// set's timer is armed before its sync, as delayd arms a timer before its
+// write is durable.
 [[noreturn]] void ServePrecise(grpc::health::v1::Health::AsyncService& svc,
                                grpc::ServerCompletionQueue* cq,
                                TimerStore* store, int log);

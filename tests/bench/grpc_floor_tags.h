@@ -42,8 +42,8 @@ inline void RunSoon(grpc::CompletionQueue* cq, std::function<void()> f) {
 }
 
 // Waits on `cq` until `deadline` for one completion and runs its Tag (the
-// process ends if the queue shuts down).
-inline void RunNext(grpc::CompletionQueue* cq,
+// process ends if the queue shuts down); whether one came.
+inline bool RunNext(grpc::CompletionQueue* cq,
                     std::chrono::system_clock::time_point deadline) {
   void* tag;
   bool ok;
@@ -51,13 +51,15 @@ inline void RunNext(grpc::CompletionQueue* cq,
     case grpc::CompletionQueue::SHUTDOWN:
       std::_Exit(0);
     case grpc::CompletionQueue::TIMEOUT:
-      return;
+      return false;
     case grpc::CompletionQueue::GOT_EVENT: {
       auto* t = static_cast<Tag*>(tag);
       t->done(ok);
       delete t;
+      return true;
     }
   }
+  return false;
 }
 
 // One Check call in the completion-queue shape: requested, then answered.
