@@ -7,10 +7,10 @@ average) as a call it waits for: no other thread takes part between a
 handler's end, its ack and the next read (the stream is read by the pool's
 threads too: client.py's channels), which costs a quick handler's event
 less than anything else here. While acks are slow (a store that syncs each
-write before it answers), the thread sends them without waiting, so that
-acks in flight overlap (the store syncs them together) and it reads on;
-one in _PROBE, sent while no other is in flight, waits again and says
-whether acks are quick again. (Not always without waiting: gRPC's thread
+write before it answers: AckPace), the thread sends them without waiting,
+so that acks in flight overlap (the store syncs them together) and it
+reads on; one in _PROBE, sent while no other is in flight, waits again and
+says whether acks are quick again. (Not always without waiting: gRPC's thread
 then answers each ack, and against an in-memory daemon that costs a third
 of the rate.) What fails, and nacks, are left to the send loop, which
 retries, so a handler thread never waits out a fail-over here; while an
@@ -25,12 +25,39 @@ from typing import Optional
 from . import errors
 from ._handling import group_nacks
 
-# An ack round trip (seconds, a moving average) past which acks are sent
-# without waiting: here 0.16-0.29 ms against an in-memory daemon at full
-# pace, 0.6-0.9 ms against one that syncs each write.
+# An ack round trip (seconds) past which an ack is slow: here 0.16-0.29 ms
+# on average against an in-memory daemon at full pace, 0.6-0.9 ms against
+# one that syncs each write.
 _SLOW_ACK = 0.0005
+# Acks are slow once this many waited ones in a row were.
+_SLOW_RUN = 8
 # While acks are slow, one in at least this many waits for its answer.
 _PROBE = 16
+
+
+class AckPace:
+    """Whether acks are slow, from the round trips of those waited for:
+    slow once the last _SLOW_RUN were each past _SLOW_ACK, quick again at
+    the first that is not (while slow, a waited ack is a probe, and says at
+    once whether acks are quick again). A run rather than an average: one
+    late answer (a preemption or a collection in either process) took a
+    moving average of eight past the bound against an in-memory daemon in
+    most runs, and the worker then sent acks without waiting at a third
+    less of its rate (tests/bench/README.md, "The Python Worker's ack
+    mode"). Under the Worker's lock."""
+
+    __slots__ = ("_run",)
+
+    def __init__(self) -> None:
+        self._run = 0
+
+    def record(self, waited: float) -> None:
+        """An ack waited for was answered after `waited` seconds."""
+        self._run = self._run + 1 if waited >= _SLOW_ACK else 0
+
+    @property
+    def slow(self) -> bool:
+        return self._run >= _SLOW_RUN
 
 
 class Sending:
@@ -79,7 +106,7 @@ class Sending:
             # without waiting slow every ack down, as gRPC's thread then
             # answers them, and would keep the average up.)
             self._acks_sent += 1
-            wait = self._ack_seconds < _SLOW_ACK
+            wait = not self._ack_pace.slow
             if not wait and not self._acking and \
                     self._acks_sent - self._probed_at >= _PROBE:
                 wait, self._probed_at = True, self._acks_sent
@@ -104,11 +131,7 @@ class Sending:
         with self._lock:
             self._acking -= 1
             if waited is not None and error is None:
-                # (While acks are slow a waited one is a probe, and says
-                # at once whether they are quick again.)
-                self._ack_seconds = waited \
-                    if self._ack_seconds >= _SLOW_ACK else \
-                    self._ack_seconds + (waited - self._ack_seconds) / 8
+                self._ack_pace.record(waited)
             if error is not None:
                 self._acks = acks + self._acks
                 self._out.notify()

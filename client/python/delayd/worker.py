@@ -52,7 +52,7 @@ from typing import Callable, Optional
 from . import errors, types
 from ._handling import Hooks, Retry, _Done, take_settings
 from ._retry import waits
-from ._sending import Sending
+from ._sending import AckPace, Sending
 from .client import Client
 from .config import Config, Retry as RetryPolicy
 
@@ -118,7 +118,7 @@ class Worker(Sending):
         self._acking = 0  # acks of _send_now awaiting their answer
         self._acks_sent = 0  # by _send_now
         self._probed_at = 0  # _acks_sent at its last probe
-        self._ack_seconds = 0.0  # their round trip, a moving average
+        self._ack_pace = AckPace()  # whether they are slow
 
     # ---- Life ----
 

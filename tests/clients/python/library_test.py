@@ -23,7 +23,7 @@ del sys.argv[1:3]
 
 import delayd  # noqa: E402
 import delayd._awork  # noqa: E402
-from delayd import _retry  # noqa: E402
+from delayd import _retry, _sending  # noqa: E402
 
 
 def eventually(cond, timeout=10.0, what="a condition"):
@@ -310,6 +310,25 @@ class HandledIds(unittest.TestCase):
         self.assertEqual(kept[-50:], list(range(950, 1000)))
 
 
+class AckPaces(unittest.TestCase):
+    def test_slow_after_a_run_of_slow_answers_quick_at_the_first_quick(self):
+        pace = _sending.AckPace()
+        for _ in range(20):
+            pace.record(0.0002)
+        pace.record(0.05)  # one late answer
+        self.assertFalse(pace.slow)
+        pace.record(0.0002)
+        for _ in range(_sending._SLOW_RUN - 1):
+            pace.record(0.0008)
+        self.assertFalse(pace.slow)
+        pace.record(0.0008)
+        self.assertTrue(pace.slow)
+        pace.record(0.0009)  # a slow probe: still slow
+        self.assertTrue(pace.slow)
+        pace.record(0.0002)  # a quick probe: quick again
+        self.assertFalse(pace.slow)
+
+
 class ScriptedStream:
     """A client whose Subscribe stream gives the messages of `script`
     (lists of event ids), then stays open until cancelled; it records the
@@ -481,6 +500,39 @@ class Workers(Fixture):
         self.assertGreater(len(nowait), len(waited))
         s = self.client.stats(namespace=ns).namespaces[0]
         self.assertEqual((s.events_acked, s.in_flight_events), (100, 0))
+
+    def test_one_slow_answer_among_quick_ones_leaves_acks_waited(self):
+        # A single late answer (a preemption, a collection) is not a slow
+        # store: the acks after it are still waited for, which against a
+        # quick daemon costs less than sending them without waiting. (The
+        # test's daemon syncs each write: the acks the worker waits for are
+        # answered at once here, and sent on without waiting.)
+        c, ns = delayd.Client(), self.ns
+        waited, nowait = [], []
+        real_nowait = c._ack_nowait
+
+        def once(ids, namespace):
+            if len(waited) == 2:
+                time.sleep(0.02)  # (one late answer)
+            waited.append(len(ids))
+            real_nowait(ids, namespace, lambda error: None)
+            return None
+
+        c._ack_once = once
+        c._ack_nowait = lambda ids, *a: (nowait.append(len(ids)),
+                                         real_nowait(ids, *a))
+        got = []
+        w = delayd.Worker(ns, lambda e: got.append(e.key), client=c)
+        w.start()
+        for i in range(40):
+            self.client.set_timer(f"k{i}", delay=0, namespace=ns)
+        eventually(lambda: len(got) == 40, what="40 events")
+        w.stop()
+        c.close()
+        self.assertGreater(len(waited), 3)
+        self.assertEqual(nowait, [], "one late answer made acks slow")
+        s = self.client.stats(namespace=ns).namespaces[0]
+        self.assertEqual((s.events_acked, s.in_flight_events), (40, 0))
 
     def test_a_daemon_without_work_is_served_by_subscribe_and_calls(self):
         # A daemon without the Work method (an older node during a rolling
