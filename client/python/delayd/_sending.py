@@ -2,17 +2,17 @@
 Worker that sends what its handlers decided, as calls.
 
 Acknowledgements. The handler thread that empties the queue sends the acks
-of what ran, one try, while acks are answered quickly (under _SLOW_ACK on
-average) as a call it waits for: no other thread takes part between a
-handler's end, its ack and the next read (the stream is read by the pool's
-threads too: client.py's channels), which costs a quick handler's event
-less than anything else here. While acks are slow (a store that syncs each
-write before it answers: AckPace), the thread sends them without waiting,
-so that acks in flight overlap (the store syncs them together) and it
-reads on; one in _PROBE, sent while no other is in flight, waits again and
-says whether acks are quick again. (Not always without waiting: gRPC's thread
-then answers each ack, and against an in-memory daemon that costs a third
-of the rate.) What fails, and nacks, are left to the send loop, which
+of what ran, one try, while acks are answered quickly (AckPace) as a call
+it waits for: no other thread takes part between a handler's end, its ack
+and the next read (the stream is read by the pool's threads too:
+client.py's channels), which costs a quick handler's event less than
+anything else here. While acks are slow (a store that syncs each write
+before it answers), the thread sends them without waiting, so that acks in
+flight overlap (the store syncs them together) and it reads on; one in
+_PROBE, sent while no other is in flight, waits again and says whether
+acks are quick again. (Not always without waiting: gRPC's thread then
+answers each ack, and against an in-memory daemon that costs a third of
+the rate.) What fails, and nacks, are left to the send loop, which
 retries, so a handler thread never waits out a fail-over here; while an
 ack is awaited the send loop wakes another thread to read (within 10 ms).
 """
@@ -39,12 +39,13 @@ class AckPace:
     """Whether acks are slow, from the round trips of those waited for:
     slow once the last _SLOW_RUN were each past _SLOW_ACK, quick again at
     the first that is not (while slow, a waited ack is a probe, and says at
-    once whether acks are quick again). A run rather than an average: one
-    late answer (a preemption or a collection in either process) took a
-    moving average of eight past the bound against an in-memory daemon in
-    most runs, and the worker then sent acks without waiting at a third
-    less of its rate (tests/bench/README.md, "The Python Worker's ack
-    mode"). Under the Worker's lock."""
+    once whether acks are quick again). A run rather than an average: a
+    late answer now and then (a preemption or a collection in either
+    process) took a moving average of eight past the bound against an
+    in-memory daemon in every run of five, and the worker then sent acks
+    without waiting, which there costs up to a third of its rate
+    (tests/bench/README.md, "The Python Worker's ack mode"). Under the
+    Worker's lock."""
 
     __slots__ = ("_run",)
 
@@ -104,7 +105,7 @@ class Sending:
                 self._out.notify()
             # (A probe goes while no other ack is in flight: those sent
             # without waiting slow every ack down, as gRPC's thread then
-            # answers them, and would keep the average up.)
+            # answers them, and would keep the round trips up.)
             self._acks_sent += 1
             wait = not self._ack_pace.slow
             if not wait and not self._acking and \
