@@ -113,17 +113,11 @@ class LogThread {
       std::vector<AsyncCall*> calls;
       {
         std::unique_lock lock(mu_);
-        cv_.wait(lock, [this] { return !records_.empty(); });
+        cv_.wait(lock, [this] { return !waiting_.empty(); });
         records.swap(records_);
         calls.swap(waiting_);
       }
-      // (A firing's record alone is written, not synced: the next call's
-      // sync covers it, as delayd's firings get no sync of their own.)
-      if (calls.empty()) {
-        Append(fd_, records);
-      } else {
-        AppendDurably(fd_, records);
-      }
+      AppendDurably(fd_, records);
       for (AsyncCall* c : calls) AnswerServing(c);
     }
   }
@@ -183,9 +177,11 @@ class LogThread {
   request_check();
   for (;;) {
     // Waits for the first completion; then takes what is ready without
-    // waiting, and once nothing is, hands that turn's records and calls to
-    // the log's thread.
-    const bool turn_open = !records.empty();
+    // waiting, and once nothing is, hands the records and the calls waiting
+    // for them to the log's thread. (Firings' records wait for the next
+    // call's turn: written with it, they need no hand-over of their own, as
+    // delayd's firings are written by the thread that fires them.)
+    const bool turn_open = !unsynced.empty();
     if (RunNext(cq, turn_open ? Clock::time_point()
                               : Clock::now() + std::chrono::hours(1))) {
       continue;

@@ -89,22 +89,12 @@ inline std::string RecordOf(const grpc::health::v1::HealthCheckRequest& req) {
   return record;
 }
 
-// Appends `bytes` to `fd`, unsynced (a firing's record in timer-1+tt+log,
-// which the next synced record covers, as delayd's firings under --fsync
-// always get no sync of their own).
-inline void Append(int fd, const std::string& bytes) {
-  if (write(fd, bytes.data(), bytes.size()) !=
-      static_cast<ssize_t>(bytes.size())) {
-    std::perror("log");
-    std::_Exit(1);
-  }
-}
-
 // A log that every answer waits for: each group of records is appended to
 // `fd` and made durable (fdatasync) before any of them is answered.
 inline void AppendDurably(int fd, const std::string& bytes) {
-  Append(fd, bytes);
-  if (fdatasync(fd) != 0) {
+  if (write(fd, bytes.data(), bytes.size()) !=
+          static_cast<ssize_t>(bytes.size()) ||
+      fdatasync(fd) != 0) {
     std::perror("log");
     std::_Exit(1);
   }
