@@ -471,35 +471,45 @@ class Workers(Fixture):
         w.stop()
         c.close()
 
-    def test_slow_acks_are_sent_without_waiting_and_some_still_waited(self):
-        # Acks that take long (a store that syncs each write) go without
-        # waiting for their answers, so that they overlap; every sixteenth
-        # waits, to see whether acks are quick again.
+    def handle_with_acks(self, n, once):
+        """Runs a Worker over `n` events with its client's waited ack call
+        replaced by `once(ids, namespace, real_once, real_nowait)`; checks
+        every event handled and acknowledged; returns the sizes of the acks
+        sent without waiting."""
         c, ns = delayd.Client(), self.ns
-        waited, nowait = [], []
+        nowait = []
         real_once, real_nowait = c._ack_once, c._ack_nowait
-
-        def once(ids, namespace):
-            time.sleep(0.002)  # (a slow answer)
-            waited.append(len(ids))
-            return real_once(ids, namespace)
-
-        c._ack_once = once
+        c._ack_once = lambda ids, namespace: once(ids, namespace, real_once,
+                                                  real_nowait)
         c._ack_nowait = lambda ids, *a: (nowait.append(len(ids)),
                                          real_nowait(ids, *a))
         got = []
         w = delayd.Worker(ns, lambda e: got.append(e.key), client=c)
         w.start()
-        for i in range(100):
+        for i in range(n):
             self.client.set_timer(f"k{i}", delay=0, namespace=ns)
-        eventually(lambda: len(got) == 100, what="100 events")
+        eventually(lambda: len(got) == n, what=f"{n} events")
         w.stop()
         c.close()
-        self.assertEqual(sorted(got), sorted(f"k{i}" for i in range(100)))
+        self.assertEqual(sorted(got), sorted(f"k{i}" for i in range(n)))
+        s = self.client.stats(namespace=ns).namespaces[0]
+        self.assertEqual((s.events_acked, s.in_flight_events), (n, 0))
+        return nowait
+
+    def test_slow_acks_are_sent_without_waiting_and_some_still_waited(self):
+        # Acks that take long (a store that syncs each write) go without
+        # waiting for their answers, so that they overlap; every sixteenth
+        # waits, to see whether acks are quick again.
+        waited = []
+
+        def once(ids, namespace, real_once, real_nowait):
+            time.sleep(0.002)  # (a slow answer)
+            waited.append(len(ids))
+            return real_once(ids, namespace)
+
+        nowait = self.handle_with_acks(100, once)
         self.assertGreater(len(waited), 1)
         self.assertGreater(len(nowait), len(waited))
-        s = self.client.stats(namespace=ns).namespaces[0]
-        self.assertEqual((s.events_acked, s.in_flight_events), (100, 0))
 
     def test_one_slow_answer_among_quick_ones_leaves_acks_waited(self):
         # A single late answer (a preemption, a collection) is not a slow
@@ -507,32 +517,18 @@ class Workers(Fixture):
         # quick daemon costs less than sending them without waiting. (The
         # test's daemon syncs each write: the acks the worker waits for are
         # answered at once here, and sent on without waiting.)
-        c, ns = delayd.Client(), self.ns
-        waited, nowait = [], []
-        real_nowait = c._ack_nowait
+        waited = []
 
-        def once(ids, namespace):
+        def once(ids, namespace, real_once, real_nowait):
             if len(waited) == 2:
                 time.sleep(0.02)  # (one late answer)
             waited.append(len(ids))
             real_nowait(ids, namespace, lambda error: None)
             return None
 
-        c._ack_once = once
-        c._ack_nowait = lambda ids, *a: (nowait.append(len(ids)),
-                                         real_nowait(ids, *a))
-        got = []
-        w = delayd.Worker(ns, lambda e: got.append(e.key), client=c)
-        w.start()
-        for i in range(40):
-            self.client.set_timer(f"k{i}", delay=0, namespace=ns)
-        eventually(lambda: len(got) == 40, what="40 events")
-        w.stop()
-        c.close()
+        nowait = self.handle_with_acks(40, once)
         self.assertGreater(len(waited), 3)
         self.assertEqual(nowait, [], "one late answer made acks slow")
-        s = self.client.stats(namespace=ns).namespaces[0]
-        self.assertEqual((s.events_acked, s.in_flight_events), (40, 0))
 
     def test_a_daemon_without_work_is_served_by_subscribe_and_calls(self):
         # A daemon without the Work method (an older node during a rolling
