@@ -83,52 +83,6 @@ class TimerThread {
   bool wake_pending_ = false;             // Under mu_.
 };
 
-// Writes and syncs the log off the loop, as delayd's writer and syncer do:
-// the loop hands over each turn's records with the calls that wait for
-// them; one write and one fdatasync take everything handed over meanwhile,
-// and this thread answers the calls (an answer may start on any thread).
-// Locking: mu_ guards records_ and waiting_.
-class LogThread {
- public:
-  explicit LogThread(int fd) : fd_(fd) {
-    std::thread([this] { Loop(); }).detach();
-  }
-
-  // From the loop: `records` are written and synced, then `calls` answered.
-  void Add(std::string& records, std::vector<AsyncCall*>& calls) {
-    {
-      std::lock_guard lock(mu_);
-      records_ += records;
-      waiting_.insert(waiting_.end(), calls.begin(), calls.end());
-    }
-    records.clear();
-    calls.clear();
-    cv_.notify_one();
-  }
-
- private:
-  [[noreturn]] void Loop() {
-    for (;;) {
-      std::string records;
-      std::vector<AsyncCall*> calls;
-      {
-        std::unique_lock lock(mu_);
-        cv_.wait(lock, [this] { return !waiting_.empty(); });
-        records.swap(records_);
-        calls.swap(waiting_);
-      }
-      AppendDurably(fd_, records);
-      for (AsyncCall* c : calls) AnswerServing(c);
-    }
-  }
-
-  const int fd_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::string records_;              // Under mu_.
-  std::vector<AsyncCall*> waiting_;  // Under mu_.
-};
-
 }  // namespace
 
 [[noreturn]] void ServePrecise(health::Health::AsyncService& svc,
@@ -140,8 +94,8 @@ class LogThread {
   // answers wait for their sync, and the thread that writes and syncs.
   std::string records;
   std::vector<AsyncCall*> unsynced;
-  std::unique_ptr<LogThread> log_thread;
-  if (log >= 0) log_thread = std::make_unique<LogThread>(log);
+  std::unique_ptr<LogWriter> log_writer;
+  if (log >= 0) log_writer = std::make_unique<LogWriter>(log);
   const std::string fired_record(64, 'f');
   timers.on_due = [&] {
     for (int n = timers.TakeDue(); n > 0; --n) {
@@ -178,7 +132,7 @@ class LogThread {
   for (;;) {
     // Waits for the first completion; then takes what is ready without
     // waiting, and once nothing is, hands the records and the calls waiting
-    // for them to the log's thread. (Firings' records wait for the next
+    // for them to the log's writer. (Firings' records wait for the next
     // call's turn: written with it, they need no hand-over of their own, as
     // delayd's firings are written by the thread that fires them.)
     const bool turn_open = !unsynced.empty();
@@ -186,7 +140,12 @@ class LogThread {
                               : Clock::now() + std::chrono::hours(1))) {
       continue;
     }
-    if (turn_open) log_thread->Add(records, unsynced);
+    if (!turn_open) continue;
+    log_writer->Add(records, [calls = std::move(unsynced)] {
+      for (AsyncCall* c : calls) AnswerServing(c);
+    });
+    records.clear();
+    unsynced.clear();
   }
 }
 

@@ -104,46 +104,6 @@ class SyncHealth : public health::Health::Service {
   }
 }
 
-// A writer thread that appends and syncs whatever calls gathered while it
-// last wrote, then runs their answers.
-class LogWriter {
- public:
-  explicit LogWriter(int fd) : fd_(fd) {
-    std::thread([this] { Loop(); }).detach();
-  }
-  void Add(const std::string& bytes, std::function<void()> answer) {
-    {
-      std::lock_guard lock(mu_);
-      bytes_ += bytes;
-      answers_.push_back(std::move(answer));
-    }
-    cv_.notify_one();
-  }
-
- private:
-  [[noreturn]] void Loop() {
-    std::vector<std::function<void()>> group;
-    std::string bytes;
-    for (;;) {
-      {
-        std::unique_lock lock(mu_);
-        cv_.wait(lock, [&] { return !answers_.empty(); });
-        group.swap(answers_);
-        bytes.swap(bytes_);
-      }
-      AppendDurably(fd_, bytes);
-      for (auto& answer : group) answer();
-      group.clear();
-      bytes.clear();
-    }
-  }
-  const int fd_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<std::function<void()>> answers_;  // Under mu_.
-  std::string bytes_;                           // Under mu_.
-};
-
 // callback+log: the callback API's handler hands each call to the writer,
 // which finishes it once synced (delayd's shape without its store: one
 // hand-over each way).

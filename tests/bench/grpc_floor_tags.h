@@ -11,11 +11,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include "grpc/health/v1/health.grpc.pb.h"
 
@@ -99,6 +103,47 @@ inline void AppendDurably(int fd, const std::string& bytes) {
     std::_Exit(1);
   }
 }
+
+// A writer thread that appends and syncs whatever calls gathered while it
+// last wrote, then runs their answers (an answer may start on any thread).
+// Locking: mu_ guards answers_ and bytes_.
+class LogWriter {
+ public:
+  explicit LogWriter(int fd) : fd_(fd) {
+    std::thread([this] { Loop(); }).detach();
+  }
+  void Add(const std::string& bytes, std::function<void()> answer) {
+    {
+      std::lock_guard lock(mu_);
+      bytes_ += bytes;
+      answers_.push_back(std::move(answer));
+    }
+    cv_.notify_one();
+  }
+
+ private:
+  [[noreturn]] void Loop() {
+    std::vector<std::function<void()>> group;
+    std::string bytes;
+    for (;;) {
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] { return !answers_.empty(); });
+        group.swap(answers_);
+        bytes.swap(bytes_);
+      }
+      AppendDurably(fd_, bytes);
+      for (auto& answer : group) answer();
+      group.clear();
+      bytes.clear();
+    }
+  }
+  const int fd_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::function<void()>> answers_;  // Under mu_.
+  std::string bytes_;                           // Under mu_.
+};
 
 // The worker's Watch stream, requested on `cq` and used only by the thread
 // polling it: each Fired() event is written once the one before is, one
