@@ -27,7 +27,7 @@ Dispatcher::Dispatcher(asio::io_context& io, asio::any_io_executor reads,
       limits_(limits),
       clock_(clock),
       store_(store),
-      strand_(asio::make_strand(io)),
+      strand_(InlineFirst(io)),
       rate_timer_(strand_),
       random_(std::random_device()()),
       ack_wheel_(strand_, clock, std::chrono::milliseconds(1), clock.Steady(),
@@ -179,8 +179,8 @@ void Dispatcher::Unsubscribe(std::uint64_t id) {
 
 void Dispatcher::Ack(std::vector<std::uint64_t> ids,
                      std::function<void(AckResult)> done) {
-  asio::post(strand_, [this, ids = std::move(ids),
-                       done = std::move(done)]() mutable {
+  asio::dispatch(strand_, [this, ids = std::move(ids),
+                           done = std::move(done)]() mutable {
     on_strand_.Enter();
     // (The events this lets go and its answer, in one message: turn.h.)
     Turn turn;
@@ -238,10 +238,11 @@ void Dispatcher::Ack(std::vector<std::uint64_t> ids,
     if (!write_acks_here_) return store_->Commit(batch, std::move(durable));
     // Written, and usually answered, by this thread once it leaves the
     // strand (deferred: a write the disk holds up must not hold the strand,
-    // whose deliveries go on meanwhile).
+    // whose deliveries go on meanwhile): a pool thread, or the caller's
+    // thread after an inline turn.
     if (store_->CommitDeferred(batch, std::move(durable))) {
-      asio::defer(strand_.get_inner_executor(),
-                  [store = store_] { store->WriteHere(); });
+      strand_.get_inner_executor().Later(
+          [store = store_] { store->WriteHere(); });
     }
   });
 }

@@ -65,6 +65,7 @@
 #include "server/common/types.h"
 #include "server/core/alarm_wheel.h"
 #include "server/core/counters.h"
+#include "server/core/inline_first.h"
 #include "server/core/namespace_refs.h"
 #include "server/core/strand.h"
 #include "server/core/subscriber.h"
@@ -140,7 +141,11 @@ class Dispatcher {
   // ready again, or dead letters if that was their last attempt.
   void Unsubscribe(std::uint64_t id);
 
-  // Retires acknowledged events; `done` runs once that is durable.
+  // Retires acknowledged events; `done` runs once that is durable. Called
+  // from a thread running no strand's turn (gRPC's, taking the call), the
+  // turn runs on that thread if the strand is free, and under `--fsync 1s`
+  // or `never` the ack is written there too (inline_first.h): the caller
+  // must hold no lock.
   void Ack(std::vector<std::uint64_t> ids, std::function<void(AckResult)> done);
   // Fails the deliveries of the events of `ids` in flight: each retries
   // after `retry_after`, or when unset after the backoff for its attempt.
@@ -441,7 +446,7 @@ class Dispatcher {
   const Limits& limits_;
   const Clock& clock_;
   Store* const store_;
-  Strand strand_;
+  asio::strand<InlineFirst> strand_;
   StrandRole on_strand_{strand_};
   Policy policy_ GUARDED_BY(on_strand_);
   // The namespace's dispatch rate (policy_), and the timer that pumps again

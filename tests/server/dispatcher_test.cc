@@ -203,6 +203,32 @@ TEST_P(DispatcherTest, PublishedEventsCountAsReadyBeforeTheStrandRuns) {
   EXPECT_EQ(counters_.in_flight.load(), 3u);
 }
 
+TEST_P(DispatcherTest, AnAckFromOutsideThePoolIsTakenOnItsThread) {
+  auto w = Subscribe();
+  Publish(1);
+  const auto got = w->WaitFor(1, 10s);
+  ASSERT_EQ(got.size(), 1u);
+  // Every pool thread held: what happens now happens on this thread.
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<int> blocked{0};
+  for (std::size_t t = 0; t < threads_.size(); ++t) {
+    asio::post(io_, [&blocked, released] {
+      ++blocked;
+      released.wait();
+    });
+  }
+  while (blocked.load() < static_cast<int>(threads_.size())) {
+    std::this_thread::yield();
+  }
+  std::promise<AckResult> done;
+  dispatcher_->Ack({got[0].id},
+                   [&](AckResult r) { done.set_value(std::move(r)); });
+  EXPECT_EQ(counters_.acked.load(), 1u) << "the ack's turn waited for the pool";
+  release.set_value();
+  EXPECT_EQ(done.get_future().get().acked, 1u);
+}
+
 TEST_P(DispatcherTest, AckOfUnknownIdsSaysSo) {
   auto w = Subscribe();
   Publish(1);
