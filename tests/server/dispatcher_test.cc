@@ -103,6 +103,19 @@ class DispatcherTest : public ::testing::TestWithParam<bool> {
                       [&](LeaseResult r) { done.set_value(std::move(r)); });
     return done.get_future().get();
   }
+  // Holds every pool thread until `released` is ready.
+  void HoldPool(std::shared_future<void> released) {
+    std::atomic<int> blocked{0};
+    for (std::size_t t = 0; t < threads_.size(); ++t) {
+      asio::post(io_, [&blocked, released] {
+        ++blocked;
+        released.wait();
+      });
+    }
+    while (blocked.load() < static_cast<int>(threads_.size())) {
+      std::this_thread::yield();
+    }
+  }
   // Moves the fake clock and waits until the dispatcher acted on it.
   void Advance(std::chrono::nanoseconds d) {
     clock_.Advance(d);
@@ -181,17 +194,7 @@ TEST_P(DispatcherTest, EventsHeldBackByAStreamsBacklogGoOnceItDrains) {
 // recovery, or a firing) count them already, and once only.
 TEST_P(DispatcherTest, PublishedEventsCountAsReadyBeforeTheStrandRuns) {
   std::promise<void> release;
-  std::shared_future<void> released = release.get_future().share();
-  std::atomic<int> blocked{0};
-  for (std::size_t t = 0; t < threads_.size(); ++t) {
-    asio::post(io_, [&blocked, released] {
-      ++blocked;
-      released.wait();
-    });
-  }
-  while (blocked.load() < static_cast<int>(threads_.size())) {
-    std::this_thread::yield();
-  }
+  HoldPool(release.get_future().share());
   Publish(3);
   EXPECT_EQ(counters_.ready.load(), 3u);
   release.set_value();
@@ -210,17 +213,7 @@ TEST_P(DispatcherTest, AnAckFromOutsideThePoolIsTakenOnItsThread) {
   ASSERT_EQ(got.size(), 1u);
   // Every pool thread held: what happens now happens on this thread.
   std::promise<void> release;
-  std::shared_future<void> released = release.get_future().share();
-  std::atomic<int> blocked{0};
-  for (std::size_t t = 0; t < threads_.size(); ++t) {
-    asio::post(io_, [&blocked, released] {
-      ++blocked;
-      released.wait();
-    });
-  }
-  while (blocked.load() < static_cast<int>(threads_.size())) {
-    std::this_thread::yield();
-  }
+  HoldPool(release.get_future().share());
   std::promise<AckResult> done;
   dispatcher_->Ack({got[0].id},
                    [&](AckResult r) { done.set_value(std::move(r)); });
