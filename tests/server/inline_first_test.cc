@@ -145,7 +145,7 @@ TEST_F(InlineFirstTest, ABusyStrandsWorkWaitsForItsTurn) {
   EXPECT_TRUE(WaitFor(ran));
 }
 
-TEST_F(InlineFirstTest, TimersOnTheStrandCompleteOnThePool) {
+TEST_F(InlineFirstTest, TimersOnTheStrandCompleteInIt) {
   asio::steady_timer timer(strand_);
   timer.expires_after(1ms);
   std::atomic<bool> ran{false}, in_strand{false};
