@@ -29,137 +29,15 @@ import time
 import types as _pytypes
 from typing import AsyncIterator, Awaitable, Callable, Optional, Union
 
-import grpc
-
 from . import errors, types
-from ._api import Api, subscribe_request
+from ._aclient import AsyncClient
+from ._api import subscribe_request
 from ._awork import AsyncSending, AsyncWorkStream
-from ._retry import Attempts, waits
-from .client import CHANNEL_OPTIONS
+from ._retry import waits
 from .config import Config, Retry as RetryPolicy
-from .v1 import delayd_pb2_grpc as pb_grpc
 from ._handling import Hooks, Retry, _Done, take_settings
 
-
-class AsyncClient(Api):
-    def __init__(self, config: Optional[Config] = None, **overrides) -> None:
-        self.config = config if config is not None else \
-            Config.from_env(**overrides)
-        self._channels: dict[int, grpc.aio.Channel] = {}
-        self._stubs: dict[int, pb_grpc.DelaydStub] = {}  # one per channel
-        self._at = 0
-        self._token = self.config.bearer()
-
-    def _stub(self, i: int) -> pb_grpc.DelaydStub:
-        stub = self._stubs.get(i)
-        if stub is None:
-            endpoint = self.config.endpoints[i]
-            creds = self.config.credentials()
-            channel = grpc.aio.secure_channel(endpoint, creds, CHANNEL_OPTIONS) \
-                if creds is not None else \
-                grpc.aio.insecure_channel(endpoint, CHANNEL_OPTIONS)
-            self._channels[i] = channel
-            stub = self._stubs[i] = pb_grpc.DelaydStub(channel)
-        return stub
-
-    def _endpoint(self) -> int:
-        return self._at
-
-    def _rotate(self, failed: int) -> None:
-        if self._at == failed:
-            self._at = (failed + 1) % len(self.config.endpoints)
-
-    def metadata(self):
-        return (("authorization", f"Bearer {self._token}"),) \
-            if self._token else ()
-
-    async def close(self) -> None:
-        channels, self._channels = self._channels, {}
-        self._stubs = {}
-        for channel in channels.values():
-            await channel.close()
-
-    async def __aenter__(self) -> "AsyncClient":
-        return self
-
-    async def __aexit__(self, *exc) -> None:
-        await self.close()
-
-    async def _invoke(self, rpc, request, kind, parse,
-                      not_found_after_loss=None):
-        attempts = Attempts(self.config.retry, kind)
-        reread = False
-        while True:
-            i = self._endpoint()
-            try:
-                response = await getattr(self._stub(i), rpc)(
-                    request, timeout=self.config.timeout,
-                    metadata=self.metadata())
-                return parse(response)
-            except grpc.RpcError as rpc_error:
-                err = errors.from_rpc_error(rpc_error)
-            if err.code == "UNAUTHENTICATED" and not reread:
-                reread = True
-                fresh = self.config.bearer()
-                if self.config.token_file and fresh != self._token:
-                    self._token = fresh
-                    continue
-            if (err.code == "NOT_FOUND" and attempts.lost and
-                    not_found_after_loss is not None):
-                return not_found_after_loss[0]
-            wait = attempts.failed(err)
-            self._rotate(i)
-            await asyncio.sleep(wait)
-
-    async def _pages(self, page) -> AsyncIterator:
-        token = ""
-        while True:
-            items, token = await page(token)
-            for item in items:
-                yield item
-            if not token:
-                return
-
-    def list_timers(self, *, namespace: Optional[str] = None,
-                    prefix: str = "", page_size: int = 100,
-                    payloads: bool = True) -> AsyncIterator[types.Timer]:
-        return self._pages(lambda token: self._list_timers_page(
-            namespace, prefix, page_size, token, payloads))
-
-    def dead_letters(self, *, namespace: Optional[str] = None,
-                     page_size: int = 100) -> AsyncIterator[types.Record]:
-        return self._pages(lambda token: self._dead_letters_page(
-            namespace, page_size, token))
-
-    def list_schedules(self, *, namespace: Optional[str] = None,
-                       prefix: str = "",
-                       page_size: int = 100) -> AsyncIterator[types.Record]:
-        return self._pages(lambda token: self._schedules_page(
-            namespace, prefix, page_size, token))
-
-    async def subscribe(self, *, namespace: Optional[str] = None,
-                        watcher: bool = False, max_in_flight: int = 0,
-                        keep_leases: bool = False,
-                        ack_timeout=None, on_registered=None
-                        ) -> AsyncIterator[types.Event]:
-        """A raw stream of events (one endpoint, no reconnection), as an
-        async iterator; cancel the task reading it to end it."""
-        req = subscribe_request(namespace, watcher, max_in_flight,
-                                keep_leases, ack_timeout)
-        call = self._stub(self._endpoint()).Subscribe(
-            req, metadata=self.metadata())
-        try:
-            async for msg in call:
-                if on_registered is not None:
-                    on_registered()
-                    on_registered = None
-                for e in msg.events:
-                    yield types.Event.from_pb(e)
-        except grpc.RpcError as rpc_error:
-            if rpc_error.code() != grpc.StatusCode.CANCELLED:
-                raise errors.from_rpc_error(rpc_error) from None
-        finally:
-            call.cancel()
+__all__ = ["AsyncClient", "AsyncWorker", "Handler"]
 
 
 Handler = Callable[[types.Event], Union[Awaitable[None], None]]
@@ -199,13 +77,16 @@ class AsyncWorker(AsyncSending):
     extensions go on the worker's Work stream; while it reconnects, or
     against a daemon without Work (then Subscribe), as calls.
 
-    Handlers run in lanes: up to ``concurrency`` tasks, each awaiting one
-    handler after another while events are queued. A lane whose handler
-    suspends (or runs in the executor) wakes another while events wait
-    (one woken at a time), so a slow handler holds up nothing else, while
-    a burst of handlers that finish without suspending runs in one lane,
-    in one turn of the loop. (A task per event made 0.64-0.84x the rate:
-    tests/bench/README.md, "The AsyncWorker in lanes".)"""
+    Handlers run on the task that reads the stream while they finish
+    without suspending, so a burst of quick handlers takes no other task's
+    turn. The first that suspends goes to a lane, with the rest of its
+    message: lanes are up to ``concurrency`` tasks, each awaiting one
+    handler after another while events are queued, and a lane whose
+    handler suspends (or runs in the executor) wakes another while events
+    wait (one woken at a time), so a slow handler holds up nothing else.
+    (A task per event made 0.64-0.84x the rate: tests/bench/README.md,
+    "The AsyncWorker in lanes"; the reading task's own runs: "The
+    AsyncWorker's reader runs quick handlers".)"""
 
     def __init__(self, namespace: str, handler: Handler, *,
                  concurrency: int = 1, client: Optional[AsyncClient] = None,
@@ -224,7 +105,10 @@ class AsyncWorker(AsyncSending):
         # The events being handled, by id: the lane running each.
         self._running: dict[int, asyncio.Task] = {}
         self._lanes: set[asyncio.Task] = set()
-        self._idle: collections.deque[asyncio.Future] = collections.deque()
+        # Idle lanes: the future each awaits (its result: None, or an
+        # event to finish) and its task.
+        self._idle: collections.deque[tuple[asyncio.Future, asyncio.Task]] \
+            = collections.deque()
         self._woken = 0  # lanes woken (or started) yet to take their turn
         self._none_running = asyncio.Event()  # set while _running is empty
         self._ending = False  # lanes are being cancelled (and end)
@@ -324,6 +208,8 @@ class AsyncWorker(AsyncSending):
             try:
                 async for batch in self._batches(registered):
                     self._received(batch)
+                    if self._queued:
+                        self._run_here()
             except errors.Unimplemented as e:
                 if not self._legacy:
                     # An older daemon, without Work: Subscribe, at once.
@@ -385,7 +271,59 @@ class AsyncWorker(AsyncSending):
             else:
                 self._queued.append(event)
                 queued_ids.add(i)
+
+    def _run_here(self) -> None:
+        """Runs the queued events on the reading task while their handlers
+        (coroutines) finish without suspending: a burst of quick handlers
+        takes no other task's turn before the send loop's. The first
+        handler that suspends is finished by a lane, and the rest of the
+        queue goes to lanes; so do the events while a lane is woken, and
+        those of a plain function."""
+        queued, running = self._queued, self._running
+        if not self._is_coroutine or self._stopping or self._woken:
+            self._wake_lane()
+            return
+        handler, monotonic = self.handler, time.monotonic
+        on_handled, handled = self.hooks.on_handled, []
+        # (No lane runs meanwhile: nothing here awaits. Each event handed
+        # to a lane is in `running`, which bounds those started here.)
+        while queued and len(running) < self.concurrency:
+            event = queued.popleft()
+            self._queued_ids.discard(event.id)
+            started = monotonic()
+            coro = handler(event)
+            try:
+                suspended_on = coro.send(None)
+            except StopIteration:
+                handled.append(event.id)
+                if on_handled is not None:
+                    self._hook("on_handled", event, monotonic() - started)
+                continue
+            except asyncio.CancelledError:
+                continue  # (the handler's own: left unacknowledged)
+            except BaseException as e:  # noqa: BLE001 (a handler's failure)
+                self._failed(event, e, monotonic() - started)
+                continue
+            self._hand_off((event, coro, suspended_on, started))
+            break
         self._wake_lane()
+        if handled:
+            self._handled(handled)
+
+    def _hand_off(self, seed: tuple) -> None:
+        """Gives a lane (idle, or a new one) an event whose handler
+        suspended on its first step, (event, coroutine, what it awaits,
+        when it started), to finish."""
+        while self._idle:
+            wake, lane = self._idle.popleft()
+            if not wake.done():  # (not a lane cancelled meanwhile)
+                self._running[seed[0].id] = lane
+                wake.set_result(seed)
+                return
+        lane = asyncio.create_task(self._lane(seed))
+        self._running[seed[0].id] = lane
+        self._lanes.add(lane)
+        lane.add_done_callback(self._lanes.discard)
 
     def _wake_lane(self) -> None:
         """Wakes an idle lane, or starts one while fewer than
@@ -394,7 +332,7 @@ class AsyncWorker(AsyncSending):
         if self._woken or self._stopping or not self._queued:
             return
         while self._idle:
-            wake = self._idle.popleft()
+            wake, _ = self._idle.popleft()
             if not wake.done():  # (not a lane cancelled meanwhile)
                 self._woken += 1
                 wake.set_result(None)
@@ -405,30 +343,48 @@ class AsyncWorker(AsyncSending):
             self._lanes.add(lane)
             lane.add_done_callback(self._lanes.discard)
 
-    async def _lane(self) -> None:
+    async def _lane(self, seed: Optional[tuple] = None) -> None:
         """Handles queued events one after another; idle while none wait.
         Ends when cancelled (stop_now, or the worker finished). The ids of
         events handled are recorded (acks, the window of handled ids)
-        before the lane next lets the loop run, not one by one."""
+        before the lane next lets the loop run, not one by one. A lane
+        started or woken with a `seed` (_hand_off) finishes that first."""
         loop, me = asyncio.get_running_loop(), asyncio.current_task()
         queued, running, handled = self._queued, self._running, []
         monotonic, on_handled = time.monotonic, self.hooks.on_handled
-        self._woken -= 1
+        if seed is None:
+            self._woken -= 1
         while True:
-            if not queued or self._stopping:
+            if seed is not None:
+                event, coro, suspended_on, started = seed
+                seed = None
+            elif not queued or self._stopping:
                 handled = self._handled(handled)
                 wake = loop.create_future()
-                self._idle.append(wake)
-                await wake
-                self._woken -= 1
+                self._idle.append((wake, me))
+                try:
+                    seed = await wake
+                except asyncio.CancelledError:
+                    if wake.done() and not wake.cancelled() and wake.result():
+                        event, coro = wake.result()[:2]  # (never resumed)
+                        coro.close()
+                        running.pop(event.id, None)
+                    raise
+                if seed is None:
+                    self._woken -= 1
                 continue
-            event = queued.popleft()
-            self._queued_ids.discard(event.id)
-            running[event.id] = me
-            started = monotonic()
+            else:
+                event, coro = queued.popleft(), None
+                self._queued_ids.discard(event.id)
+                running[event.id] = me
+                started = monotonic()
             outcome: object = _LEFT  # None: handled; or the error raised
             try:
-                if self._is_coroutine:
+                if coro is not None:
+                    handled = self._handled(handled)
+                    self._wake_lane()
+                    await _rest_of(coro, suspended_on)
+                elif self._is_coroutine:
                     # Its first step here: one that ends without
                     # suspending needs no other lane woken.
                     coro = self.handler(event)

@@ -819,6 +819,70 @@ class Async(Fixture):
 
         asyncio.run(main())
 
+    def test_async_quick_handlers_run_on_the_reading_task(self):
+        # Handlers that finish without suspending run on the task reading
+        # the stream, and no lane is started for them; a handler that then
+        # suspends on its first step is finished by a lane, and the events
+        # behind it still run (on lanes) within the concurrency.
+        ns = self.ns
+
+        async def main():
+            async with delayd.AsyncClient() as c:
+                await c.set_policy(namespace=ns, paused=True)
+                b = c.batch(namespace=ns)
+                for i in range(64):
+                    b.set(f"q{i}", b"", delay=0)
+                await b.commit()
+                tasks, running, peak, done = [], 0, 0, []
+                gate, resumed_on = asyncio.Event(), []
+
+                async def handle(e):
+                    nonlocal running, peak
+                    tasks.append(asyncio.current_task())
+                    running += 1
+                    peak = max(peak, running)
+                    try:
+                        if e.key.startswith("s"):
+                            await gate.wait()
+                            resumed_on.append(asyncio.current_task())
+                    finally:
+                        running -= 1
+                    done.append(e.key)
+
+                w = delayd.AsyncWorker(ns, handle, concurrency=4, client=c)
+                task = asyncio.create_task(w.run(install_signal_handlers=False))
+                await c.set_policy(namespace=ns, paused=False)
+                deadline = time.monotonic() + 10
+                while len(done) < 64 and time.monotonic() < deadline:
+                    await asyncio.sleep(0.01)  # (polls a condition, bounded)
+                self.assertEqual(len(done), 64)
+                self.assertEqual(set(tasks), {w._reader})
+                self.assertEqual(len(w._lanes), 0)
+                b = c.batch(namespace=ns)
+                for i in range(3):
+                    b.set(f"s{i}", b"", delay=0)
+                for i in range(20):
+                    b.set(f"t{i}", b"", delay=0)
+                await b.commit()
+                while (w.running() < 3 or len(done) < 84) and \
+                        time.monotonic() < deadline:
+                    await asyncio.sleep(0.01)
+                self.assertEqual((w.running(), len(done)), (3, 84))
+                self.assertEqual(peak, 4)
+                lanes = set(w._lanes)
+                gate.set()
+                while len(done) < 87 and time.monotonic() < deadline:
+                    await asyncio.sleep(0.01)
+                self.assertEqual(len(resumed_on), 3)
+                self.assertLessEqual(set(resumed_on), lanes)
+                await w.stop()
+                await task
+                self.assertEqual(len(done), 87)
+                s = (await c.stats(namespace=ns)).namespaces[0]
+                self.assertEqual((s.events_acked, s.in_flight_events), (87, 0))
+
+        asyncio.run(main())
+
     def test_an_async_raising_handler_is_retried_then_dead_lettered(self):
         # Its first attempt fails without suspending, the later ones after
         # suspending: each is nacked with its error and its retry time.
