@@ -821,9 +821,9 @@ class Async(Fixture):
 
     def test_async_quick_handlers_run_on_the_reading_task(self):
         # Handlers that finish without suspending run on the task reading
-        # the stream, and no lane is started for them; a handler that then
-        # suspends on its first step is finished by a lane, and the events
-        # behind it still run (on lanes) within the concurrency.
+        # the stream, and no lane is started for them; handlers that then
+        # suspend on their first step are finished by lanes, and the events
+        # after them still run, within the concurrency.
         ns = self.ns
 
         async def main():
@@ -861,11 +861,14 @@ class Async(Fixture):
                 b = c.batch(namespace=ns)
                 for i in range(3):
                     b.set(f"s{i}", b"", delay=0)
+                await b.commit()
+                while w.running() < 3 and time.monotonic() < deadline:
+                    await asyncio.sleep(0.01)
+                b = c.batch(namespace=ns)
                 for i in range(20):
                     b.set(f"t{i}", b"", delay=0)
                 await b.commit()
-                while (w.running() < 3 or len(done) < 84) and \
-                        time.monotonic() < deadline:
+                while len(done) < 84 and time.monotonic() < deadline:
                     await asyncio.sleep(0.01)
                 self.assertEqual((w.running(), len(done)), (3, 84))
                 self.assertEqual(peak, 4)
