@@ -490,10 +490,16 @@ class Workers(Fixture):
             self.client.set_timer(f"k{i}", delay=0, namespace=ns)
         eventually(lambda: len(got) == n, what=f"{n} events")
         w.stop()
-        c.close()
         self.assertEqual(sorted(got), sorted(f"k{i}" for i in range(n)))
-        s = self.client.stats(namespace=ns).namespaces[0]
-        self.assertEqual((s.events_acked, s.in_flight_events), (n, 0))
+
+        def all_acked():
+            s = self.client.stats(namespace=ns).namespaces[0]
+            return (s.events_acked, s.in_flight_events) == (n, 0)
+
+        # (`once` may pass an ack on without waiting for its answer: the
+        # channel stays open until the daemon has them all.)
+        eventually(all_acked, what=f"{n} events acknowledged")
+        c.close()
         return nowait
 
     def test_slow_acks_are_sent_without_waiting_and_some_still_waited(self):
