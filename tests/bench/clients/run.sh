@@ -8,6 +8,8 @@
 #     message ("raw"), and at concurrency 32 also a Work stream with the
 #     Ack a message on it ("rawwork") and, in Python, the Subscribe loop on
 #     a channel that reads on the loop's thread, as the Worker's ("rawst");
+#     and Python's AsyncWorker (a coroutine handler) against the Work loop
+#     on grpc.aio ("rawaio");
 #   - the TypeScript Worker against BullMQ's Worker at the same concurrency
 #     (1, 32, 256; Redis without persistence, as delayd --in-memory).
 # A fifth number after a TypeScript throughput figure's is a warm-up: that
@@ -83,6 +85,8 @@ pairs=("py raw library throughput 200000 32"
        "py rawst library throughput 200000 32"
        "py raw library throughput 10000 1"
        "py raw library lateness 2000 10 50 32"
+       "py rawaio async throughput 200000 32"
+       "py rawaio async lateness 2000 10 50 32"
        "ts raw library throughput 50000 32"
        "ts rawwork library throughput 50000 32"
        "ts rawwork library throughput 50000 32 20000"
