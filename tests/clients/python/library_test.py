@@ -36,6 +36,24 @@ def eventually(cond, timeout=10.0, what="a condition"):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+async def until(cond, timeout=10.0, what="a condition"):
+    """eventually() for a test on an event loop: polls without blocking it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        await asyncio.sleep(0.01)  # (polls a condition, bounded)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def set_due(c, ns, keys):
+    """Sets a timer due now on each key, in one Batch."""
+    b = c.batch(namespace=ns)
+    for key in keys:
+        b.set(key, b"", delay=0)
+    await b.commit()
+
+
 class Fixture(unittest.TestCase):
     counter = 0
 
@@ -801,18 +819,13 @@ class Async(Fixture):
                 w = delayd.AsyncWorker(ns, handle, concurrency=4, client=c)
                 task = asyncio.create_task(w.run(install_signal_handlers=False))
                 await c.set_timer("stuck", delay=0, namespace=ns)
-                deadline = time.monotonic() + 10
-                while w.running() < 1 and time.monotonic() < deadline:
-                    await asyncio.sleep(0.01)
-                b = c.batch(namespace=ns)
-                for i in range(100):
-                    b.set(f"k{i}", b"", delay=0)
-                await b.commit()
-                while len(done) < 100 and time.monotonic() < deadline:
-                    await asyncio.sleep(0.01)
+                await until(lambda: w.running() >= 1, what="the stuck one")
+                await set_due(c, ns, [f"k{i}" for i in range(100)])
+                await until(lambda: len(done) >= 100, what="100 events")
                 self.assertEqual(sorted(done),
                                  sorted(f"k{i}" for i in range(100)))
                 self.assertEqual((peak, w.running()), (4, 1))
+                deadline = time.monotonic() + 10
                 while (await c.stats(namespace=ns)).namespaces[0] \
                         .events_acked < 100 and time.monotonic() < deadline:
                     await asyncio.sleep(0.01)  # (the acks sent, bounded)
@@ -835,10 +848,7 @@ class Async(Fixture):
         async def main():
             async with delayd.AsyncClient() as c:
                 await c.set_policy(namespace=ns, paused=True)
-                b = c.batch(namespace=ns)
-                for i in range(64):
-                    b.set(f"q{i}", b"", delay=0)
-                await b.commit()
+                await set_due(c, ns, [f"q{i}" for i in range(64)])
                 tasks, running, peak, done = [], 0, 0, []
                 gate, resumed_on = asyncio.Event(), []
 
@@ -858,30 +868,18 @@ class Async(Fixture):
                 w = delayd.AsyncWorker(ns, handle, concurrency=4, client=c)
                 task = asyncio.create_task(w.run(install_signal_handlers=False))
                 await c.set_policy(namespace=ns, paused=False)
-                deadline = time.monotonic() + 10
-                while len(done) < 64 and time.monotonic() < deadline:
-                    await asyncio.sleep(0.01)  # (polls a condition, bounded)
-                self.assertEqual(len(done), 64)
+                await until(lambda: len(done) >= 64, what="64 events")
                 self.assertEqual(set(tasks), {w._reader})
                 self.assertEqual(len(w._lanes), 0)
-                b = c.batch(namespace=ns)
-                for i in range(3):
-                    b.set(f"s{i}", b"", delay=0)
-                await b.commit()
-                while w.running() < 3 and time.monotonic() < deadline:
-                    await asyncio.sleep(0.01)
-                b = c.batch(namespace=ns)
-                for i in range(20):
-                    b.set(f"t{i}", b"", delay=0)
-                await b.commit()
-                while len(done) < 84 and time.monotonic() < deadline:
-                    await asyncio.sleep(0.01)
+                await set_due(c, ns, [f"s{i}" for i in range(3)])
+                await until(lambda: w.running() >= 3, what="3 stuck")
+                await set_due(c, ns, [f"t{i}" for i in range(20)])
+                await until(lambda: len(done) >= 84, what="84 events")
                 self.assertEqual((w.running(), len(done)), (3, 84))
                 self.assertEqual(peak, 4)
                 lanes = set(w._lanes)
                 gate.set()
-                while len(done) < 87 and time.monotonic() < deadline:
-                    await asyncio.sleep(0.01)
+                await until(lambda: len(done) >= 87, what="87 events")
                 self.assertEqual(len(resumed_on), 3)
                 self.assertLessEqual(set(resumed_on), lanes)
                 await w.stop()
