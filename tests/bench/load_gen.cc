@@ -14,8 +14,9 @@
 //   memory    RSS per pending timer with 1M pending (16 B key, 16 B payload);
 //   idle      daemon CPU over 10 s idle with those 1M pending.
 // Those run against one daemon started with the given daemon args (default
-// --in-memory). Then, each starting its own daemons over a fresh data
-// directory:
+// --in-memory; args that name no store, such as `--fsync 1s`, get a fresh
+// data directory under --scratch, removed after). Then, each starting its
+// own daemons over a fresh data directory:
 //   durability  SetTimer/s and Batch items/s under --fsync always, 100ms and
 //               never, as ratios of --in-memory (alternating rounds);
 //   payload     RSS per pending timer, 1M timers, 16 B vs 1 KiB payloads;
@@ -328,6 +329,24 @@ int Main(int argc, char** argv) {
     std::vector<std::string> args = daemon_args;
     if (std::find(args.begin(), args.end(), "--metrics-listen") == args.end()) {
       args.insert(args.end(), {"--metrics-listen", "127.0.0.1:0"});
+    }
+    // (A durable daemon whose args name no store gets a fresh data
+    // directory under `scratch`, removed after: each run starts empty,
+    // rather than on whatever the last run left in the daemon's default.)
+    const bool named =
+        std::any_of(args.begin(), args.end(), [](const std::string& a) {
+          return a == "--in-memory" || a.starts_with("--data-dir") ||
+                 a.starts_with("--store");
+        });
+    struct RemoveAfter {
+      std::string dir;
+      ~RemoveAfter() {
+        if (!dir.empty()) std::filesystem::remove_all(dir);
+      }
+    } fresh{named ? "" : scratch + "/main"};
+    if (!named) {
+      std::filesystem::remove_all(fresh.dir);
+      args.insert(args.end(), {"--data-dir", fresh.dir});
     }
     delayd::testing::DaemonProcess d(daemon, args);
     if (!d.ok()) {
