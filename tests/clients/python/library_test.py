@@ -8,6 +8,7 @@ Usage: library_test.py PROTO_ROOT LIBRARY_DIR   (DELAYD_* name the daemon)
 """
 import asyncio
 import datetime as dt
+import inspect
 import os
 import shutil
 import subprocess
@@ -37,10 +38,14 @@ def eventually(cond, timeout=10.0, what="a condition"):
 
 
 async def until(cond, timeout=10.0, what="a condition"):
-    """eventually() for a test on an event loop: polls without blocking it."""
+    """eventually() for a test on an event loop: polls without blocking it.
+    `cond` may return an awaitable (a call to the daemon), awaited."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if cond():
+        met = cond()
+        if inspect.isawaitable(met):
+            met = await met
+        if met:
             return
         await asyncio.sleep(0.01)  # (polls a condition, bounded)
     raise AssertionError(f"timed out waiting for {what}")
@@ -585,9 +590,7 @@ class Workers(Fixture):
                         w.run(install_signal_handlers=False))
                     for i in range(10):
                         await ac.set_timer(f"k{i}", delay=0, namespace=ns)
-                    deadline = time.monotonic() + 10
-                    while len(got) < 10 and time.monotonic() < deadline:
-                        await asyncio.sleep(0.01)
+                    await until(lambda: len(got) >= 10, what="10 events")
                     await w.stop()
                     await task
 
@@ -763,9 +766,7 @@ class Async(Fixture):
                 for i in range(30):
                     await c.set_timer(f"k{i}", delay=0, namespace=ns)
                 await c.drain(namespace=ns)
-                deadline = time.monotonic() + 10
-                while len(got) < 32 and time.monotonic() < deadline:
-                    await asyncio.sleep(0.01)
+                await until(lambda: len(got) >= 32, what="32 events")
                 # The namespace's figures last while something keeps it:
                 # the worker's stream until stop(), then this timer.
                 await c.set_timer("~anchor", delay=3600, namespace=ns)
@@ -825,10 +826,11 @@ class Async(Fixture):
                 self.assertEqual(sorted(done),
                                  sorted(f"k{i}" for i in range(100)))
                 self.assertEqual((peak, w.running()), (4, 1))
-                deadline = time.monotonic() + 10
-                while (await c.stats(namespace=ns)).namespaces[0] \
-                        .events_acked < 100 and time.monotonic() < deadline:
-                    await asyncio.sleep(0.01)  # (the acks sent, bounded)
+                async def acked():
+                    s = (await c.stats(namespace=ns)).namespaces[0]
+                    return s.events_acked >= 100
+
+                await until(acked, what="100 acks")
                 w.stop_now()
                 await task
                 self.assertEqual(cancelled, ["stuck"])
@@ -912,10 +914,13 @@ class Async(Fixture):
                 w = delayd.AsyncWorker(ns, handle, client=c)
                 task = asyncio.create_task(w.run(install_signal_handlers=False))
                 await c.set_timer("flaky", delay=0, namespace=ns)
-                deadline, letters = time.monotonic() + 10, []
-                while not letters and time.monotonic() < deadline:
-                    await asyncio.sleep(0.01)  # (polls a condition, bounded)
-                    letters = [r async for r in c.dead_letters(namespace=ns)]
+                letters = []
+
+                async def buried():
+                    letters[:] = [r async for r in c.dead_letters(namespace=ns)]
+                    return bool(letters)
+
+                await until(buried, what="a dead letter")
                 await w.stop()
                 await task
                 self.assertEqual([a for a, _ in attempts], [1, 2, 3])
@@ -1004,11 +1009,9 @@ class Async(Fixture):
                 task = asyncio.create_task(w.run(install_signal_handlers=False))
                 for i in range(5):
                     await c.set_timer(f"k{i}", delay=0, namespace=ns)
-                deadline = time.monotonic() + 10
-                while (len(got) < 5 or w._stream is None
-                       or not w._stream.registered) and \
-                        time.monotonic() < deadline:
-                    await asyncio.sleep(0.01)
+                await until(lambda: len(got) >= 5 and w._stream is not None
+                            and w._stream.registered,
+                            what="5 events on a registered stream")
                 self.assertFalse(w._legacy)
                 self.assertTrue(w._stream is not None and w._stream.registered)
                 await w.stop()
@@ -1039,9 +1042,7 @@ class Async(Fixture):
                 task = asyncio.create_task(w.run(install_signal_handlers=False))
                 for i in range(4):
                     await c.set_timer(f"k{i}", delay=0, namespace=ns)
-                deadline = time.monotonic() + 10
-                while w.running() < 4 and time.monotonic() < deadline:
-                    await asyncio.sleep(0.01)
+                await until(lambda: w.running() >= 4, what="4 running")
                 self.assertEqual(w.running(), 4)
                 # The daemon's next three answers to an ack on the Work
                 # stream are lost (as when the node serving it stops, after
