@@ -330,25 +330,22 @@ int Main(int argc, char** argv) {
     if (std::find(args.begin(), args.end(), "--metrics-listen") == args.end()) {
       args.insert(args.end(), {"--metrics-listen", "127.0.0.1:0"});
     }
-    // (A durable daemon whose args name no store gets a fresh data
-    // directory under `scratch`, removed after: each run starts empty,
-    // rather than on whatever the last run left in the daemon's default.)
+    // (A durable daemon whose args name no store runs as a ScratchDaemon:
+    // each run starts empty, rather than on whatever the last run left in
+    // the daemon's default data directory.)
     const bool named =
         std::any_of(args.begin(), args.end(), [](const std::string& a) {
           return a == "--in-memory" || a.starts_with("--data-dir") ||
                  a.starts_with("--store");
         });
-    struct RemoveAfter {
-      std::string dir;
-      ~RemoveAfter() {
-        if (!dir.empty()) std::filesystem::remove_all(dir);
-      }
-    } fresh{named ? "" : scratch + "/main"};
-    if (!named) {
-      std::filesystem::remove_all(fresh.dir);
-      args.insert(args.end(), {"--data-dir", fresh.dir});
+    std::unique_ptr<delayd::testing::DaemonProcess> plain;
+    std::unique_ptr<ScratchDaemon> sd;
+    if (named) {
+      plain = std::make_unique<delayd::testing::DaemonProcess>(daemon, args);
+    } else {
+      sd = std::make_unique<ScratchDaemon>(daemon, scratch, "main", args);
     }
-    delayd::testing::DaemonProcess d(daemon, args);
+    delayd::testing::DaemonProcess& d = named ? *plain : sd->d();
     if (!d.ok()) {
       std::fprintf(stderr, "daemon did not start:\n%s\n", d.output().c_str());
       return 1;
