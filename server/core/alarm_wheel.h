@@ -49,11 +49,14 @@ class AlarmWheel {
   // (See the top.)
   static constexpr std::chrono::nanoseconds kCoalesce{50'000};
   // Wheel time 0 is `epoch`; completions call on_alarm(at) on `executor`.
-  AlarmWheel(asio::any_io_executor executor, const Clock& clock,
-             std::chrono::nanoseconds tick, SteadyTime epoch,
-             std::function<void(Time)> on_alarm)
+  // The timer waits on `timers` (the same executor, or the timer thread's
+  // of a loop: loop_executor.h).
+  AlarmWheel(asio::any_io_executor executor, asio::any_io_executor timers,
+             const Clock& clock, std::chrono::nanoseconds tick,
+             SteadyTime epoch, std::function<void(Time)> on_alarm)
       : clock_(clock),
-        timer_(std::move(executor)),
+        executor_(std::move(executor)),
+        timer_(std::move(timers)),
         epoch_(epoch),
         wheel_(tick),
         on_alarm_(std::move(on_alarm)) {}
@@ -136,12 +139,14 @@ class AlarmWheel {
     // (Waits out the difference on the clock: exact for the system clock;
     // a fake clock's changes come through the owner.)
     timer_.expires_after(epoch_ + at - clock_.Steady());
-    timer_.async_wait([this, at](const asio::error_code& ec) {
-      if (!ec) on_alarm_(at);
-    });
+    timer_.async_wait(
+        asio::bind_executor(executor_, [this, at](const asio::error_code& ec) {
+          if (!ec) on_alarm_(at);
+        }));
   }
 
   const Clock& clock_;
+  const asio::any_io_executor executor_;
   asio::steady_timer timer_;
   const SteadyTime epoch_;
   wheel::TimingWheel wheel_;

@@ -14,10 +14,11 @@ namespace {
 constexpr std::size_t kMaxBatch = 256;
 }  // namespace
 
-Dispatcher::Dispatcher(asio::io_context& io, asio::any_io_executor reads,
-                       const Clock& clock, std::string name, NamespaceId id,
-                       Counters& counters, Metrics& metrics,
-                       const Limits& limits, Store* store, NamespaceRefs* refs)
+Dispatcher::Dispatcher(LoopExecutor pool, asio::any_io_executor timers,
+                       asio::any_io_executor reads, const Clock& clock,
+                       std::string name, NamespaceId id, Counters& counters,
+                       Metrics& metrics, const Limits& limits, Store* store,
+                       NamespaceRefs* refs)
     : name_(std::move(name)),
       id_(id),
       refs_(refs),
@@ -27,15 +28,16 @@ Dispatcher::Dispatcher(asio::io_context& io, asio::any_io_executor reads,
       limits_(limits),
       clock_(clock),
       store_(store),
-      strand_(InlineFirst(io)),
-      rate_timer_(strand_),
+      strand_(InlineFirst(pool)),
+      rate_timer_(timers),
       random_(std::random_device()()),
-      ack_wheel_(strand_, clock, std::chrono::milliseconds(1), clock.Steady(),
+      ack_wheel_(strand_, timers, clock, std::chrono::milliseconds(1),
+                 clock.Steady(),
                  [this](AlarmWheel::Time at) {
                    on_strand_.Enter();
                    OnAckAlarm(at);
                  }),
-      retry_timer_(strand_),
+      retry_timer_(timers),
       observed_(LatencyBuckets()),
       reads_(std::move(reads)) {}
 

@@ -80,11 +80,12 @@ class Dispatcher {
   // payload ids; payloads are read when an event is sent. The namespace's
   // count in `refs` is released for each acknowledged event (once durable)
   // and each subscriber that leaves (the scheduler adds those).
+  // Its strand runs on `pool`; its timers wait on `timers` (loop_executor.h).
   // Payload reads run on `reads`.
-  Dispatcher(asio::io_context& io, asio::any_io_executor reads,
-             const Clock& clock, std::string name, NamespaceId id,
-             Counters& counters, Metrics& metrics, const Limits& limits,
-             Store* store, NamespaceRefs* refs);
+  Dispatcher(LoopExecutor pool, asio::any_io_executor timers,
+             asio::any_io_executor reads, const Clock& clock, std::string name,
+             NamespaceId id, Counters& counters, Metrics& metrics,
+             const Limits& limits, Store* store, NamespaceRefs* refs);
   Dispatcher(const Dispatcher&) = delete;
   Dispatcher& operator=(const Dispatcher&) = delete;
 

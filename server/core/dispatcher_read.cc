@@ -174,14 +174,15 @@ void Dispatcher::Hold(const std::vector<std::uint64_t>& ids) {
   if (retry_armed_ || closed_) return;
   retry_armed_ = true;
   retry_timer_.expires_after(kRetryRead);
-  retry_timer_.async_wait([this](const asio::error_code& ec) {
-    on_strand_.Enter();
-    retry_armed_ = false;
-    if (ec || closed_) return;
-    ready_.insert(ready_.begin(), held_.begin(), held_.end());
-    held_.clear();
-    Pump();
-  });
+  retry_timer_.async_wait(
+      asio::bind_executor(strand_, [this](const asio::error_code& ec) {
+        on_strand_.Enter();
+        retry_armed_ = false;
+        if (ec || closed_) return;
+        ready_.insert(ready_.begin(), held_.begin(), held_.end());
+        held_.clear();
+        Pump();
+      }));
 }
 
 }  // namespace delayd

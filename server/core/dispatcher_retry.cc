@@ -43,11 +43,12 @@ void Dispatcher::ArmRateTimer(SteadyTime at) {
   if (rate_armed_ || closed_) return;
   rate_armed_ = true;
   rate_timer_.expires_after(at - clock_.Steady());
-  rate_timer_.async_wait([this](const asio::error_code& ec) {
-    on_strand_.Enter();
-    rate_armed_ = false;
-    if (!ec && !closed_) Pump();
-  });
+  rate_timer_.async_wait(
+      asio::bind_executor(strand_, [this](const asio::error_code& ec) {
+        on_strand_.Enter();
+        rate_armed_ = false;
+        if (!ec && !closed_) Pump();
+      }));
 }
 
 void Dispatcher::Nack(std::vector<std::uint64_t> ids,

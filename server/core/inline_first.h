@@ -27,6 +27,7 @@
 #include <functional>
 #include <utility>
 
+#include "server/core/loop_executor.h"
 #include "server/core/turn.h"
 
 namespace delayd {
@@ -35,11 +36,11 @@ class InlineFirst {
  public:
   // `never`: every execute() posts (what asio's require(blocking.never)
   // gives).
-  explicit InlineFirst(asio::io_context& io, bool never = false)
-      : io_(&io), never_(never) {}
+  explicit InlineFirst(LoopExecutor pool, bool never = false)
+      : pool_(std::move(pool)), never_(never) {}
 
   asio::execution_context& query(asio::execution::context_t) const noexcept {
-    return *io_;
+    return asio::query(pool_, asio::execution::context);
   }
   asio::execution::blocking_t query(
       asio::execution::blocking_t) const noexcept {
@@ -47,10 +48,10 @@ class InlineFirst {
     return asio::execution::blocking.possibly;
   }
   InlineFirst require(asio::execution::blocking_t::never_t) const {
-    return InlineFirst(*io_, true);
+    return InlineFirst(pool_, true);
   }
   InlineFirst require(asio::execution::blocking_t::possibly_t) const {
-    return InlineFirst(*io_, false);
+    return InlineFirst(pool_, false);
   }
 
   // Runs `f` here, in a turn, if this may block and no inline turn runs on
@@ -58,7 +59,7 @@ class InlineFirst {
   template <typename F>
   void execute(F&& f) const {
     if (never_ || Depth() > 0) {
-      asio::post(io_->get_executor(), std::forward<F>(f));
+      asio::post(pool_, std::forward<F>(f));
       return;
     }
     ++Depth();
@@ -76,12 +77,12 @@ class InlineFirst {
     if (Depth() > 0) {
       Turn::Defer(std::move(f));
     } else {
-      asio::defer(io_->get_executor(), std::move(f));
+      asio::defer(pool_, std::move(f));
     }
   }
 
   friend bool operator==(const InlineFirst& a, const InlineFirst& b) noexcept {
-    return a.io_ == b.io_ && a.never_ == b.never_;
+    return a.pool_ == b.pool_ && a.never_ == b.never_;
   }
   friend bool operator!=(const InlineFirst& a, const InlineFirst& b) noexcept {
     return !(a == b);
@@ -94,7 +95,7 @@ class InlineFirst {
     return depth;
   }
 
-  asio::io_context* io_;
+  LoopExecutor pool_;
   bool never_;
 };
 

@@ -10,10 +10,11 @@
 
 namespace delayd {
 
-Partition::Partition(asio::io_context& io, std::uint32_t index,
-                     const Clock& clock, std::chrono::nanoseconds tick,
-                     SteadyTime epoch, const Limits& limits, Counters& counters,
-                     Store* store, NamespaceRefs* refs, Publish publish)
+Partition::Partition(LoopExecutor pool, asio::any_io_executor timers,
+                     std::uint32_t index, const Clock& clock,
+                     std::chrono::nanoseconds tick, SteadyTime epoch,
+                     const Limits& limits, Counters& counters, Store* store,
+                     NamespaceRefs* refs, Publish publish)
     : partition_(index),
       clock_(clock),
       limits_(limits),
@@ -21,8 +22,8 @@ Partition::Partition(asio::io_context& io, std::uint32_t index,
       store_(store),
       refs_(refs),
       publish_(std::move(publish)),
-      io_(io),
-      wheel_(io.get_executor(), clock, tick, epoch,
+      pool_(pool),
+      wheel_(pool, std::move(timers), clock, tick, epoch,
              [this](AlarmWheel::Time at) { OnAlarm(at); }),
       fixed_ids_from_(Store::kNoFixedEventIds) {
   assert(index < 1024);
@@ -77,16 +78,20 @@ std::optional<OpResult> Partition::Apply(Op& op, Done& durable) {
     // (If the store failed, the change stays in memory only, the completion
     // answers with the store's error, and the daemon stops.)
     batch.Touch(partition_);
-    deferred = store_->CommitDeferred(
-        batch, [this, r, upto = next_version_,
-                durable = std::move(durable)](Status s) mutable {
-          if (s.ok()) {
-            NoteDurable(upto);
-          } else {
-            r.status = std::move(s);
-          }
-          durable(std::move(r));
-        });
+    Store::Done done = [this, r, upto = next_version_,
+                        durable = std::move(durable)](Status s) mutable {
+      if (s.ok()) {
+        NoteDurable(upto);
+      } else {
+        r.status = std::move(s);
+      }
+      durable(std::move(r));
+    };
+    if (write_calls_here_) {
+      deferred = store_->CommitDeferred(batch, std::move(done));
+    } else {
+      store_->Commit(batch, std::move(done));
+    }
   }
   // The store may write it on this thread (a gRPC thread; RocksDB under
   // --fsync 1s or never, unless its writer or another thread is writing):

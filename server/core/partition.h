@@ -45,6 +45,7 @@
 #include "server/core/counters.h"
 #include "server/core/dedup_table.h"
 #include "server/core/key_index.h"
+#include "server/core/loop_executor.h"
 #include "server/core/namespace_refs.h"
 #include "server/core/schedule_record.h"
 #include "server/core/schedule_set.h"
@@ -70,8 +71,10 @@ class Partition {
   // null (state in memory only). A new timer counts in `refs` for its
   // namespace (and stays counted as an event once fired); a removed one
   // is released by the caller once durable (OpResult::removed). The alarm's
-  // completions run on `io`.
-  Partition(asio::io_context& io, std::uint32_t index, const Clock& clock,
+  // completions run on `pool`; its timer waits on `timers`
+  // (loop_executor.h).
+  Partition(LoopExecutor pool, asio::any_io_executor timers,
+            std::uint32_t index, const Clock& clock,
             std::chrono::nanoseconds tick, SteadyTime epoch,
             const Limits& limits, Counters& counters, Store* store,
             NamespaceRefs* refs, Publish publish);
@@ -262,6 +265,10 @@ class Partition {
   // thread too (one at most: a second WriteHere leaves the queue to the
   // store's writer), and what is in memory must still go out meanwhile.
   void SetWriteFiringsHere(bool on) EXCLUDES(mu_);
+  // Whether a call's thread writes its change itself (Apply; on by
+  // default). Off on a loop (Scheduler::Options::loop), whose one thread a
+  // write the disk holds up would hold whole.
+  void SetWriteCallsHere(bool on) EXCLUDES(mu_);
   // A key's fate as the store kept it (recovery, or the taking of a
   // partition); one whose window has ended is deleted by the next purge.
   // INTERNAL if `encoded` is not an entry.
@@ -444,10 +451,11 @@ class Partition {
   Store* const store_;
   NamespaceRefs* const refs_;
   const Publish publish_;
-  asio::io_context& io_;
+  const LoopExecutor pool_;
 
   mutable Mutex mu_;
   bool write_firings_here_ GUARDED_BY(mu_) = false;
+  bool write_calls_here_ GUARDED_BY(mu_) = true;
   // Set while OnAlarm fires with write_firings_here_: FireRecords then
   // defers its write; and what it deferred (for OnAlarm's WriteHere): a
   // write, or one whose events it published before it (ordered after).

@@ -14,6 +14,11 @@ void Partition::SetWriteFiringsHere(bool on) {
   write_firings_here_ = on;
 }
 
+void Partition::SetWriteCallsHere(bool on) {
+  MutexLock lock(&mu_);
+  write_calls_here_ = on;
+}
+
 void Partition::OnAlarm(AlarmWheel::Time at) {
   Deferred deferred = Deferred::kNothing;
   {
@@ -29,7 +34,7 @@ void Partition::OnAlarm(AlarmWheel::Time at) {
   } else if (deferred == Deferred::kWriteAfterPublish) {
     // (Deferred: the events published before the write, each a deferred
     // turn of its dispatcher's strand, leave first.)
-    asio::defer(io_, [store = store_] { store->WriteHere(); });
+    asio::defer(pool_, [store = store_] { store->WriteHere(); });
   }
 }
 

@@ -16,12 +16,11 @@ Scheduler::Scheduler(Options options)
       counters_(options_.limits.max_namespaces),
       dispatchers_(new Dispatcher*[options_.limits.max_namespaces]()),
       stable_seeds_(new std::uint64_t[options_.limits.max_namespaces]()),
-      refs_(std::make_unique<NamespaceRefs>(options_.limits.max_namespaces,
-                                            [this](NamespaceId id) {
-                                              asio::post(io_, [this, id] {
-                                                Free(id);
-                                              });
-                                            })),
+      refs_(std::make_unique<NamespaceRefs>(
+          options_.limits.max_namespaces,
+          [this](NamespaceId id) {
+            asio::post(executor(), [this, id] { Free(id); });
+          })),
       dedup_windows_(options_.limits.max_namespaces,
                      options_.limits.max_dedup_keys),
       reads_(options_.store ? std::make_unique<asio::thread_pool>(
@@ -55,15 +54,14 @@ Status Scheduler::Start(RecoveryReport* report) {
   }
   for (std::uint32_t p = 0; p < partition_count_; ++p) {
     partitions_.push_back(std::make_unique<Partition>(
-        io_, p, clock_, options_.tick, epoch_, options_.limits, counters_,
-        store_.get(), refs_.get(),
+        executor(), timers(), p, clock_, options_.tick, epoch_, options_.limits,
+        counters_, store_.get(), refs_.get(),
         [this](NamespaceId ns, std::vector<Event> events) {
           dispatchers_[ns]->Publish(std::move(events));
         }));
     partitions_.back()->SetDedupWindows(&dedup_windows_);
-    // (Not with one pool thread: a firing's write that hangs on the disk
-    // would stop every delivery and ack.)
-    partitions_.back()->SetWriteFiringsHere(options_.threads >= 2);
+    partitions_.back()->SetWriteFiringsHere(WritesHere());
+    partitions_.back()->SetWriteCallsHere(!options_.loop);
   }
   // Shared, a partition is this node's only once taken (TakePartition).
   if (shared_partitions_) {
@@ -89,10 +87,18 @@ Status Scheduler::Start(RecoveryReport* report) {
     });
     store_->SetInlineCompletions(true);
   }
-  for (std::uint32_t t = 0; t < std::max<std::uint32_t>(1, options_.threads);
+  for (std::uint32_t t = 0;
+       !options_.loop && t < std::max<std::uint32_t>(1, options_.threads);
        ++t) {
     threads_.emplace_back([this] { io_.run(); });
     NameThread(threads_.back(), "delayd-pool");
+  }
+  if (options_.loop) {
+    timer_thread_ = std::thread([this] {
+      auto work = asio::make_work_guard(timer_io_);
+      timer_io_.run();
+    });
+    NameThread(timer_thread_, "delayd-timers");
   }
   if (options_.clock_poll.count() > 0) {
     clock_timer_.emplace(clock_io_);
@@ -124,6 +130,8 @@ void Scheduler::Stop() {
   clock_work_.reset();
   clock_io_.stop();
   if (clock_thread_.joinable()) clock_thread_.join();
+  timer_io_.stop();
+  if (timer_thread_.joinable()) timer_thread_.join();
   work_.reset();
   io_.stop();
   for (auto& t : threads_) {
@@ -278,7 +286,7 @@ void Scheduler::Drain(NamespaceId ns,
   // On the pool: a partition with millions of timers takes a while.
   for (auto& part : partitions_) {
     Partition* p = part.get();
-    asio::post(io_, [p, ns, state] {
+    asio::post(executor(), [p, ns, state] {
       p->Drain(ns, [state](Status s, std::uint64_t drained) {
         state->drained.fetch_add(drained);
         Status error;

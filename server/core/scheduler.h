@@ -62,6 +62,11 @@ class Scheduler {
   struct Options {
     std::uint32_t partitions = 2;  // 1..1024
     std::uint32_t threads = 2;
+    // Set: no pool; the caller runs io() on one thread of its own (a loop,
+    // loop_executor.h), which SetLoopWake tells it how to wake, and the
+    // scheduler's timers wait on a timer thread. `threads` then sizes the
+    // pool of store reads only.
+    bool loop = false;
     std::chrono::nanoseconds tick = std::chrono::microseconds(1);
     Limits limits;
     // Opens the durable store; none keeps all state in memory only.
@@ -271,8 +276,23 @@ class Scheduler {
   Counters& counters() { return counters_; }
   const DedupWindows& dedup_windows() const { return dedup_windows_; }
   Metrics& metrics() { return metrics_; }
-  // The pool's io_context (for timers of the layers above).
+  // The pool's io_context (run by the caller under Options::loop).
   asio::io_context& io() { return io_; }
+  // Posts to io() (waking the loop under Options::loop).
+  LoopExecutor executor() { return LoopExecutor(io_.get_executor(), &wake_); }
+  // Where timers of io()'s work wait: io() itself, or under Options::loop
+  // the timer thread (a completion then goes to the timer's handler's
+  // executor, else runs on that thread).
+  asio::any_io_executor timers() {
+    return options_.loop ? asio::any_io_executor(timer_io_.get_executor())
+                         : asio::any_io_executor(executor());
+  }
+  // Whether firings and acks are written by the thread that makes them
+  // (SetWriteFiringsHere). Not with one pool thread, nor on a loop: a write
+  // that hangs on the disk would stop every delivery and ack.
+  bool WritesHere() const { return !options_.loop && options_.threads >= 2; }
+  // Under Options::loop, before Start: how another thread wakes the loop.
+  void SetLoopWake(std::function<void()> wake) { wake_.Set(std::move(wake)); }
   // Where the scheduler's periodic work (its clock poll) runs, after
   // Start: a thread of its own, "delayd-clock" (without a clock poll, a
   // strand of the pool). Periodic checks of the layers above run here
@@ -397,9 +417,14 @@ class Scheduler {
   const SteadyTime epoch_;
   asio::io_context io_;
   asio::executor_work_guard<asio::io_context::executor_type> work_;
+  LoopWake wake_;
+  // Under Options::loop, run by timer_thread_ (declared before what owns
+  // its timers, so destroyed after them).
+  asio::io_context timer_io_;
+  std::thread timer_thread_;
   // Where the store's completions run when the store does not run them
   // itself (store.h: SetInlineCompletions), in the order it finished them.
-  Strand replies_{asio::make_strand(io_)};
+  Strand replies_{asio::make_strand(executor())};
   Counters counters_;
   Metrics metrics_;
   std::unique_ptr<Store> store_;

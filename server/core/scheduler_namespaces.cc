@@ -43,11 +43,10 @@ NamespaceId Scheduler::NewDispatcher(const std::string& name) {
   const auto id = static_cast<NamespaceId>(owned_dispatchers_.size());
   stable_seeds_[id] = StableSeed(name);
   owned_dispatchers_.push_back(std::make_unique<Dispatcher>(
-      io_, ReadExecutor(), clock_, name, id, counters_, metrics_,
-      options_.limits, store_.get(), refs_.get()));
+      executor(), timers(), ReadExecutor(), clock_, name, id, counters_,
+      metrics_, options_.limits, store_.get(), refs_.get()));
   dispatchers_[id] = owned_dispatchers_.back().get();
-  // (Not with one pool thread: see SetWriteFiringsHere.)
-  dispatchers_[id]->SetWriteAcksHere(options_.threads >= 2);
+  dispatchers_[id]->SetWriteAcksHere(WritesHere());
   if (shared_partitions_) {
     dispatchers_[id]->SetPartitionOf(
         [this](NamespaceId ns, std::string_view key) {

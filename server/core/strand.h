@@ -13,10 +13,11 @@
 #include <cassert>
 
 #include "server/common/thread_annotations.h"
+#include "server/core/loop_executor.h"
 
 namespace delayd {
 
-using Strand = asio::strand<asio::io_context::executor_type>;
+using Strand = asio::strand<LoopExecutor>;
 
 class CAPABILITY("strand") StrandRole {
  public:

@@ -25,7 +25,10 @@ class AlarmWheelTest : public ::testing::Test {
   testing::FakeClock clock_;
   asio::io_context io_;
   std::vector<AlarmWheel::Time> alarms_;
-  AlarmWheel wheel_{io_.get_executor(), clock_, milliseconds(1),
+  AlarmWheel wheel_{io_.get_executor(),
+                    io_.get_executor(),
+                    clock_,
+                    milliseconds(1),
                     clock_.Steady(),
                     [this](AlarmWheel::Time at) { alarms_.push_back(at); }};
   std::vector<AlarmWheel::Expired> due_;
@@ -77,8 +80,8 @@ TEST(AlarmWheelCoalesce, APassArmsNoSoonerThanTheCoalescingWindow) {
   using std::chrono::microseconds;
   testing::FakeClock clock;
   asio::io_context io;
-  AlarmWheel wheel(io.get_executor(), clock, microseconds(1), clock.Steady(),
-                   [](AlarmWheel::Time) {});
+  AlarmWheel wheel(io.get_executor(), io.get_executor(), clock, microseconds(1),
+                   clock.Steady(), [](AlarmWheel::Time) {});
   const AlarmWheel::Time t0 = wheel.Now();
   for (std::uint64_t i = 1; i <= 30; ++i) {
     wheel.Scheduled(wheel.wheel().Schedule(t0 + microseconds(10 * i), i));

@@ -32,9 +32,10 @@ class DispatcherTest : public ::testing::TestWithParam<bool> {
         asio::post(io_, std::move(run));
       });
     }
-    dispatcher_ = std::make_unique<Dispatcher>(io_, io_.get_executor(), clock_,
-                                               "jobs", 0, counters_, metrics_,
-                                               limits_, store_.get(), &refs_);
+    dispatcher_ = std::make_unique<Dispatcher>(
+        LoopExecutor(io_.get_executor(), nullptr), io_.get_executor(),
+        io_.get_executor(), clock_, "jobs", 0, counters_, metrics_, limits_,
+        store_.get(), &refs_);
     for (int t = 0; t < 2; ++t) threads_.emplace_back([this] { io_.run(); });
   }
   ~DispatcherTest() override {

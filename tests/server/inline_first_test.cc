@@ -65,8 +65,10 @@ class InlineFirstTest : public ::testing::Test {
   std::shared_future<void> released_ = release_.get_future().share();
   bool released_set_ = false;
   std::vector<std::thread> threads_;
-  asio::strand<InlineFirst> strand_{InlineFirst(io_)};
-  asio::strand<InlineFirst> other_{InlineFirst(io_)};
+  asio::strand<InlineFirst> strand_{
+      InlineFirst(LoopExecutor(io_.get_executor(), nullptr))};
+  asio::strand<InlineFirst> other_{
+      InlineFirst(LoopExecutor(io_.get_executor(), nullptr))};
 };
 
 TEST_F(InlineFirstTest, DispatchRunsAFreeStrandsTurnOnTheCallersThread) {

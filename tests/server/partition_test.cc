@@ -35,8 +35,9 @@ class PartitionTest : public ::testing::TestWithParam<bool> {
       });
     }
     partition_ = std::make_unique<Partition>(
-        io_, kIndex, clock_, std::chrono::microseconds(1), clock_.Steady(),
-        limits_, counters_, store_.get(), &refs_,
+        LoopExecutor(io_.get_executor(), nullptr), io_.get_executor(), kIndex,
+        clock_, std::chrono::microseconds(1), clock_.Steady(), limits_,
+        counters_, store_.get(), &refs_,
         [this](NamespaceId ns, std::vector<Event> events) {
           std::lock_guard lock(mu_);
           for (Event& e : events) published_[ns].push_back(std::move(e));
