@@ -248,8 +248,14 @@ void AddFlags(CLI::App& app, DaemonFlags& f) {
        "Scheduler partitions (default: one per core)")
       ->check(CLI::Range(1, 1024));
   Flag(app, "--threads", o.scheduler.threads,
-       "Scheduler threads (default: one per core)")
+       "Scheduler threads (default: one per core); under --threading loop, "
+       "the threads that read payloads from the store")
       ->check(CLI::Range(1, 256));
+  Flag(app, "--threading", f.threading,
+       "pool: calls on gRPC's threads, the scheduler's work on a pool of "
+       "--threads; loop: every call and the scheduler's work on one thread "
+       "(least CPU per timer; no gRPC reflection service)")
+      ->check(CLI::IsMember({"pool", "loop"}));
   AddStore(app, f);
   Flag(app, "--metrics-listen", o.metrics_listen,
        "Serve Prometheus metrics over plain HTTP at http://ADDR/metrics "
@@ -366,6 +372,7 @@ Status ReadClusterToken(DaemonFlags& f) {
 }  // namespace
 
 Status FinishFlags(DaemonFlags& f) {
+  f.server.loop = f.threading == "loop";
   // A JSON body carries bytes in base64 (4/3 of them) and field names: room
   // for the largest Batch the gRPC port takes.
   f.http.max_body_bytes = 2 * f.server.max_batch_bytes + (64 << 10);

@@ -87,7 +87,7 @@ void Forwarder::Unwatch(std::uint64_t id) {
 }
 
 std::string Forwarder::OwnerOf(std::uint32_t part,
-                               const grpc::CallbackServerContext& ctx) const {
+                               const grpc::ServerContextBase& ctx) const {
   // One hop: a call forwarded here is answered here, whoever owns it now.
   if (ctx.client_metadata().count(kForwardedBy) != 0) return {};
   MutexLock lock(&mu_);
@@ -105,7 +105,7 @@ Forwarder::Run Forwarder::RunFrom(std::uint32_t part) const {
 }
 
 std::vector<std::string> Forwarder::Peers(
-    const grpc::CallbackServerContext& ctx) const {
+    const grpc::ServerContextBase& ctx) const {
   if (ctx.client_metadata().count(kForwardedBy) != 0) return {};
   return AllPeers();
 }
@@ -126,10 +126,10 @@ std::shared_ptr<grpc::GenericStub> Forwarder::StubTo(const std::string& owner) {
   return stub;
 }
 
-void Forwarder::Forward(grpc::CallbackServerContext* ctx,
-                        const std::string& method, const grpc::ByteBuffer* in,
-                        grpc::ByteBuffer* out, const std::string& owner,
-                        MethodMetrics& metrics, bool name_owner,
+void Forwarder::Forward(grpc::ServerContextBase* ctx, const std::string& method,
+                        const grpc::ByteBuffer* in, grpc::ByteBuffer* out,
+                        const std::string& owner, MethodMetrics& metrics,
+                        bool name_owner,
                         std::function<void(grpc::Status)> done) {
   struct Call {
     std::unique_ptr<grpc::ClientContext> ctx;
@@ -151,7 +151,7 @@ void Forwarder::Forward(grpc::CallbackServerContext* ctx,
   auto call = std::make_shared<Call>();
   // The caller's deadline and cancellation carry over (a cancelled call
   // cancels its forwarded one); the wait is bounded even without them.
-  call->ctx = grpc::ClientContext::FromCallbackServerContext(*ctx);
+  call->ctx = grpc::ClientContext::FromServerContext(*ctx);
   call->ctx->set_deadline(std::chrono::system_clock::now() + options_.max_wait);
   PrepareContext(call->ctx.get());
   call->stub = StubTo(owner);

@@ -71,8 +71,7 @@ class Forwarder {
   // The address of the node owning `part` if it is another node, for a call
   // that was not forwarded to this one already; empty otherwise.
   std::string OwnerOf(std::uint32_t part,
-                      const grpc::CallbackServerContext& ctx) const
-      EXCLUDES(mu_);
+                      const grpc::ServerContextBase& ctx) const EXCLUDES(mu_);
 
   // The partitions from `part` on that one node owns now: that node's
   // address (empty: this node; unset: no node owns `part`) and the first
@@ -86,7 +85,7 @@ class Forwarder {
   // The addresses of the other nodes that own partitions now, for a call
   // that was not forwarded to this one already (empty otherwise): a call on
   // a whole namespace (Drain) goes to each.
-  std::vector<std::string> Peers(const grpc::CallbackServerContext& ctx) const
+  std::vector<std::string> Peers(const grpc::ServerContextBase& ctx) const
       EXCLUDES(mu_);
 
   // Calls method `method` ("SetTimer") of the node at `owner` with the
@@ -97,7 +96,7 @@ class Forwarder {
   // UNAVAILABLE at once: the call was not sent. With `name_owner`, `ctx`'s
   // trailers name the owner (a unary call's; not a stream's, which may
   // forward many requests).
-  void Forward(grpc::CallbackServerContext* ctx, const std::string& method,
+  void Forward(grpc::ServerContextBase* ctx, const std::string& method,
                const grpc::ByteBuffer* in, grpc::ByteBuffer* out,
                const std::string& owner, MethodMetrics& metrics,
                bool name_owner, std::function<void(grpc::Status)> done)

@@ -138,14 +138,14 @@ class Relay::PeerStream
   bool awaited_ GUARDED_BY(mu_);
 };
 
-Relay::Relay(Forwarder& forwarder, asio::io_context& io,
+Relay::Relay(Forwarder& forwarder, asio::any_io_executor timers,
              std::shared_ptr<StreamSink> sink,
              v1::SubscribeRequest peer_request)
     : forwarder_(forwarder),
       sink_(std::move(sink)),
       peer_request_(std::move(peer_request)),
-      retry_(io),
-      register_wait_(io) {}
+      retry_(timers),
+      register_wait_(std::move(timers)) {}
 
 void Relay::Start() {
   std::weak_ptr<Relay> weak = weak_from_this();

@@ -62,7 +62,8 @@ class Relay : public std::enable_shared_from_this<Relay> {
 
   // `peer_request`: the Subscribe each owner gets (the worker's, with its
   // share of max_in_flight). `sink` is the worker's stream.
-  Relay(Forwarder& forwarder, asio::io_context& io,
+  // Its timers wait on `timers` (Scheduler::timers()).
+  Relay(Forwarder& forwarder, asio::any_io_executor timers,
         std::shared_ptr<StreamSink> sink, v1::SubscribeRequest peer_request);
 
   // Opens a stream to each node owning partitions now, and later to each

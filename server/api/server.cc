@@ -105,7 +105,12 @@ Status DelaydServer::Start() {
           if (also) also(why);
         };
   }
+  if (options_.loop) {
+    options_.scheduler.loop = true;
+    loop_ = std::make_unique<LoopServer>(options_.loop_max_wait);
+  }
   scheduler_ = std::make_unique<Scheduler>(options_.scheduler);
+  if (loop_) scheduler_->SetLoopWake([loop = loop_.get()] { loop->Wake(); });
   if (Status s = scheduler_->Start(&recovery_); !s.ok()) {
     scheduler_.reset();
     return s;
@@ -115,14 +120,20 @@ Status DelaydServer::Start() {
   service_ = std::make_unique<DelaydService>(
       *scheduler_, auth_, options_.backup_dir, forwarder_.get());
   service_->SetPusher(pusher_.get());
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  // (gRPC's health service and reflection are callback and sync services:
+  // under a loop, which serves health itself, none runs beside it.)
+  grpc::EnableDefaultHealthCheckService(!loop_);
+  if (!loop_) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   std::shared_ptr<grpc::ServerCredentials> credentials =
       grpc::InsecureServerCredentials();
   if (tls_) credentials = tls_->credentials();
   builder.AddListeningPort(options_.listen, credentials, &port_);
-  builder.RegisterService(service_.get());
+  if (loop_) {
+    loop_->Register(builder, service_.get(), scheduler_.get());
+  } else {
+    builder.RegisterService(service_.get());
+  }
   // Keep idle streams alive behind proxies and notice dead peers.
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS,
                              static_cast<int>(options_.keepalive_time.count()));
@@ -157,12 +168,14 @@ Status DelaydServer::Start() {
   // neither TLS nor tokens (Kubernetes' gRPC probe, the image's
   // HEALTHCHECK). It tells the serving status and nothing else.
   if (!options_.health_listen.empty()) {
+    grpc::EnableDefaultHealthCheckService(true);
     grpc::ServerBuilder health;
     health.AddListeningPort(options_.health_listen,
                             grpc::InsecureServerCredentials(), &health_port_);
     health_server_ = health.BuildAndStart();
     if (!health_server_ || health_port_ == 0) {
       server_->Shutdown();
+      if (loop_) loop_->Stop();
       server_.reset();
       health_server_.reset();
       return Status::Unavailable("cannot listen on " + options_.health_listen +
@@ -175,11 +188,13 @@ Status DelaydServer::Start() {
                                           *scheduler_, &metrics_);
         !s.ok()) {
       server_->Shutdown();
+      if (loop_) loop_->Stop();
       server_.reset();
       health_server_.reset();
       return s;
     }
   }
+  if (loop_) loop_->Start();
   report_timer_ =
       std::make_unique<asio::steady_timer>(scheduler_->housekeeping());
   ReportRedeliveries(scheduler_->counters().redelivered.load());
@@ -217,8 +232,15 @@ void DelaydServer::SetHealth() {
   if (!started_) return;
   const bool serving = !stopped_ && store_writable_ && !store_stalled_ &&
                        store_reachable_ && store_whole_ && cluster_serving_;
+  if (loop_) {
+    loop_->SetServingStatus("", serving);
+    loop_->SetServingStatus(v1::Delayd::service_full_name(), serving);
+    loop_->SetServingStatus(kStoreHealthService, serving && store_whole_);
+  }
   for (grpc::Server* server : {server_.get(), health_server_.get()}) {
-    if (server == nullptr) continue;
+    if (server == nullptr || server->GetHealthCheckService() == nullptr) {
+      continue;
+    }
     auto* health = server->GetHealthCheckService();
     health->SetServingStatus(serving);  // The server as a whole ("").
     health->SetServingStatus(v1::Delayd::service_full_name(), serving);
@@ -346,6 +368,8 @@ void DelaydServer::Shutdown(std::chrono::milliseconds grace) {
     health_server_->Shutdown(std::chrono::system_clock::now() +
                              std::chrono::milliseconds(100));
   }
+  // (After the server: calls end with their last completions.)
+  if (loop_) loop_->Stop();
   spdlog::debug("shutdown: server stopped");
   // (The forwarded calls cut off end with their callers' calls: their
   // callbacks run before what they touch goes.)

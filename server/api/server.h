@@ -11,6 +11,7 @@
 
 #include "server/api/auth.h"
 #include "server/api/forward.h"
+#include "server/api/loop_server.h"
 #include "server/api/metrics_export.h"
 #include "server/api/service.h"
 #include "server/api/tls.h"
@@ -68,6 +69,13 @@ class DelaydServer {
     std::string peer_ca;
     // Push delivery to namespaces' HTTP targets (server/push/).
     push::PushOptions push;
+    // Every call, and the scheduler's work, on one thread (loop_server.h)
+    // rather than gRPC's callback threads and a pool.
+    bool loop = false;
+    // The longest the loop waits without polling the scheduler's work
+    // (LoopServer::kMaxWait; tests raise it to show that nothing waits for
+    // it).
+    std::chrono::milliseconds loop_max_wait = LoopServer::kMaxWait;
   };
 
   explicit DelaydServer(Options options);
@@ -122,6 +130,8 @@ class DelaydServer {
   // Delivers to push targets; stopped before the scheduler.
   std::unique_ptr<push::Pusher> pusher_;
   std::unique_ptr<DelaydService> service_;
+  // Under Options::loop; stopped after the server, before the scheduler.
+  std::unique_ptr<LoopServer> loop_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<grpc::Server> health_server_;
   // Reads the scheduler: declared after it, so destroyed before it.

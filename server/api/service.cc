@@ -95,7 +95,7 @@ Status DelaydService::Absent(std::string_view name, std::string_view key,
 namespace {
 
 // The `authorization` metadata of a call; empty if there is none.
-std::string_view AuthorizationOf(const grpc::CallbackServerContext* ctx) {
+std::string_view AuthorizationOf(const grpc::ServerContextBase* ctx) {
   const auto& md = ctx->client_metadata();
   const auto it = md.find("authorization");
   if (it == md.end()) return {};
@@ -104,7 +104,7 @@ std::string_view AuthorizationOf(const grpc::CallbackServerContext* ctx) {
 
 }  // namespace
 
-Status DelaydService::Identify(const grpc::CallbackServerContext* ctx,
+Status DelaydService::Identify(const grpc::ServerContextBase* ctx,
                                Caller* caller) const {
   return auth_.Identify(AuthorizationOf(ctx), caller);
 }
@@ -176,9 +176,9 @@ grpc::ServerUnaryReactor* DelaydService::SubmitOp(const Unary<Req, Resp>& call,
   return call.reactor();
 }
 
-grpc::ServerUnaryReactor* DelaydService::SetTimer(
-    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
-    grpc::ByteBuffer* out) {
+grpc::ServerUnaryReactor* DelaydService::DoSetTimer(const CallIn& ctx,
+                                                    const grpc::ByteBuffer* in,
+                                                    grpc::ByteBuffer* out) {
   return SubmitOp(Start<v1::SetTimerRequest, v1::SetTimerResponse>(
                       ctx, in, out, RpcMetrics::kSetTimer, request_limits_.set),
                   RpcMetrics::kSetTimer, kWrite,
@@ -189,9 +189,9 @@ grpc::ServerUnaryReactor* DelaydService::SetTimer(
                   });
 }
 
-grpc::ServerUnaryReactor* DelaydService::MoveTimer(
-    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
-    grpc::ByteBuffer* out) {
+grpc::ServerUnaryReactor* DelaydService::DoMoveTimer(const CallIn& ctx,
+                                                     const grpc::ByteBuffer* in,
+                                                     grpc::ByteBuffer* out) {
   return SubmitOp(
       Start<v1::MoveTimerRequest, v1::MoveTimerResponse>(
           ctx, in, out, RpcMetrics::kMoveTimer, request_limits_.other),
@@ -202,9 +202,8 @@ grpc::ServerUnaryReactor* DelaydService::MoveTimer(
       });
 }
 
-grpc::ServerUnaryReactor* DelaydService::RemoveTimer(
-    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
-    grpc::ByteBuffer* out) {
+grpc::ServerUnaryReactor* DelaydService::DoRemoveTimer(
+    const CallIn& ctx, const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
   return SubmitOp(
       Start<v1::RemoveTimerRequest, v1::RemoveTimerResponse>(
           ctx, in, out, RpcMetrics::kRemoveTimer, request_limits_.other),
@@ -214,9 +213,9 @@ grpc::ServerUnaryReactor* DelaydService::RemoveTimer(
       });
 }
 
-grpc::ServerUnaryReactor* DelaydService::Drain(grpc::CallbackServerContext* ctx,
-                                               const grpc::ByteBuffer* in,
-                                               grpc::ByteBuffer* out) {
+grpc::ServerUnaryReactor* DelaydService::DoDrain(const CallIn& ctx,
+                                                 const grpc::ByteBuffer* in,
+                                                 grpc::ByteBuffer* out) {
   const auto call = Start<v1::DrainRequest, v1::DrainResponse>(
       ctx, in, out, RpcMetrics::kDrain, request_limits_.other);
   if (call.answered()) return call.reactor();
@@ -248,9 +247,9 @@ grpc::ServerUnaryReactor* DelaydService::Drain(grpc::CallbackServerContext* ctx,
       });
 }
 
-grpc::ServerUnaryReactor* DelaydService::GetTimer(
-    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
-    grpc::ByteBuffer* out) {
+grpc::ServerUnaryReactor* DelaydService::DoGetTimer(const CallIn& ctx,
+                                                    const grpc::ByteBuffer* in,
+                                                    grpc::ByteBuffer* out) {
   const auto call = Start<v1::GetTimerRequest, v1::Timer>(
       ctx, in, out, RpcMetrics::kGetTimer, request_limits_.other);
   if (call.answered()) return call.reactor();
@@ -279,9 +278,8 @@ grpc::ServerUnaryReactor* DelaydService::GetTimer(
   return call.reactor();
 }
 
-grpc::ServerUnaryReactor* DelaydService::ListTimers(
-    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
-    grpc::ByteBuffer* out) {
+grpc::ServerUnaryReactor* DelaydService::DoListTimers(
+    const CallIn& ctx, const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
   const auto call = Start<v1::ListTimersRequest, v1::ListTimersResponse>(
       ctx, in, out, RpcMetrics::kListTimers, request_limits_.other);
   if (call.answered()) return call.reactor();
@@ -303,7 +301,7 @@ grpc::ServerUnaryReactor* DelaydService::ListTimers(
                                             " is changing owners; try again"));
     }
     if (!run.owner->empty()) {
-      forwarder_->Forward(ctx, "ListTimers", in, out, *run.owner,
+      forwarder_->Forward(ctx.get(), "ListTimers", in, out, *run.owner,
                           rpc_.forwarded(RpcMetrics::kListTimers), true,
                           [call](grpc::Status s) { call.Relay(std::move(s)); });
       return call.reactor();
@@ -342,6 +340,16 @@ grpc::ServerUnaryReactor* DelaydService::ListTimers(
 grpc::ServerWriteReactor<grpc::ByteBuffer>* DelaydService::Subscribe(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in) {
   auto& metrics = rpc_[RpcMetrics::kSubscribe];
+  StreamStart start;
+  if (Status s = OpenSubscribe(ctx, in, &start); !s.ok()) {
+    return new FailedStream(s, metrics);
+  }
+  return new SubscribeReactor(scheduler_, ctx, std::move(start), metrics);
+}
+
+Status DelaydService::OpenSubscribe(grpc::ServerContextBase* ctx,
+                                    const grpc::ByteBuffer* in,
+                                    StreamStart* start) {
   // Read as a unary call's request is.
   v1::SubscribeRequest req;
   Caller caller;
@@ -350,14 +358,11 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* DelaydService::Subscribe(
     s = ReadRequest(*in, request_limits_.other.bytes, "Subscribe",
                     request_limits_.other.from, &req);
   }
-  StreamStart start;
-  if (s.ok()) s = StartStream(*ctx, caller, std::move(req), &start);
-  if (!s.ok()) return new FailedStream(s, metrics);
-  return new SubscribeReactor(scheduler_, ctx, std::move(start.ns),
-                              start.options, metrics, start.attach);
+  if (s.ok()) s = StartStream(*ctx, caller, std::move(req), start);
+  return s;
 }
 
-Status DelaydService::StartStream(const grpc::CallbackServerContext& ctx,
+Status DelaydService::StartStream(const grpc::ServerContextBase& ctx,
                                   const Caller& caller,
                                   v1::SubscribeRequest req,
                                   StreamStart* start) {
@@ -400,7 +405,7 @@ Status DelaydService::StartStream(const grpc::CallbackServerContext& ctx,
                       const std::shared_ptr<StreamSink>& sink) {
     sink->LimitEvents(max_events);
     auto relay =
-        std::make_shared<Relay>(*forwarder_, scheduler_.io(), sink, req);
+        std::make_shared<Relay>(*forwarder_, scheduler_.timers(), sink, req);
     relay->Start();
     return [relay] { relay->Stop(); };
   };

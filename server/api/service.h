@@ -17,6 +17,7 @@
 #include "server/api/batch_wire.h"
 #include "server/api/cluster_view.h"
 #include "server/api/forward.h"
+#include "server/api/queue_call.h"
 #include "server/api/rpc_metrics.h"
 #include "server/api/stream.h"
 #include "server/api/unary_call.h"
@@ -99,6 +100,50 @@ struct RequestLimits {
   static RequestLimits Of(const Limits& l);
 };
 
+// Every unary method of delayd.v1.Delayd, as X(name). Batch reads its
+// request straight from the bytes (batch_wire.h); ClusterStatus is answered
+// by the cluster view (SetClusterView) off the calling thread.
+// clang-format off
+#define DELAYD_UNARY_METHODS(X) \
+  X(SetTimer) \
+  X(MoveTimer) \
+  X(RemoveTimer) \
+  X(Drain) \
+  X(GetTimer) \
+  X(ListTimers) \
+  X(Batch) \
+  X(Ack) \
+  X(Nack) \
+  X(ExtendLease) \
+  X(GetPolicy) \
+  X(TestPushTarget) \
+  X(SetPolicy) \
+  X(ListDeadLetters) \
+  X(RequeueDeadLetters) \
+  X(PurgeDeadLetters) \
+  X(Stats) \
+  X(Backup) \
+  X(PreviewSchedule) \
+  X(SetSchedule) \
+  X(GetSchedule) \
+  X(ListSchedules) \
+  X(DeleteSchedule) \
+  X(PauseSchedule) \
+  X(ResumeSchedule) \
+  X(TriggerSchedule) \
+  X(ClusterStatus)
+// clang-format on
+
+// Declares unary method X of the callback API and DoX, which serves it.
+#define DELAYD_UNARY(X)                                         \
+  grpc::ServerUnaryReactor* X(grpc::CallbackServerContext* ctx, \
+                              const grpc::ByteBuffer* in,       \
+                              grpc::ByteBuffer* out) override { \
+    return Do##X(CallIn(ctx), in, out);                         \
+  }                                                             \
+  grpc::ServerUnaryReactor* Do##X(                              \
+      const CallIn& ctx, const grpc::ByteBuffer* in, grpc::ByteBuffer* out);
+
 // Ack, Nack and ExtendLease are in service_work.cc; GetPolicy and SetPolicy
 // in service_policy.cc; the dead-letter calls in service_dead.cc; Stats,
 // Backup and ClusterStatus in service_admin.cc; the schedule calls in
@@ -132,95 +177,23 @@ class DelaydService final : public RawDelayd {
     push_ = pusher != nullptr ? &pusher->options() : nullptr;
   }
 
-  // Each takes a serialized request and answers a serialized response.
-  grpc::ServerUnaryReactor* SetTimer(grpc::CallbackServerContext* ctx,
-                                     const grpc::ByteBuffer* in,
-                                     grpc::ByteBuffer* out) override;
-  grpc::ServerUnaryReactor* MoveTimer(grpc::CallbackServerContext* ctx,
-                                      const grpc::ByteBuffer* in,
-                                      grpc::ByteBuffer* out) override;
-  grpc::ServerUnaryReactor* RemoveTimer(grpc::CallbackServerContext* ctx,
-                                        const grpc::ByteBuffer* in,
-                                        grpc::ByteBuffer* out) override;
-  grpc::ServerUnaryReactor* Drain(grpc::CallbackServerContext* ctx,
-                                  const grpc::ByteBuffer* in,
-                                  grpc::ByteBuffer* out) override;
-  grpc::ServerUnaryReactor* GetTimer(grpc::CallbackServerContext* ctx,
-                                     const grpc::ByteBuffer* in,
-                                     grpc::ByteBuffer* out) override;
-  grpc::ServerUnaryReactor* ListTimers(grpc::CallbackServerContext* ctx,
-                                       const grpc::ByteBuffer* in,
-                                       grpc::ByteBuffer* out) override;
-  // Reads its request straight from the bytes (batch_wire.h).
-  grpc::ServerUnaryReactor* Batch(grpc::CallbackServerContext* ctx,
-                                  const grpc::ByteBuffer* in,
-                                  grpc::ByteBuffer* out) override;
+  // A Subscribe's start, from its request (a stream served on the loop's
+  // queue: loop_server.h), as Subscribe makes it.
+  Status OpenSubscribe(grpc::ServerContextBase* ctx, const grpc::ByteBuffer* in,
+                       StreamStart* start);
+  MethodMetrics& subscribe_metrics() { return rpc_[RpcMetrics::kSubscribe]; }
+  // A Work stream served on the loop's queue, as Work serves it.
+  QueueReactor* WorkOnQueue(QueueCall* call);
+
+  // Each unary method takes a serialized request and answers a serialized
+  // response. The callback API calls X, which calls DoX; a call served on
+  // the loop's queue calls DoX with its own CallIn.
+  DELAYD_UNARY_METHODS(DELAYD_UNARY)
   grpc::ServerWriteReactor<grpc::ByteBuffer>* Subscribe(
       grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in) override;
-  grpc::ServerUnaryReactor* Ack(grpc::CallbackServerContext* ctx,
-                                const grpc::ByteBuffer* in,
-                                grpc::ByteBuffer* out) override;
-  grpc::ServerUnaryReactor* Nack(grpc::CallbackServerContext* ctx,
-                                 const grpc::ByteBuffer* in,
-                                 grpc::ByteBuffer* out) override;
-  grpc::ServerUnaryReactor* ExtendLease(grpc::CallbackServerContext* ctx,
-                                        const grpc::ByteBuffer* in,
-                                        grpc::ByteBuffer* out) override;
   // Its requests are applied by WorkRequest (service_work.cc).
   grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Work(
       grpc::CallbackServerContext* ctx) override;
-  grpc::ServerUnaryReactor* GetPolicy(grpc::CallbackServerContext* ctx,
-                                      const grpc::ByteBuffer* in,
-                                      grpc::ByteBuffer* out) override;
-  grpc::ServerUnaryReactor* TestPushTarget(grpc::CallbackServerContext* ctx,
-                                           const grpc::ByteBuffer* in,
-                                           grpc::ByteBuffer* out) override;
-  grpc::ServerUnaryReactor* SetPolicy(grpc::CallbackServerContext* ctx,
-                                      const grpc::ByteBuffer* in,
-                                      grpc::ByteBuffer* out) override;
-  grpc::ServerUnaryReactor* ListDeadLetters(grpc::CallbackServerContext* ctx,
-                                            const grpc::ByteBuffer* in,
-                                            grpc::ByteBuffer* out) override;
-  grpc::ServerUnaryReactor* RequeueDeadLetters(grpc::CallbackServerContext* ctx,
-                                               const grpc::ByteBuffer* in,
-                                               grpc::ByteBuffer* out) override;
-  grpc::ServerUnaryReactor* PurgeDeadLetters(grpc::CallbackServerContext* ctx,
-                                             const grpc::ByteBuffer* in,
-                                             grpc::ByteBuffer* out) override;
-  grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* ctx,
-                                  const grpc::ByteBuffer* in,
-                                  grpc::ByteBuffer* out) override;
-  grpc::ServerUnaryReactor* Backup(grpc::CallbackServerContext* ctx,
-                                   const grpc::ByteBuffer* in,
-                                   grpc::ByteBuffer* out) override;
-  grpc::ServerUnaryReactor* PreviewSchedule(grpc::CallbackServerContext* ctx,
-                                            const grpc::ByteBuffer* in,
-                                            grpc::ByteBuffer* out) override;
-  grpc::ServerUnaryReactor* SetSchedule(grpc::CallbackServerContext* ctx,
-                                        const grpc::ByteBuffer* in,
-                                        grpc::ByteBuffer* out) override;
-  grpc::ServerUnaryReactor* GetSchedule(grpc::CallbackServerContext* ctx,
-                                        const grpc::ByteBuffer* in,
-                                        grpc::ByteBuffer* out) override;
-  grpc::ServerUnaryReactor* ListSchedules(grpc::CallbackServerContext* ctx,
-                                          const grpc::ByteBuffer* in,
-                                          grpc::ByteBuffer* out) override;
-  grpc::ServerUnaryReactor* DeleteSchedule(grpc::CallbackServerContext* ctx,
-                                           const grpc::ByteBuffer* in,
-                                           grpc::ByteBuffer* out) override;
-  grpc::ServerUnaryReactor* PauseSchedule(grpc::CallbackServerContext* ctx,
-                                          const grpc::ByteBuffer* in,
-                                          grpc::ByteBuffer* out) override;
-  grpc::ServerUnaryReactor* ResumeSchedule(grpc::CallbackServerContext* ctx,
-                                           const grpc::ByteBuffer* in,
-                                           grpc::ByteBuffer* out) override;
-  grpc::ServerUnaryReactor* TriggerSchedule(grpc::CallbackServerContext* ctx,
-                                            const grpc::ByteBuffer* in,
-                                            grpc::ByteBuffer* out) override;
-  // Answered by the cluster view (SetClusterView) off the gRPC threads.
-  grpc::ServerUnaryReactor* ClusterStatus(grpc::CallbackServerContext* ctx,
-                                          const grpc::ByteBuffer* in,
-                                          grpc::ByteBuffer* out) override;
 
   // A cluster node's view of its cluster (outliving the service), once the
   // node has joined; until then ClusterStatus is refused.
@@ -229,7 +202,7 @@ class DelaydService final : public RawDelayd {
  private:
   // PauseSchedule, ResumeSchedule and TriggerSchedule: the same request
   // and answer, a different action (service_schedule.cc).
-  grpc::ServerUnaryReactor* ActOnSchedule(grpc::CallbackServerContext* ctx,
+  grpc::ServerUnaryReactor* ActOnSchedule(const CallIn& ctx,
                                           const grpc::ByteBuffer* in,
                                           grpc::ByteBuffer* out,
                                           RpcMetrics::Method method,
@@ -238,7 +211,7 @@ class DelaydService final : public RawDelayd {
   // a different change (service_dead.cc).
   using DeadLetterChange = void (Dispatcher::*)(
       std::vector<std::uint64_t>, std::function<void(Status, LeaseResult)>);
-  grpc::ServerUnaryReactor* ChangeDeadLetters(grpc::CallbackServerContext* ctx,
+  grpc::ServerUnaryReactor* ChangeDeadLetters(const CallIn& ctx,
                                               const grpc::ByteBuffer* in,
                                               grpc::ByteBuffer* out,
                                               RpcMetrics::Method method,
@@ -247,15 +220,20 @@ class DelaydService final : public RawDelayd {
   // Subscribe, and a Work stream's first message: authorizes and validates
   // `req`, counts the subscriber (RESOURCE_EXHAUSTED past the limit) and
   // says how the stream subscribes.
-  Status StartStream(const grpc::CallbackServerContext& ctx,
-                     const Caller& caller, v1::SubscribeRequest req,
-                     StreamStart* start);
+  Status StartStream(const grpc::ServerContextBase& ctx, const Caller& caller,
+                     v1::SubscribeRequest req, StreamStart* start);
   // A Work stream's request after the first (on namespace `ns`, which its
   // caller may work on): applied as the unary call of its kind, `done`
   // given the answer (once, from any thread).
-  void WorkRequest(grpc::CallbackServerContext* ctx, const std::string& ns,
+  void WorkRequest(grpc::ServerContextBase* ctx, const std::string& ns,
                    v1::WorkRequest req,
                    std::function<void(v1::WorkAnswer)> done);
+  // A Work stream's start and requests, as its reactor takes them.
+  std::function<Status(v1::SubscribeRequest, StreamStart*)> WorkStart(
+      grpc::ServerContextBase* ctx, const Caller& caller);
+  std::function<void(const std::string&, v1::WorkRequest,
+                     std::function<void(v1::WorkAnswer)>)>
+  WorkHandle(grpc::ServerContextBase* ctx);
 
   // The last namespace resolved within one request, so that a Batch of
   // operations on one namespace validates and looks it up once.
@@ -277,7 +255,7 @@ class DelaydService final : public RawDelayd {
                 std::string message) const;
   // The caller of `ctx`, by the token it sent; see auth.h. Checked before
   // a request is parsed, so an unknown caller costs nothing more.
-  Status Identify(const grpc::CallbackServerContext* ctx, Caller* caller) const;
+  Status Identify(const grpc::ServerContextBase* ctx, Caller* caller) const;
   // Whether `caller` may do `permission` on namespace `name` (empty: the
   // default namespace). Checked before anything else is done with the
   // request, so a refused call learns nothing and changes nothing.
@@ -286,12 +264,13 @@ class DelaydService final : public RawDelayd {
   // A unary call with its caller identified and its request read within
   // `limit` (else answered at once: see Unary).
   template <typename Req, typename Resp>
-  Unary<Req, Resp> Start(grpc::CallbackServerContext* ctx,
-                         const grpc::ByteBuffer* in, grpc::ByteBuffer* out,
-                         RpcMetrics::Method method, const RequestLimit& limit) {
-    return Unary<Req, Resp>(
-        ctx, in, out, rpc_[method], limit.bytes, limit.from,
-        [this, ctx](Caller* caller) { return Identify(ctx, caller); });
+  Unary<Req, Resp> Start(const CallIn& ctx, const grpc::ByteBuffer* in,
+                         grpc::ByteBuffer* out, RpcMetrics::Method method,
+                         const RequestLimit& limit) {
+    return Unary<Req, Resp>(ctx, in, out, rpc_[method], limit.bytes, limit.from,
+                            [this, base = ctx.get()](Caller* caller) {
+                              return Identify(base, caller);
+                            });
   }
   // A cluster node: forwards `call` (of `method`, its caller identified,
   // authorized and its request validated) to the node owning namespace
@@ -316,11 +295,11 @@ class DelaydService final : public RawDelayd {
   // cluster, or `ctx` was forwarded here).
   std::map<std::string, std::vector<std::uint64_t>> EventOwners(
       const google::protobuf::RepeatedField<std::uint64_t>& ids,
-      const grpc::CallbackServerContext& ctx) const;
+      const grpc::ServerContextBase& ctx) const;
   // Every node owning partitions (this one under "", with no ids): for a
   // call on a whole namespace.
   std::map<std::string, std::vector<std::uint64_t>> AllOwners(
-      const grpc::CallbackServerContext& ctx) const;
+      const grpc::ServerContextBase& ctx) const;
   // Ack, Nack, ExtendLease and the dead-letter changes (service_split.h):
   // answers `call` by parts, `owners`' "" part by `local` (the namespace's
   // dispatcher, the ids, and where to give its answer; not called if the
@@ -366,13 +345,11 @@ class DelaydService final : public RawDelayd {
                        v1::BatchResponse* resp, std::function<void()> done);
   // A cluster node: sends the operations other nodes own to them, one
   // forwarded Batch per owner, submits its own, and answers `call` with
-  // every result in `resp` once all have answered. Null (nothing done) if
-  // this node owns every operation.
-  grpc::ServerUnaryReactor* SplitBatch(grpc::CallbackServerContext* ctx,
-                                       const grpc::ByteBuffer* in,
-                                       UnaryCall* call,
-                                       const std::vector<OpFields>& fields,
-                                       v1::BatchResponse* resp);
+  // every result in `resp` once all have answered. False (nothing done)
+  // if this node owns every operation.
+  bool SplitBatch(const CallIn& ctx, const grpc::ByteBuffer* in,
+                  UnaryCall* call, const std::vector<OpFields>& fields,
+                  v1::BatchResponse* resp);
 
   // One page of this node's dead letters of `req`'s namespace, from id
   // `from` (service_dead.cc).

@@ -118,9 +118,9 @@ void Fill(const prometheus::Histogram& h, v1::LatencySummary* out) {
 
 }  // namespace
 
-grpc::ServerUnaryReactor* DelaydService::Backup(
-    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
-    grpc::ByteBuffer* out) {
+grpc::ServerUnaryReactor* DelaydService::DoBackup(const CallIn& ctx,
+                                                  const grpc::ByteBuffer* in,
+                                                  grpc::ByteBuffer* out) {
   const auto call = Start<v1::BackupRequest, v1::BackupResponse>(
       ctx, in, out, RpcMetrics::kBackup, request_limits_.other);
   if (call.answered()) return call.reactor();
@@ -184,9 +184,9 @@ Status DelaydService::WriteBackup(const std::string& dir,
   return s;
 }
 
-grpc::ServerUnaryReactor* DelaydService::Stats(grpc::CallbackServerContext* ctx,
-                                               const grpc::ByteBuffer* in,
-                                               grpc::ByteBuffer* out) {
+grpc::ServerUnaryReactor* DelaydService::DoStats(const CallIn& ctx,
+                                                 const grpc::ByteBuffer* in,
+                                                 grpc::ByteBuffer* out) {
   const auto call = Start<v1::StatsRequest, v1::StatsResponse>(
       ctx, in, out, RpcMetrics::kStats, request_limits_.other);
   if (call.answered()) return call.reactor();
@@ -264,9 +264,8 @@ void DelaydService::PushHealth(v1::NamespaceStats* n) const {
   n->set_push_last_error(health.last_error);
 }
 
-grpc::ServerUnaryReactor* DelaydService::ClusterStatus(
-    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
-    grpc::ByteBuffer* out) {
+grpc::ServerUnaryReactor* DelaydService::DoClusterStatus(
+    const CallIn& ctx, const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
   const auto call = Start<v1::ClusterStatusRequest, v1::ClusterStatusResponse>(
       ctx, in, out, RpcMetrics::kClusterStatus, request_limits_.other);
   if (call.answered()) return call.reactor();

@@ -73,13 +73,13 @@ void TakeAnswer(const grpc::Status& status, const std::string& owner,
 
 }  // namespace
 
-grpc::ServerUnaryReactor* DelaydService::Batch(grpc::CallbackServerContext* ctx,
-                                               const grpc::ByteBuffer* in,
-                                               grpc::ByteBuffer* out) {
+grpc::ServerUnaryReactor* DelaydService::DoBatch(const CallIn& ctx,
+                                                 const grpc::ByteBuffer* in,
+                                                 grpc::ByteBuffer* out) {
   auto* call = new UnaryCall(ctx, out, rpc_[RpcMetrics::kBatch]);
   // Only a known token gets its request read; namespaces are checked below.
   Caller caller;
-  if (Status s = Identify(ctx, &caller); !s.ok()) return call->Reply(s);
+  if (Status s = Identify(ctx.get(), &caller); !s.ok()) return call->Reply(s);
   // The request in one piece: gRPC's own slice when it arrived in one, else
   // a copy. Operations below are views into it until converted.
   grpc::Slice slice;
@@ -110,12 +110,12 @@ grpc::ServerUnaryReactor* DelaydService::Batch(grpc::CallbackServerContext* ctx,
   auto* resp = call->New<v1::BatchResponse>();
   resp->mutable_results()->Reserve(static_cast<int>(fields.size()));
   for (std::size_t i = 0; i < fields.size(); ++i) resp->add_results();
-  if (forwarder_ != nullptr) {
-    if (auto* reactor = SplitBatch(ctx, in, call, fields, resp)) {
-      return reactor;
-    }
-  }
+  // (The reactor is taken first: the call may be answered, and gone,
+  // before either returns.)
   auto* reactor = call->reactor();
+  if (forwarder_ != nullptr && SplitBatch(ctx, in, call, fields, resp)) {
+    return reactor;
+  }
   SubmitBatchPart(fields, nullptr, resp,
                   [call, resp] { call->Reply(Status::Ok(), resp); });
   return reactor;
@@ -209,10 +209,10 @@ void DelaydService::SubmitBatchPart(const std::vector<OpFields>& fields,
       });
 }
 
-grpc::ServerUnaryReactor* DelaydService::SplitBatch(
-    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
-    UnaryCall* call, const std::vector<OpFields>& fields,
-    v1::BatchResponse* resp) {
+bool DelaydService::SplitBatch(const CallIn& ctx, const grpc::ByteBuffer* in,
+                               UnaryCall* call,
+                               const std::vector<OpFields>& fields,
+                               v1::BatchResponse* resp) {
   std::vector<std::uint32_t> local;
   std::map<std::string, std::shared_ptr<RemotePart>> remote;
   for (std::size_t i = 0; i < fields.size(); ++i) {
@@ -229,15 +229,14 @@ grpc::ServerUnaryReactor* DelaydService::SplitBatch(
     if (part == nullptr) part = std::make_shared<RemotePart>();
     part->positions.push_back(static_cast<std::uint32_t>(i));
   }
-  if (remote.empty()) return nullptr;
+  if (remote.empty()) return false;
   auto& forwarded = rpc_.forwarded(RpcMetrics::kBatch);
-  auto* reactor = call->reactor();
   if (local.empty() && remote.size() == 1) {
     // One owner of everything: the request goes as it came.
-    forwarder_->Forward(ctx, "Batch", in, call->out(), remote.begin()->first,
-                        forwarded, true,
+    forwarder_->Forward(ctx.get(), "Batch", in, call->out(),
+                        remote.begin()->first, forwarded, true,
                         [call](grpc::Status s) { call->Relay(std::move(s)); });
-    return reactor;
+    return true;
   }
   auto join = std::make_shared<BatchJoin>(
       call, resp, static_cast<int>(remote.size() + (local.empty() ? 0 : 1)));
@@ -252,8 +251,9 @@ grpc::ServerUnaryReactor* DelaydService::SplitBatch(
     bool own_buffer;
     (void)grpc::SerializationTraits<v1::BatchRequest>::Serialize(
         req, &part->request, &own_buffer);
-    forwarder_->Forward(ctx, "Batch", &part->request, &part->response, owner,
-                        forwarded, true, [join, owner, part](grpc::Status s) {
+    forwarder_->Forward(ctx.get(), "Batch", &part->request, &part->response,
+                        owner, forwarded, true,
+                        [join, owner, part](grpc::Status s) {
                           TakeAnswer(s, owner, *part, join->resp);
                           join->PartDone();
                         });
@@ -261,7 +261,7 @@ grpc::ServerUnaryReactor* DelaydService::SplitBatch(
   if (!local.empty()) {
     SubmitBatchPart(fields, &local, resp, [join] { join->PartDone(); });
   }
-  return reactor;
+  return true;
 }
 
 }  // namespace delayd

@@ -70,9 +70,8 @@ void DelaydService::ListLocalDeadLetters(
       });
 }
 
-grpc::ServerUnaryReactor* DelaydService::ListDeadLetters(
-    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
-    grpc::ByteBuffer* out) {
+grpc::ServerUnaryReactor* DelaydService::DoListDeadLetters(
+    const CallIn& ctx, const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
   const auto call =
       Start<v1::ListDeadLettersRequest, v1::ListDeadLettersResponse>(
           ctx, in, out, RpcMetrics::kListDeadLetters, request_limits_.other);
@@ -96,23 +95,21 @@ grpc::ServerUnaryReactor* DelaydService::ListDeadLetters(
       });
 }
 
-grpc::ServerUnaryReactor* DelaydService::RequeueDeadLetters(
-    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
-    grpc::ByteBuffer* out) {
+grpc::ServerUnaryReactor* DelaydService::DoRequeueDeadLetters(
+    const CallIn& ctx, const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
   return ChangeDeadLetters(ctx, in, out, RpcMetrics::kRequeueDeadLetters,
                            &Dispatcher::RequeueDeadLetters);
 }
 
-grpc::ServerUnaryReactor* DelaydService::PurgeDeadLetters(
-    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
-    grpc::ByteBuffer* out) {
+grpc::ServerUnaryReactor* DelaydService::DoPurgeDeadLetters(
+    const CallIn& ctx, const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
   return ChangeDeadLetters(ctx, in, out, RpcMetrics::kPurgeDeadLetters,
                            &Dispatcher::PurgeDeadLetters);
 }
 
 grpc::ServerUnaryReactor* DelaydService::ChangeDeadLetters(
-    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
-    grpc::ByteBuffer* out, RpcMetrics::Method method, DeadLetterChange change) {
+    const CallIn& ctx, const grpc::ByteBuffer* in, grpc::ByteBuffer* out,
+    RpcMetrics::Method method, DeadLetterChange change) {
   const auto call = Start<v1::DeadLettersRequest, v1::DeadLettersResponse>(
       ctx, in, out, method, request_limits_.ack);
   if (call.answered()) return call.reactor();

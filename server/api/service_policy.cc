@@ -71,9 +71,9 @@ Status CheckMask(const google::protobuf::FieldMask& mask) {
 
 }  // namespace
 
-grpc::ServerUnaryReactor* DelaydService::GetPolicy(
-    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
-    grpc::ByteBuffer* out) {
+grpc::ServerUnaryReactor* DelaydService::DoGetPolicy(const CallIn& ctx,
+                                                     const grpc::ByteBuffer* in,
+                                                     grpc::ByteBuffer* out) {
   const auto call = Start<v1::GetPolicyRequest, v1::Policy>(
       ctx, in, out, RpcMetrics::kGetPolicy, request_limits_.other);
   if (call.answered()) return call.reactor();
@@ -87,9 +87,9 @@ grpc::ServerUnaryReactor* DelaydService::GetPolicy(
   return call.Reply(Status::Ok());
 }
 
-grpc::ServerUnaryReactor* DelaydService::SetPolicy(
-    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
-    grpc::ByteBuffer* out) {
+grpc::ServerUnaryReactor* DelaydService::DoSetPolicy(const CallIn& ctx,
+                                                     const grpc::ByteBuffer* in,
+                                                     grpc::ByteBuffer* out) {
   const auto call = Start<v1::SetPolicyRequest, v1::Policy>(
       ctx, in, out, RpcMetrics::kSetPolicy, request_limits_.policy);
   if (call.answered()) return call.reactor();
@@ -162,9 +162,8 @@ grpc::ServerUnaryReactor* DelaydService::SetPolicy(
   return call.reactor();
 }
 
-grpc::ServerUnaryReactor* DelaydService::TestPushTarget(
-    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
-    grpc::ByteBuffer* out) {
+grpc::ServerUnaryReactor* DelaydService::DoTestPushTarget(
+    const CallIn& ctx, const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
   const auto call =
       Start<v1::TestPushTargetRequest, v1::TestPushTargetResponse>(
           ctx, in, out, RpcMetrics::kTestPushTarget, request_limits_.test_push);

@@ -92,9 +92,8 @@ void MergePages(std::vector<v1::ListSchedulesResponse>& pages,
 
 }  // namespace
 
-grpc::ServerUnaryReactor* DelaydService::SetSchedule(
-    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
-    grpc::ByteBuffer* out) {
+grpc::ServerUnaryReactor* DelaydService::DoSetSchedule(
+    const CallIn& ctx, const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
   const auto call = Start<v1::SetScheduleRequest, v1::Schedule>(
       ctx, in, out, RpcMetrics::kSetSchedule, request_limits_.set);
   if (call.answered()) return call.reactor();
@@ -124,9 +123,8 @@ grpc::ServerUnaryReactor* DelaydService::SetSchedule(
   return call.reactor();
 }
 
-grpc::ServerUnaryReactor* DelaydService::GetSchedule(
-    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
-    grpc::ByteBuffer* out) {
+grpc::ServerUnaryReactor* DelaydService::DoGetSchedule(
+    const CallIn& ctx, const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
   const auto call = Start<v1::GetScheduleRequest, v1::Schedule>(
       ctx, in, out, RpcMetrics::kGetSchedule, request_limits_.other);
   if (call.answered()) return call.reactor();
@@ -153,9 +151,8 @@ grpc::ServerUnaryReactor* DelaydService::GetSchedule(
   return call.Reply(Status::Ok());
 }
 
-grpc::ServerUnaryReactor* DelaydService::ListSchedules(
-    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
-    grpc::ByteBuffer* out) {
+grpc::ServerUnaryReactor* DelaydService::DoListSchedules(
+    const CallIn& ctx, const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
   const auto call = Start<v1::ListSchedulesRequest, v1::ListSchedulesResponse>(
       ctx, in, out, RpcMetrics::kListSchedules, request_limits_.other);
   if (call.answered()) return call.reactor();
@@ -219,9 +216,8 @@ Status DelaydService::ListLocalSchedules(const v1::ListSchedulesRequest& req,
   return Status::Ok();
 }
 
-grpc::ServerUnaryReactor* DelaydService::DeleteSchedule(
-    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
-    grpc::ByteBuffer* out) {
+grpc::ServerUnaryReactor* DelaydService::DoDeleteSchedule(
+    const CallIn& ctx, const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
   const auto call =
       Start<v1::DeleteScheduleRequest, v1::DeleteScheduleResponse>(
           ctx, in, out, RpcMetrics::kDeleteSchedule, request_limits_.other);
@@ -249,9 +245,8 @@ grpc::ServerUnaryReactor* DelaydService::DeleteSchedule(
   return call.reactor();
 }
 
-grpc::ServerUnaryReactor* DelaydService::PreviewSchedule(
-    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
-    grpc::ByteBuffer* out) {
+grpc::ServerUnaryReactor* DelaydService::DoPreviewSchedule(
+    const CallIn& ctx, const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
   const auto call =
       Start<v1::PreviewScheduleRequest, v1::PreviewScheduleResponse>(
           ctx, in, out, RpcMetrics::kPreviewSchedule, request_limits_.other);
@@ -271,9 +266,8 @@ grpc::ServerUnaryReactor* DelaydService::PreviewSchedule(
 }
 
 grpc::ServerUnaryReactor* DelaydService::ActOnSchedule(
-    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
-    grpc::ByteBuffer* out, RpcMetrics::Method method,
-    Partition::ScheduleAction action) {
+    const CallIn& ctx, const grpc::ByteBuffer* in, grpc::ByteBuffer* out,
+    RpcMetrics::Method method, Partition::ScheduleAction action) {
   const auto call = Start<v1::ScheduleActionRequest, v1::Schedule>(
       ctx, in, out, method, request_limits_.other);
   if (call.answered()) return call.reactor();
@@ -301,23 +295,20 @@ grpc::ServerUnaryReactor* DelaydService::ActOnSchedule(
   return call.reactor();
 }
 
-grpc::ServerUnaryReactor* DelaydService::PauseSchedule(
-    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
-    grpc::ByteBuffer* out) {
+grpc::ServerUnaryReactor* DelaydService::DoPauseSchedule(
+    const CallIn& ctx, const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
   return ActOnSchedule(ctx, in, out, RpcMetrics::kPauseSchedule,
                        Partition::ScheduleAction::kPause);
 }
 
-grpc::ServerUnaryReactor* DelaydService::ResumeSchedule(
-    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
-    grpc::ByteBuffer* out) {
+grpc::ServerUnaryReactor* DelaydService::DoResumeSchedule(
+    const CallIn& ctx, const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
   return ActOnSchedule(ctx, in, out, RpcMetrics::kResumeSchedule,
                        Partition::ScheduleAction::kResume);
 }
 
-grpc::ServerUnaryReactor* DelaydService::TriggerSchedule(
-    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
-    grpc::ByteBuffer* out) {
+grpc::ServerUnaryReactor* DelaydService::DoTriggerSchedule(
+    const CallIn& ctx, const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
   return ActOnSchedule(ctx, in, out, RpcMetrics::kTriggerSchedule,
                        Partition::ScheduleAction::kTrigger);
 }

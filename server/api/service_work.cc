@@ -69,7 +69,7 @@ void AddExtended(v1::ExtendLeaseResponse* sum,
 
 std::map<std::string, std::vector<std::uint64_t>> DelaydService::EventOwners(
     const google::protobuf::RepeatedField<std::uint64_t>& ids,
-    const grpc::CallbackServerContext& ctx) const {
+    const grpc::ServerContextBase& ctx) const {
   std::map<std::string, std::vector<std::uint64_t>> owners;
   for (std::uint64_t id : ids) {
     owners[forwarder_ == nullptr ? std::string()
@@ -80,7 +80,7 @@ std::map<std::string, std::vector<std::uint64_t>> DelaydService::EventOwners(
 }
 
 std::map<std::string, std::vector<std::uint64_t>> DelaydService::AllOwners(
-    const grpc::CallbackServerContext& ctx) const {
+    const grpc::ServerContextBase& ctx) const {
   std::map<std::string, std::vector<std::uint64_t>> owners{{"", {}}};
   if (forwarder_ != nullptr) {
     for (const std::string& peer : forwarder_->Peers(ctx)) owners[peer];
@@ -88,9 +88,9 @@ std::map<std::string, std::vector<std::uint64_t>> DelaydService::AllOwners(
   return owners;
 }
 
-grpc::ServerUnaryReactor* DelaydService::Ack(grpc::CallbackServerContext* ctx,
-                                             const grpc::ByteBuffer* in,
-                                             grpc::ByteBuffer* out) {
+grpc::ServerUnaryReactor* DelaydService::DoAck(const CallIn& ctx,
+                                               const grpc::ByteBuffer* in,
+                                               grpc::ByteBuffer* out) {
   const auto call = Start<v1::AckRequest, v1::AckResponse>(
       ctx, in, out, RpcMetrics::kAck, request_limits_.ack);
   if (call.answered()) return call.reactor();
@@ -102,9 +102,9 @@ grpc::ServerUnaryReactor* DelaydService::Ack(grpc::CallbackServerContext* ctx,
                       EventOwners(req.event_ids(), *ctx), AckHere, AddAcked);
 }
 
-grpc::ServerUnaryReactor* DelaydService::Nack(grpc::CallbackServerContext* ctx,
-                                              const grpc::ByteBuffer* in,
-                                              grpc::ByteBuffer* out) {
+grpc::ServerUnaryReactor* DelaydService::DoNack(const CallIn& ctx,
+                                                const grpc::ByteBuffer* in,
+                                                grpc::ByteBuffer* out) {
   const auto call = Start<v1::NackRequest, v1::NackResponse>(
       ctx, in, out, RpcMetrics::kNack, request_limits_.ack);
   if (call.answered()) return call.reactor();
@@ -120,9 +120,8 @@ grpc::ServerUnaryReactor* DelaydService::Nack(grpc::CallbackServerContext* ctx,
                       NackHere(retry_after, req.error(), release), AddNacked);
 }
 
-grpc::ServerUnaryReactor* DelaydService::ExtendLease(
-    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
-    grpc::ByteBuffer* out) {
+grpc::ServerUnaryReactor* DelaydService::DoExtendLease(
+    const CallIn& ctx, const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
   const auto call = Start<v1::ExtendLeaseRequest, v1::ExtendLeaseResponse>(
       ctx, in, out, RpcMetrics::kExtendLease, request_limits_.ack);
   if (call.answered()) return call.reactor();
@@ -189,18 +188,39 @@ DelaydService::Work(grpc::CallbackServerContext* ctx) {
   if (Status s = Identify(ctx, &caller); !s.ok()) {
     return new RefusedWork(s, metrics);
   }
-  return new WorkReactor(
-      scheduler_, ctx, metrics, request_limits_.ack.bytes,
-      [this, ctx, caller](v1::SubscribeRequest req, StreamStart* start) {
-        return StartStream(*ctx, caller, std::move(req), start);
-      },
-      [this, ctx](const std::string& ns, v1::WorkRequest req,
-                  std::function<void(v1::WorkAnswer)> done) {
-        WorkRequest(ctx, ns, std::move(req), std::move(done));
-      });
+  return new WorkReactor(scheduler_, ctx, metrics, request_limits_.ack.bytes,
+                         WorkStart(ctx, caller), WorkHandle(ctx));
 }
 
-void DelaydService::WorkRequest(grpc::CallbackServerContext* ctx,
+QueueReactor* DelaydService::WorkOnQueue(QueueCall* call) {
+  grpc::ServerContextBase* ctx = &call->context();
+  auto& metrics = rpc_[RpcMetrics::kWork];
+  Caller caller;
+  if (Status s = Identify(ctx, &caller); !s.ok()) {
+    return new QueueFailedStream(s, metrics, call);
+  }
+  return new QueueWorkReactor(scheduler_, ctx, metrics,
+                              request_limits_.ack.bytes, WorkStart(ctx, caller),
+                              WorkHandle(ctx), call);
+}
+
+std::function<Status(v1::SubscribeRequest, StreamStart*)>
+DelaydService::WorkStart(grpc::ServerContextBase* ctx, const Caller& caller) {
+  return [this, ctx, caller](v1::SubscribeRequest req, StreamStart* start) {
+    return StartStream(*ctx, caller, std::move(req), start);
+  };
+}
+
+std::function<void(const std::string&, v1::WorkRequest,
+                   std::function<void(v1::WorkAnswer)>)>
+DelaydService::WorkHandle(grpc::ServerContextBase* ctx) {
+  return [this, ctx](const std::string& ns, v1::WorkRequest req,
+                     std::function<void(v1::WorkAnswer)> done) {
+    WorkRequest(ctx, ns, std::move(req), std::move(done));
+  };
+}
+
+void DelaydService::WorkRequest(grpc::ServerContextBase* ctx,
                                 const std::string& ns, v1::WorkRequest req,
                                 std::function<void(v1::WorkAnswer)> done) {
   const std::uint64_t ref = req.ref();

@@ -4,12 +4,9 @@
 
 namespace delayd {
 
-StreamSubscription::StreamSubscription(Scheduler& scheduler,
-                                       StreamWriter* writer,
-                                       grpc::CallbackServerContext* ctx,
-                                       std::string ns,
-                                       const SubscribeOptions& options,
-                                       MethodMetrics& metrics)
+StreamSubscription::StreamSubscription(
+    Scheduler& scheduler, StreamWriter* writer, grpc::ServerContextBase* ctx,
+    std::string ns, const SubscribeOptions& options, MethodMetrics& metrics)
     : scheduler_(scheduler),
       ns_(std::move(ns)),
       id_(scheduler.NewSubscriberId()),
@@ -18,7 +15,7 @@ StreamSubscription::StreamSubscription(Scheduler& scheduler,
            ", namespace '" + ns_ + "', " +
            (options.watcher ? "watcher" : "worker")),
       sink_(std::make_shared<StreamSink>(
-          writer, ctx, scheduler.io(),
+          writer, ctx, scheduler.timers(),
           scheduler.limits().stream_write_timeout)) {
   LogSampled(
       "subscriber",

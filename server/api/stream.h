@@ -18,6 +18,7 @@
 
 #include "delayd/v1/delayd.grpc.pb.h"
 #include "server/api/proto_time.h"
+#include "server/api/queue_call.h"
 #include "server/api/rpc_metrics.h"
 #include "server/api/unary_call.h"
 #include "server/common/limit_log.h"
@@ -75,11 +76,12 @@ class StreamWriter {
 // mu_ what the reactor is to do (an Action) and does it after letting go.
 class StreamSink : public Subscriber {
  public:
-  StreamSink(StreamWriter* r, grpc::CallbackServerContext* ctx,
-             asio::io_context& io, std::chrono::nanoseconds write_timeout)
+  StreamSink(StreamWriter* r, grpc::ServerContextBase* ctx,
+             asio::any_io_executor timers,
+             std::chrono::nanoseconds write_timeout)
       : reactor_(r),
         ctx_(ctx),
-        write_timer_(io),
+        write_timer_(std::move(timers)),
         write_timeout_(write_timeout) {}
 
   Backlog Deliver(std::string_view ns,
@@ -176,7 +178,7 @@ class StreamSink : public Subscriber {
   mutable Mutex mu_;
   CondVar cancelled_;
   StreamWriter* reactor_ GUARDED_BY(mu_);
-  grpc::CallbackServerContext* const ctx_;
+  grpc::ServerContextBase* const ctx_;
   asio::steady_timer write_timer_ GUARDED_BY(mu_);
   const std::chrono::nanoseconds write_timeout_;
   std::deque<Message> queue_ GUARDED_BY(mu_);
@@ -225,7 +227,7 @@ class StreamSubscription {
   // other nodes' events into it); returns what to run at the end.
   using Attach = std::function<AtEnd(const std::shared_ptr<StreamSink>&)>;
   StreamSubscription(Scheduler& scheduler, StreamWriter* writer,
-                     grpc::CallbackServerContext* ctx, std::string ns,
+                     grpc::ServerContextBase* ctx, std::string ns,
                      const SubscribeOptions& options, MethodMetrics& metrics);
   // Registers the stream (its sink may be written to from then on: the
   // reactor must find this by then).
@@ -255,20 +257,30 @@ struct StreamStart {
   StreamSubscription::Attach attach;
 };
 
-class SubscribeReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
-                         public StreamWriter {
+// A Subscribe stream. `Base` is the callback API's reactor
+// (SubscribeReactor) or a call on the loop's queue (QueueSubscribeReactor,
+// queue_call.h: the same contract).
+template <typename Base>
+class BasicSubscribeReactor : public Base, public StreamWriter {
  public:
   using AtEnd = StreamSubscription::AtEnd;
-  SubscribeReactor(Scheduler& scheduler, grpc::CallbackServerContext* ctx,
-                   std::string ns, SubscribeOptions options,
-                   MethodMetrics& metrics,
-                   const StreamSubscription::Attach& attach = {})
-      : sub_(scheduler, this, ctx, std::move(ns), options, metrics) {
-    sub_.Begin(options, attach);
+  // `base` constructs Base.
+  template <typename... BaseArgs>
+  BasicSubscribeReactor(Scheduler& scheduler, grpc::ServerContextBase* ctx,
+                        StreamStart start, MethodMetrics& metrics,
+                        BaseArgs&&... base)
+      : Base(std::forward<BaseArgs>(base)...),
+        sub_(scheduler, this, ctx, std::move(start.ns), start.options,
+             metrics) {
+    sub_.Begin(start.options, start.attach);
   }
 
-  void WriteMessage(const grpc::ByteBuffer* msg) override { StartWrite(msg); }
-  void FinishStream(const grpc::Status& status) override { Finish(status); }
+  void WriteMessage(const grpc::ByteBuffer* msg) override {
+    this->StartWrite(msg);
+  }
+  void FinishStream(const grpc::Status& status) override {
+    this->Finish(status);
+  }
   void OnWriteDone(bool ok) override { sub_.sink().OnWriteDone(ok); }
   void OnCancel() override {
     sub_.sink().End(Status::Unavailable("subscriber went away"));
@@ -282,18 +294,30 @@ class SubscribeReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   StreamSubscription sub_;
 };
 
-class FailedStream : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+using SubscribeReactor =
+    BasicSubscribeReactor<grpc::ServerWriteReactor<grpc::ByteBuffer>>;
+using QueueSubscribeReactor = BasicSubscribeReactor<QueueReactor>;
+
+// A stream refused at its start (counted in `metrics`). `Base` as above.
+template <typename Base>
+class BasicFailedStream : public Base {
  public:
-  FailedStream(const Status& status, MethodMetrics& metrics) {
+  template <typename... BaseArgs>
+  BasicFailedStream(const Status& status, MethodMetrics& metrics,
+                    BaseArgs&&... base)
+      : Base(std::forward<BaseArgs>(base)...) {
     if (status.code() == Code::kResourceExhausted) {
       LogLimitHit("resource", status.message());
     }
     const grpc::Status answer = ToGrpc(status);
     metrics.Observe(answer.error_code(), std::nullopt);
-    Finish(answer);
+    this->Finish(answer);
   }
   void OnDone() override { delete this; }
 };
+using FailedStream =
+    BasicFailedStream<grpc::ServerWriteReactor<grpc::ByteBuffer>>;
+using QueueFailedStream = BasicFailedStream<QueueReactor>;
 
 }  // namespace delayd
 

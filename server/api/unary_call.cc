@@ -76,6 +76,12 @@ grpc::ServerUnaryReactor* UnaryCall::Reply(
   metrics_.Observe(answer.error_code(),
                    std::chrono::steady_clock::now() - started_);
   grpc::ServerUnaryReactor* const reactor = reactor_;
+  if (answer_) {
+    Answer a = std::move(answer_);
+    delete this;
+    a(std::move(answer));
+    return nullptr;
+  }
   delete this;
   reactor->Finish(std::move(answer));
   return reactor;
@@ -85,6 +91,12 @@ void UnaryCall::Relay(grpc::Status status) {
   metrics_.Observe(status.error_code(),
                    std::chrono::steady_clock::now() - started_);
   grpc::ServerUnaryReactor* const reactor = reactor_;
+  if (answer_) {
+    Answer a = std::move(answer_);
+    delete this;
+    a(std::move(status));
+    return;
+  }
   delete this;
   reactor->Finish(std::move(status));
 }

@@ -15,6 +15,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
+#include <functional>
 #include <string_view>
 
 #include "server/api/auth.h"
@@ -51,12 +52,44 @@ Status ReadRequest(const grpc::ByteBuffer& in, std::size_t limit,
 // (The call is finished through gRPC's default reactor: a reactor of our own
 // would have gRPC run its OnDone through an executor thread, a hop that cost
 // 14 % of unary and 7 % of Batch throughput.)
+// A unary call as its handler receives it: its context, and how it is
+// answered: through the callback API's default reactor, or through a
+// function (a call served on a completion queue: one_loop.h). Made once per
+// call, before its handler runs; the handler keeps nothing of it but what
+// UnaryCall and Unary copy.
+class CallIn {
+ public:
+  using Answer = std::function<void(grpc::Status)>;
+  // The callback API's call (implicit: a handler of the callback API passes
+  // its context as it is).
+  CallIn(grpc::CallbackServerContext* ctx)  // NOLINT(runtime/explicit)
+      : ctx_(ctx), reactor_(ctx->DefaultReactor()) {}
+  // A call answered by `answer` (given the status; the response, if OK, is
+  // in the call's out buffer by then).
+  CallIn(grpc::ServerContextBase* ctx, Answer answer)
+      : ctx_(ctx), answer_(std::move(answer)) {}
+
+  grpc::ServerContextBase* get() const { return ctx_; }
+  grpc::ServerContextBase* operator->() const { return ctx_; }
+  grpc::ServerContextBase& operator*() const { return *ctx_; }
+  // The callback API's reactor, or null.
+  grpc::ServerUnaryReactor* reactor() const { return reactor_; }
+  const Answer& answer() const { return answer_; }
+
+ private:
+  grpc::ServerContextBase* const ctx_;
+  grpc::ServerUnaryReactor* const reactor_ = nullptr;
+  const Answer answer_;
+};
+
 class UnaryCall {
  public:
+  using Answer = CallIn::Answer;
+
   // The call's code and latency go to `metrics` when it is answered.
-  UnaryCall(grpc::CallbackServerContext* ctx, grpc::ByteBuffer* out,
-            MethodMetrics& metrics)
-      : reactor_(ctx->DefaultReactor()),
+  UnaryCall(const CallIn& call, grpc::ByteBuffer* out, MethodMetrics& metrics)
+      : reactor_(call.reactor()),
+        answer_(call.answer()),
         out_(out),
         metrics_(metrics),
         started_(std::chrono::steady_clock::now()) {}
@@ -88,6 +121,7 @@ class UnaryCall {
   ~UnaryCall() = default;
 
   grpc::ServerUnaryReactor* const reactor_;
+  Answer answer_;
   grpc::ByteBuffer* const out_;
   MethodMetrics& metrics_;
   const std::chrono::steady_clock::time_point started_;
@@ -105,11 +139,11 @@ class Unary {
   // `identify` checks the caller's credentials before the request is read
   // (an unknown caller costs nothing more), setting `caller`.
   template <typename Identify>
-  Unary(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
-        grpc::ByteBuffer* out, MethodMetrics& metrics, std::size_t limit,
-        std::string_view limit_from, Identify identify)
+  Unary(const CallIn& ctx, const grpc::ByteBuffer* in, grpc::ByteBuffer* out,
+        MethodMetrics& metrics, std::size_t limit, std::string_view limit_from,
+        Identify identify)
       : call_(new UnaryCall(ctx, out, metrics)),
-        ctx_(ctx),
+        ctx_(ctx.get()),
         in_(in),
         reactor_(call_->reactor()),
         req_(call_->New<Req>()),
@@ -138,14 +172,14 @@ class Unary {
   }
   // The call as gRPC gave it, to forward it (forward.h); Relay answers it
   // with what came back. Once per call, instead of Reply.
-  grpc::CallbackServerContext* ctx() const { return ctx_; }
+  grpc::ServerContextBase* ctx() const { return ctx_; }
   const grpc::ByteBuffer* in() const { return in_; }
   grpc::ByteBuffer* out() const { return call_->out(); }
   void Relay(grpc::Status status) const { call_->Relay(std::move(status)); }
 
  private:
   UnaryCall* call_;
-  grpc::CallbackServerContext* ctx_;
+  grpc::ServerContextBase* ctx_;
   const grpc::ByteBuffer* in_;
   grpc::ServerUnaryReactor* reactor_;
   Req* req_;

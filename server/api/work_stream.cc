@@ -14,32 +14,23 @@ v1::WorkAnswer FailedAnswer(std::uint64_t ref, const Status& status) {
   return answer;
 }
 
-WorkReactor::WorkReactor(Scheduler& scheduler, grpc::CallbackServerContext* ctx,
-                         MethodMetrics& metrics, std::size_t read_limit,
-                         Start start, Handle handle)
-    : scheduler_(scheduler),
-      ctx_(ctx),
-      metrics_(metrics),
-      read_limit_(read_limit),
-      start_(std::move(start)),
-      handle_(std::move(handle)) {
-  StartRead(&in_);
-}
-
-StreamSink* WorkReactor::Sink() {
+template <typename Base>
+StreamSink* BasicWorkReactor<Base>::Sink() {
   MutexLock lock(&mu_);
   return sub_ == nullptr ? nullptr : &sub_->sink();
 }
 
 // (Under mu_, as StartRead is: a read is never started after Finish. gRPC
 // runs no reaction of a stream inline from Finish or StartRead.)
-void WorkReactor::FinishStream(const grpc::Status& status) {
+template <typename Base>
+void BasicWorkReactor<Base>::FinishStream(const grpc::Status& status) {
   MutexLock lock(&mu_);
   finishing_ = true;
-  Finish(status);
+  this->Finish(status);
 }
 
-void WorkReactor::OnReadDone(bool ok) {
+template <typename Base>
+void BasicWorkReactor<Base>::OnReadDone(bool ok) {
   StreamSink* sink = Sink();
   if (!ok) {
     // The client closed its side (or went away): the stream is over.
@@ -58,7 +49,8 @@ void WorkReactor::OnReadDone(bool ok) {
   }
 }
 
-void WorkReactor::Subscribe() {
+template <typename Base>
+void BasicWorkReactor<Base>::Subscribe() {
   v1::WorkRequest req;
   Status s =
       ReadRequest(in_, read_limit_, "Work", "the limit of an Ack's", &req);
@@ -86,7 +78,8 @@ void WorkReactor::Subscribe() {
   ReadOn();
 }
 
-void WorkReactor::Request() {
+template <typename Base>
+void BasicWorkReactor<Base>::Request() {
   v1::WorkRequest req;
   Status s =
       ReadRequest(in_, read_limit_, "Work", "the limit of an Ack's", &req);
@@ -111,17 +104,19 @@ void WorkReactor::Request() {
   ReadOn();
 }
 
-void WorkReactor::ReadOn() {
+template <typename Base>
+void BasicWorkReactor<Base>::ReadOn() {
   if (finishing_ || done_) return;
   if (awaiting_ + unwritten_ >= kMaxAwaiting) {
     paused_ = true;
     return;
   }
   paused_ = false;
-  StartRead(&in_);
+  this->StartRead(&in_);
 }
 
-void WorkReactor::Answered(v1::WorkAnswer answer) {
+template <typename Base>
+void BasicWorkReactor<Base>::Answered(v1::WorkAnswer answer) {
   StreamSink* sink = Sink();
   const bool queued = sink != nullptr && sink->Answer(std::move(answer));
   bool last;
@@ -136,13 +131,15 @@ void WorkReactor::Answered(v1::WorkAnswer answer) {
   if (last) delete this;  // (OnDone came first.)
 }
 
-void WorkReactor::Written(std::size_t n) {
+template <typename Base>
+void BasicWorkReactor<Base>::Written(std::size_t n) {
   MutexLock lock(&mu_);
   unwritten_ -= static_cast<int>(n);
   if (paused_) ReadOn();
 }
 
-void WorkReactor::Refuse(const Status& status) {
+template <typename Base>
+void BasicWorkReactor<Base>::Refuse(const Status& status) {
   if (status.code() == Code::kResourceExhausted) {
     LogLimitHit("resource", status.message());
   }
@@ -154,17 +151,20 @@ void WorkReactor::Refuse(const Status& status) {
   FinishStream(answer);
 }
 
-void WorkReactor::OnWriteDone(bool ok) {
+template <typename Base>
+void BasicWorkReactor<Base>::OnWriteDone(bool ok) {
   if (StreamSink* sink = Sink()) sink->OnWriteDone(ok);
 }
 
-void WorkReactor::OnCancel() {
+template <typename Base>
+void BasicWorkReactor<Base>::OnCancel() {
   if (StreamSink* sink = Sink()) {
     sink->End(Status::Unavailable("subscriber went away"));
   }
 }
 
-void WorkReactor::OnDone() {
+template <typename Base>
+void BasicWorkReactor<Base>::OnDone() {
   std::unique_ptr<StreamSubscription> sub;
   grpc::StatusCode refused;
   {
@@ -185,5 +185,9 @@ void WorkReactor::OnDone() {
   }
   if (last) delete this;  // Else the last answer deletes it.
 }
+
+template class BasicWorkReactor<
+    grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>>;
+template class BasicWorkReactor<QueueReactor>;
 
 }  // namespace delayd

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "delayd/v1/delayd.grpc.pb.h"
+#include "server/api/queue_call.h"
 #include "server/api/rpc_metrics.h"
 #include "server/api/stream.h"
 #include "server/common/mutex.h"
@@ -31,19 +32,19 @@ class StreamCall {
   // Forwarding a part adds no trailer to the stream's context.
   static constexpr bool kNamesOwner = false;
 
-  StreamCall(grpc::CallbackServerContext* ctx, Req req, Done done)
+  StreamCall(grpc::ServerContextBase* ctx, Req req, Done done)
       : state_(std::make_shared<State>(ctx, std::move(req), std::move(done))) {}
   const Req& req() const { return state_->req; }
   Resp* resp() const { return &state_->resp; }
-  grpc::CallbackServerContext* ctx() const { return state_->ctx; }
+  grpc::ServerContextBase* ctx() const { return state_->ctx; }
   void Reply(const Status& status) const { state_->done(status, state_->resp); }
   void reactor() const {}  // (Nothing to give gRPC.)
 
  private:
   struct State {
-    State(grpc::CallbackServerContext* c, Req r, Done d)
+    State(grpc::ServerContextBase* c, Req r, Done d)
         : ctx(c), req(std::move(r)), done(std::move(d)) {}
-    grpc::CallbackServerContext* ctx;
+    grpc::ServerContextBase* ctx;
     Req req;
     Resp resp;
     Done done;
@@ -64,9 +65,11 @@ class StreamCall {
 // is held while starting a read or finishing (so that no read starts after
 // Finish or OnDone; gRPC runs no reaction inline from either), never while
 // calling the sink.
-class WorkReactor
-    : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
-      public StreamWriter {
+//
+// `Base` is the callback API's reactor (WorkReactor) or a call on the
+// loop's queue (QueueWorkReactor, queue_call.h: the same contract).
+template <typename Base>
+class BasicWorkReactor : public Base, public StreamWriter {
  public:
   static constexpr int kMaxAwaiting = 16;
   // Subscribes the stream from its first message's request (see
@@ -76,12 +79,25 @@ class WorkReactor
   using Handle = std::function<void(const std::string& ns, v1::WorkRequest,
                                     std::function<void(v1::WorkAnswer)>)>;
 
-  // Each message is read within `read_limit` bytes.
-  WorkReactor(Scheduler& scheduler, grpc::CallbackServerContext* ctx,
-              MethodMetrics& metrics, std::size_t read_limit, Start start,
-              Handle handle);
+  // Each message is read within `read_limit` bytes. `base` constructs
+  // Base.
+  template <typename... BaseArgs>
+  BasicWorkReactor(Scheduler& scheduler, grpc::ServerContextBase* ctx,
+                   MethodMetrics& metrics, std::size_t read_limit, Start start,
+                   Handle handle, BaseArgs&&... base)
+      : Base(std::forward<BaseArgs>(base)...),
+        scheduler_(scheduler),
+        ctx_(ctx),
+        metrics_(metrics),
+        read_limit_(read_limit),
+        start_(std::move(start)),
+        handle_(std::move(handle)) {
+    this->StartRead(&in_);
+  }
 
-  void WriteMessage(const grpc::ByteBuffer* msg) override { StartWrite(msg); }
+  void WriteMessage(const grpc::ByteBuffer* msg) override {
+    this->StartWrite(msg);
+  }
   void FinishStream(const grpc::Status& status) override EXCLUDES(mu_);
   void OnReadDone(bool ok) override EXCLUDES(mu_);
   void OnWriteDone(bool ok) override EXCLUDES(mu_);
@@ -105,7 +121,7 @@ class WorkReactor
   void ReadOn() REQUIRES(mu_);
 
   Scheduler& scheduler_;
-  grpc::CallbackServerContext* const ctx_;
+  grpc::ServerContextBase* const ctx_;
   MethodMetrics& metrics_;
   const std::size_t read_limit_;
   const Start start_;
@@ -120,6 +136,13 @@ class WorkReactor
   bool done_ GUARDED_BY(mu_) = false;       // OnDone ran.
   grpc::StatusCode refused_ GUARDED_BY(mu_) = grpc::StatusCode::OK;
 };
+
+using WorkReactor = BasicWorkReactor<
+    grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>>;
+using QueueWorkReactor = BasicWorkReactor<QueueReactor>;
+extern template class BasicWorkReactor<
+    grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>>;
+extern template class BasicWorkReactor<QueueReactor>;
 
 }  // namespace delayd
 

@@ -10,10 +10,12 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -104,12 +106,25 @@ inline bool WaitForHealth(
   return false;
 }
 
+// Whether the daemons of a test run on one loop: DELAYD_THREADING=loop, as
+// the daemon's --threading reads it (ctest runs the service tests both
+// ways: tests/server/CMakeLists.txt).
+inline bool LoopFromEnv() {
+  const char* threading = std::getenv("DELAYD_THREADING");
+  return threading != nullptr && std::string_view(threading) == "loop";
+}
+
 // A daemon in this process, stopped by the destructor.
 class TestDaemon {
  public:
   explicit TestDaemon(DelaydServer::Options options = DefaultOptions())
       : partitions_(options.scheduler.partitions) {
     options.listen = "127.0.0.1:0";
+    if (LoopFromEnv()) {
+      options.loop = true;
+      // (Nothing may wait for the loop's bound: it waits a minute here.)
+      options.loop_max_wait = std::chrono::minutes(1);
+    }
     server_ = std::make_unique<DelaydServer>(options);
     Status s = server_->Start();
     EXPECT_TRUE(s.ok()) << s.message();

@@ -1,0 +1,257 @@
+#include "server/api/loop_server.h"
+
+#include <grpcpp/alarm.h>
+
+#include <string_view>
+#include <unordered_map>
+
+#include "server/api/loop_health.h"
+#include "server/api/work_stream.h"
+#include "server/common/thread_name.h"
+#include "server/core/loop_executor.h"
+
+namespace delayd {
+namespace {
+
+constexpr std::string_view kPrefix = "/delayd.v1.Delayd/";
+
+using Handler = grpc::ServerUnaryReactor* (
+    DelaydService::*)(const CallIn&, const grpc::ByteBuffer*,
+                      grpc::ByteBuffer*);
+
+const std::unordered_map<std::string_view, Handler>& Handlers() {
+#define DELAYD_HANDLER(X) {"/delayd.v1.Delayd/" #X, &DelaydService::Do##X},
+  static const auto* table = new std::unordered_map<std::string_view, Handler>{
+      DELAYD_UNARY_METHODS(DELAYD_HANDLER)};
+#undef DELAYD_HANDLER
+  return *table;
+}
+
+// A unary call: reads its request, runs its handler on the loop, and
+// answers as the handler says (from any thread).
+class UnaryOnQueue final : public QueueReactor {
+ public:
+  UnaryOnQueue(QueueCall* call, DelaydService& service, Handler handler)
+      : QueueReactor(call), service_(service), handler_(handler) {
+    StartRead(&in_);
+  }
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "no request came"));
+      return;
+    }
+    // (The answer never comes before the handler's: OnDone waits for it.)
+    (service_.*handler_)(
+        CallIn(context(), [this](grpc::Status s) { Answer(std::move(s)); }),
+        &in_, &out_);
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  void Answer(grpc::Status s) {
+    if (s.ok()) {
+      StartWriteAndFinish(&out_, s);
+    } else {
+      Finish(s);
+    }
+  }
+
+  DelaydService& service_;
+  const Handler handler_;
+  grpc::ByteBuffer in_, out_;
+};
+
+// A Subscribe: reads its request, then hands the call to its stream.
+class SubscribeOnQueue final : public QueueReactor {
+ public:
+  SubscribeOnQueue(QueueCall* call, DelaydService& service,
+                   Scheduler& scheduler)
+      : QueueReactor(call), service_(service), scheduler_(scheduler) {
+    StartRead(&in_);
+  }
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "no request came"));
+      return;
+    }
+    StreamStart start;
+    MethodMetrics& metrics = service_.subscribe_metrics();
+    if (Status s = service_.OpenSubscribe(context(), &in_, &start); !s.ok()) {
+      new QueueFailedStream(s, metrics, call());
+    } else {
+      new QueueSubscribeReactor(scheduler_, context(), std::move(start),
+                                metrics, call());
+    }
+    delete this;  // (Handed over.)
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  DelaydService& service_;
+  Scheduler& scheduler_;
+  grpc::ByteBuffer in_;
+};
+
+// A method nobody serves here.
+class Unimplemented final : public QueueReactor {
+ public:
+  explicit Unimplemented(QueueCall* call) : QueueReactor(call) {
+    Finish(grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                        "unknown method " + call->context().method()));
+  }
+  void OnDone() override { delete this; }
+};
+
+// A wake-up: an alarm due at once completes on the queue.
+class WakeAlarm final : public LoopTag {
+ public:
+  explicit WakeAlarm(std::atomic<bool>* pending) : pending_(pending) {}
+  void Set(grpc::CompletionQueue* cq) {
+    alarm_.Set(cq, gpr_inf_past(GPR_CLOCK_MONOTONIC), this);
+  }
+  void Done(bool) override {
+    pending_->store(false, std::memory_order_release);
+    delete this;
+  }
+
+ private:
+  std::atomic<bool>* const pending_;
+  grpc::Alarm alarm_;
+};
+
+}  // namespace
+
+void LoopServer::Register(grpc::ServerBuilder& builder, DelaydService* service,
+                          Scheduler* scheduler) {
+  service_ = service;
+  scheduler_ = scheduler;
+  builder.RegisterAsyncGenericService(&generic_);
+  cq_ = builder.AddCompletionQueue();
+}
+
+void LoopServer::Start() {
+  {
+    MutexLock lock(&mu_);
+    open_ = true;
+  }
+  for (int i = 0; i < kRequested; ++i) {
+    QueueCall::Request(generic_, cq_.get(), &LoopServer::Taken, this);
+  }
+  thread_ = std::thread([this] { Run(); });
+  NameThread(thread_, "delayd-loop");
+}
+
+void LoopServer::Taken(void* self, QueueCall* call) {
+  auto* loop = static_cast<LoopServer*>(self);
+  if (call == nullptr) return;  // (The queue shuts down.)
+  QueueCall::Request(loop->generic_, loop->cq_.get(), &LoopServer::Taken, loop);
+  loop->Serve(call);
+}
+
+void LoopServer::Serve(QueueCall* call) {
+  const std::string& method = call->context().method();
+  if (auto it = Handlers().find(method); it != Handlers().end()) {
+    new UnaryOnQueue(call, *service_, it->second);
+  } else if (method == "/delayd.v1.Delayd/Subscribe") {
+    new SubscribeOnQueue(call, *service_, *scheduler_);
+  } else if (method == "/delayd.v1.Delayd/Work") {
+    service_->WorkOnQueue(call);
+  } else if (method == "/grpc.health.v1.Health/Check") {
+    new HealthCheckOnQueue(call, *this);
+  } else if (method == "/grpc.health.v1.Health/Watch") {
+    new HealthWatchOnQueue(call, *this);
+  } else {
+    new Unimplemented(call);
+  }
+}
+
+void LoopServer::Wake() {
+  if (wake_pending_.exchange(true, std::memory_order_acq_rel)) return;
+  MutexLock lock(&mu_);
+  if (!open_) {
+    // (Before Start the loop's first poll runs it; after Stop nothing.)
+    wake_pending_.store(false, std::memory_order_release);
+    return;
+  }
+  (new WakeAlarm(&wake_pending_))->Set(cq_.get());
+}
+
+void LoopServer::Run() {
+  LoopWake::EnterLoop();
+  asio::io_context& io = scheduler_->io();
+  for (;;) {
+    io.poll();
+    void* tag;
+    bool ok;
+    const auto got =
+        cq_->AsyncNext(&tag, &ok, std::chrono::system_clock::now() + max_wait_);
+    if (got == grpc::CompletionQueue::SHUTDOWN) break;
+    if (got == grpc::CompletionQueue::GOT_EVENT) {
+      static_cast<LoopTag*>(tag)->Done(ok);
+    }
+  }
+  // (What the queue's last completions posted.)
+  io.poll();
+}
+
+void LoopServer::Stop() {
+  {
+    MutexLock lock(&mu_);
+    if (stopped_ || cq_ == nullptr) return;
+    stopped_ = true;
+    open_ = false;
+    cq_->Shutdown();
+  }
+  if (thread_.joinable()) {
+    thread_.join();
+    return;
+  }
+  // Never started: the queue is drained here.
+  void* tag;
+  bool ok;
+  while (cq_->Next(&tag, &ok)) static_cast<LoopTag*>(tag)->Done(ok);
+}
+
+void LoopServer::SetServingStatus(const std::string& service, bool serving) {
+  MutexLock lock(&health_mu_);
+  serving_[service] = serving;
+  for (HealthWatch* watch : watches_) {
+    if (watch->service() == service) watch->Changed(serving ? 1 : 2);
+  }
+}
+
+int LoopServer::ServingStatus(const std::string& service) const {
+  MutexLock lock(&health_mu_);
+  const auto it = serving_.find(service);
+  if (it == serving_.end()) return 3;
+  return it->second ? 1 : 2;
+}
+
+void LoopServer::AddWatch(HealthWatch* watch) {
+  MutexLock lock(&health_mu_);
+  watches_.push_back(watch);
+  const auto it = serving_.find(watch->service());
+  watch->Changed(it == serving_.end() ? 3 : it->second ? 1 : 2);
+}
+
+void LoopServer::RemoveWatch(HealthWatch* watch) {
+  MutexLock lock(&health_mu_);
+  std::erase(watches_, watch);
+}
+
+std::vector<std::string> LoopServer::Unserved() {
+  std::vector<std::string> unserved;
+  const auto* service =
+      google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(
+          "delayd.v1.Delayd");
+  for (int i = 0; i < service->method_count(); ++i) {
+    const std::string& name = service->method(i)->name();
+    const std::string path = std::string(kPrefix) + name;
+    if (Handlers().count(path) == 0 && name != "Subscribe" && name != "Work") {
+      unserved.push_back(name);
+    }
+  }
+  return unserved;
+}
+
+}  // namespace delayd

@@ -1,0 +1,109 @@
+// The daemon's calls on one thread (`--threading loop`): every method of
+// delayd.v1.Delayd and grpc.health.v1.Health goes through one generic
+// service on one completion queue, and one thread, the loop, polls that
+// queue and runs the scheduler's io_context between its completions
+// (Scheduler::Options::loop). A call's handler, its store write's answer
+// (under `--fsync never` or `1s` written on the store's thread, which
+// answers on the loop), the firing of its timer and the write of its event
+// to a worker's stream then all run on one thread, which gRPC's callback API
+// (a pool of gRPC threads, handing each call to delayd's pool) cannot do:
+// tests/bench/README.md, "One loop on delayd's own core".
+//
+// Other threads reach the loop by posting to the io_context through the
+// scheduler's LoopExecutors, which wake it (Wake: a grpc::Alarm due at once
+// completes on the queue); the queue's wait is also bounded (kMaxWait), so
+// that work posted around them would run late by at most that.
+//
+// Not served here: gRPC's reflection service (tools that use it, such as
+// grpcurl, need the proto files under `--threading loop`).
+#ifndef DELAYD_SERVER_API_LOOP_SERVER_H_
+#define DELAYD_SERVER_API_LOOP_SERVER_H_
+
+#include <grpcpp/generic/async_generic_service.h>
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "server/api/queue_call.h"
+#include "server/api/service.h"
+#include "server/common/mutex.h"
+#include "server/core/scheduler.h"
+
+namespace delayd {
+
+class HealthWatch;
+
+class LoopServer {
+ public:
+  // The longest the loop waits on the queue without polling the io_context.
+  static constexpr std::chrono::milliseconds kMaxWait{100};
+  // Calls requested ahead of their arrival.
+  static constexpr int kRequested = 16;
+
+  explicit LoopServer(std::chrono::milliseconds max_wait = kMaxWait)
+      : max_wait_(max_wait) {}
+  LoopServer(const LoopServer&) = delete;
+  LoopServer& operator=(const LoopServer&) = delete;
+  ~LoopServer() { Stop(); }
+
+  // Before the server is built: the generic service and the queue. Both
+  // outlive the loop.
+  void Register(grpc::ServerBuilder& builder, DelaydService* service,
+                Scheduler* scheduler);
+  // After the server started: takes calls on the loop's thread.
+  void Start();
+  // After the server's Shutdown: ends the loop (joins its thread).
+  void Stop() EXCLUDES(mu_);
+
+  // From any thread: the loop polls the io_context soon. Does nothing
+  // before Start or after Stop.
+  void Wake() EXCLUDES(mu_);
+
+  // The health service's status of `service` ("" is the server as a
+  // whole), as grpc::HealthCheckServiceInterface::SetServingStatus.
+  void SetServingStatus(const std::string& service, bool serving)
+      EXCLUDES(health_mu_);
+  // 1 (SERVING), 2 (NOT_SERVING) or 3 (SERVICE_UNKNOWN: never set).
+  int ServingStatus(const std::string& service) const EXCLUDES(health_mu_);
+  // A Watch stream: told each change of its service's status (on any
+  // thread) until it leaves.
+  void AddWatch(HealthWatch* watch) EXCLUDES(health_mu_);
+  void RemoveWatch(HealthWatch* watch) EXCLUDES(health_mu_);
+
+  // The methods of delayd.v1.Delayd that the loop would answer as
+  // unimplemented (none: checked by a test against the proto).
+  static std::vector<std::string> Unserved();
+
+ private:
+  static void Taken(void* self, QueueCall* call);
+  // Serves `call`, by its method.
+  void Serve(QueueCall* call);
+  void Run();
+
+  const std::chrono::milliseconds max_wait_;
+  DelaydService* service_ = nullptr;
+  Scheduler* scheduler_ = nullptr;
+  grpc::AsyncGenericService generic_;
+  std::unique_ptr<grpc::ServerCompletionQueue> cq_;
+  std::thread thread_;
+  // Whether the queue takes alarms (from Start to Stop).
+  Mutex mu_;
+  bool open_ GUARDED_BY(mu_) = false;
+  bool stopped_ GUARDED_BY(mu_) = false;
+  // A wake-up is on the queue, not yet taken by the loop.
+  std::atomic<bool> wake_pending_{false};
+
+  mutable Mutex health_mu_;
+  std::map<std::string, bool> serving_ GUARDED_BY(health_mu_);
+  std::vector<HealthWatch*> watches_ GUARDED_BY(health_mu_);
+};
+
+}  // namespace delayd
+
+#endif  // DELAYD_SERVER_API_LOOP_SERVER_H_

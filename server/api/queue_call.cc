@@ -1,0 +1,90 @@
+#include "server/api/queue_call.h"
+
+namespace delayd {
+
+void QueueCall::Request(grpc::AsyncGenericService& service,
+                        grpc::ServerCompletionQueue* cq, Taken taken,
+                        void* owner) {
+  auto* call = new QueueCall(taken, owner);
+  call->ctx_.AsyncNotifyWhenDone(&call->done_);
+  service.RequestCall(&call->ctx_, &call->stream_, cq, cq, &call->requested_);
+}
+
+void QueueCall::Requested(bool ok) {
+  if (!ok) {
+    // The queue shuts down: the call never started (no done tag comes).
+    taken_(owner_, nullptr);
+    delete this;
+    return;
+  }
+  taken_(owner_, this);
+}
+
+void QueueCall::ReadDone(bool ok) {
+  reactor_->OnReadDone(ok);
+  Release();
+}
+
+void QueueCall::WriteDone(bool ok) {
+  reactor_->OnWriteDone(ok);
+  Release();
+}
+
+void QueueCall::FinishDone(bool) { Release(); }
+
+void QueueCall::CallDone(bool) {
+  if (ctx_.IsCancelled()) reactor_->OnCancel();
+  Release();
+}
+
+void QueueCall::Release() {
+  if (holds_.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  reactor_->OnDone();
+  delete this;
+}
+
+void QueueReactor::StartRead(grpc::ByteBuffer* msg) {
+  QueueCall* call = call_;
+  call->Hold();  // (For the read's completion.)
+  call->Hold();  // (Until this returns: the call may complete meanwhile.)
+  {
+    MutexLock lock(&call->mu_);
+    call->stream_.Read(msg, &call->read_);
+  }
+  call->Release();
+}
+
+void QueueReactor::StartWrite(const grpc::ByteBuffer* msg) {
+  QueueCall* call = call_;
+  call->Hold();  // (For the write's completion.)
+  call->Hold();  // (Until this returns: the call may complete meanwhile.)
+  {
+    MutexLock lock(&call->mu_);
+    call->stream_.Write(*msg, &call->write_);
+  }
+  call->Release();
+}
+
+void QueueReactor::StartWriteAndFinish(const grpc::ByteBuffer* msg,
+                                       const grpc::Status& status) {
+  QueueCall* call = call_;
+  call->Hold();  // (Until this returns.)
+  {
+    MutexLock lock(&call->mu_);
+    call->stream_.WriteAndFinish(*msg, grpc::WriteOptions(), status,
+                                 &call->finish_);
+  }
+  call->Release();
+}
+
+void QueueReactor::Finish(const grpc::Status& status) {
+  QueueCall* call = call_;
+  call->Hold();  // (Until this returns.)
+  {
+    MutexLock lock(&call->mu_);
+    call->stream_.Finish(status, &call->finish_);
+  }
+  call->Release();
+}
+
+}  // namespace delayd

@@ -1,0 +1,123 @@
+// A call taken on the loop's completion queue (loop_server.h), served with
+// the contract of gRPC's callback reactors, so that one reactor class
+// serves a call of either API (work_stream.h, stream.h):
+// - StartRead, StartWrite, StartWriteAndFinish and Finish may be called
+//   from any thread, at most one read and one write at a time, nothing
+//   after Finish;
+// - OnReadDone, OnWriteDone and OnCancel run on the loop's thread, never
+//   inline from a Start call;
+// - OnDone runs once, when the call is over (its done tag), Finish has
+//   completed and no read or write is under way; usually on the loop's
+//   thread, else on the thread whose Start call was the last thing the call
+//   waited for. The reactor may delete itself there; the call's context is
+//   gone once OnDone returns.
+#ifndef DELAYD_SERVER_API_QUEUE_CALL_H_
+#define DELAYD_SERVER_API_QUEUE_CALL_H_
+
+#include <grpcpp/generic/async_generic_service.h>
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+
+#include "server/common/mutex.h"
+
+namespace delayd {
+
+// A completion on the loop's queue: the loop calls Done with its `ok`.
+class LoopTag {
+ public:
+  virtual void Done(bool ok) = 0;
+
+ protected:
+  ~LoopTag() = default;
+};
+
+class QueueReactor;
+
+// One call of the generic service: its context and stream, and the reactor
+// serving it once its method is known.
+class QueueCall {
+ public:
+  // Requests the next call of `service` on `cq`; `taken(call)` runs on the
+  // loop when one comes (it gives the call its reactor: Serve), or with null
+  // once the queue shuts down.
+  using Taken = void (*)(void* owner, QueueCall* call);
+  static void Request(grpc::AsyncGenericService& service,
+                      grpc::ServerCompletionQueue* cq, Taken taken,
+                      void* owner);
+
+  grpc::GenericServerContext& context() { return ctx_; }
+
+ private:
+  friend class QueueReactor;
+  QueueCall(Taken taken, void* owner) : taken_(taken), owner_(owner) {}
+
+  // A completion of one kind of operation.
+  struct Op : LoopTag {
+    QueueCall* call;
+    void (QueueCall::*on)(bool);
+    Op(QueueCall* c, void (QueueCall::*f)(bool)) : call(c), on(f) {}
+    void Done(bool ok) override { (call->*on)(ok); }
+  };
+  void Requested(bool ok);
+  void ReadDone(bool ok);
+  void WriteDone(bool ok);
+  void FinishDone(bool ok);
+  void CallDone(bool ok);
+  // Holds the call over a Start (from any thread); the last release runs
+  // OnDone and frees the call.
+  void Hold() { holds_.fetch_add(1, std::memory_order_relaxed); }
+  void Release();
+
+  const Taken taken_;
+  void* const owner_;
+  grpc::GenericServerContext ctx_;
+  grpc::GenericServerAsyncReaderWriter stream_{&ctx_};
+  QueueReactor* reactor_ = nullptr;
+  // Serializes the Start calls on stream_ (a write and a finish from two
+  // threads both send the initial metadata if it has not gone).
+  Mutex mu_;
+  // What the call waits for: its done tag, Finish's completion, and each
+  // read and write under way (and Start calls under way).
+  std::atomic<int> holds_{2};
+  Op requested_{this, &QueueCall::Requested};
+  Op read_{this, &QueueCall::ReadDone};
+  Op write_{this, &QueueCall::WriteDone};
+  Op finish_{this, &QueueCall::FinishDone};
+  Op done_{this, &QueueCall::CallDone};
+};
+
+// The serving side of a QueueCall; see the top for the contract. A reactor
+// constructed on a call serves it from then on: one whose reaction makes
+// another on its call and deletes itself has handed the call over.
+class QueueReactor {
+ public:
+  QueueReactor(const QueueReactor&) = delete;
+  QueueReactor& operator=(const QueueReactor&) = delete;
+
+  void StartRead(grpc::ByteBuffer* msg);
+  void StartWrite(const grpc::ByteBuffer* msg);
+  void StartWriteAndFinish(const grpc::ByteBuffer* msg,
+                           const grpc::Status& status);
+  void Finish(const grpc::Status& status);
+
+  virtual void OnReadDone(bool /*ok*/) {}
+  virtual void OnWriteDone(bool /*ok*/) {}
+  virtual void OnCancel() {}
+  virtual void OnDone() = 0;
+
+ protected:
+  explicit QueueReactor(QueueCall* call) : call_(call) {
+    call->reactor_ = this;
+  }
+  virtual ~QueueReactor() = default;
+  QueueCall* call() const { return call_; }
+  grpc::GenericServerContext* context() { return &call_->ctx_; }
+
+ private:
+  QueueCall* const call_;
+};
+
+}  // namespace delayd
+
+#endif  // DELAYD_SERVER_API_QUEUE_CALL_H_

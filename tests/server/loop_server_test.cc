@@ -1,0 +1,108 @@
+// The daemon on one loop (--threading loop, loop_server.h): every method is
+// served, health follows the server's status, and what other threads post
+// or timers make due runs at once, not after the loop's longest wait (a
+// minute here). The service tests also run whole on the loop
+// (tests/server/CMakeLists.txt: the "loop." tests).
+#include <gtest/gtest.h>
+
+#include <future>
+#include <string>
+#include <vector>
+
+#include "tests/server/calls.h"
+#include "tests/server/test_client.h"
+
+namespace delayd::testing {
+namespace {
+
+using grpc::health::v1::HealthCheckResponse;
+
+DelaydServer::Options OnLoop() {
+  DelaydServer::Options o = TestDaemon::DefaultOptions();
+  o.loop = true;
+  o.loop_max_wait = std::chrono::minutes(1);
+  return o;
+}
+
+TEST(LoopServer, ServesEveryMethodOfTheService) {
+  EXPECT_EQ(LoopServer::Unserved(), std::vector<std::string>());
+}
+
+TEST(LoopServer, WorkPostedFromOtherThreadsRunsAtOnce) {
+  TestDaemon d(OnLoop());
+  ASSERT_TRUE(d.started());
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 20; ++i) {
+    std::promise<void> ran;
+    std::thread([&] {
+      asio::post(d.server().scheduler().executor(),
+                 [&ran] { ran.set_value(); });
+    }).join();
+    ASSERT_EQ(ran.get_future().wait_for(10s), std::future_status::ready)
+        << "post " << i;
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+}
+
+TEST(LoopServer, TimersFireAndLeasesRunOutOnTime) {
+  TestDaemon d(OnLoop());
+  ASSERT_TRUE(d.started());
+  TestStream worker(d.stub(), TestStream::Worker("", 10, 300));
+  ASSERT_TRUE(worker.WaitRegistered());
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(Set(d.stub(), "", "k", 100).ok());
+  // Fired, then (never acked) its lease runs out and it comes again.
+  const auto events = worker.WaitFor(2, 10s);
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].key(), "k");
+  EXPECT_EQ(events[1].attempt(), events[0].attempt() + 1);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+}
+
+TEST(LoopServer, HealthFollowsTheServer) {
+  TestDaemon d(OnLoop());
+  ASSERT_TRUE(d.started());
+  EXPECT_EQ(Health(d.channel(), ""), HealthCheckResponse::SERVING);
+  EXPECT_EQ(Health(d.channel(), "delayd.v1.Delayd"),
+            HealthCheckResponse::SERVING);
+  auto stub = grpc::health::v1::Health::NewStub(d.channel());
+  {
+    grpc::health::v1::HealthCheckRequest req;
+    req.set_service("no.such.Service");
+    grpc::health::v1::HealthCheckResponse resp;
+    grpc::ClientContext ctx;
+    EXPECT_EQ(stub->Check(&ctx, req, &resp).error_code(),
+              grpc::StatusCode::NOT_FOUND);
+  }
+  // A watcher hears SERVING at once, then NOT_SERVING when the daemon
+  // begins to stop.
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 20s);
+  auto watch = stub->Watch(&ctx, grpc::health::v1::HealthCheckRequest());
+  grpc::health::v1::HealthCheckResponse resp;
+  ASSERT_TRUE(watch->Read(&resp));
+  EXPECT_EQ(resp.status(), HealthCheckResponse::SERVING);
+  std::thread stop([&] { d.Shutdown(2000ms); });
+  ASSERT_TRUE(watch->Read(&resp));
+  EXPECT_EQ(resp.status(), HealthCheckResponse::NOT_SERVING);
+  ctx.TryCancel();
+  stop.join();
+}
+
+TEST(LoopServer, UnknownMethodsAreUnimplemented) {
+  TestDaemon d(OnLoop());
+  ASSERT_TRUE(d.started());
+  grpc::GenericStub generic(d.channel());
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 5s);
+  grpc::Slice empty("", 0);
+  grpc::ByteBuffer in(&empty, 1), out;
+  std::promise<grpc::Status> answered;
+  generic.UnaryCall(&ctx, "/delayd.v1.Delayd/NoSuchMethod", {}, &in, &out,
+                    [&](grpc::Status s) { answered.set_value(s); });
+  EXPECT_EQ(answered.get_future().get().error_code(),
+            grpc::StatusCode::UNIMPLEMENTED);
+}
+
+}  // namespace
+}  // namespace delayd::testing
