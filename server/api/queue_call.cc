@@ -5,7 +5,7 @@ namespace delayd {
 void QueueCall::Request(grpc::AsyncGenericService& service,
                         grpc::ServerCompletionQueue* cq, Taken taken,
                         void* owner) {
-  auto* call = new QueueCall(taken, owner);
+  auto* call = new QueueCall(taken, owner, cq);
   call->ctx_.AsyncNotifyWhenDone(&call->done_);
   service.RequestCall(&call->ctx_, &call->stream_, cq, cq, &call->requested_);
 }
@@ -43,6 +43,18 @@ void QueueCall::Release() {
   delete this;
 }
 
+void QueueCall::ReleaseStart() {
+  if (holds_.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  // (The queue is open: calls end before the loop stops.)
+  over_alarm_.emplace();
+  over_alarm_->Set(cq_, gpr_inf_past(GPR_CLOCK_MONOTONIC), &over_);
+}
+
+void QueueCall::Over(bool) {
+  reactor_->OnDone();
+  delete this;
+}
+
 void QueueReactor::StartRead(grpc::ByteBuffer* msg) {
   QueueCall* call = call_;
   call->Hold();  // (For the read's completion.)
@@ -51,7 +63,7 @@ void QueueReactor::StartRead(grpc::ByteBuffer* msg) {
     MutexLock lock(&call->mu_);
     call->stream_.Read(msg, &call->read_);
   }
-  call->Release();
+  call->ReleaseStart();
 }
 
 void QueueReactor::StartWrite(const grpc::ByteBuffer* msg) {
@@ -62,7 +74,7 @@ void QueueReactor::StartWrite(const grpc::ByteBuffer* msg) {
     MutexLock lock(&call->mu_);
     call->stream_.Write(*msg, &call->write_);
   }
-  call->Release();
+  call->ReleaseStart();
 }
 
 void QueueReactor::StartWriteAndFinish(const grpc::ByteBuffer* msg,
@@ -74,7 +86,7 @@ void QueueReactor::StartWriteAndFinish(const grpc::ByteBuffer* msg,
     call->stream_.WriteAndFinish(*msg, grpc::WriteOptions(), status,
                                  &call->finish_);
   }
-  call->Release();
+  call->ReleaseStart();
 }
 
 void QueueReactor::Finish(const grpc::Status& status) {
@@ -84,7 +96,7 @@ void QueueReactor::Finish(const grpc::Status& status) {
     MutexLock lock(&call->mu_);
     call->stream_.Finish(status, &call->finish_);
   }
-  call->Release();
+  call->ReleaseStart();
 }
 
 }  // namespace delayd

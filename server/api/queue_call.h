@@ -6,18 +6,19 @@
 //   after Finish;
 // - OnReadDone, OnWriteDone and OnCancel run on the loop's thread, never
 //   inline from a Start call;
-// - OnDone runs once, when the call is over (its done tag), Finish has
-//   completed and no read or write is under way; usually on the loop's
-//   thread, else on the thread whose Start call was the last thing the call
-//   waited for. The reactor may delete itself there; the call's context is
-//   gone once OnDone returns.
+// - OnDone runs once, on the loop's thread, when the call is over (its done
+//   tag), Finish has completed and no read or write is under way. The
+//   reactor may delete itself there; the call's context is gone once OnDone
+//   returns.
 #ifndef DELAYD_SERVER_API_QUEUE_CALL_H_
 #define DELAYD_SERVER_API_QUEUE_CALL_H_
 
+#include <grpcpp/alarm.h>
 #include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
+#include <optional>
 
 #include "server/common/mutex.h"
 
@@ -50,7 +51,8 @@ class QueueCall {
 
  private:
   friend class QueueReactor;
-  QueueCall(Taken taken, void* owner) : taken_(taken), owner_(owner) {}
+  QueueCall(Taken taken, void* owner, grpc::ServerCompletionQueue* cq)
+      : taken_(taken), owner_(owner), cq_(cq) {}
 
   // A completion of one kind of operation.
   struct Op : LoopTag {
@@ -64,13 +66,18 @@ class QueueCall {
   void WriteDone(bool ok);
   void FinishDone(bool ok);
   void CallDone(bool ok);
-  // Holds the call over a Start (from any thread); the last release runs
-  // OnDone and frees the call.
+  void Over(bool ok);
+  // Holds the call over a Start (from any thread). Release, on the loop:
+  // the last runs OnDone and frees the call. ReleaseStart, at the end of a
+  // Start call: the last has the loop do that (a Start never runs a
+  // reaction inline: its caller may hold a lock that OnDone takes).
   void Hold() { holds_.fetch_add(1, std::memory_order_relaxed); }
   void Release();
+  void ReleaseStart();
 
   const Taken taken_;
   void* const owner_;
+  grpc::ServerCompletionQueue* const cq_;
   grpc::GenericServerContext ctx_;
   grpc::GenericServerAsyncReaderWriter stream_{&ctx_};
   QueueReactor* reactor_ = nullptr;
@@ -85,6 +92,9 @@ class QueueCall {
   Op write_{this, &QueueCall::WriteDone};
   Op finish_{this, &QueueCall::FinishDone};
   Op done_{this, &QueueCall::CallDone};
+  Op over_{this, &QueueCall::Over};
+  // Brings `over_` to the loop (ReleaseStart; made then, rarely).
+  std::optional<grpc::Alarm> over_alarm_;
 };
 
 // The serving side of a QueueCall; see the top for the contract. A reactor
