@@ -409,7 +409,7 @@ class Scheduler {
   // runs dispatchers and completions. Without a store, the pool.
   asio::any_io_executor ReadExecutor() {
     return reads_ ? asio::any_io_executor(reads_->get_executor())
-                  : asio::any_io_executor(io_.get_executor());
+                  : asio::any_io_executor(executor());
   }
 
   const Options options_;
