@@ -2,12 +2,12 @@
 // delayd.v1.Delayd and grpc.health.v1.Health goes through one generic
 // service on one completion queue, and one thread, the loop, polls that
 // queue and runs the scheduler's io_context between its completions
-// (Scheduler::Options::loop). A call's handler, its store write's answer
-// (under `--fsync never` or `1s` written on the store's thread, which
-// answers on the loop), the firing of its timer and the write of its event
-// to a worker's stream then all run on one thread, which gRPC's callback API
-// (a pool of gRPC threads, handing each call to delayd's pool) cannot do:
-// tests/bench/README.md, "One loop on delayd's own core".
+// (Scheduler::Options::loop). A call's handler, the firing of its timer,
+// its dispatcher's turns and the write of its event to a worker's stream
+// then run on one thread, where gRPC's callback API hands each call from a
+// gRPC thread to delayd's pool (tests/bench/README.md, "One loop on
+// delayd's own core"). The store's writer writes: a disk that hangs must
+// not hold the loop.
 //
 // Other threads reach the loop by posting to the io_context through the
 // scheduler's LoopExecutors, which wake it (Wake: a grpc::Alarm due at once
