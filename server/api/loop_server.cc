@@ -107,6 +107,7 @@ class WakeAlarm final : public LoopTag {
  public:
   explicit WakeAlarm(std::atomic<bool>* pending) : pending_(pending) {}
   void Set(grpc::CompletionQueue* cq) {
+    QueueEdge::HandOver();
     alarm_.Set(cq, gpr_inf_past(GPR_CLOCK_MONOTONIC), this);
   }
   void Done(bool) override {
@@ -135,17 +136,25 @@ void LoopServer::Start() {
     open_ = true;
   }
   for (int i = 0; i < kRequested; ++i) {
-    QueueCall::Request(generic_, cq_.get(), &LoopServer::Taken, this);
+    QueueCall::Request(generic_, cq_.get(), this);
   }
   thread_ = std::thread([this] { Run(); });
   NameThread(thread_, "delayd-loop");
 }
 
-void LoopServer::Taken(void* self, QueueCall* call) {
-  auto* loop = static_cast<LoopServer*>(self);
-  if (call == nullptr) return;  // (The queue shuts down.)
-  QueueCall::Request(loop->generic_, loop->cq_.get(), &LoopServer::Taken, loop);
-  loop->Serve(call);
+void LoopServer::Taken(QueueCall* call) {
+  if (call == nullptr) return;  // (The server shuts down.)
+  {
+    MutexLock lock(&mu_);
+    ++calls_;
+  }
+  QueueCall::Request(generic_, cq_.get(), this);
+  Serve(call);
+}
+
+void LoopServer::Ended() {
+  MutexLock lock(&mu_);
+  if (--calls_ == 0) calls_ended_.SignalAll();
 }
 
 void LoopServer::Serve(QueueCall* call) {
@@ -187,6 +196,7 @@ void LoopServer::Run() {
         cq_->AsyncNext(&tag, &ok, std::chrono::system_clock::now() + max_wait_);
     if (got == grpc::CompletionQueue::SHUTDOWN) break;
     if (got == grpc::CompletionQueue::GOT_EVENT) {
+      QueueEdge::Completed();
       static_cast<LoopTag*>(tag)->Done(ok);
     }
   }
@@ -199,6 +209,9 @@ void LoopServer::Stop() {
     MutexLock lock(&mu_);
     if (stopped_ || cq_ == nullptr) return;
     stopped_ = true;
+    if (thread_.joinable()) {
+      while (calls_ > 0) calls_ended_.Wait(&mu_);
+    }
     open_ = false;
     cq_->Shutdown();
   }
@@ -209,7 +222,10 @@ void LoopServer::Stop() {
   // Never started: the queue is drained here.
   void* tag;
   bool ok;
-  while (cq_->Next(&tag, &ok)) static_cast<LoopTag*>(tag)->Done(ok);
+  while (cq_->Next(&tag, &ok)) {
+    QueueEdge::Completed();
+    static_cast<LoopTag*>(tag)->Done(ok);
+  }
 }
 
 void LoopServer::SetServingStatus(const std::string& service, bool serving) {

@@ -39,7 +39,7 @@ namespace delayd {
 
 class HealthWatch;
 
-class LoopServer {
+class LoopServer final : private QueueOwner {
  public:
   // The longest the loop waits on the queue without polling the io_context.
   static constexpr std::chrono::milliseconds kMaxWait{100};
@@ -58,7 +58,11 @@ class LoopServer {
                 Scheduler* scheduler);
   // After the server started: takes calls on the loop's thread.
   void Start();
-  // After the server's Shutdown: ends the loop (joins its thread).
+  // After the server's Shutdown: waits for every call to end (the server's
+  // Shutdown has cancelled them; the loop runs their last completions), as
+  // the callback API's Shutdown does, then shuts the queue down and ends the
+  // loop (joins its thread). An operation started on a call after its
+  // queue shut down would fail a gRPC assertion.
   void Stop() EXCLUDES(mu_);
 
   // From any thread: the loop polls the io_context soon. Does nothing
@@ -81,7 +85,9 @@ class LoopServer {
   static std::vector<std::string> Unserved();
 
  private:
-  static void Taken(void* self, QueueCall* call);
+  // QueueOwner (on the loop).
+  void Taken(QueueCall* call) override EXCLUDES(mu_);
+  void Ended() override EXCLUDES(mu_);
   // Serves `call`, by its method.
   void Serve(QueueCall* call);
   void Run();
@@ -92,10 +98,13 @@ class LoopServer {
   grpc::AsyncGenericService generic_;
   std::unique_ptr<grpc::ServerCompletionQueue> cq_;
   std::thread thread_;
-  // Whether the queue takes alarms (from Start to Stop).
+  // Whether the queue takes alarms (from Start to Stop), and the calls that
+  // came and are not over.
   Mutex mu_;
   bool open_ GUARDED_BY(mu_) = false;
   bool stopped_ GUARDED_BY(mu_) = false;
+  int calls_ GUARDED_BY(mu_) = 0;
+  CondVar calls_ended_;
   // A wake-up is on the queue, not yet taken by the loop.
   std::atomic<bool> wake_pending_{false};
 

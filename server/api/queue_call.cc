@@ -3,21 +3,21 @@
 namespace delayd {
 
 void QueueCall::Request(grpc::AsyncGenericService& service,
-                        grpc::ServerCompletionQueue* cq, Taken taken,
-                        void* owner) {
-  auto* call = new QueueCall(taken, owner, cq);
+                        grpc::ServerCompletionQueue* cq, QueueOwner* owner) {
+  auto* call = new QueueCall(owner, cq);
   call->ctx_.AsyncNotifyWhenDone(&call->done_);
+  QueueEdge::HandOver();
   service.RequestCall(&call->ctx_, &call->stream_, cq, cq, &call->requested_);
 }
 
 void QueueCall::Requested(bool ok) {
   if (!ok) {
     // The queue shuts down: the call never started (no done tag comes).
-    taken_(owner_, nullptr);
+    owner_->Taken(nullptr);
     delete this;
     return;
   }
-  taken_(owner_, this);
+  owner_->Taken(this);
 }
 
 void QueueCall::ReadDone(bool ok) {
@@ -39,20 +39,24 @@ void QueueCall::CallDone(bool) {
 
 void QueueCall::Release() {
   if (holds_.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
-  reactor_->OnDone();
-  delete this;
+  End();
 }
 
 void QueueCall::ReleaseStart() {
   if (holds_.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
   // (The queue is open: calls end before the loop stops.)
   over_alarm_.emplace();
+  QueueEdge::HandOver();
   over_alarm_->Set(cq_, gpr_inf_past(GPR_CLOCK_MONOTONIC), &over_);
 }
 
-void QueueCall::Over(bool) {
+void QueueCall::Over(bool) { End(); }
+
+void QueueCall::End() {
   reactor_->OnDone();
+  QueueOwner* owner = owner_;
   delete this;
+  owner->Ended();
 }
 
 void QueueReactor::StartRead(grpc::ByteBuffer* msg) {
@@ -61,6 +65,7 @@ void QueueReactor::StartRead(grpc::ByteBuffer* msg) {
   call->Hold();  // (Until this returns: the call may complete meanwhile.)
   {
     MutexLock lock(&call->mu_);
+    QueueEdge::HandOver();
     call->stream_.Read(msg, &call->read_);
   }
   call->ReleaseStart();
@@ -72,6 +77,7 @@ void QueueReactor::StartWrite(const grpc::ByteBuffer* msg) {
   call->Hold();  // (Until this returns: the call may complete meanwhile.)
   {
     MutexLock lock(&call->mu_);
+    QueueEdge::HandOver();
     call->stream_.Write(*msg, &call->write_);
   }
   call->ReleaseStart();
@@ -83,6 +89,7 @@ void QueueReactor::StartWriteAndFinish(const grpc::ByteBuffer* msg,
   call->Hold();  // (Until this returns.)
   {
     MutexLock lock(&call->mu_);
+    QueueEdge::HandOver();
     call->stream_.WriteAndFinish(*msg, grpc::WriteOptions(), status,
                                  &call->finish_);
   }
@@ -94,6 +101,7 @@ void QueueReactor::Finish(const grpc::Status& status) {
   call->Hold();  // (Until this returns.)
   {
     MutexLock lock(&call->mu_);
+    QueueEdge::HandOver();
     call->stream_.Finish(status, &call->finish_);
   }
   call->ReleaseStart();
