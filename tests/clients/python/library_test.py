@@ -545,17 +545,27 @@ class Workers(Fixture):
         # store: the acks after it are still waited for, which against a
         # quick daemon costs less than sending them without waiting. (The
         # test's daemon syncs each write: the acks the worker waits for are
-        # answered at once here, and sent on without waiting.)
+        # answered at once here, and sent on without waiting.) The bound
+        # of a slow ack is raised to 10 ms for this test: on a machine busy
+        # with other tests, a quick answer's round trip in this process
+        # (the GIL changes hands every 5 ms) may pass the usual 0.5 ms, and
+        # eight in a row would then be slow acks indeed. The late answer,
+        # 0.2 s, would take an average of eight past the bound.
         waited = []
 
         def once(ids, namespace, real_once, real_nowait):
             if len(waited) == 2:
-                time.sleep(0.02)  # (one late answer)
+                time.sleep(0.2)  # (one late answer)
             waited.append(len(ids))
             real_nowait(ids, namespace, lambda error: None)
             return None
 
-        nowait = self.handle_with_acks(40, once)
+        bound = _sending._SLOW_ACK
+        _sending._SLOW_ACK = 0.01
+        try:
+            nowait = self.handle_with_acks(40, once)
+        finally:
+            _sending._SLOW_ACK = bound
         self.assertGreater(len(waited), 3)
         self.assertEqual(nowait, [], "one late answer made acks slow")
 
