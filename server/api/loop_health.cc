@@ -64,7 +64,6 @@ void HealthWatchOnQueue::OnReadDone(bool ok) {
                             "not a HealthCheckRequest"));
     return;
   }
-  watching_ = true;
   loop_.AddWatch(this);  // (Tells the status at once.)
 }
 
@@ -93,8 +92,7 @@ void HealthWatchOnQueue::OnWriteDone(bool ok) {
 }
 
 void HealthWatchOnQueue::OnCancel() {
-  if (watching_) loop_.RemoveWatch(this);
-  watching_ = false;
+  loop_.RemoveWatch(this);  // (Whether or not added yet: see OnDone.)
   FinishOnce(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
 }
 
@@ -108,7 +106,9 @@ void HealthWatchOnQueue::FinishOnce(const grpc::Status& status) {
 }
 
 void HealthWatchOnQueue::OnDone() {
-  if (watching_) loop_.RemoveWatch(this);
+  // (After every other reaction: OnReadDone may have added it after
+  // OnCancel, on another thread.)
+  loop_.RemoveWatch(this);
   delete this;
 }
 

@@ -62,8 +62,7 @@ class HealthWatchOnQueue final : public QueueReactor, public HealthWatch {
 
   LoopServer& loop_;
   grpc::ByteBuffer in_;
-  std::string service_;    // Set once read, before AddWatch.
-  bool watching_ = false;  // Added to the loop's watches (loop thread).
+  std::string service_;  // Set once read, before AddWatch.
   Mutex mu_;
   grpc::ByteBuffer out_ GUARDED_BY(mu_);
   int want_ GUARDED_BY(mu_) = 0;     // The status to tell.

@@ -140,6 +140,8 @@ void LoopServer::Start() {
   }
   thread_ = std::thread([this] { Run(); });
   NameThread(thread_, "delayd-loop");
+  relief_ = std::thread([this] { Relieve(); });
+  NameThread(relief_, "delayd-relief");
 }
 
 void LoopServer::Taken(QueueCall* call) {
@@ -188,20 +190,59 @@ void LoopServer::Wake() {
 void LoopServer::Run() {
   LoopWake::EnterLoop();
   asio::io_context& io = scheduler_->io();
-  for (;;) {
+  busy_since_.store(std::chrono::steady_clock::now().time_since_epoch().count(),
+                    std::memory_order_relaxed);
+  do {
     io.poll();
-    void* tag;
-    bool ok;
-    const auto got =
-        cq_->AsyncNext(&tag, &ok, std::chrono::system_clock::now() + max_wait_);
-    if (got == grpc::CompletionQueue::SHUTDOWN) break;
-    if (got == grpc::CompletionQueue::GOT_EVENT) {
-      QueueEdge::Completed();
-      static_cast<LoopTag*>(tag)->Done(ok);
-    }
-  }
+  } while (Turn(max_wait_, /*busy=*/true));
   // (What the queue's last completions posted.)
   io.poll();
+}
+
+bool LoopServer::Turn(std::chrono::milliseconds wait, bool busy) {
+  if (busy) busy_since_.store(0, std::memory_order_relaxed);
+  void* tag;
+  bool ok;
+  const auto got =
+      cq_->AsyncNext(&tag, &ok, std::chrono::system_clock::now() + wait);
+  if (busy) {
+    busy_since_.store(
+        std::chrono::steady_clock::now().time_since_epoch().count(),
+        std::memory_order_relaxed);
+  }
+  if (got == grpc::CompletionQueue::SHUTDOWN) return false;
+  if (got == grpc::CompletionQueue::GOT_EVENT) {
+    QueueEdge::Completed();
+    static_cast<LoopTag*>(tag)->Done(ok);
+  }
+  return true;
+}
+
+bool LoopServer::HeldUp() const {
+  const std::int64_t since = busy_since_.load(std::memory_order_relaxed);
+  if (since == 0) return false;
+  const auto now = std::chrono::steady_clock::now().time_since_epoch();
+  return now - std::chrono::steady_clock::duration(since) > kHeldUp;
+}
+
+void LoopServer::Relieve() {
+  asio::io_context& io = scheduler_->io();
+  MutexLock lock(&relief_mu_);
+  while (!relief_stopped_) {
+    relief_wake_.WaitUntil(&relief_mu_,
+                           std::chrono::steady_clock::now() + kReliefTick);
+    if (relief_stopped_ || !HeldUp()) continue;
+    MutexUnlock unlocked(&relief_mu_);
+    // Short waits: the loop, once back, takes over again.
+    bool open = true;
+    while (open && HeldUp()) {
+      io.poll();
+      open = Turn(std::chrono::milliseconds(10), /*busy=*/false);
+    }
+    // (A wake-up taken here may have been for work posted since the last
+    // poll: the loop, back on the queue, would not see that work.)
+    io.poll();
+  }
 }
 
 void LoopServer::Stop() {
@@ -217,6 +258,12 @@ void LoopServer::Stop() {
   }
   if (thread_.joinable()) {
     thread_.join();
+    {
+      MutexLock lock(&relief_mu_);
+      relief_stopped_ = true;
+      relief_wake_.SignalAll();
+    }
+    relief_.join();
     return;
   }
   // Never started: the queue is drained here.

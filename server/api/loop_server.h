@@ -6,8 +6,17 @@
 // its dispatcher's turns and the write of its event to a worker's stream
 // then run on one thread, where gRPC's callback API hands each call from a
 // gRPC thread to delayd's pool (tests/bench/README.md, "One loop on
-// delayd's own core"). The store's writer writes: a disk that hangs must
-// not hold the loop.
+// delayd's own core"). The loop also writes its calls, firings and acks
+// to the store, as a pool thread does (Scheduler::WritesHere).
+//
+// A second thread, the relief ("delayd-relief"), looks every kReliefTick
+// whether the loop has been held (one handler, or one poll of the
+// io_context, running) for over kHeldUp: a write the disk holds up, say.
+// While it is, the relief polls the queue and runs the io_context in its
+// place, so that what is in memory still goes out. Reactions of one call
+// may then run on both threads at once, as the callback API allows
+// (queue_call.h); the core is built for a pool, and the store lets one
+// thread at a time write here and leaves the rest to its writer.
 //
 // Other threads reach the loop by posting to the io_context through the
 // scheduler's LoopExecutors, which wake it (Wake: a grpc::Alarm due at once
@@ -24,6 +33,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
@@ -45,6 +55,9 @@ class LoopServer final : private QueueOwner {
   static constexpr std::chrono::milliseconds kMaxWait{100};
   // Calls requested ahead of their arrival.
   static constexpr int kRequested = 16;
+  // How often the relief looks, and how long a hold it relieves.
+  static constexpr std::chrono::milliseconds kReliefTick{50};
+  static constexpr std::chrono::milliseconds kHeldUp{50};
 
   explicit LoopServer(std::chrono::milliseconds max_wait = kMaxWait)
       : max_wait_(max_wait) {}
@@ -61,8 +74,8 @@ class LoopServer final : private QueueOwner {
   // After the server's Shutdown: waits for every call to end (the server's
   // Shutdown has cancelled them; the loop runs their last completions), as
   // the callback API's Shutdown does, then shuts the queue down and ends the
-  // loop (joins its thread). An operation started on a call after its
-  // queue shut down would fail a gRPC assertion.
+  // loop and its relief (joins their threads). An operation started on a
+  // call after its queue shut down would fail a gRPC assertion.
   void Stop() EXCLUDES(mu_);
 
   // From any thread: the loop polls the io_context soon. Does nothing
@@ -90,7 +103,15 @@ class LoopServer final : private QueueOwner {
   void Ended() override EXCLUDES(mu_);
   // Serves `call`, by its method.
   void Serve(QueueCall* call);
+  // The loop's thread, and the relief's.
   void Run();
+  void Relieve() EXCLUDES(relief_mu_);
+  // One wait on the queue (at most `wait`) and its completion. `busy`: the
+  // loop's own turn, which marks when it stops waiting. False once the
+  // queue has shut down.
+  bool Turn(std::chrono::milliseconds wait, bool busy);
+  // Whether the loop has been off the queue for over kHeldUp.
+  bool HeldUp() const;
 
   const std::chrono::milliseconds max_wait_;
   DelaydService* service_ = nullptr;
@@ -98,6 +119,13 @@ class LoopServer final : private QueueOwner {
   grpc::AsyncGenericService generic_;
   std::unique_ptr<grpc::ServerCompletionQueue> cq_;
   std::thread thread_;
+  std::thread relief_;
+  // When the loop last stopped waiting on the queue (steady_clock's
+  // ticks), or 0 while it waits.
+  std::atomic<std::int64_t> busy_since_{0};
+  Mutex relief_mu_;
+  bool relief_stopped_ GUARDED_BY(relief_mu_) = false;
+  CondVar relief_wake_;
   // Whether the queue takes alarms (from Start to Stop), and the calls that
   // came and are not over.
   Mutex mu_;

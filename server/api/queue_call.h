@@ -4,12 +4,13 @@
 // - StartRead, StartWrite, StartWriteAndFinish and Finish may be called
 //   from any thread, at most one read and one write at a time, nothing
 //   after Finish;
-// - OnReadDone, OnWriteDone and OnCancel run on the loop's thread, never
-//   inline from a Start call;
-// - OnDone runs once, on the loop's thread, when the call is over (its done
-//   tag), Finish has completed and no read or write is under way. The
-//   reactor may delete itself there; the call's context is gone once OnDone
-//   returns.
+// - OnReadDone, OnWriteDone and OnCancel run on a thread that polls the
+//   queue (the loop, or its relief while the loop is held), never inline
+//   from a Start call; two reactions of one call may run at once;
+// - OnDone runs once, on such a thread, when the call is over (its done
+//   tag), Finish has completed, no read or write is under way and every
+//   other reaction has returned. The reactor may delete itself there; the
+//   call's context is gone once OnDone returns.
 #ifndef DELAYD_SERVER_API_QUEUE_CALL_H_
 #define DELAYD_SERVER_API_QUEUE_CALL_H_
 
@@ -54,7 +55,7 @@ class QueueEdge {
 class QueueCall;
 class QueueReactor;
 
-// What requests calls, and hears of them, on the loop's thread.
+// What requests calls, and hears of them, on a thread polling the queue.
 class QueueOwner {
  public:
   // A call came: give it its reactor. Null: the request failed (the server

@@ -87,13 +87,10 @@ std::optional<OpResult> Partition::Apply(Op& op, Done& durable) {
       }
       durable(std::move(r));
     };
-    if (write_calls_here_) {
-      deferred = store_->CommitDeferred(batch, std::move(done));
-    } else {
-      store_->Commit(batch, std::move(done));
-    }
+    deferred = store_->CommitDeferred(batch, std::move(done));
   }
-  // The store may write it on this thread (a gRPC thread; RocksDB under
+  // The store may write it on this thread (a gRPC thread or the loop; RocksDB
+  // under
   // --fsync 1s or never, unless its writer or another thread is writing):
   // no hand-over to the writer and back for a call (tests/bench/README.md,
   // "A call's write on the thread that takes it"). A write the disk holds

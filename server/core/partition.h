@@ -265,10 +265,6 @@ class Partition {
   // thread too (one at most: a second WriteHere leaves the queue to the
   // store's writer), and what is in memory must still go out meanwhile.
   void SetWriteFiringsHere(bool on) EXCLUDES(mu_);
-  // Whether a call's thread writes its change itself (Apply; on by
-  // default). Off on a loop (Scheduler::Options::loop), whose one thread a
-  // write the disk holds up would hold whole.
-  void SetWriteCallsHere(bool on) EXCLUDES(mu_);
   // A key's fate as the store kept it (recovery, or the taking of a
   // partition); one whose window has ended is deleted by the next purge.
   // INTERNAL if `encoded` is not an entry.
@@ -455,7 +451,6 @@ class Partition {
 
   mutable Mutex mu_;
   bool write_firings_here_ GUARDED_BY(mu_) = false;
-  bool write_calls_here_ GUARDED_BY(mu_) = true;
   // Set while OnAlarm fires with write_firings_here_: FireRecords then
   // defers its write; and what it deferred (for OnAlarm's WriteHere): a
   // write, or one whose events it published before it (ordered after).

@@ -14,11 +14,6 @@ void Partition::SetWriteFiringsHere(bool on) {
   write_firings_here_ = on;
 }
 
-void Partition::SetWriteCallsHere(bool on) {
-  MutexLock lock(&mu_);
-  write_calls_here_ = on;
-}
-
 void Partition::OnAlarm(AlarmWheel::Time at) {
   Deferred deferred = Deferred::kNothing;
   {

@@ -61,7 +61,6 @@ Status Scheduler::Start(RecoveryReport* report) {
         }));
     partitions_.back()->SetDedupWindows(&dedup_windows_);
     partitions_.back()->SetWriteFiringsHere(WritesHere());
-    partitions_.back()->SetWriteCallsHere(!options_.loop);
   }
   // Shared, a partition is this node's only once taken (TakePartition).
   if (shared_partitions_) {

@@ -288,9 +288,11 @@ class Scheduler {
                          : asio::any_io_executor(executor());
   }
   // Whether firings and acks are written by the thread that makes them
-  // (SetWriteFiringsHere). Not with one pool thread, nor on a loop: a write
-  // that hangs on the disk would stop every delivery and ack.
-  bool WritesHere() const { return !options_.loop && options_.threads >= 2; }
+  // (SetWriteFiringsHere): on a loop (whose relief thread takes over while
+  // a write the disk holds up holds it: loop_server.h), or with two pool
+  // threads or more. Not with one pool thread: a write that hangs on the
+  // disk would stop every delivery and ack.
+  bool WritesHere() const { return options_.loop || options_.threads >= 2; }
   // Under Options::loop, before Start: how another thread wakes the loop.
   void SetLoopWake(std::function<void()> wake) { wake_.Set(std::move(wake)); }
   // Where the scheduler's periodic work (its clock poll) runs, after

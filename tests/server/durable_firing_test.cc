@@ -6,7 +6,7 @@
 // durability not waited for (and, under --fsync always, made durable by the
 // next sync someone waits for), and its firing written by the thread that
 // fired it (as a set's write is by the gRPC thread that takes the call, and
-// an ack's by the pool thread that takes it).
+// an ack's by the pool thread that takes it; on a loop, each is the loop's).
 #include <gtest/gtest.h>
 #include <libpq-fe.h>
 
@@ -114,14 +114,10 @@ TEST(DurableFiring, AFiringOfDurableTimersHasNoSyncOfItsOwn) {
   }
 }
 
-// A firing of timers set durably is written by the pool thread whose alarm
-// fired it (Store::WriteDeferred), which then publishes its events: the
+// A firing of timers set durably is written by the pool thread (or loop) whose
+// alarm fired it (Store::WriteDeferred), which then publishes its events: the
 // store's writer is not woken for it.
 TEST(DurableFiring, AFiringIsWrittenByTheThreadThatFiredIt) {
-  if (LoopFromEnv()) {
-    GTEST_SKIP() << "on a loop every write is the store's writer's (a write "
-                    "the disk holds up would hold the loop)";
-  }
   UntimedSyncs held;
   TestDaemon& d = held.daemon;
   ASSERT_TRUE(d.started());
@@ -151,14 +147,10 @@ struct TimedSyncs : HoldingDaemon {
         }) {}
 };
 
-// A SetTimer's write is made by the gRPC thread that takes the call
+// A SetTimer's write is made by the gRPC thread (or loop) that takes the call
 // (Store::CommitDeferred), which then answers it: the store's writer is not
 // woken for it.
 TEST(DurableFiring, ASetIsWrittenByTheThreadThatTakesTheCall) {
-  if (LoopFromEnv()) {
-    GTEST_SKIP() << "on a loop every write is the store's writer's (a write "
-                    "the disk holds up would hold the loop)";
-  }
   TimedSyncs held;
   TestDaemon& d = held.daemon;
   ASSERT_TRUE(d.started());
@@ -174,13 +166,9 @@ TEST(DurableFiring, ASetIsWrittenByTheThreadThatTakesTheCall) {
       << "the store's writer woke for the sets";
 }
 
-// An ack's write is made by the pool thread that takes it, once it leaves
-// the namespace's strand: the store's writer is not woken for it.
+// An ack's write is made by the pool thread (or loop) that takes it, once it
+// leaves the namespace's strand: the store's writer is not woken for it.
 TEST(DurableFiring, AnAckIsWrittenByThePoolThreadThatTakesIt) {
-  if (LoopFromEnv()) {
-    GTEST_SKIP() << "on a loop every write is the store's writer's (a write "
-                    "the disk holds up would hold the loop)";
-  }
   TimedSyncs held;
   TestDaemon& d = held.daemon;
   ASSERT_TRUE(d.started());

@@ -59,6 +59,31 @@ TEST(LoopServer, TimersFireAndLeasesRunOutOnTime) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
 }
 
+// A handler that holds the loop (a write the disk holds up, say) does not
+// hold the daemon: its relief serves calls, fires timers and writes events
+// to streams meanwhile.
+TEST(LoopServer, ALoopHeldUpIsRelieved) {
+  TestDaemon d(OnLoop());
+  ASSERT_TRUE(d.started());
+  std::promise<void> held, release;
+  std::shared_future<void> released = release.get_future().share();
+  asio::post(d.server().scheduler().executor(), [&held, released] {
+    held.set_value();
+    released.wait();
+  });
+  ASSERT_EQ(held.get_future().wait_for(10s), std::future_status::ready);
+  struct Release {
+    std::promise<void>& p;
+    ~Release() { p.set_value(); }
+  } release_at_end{release};
+  TestStream worker(d.stub(), TestStream::Worker("default"));
+  ASSERT_TRUE(worker.WaitRegistered());
+  ASSERT_TRUE(Set(d.stub(), "", "k", 100).ok());
+  const auto events = worker.WaitFor(1, 10s);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].key(), "k");
+}
+
 TEST(LoopServer, HealthFollowsTheServer) {
   TestDaemon d(OnLoop());
   ASSERT_TRUE(d.started());
