@@ -209,6 +209,14 @@ bool LoopServer::Turn(std::chrono::milliseconds wait, bool busy) {
     busy_since_.store(
         std::chrono::steady_clock::now().time_since_epoch().count(),
         std::memory_order_relaxed);
+    // (A wait that timed out is no turn: the relief dozes through them.)
+    if (got != grpc::CompletionQueue::TIMEOUT) {
+      turns_.store(turns_.load(std::memory_order_relaxed) + 1);
+      if (relief_dozing_.load() && relief_dozing_.exchange(false)) {
+        MutexLock lock(&relief_mu_);
+        relief_wake_.SignalAll();
+      }
+    }
   }
   if (got == grpc::CompletionQueue::SHUTDOWN) return false;
   if (got == grpc::CompletionQueue::GOT_EVENT) {
@@ -227,11 +235,28 @@ bool LoopServer::HeldUp() const {
 
 void LoopServer::Relieve() {
   asio::io_context& io = scheduler_->io();
+  std::uint64_t seen = turns_.load();
   MutexLock lock(&relief_mu_);
   while (!relief_stopped_) {
-    relief_wake_.WaitUntil(&relief_mu_,
-                           std::chrono::steady_clock::now() + kReliefTick);
-    if (relief_stopped_ || !HeldUp()) continue;
+    if (relief_dozing_.load()) {
+      relief_wake_.Wait(&relief_mu_);
+    } else {
+      relief_wake_.WaitUntil(&relief_mu_,
+                             std::chrono::steady_clock::now() + kReliefTick);
+    }
+    if (relief_stopped_) break;
+    if (!HeldUp()) {
+      // Idle since the last look: doze, unless a turn came meanwhile (the
+      // loop, seeing the flag, wakes this thread; relief_mu_ is held until
+      // the wait, so that wake-up is not lost).
+      const std::uint64_t turns = turns_.load();
+      if (turns == seen && busy_since_.load() == 0) {
+        relief_dozing_.store(true);
+        if (turns_.load() != turns) relief_dozing_.store(false);
+      }
+      seen = turns;
+      continue;
+    }
     MutexUnlock unlocked(&relief_mu_);
     // Short waits: the loop, once back, takes over again.
     bool open = true;

@@ -13,7 +13,10 @@
 // whether the loop has been held (one handler, or one poll of the
 // io_context, running) for over kHeldUp: a write the disk holds up, say.
 // While it is, the relief polls the queue and runs the io_context in its
-// place, so that what is in memory still goes out. Reactions of one call
+// place, so that what is in memory still goes out. Once a look finds the
+// loop waiting with no turn since the last, the relief dozes until the
+// loop's next turn wakes it (an idle daemon wakes nothing for it).
+// Reactions of one call
 // may then run on both threads at once, as the callback API allows
 // (queue_call.h); the core is built for a pool, and the store lets one
 // thread at a time write here and leaves the rest to its writer.
@@ -123,6 +126,11 @@ class LoopServer final : private QueueOwner {
   // When the loop last stopped waiting on the queue (steady_clock's
   // ticks), or 0 while it waits.
   std::atomic<std::int64_t> busy_since_{0};
+  // The loop's turns that took a completion (written by the loop only),
+  // and whether the relief dozes until the next: a Dekker pair, both sides
+  // seq_cst.
+  std::atomic<std::uint64_t> turns_{0};
+  std::atomic<bool> relief_dozing_{false};
   Mutex relief_mu_;
   bool relief_stopped_ GUARDED_BY(relief_mu_) = false;
   CondVar relief_wake_;

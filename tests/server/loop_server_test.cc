@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/common/thread_names.h"
 #include "tests/server/calls.h"
 #include "tests/server/test_client.h"
 
@@ -65,6 +66,8 @@ TEST(LoopServer, TimersFireAndLeasesRunOutOnTime) {
 TEST(LoopServer, ALoopHeldUpIsRelieved) {
   TestDaemon d(OnLoop());
   ASSERT_TRUE(d.started());
+  // (From its doze: the loop's next turn wakes it.)
+  ASSERT_GE(WaitUntilAsleep("delayd-relief", 400ms, 10s), 0);
   std::promise<void> held, release;
   std::shared_future<void> released = release.get_future().share();
   asio::post(d.server().scheduler().executor(), [&held, released] {
@@ -82,6 +85,21 @@ TEST(LoopServer, ALoopHeldUpIsRelieved) {
   const auto events = worker.WaitFor(1, 10s);
   ASSERT_EQ(events.size(), 1u);
   EXPECT_EQ(events[0].key(), "k");
+}
+
+// An idle loop wakes nothing: its relief dozes, once it has looked and
+// found no turn since its last look, until the loop's next turn.
+TEST(LoopServer, AnIdleLoopsReliefDozes) {
+  TestDaemon d(OnLoop());
+  ASSERT_TRUE(d.started());
+  EXPECT_GE(WaitUntilAsleep("delayd-relief", 400ms, 10s), 0)
+      << "the relief kept waking (every " << LoopServer::kReliefTick.count()
+      << " ms)";
+  // Woken by traffic, it dozes again after it.
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_EQ(Health(d.channel(), ""), HealthCheckResponse::SERVING);
+  }
+  EXPECT_GE(WaitUntilAsleep("delayd-relief", 400ms, 10s), 0);
 }
 
 TEST(LoopServer, HealthFollowsTheServer) {
