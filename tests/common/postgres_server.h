@@ -16,6 +16,7 @@
 #include <pwd.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -202,6 +203,7 @@ class PostgresServer {
     const passwd* pw = Root() ? getpwnam("postgres") : nullptr;
     const uid_t uid = pw ? pw->pw_uid : 0;
     const gid_t gid = pw ? pw->pw_gid : 0;
+    const pid_t parent = getpid();
     const pid_t pid = fork();
     if (pid == 0) {
       const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
@@ -210,6 +212,13 @@ class PostgresServer {
         dup2(fd, STDERR_FILENO);
       }
       if (Root() && (setgid(gid) != 0 || setuid(uid) != 0)) _exit(126);
+      // A test that ends without Stop (a sanitizer's abort, a crash) takes
+      // its server with it: the thread that started it going sends
+      // SIGQUIT, PostgreSQL's immediate shutdown. (Set after setuid, which
+      // clears it; the test's threads that start servers outlive them.)
+      if (prctl(PR_SET_PDEATHSIG, SIGQUIT) != 0 || getppid() != parent) {
+        _exit(125);
+      }
       execv(ptrs[0], ptrs.data());
       _exit(127);
     }
