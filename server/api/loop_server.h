@@ -13,13 +13,13 @@
 // whether the loop has been held (one handler, or one poll of the
 // io_context, running) for over kHeldUp: a write the disk holds up, say.
 // While it is, the relief polls the queue and runs the io_context in its
-// place, so that what is in memory still goes out. Once a look finds the
-// loop waiting with no turn since the last, the relief dozes until the
-// loop's next turn wakes it (an idle daemon wakes nothing for it).
-// Reactions of one call
+// place, so that what is in memory still goes out. Reactions of one call
 // may then run on both threads at once, as the callback API allows
 // (queue_call.h); the core is built for a pool, and the store lets one
-// thread at a time write here and leaves the rest to its writer.
+// thread at a time write here and leaves the rest to its writer. Once a
+// look finds the loop waiting with no turn since the last, the relief
+// dozes until the loop's next turn wakes it (an idle daemon wakes nothing
+// for it).
 //
 // Other threads reach the loop by posting to the io_context through the
 // scheduler's LoopExecutors, which wake it (Wake: a grpc::Alarm due at once

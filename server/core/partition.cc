@@ -89,9 +89,9 @@ std::optional<OpResult> Partition::Apply(Op& op, Done& durable) {
     };
     deferred = store_->CommitDeferred(batch, std::move(done));
   }
-  // The store may write it on this thread (a gRPC thread or the loop; RocksDB
-  // under
-  // --fsync 1s or never, unless its writer or another thread is writing):
+  // The store may write it on this thread (a gRPC thread or the loop;
+  // RocksDB under --fsync 1s or never, unless its writer or another thread
+  // is writing):
   // no hand-over to the writer and back for a call (tests/bench/README.md,
   // "A call's write on the thread that takes it"). A write the disk holds
   // up then holds this thread, and at most one thread at a time.
