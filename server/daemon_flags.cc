@@ -254,7 +254,7 @@ void AddFlags(CLI::App& app, DaemonFlags& f) {
   Flag(app, "--threading", f.threading,
        "pool: calls on gRPC's threads, the scheduler's work on a pool of "
        "--threads; loop: every call and the scheduler's work on one thread "
-       "(least CPU per timer; no gRPC reflection service)")
+       "(least CPU per timer)")
       ->check(CLI::IsMember({"pool", "loop"}));
   AddStore(app, f);
   Flag(app, "--metrics-listen", o.metrics_listen,

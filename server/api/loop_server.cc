@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "server/api/loop_health.h"
+#include "server/api/loop_reflection.h"
 #include "server/api/work_stream.h"
 #include "server/common/thread_name.h"
 #include "server/core/loop_executor.h"
@@ -171,6 +172,12 @@ void LoopServer::Serve(QueueCall* call) {
     new HealthCheckOnQueue(call, *this);
   } else if (method == "/grpc.health.v1.Health/Watch") {
     new HealthWatchOnQueue(call, *this);
+  } else if (method == kReflectionMethod) {
+    // (What gRPC's reflection plugin lists under `pool`.)
+    static const auto* services = new std::vector<std::string>{
+        "delayd.v1.Delayd", "grpc.health.v1.Health",
+        "grpc.reflection.v1alpha.ServerReflection"};
+    new ReflectionOnQueue(call, *services);
   } else {
     new Unimplemented(call);
   }

@@ -26,8 +26,8 @@
 // completes on the queue); the queue's wait is also bounded (kMaxWait), so
 // that work posted around them would run late by at most that.
 //
-// Not served here: gRPC's reflection service (tools that use it, such as
-// grpcurl, need the proto files under `--threading loop`).
+// gRPC's reflection service is served by the loop too (loop_reflection.h:
+// gRPC's own is a synchronous service, whose threads would poll beside it).
 #ifndef DELAYD_SERVER_API_LOOP_SERVER_H_
 #define DELAYD_SERVER_API_LOOP_SERVER_H_
 

@@ -2,13 +2,34 @@
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/impl/server_builder_option.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <future>
+#include <memory>
+#include <string>
 #include <thread>
+#include <vector>
 
 namespace delayd {
+namespace {
+
+// Leaves gRPC's reflection plugin out of a server. Its library registers
+// the plugin for every server when it loads; a loop serves reflection
+// itself (loop_reflection.h).
+class WithoutReflectionPlugin final : public grpc::ServerBuilderOption {
+ public:
+  void UpdateArguments(grpc::ChannelArguments*) override {}
+  void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>*
+                         plugins) override {
+    std::erase_if(*plugins, [](const auto& p) {
+      return p->name().find("reflection") != std::string::npos;
+    });
+  }
+};
+
+}  // namespace
 
 bool IsLoopback(std::string_view listen) {
   const std::size_t colon = listen.rfind(':');
@@ -121,7 +142,7 @@ Status DelaydServer::Start() {
       *scheduler_, auth_, options_.backup_dir, forwarder_.get());
   service_->SetPusher(pusher_.get());
   // (gRPC's health service and reflection are callback and sync services:
-  // under a loop, which serves health itself, none runs beside it.)
+  // under a loop, which serves both itself, neither runs beside it.)
   grpc::EnableDefaultHealthCheckService(!loop_);
   if (!loop_) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -130,6 +151,7 @@ Status DelaydServer::Start() {
   if (tls_) credentials = tls_->credentials();
   builder.AddListeningPort(options_.listen, credentials, &port_);
   if (loop_) {
+    builder.SetOption(std::make_unique<WithoutReflectionPlugin>());
     loop_->Register(builder, service_.get(), scheduler_.get());
   } else {
     builder.RegisterService(service_.get());
