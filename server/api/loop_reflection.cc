@@ -122,6 +122,21 @@ void Answer(const pb::Message& req, const pb::FieldDescriptor* asked,
 
 }  // namespace
 
+const std::vector<std::string>& ReflectedServices() {
+  static const auto* services =
+      new std::vector<std::string>{"delayd.v1.Delayd", "grpc.health.v1.Health",
+                                   "grpc.reflection.v1alpha.ServerReflection"};
+  return *services;
+}
+
+void PrepareReflection() {
+  (void)New("ServerReflectionRequest");
+  (void)New("ServerReflectionResponse");
+  for (const std::string& service : ReflectedServices()) {
+    (void)Pool().FindFileContainingSymbol(service);  // (With its imports.)
+  }
+}
+
 bool ReflectionAnswer(const std::string& request,
                       const std::vector<std::string>& services,
                       std::string* response) {

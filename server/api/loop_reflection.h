@@ -27,6 +27,16 @@ namespace delayd {
 inline constexpr char kReflectionMethod[] =
     "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo";
 
+// The services a loop's server lists: what gRPC's plugin lists under
+// `pool`.
+const std::vector<std::string>& ReflectedServices();
+
+// Builds the descriptors the answers read (gRPC's reflection messages, and
+// the files of ReflectedServices() with their imports). Protobuf builds a
+// file lazily, under a mutex of its own, on whichever thread first asks;
+// called before the loop starts, the loop only reads them.
+void PrepareReflection();
+
 // The answer to one request (a ServerReflectionRequest's bytes), listing
 // `services` when asked; false if the bytes are not a request.
 bool ReflectionAnswer(const std::string& request,

@@ -139,6 +139,7 @@ void LoopServer::Start() {
   for (int i = 0; i < kRequested; ++i) {
     QueueCall::Request(generic_, cq_.get(), this);
   }
+  PrepareReflection();
   thread_ = std::thread([this] { Run(); });
   NameThread(thread_, "delayd-loop");
   relief_ = std::thread([this] { Relieve(); });
@@ -173,11 +174,7 @@ void LoopServer::Serve(QueueCall* call) {
   } else if (method == "/grpc.health.v1.Health/Watch") {
     new HealthWatchOnQueue(call, *this);
   } else if (method == kReflectionMethod) {
-    // (What gRPC's reflection plugin lists under `pool`.)
-    static const auto* services = new std::vector<std::string>{
-        "delayd.v1.Delayd", "grpc.health.v1.Health",
-        "grpc.reflection.v1alpha.ServerReflection"};
-    new ReflectionOnQueue(call, *services);
+    new ReflectionOnQueue(call, ReflectedServices());
   } else {
     new Unimplemented(call);
   }
