@@ -142,7 +142,9 @@ Status DelaydServer::Start() {
       *scheduler_, auth_, options_.backup_dir, forwarder_.get());
   service_->SetPusher(pusher_.get());
   // (gRPC's health service and reflection are callback and sync services:
-  // under a loop, which serves both itself, neither runs beside it.)
+  // under a loop, which serves both itself, neither runs beside it. The
+  // call to gRPC's reflection library also keeps it in the binary: the
+  // loop's reflection reads the message types it brings.)
   grpc::EnableDefaultHealthCheckService(!loop_);
   if (!loop_) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
