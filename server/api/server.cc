@@ -17,7 +17,7 @@ namespace {
 
 // Leaves gRPC's reflection plugin out of a server. Its library registers
 // the plugin for every server when it loads; a loop serves reflection
-// itself (loop_reflection.h).
+// itself (loop_reflection.h), and the health port serves health alone.
 class WithoutReflectionPlugin final : public grpc::ServerBuilderOption {
  public:
   void UpdateArguments(grpc::ChannelArguments*) override {}
@@ -194,6 +194,8 @@ Status DelaydServer::Start() {
   if (!options_.health_listen.empty()) {
     grpc::EnableDefaultHealthCheckService(true);
     grpc::ServerBuilder health;
+    health.SetOption(std::make_unique<WithoutReflectionPlugin>());
+    health.RegisterCallbackGenericService(&health_unknown_);
     health.AddListeningPort(options_.health_listen,
                             grpc::InsecureServerCredentials(), &health_port_);
     health_server_ = health.BuildAndStart();

@@ -133,6 +133,10 @@ class DelaydServer {
   // Under Options::loop; stopped after the server, before the scheduler.
   std::unique_ptr<LoopServer> loop_;
   std::unique_ptr<grpc::Server> server_;
+  // The health port's answer to every other method (UNIMPLEMENTED): a
+  // callback service, which the health service needs beside it to be
+  // polled. Declared before health_server_, so destroyed after it.
+  grpc::CallbackGenericService health_unknown_;
   std::unique_ptr<grpc::Server> health_server_;
   // Reads the scheduler: declared after it, so destroyed before it.
   std::unique_ptr<MetricsEndpoint> metrics_;

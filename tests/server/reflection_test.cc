@@ -227,5 +227,29 @@ TEST(Reflection, UnknownNamesAreNotFound) {
   EXPECT_TRUE(r.Close().ok());
 }
 
+// The plaintext health port (--health-listen) answers probes and nothing
+// else: no reflection there, whose answers would describe the daemon's
+// whole API to a caller without TLS or token.
+TEST(Reflection, NotOnTheHealthPort) {
+  DelaydServer::Options options = TestDaemon::DefaultOptions();
+  options.health_listen = "127.0.0.1:0";
+  TestDaemon d(options);
+  ASSERT_TRUE(d.started());
+  ASSERT_NE(d.server().health_port(), 0);
+  auto health = grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string(d.server().health_port()),
+      grpc::InsecureChannelCredentials());
+  EXPECT_EQ(Health(health, ""), grpc::health::v1::HealthCheckResponse::SERVING);
+  Reflection r(health);
+  EXPECT_EQ(r.Ask("list_services", ""), nullptr);
+  grpc::Status s = r.Close();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNIMPLEMENTED)
+      << s.error_message();
+  // The daemon's own port still has it.
+  Reflection own(d.channel());
+  EXPECT_NE(own.Ask("list_services", ""), nullptr);
+  EXPECT_TRUE(own.Close().ok());
+}
+
 }  // namespace
 }  // namespace delayd::testing
