@@ -23,8 +23,8 @@
 //
 // Other threads reach the loop by posting to the io_context through the
 // scheduler's LoopExecutors, which wake it (Wake: a grpc::Alarm due at once
-// completes on the queue); the queue's wait is also bounded (kMaxWait), so
-// that work posted around them would run late by at most that.
+// completes on the queue); the wait's bound (kMaxWait) is a net that tests
+// raise to a minute, and each of its wake-ups costs an idle daemon CPU.
 //
 // gRPC's reflection service is served by the loop too (loop_reflection.h:
 // gRPC's own is a synchronous service, whose threads would poll beside it).
@@ -54,8 +54,9 @@ class HealthWatch;
 
 class LoopServer final : private QueueOwner {
  public:
-  // The longest the loop waits on the queue without polling the io_context.
-  static constexpr std::chrono::milliseconds kMaxWait{100};
+  // The longest the loop waits on the queue without polling the io_context
+  // (a net: above).
+  static constexpr std::chrono::milliseconds kMaxWait{1000};
   // Calls requested ahead of their arrival.
   static constexpr int kRequested = 16;
   // How often the relief looks, and how long a hold it relieves.

@@ -73,8 +73,8 @@ class DelaydServer {
     // rather than gRPC's callback threads and a pool.
     bool loop = false;
     // The longest the loop waits without polling the scheduler's work
-    // (LoopServer::kMaxWait; tests raise it to show that nothing waits for
-    // it).
+    // (LoopServer::kMaxWait, a net; tests raise it to show that nothing
+    // waits for it).
     std::chrono::milliseconds loop_max_wait = LoopServer::kMaxWait;
   };
 

@@ -102,6 +102,19 @@ TEST(LoopServer, AnIdleLoopsReliefDozes) {
   EXPECT_GE(WaitUntilAsleep("delayd-relief", 400ms, 10s), 0);
 }
 
+// With the daemon's own bound on its wait (not the tests' minute), an idle
+// loop sleeps: it wakes once a kMaxWait for it and for nothing else (each
+// wake-up is an idle daemon's CPU: tests/bench/README.md, "Idle").
+TEST(LoopServer, AnIdleLoopSleeps) {
+  DelaydServer::Options o = OnLoop();
+  o.loop_max_wait = LoopServer::kMaxWait;
+  TestDaemon d(o);
+  ASSERT_TRUE(d.started());
+  EXPECT_GE(WaitUntilAsleep("delayd-loop", LoopServer::kMaxWait * 6 / 10, 20s),
+            0)
+      << "the loop kept waking";
+}
+
 TEST(LoopServer, HealthFollowsTheServer) {
   TestDaemon d(OnLoop());
   ASSERT_TRUE(d.started());
