@@ -256,6 +256,11 @@ void AddFlags(CLI::App& app, DaemonFlags& f) {
        "--threads; loop: every call and the scheduler's work on one thread "
        "(least CPU per timer)")
       ->check(CLI::IsMember({"pool", "loop"}));
+  Flag(app, "--loop-queues", o.loop_queues,
+       "Under --threading loop: how many loops, each a thread polling a "
+       "completion queue of its own (gRPC gives a connection's calls to one "
+       "of them); all run the scheduler's work")
+      ->check(CLI::Range(1, 64));
   AddStore(app, f);
   Flag(app, "--metrics-listen", o.metrics_listen,
        "Serve Prometheus metrics over plain HTTP at http://ADDR/metrics "
@@ -373,6 +378,9 @@ Status ReadClusterToken(DaemonFlags& f) {
 
 Status FinishFlags(DaemonFlags& f) {
   f.server.loop = f.threading == "loop";
+  if (f.server.loop_queues != 1 && !f.server.loop) {
+    return Status::InvalidArgument("--loop-queues: needs --threading loop");
+  }
   // A JSON body carries bytes in base64 (4/3 of them) and field names: room
   // for the largest Batch the gRPC port takes.
   f.http.max_body_bytes = 2 * f.server.max_batch_bytes + (64 << 10);

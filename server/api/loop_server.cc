@@ -2,6 +2,7 @@
 
 #include <grpcpp/alarm.h>
 
+#include <algorithm>
 #include <string_view>
 #include <unordered_map>
 
@@ -123,12 +124,19 @@ class WakeAlarm final : public LoopTag {
 
 }  // namespace
 
+LoopServer::LoopServer(std::chrono::milliseconds max_wait, int queues)
+    : max_wait_(max_wait) {
+  for (int i = 0; i < std::max(queues, 1); ++i) {
+    queues_.push_back(std::make_unique<Queue>());
+  }
+}
+
 void LoopServer::Register(grpc::ServerBuilder& builder, DelaydService* service,
                           Scheduler* scheduler) {
   service_ = service;
   scheduler_ = scheduler;
   builder.RegisterAsyncGenericService(&generic_);
-  cq_ = builder.AddCompletionQueue();
+  for (auto& q : queues_) q->cq = builder.AddCompletionQueue();
 }
 
 void LoopServer::Start() {
@@ -136,12 +144,16 @@ void LoopServer::Start() {
     MutexLock lock(&mu_);
     open_ = true;
   }
-  for (int i = 0; i < kRequested; ++i) {
-    QueueCall::Request(generic_, cq_.get(), this);
+  for (auto& q : queues_) {
+    for (int i = 0; i < kRequested; ++i) {
+      QueueCall::Request(generic_, q->cq.get(), this);
+    }
   }
   PrepareReflection();
-  thread_ = std::thread([this] { Run(); });
-  NameThread(thread_, "delayd-loop");
+  for (auto& q : queues_) {
+    q->thread = std::thread([this, q = q.get()] { Run(*q); });
+    NameThread(q->thread, "delayd-loop");
+  }
   relief_ = std::thread([this] { Relieve(); });
   NameThread(relief_, "delayd-relief");
 }
@@ -152,7 +164,7 @@ void LoopServer::Taken(QueueCall* call) {
     MutexLock lock(&mu_);
     ++calls_;
   }
-  QueueCall::Request(generic_, cq_.get(), this);
+  QueueCall::Request(generic_, call->queue(), this);
   Serve(call);
 }
 
@@ -181,41 +193,47 @@ void LoopServer::Serve(QueueCall* call) {
 }
 
 void LoopServer::Wake() {
-  if (wake_pending_.exchange(true, std::memory_order_acq_rel)) return;
+  // (Any loop will do: each polls the io_context after a completion.)
+  Queue& q = *queues_[queues_.size() == 1
+                          ? 0
+                          : next_wake_.fetch_add(1, std::memory_order_relaxed) %
+                                queues_.size()];
+  if (q.wake_pending.exchange(true, std::memory_order_acq_rel)) return;
   MutexLock lock(&mu_);
   if (!open_) {
     // (Before Start the loop's first poll runs it; after Stop nothing.)
-    wake_pending_.store(false, std::memory_order_release);
+    q.wake_pending.store(false, std::memory_order_release);
     return;
   }
-  (new WakeAlarm(&wake_pending_))->Set(cq_.get());
+  (new WakeAlarm(&q.wake_pending))->Set(q.cq.get());
 }
 
-void LoopServer::Run() {
+void LoopServer::Run(Queue& q) {
   LoopWake::EnterLoop();
   asio::io_context& io = scheduler_->io();
-  busy_since_.store(std::chrono::steady_clock::now().time_since_epoch().count(),
-                    std::memory_order_relaxed);
+  q.busy_since.store(
+      std::chrono::steady_clock::now().time_since_epoch().count(),
+      std::memory_order_relaxed);
   do {
     io.poll();
-  } while (Turn(max_wait_, /*busy=*/true));
+  } while (Turn(q, max_wait_, /*busy=*/true));
   // (What the queue's last completions posted.)
   io.poll();
 }
 
-bool LoopServer::Turn(std::chrono::milliseconds wait, bool busy) {
-  if (busy) busy_since_.store(0, std::memory_order_relaxed);
+bool LoopServer::Turn(Queue& q, std::chrono::milliseconds wait, bool busy) {
+  if (busy) q.busy_since.store(0, std::memory_order_relaxed);
   void* tag;
   bool ok;
   const auto got =
-      cq_->AsyncNext(&tag, &ok, std::chrono::system_clock::now() + wait);
+      q.cq->AsyncNext(&tag, &ok, std::chrono::system_clock::now() + wait);
   if (busy) {
-    busy_since_.store(
+    q.busy_since.store(
         std::chrono::steady_clock::now().time_since_epoch().count(),
         std::memory_order_relaxed);
     // (A wait that timed out is no turn: the relief dozes through them.)
     if (got != grpc::CompletionQueue::TIMEOUT) {
-      turns_.store(turns_.load(std::memory_order_relaxed) + 1);
+      turns_.fetch_add(1);
       if (relief_dozing_.load() && relief_dozing_.exchange(false)) {
         MutexLock lock(&relief_mu_);
         relief_wake_.SignalAll();
@@ -230,11 +248,23 @@ bool LoopServer::Turn(std::chrono::milliseconds wait, bool busy) {
   return true;
 }
 
-bool LoopServer::HeldUp() const {
-  const std::int64_t since = busy_since_.load(std::memory_order_relaxed);
+bool LoopServer::HeldUp(const Queue& q) {
+  const std::int64_t since = q.busy_since.load(std::memory_order_relaxed);
   if (since == 0) return false;
   const auto now = std::chrono::steady_clock::now().time_since_epoch();
   return now - std::chrono::steady_clock::duration(since) > kHeldUp;
+}
+
+LoopServer::Queue* LoopServer::Held() const {
+  for (const auto& q : queues_) {
+    if (HeldUp(*q)) return q.get();
+  }
+  return nullptr;
+}
+
+bool LoopServer::AllWaiting() const {
+  return std::all_of(queues_.begin(), queues_.end(),
+                     [](const auto& q) { return q->busy_since.load() == 0; });
 }
 
 void LoopServer::Relieve() {
@@ -249,12 +279,13 @@ void LoopServer::Relieve() {
                              std::chrono::steady_clock::now() + kReliefTick);
     }
     if (relief_stopped_) break;
-    if (!HeldUp()) {
+    Queue* held = Held();
+    if (held == nullptr) {
       // Idle since the last look: doze, unless a turn came meanwhile (the
       // loop, seeing the flag, wakes this thread; relief_mu_ is held until
       // the wait, so that wake-up is not lost).
       const std::uint64_t turns = turns_.load();
-      if (turns == seen && busy_since_.load() == 0) {
+      if (turns == seen && AllWaiting()) {
         relief_dozing_.store(true);
         if (turns_.load() != turns) relief_dozing_.store(false);
       }
@@ -264,9 +295,9 @@ void LoopServer::Relieve() {
     MutexUnlock unlocked(&relief_mu_);
     // Short waits: the loop, once back, takes over again.
     bool open = true;
-    while (open && HeldUp()) {
+    while (open && HeldUp(*held)) {
       io.poll();
-      open = Turn(std::chrono::milliseconds(10), /*busy=*/false);
+      open = Turn(*held, std::chrono::milliseconds(10), /*busy=*/false);
     }
     // (A wake-up taken here may have been for work posted since the last
     // poll: the loop, back on the queue, would not see that work.)
@@ -275,18 +306,19 @@ void LoopServer::Relieve() {
 }
 
 void LoopServer::Stop() {
+  const bool started = queues_.front()->thread.joinable();
   {
     MutexLock lock(&mu_);
-    if (stopped_ || cq_ == nullptr) return;
+    if (stopped_ || queues_.front()->cq == nullptr) return;
     stopped_ = true;
-    if (thread_.joinable()) {
+    if (started) {
       while (calls_ > 0) calls_ended_.Wait(&mu_);
     }
     open_ = false;
-    cq_->Shutdown();
+    for (auto& q : queues_) q->cq->Shutdown();
   }
-  if (thread_.joinable()) {
-    thread_.join();
+  if (started) {
+    for (auto& q : queues_) q->thread.join();
     {
       MutexLock lock(&relief_mu_);
       relief_stopped_ = true;
@@ -295,12 +327,14 @@ void LoopServer::Stop() {
     relief_.join();
     return;
   }
-  // Never started: the queue is drained here.
-  void* tag;
-  bool ok;
-  while (cq_->Next(&tag, &ok)) {
-    QueueEdge::Completed();
-    static_cast<LoopTag*>(tag)->Done(ok);
+  // Never started: the queues are drained here.
+  for (auto& q : queues_) {
+    void* tag;
+    bool ok;
+    while (q->cq->Next(&tag, &ok)) {
+      QueueEdge::Completed();
+      static_cast<LoopTag*>(tag)->Done(ok);
+    }
   }
 }
 

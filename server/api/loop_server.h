@@ -2,12 +2,14 @@
 // delayd.v1.Delayd and grpc.health.v1.Health goes through one generic
 // service on one completion queue, and one thread, the loop, polls that
 // queue and runs the scheduler's io_context between its completions
-// (Scheduler::Options::loop). A call's handler, the firing of its timer,
-// its dispatcher's turns and the write of its event to a worker's stream
-// then run on one thread, where gRPC's callback API hands each call from a
-// gRPC thread to delayd's pool (tests/bench/README.md, "One loop on
-// delayd's own core"). The loop also writes its calls, firings and acks
-// to the store, as a pool thread does (Scheduler::WritesHere).
+// (Scheduler::Options::loop). With `queues` above one, each of that many
+// loops polls a queue of its own (gRPC gives each connection's calls to
+// one queue while it has calls requested), and all run the io_context. A call's
+// handler, the firing of its timer, its dispatcher's turns and the write of its
+// event to a worker's stream then run on one thread, where gRPC's callback API
+// hands each call from a gRPC thread to delayd's pool (tests/bench/README.md,
+// "One loop on delayd's own core"). The loop also writes its calls, firings and
+// acks to the store, as a pool thread does (Scheduler::WritesHere).
 //
 // A second thread, the relief ("delayd-relief"), looks every kReliefTick
 // whether the loop has been held (one handler, or one poll of the
@@ -63,8 +65,8 @@ class LoopServer final : private QueueOwner {
   static constexpr std::chrono::milliseconds kReliefTick{50};
   static constexpr std::chrono::milliseconds kHeldUp{50};
 
-  explicit LoopServer(std::chrono::milliseconds max_wait = kMaxWait)
-      : max_wait_(max_wait) {}
+  explicit LoopServer(std::chrono::milliseconds max_wait = kMaxWait,
+                      int queues = 1);
   LoopServer(const LoopServer&) = delete;
   LoopServer& operator=(const LoopServer&) = delete;
   ~LoopServer() { Stop(); }
@@ -105,31 +107,45 @@ class LoopServer final : private QueueOwner {
   // QueueOwner (on the loop).
   void Taken(QueueCall* call) override EXCLUDES(mu_);
   void Ended() override EXCLUDES(mu_);
+  // A completion queue and the loop that polls it. Made with the server;
+  // `cq` set by Register, `thread` by Start.
+  struct Queue {
+    std::unique_ptr<grpc::ServerCompletionQueue> cq;
+    std::thread thread;
+    // When the loop last stopped waiting on the queue (steady_clock's
+    // ticks), or 0 while it waits.
+    std::atomic<std::int64_t> busy_since{0};
+    // A wake-up is on the queue, not yet taken by a thread polling it.
+    std::atomic<bool> wake_pending{false};
+  };
+
   // Serves `call`, by its method.
   void Serve(QueueCall* call);
-  // The loop's thread, and the relief's.
-  void Run();
+  // A loop's thread, and the relief's.
+  void Run(Queue& q);
   void Relieve() EXCLUDES(relief_mu_);
-  // One wait on the queue (at most `wait`) and its completion. `busy`: the
+  // One wait on `q` (at most `wait`) and its completion. `busy`: the
   // loop's own turn, which marks when it stops waiting. False once the
   // queue has shut down.
-  bool Turn(std::chrono::milliseconds wait, bool busy);
-  // Whether the loop has been off the queue for over kHeldUp.
-  bool HeldUp() const;
+  bool Turn(Queue& q, std::chrono::milliseconds wait, bool busy);
+  // Whether q's loop has been off the queue for over kHeldUp.
+  static bool HeldUp(const Queue& q);
+  // The first queue whose loop is held up, or null.
+  Queue* Held() const;
+  // Whether every loop waits on its queue.
+  bool AllWaiting() const;
 
   const std::chrono::milliseconds max_wait_;
   DelaydService* service_ = nullptr;
   Scheduler* scheduler_ = nullptr;
   grpc::AsyncGenericService generic_;
-  std::unique_ptr<grpc::ServerCompletionQueue> cq_;
-  std::thread thread_;
+  // Fixed in number from the constructor on.
+  std::vector<std::unique_ptr<Queue>> queues_;
+  // Which queue the next wake-up goes to (in turn).
+  std::atomic<unsigned> next_wake_{0};
   std::thread relief_;
-  // When the loop last stopped waiting on the queue (steady_clock's
-  // ticks), or 0 while it waits.
-  std::atomic<std::int64_t> busy_since_{0};
-  // The loop's turns that took a completion (written by the loop only),
-  // and whether the relief dozes until the next: a Dekker pair, both sides
-  // seq_cst.
+  // The loops' turns that took a completion, and whether the relief dozes
+  // until the next: a Dekker pair, both sides seq_cst.
   std::atomic<std::uint64_t> turns_{0};
   std::atomic<bool> relief_dozing_{false};
   Mutex relief_mu_;
@@ -142,8 +158,6 @@ class LoopServer final : private QueueOwner {
   bool stopped_ GUARDED_BY(mu_) = false;
   int calls_ GUARDED_BY(mu_) = 0;
   CondVar calls_ended_;
-  // A wake-up is on the queue, not yet taken by the loop.
-  std::atomic<bool> wake_pending_{false};
 
   mutable Mutex health_mu_;
   std::map<std::string, bool> serving_ GUARDED_BY(health_mu_);

@@ -78,6 +78,8 @@ class QueueCall {
                       grpc::ServerCompletionQueue* cq, QueueOwner* owner);
 
   grpc::GenericServerContext& context() { return ctx_; }
+  // The queue the call came on (its operations complete there).
+  grpc::ServerCompletionQueue* queue() const { return cq_; }
 
  private:
   friend class QueueReactor;

@@ -128,7 +128,8 @@ Status DelaydServer::Start() {
   }
   if (options_.loop) {
     options_.scheduler.loop = true;
-    loop_ = std::make_unique<LoopServer>(options_.loop_max_wait);
+    loop_ = std::make_unique<LoopServer>(options_.loop_max_wait,
+                                         options_.loop_queues);
   }
   scheduler_ = std::make_unique<Scheduler>(options_.scheduler);
   if (loop_) scheduler_->SetLoopWake([loop = loop_.get()] { loop->Wake(); });

@@ -76,6 +76,9 @@ class DelaydServer {
     // (LoopServer::kMaxWait, a net; tests raise it to show that nothing
     // waits for it).
     std::chrono::milliseconds loop_max_wait = LoopServer::kMaxWait;
+    // Under `loop`: how many loops, each polling a completion queue of its
+    // own (LoopServer).
+    int loop_queues = 1;
   };
 
   explicit DelaydServer(Options options);

@@ -319,5 +319,15 @@ TEST(DelaydBinary, FixedEventIdsGiveEachEventItsTimersVersion) {
       << memory.output();
 }
 
+// --loop-queues is a setting of the loop: refused without it.
+TEST(Daemon, LoopQueuesNeedTheLoop) {
+  DaemonProcess d(DELAYD_BINARY, {"--in-memory", "--loop-queues", "2"}, 5s);
+  EXPECT_FALSE(d.ok());
+  EXPECT_NE(d.Stop(0, 5s), 0);
+  EXPECT_NE(d.output().find("--loop-queues: needs --threading loop"),
+            std::string::npos)
+      << d.output();
+}
+
 }  // namespace
 }  // namespace delayd::testing

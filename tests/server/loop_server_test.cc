@@ -5,8 +5,11 @@
 // (tests/server/CMakeLists.txt: the "loop." tests).
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <future>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/common/thread_names.h"
@@ -21,6 +24,7 @@ using grpc::health::v1::HealthCheckResponse;
 DelaydServer::Options OnLoop() {
   DelaydServer::Options o = TestDaemon::DefaultOptions();
   o.loop = true;
+  o.loop_queues = LoopQueuesFromEnv();
   o.loop_max_wait = std::chrono::minutes(1);
   return o;
 }
@@ -107,12 +111,50 @@ TEST(LoopServer, AnIdleLoopsReliefDozes) {
 // wake-up is an idle daemon's CPU: tests/bench/README.md, "Idle").
 TEST(LoopServer, AnIdleLoopSleeps) {
   DelaydServer::Options o = OnLoop();
+  o.loop_queues = 1;  // (Several would wake in turns.)
   o.loop_max_wait = LoopServer::kMaxWait;
   TestDaemon d(o);
   ASSERT_TRUE(d.started());
   EXPECT_GE(WaitUntilAsleep("delayd-loop", LoopServer::kMaxWait * 6 / 10, 20s),
             0)
       << "the loop kept waking";
+}
+
+// Several loops (--loop-queues), each on a queue of its own: calls on many
+// connections (gRPC gives each connection's calls to one queue while it has
+// calls requested) are all served, and their timers reach a worker on a
+// connection of its own, whichever loop fires them.
+TEST(LoopServer, SeveralQueuesServeEveryConnection) {
+  DelaydServer::Options o = OnLoop();
+  o.loop_queues = 3;
+  TestDaemon d(o);
+  ASSERT_TRUE(d.started());
+  EXPECT_EQ(ThreadsNamed("delayd-loop"), 3);
+  TestStream worker(d.stub(), TestStream::Worker(""));
+  ASSERT_TRUE(worker.WaitRegistered());
+  constexpr int kConnections = 12;
+  std::vector<std::thread> callers;
+  std::atomic<int> failed{0};
+  for (int c = 0; c < kConnections; ++c) {
+    callers.emplace_back([&, c] {
+      // (A channel argument of its own: a connection of its own.)
+      grpc::ChannelArguments args;
+      args.SetInt("delayd.test.connection", c);
+      auto stub = v1::Delayd::NewStub(
+          grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(d.port()),
+                                    grpc::InsecureChannelCredentials(), args));
+      for (int i = 0; i < 5; ++i) {
+        const std::string key = std::to_string(c) + "-" + std::to_string(i);
+        if (!Set(*stub, "", key, 10).ok()) ++failed;
+      }
+    });
+  }
+  for (auto& t : callers) t.join();
+  EXPECT_EQ(failed.load(), 0);
+  const auto events = worker.WaitFor(kConnections * 5, 20s);
+  std::set<std::string> keys;
+  for (const auto& e : events) keys.insert(e.key());
+  EXPECT_EQ(keys.size(), static_cast<std::size_t>(kConnections * 5));
 }
 
 TEST(LoopServer, HealthFollowsTheServer) {

@@ -8,6 +8,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -114,6 +115,13 @@ inline bool LoopFromEnv() {
   return threading != nullptr && std::string_view(threading) == "loop";
 }
 
+// How many loops (--loop-queues) a loop daemon of a test has:
+// DELAYD_LOOP_QUEUES, as the daemon reads it, else 1.
+inline int LoopQueuesFromEnv() {
+  const char* queues = std::getenv("DELAYD_LOOP_QUEUES");
+  return queues == nullptr ? 1 : std::max(1, std::atoi(queues));
+}
+
 // A daemon in this process, stopped by the destructor.
 class TestDaemon {
  public:
@@ -122,6 +130,7 @@ class TestDaemon {
     options.listen = "127.0.0.1:0";
     if (LoopFromEnv()) {
       options.loop = true;
+      options.loop_queues = LoopQueuesFromEnv();
       // (Nothing may wait for the loop's bound: it waits a minute here.)
       options.loop_max_wait = std::chrono::minutes(1);
     }
