@@ -164,8 +164,21 @@ void LoopServer::Taken(QueueCall* call) {
     MutexLock lock(&mu_);
     ++calls_;
   }
+  for (auto& q : queues_) {
+    if (q->cq.get() == call->queue()) {
+      q->taken.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
   QueueCall::Request(generic_, call->queue(), this);
   Serve(call);
+}
+
+std::vector<std::uint64_t> LoopServer::CallsTaken() const {
+  std::vector<std::uint64_t> taken;
+  for (const auto& q : queues_) {
+    taken.push_back(q->taken.load(std::memory_order_relaxed));
+  }
+  return taken;
 }
 
 void LoopServer::Ended() {

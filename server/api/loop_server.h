@@ -1,35 +1,36 @@
-// The daemon's calls on one thread (`--threading loop`): every method of
-// delayd.v1.Delayd and grpc.health.v1.Health goes through one generic
-// service on one completion queue, and one thread, the loop, polls that
-// queue and runs the scheduler's io_context between its completions
-// (Scheduler::Options::loop). With `queues` above one, each of that many
-// loops polls a queue of its own (gRPC gives each connection's calls to
-// one queue while it has calls requested), and all run the io_context. A call's
-// handler, the firing of its timer, its dispatcher's turns and the write of its
-// event to a worker's stream then run on one thread, where gRPC's callback API
-// hands each call from a gRPC thread to delayd's pool (tests/bench/README.md,
-// "One loop on delayd's own core"). The loop also writes its calls, firings and
-// acks to the store, as a pool thread does (Scheduler::WritesHere).
+// The daemon's calls on delayd's own threads (`--threading loop`): every
+// method of delayd.v1.Delayd and grpc.health.v1.Health goes through one
+// generic service, and each loop (a thread; `queues` of them, one by
+// default) polls a completion queue of its own and runs the scheduler's
+// io_context between its completions (Scheduler::Options::loop). gRPC gives
+// each connection's calls to one queue while it has calls requested. A
+// call's handler, the firing of its timer, its dispatcher's turns and the
+// write of its event to a worker's stream then run on one loop, where gRPC's
+// callback API hands each call from a gRPC thread to delayd's pool
+// (tests/bench/README.md, "One loop on delayd's own core"). A loop also
+// writes its calls, firings and acks to the store, as a pool thread does
+// (Scheduler::WritesHere).
 //
-// A second thread, the relief ("delayd-relief"), looks every kReliefTick
-// whether the loop has been held (one handler, or one poll of the
-// io_context, running) for over kHeldUp: a write the disk holds up, say.
-// While it is, the relief polls the queue and runs the io_context in its
-// place, so that what is in memory still goes out. Reactions of one call
-// may then run on both threads at once, as the callback API allows
-// (queue_call.h); the core is built for a pool, and the store lets one
-// thread at a time write here and leaves the rest to its writer. Once a
-// look finds the loop waiting with no turn since the last, the relief
-// dozes until the loop's next turn wakes it (an idle daemon wakes nothing
-// for it).
+// A further thread, the relief ("delayd-relief"), looks every kReliefTick
+// whether a loop has been held (one handler, or one poll of the io_context,
+// running) for over kHeldUp: a write the disk holds up, say. While one is,
+// the relief polls that loop's queue and runs the io_context in its place,
+// so that what is in memory still goes out. Reactions of one call may then
+// run on two threads at once, as the callback API allows (queue_call.h);
+// the core is built for a pool, and the store lets one thread at a time
+// write here and leaves the rest to its writer. Once a look finds every
+// loop waiting with no turn since the last, the relief dozes until a
+// loop's next turn wakes it (an idle daemon wakes nothing for it).
 //
-// Other threads reach the loop by posting to the io_context through the
-// scheduler's LoopExecutors, which wake it (Wake: a grpc::Alarm due at once
-// completes on the queue); the wait's bound (kMaxWait) is a net that tests
-// raise to a minute, and each of its wake-ups costs an idle daemon CPU.
+// Other threads reach the loops by posting to the io_context through the
+// scheduler's LoopExecutors, which wake one loop, each in turn (Wake: a
+// grpc::Alarm due at once completes on its queue); the wait's bound
+// (kMaxWait) is a net that tests raise to a minute, and each of its
+// wake-ups costs an idle daemon CPU.
 //
-// gRPC's reflection service is served by the loop too (loop_reflection.h:
-// gRPC's own is a synchronous service, whose threads would poll beside it).
+// gRPC's reflection service is served by the loops too (loop_reflection.h:
+// gRPC's own is a synchronous service, whose threads would poll beside
+// them).
 #ifndef DELAYD_SERVER_API_LOOP_SERVER_H_
 #define DELAYD_SERVER_API_LOOP_SERVER_H_
 
@@ -99,6 +100,10 @@ class LoopServer final : private QueueOwner {
   void AddWatch(HealthWatch* watch) EXCLUDES(health_mu_);
   void RemoveWatch(HealthWatch* watch) EXCLUDES(health_mu_);
 
+  // The calls each queue has taken so far, in the queues' order (for tests
+  // and debugging: which loops serve).
+  std::vector<std::uint64_t> CallsTaken() const;
+
   // The methods of delayd.v1.Delayd that the loop would answer as
   // unimplemented (none: checked by a test against the proto).
   static std::vector<std::string> Unserved();
@@ -117,6 +122,8 @@ class LoopServer final : private QueueOwner {
     std::atomic<std::int64_t> busy_since{0};
     // A wake-up is on the queue, not yet taken by a thread polling it.
     std::atomic<bool> wake_pending{false};
+    // Calls taken from the queue.
+    std::atomic<std::uint64_t> taken{0};
   };
 
   // Serves `call`, by its method.

@@ -99,6 +99,8 @@ class DelaydServer {
   void Shutdown(std::chrono::milliseconds grace);
   Scheduler& scheduler() { return *scheduler_; }
   const Scheduler& scheduler() const { return *scheduler_; }
+  // Under Options::loop, the loops' server (after Start()); else null.
+  const LoopServer* loop() const { return loop_.get(); }
   // A channel to the service in this process (after Start()): calls on it
   // pass the same checks as a client's, tokens included.
   std::shared_ptr<grpc::Channel> InProcessChannel() {
