@@ -3,13 +3,13 @@
 // generic service, and each loop (a thread; `queues` of them, one by
 // default) polls a completion queue of its own and runs the scheduler's
 // io_context between its completions (Scheduler::Options::loop). gRPC gives
-// each connection's calls to one queue while it has calls requested. A
-// call's handler, the firing of its timer, its dispatcher's turns and the
-// write of its event to a worker's stream then run on one loop, where gRPC's
-// callback API hands each call from a gRPC thread to delayd's pool
-// (tests/bench/README.md, "One loop on delayd's own core"). A loop also
-// writes its calls, firings and acks to the store, as a pool thread does
-// (Scheduler::WritesHere).
+// each connection's calls to one queue while it has calls requested. With
+// one loop, a call's handler, its timer's firing, its dispatcher's turns and
+// its event's write to a worker's stream run on that thread (with several,
+// on any of them), where gRPC's callback API hands each call from a gRPC
+// thread to delayd's pool (tests/bench/README.md, "One loop on delayd's own
+// core"). A loop also writes its calls, firings and acks to the store, as a
+// pool thread does (Scheduler::WritesHere).
 //
 // A further thread, the relief ("delayd-relief"), looks every kReliefTick
 // whether a loop has been held (one handler, or one poll of the io_context,
