@@ -40,7 +40,8 @@
 //               directory);
 //   ab-firing   as ab, firing only (not run unless named); --fire N timers
 //               per round (default 200k).
-// security and ab also print the daemon's CPU time per operation.
+// security and ab also print the daemon's CPU time per operation, and ab
+// each firing round's cores by thread over the burst.
 //
 // Usage: load_gen [--daemon PATH] [--daemon-b PATH] [--b-arg ARG]...
 //                 [--seconds N] [--rounds N] [--fire N] [--only NAME]
@@ -221,13 +222,21 @@ void AB(const std::string& a, const std::string& b,
       // The daemon's CPU from the end of the fill (it idles until t0) to
       // the last ack.
       std::atomic<double> cpu0{0};
+      std::map<std::string, double> threads0;
       auto late = bench.Lateness(ns, fire_count, 30s, [&] {
         bench.Fill(fire_count, ns, [&](std::uint64_t) { return t0; });
+        threads0 = CpuByThread(d.pid());
         cpu0 = CpuSeconds(d.pid());
       });
       const double cpu = CpuSeconds(d.pid()) - cpu0.load();
       const double last_ms =
           late.empty() ? 0 : *std::max_element(late.begin(), late.end());
+      // Each thread's CPU from the end of the fill (the daemon idles until
+      // t0) over the burst's length, the fire time to the last delivery: a
+      // thread busy throughout the burst reads as one core.
+      std::printf("  round %d %c firing %.0f ms:", round + 1,
+                  m == 0 ? 'a' : 'b', last_ms);
+      PrintCpuByThread(threads0, CpuByThread(d.pid()), last_ms / 1000);
       const bool all = late.size() == fire_count && last_ms > 0;
       firing[m].push_back(all ? fire_count / (last_ms / 1000) : 0);
       firing_cpu[m].push_back(all ? 1e6 * cpu / fire_count : 0);
