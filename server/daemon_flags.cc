@@ -211,6 +211,11 @@ void AddFlags(CLI::App& app, DaemonFlags& f) {
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   o.scheduler.partitions = cores;
   o.scheduler.threads = cores;
+  // The kernel reports the clock's steps and resumes (Options::clock_poll),
+  // and every post from another thread wakes a loop (loop_server.h): both
+  // bounds are nets, and each of their wake-ups costs an idle daemon CPU.
+  o.scheduler.clock_poll = std::chrono::seconds(10);
+  o.loop_max_wait = std::chrono::minutes(1);
 
   f.check = app.add_subcommand(
       "check",

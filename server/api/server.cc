@@ -15,6 +15,11 @@
 namespace delayd {
 namespace {
 
+// The longest wait between the store watch's checks while the store is
+// idle (WatchStore): a quarter of the default stall limit, on the grid of
+// the other periodic checks (core/clock.h's NextTick).
+constexpr std::chrono::milliseconds kIdleStoreWatch{2500};
+
 // Leaves gRPC's reflection plugin out of a server. Its library registers
 // the plugin for every server when it loads; a loop serves reflection
 // itself (loop_reflection.h), and the health port serves health alone.
@@ -340,11 +345,21 @@ void DelaydServer::WatchStore() {
     }
   }
   // A stall is seen within a quarter of the limit (and 1 s) of passing it.
+  // While the store is idle and writable the checks may wait longer (up to
+  // kIdleStoreWatch, and a quarter of the limit): an operation that starts
+  // meanwhile has run less than the limit at the next check, which then
+  // goes back to the short period; an idle daemon wakes less for them.
+  const std::chrono::milliseconds period =
+      limit.count() > 0 ? std::clamp<std::chrono::milliseconds>(
+                              limit / 4, std::chrono::milliseconds(10),
+                              std::chrono::seconds(1))
+                        : std::chrono::milliseconds(250);
+  const bool idle = busy.count() == 0 && reachable && !stalled;
   stall_timer_->expires_at(
-      NextTick(limit.count() > 0 ? std::clamp<std::chrono::milliseconds>(
-                                       limit / 4, std::chrono::milliseconds(10),
-                                       std::chrono::seconds(1))
-                                 : std::chrono::milliseconds(250)));
+      NextTick(idle && limit.count() > 0
+                   ? std::max(period, std::min<std::chrono::milliseconds>(
+                                          limit / 4, kIdleStoreWatch))
+                   : period));
   stall_timer_->async_wait([this](const asio::error_code& ec) {
     if (!ec) WatchStore();
   });

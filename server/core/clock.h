@@ -5,8 +5,8 @@
 // Two readings: wall time, which fire times are in (what clients see), and
 // steady time, which the wheels run on (it never goes back). A timer's steady
 // deadline is derived from its wall fire time by the offset between the two.
-// When that offset moves (the wall clock stepped either way, NTP slewed it,
-// or the monotonic clock stood still through a suspend), the scheduler
+// When that offset moves (the wall clock was stepped either way, or the
+// monotonic clock stood still through a suspend), the scheduler
 // re-derives every pending deadline (Scheduler::ClockChanged), so a timer
 // fires at its wall-clock time; a timer is never fired before it either way.
 //
@@ -48,8 +48,8 @@ class Clock {
   // `listener` is called after each change of the clock other than time
   // passing (a fake clock's advance or step), and returns once the change
   // has been acted on; a null listener removes `owner`'s. The system clock
-  // never calls it: the scheduler watches it for steps and polls it for
-  // slews and pauses (Scheduler::Options::clock_poll).
+  // never calls it: the scheduler has the kernel report its steps and
+  // resumes, and polls it as a net (Scheduler::Options::clock_poll).
   virtual void Listen(const void* owner, std::function<void()> listener) {
     (void)owner;
     (void)listener;

@@ -78,11 +78,11 @@ class Scheduler {
     // The clock (clock.h); null: the system's. Not owned; outlives the
     // scheduler.
     Clock* clock = nullptr;
-    // How often the clock's offset is checked for a slew or a pause; 0:
-    // never (a fake clock tells of its changes). Steps of the system's
-    // clock are seen at once (Scheduler::WatchClockSteps), so this bounds
-    // only how late a slew past kClockSlack or a resume is acted on. Also
-    // the pace of the dedup windows' purge.
+    // How often the clock's offset is checked; 0: never (a fake clock
+    // tells of its changes). With the system's clock a net: the kernel
+    // reports steps and resumes (WatchClockSteps) and a slew moves both
+    // clocks alike; without that report, at least once a second. Also the
+    // pace of the dedup windows' purge.
     std::chrono::milliseconds clock_poll{1000};
   };
   // What Start() found in the store.

@@ -2,6 +2,7 @@
 #include <sys/timerfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -11,6 +12,11 @@
 #include "spdlog/spdlog.h"
 
 namespace delayd {
+namespace {
+
+constexpr std::chrono::milliseconds kPollWithoutStepWatch{1000};
+
+}  // namespace
 
 void Scheduler::ClockChanged(std::function<void()> done) {
   bool rederive = false;
@@ -71,7 +77,13 @@ void Scheduler::PurgeDedup() {
 }
 
 void Scheduler::ArmClockPoll() {
-  clock_timer_->expires_at(NextTick(options_.clock_poll));
+  // Where the kernel cannot report steps (no step watch) the poll is how
+  // they are found, so it runs at least once a second; with the watch it
+  // is a net (scheduler.h, Options::clock_poll).
+  const std::chrono::milliseconds poll =
+      step_watch_ ? options_.clock_poll
+                  : std::min(options_.clock_poll, kPollWithoutStepWatch);
+  clock_timer_->expires_at(NextTick(poll));
   clock_timer_->async_wait([this](const asio::error_code& ec) {
     if (!ec) PollClock();
   });
@@ -119,6 +131,10 @@ void Scheduler::AwaitClockStep() {
               "steps of the system clock are found by polling only "
               "from now on ({})",
               std::strerror(errno));
+          // (After this handler: the poll's next period is then at most
+          // a second.)
+          asio::post(clock_timer_->get_executor(),
+                     [this] { step_watch_.reset(); });
           return;
         }
         if (!stepped) return AwaitClockStep();

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -327,6 +328,63 @@ TEST(Daemon, LoopQueuesNeedTheLoop) {
   EXPECT_NE(d.output().find("--loop-queues: needs --threading loop"),
             std::string::npos)
       << d.output();
+}
+
+// Voluntary switches of `pid`'s threads named `name`, or -1 if none is.
+long WakeUpsOf(pid_t pid, const std::string& name) {
+  long sum = -1;
+  const std::filesystem::path tasks = "/proc/" + std::to_string(pid) + "/task";
+  for (const auto& task : std::filesystem::directory_iterator(tasks)) {
+    std::ifstream comm(task.path() / "comm");
+    std::string got;
+    std::getline(comm, got);
+    if (got != name) continue;
+    std::ifstream status(task.path() / "status");
+    for (std::string line; std::getline(status, line);) {
+      if (line.starts_with("voluntary_ctxt_switches:")) {
+        sum = std::max(sum, 0L) + std::stol(line.substr(line.find(':') + 1));
+      }
+    }
+  }
+  return sum;
+}
+
+// An idle durable daemon's periodic checks (the store watch, the clock's
+// net, the redelivery report) wake its clock thread every 2.5 s at the
+// default settings: the kernel reports the clock's steps and resumes, so
+// the clock is not polled each second, nor is an idle store watched so.
+TEST(DelaydBinary, AnIdleDaemonsChecksWakeItsClockThreadEveryFewSeconds) {
+  TempDir dir;
+  DaemonProcess d(DELAYD_BINARY, {"--data-dir", dir / "data"});
+  ASSERT_TRUE(d.ok()) << d.output();
+  v1::SetTimerRequest req;
+  req.set_key("later");
+  *req.mutable_delay() = Millis(3'600'000);
+  v1::SetTimerResponse resp;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(Connect(d)->SetTimer(&ctx, req, &resp).ok());
+  const long before = WakeUpsOf(d.pid(), "delayd-clock");
+  ASSERT_GE(before, 0) << "no delayd-clock thread";
+  // What is measured is time passing with nothing to do.
+  std::this_thread::sleep_for(5s);
+  const long checks = WakeUpsOf(d.pid(), "delayd-clock") - before;
+  // Two ticks of 2.5 s, and a spare; once a second would be five.
+  EXPECT_LE(checks, 3) << "the checks woke " << checks << " times in 5 s";
+  EXPECT_GE(checks, 1) << "the store watch stopped";
+  EXPECT_EQ(d.Stop(SIGTERM, 10s), 0) << d.output();
+}
+
+// An idle loop waits on its queue a minute at a time (a net: whatever
+// needs it wakes it), not once a second.
+TEST(DelaydBinary, AnIdleLoopSleeps) {
+  DaemonProcess d(DELAYD_BINARY, {"--in-memory", "--threading", "loop"});
+  ASSERT_TRUE(d.ok()) << d.output();
+  const long before = WakeUpsOf(d.pid(), "delayd-loop");
+  ASSERT_GE(before, 0) << "no delayd-loop thread";
+  std::this_thread::sleep_for(3s);  // (Time passing is what is measured.)
+  EXPECT_LE(WakeUpsOf(d.pid(), "delayd-loop") - before, 1)
+      << "the loop woke with nothing to do";
+  EXPECT_EQ(d.Stop(SIGTERM, 10s), 0) << d.output();
 }
 
 }  // namespace
