@@ -349,6 +349,27 @@ long WakeUpsOf(pid_t pid, const std::string& name) {
   return sum;
 }
 
+// Waits (up to `deadline` from now) until `pid`'s threads named `name` have
+// not woken for `quiet`: the daemon's start is over. False if they never
+// stopped.
+bool WaitQuiet(pid_t pid, const std::string& name,
+               std::chrono::milliseconds quiet, std::chrono::seconds deadline) {
+  const auto end = std::chrono::steady_clock::now() + deadline;
+  long seen = WakeUpsOf(pid, name);
+  auto still = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() < end) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const long now = WakeUpsOf(pid, name);
+    if (now != seen) {
+      seen = now;
+      still = std::chrono::steady_clock::now();
+    } else if (std::chrono::steady_clock::now() - still >= quiet) {
+      return true;
+    }
+  }
+  return false;
+}
+
 // An idle durable daemon's periodic checks (the store watch, the clock's
 // net, the redelivery report) wake its clock thread every 2.5 s at the
 // default settings: the kernel reports the clock's steps and resumes, so
@@ -363,6 +384,8 @@ TEST(DelaydBinary, AnIdleDaemonsChecksWakeItsClockThreadEveryFewSeconds) {
   v1::SetTimerResponse resp;
   grpc::ClientContext ctx;
   ASSERT_TRUE(Connect(d)->SetTimer(&ctx, req, &resp).ok());
+  // (Between two ticks: 0.7 s without one comes within 2.5 s.)
+  ASSERT_TRUE(WaitQuiet(d.pid(), "delayd-clock", 700ms, 20s));
   const long before = WakeUpsOf(d.pid(), "delayd-clock");
   ASSERT_GE(before, 0) << "no delayd-clock thread";
   // What is measured is time passing with nothing to do.
@@ -379,6 +402,8 @@ TEST(DelaydBinary, AnIdleDaemonsChecksWakeItsClockThreadEveryFewSeconds) {
 TEST(DelaydBinary, AnIdleLoopSleeps) {
   DaemonProcess d(DELAYD_BINARY, {"--in-memory", "--threading", "loop"});
   ASSERT_TRUE(d.ok()) << d.output();
+  ASSERT_TRUE(WaitQuiet(d.pid(), "delayd-loop", 700ms, 20s))
+      << "the loop kept waking";
   const long before = WakeUpsOf(d.pid(), "delayd-loop");
   ASSERT_GE(before, 0) << "no delayd-loop thread";
   std::this_thread::sleep_for(3s);  // (Time passing is what is measured.)
