@@ -1,5 +1,5 @@
 // The names of this process's threads, as `top -H` and /proc show them,
-// and how often a named thread wakes.
+// and how often a named thread (of this process or another) wakes.
 #ifndef DELAYD_TESTS_COMMON_THREAD_NAMES_H_
 #define DELAYD_TESTS_COMMON_THREAD_NAMES_H_
 
@@ -31,11 +31,13 @@ inline long ThreadsNamed(const std::string& name) {
 }
 
 // How often the threads named `name` have slept and woken (their voluntary
-// context switches, summed), or -1 if there is no such thread.
-inline long WakeUpsOf(const std::string& name) {
+// context switches, summed), or -1 if there is no such thread; of this
+// process, or of the one whose pid is `proc`.
+inline long WakeUpsOf(const std::string& name,
+                      const std::string& proc = "self") {
   long sum = -1;
   for (const auto& task :
-       std::filesystem::directory_iterator("/proc/self/task")) {
+       std::filesystem::directory_iterator("/proc/" + proc + "/task")) {
     std::ifstream comm(task.path() / "comm");
     std::string got;
     std::getline(comm, got);
@@ -55,13 +57,14 @@ inline long WakeUpsOf(const std::string& name) {
 // there is no such thread).
 inline long WaitUntilAsleep(const std::string& name,
                             std::chrono::milliseconds quiet,
-                            std::chrono::milliseconds limit) {
+                            std::chrono::milliseconds limit,
+                            const std::string& proc = "self") {
   const auto deadline = std::chrono::steady_clock::now() + limit;
-  long seen = WakeUpsOf(name);
+  long seen = WakeUpsOf(name, proc);
   if (seen < 0) return -1;
   for (auto still = std::chrono::steady_clock::now();;) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    const long now = WakeUpsOf(name);
+    const long now = WakeUpsOf(name, proc);
     if (now != seen) {
       seen = now;
       still = std::chrono::steady_clock::now();

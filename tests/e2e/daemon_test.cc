@@ -6,7 +6,6 @@
 
 #include <atomic>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -16,6 +15,7 @@
 #include "tests/common/daemon_process.h"
 #include "tests/common/postgres_server.h"
 #include "tests/common/temp_dir.h"
+#include "tests/common/thread_names.h"
 #include "tests/server/test_client.h"
 
 namespace delayd::testing {
@@ -330,46 +330,6 @@ TEST(Daemon, LoopQueuesNeedTheLoop) {
       << d.output();
 }
 
-// Voluntary switches of `pid`'s threads named `name`, or -1 if none is.
-long WakeUpsOf(pid_t pid, const std::string& name) {
-  long sum = -1;
-  const std::filesystem::path tasks = "/proc/" + std::to_string(pid) + "/task";
-  for (const auto& task : std::filesystem::directory_iterator(tasks)) {
-    std::ifstream comm(task.path() / "comm");
-    std::string got;
-    std::getline(comm, got);
-    if (got != name) continue;
-    std::ifstream status(task.path() / "status");
-    for (std::string line; std::getline(status, line);) {
-      if (line.starts_with("voluntary_ctxt_switches:")) {
-        sum = std::max(sum, 0L) + std::stol(line.substr(line.find(':') + 1));
-      }
-    }
-  }
-  return sum;
-}
-
-// Waits (up to `deadline` from now) until `pid`'s threads named `name` have
-// not woken for `quiet`: the daemon's start is over. False if they never
-// stopped.
-bool WaitQuiet(pid_t pid, const std::string& name,
-               std::chrono::milliseconds quiet, std::chrono::seconds deadline) {
-  const auto end = std::chrono::steady_clock::now() + deadline;
-  long seen = WakeUpsOf(pid, name);
-  auto still = std::chrono::steady_clock::now();
-  while (std::chrono::steady_clock::now() < end) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    const long now = WakeUpsOf(pid, name);
-    if (now != seen) {
-      seen = now;
-      still = std::chrono::steady_clock::now();
-    } else if (std::chrono::steady_clock::now() - still >= quiet) {
-      return true;
-    }
-  }
-  return false;
-}
-
 // An idle durable daemon's periodic checks (the store watch, the clock's
 // net, the redelivery report) wake its clock thread every 2.5 s at the
 // default settings: the kernel reports the clock's steps and resumes, so
@@ -384,13 +344,13 @@ TEST(DelaydBinary, AnIdleDaemonsChecksWakeItsClockThreadEveryFewSeconds) {
   v1::SetTimerResponse resp;
   grpc::ClientContext ctx;
   ASSERT_TRUE(Connect(d)->SetTimer(&ctx, req, &resp).ok());
+  const std::string pid = std::to_string(d.pid());
   // (Between two ticks: 0.7 s without one comes within 2.5 s.)
-  ASSERT_TRUE(WaitQuiet(d.pid(), "delayd-clock", 700ms, 20s));
-  const long before = WakeUpsOf(d.pid(), "delayd-clock");
-  ASSERT_GE(before, 0) << "no delayd-clock thread";
+  const long before = WaitUntilAsleep("delayd-clock", 700ms, 20s, pid);
+  ASSERT_GE(before, 0) << "no delayd-clock thread, or it kept waking";
   // What is measured is time passing with nothing to do.
   std::this_thread::sleep_for(5s);
-  const long checks = WakeUpsOf(d.pid(), "delayd-clock") - before;
+  const long checks = WakeUpsOf("delayd-clock", pid) - before;
   // Two ticks of 2.5 s, and a spare; once a second would be five.
   EXPECT_LE(checks, 3) << "the checks woke " << checks << " times in 5 s";
   EXPECT_GE(checks, 1) << "the store watch stopped";
@@ -402,12 +362,11 @@ TEST(DelaydBinary, AnIdleDaemonsChecksWakeItsClockThreadEveryFewSeconds) {
 TEST(DelaydBinary, AnIdleLoopSleeps) {
   DaemonProcess d(DELAYD_BINARY, {"--in-memory", "--threading", "loop"});
   ASSERT_TRUE(d.ok()) << d.output();
-  ASSERT_TRUE(WaitQuiet(d.pid(), "delayd-loop", 700ms, 20s))
-      << "the loop kept waking";
-  const long before = WakeUpsOf(d.pid(), "delayd-loop");
-  ASSERT_GE(before, 0) << "no delayd-loop thread";
+  const std::string pid = std::to_string(d.pid());
+  const long before = WaitUntilAsleep("delayd-loop", 700ms, 20s, pid);
+  ASSERT_GE(before, 0) << "no delayd-loop thread, or it kept waking";
   std::this_thread::sleep_for(3s);  // (Time passing is what is measured.)
-  EXPECT_LE(WakeUpsOf(d.pid(), "delayd-loop") - before, 1)
+  EXPECT_LE(WakeUpsOf("delayd-loop", pid) - before, 1)
       << "the loop woke with nothing to do";
   EXPECT_EQ(d.Stop(SIGTERM, 10s), 0) << d.output();
 }
