@@ -345,21 +345,16 @@ void DelaydServer::WatchStore() {
     }
   }
   // A stall is seen within a quarter of the limit (and 1 s) of passing it.
-  // While the store is idle and writable the checks may wait longer (up to
-  // kIdleStoreWatch, and a quarter of the limit): an operation that starts
+  // While the store is idle and writable the checks may wait longer (a
+  // quarter of the limit, up to kIdleStoreWatch): an operation that starts
   // meanwhile has run less than the limit at the next check, which then
   // goes back to the short period; an idle daemon wakes less for them.
-  const std::chrono::milliseconds period =
+  const bool idle = busy.count() == 0 && reachable && !stalled;
+  stall_timer_->expires_at(NextTick(
       limit.count() > 0 ? std::clamp<std::chrono::milliseconds>(
                               limit / 4, std::chrono::milliseconds(10),
-                              std::chrono::seconds(1))
-                        : std::chrono::milliseconds(250);
-  const bool idle = busy.count() == 0 && reachable && !stalled;
-  stall_timer_->expires_at(
-      NextTick(idle && limit.count() > 0
-                   ? std::max(period, std::min<std::chrono::milliseconds>(
-                                          limit / 4, kIdleStoreWatch))
-                   : period));
+                              idle ? kIdleStoreWatch : std::chrono::seconds(1))
+                        : std::chrono::milliseconds(250)));
   stall_timer_->async_wait([this](const asio::error_code& ec) {
     if (!ec) WatchStore();
   });
