@@ -9,10 +9,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <fstream>
 #include <future>
 #include <set>
 #include <thread>
+#include <vector>
 
 #include "delayd/v1/delayd.grpc.pb.h"
 #include "tests/common/daemon_process.h"
@@ -23,10 +25,17 @@ namespace {
 using namespace std::chrono_literals;
 using testing::DaemonProcess;
 
+// The daemon's stream write timeout here (its default is 30 s): short, so
+// that a stalled reader is cut within the attack. Under ThreadSanitizer, with
+// another test beside it on two cores, a good worker's write was seen to
+// take over 2 s (its first event's, and one behind an ack whose round trip
+// took 3.3 s), so there it is longer.
 #ifdef DELAYD_SANITIZED
 constexpr bool kCheckMemory = false;
+constexpr const char* kWriteTimeout = "10s";
 #else
 constexpr bool kCheckMemory = true;
+constexpr const char* kWriteTimeout = "2s";
 #endif
 
 // Resident memory of `pid` in bytes.
@@ -81,59 +90,82 @@ v1::SubscribeRequest Subscription(v1::SubscribeRequest::Mode mode,
   return r;
 }
 
+// A channel on a connection of its own, as another process's would be
+// (gRPC shares one connection among a process's channels to one address).
+std::shared_ptr<grpc::Channel> OwnConnection(const std::string& address) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(),
+                                   args);
+}
+
 // A worker that reads and acknowledges everything; remembers the keys seen.
+// It reads on while its acks are under way (another thread sends them, what
+// came meanwhile in one call), as a worker must: one that stopped reading
+// for each ack's round trip would hold each write to it that long, and a
+// round trip past the daemon's write timeout, which a loaded machine under
+// a sanitizer sees, would have its stream ended.
 class GoodWorker {
  public:
   explicit GoodWorker(const std::string& address)
-      : stub_(v1::Delayd::NewStub(
-            grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))) {
+      : stub_(v1::Delayd::NewStub(OwnConnection(address))) {
     reader_ = stub_->Subscribe(
         &ctx_, Subscription(v1::SubscribeRequest::WORKER, 1000, 30000));
-    thread_ = std::thread([this] {
+    reading_ = std::thread([this] {
       v1::SubscribeResponse msg;
       while (reader_->Read(&msg)) {
-        if (msg.events_size() == 0) continue;
+        std::lock_guard lock(mu_);
+        for (const auto& e : msg.events()) {
+          keys_.insert(e.key());
+          unacked_.push_back(e.id());
+        }
+        cv_.notify_all();
+      }
+      reader_->Finish();
+      std::lock_guard lock(mu_);
+      read_done_ = true;
+      cv_.notify_all();
+    });
+    acking_ = std::thread([this] {
+      for (;;) {
         v1::AckRequest ack;
         ack.set_namespace_("jobs");
         {
-          std::lock_guard lock(mu_);
-          for (const auto& e : msg.events()) {
-            keys_.insert(e.key());
-            ack.add_event_ids(e.id());
-          }
+          std::unique_lock lock(mu_);
+          cv_.wait(lock, [&] { return read_done_ || !unacked_.empty(); });
+          if (unacked_.empty()) return;  // (The stream is over.)
+          for (std::uint64_t id : unacked_) ack.add_event_ids(id);
+          unacked_.clear();
         }
         grpc::ClientContext ctx;
         v1::AckResponse resp;
         stub_->Ack(&ctx, ack, &resp);
       }
-      reader_->Finish();
     });
   }
   ~GoodWorker() {
     ctx_.TryCancel();
-    thread_.join();
+    reading_.join();
+    acking_.join();
   }
   // Waits (bounded) until `n` distinct keys were seen; returns how many.
   std::size_t WaitFor(std::size_t n, std::chrono::seconds timeout) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    for (;;) {
-      {
-        std::lock_guard lock(mu_);
-        if (keys_.size() >= n || std::chrono::steady_clock::now() > deadline) {
-          return keys_.size();
-        }
-      }
-      std::this_thread::sleep_for(10ms);  // Polls the condition above.
-    }
+    std::unique_lock lock(mu_);
+    cv_.wait_for(lock, timeout, [&] { return keys_.size() >= n; });
+    return keys_.size();
   }
 
  private:
   std::unique_ptr<v1::Delayd::Stub> stub_;
   grpc::ClientContext ctx_;
   std::unique_ptr<grpc::ClientReader<v1::SubscribeResponse>> reader_;
-  std::thread thread_;
+  std::thread reading_;
+  std::thread acking_;
   std::mutex mu_;
+  std::condition_variable cv_;
   std::set<std::string> keys_;
+  std::vector<std::uint64_t> unacked_;
+  bool read_done_ = false;
 };
 
 // Sets `n` timers due at once with `payload_bytes` payloads, spread evenly
@@ -162,7 +194,8 @@ int Produce(v1::Delayd::Stub& stub, int n, std::size_t payload_bytes,
 class Attack : public ::testing::Test {
  protected:
   void Start(std::vector<std::string> args) {
-    args.insert(args.end(), {"--in-memory", "--stream-write-timeout", "2s"});
+    args.insert(args.end(),
+                {"--in-memory", "--stream-write-timeout", kWriteTimeout});
     daemon_ = std::make_unique<DaemonProcess>(DELAYD_BINARY, args);
     ASSERT_TRUE(daemon_->ok()) << daemon_->output();
     channel_ = grpc::CreateChannel(daemon_->address(),
@@ -288,8 +321,7 @@ TEST_F(Attack, StalledWorkerHoldsBoundedMemoryAndLosesNoJob) {
   RssWatch rss(daemon_->pid());
   // Subscribes, then never reads: its process is wedged, the connection
   // alive. Its events time out every 100 ms.
-  auto stalled_stub = v1::Delayd::NewStub(grpc::CreateChannel(
-      daemon_->address(), grpc::InsecureChannelCredentials()));
+  auto stalled_stub = v1::Delayd::NewStub(OwnConnection(daemon_->address()));
   grpc::ClientContext stalled_ctx;
   auto stalled = stalled_stub->Subscribe(
       &stalled_ctx, Subscription(v1::SubscribeRequest::WORKER, 100, 100));
@@ -307,8 +339,7 @@ TEST_F(Attack, NeverReadingWatcherHoldsBoundedMemory) {
   Start({});
   GoodWorker good(daemon_->address());
   RssWatch rss(daemon_->pid());
-  auto watcher_stub = v1::Delayd::NewStub(grpc::CreateChannel(
-      daemon_->address(), grpc::InsecureChannelCredentials()));
+  auto watcher_stub = v1::Delayd::NewStub(OwnConnection(daemon_->address()));
   grpc::ClientContext watcher_ctx;
   auto watcher = watcher_stub->Subscribe(
       &watcher_ctx, Subscription(v1::SubscribeRequest::WATCHER, 0, 0));
