@@ -210,7 +210,6 @@ void StreamSink::OnWriteDone(bool ok) {
   std::size_t answers;
   {
     MutexLock lock(&mu_);
-    write_timer_.cancel();
     writing_ = false;
     answers = std::exchange(in_write_answers_, 0);
     unwritten_events_.fetch_sub(in_write_);
@@ -324,7 +323,15 @@ StreamSink::Action StreamSink::Next() {
     return {Action::kFinish, reactor_, serialized};
   }
   writing_ = true;
-  write_timer_.expires_after(write_timeout_);
+  write_started_ = std::chrono::steady_clock::now();
+  ArmWriteTimer(write_started_ + write_timeout_);
+  return {Action::kWrite, reactor_, {}};
+}
+
+void StreamSink::ArmWriteTimer(std::chrono::steady_clock::time_point at) {
+  if (write_timer_armed_) return;
+  write_timer_armed_ = true;
+  write_timer_.expires_at(at);
   write_timer_.async_wait(
       [self = weak_from_this()](const asio::error_code& ec) {
         if (ec) return;
@@ -332,7 +339,6 @@ StreamSink::Action StreamSink::Next() {
           static_cast<StreamSink*>(alive.get())->OnWriteTimeout();
         }
       });
-  return {Action::kWrite, reactor_, {}};
 }
 
 void StreamSink::Run(const Action& action) {
@@ -352,7 +358,13 @@ void StreamSink::Run(const Action& action) {
 void StreamSink::OnWriteTimeout() {
   {
     MutexLock lock(&mu_);
+    write_timer_armed_ = false;
     if (!writing_ || reactor_ == nullptr || cancelling_) return;
+    if (const auto due = write_started_ + write_timeout_;
+        std::chrono::steady_clock::now() < due) {
+      ArmWriteTimer(due);  // (A later write than the one that armed it.)
+      return;
+    }
     LogLimitHit("stream-write-timeout",
                 "subscriber " + ctx_->peer() +
                     ": a write did not complete in time; the stream is "

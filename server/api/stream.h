@@ -70,6 +70,14 @@ class StreamWriter {
 // gives a worker's events to others. Messages are serialized here (the
 // method writes bytes, as every method of the service reads them).
 //
+// The write timer is armed lazily: a write notes when it started, and the
+// timer, armed by the first write that finds it idle, looks when it goes
+// off at the write then under way, if any, and waits out the rest of that
+// one's timeout. A write's completion leaves it alone. (Armed and
+// cancelled for every write, it woke the timer's thread for each: under
+// one loop at a steady 2 k timers/s, 1.4 of the daemon's 4.6 context
+// switches a timer; tests/bench/README.md, "The stream's write timer".)
+//
 // Locking: mu_ guards the sink's state. It is never held while calling into
 // gRPC (StartWrite, Finish, TryCancel), which may run a reaction of this
 // stream (OnWriteDone, OnCancel, OnDone) inline: each method decides under
@@ -172,7 +180,10 @@ class StreamSink : public Subscriber {
   void Flush() EXCLUDES(mu_);
   // Does it (without mu_).
   void Run(const Action& action);
-  // The write timer went off: cancels the call if the write is still stuck.
+  // Arms the write timer, unless it is armed, for `at`.
+  void ArmWriteTimer(std::chrono::steady_clock::time_point at) REQUIRES(mu_);
+  // The write timer went off: cancels the call if the write under way
+  // started a timeout ago; waits out the rest of it if it started later.
   void OnWriteTimeout() EXCLUDES(mu_);
 
   mutable Mutex mu_;
@@ -180,7 +191,10 @@ class StreamSink : public Subscriber {
   StreamWriter* reactor_ GUARDED_BY(mu_);
   grpc::ServerContextBase* const ctx_;
   asio::steady_timer write_timer_ GUARDED_BY(mu_);
+  bool write_timer_armed_ GUARDED_BY(mu_) = false;
   const std::chrono::nanoseconds write_timeout_;
+  // When the write under way (writing_) started.
+  std::chrono::steady_clock::time_point write_started_ GUARDED_BY(mu_);
   std::deque<Message> queue_ GUARDED_BY(mu_);
   // The message being written (read by gRPC while writing_).
   grpc::ByteBuffer in_flight_;

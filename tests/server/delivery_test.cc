@@ -144,5 +144,57 @@ TEST_F(DelaydTest, MaxEventsBoundsWhatAStreamIsGiven) {
   EXPECT_EQ(w.Events().size(), 3u);
 }
 
+#ifndef DELAYD_API_ON_CLUSTER
+// A stream's write timer is armed by a write that finds it idle, and when
+// it goes off it waits out the rest of a later write's timeout (stream.h):
+// a stream written to for several timeouts while its client reads is not
+// cut, and once the client stops reading the stream is cut all the same.
+TEST(StreamWriteTimeout, AStreamIsCutOnlyOnceItsClientStopsReading) {
+  // (Far beyond a small write's completion while its client reads, even
+  // under a sanitizer with another test beside it.)
+  constexpr auto kTimeout = 1s;
+  DelaydServer::Options o = TestDaemon::DefaultOptions();
+  o.scheduler.limits.stream_write_timeout = kTimeout;
+  TestDaemon d(o);
+  ASSERT_TRUE(d.started());
+  grpc::ClientContext ctx;
+  auto reader = d.stub().Subscribe(&ctx, TestStream::Worker("default", 10000));
+  v1::SubscribeResponse msg;
+  ASSERT_TRUE(reader->Read(&msg));  // (Registered.)
+  // Five timeouts of events, each read as it comes and acknowledged.
+  const auto read_until = std::chrono::steady_clock::now() + 5 * kTimeout;
+  int set = 0, read = 0;
+  while (std::chrono::steady_clock::now() < read_until) {
+    ASSERT_TRUE(Set(d.stub(), "", "a" + std::to_string(set++), 0, "p").ok());
+    while (read < set) {
+      ASSERT_TRUE(reader->Read(&msg))
+          << "cut while its client read, after " << read << " events";
+      read += msg.events_size();
+      ASSERT_TRUE(
+          AckEvents(d.stub(), "", {msg.events().begin(), msg.events().end()})
+              .ok());
+    }
+  }
+  EXPECT_EQ(Stats(d.stub()).workers(), 1u);
+  // The client stops reading: events of 60 KiB (60 MB, past what the
+  // stream's windows and buffers take) make its write stall, and the stream
+  // is cut (the worker is gone) once that write has waited a timeout.
+  const std::string big(60 << 10, 'b');
+  for (int n = 0; n < 1000 && Stats(d.stub()).workers() != 0;) {
+    for (int i = 0; i < 20; ++i, ++n) {
+      ASSERT_TRUE(Set(d.stub(), "", "b" + std::to_string(n), 0, big).ok());
+    }
+  }
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (Stats(d.stub()).workers() != 0 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(10ms);  // Polls the condition, bounded.
+  }
+  EXPECT_EQ(Stats(d.stub()).workers(), 0u)
+      << "a stream whose client stopped reading was not cut";
+  ctx.TryCancel();
+}
+#endif
+
 }  // namespace
 }  // namespace delayd::testing
