@@ -36,6 +36,8 @@ class ClusterDaemon {
   std::uint32_t partitions() const { return kPartitions; }
   v1::Delayd::Stub& stub() { return *stub_; }
   std::shared_ptr<grpc::Channel> channel() { return channel_; }
+  // The address stub() calls, for a channel of a test's own.
+  std::string target() const { return nodes_[0]->address(); }
   // Stops every node with SIGTERM, a at last (each with a grace of 500 ms,
   // whatever `grace`).
   void Shutdown(std::chrono::milliseconds /*grace*/ = 1000ms) {

@@ -151,6 +151,8 @@ class TestDaemon {
   bool started() const { return started_; }
   std::uint32_t partitions() const { return partitions_; }
   int port() const { return server_->port(); }
+  // The address stub() calls, for a channel of a test's own.
+  std::string target() const { return "127.0.0.1:" + std::to_string(port()); }
   v1::Delayd::Stub& stub() { return *stub_; }
   std::shared_ptr<grpc::Channel> channel() { return channel_; }
   DelaydServer& server() { return *server_; }

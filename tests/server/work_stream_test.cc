@@ -275,9 +275,17 @@ TEST_F(DelaydTest, AWorkStreamStartsWithAWorkersSubscribe) {
 TEST_F(DelaydTest, AWorkStreamReadsNoMoreWhileItsAnswersAreUnread) {
   // A client that sends requests and never reads their answers: past a few
   // answers unwritten the stream reads nothing more, so its writes stall
-  // (flow control) instead of answers piling up in the daemon.
+  // (flow control) instead of answers piling up in the daemon. The client
+  // does not probe the bandwidth-delay product: its receive windows stay at
+  // HTTP/2's 64 KB, so the answers its transport takes unread are bounded by
+  // those, not by how far gRPC would grow them (under a sanitizer's slowness
+  // it grew them past 100 MB).
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  auto stub = v1::Delayd::NewStub(grpc::CreateCustomChannel(
+      d_.target(), grpc::InsecureChannelCredentials(), args));
   grpc::ClientContext ctx;
-  auto stream = d_.stub().Work(&ctx);
+  auto stream = stub->Work(&ctx);
   v1::WorkRequest sub;
   *sub.mutable_subscribe() = TestStream::Worker("default");
   ASSERT_TRUE(stream->Write(sub));
@@ -294,15 +302,17 @@ TEST_F(DelaydTest, AWorkStreamReadsNoMoreWhileItsAnswersAreUnread) {
   });
   // 1,000 requests of 100 KB each are 100 MB, their answers as many; read
   // without bound 400 go within 0.3 s here. The writer must stall before
-  // the last (the deadline is the expected outcome): 184-254 requests fit
-  // in the flow-control windows here, which gRPC grows with its estimate
-  // of the connection's bandwidth and delay, so the total is far past them.
+  // the last (the deadline is the expected outcome): what fits is the
+  // daemon's receive windows, 16 requests awaiting answers and the one or
+  // two answers the client's windows hold (101-170 requests here), far
+  // below the total.
   const auto deadline = std::chrono::steady_clock::now() + 3s;
   while (written.load() < kRequests &&
          std::chrono::steady_clock::now() < deadline) {
     std::this_thread::yield();
   }
   EXPECT_LT(written.load(), kRequests) << "the daemon read on without bound";
+  std::printf("requests written in 3 s: %d of %d\n", written.load(), kRequests);
   ctx.TryCancel();
   writer.join();
   // The daemon serves on.
