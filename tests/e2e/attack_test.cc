@@ -138,6 +138,7 @@ class GoodWorker {
           unacked_.clear();
         }
         grpc::ClientContext ctx;
+        ctx.set_deadline(std::chrono::system_clock::now() + 30s);
         v1::AckResponse resp;
         stub_->Ack(&ctx, ack, &resp);
       }
