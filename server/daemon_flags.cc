@@ -15,6 +15,7 @@ namespace delayd {
 namespace {
 
 using std::chrono::hours;
+using std::chrono::microseconds;
 using std::chrono::milliseconds;
 using std::chrono::nanoseconds;
 using std::chrono::seconds;
@@ -169,6 +170,14 @@ void AddStore(CLI::App& app, DaemonFlags& f) {
                "soon as its firing is queued (ids are then not in firing "
                "order); recorded in the store")
       ->envname("DELAYD_FIXED_EVENT_IDS");
+  DurationFlag(app, "--fsync-gather", f.fsync_gather, "0s", microseconds(10),
+               milliseconds(10),
+               "The RocksDB store under --fsync always, while callers that do "
+               "not wait for one another keep the disk syncing: the least "
+               "time from one sync to the next, so that one sync covers more "
+               "writes (fewer syncs, each answer later by at most this); 0s: "
+               "each sync at once",
+               "each sync at once");
   app.add_flag("--in-memory", f.in_memory,
                "Keep no store: everything is lost when delayd stops")
       ->envname("DELAYD_IN_MEMORY");
@@ -405,6 +414,12 @@ Status FinishFlags(DaemonFlags& f) {
         "--fixed-event-ids: only the RocksDB store (--data-dir) fixes event "
         "ids");
   }
+  if (f.fsync_gather.count() > 0 &&
+      (f.in_memory || !f.store.empty() || f.fsync != "always")) {
+    return Status::InvalidArgument(
+        "--fsync-gather: only the RocksDB store (--data-dir) under --fsync "
+        "always gathers syncs");
+  }
   if (f.in_memory) return Status::Ok();
   f.server.scheduler.on_store_error = [](const Status& s) {
     LogRepeated("store-error", s.message());
@@ -423,6 +438,7 @@ Status FinishFlags(DaemonFlags& f) {
   store.salvage = f.salvage;
   store.fixed_event_ids = f.fixed_event_ids;
   if (Status s = ParseFsyncPolicy(f.fsync, &store); !s.ok()) return s;
+  store.sync_gather = f.fsync_gather;
   f.server.scheduler.store = RocksStoreOpener(store);
   return Status::Ok();
 }

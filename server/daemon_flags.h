@@ -35,6 +35,7 @@ struct DaemonFlags {
   std::vector<std::string> push_allow;
   std::string data_dir = "delayd-data";
   std::string fsync = "always";
+  std::chrono::nanoseconds fsync_gather{0};
   std::string threading = "pool";
   bool salvage = false;
   bool fixed_event_ids = false;

@@ -320,6 +320,41 @@ TEST(DelaydBinary, FixedEventIdsGiveEachEventItsTimersVersion) {
       << memory.output();
 }
 
+// --fsync-gather is a setting of the RocksDB store's syncs under --fsync
+// always: refused elsewhere, and out of its range.
+TEST(Daemon, FsyncGatherOnlyWhereSyncsAreGathered) {
+  TempDir dir;
+  const std::vector<std::vector<std::string>> refused = {
+      {"--in-memory", "--fsync-gather", "300us"},
+      {"--data-dir", dir / "a", "--fsync", "1s", "--fsync-gather", "1ms"}};
+  for (const auto& args : refused) {
+    DaemonProcess d(DELAYD_BINARY, args, 5s);
+    EXPECT_FALSE(d.ok());
+    EXPECT_NE(d.Stop(0, 5s), 0);
+    EXPECT_NE(d.output().find("--fsync-gather: only the RocksDB store"),
+              std::string::npos)
+        << d.output();
+  }
+  DaemonProcess wide(DELAYD_BINARY,
+                     {"--data-dir", dir / "b", "--fsync-gather", "20ms"}, 5s);
+  EXPECT_FALSE(wide.ok());
+  EXPECT_EQ(wide.Stop(0, 5s), 1);
+  EXPECT_NE(wide.output().find("--fsync-gather: not 0s or a duration from"),
+            std::string::npos)
+      << wide.output();
+  DaemonProcess d(DELAYD_BINARY,
+                  {"--data-dir", dir / "c", "--fsync-gather", "300us"});
+  ASSERT_TRUE(d.ok()) << d.output();
+  auto stub = Connect(d);
+  v1::SetTimerRequest req;
+  req.set_key("k");
+  *req.mutable_delay() = Millis(60'000);
+  v1::SetTimerResponse resp;
+  grpc::ClientContext ctx;
+  EXPECT_TRUE(stub->SetTimer(&ctx, req, &resp).ok());
+  EXPECT_EQ(d.Stop(SIGTERM, 10s), 0);
+}
+
 // --loop-queues is a setting of the loop: refused without it.
 TEST(Daemon, LoopQueuesNeedTheLoop) {
   DaemonProcess d(DELAYD_BINARY, {"--in-memory", "--loop-queues", "2"}, 5s);

@@ -82,6 +82,13 @@ struct RocksOptions {
   std::string dir;
   FsyncPolicy fsync = FsyncPolicy::kAlways;
   std::chrono::nanoseconds fsync_interval = std::chrono::milliseconds(100);
+  // kAlways (--fsync-gather): once completions came while a sync ran
+  // (callers that do not wait for one another), the next sync starts no
+  // sooner than this after that one ended, unless kGatherEnough completions
+  // already wait, so that it covers what comes meanwhile: fewer syncs at a
+  // moderate load, each answer later by at most this. Zero: each sync
+  // starts at once. A caller that waits for each answer is never held.
+  std::chrono::nanoseconds sync_gather{0};
   // Recover to the last consistent point of a log damaged in the middle
   // (dropping everything after the damage) instead of refusing to open.
   bool salvage = false;
@@ -112,6 +119,9 @@ struct RocksOptions {
   // that hangs, as a slow disk's would; payloads read back from RocksDB's
   // memtable touch no file the test's Env could hold).
   std::function<void()> before_payload_read;
+  // Tests: runs, under the store's lock (it must not call the store), each
+  // time written completions join those waiting for the next sync.
+  std::function<void()> on_waiting_sync;
 };
 
 // Parses "always", "never" or a duration such as "100ms" (an interval).
@@ -383,6 +393,9 @@ class RocksStore final : public Store {
   std::atomic<int> handed_{0};
   // The most completions of one group the writer or syncer runs itself.
   static constexpr std::size_t kInlineCompletions = 4;
+  // Completions enough for a sync to start without gathering
+  // (RocksOptions::sync_gather).
+  static constexpr std::size_t kGatherEnough = 8;
   // The most queued batches, and bytes, WriteHere writes itself.
   static constexpr std::size_t kWriteHereBatches = 4;
   static constexpr std::size_t kWriteHereBytes = 16 << 10;

@@ -269,6 +269,7 @@ void RocksStore::WriteQueue() {
     waiting_.insert(waiting_.end(), std::make_move_iterator(done.begin()),
                     std::make_move_iterator(done.end()));
     sync_pending_ = true;
+    if (options_.on_waiting_sync) options_.on_waiting_sync();
     sync_cv_.Signal();
   } else {
     if (status.ok() && writes && !unsynced_) {
@@ -334,6 +335,9 @@ void RocksStore::SyncLoop() {
   using Clock = std::chrono::steady_clock;
   MutexLock lock(&mu_);
   auto last_sync = Clock::now();
+  // Whether completions came while the last sync ran: callers that do not
+  // wait for one another (a caller that waits for each answer never does).
+  bool overlapped = false;
   for (;;) {
     if (options_.fsync == FsyncPolicy::kInterval) {
       // Until the interval since the last sync passes with something
@@ -358,6 +362,16 @@ void RocksStore::SyncLoop() {
                      Clock::now() >= last_sync + options_.fsync_interval;
     const bool needed = sync_pending_ || (due && unsynced_);
     if (waiting_.empty() && !needed) continue;
+    if (needed && overlapped && options_.fsync == FsyncPolicy::kAlways &&
+        waiting_.size() < kGatherEnough && !writer_done_) {
+      // A sync soon after the last one gathers what comes meanwhile
+      // (RocksOptions::sync_gather; zero: none).
+      const auto start = last_sync + options_.sync_gather;
+      if (Clock::now() < start) {
+        MutexUnlock unlock(&mu_);
+        std::this_thread::sleep_until(start);
+      }
+    }
     std::vector<Done> group;
     group.swap(waiting_);
     unsynced_ = false;
@@ -369,7 +383,10 @@ void RocksStore::SyncLoop() {
       status = Failed();
       if (status.ok() && needed) status = SyncLog(group.size());
     }
-    if (needed) last_sync = Clock::now();
+    if (needed) {
+      last_sync = Clock::now();
+      overlapped = !waiting_.empty();
+    }
     syncing_ = false;
     RunDone(std::move(group), status,
             /*idle=*/waiting_.empty() && !sync_pending_);
