@@ -87,7 +87,7 @@ struct RocksOptions {
   // sooner than this after that one ended, unless kGatherEnough completions
   // already wait, so that it covers what comes meanwhile: fewer syncs at a
   // moderate load, each answer later by at most this. Zero: each sync
-  // starts at once. A caller that waits for each answer is never held.
+  // starts at once. A caller that waits for each answer never sets it off.
   std::chrono::nanoseconds sync_gather{0};
   // Recover to the last consistent point of a log damaged in the middle
   // (dropping everything after the damage) instead of refusing to open.
