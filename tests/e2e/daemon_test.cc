@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "delayd/v1/delayd.grpc.pb.h"
@@ -132,11 +133,19 @@ TEST(DelaydBinary, FlagsComeFromEnvironment) {
       << "an idle client connection held up the stop";
 }
 
-TEST(DelaydBinary, BadFlagIsAUsageError) {
-  DaemonProcess d(DELAYD_BINARY, {"--tick", "soon"}, 5s);
+// Starts the daemon with `args`, which it must refuse saying `says`; its
+// exit code (none if it did not exit).
+std::optional<int> Refused(const std::vector<std::string>& args,
+                           const std::string& says) {
+  DaemonProcess d(DELAYD_BINARY, args, 5s);
   EXPECT_FALSE(d.ok());
-  EXPECT_EQ(d.Stop(0, 5s), 1);
-  EXPECT_NE(d.output().find("--tick"), std::string::npos) << d.output();
+  const std::optional<int> code = d.Stop(0, 5s);
+  EXPECT_NE(d.output().find(says), std::string::npos) << d.output();
+  return code;
+}
+
+TEST(DelaydBinary, BadFlagIsAUsageError) {
+  EXPECT_EQ(Refused({"--tick", "soon"}, "--tick"), 1);
 }
 
 // A backlog that piles up while a worker's stream is stalled reaches it in
@@ -312,12 +321,9 @@ TEST(DelaydBinary, FixedEventIdsGiveEachEventItsTimersVersion) {
   }
   EXPECT_EQ(d.Stop(SIGTERM, 10s), 0);
 
-  DaemonProcess memory(DELAYD_BINARY, {"--in-memory", "--fixed-event-ids"}, 5s);
-  EXPECT_FALSE(memory.ok());
-  EXPECT_NE(memory.Stop(0, 5s), 0);
-  EXPECT_NE(memory.output().find("--fixed-event-ids: only the RocksDB store"),
-            std::string::npos)
-      << memory.output();
+  EXPECT_NE(Refused({"--in-memory", "--fixed-event-ids"},
+                    "--fixed-event-ids: only the RocksDB store"),
+            0);
 }
 
 // --fsync-gather is a setting of the RocksDB store's syncs under --fsync
@@ -328,20 +334,11 @@ TEST(Daemon, FsyncGatherOnlyWhereSyncsAreGathered) {
       {"--in-memory", "--fsync-gather", "300us"},
       {"--data-dir", dir / "a", "--fsync", "1s", "--fsync-gather", "1ms"}};
   for (const auto& args : refused) {
-    DaemonProcess d(DELAYD_BINARY, args, 5s);
-    EXPECT_FALSE(d.ok());
-    EXPECT_NE(d.Stop(0, 5s), 0);
-    EXPECT_NE(d.output().find("--fsync-gather: only the RocksDB store"),
-              std::string::npos)
-        << d.output();
+    EXPECT_NE(Refused(args, "--fsync-gather: only the RocksDB store"), 0);
   }
-  DaemonProcess wide(DELAYD_BINARY,
-                     {"--data-dir", dir / "b", "--fsync-gather", "20ms"}, 5s);
-  EXPECT_FALSE(wide.ok());
-  EXPECT_EQ(wide.Stop(0, 5s), 1);
-  EXPECT_NE(wide.output().find("--fsync-gather: not 0s or a duration from"),
-            std::string::npos)
-      << wide.output();
+  EXPECT_EQ(Refused({"--data-dir", dir / "b", "--fsync-gather", "20ms"},
+                    "--fsync-gather: not 0s or a duration from"),
+            1);
   DaemonProcess d(DELAYD_BINARY,
                   {"--data-dir", dir / "c", "--fsync-gather", "300us"});
   ASSERT_TRUE(d.ok()) << d.output();
@@ -357,12 +354,9 @@ TEST(Daemon, FsyncGatherOnlyWhereSyncsAreGathered) {
 
 // --loop-queues is a setting of the loop: refused without it.
 TEST(Daemon, LoopQueuesNeedTheLoop) {
-  DaemonProcess d(DELAYD_BINARY, {"--in-memory", "--loop-queues", "2"}, 5s);
-  EXPECT_FALSE(d.ok());
-  EXPECT_NE(d.Stop(0, 5s), 0);
-  EXPECT_NE(d.output().find("--loop-queues: needs --threading loop"),
-            std::string::npos)
-      << d.output();
+  EXPECT_NE(Refused({"--in-memory", "--loop-queues", "2"},
+                    "--loop-queues: needs --threading loop"),
+            0);
 }
 
 // An idle durable daemon's periodic checks (the store watch, the clock's
