@@ -1,3 +1,3 @@
 """The library's version: the daemon's (CMakeLists.txt's project VERSION),
-kept equal by tests/clients/python/library_test.py."""
+kept equal by tests/clients/python/install_test.sh."""
 __version__ = "0.2.0"
