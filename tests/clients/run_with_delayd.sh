@@ -4,7 +4,7 @@
 # token, runs a client test command against it with DELAYD_ENDPOINT,
 # DELAYD_TLS_CA (the CA's PEM file) and DELAYD_TOKEN set, stops delayd, and
 # exits with the command's status.
-# Usage: run_with_delayd.sh DELAYD COMMAND [ARGS...]
+# Usage: [DELAYD_IN_MEMORY=1] run_with_delayd.sh DELAYD COMMAND [ARGS...]
 set -uo pipefail
 delayd=$1
 shift
@@ -30,7 +30,11 @@ token=$(openssl rand -hex 16)
 # Only the token's digest is in the file.
 printf 'sha256:%s * admin\n' "$(printf '%s' "$token" | sha256sum | cut -d' ' -f1)" >"$work/tokens"
 
-"$delayd" --listen 127.0.0.1:0 --data-dir "$work/data" \
+# DELAYD_IN_MEMORY=1: the daemon keeps its state in memory instead of a
+# data directory.
+store=(--data-dir "$work/data")
+[ "${DELAYD_IN_MEMORY:-}" != 1 ] || store=(--in-memory)
+"$delayd" --listen 127.0.0.1:0 "${store[@]}" \
   --tls-cert "$work/server.pem" --tls-key "$work/server.key" \
   --auth-tokens "$work/tokens" >"$work/delayd.log" 2>&1 &
 daemon_pid=$!
