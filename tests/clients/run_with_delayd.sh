@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Starts the real delayd on 127.0.0.1 (OS-picked port, fresh data directory)
-# serving TLS with a certificate made here by openssl and requiring a bearer
-# token, runs a client test command against it with DELAYD_ENDPOINT,
-# DELAYD_TLS_CA (the CA's PEM file) and DELAYD_TOKEN set, stops delayd, and
-# exits with the command's status.
+# Starts the real delayd on 127.0.0.1 (OS-picked port; a fresh data
+# directory, or its state in memory) serving TLS with a certificate made
+# here by openssl and requiring a bearer token, runs a client test command
+# against it with DELAYD_ENDPOINT, DELAYD_TLS_CA (the CA's PEM file) and
+# DELAYD_TOKEN set, stops delayd, and exits with the command's status.
 # Usage: [DELAYD_IN_MEMORY=1] run_with_delayd.sh DELAYD COMMAND [ARGS...]
 set -uo pipefail
 delayd=$1
