@@ -18,6 +18,7 @@ del sys.argv[1:3]
 
 import delayd  # noqa: E402
 
+
 def eventually(cond, timeout=10.0, what="a condition"):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
