@@ -78,7 +78,8 @@ class PowerLossFs : public rocksdb::FileSystemWrapper {
     fail_ = std::move(error);
   }
 
-  // While held, every sync waits (counted by held_syncs()) until released.
+  // While held, every sync waits (counted by held_syncs(), and those of
+  // write-ahead logs by held_log_syncs() too) until released.
   void HoldSyncs(bool hold) {
     std::lock_guard lock(mu_);
     hold_ = hold;
@@ -87,6 +88,10 @@ class PowerLossFs : public rocksdb::FileSystemWrapper {
   int held_syncs() const {
     std::lock_guard lock(mu_);
     return held_;
+  }
+  int held_log_syncs() const {
+    std::lock_guard lock(mu_);
+    return held_log_;
   }
   void HoldLogWrites(bool hold) {
     std::lock_guard lock(mu_);
@@ -221,14 +226,14 @@ class PowerLossFs : public rocksdb::FileSystemWrapper {
     // Buffered data goes to the OS on Flush(): not durable yet.
     rocksdb::IOStatus Sync(const rocksdb::IOOptions& options,
                            rocksdb::IODebugContext* dbg) override {
-      fs_->WaitWhileHeld();
+      fs_->WaitWhileHeld(log_);
       if (auto e = fs_->Failure()) return *e;
       const std::uint64_t size = Size();
       return Synced(target()->Sync(options, dbg), size);
     }
     rocksdb::IOStatus Fsync(const rocksdb::IOOptions& options,
                             rocksdb::IODebugContext* dbg) override {
-      fs_->WaitWhileHeld();
+      fs_->WaitWhileHeld(log_);
       if (auto e = fs_->Failure()) return *e;
       const std::uint64_t size = Size();
       return Synced(target()->Fsync(options, dbg), size);
@@ -273,11 +278,13 @@ class PowerLossFs : public rocksdb::FileSystemWrapper {
     std::lock_guard lock(mu_);
     return dead_;
   }
-  void WaitWhileHeld() {
+  void WaitWhileHeld(bool log) {
     std::unique_lock lock(mu_);
     ++held_;
+    if (log) ++held_log_;
     hold_cv_.wait(lock, [&] { return !hold_; });
     --held_;
+    if (log) --held_log_;
   }
   void WaitWhileWritesHeld() {
     std::unique_lock lock(mu_);
@@ -304,6 +311,7 @@ class PowerLossFs : public rocksdb::FileSystemWrapper {
   std::condition_variable hold_cv_;
   bool hold_ = false;
   int held_ = 0;
+  int held_log_ = 0;
   bool hold_writes_ = false;
   int held_writes_ = 0;
   bool dead_ = false;
