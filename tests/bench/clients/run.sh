@@ -22,6 +22,10 @@
 # their range (for lateness, also the daemon's own p99 where a side reads
 # it: fired_at minus the due time).
 #
+# BUSY=N (default 0) runs N busy loops beside them throughout, as another
+# process on a loaded machine would: a worker then has less than a core, and
+# its CPU per event sets its rate.
+#
 # DELAYD (default build/server/delayd) is the daemon they run against;
 # DELAYD_TS_LIB (default client/typescript) the built TypeScript library.
 #
@@ -32,9 +36,10 @@ cd "$(dirname "$0")/../../.."
 rounds=${ROUNDS:-3}
 trials=${TRIALS:-1}
 work=$(mktemp -d)
-daemon_pid= redis_pid=
+daemon_pid= redis_pid= busy_pids=()
 cleanup() {
   [ -z "$daemon_pid" ] || kill "$daemon_pid" 2>/dev/null || true
+  [ ${#busy_pids[@]} -eq 0 ] || kill "${busy_pids[@]}" 2>/dev/null || true
   [ -z "$redis_pid" ] || kill "$redis_pid" 2>/dev/null || true
   wait 2>/dev/null || true
   rm -rf "$work"
@@ -70,6 +75,11 @@ redis_pid=$!
 wait_for redis-server 'Ready to accept connections' "$work/redis.log"
 export REDIS_PORT=$redis_port BULLMQ_DIR=$PWD/tests/bench/node
 export DELAYD_TS_LIB=${DELAYD_TS_LIB:-$PWD/client/typescript}
+
+for ((i = 0; i < ${BUSY:-0}; i++)); do
+  /usr/bin/python3 -c 'while True: pass' &
+  busy_pids+=($!)
+done
 
 py() { /usr/bin/python3 tests/bench/clients/worker_bench.py client/python "$@"; }
 ts() { node tests/bench/clients/worker_bench.mjs "$@"; }

@@ -16,8 +16,11 @@ events in one Ack, read on ("raw": Subscribe and an Ack call; "rawst": the
 same on a channel that reads the stream on the loop's thread; "rawwork":
 the same over a Work stream, the Ack a message on it; "rawaio": that over
 grpc.aio on an asyncio loop; "rawaiopool": the same loop handing each
-message's events to a pool thread). "library" is the Worker, "async" the
-AsyncWorker with a coroutine handler.
+message's events to a pool thread). "rawlib" is not over the raw stubs:
+the Subscribe loop over the library's Client (its stream and its Ack call,
+as the Worker sends them), which tells the Worker's own cost from its
+transport's. "library" is the Worker, "async" the AsyncWorker with a
+coroutine handler.
 
 Usage: worker_bench.py LIBRARY_DIR MODE throughput N CONCURRENCY
        worker_bench.py LIBRARY_DIR MODE lateness RATE SECONDS DELAY_MS CONCURRENCY
@@ -90,6 +93,24 @@ class RawSt(Raw):
             os.environ["DELAYD_ENDPOINT"], options=[(
                 grpc.experimental.ChannelOptions.SingleThreadedUnaryStream,
                 1)]))
+
+
+class RawLib(Raw):
+    """The Subscribe loop over the library's Client: its stream (read on
+    the loop's thread) and the Ack call the Worker sends while acks are
+    quick, without the Worker."""
+
+    def loop(self):
+        c = delayd.Client()
+        self.call = c.subscribe(namespace=NS, max_in_flight=self.concurrency,
+                                on_registered=self.registered.set)
+        try:
+            for batch in self.call.batches():
+                for e in batch:
+                    self.handler(e.fire_time_ns)
+                c._ack_once([e.id for e in batch], NS)
+        except Exception:  # noqa: BLE001 (the stream cancelled at stop)
+            pass
 
 
 class RawWork(Raw):
@@ -215,7 +236,8 @@ class Async:
 
 def worker(handler, concurrency):
     """A started worker whose stream is registered."""
-    shapes = {"raw": Raw, "rawst": RawSt, "rawwork": RawWork, "rawaio": RawAio,
+    shapes = {"raw": Raw, "rawst": RawSt, "rawlib": RawLib,
+              "rawwork": RawWork, "rawaio": RawAio,
               "rawaiopool": RawAioPool, "async": Async}
     if MODE in shapes:
         w = shapes[MODE](handler, concurrency)
